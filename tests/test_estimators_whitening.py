@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ccpo_cli.estimators import blas as blas_module
 from ccpo_cli.estimators import features as features_module
 from ccpo_cli.estimators.features import principal_directions, whiten
 
@@ -43,6 +44,26 @@ def test_whitened_rows_match_the_exact_recipe():
     exact = centred - centred @ exact_projection(features, 3)
     exact /= np.maximum(np.linalg.norm(exact, axis=1, keepdims=True), 1e-9)
     np.testing.assert_allclose(whiten(features, 3), exact, atol=1e-5)
+
+
+def test_massive_activation_dimensions_are_centred_exactly():
+    # Final-norm hidden states carry a few huge near-constant coordinates. Centring with the mean
+    # rounded to float32 would shift every row by that rounding (up to ~1e-3 here), which the
+    # normalised rows would keep; the exact recipe does not have it.
+    features = strong_spectrum(640, 480, 6)
+    features[:, [3, 70, 200, 411]] += np.float32(30000.0)
+    centred = features.astype(np.float64) - features.astype(np.float64).mean(0)
+    exact = centred - centred @ exact_projection(features, 3)
+    exact /= np.linalg.norm(exact, axis=1, keepdims=True)
+    np.testing.assert_allclose(whiten(features, 3), exact, atol=1e-5)
+
+
+def test_result_does_not_depend_on_the_number_of_cores(monkeypatch):
+    features = strong_spectrum(640, 480, 5)
+    monkeypatch.setattr(blas_module.os, "cpu_count", lambda: 8)
+    side_by_side = whiten(features, 3)
+    monkeypatch.setattr(blas_module.os, "cpu_count", lambda: 1)
+    np.testing.assert_array_equal(whiten(features, 3), side_by_side)
 
 
 def test_flat_spectrum_falls_back_to_the_exact_subspace():

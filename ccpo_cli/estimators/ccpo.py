@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ccpo_cli.arms import Arm
+from ccpo_cli.estimators.blas import side_by_side
 from ccpo_cli.estimators.features import Features
-from ccpo_cli.estimators.kernel import kernel_statistics, kernel_width, neighbour_weights, pair_distances
+from ccpo_cli.estimators.kernel import KernelStats, kernel_statistics, kernel_width, neighbour_weights, pair_distances
 from ccpo_cli.estimators.layout import Layout, codes_of
 from ccpo_cli.estimators.node_values import NodeValues, edge_term
 from ccpo_cli.estimators.shrinkage import shrinkage_weights, variance_gain
@@ -97,8 +98,8 @@ def _kernel_for_level(
     active = np.unique(bucket[credited])
     order = np.argsort(bucket, kind="stable")
     bounds = np.searchsorted(bucket[order], np.stack([active, active + 1]))
-    for start, stop in zip(bounds[0], bounds[1]):
-        members = order[start:stop]
+
+    def statistics_of(members: np.ndarray) -> tuple[np.ndarray, KernelStats]:
         gram, squared_norms = features.gram(members)
         distances = pair_distances(gram, squared_norms)
         tau = kernel_width(distances, arm.tau)
@@ -106,8 +107,12 @@ def _kernel_for_level(
         _, trajectory = np.unique(layout.traj[members], return_inverse=True)
         others = trajectory[local][:, None] != trajectory[None, :]
         weights = neighbour_weights(gram, squared_norms, distances, local, others, tau, arm.wmode)
-        stats = kernel_statistics(weights, targets[members], trajectory.reshape(-1))
-        rows = members[local]
+        return members[local], kernel_statistics(weights, targets[members], trajectory.reshape(-1))
+
+    # buckets are independent: two at a time, each on one BLAS thread
+    with side_by_side() as workers:
+        results = workers.map(statistics_of, [order[start:stop] for start, stop in zip(bounds[0], bounds[1])])
+    for rows, stats in results:
         baseline[rows] = stats.baseline
         n_eff[rows] = stats.n_eff
         local_sd[rows] = stats.local_sd

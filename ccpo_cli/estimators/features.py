@@ -2,28 +2,31 @@
 
 Whitening (spec §5.3): centre the columns, remove the top-k right singular directions of the
 centred matrix, divide each row by max(‖row‖, 1e-9). The reference takes a full SVD for the k
-directions, which dominates its cost; here the same subspace comes from block subspace iteration
-(float32 sweeps until the subspace settles, then float64 passes, the last of which also whitens,
-until the error bound is below 5e-7), with an exact SVD as the fallback when the spectrum has no usable gap. Centring is folded
-into the products, so the centred matrix is never materialised in full.
+directions, which dominates its cost. Here the same subspace comes from block subspace iteration:
+float32 sweeps until the subspace is within about 1e-6, then float64 sweeps (exact products of the
+same float32 matrix) until the refined basis is bounded within 5e-7 of the exact one; an exact SVD
+is the fallback when the spectrum has no usable gap. Every pass over the rows runs as two fixed
+row blocks side by side (blas.side_by_side).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from ccpo_cli.estimators.blas import one_blas_thread, usual_blas_threads
+from ccpo_cli.estimators.blas import SideBySide, side_by_side, usual_blas_threads
 
 _OVERSAMPLE = 29  # block width k + 29: a wide block costs little more per pass and converges much faster
-_FLOAT64_OVERSAMPLE = 13
-_CHUNK_ROWS = 512
-_FLOAT32_SETTLED = 1e-6  # subspace change at which float32 sweeps stop
+_CHUNK_ROWS = 256
+_FLOAT32_TARGET = 1e-6  # predicted subspace error at which float32 sweeps hand over to float64
 _ACCEPTED_ERROR = 5e-7  # bound on sin(largest principal angle) to the exact top-k subspace
 _MAX_FLOAT32_SWEEPS = 30
 _MAX_FLOAT64_SWEEPS = 8
 _NO_GAP = 0.81  # (σ_width / σ_k)² at or above this: iteration would crawl, take the exact SVD
+# Relative size below which a row's part outside the top-k subspace counts as rounding residue.
+RESIDUE_TOLERANCE = 1e-6
 
 
 def _subspace_change(new: np.ndarray, old: np.ndarray) -> float:
@@ -32,22 +35,19 @@ def _subspace_change(new: np.ndarray, old: np.ndarray) -> float:
     return float(np.sqrt(max(np.linalg.eigvalsh(residual.T @ residual)[-1], 0.0)))
 
 
-# Tall-skinny QR and SVD through small Gram matrices: LAPACK on an n × 32 panel is slow and, on a
+# Tall-skinny QR and SVD through small Gram matrices: LAPACK on a d × 32 panel is slow and, on a
 # busy machine, stalls its threads; the 32 × 32 problems below cost nothing.
 
-def _orthonormal_columns(panel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Q, R) with panel = Q·R, Q orthonormal, by two rounds of Cholesky QR (float64)."""
+def _orthonormal_columns(panel: np.ndarray) -> np.ndarray:
+    """Q with panel = Q·R, Q orthonormal, by two rounds of Cholesky QR (float64)."""
     basis = panel
-    upper = np.eye(panel.shape[1])
     for _ in range(2):
         try:
             lower = np.linalg.cholesky(basis.T @ basis)
         except np.linalg.LinAlgError:
-            basis, step = np.linalg.qr(basis)
-            return basis, step @ upper
+            return np.linalg.qr(basis)[0]
         basis = basis @ np.linalg.inv(lower).T
-        upper = lower.T @ upper
-    return basis, upper
+    return basis
 
 
 def _left_singular_pairs(panel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +57,7 @@ def _left_singular_pairs(panel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     values = np.sqrt(np.maximum(eigenvalues[order], 0.0))
     vectors = panel @ eigenvectors[:, order]
     vectors /= np.where(values > 0, values, 1.0)
-    return _orthonormal_columns(vectors)[0] if np.all(values > 0) else vectors, values
+    return _orthonormal_columns(vectors) if np.all(values > 0) else vectors, values
 
 
 def _exact_directions(features: np.ndarray, mean: np.ndarray, k: int) -> np.ndarray:
@@ -67,117 +67,97 @@ def _exact_directions(features: np.ndarray, mean: np.ndarray, k: int) -> np.ndar
     return vt[:k].T.copy()
 
 
-# Relative size below which a row's part outside the top-k subspace counts as rounding residue.
-RESIDUE_TOLERANCE = 1e-6
+def _column_mean(features: np.ndarray, workers: SideBySide) -> np.ndarray:
+    """Column means in float64 (block sums added in a fixed order)."""
+    return workers.sum_over_rows(features.shape[0], lambda lo, hi: features[lo:hi].sum(axis=0, dtype=np.float64)) / features.shape[0]
 
 
-def _centred_pass(
-    features: np.ndarray,
-    mean: np.ndarray,
-    basis: np.ndarray | None,
-    k: int,
-    whitened_out: np.ndarray | None,
-    want_back: bool,
-) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """One float64 pass over the centred rows, chunk by chunk (the centred matrix never exists whole).
+def _squared_row_norms(rows: np.ndarray, workers: SideBySide) -> np.ndarray:
+    return np.concatenate(
+        workers.over_rows(rows.shape[0], lambda lo, hi: np.einsum("ij,ij->i", rows[lo:hi], rows[lo:hi], dtype=np.float64))
+    )
 
-    Returns left = X_c·basis and, if `want_back`, back = X_cᵀ·left; if `whitened_out` is given, also
-    writes each row with its projection on basis[:, :k] removed, L2-normalised (float32).
+
+def _centred_float32(features: np.ndarray, mean: np.ndarray, workers: SideBySide) -> np.ndarray:
+    """features − mean in float32, each element rounded on its own.
+
+    Subtracting float32(mean) alone would shift every row by that mean's rounding, up to ~1e-3 on
+    the huge near-constant coordinates of final-norm hidden states, and the normalised rows would
+    keep the shift; the second, tiny subtraction takes it out.
     """
-    n, d = features.shape
-    width = 0 if basis is None else basis.shape[1]
-    buffer = np.empty((min(_CHUNK_ROWS, n), d))
-    left = np.empty((n, width)) if width else None
-    back = np.zeros((d, width)) if (width and want_back) else None
-    for start in range(0, n, _CHUNK_ROWS):
-        rows = min(_CHUNK_ROWS, n - start)
-        chunk = buffer[:rows]
-        np.subtract(features[start : start + rows], mean, out=chunk)
-        if width:
-            product = chunk @ basis
-            left[start : start + rows] = product
-            if back is not None:
-                back += chunk.T @ product
-            if whitened_out is not None and k:
-                chunk -= product[:, :k] @ basis[:, :k].T
-        if whitened_out is not None:
-            norms = np.sqrt(np.einsum("ij,ij->i", chunk, chunk))
-            scale = 1.0 / np.maximum(norms, 1e-9)
-            if width and k:
-                # A row lying in the removed subspace (always so when n ≤ k + 1) is zero in exact
-                # arithmetic; normalising its rounding residue would invent a random direction.
-                # (The basis is orthonormal, so ‖centred‖² = ‖residue‖² + ‖projection‖².)
-                projected = np.einsum("ij,ij->i", product[:, :k], product[:, :k])
-                scale[norms**2 <= RESIDUE_TOLERANCE**2 * (norms**2 + projected)] = 0.0
-            chunk *= scale[:, None]
-            whitened_out[start : start + rows] = chunk
-    return left, back
-
-
-def _refined(left: np.ndarray, back: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Right singular vectors and values of Q_Lᵀ·X_c, Q_L = orth(left), from one pass's products."""
-    _, upper = _orthonormal_columns(left)
-    # Q_Lᵀ X_c = R⁻ᵀ leftᵀ X_c = R⁻ᵀ backᵀ, so no second pass over the data is needed.
-    return _left_singular_pairs(back @ np.linalg.inv(upper))
-
-
-def _float32_sweeps(features: np.ndarray, mean: np.ndarray, k: int, width: int, seed: int) -> np.ndarray | None:
-    """An orthonormal d × width basis whose leading k columns have settled (float32 precision).
-
-    None when the spectrum shows no gap after σ_k to converge on.
-    """
-    rng = np.random.default_rng(seed)
-    basis32 = rng.standard_normal((features.shape[1], width)).astype(np.float32)
     mean32 = mean.astype(np.float32)
+    rounding = (mean - mean32).astype(np.float32)
+    centred = np.empty_like(features)
+
+    def centre(lo: int, hi: int) -> None:
+        np.subtract(features[lo:hi], mean32, out=centred[lo:hi])
+        centred[lo:hi] -= rounding
+
+    workers.over_rows(features.shape[0], centre)
+    return centred
+
+
+def _normal_product(centred: np.ndarray, basis: np.ndarray, workers: SideBySide) -> np.ndarray:
+    """XᵀX·basis in the basis's precision (float64 products read the float32 rows exactly)."""
+    n, d = centred.shape
+    if basis.dtype == centred.dtype:
+        return workers.sum_over_rows(n, lambda lo, hi: centred[lo:hi].T @ (centred[lo:hi] @ basis))
+
+    def widened(lo: int, hi: int) -> np.ndarray:
+        buffer = np.empty((min(_CHUNK_ROWS, hi - lo), d), dtype=basis.dtype)
+        product = np.zeros((d, basis.shape[1]), dtype=basis.dtype)
+        for start in range(lo, hi, _CHUNK_ROWS):
+            chunk = buffer[: min(_CHUNK_ROWS, hi - start)]
+            chunk[...] = centred[start : start + chunk.shape[0]]
+            product += chunk.T @ (chunk @ basis)
+        return product
+
+    return workers.sum_over_rows(n, widened)
+
+
+def _sweep(centred: np.ndarray, basis: np.ndarray, k: int, workers: SideBySide) -> tuple[np.ndarray, float]:
+    """One subspace-iteration step: the new orthonormal basis (float64) and its contraction
+    λ_width / λ_k, the factor by which the error shrinks per step (inf when λ_k is 0)."""
+    refined, values = _left_singular_pairs(_normal_product(centred, basis, workers).astype(np.float64))
+    # values are singular values of XᵀX·V, i.e. already squared ones of X
+    contraction = values[-1] / values[k - 1] if values[k - 1] > 0 else np.inf
+    return refined, contraction
+
+
+def _iterated_directions(centred: np.ndarray, k: int, workers: SideBySide, seed: int = 0) -> np.ndarray | None:
+    """Top-k right singular vectors of the centred rows by subspace iteration; None when it cannot
+    vouch for them (then the caller takes the exact SVD).
+
+    A step from V to V' changes the leading k columns by `change`; with contraction c the error of
+    V is at most change / (1 − c) and that of V' at most c times it. The float64 check credits a
+    step with only √c, for safety, since c is itself estimated from the block.
+    """
+    n, d = centred.shape
+    width = min(k + _OVERSAMPLE, n, d)
+    basis = np.random.default_rng(seed).standard_normal((d, width)).astype(np.float32)
     previous: np.ndarray | None = None
     last_change = np.inf
     for sweep in range(_MAX_FLOAT32_SWEEPS):
-        left = features @ basis32
-        left -= mean32 @ basis32
-        left = _orthonormal_columns(left.astype(np.float64))[0].astype(np.float32)
-        back = features.T @ left
-        back -= np.outer(mean32, left.sum(axis=0))
-        basis64, values = _left_singular_pairs(back.astype(np.float64))
-        basis32 = basis64.astype(np.float32)
-        if sweep >= 2 and (values[k - 1] <= 0 or (values[-1] / values[k - 1]) ** 2 >= _NO_GAP):
+        refined, contraction = _sweep(centred, basis, k, workers)
+        if sweep >= 2 and contraction >= _NO_GAP:  # (a random start can look gapless for a sweep or two)
             return None
-        current = basis64[:, :k]
+        basis = refined.astype(np.float32)
         if previous is not None:
-            change = _subspace_change(current, previous)
+            change = _subspace_change(refined[:, :k], previous)
             # stop at the target, or once float32 rounding stops the progress
-            if change < _FLOAT32_SETTLED or (sweep >= 3 and change > 0.5 * last_change):
+            if contraction * change / (1.0 - contraction) <= _FLOAT32_TARGET or (sweep >= 3 and change > 0.5 * last_change):
                 break
             last_change = change
-        previous = current
-    return _orthonormal_columns(basis32.astype(np.float64))[0]
-
-
-def _fast_whitening(features: np.ndarray, mean: np.ndarray, k: int, whitened_out: np.ndarray | None, seed: int = 0) -> np.ndarray | None:
-    """Top-k directions by subspace iteration, whitening in the same final pass; None if it cannot vouch
-    for them (then the caller takes the exact SVD).
-
-    Each float64 pass starts from `basis`, whitens against its first k columns and returns the
-    refined basis; the change between the two bounds the error of the one used:
-    err(V_in) ≤ change / (1 − contraction), bounded here more cautiously.
-    """
-    n, d = features.shape
-    width = min(k + _OVERSAMPLE, n, d)
-    basis = _float32_sweeps(features, mean, k, width, seed)
-    if basis is None:
-        return None
-    # the float64 passes only check and polish the leading k columns: a narrower block halves them
-    basis = basis[:, : min(width, k + _FLOAT64_OVERSAMPLE)]
+        previous = refined[:, :k]
+    basis = _orthonormal_columns(basis.astype(np.float64))
     for _ in range(_MAX_FLOAT64_SWEEPS):
-        left, back = _centred_pass(features, mean, basis, k, whitened_out, want_back=True)
-        refined, values = _refined(left, back)
-        if values[k - 1] <= 0:
-            return None
-        contraction = (values[-1] / values[k - 1]) ** 2
+        refined, contraction = _sweep(centred, basis, k, workers)
         if contraction >= _NO_GAP:
             return None
-        # conservative: credit the pass with only the square root of its nominal contraction
-        if _subspace_change(refined[:, :k], basis[:, :k]) / (1.0 - np.sqrt(contraction)) <= _ACCEPTED_ERROR:
-            return basis[:, :k].copy()
+        change = _subspace_change(refined[:, :k], basis[:, :k])
+        safe = np.sqrt(contraction)
+        if safe * change / (1.0 - safe) <= _ACCEPTED_ERROR:
+            return refined[:, :k].copy()
         basis = refined
     return None
 
@@ -185,6 +165,37 @@ def _fast_whitening(features: np.ndarray, mean: np.ndarray, k: int, whitened_out
 def _uses_fast_path(n: int, d: int, k: int) -> bool:
     width = min(k + _OVERSAMPLE, n, d)
     return not (min(n, d) <= 4 * width or n * d <= 250_000)
+
+
+def _remove_and_normalise(
+    centred_rows: Callable[[int, int], np.ndarray], directions: np.ndarray | None, out: np.ndarray, workers: SideBySide
+) -> None:
+    """out = each centred row minus its projection on `directions`, L2-normalised (float32).
+
+    Works in the precision `centred_rows` returns (float64 for the exact path, float32 for the
+    iterated one, whose rows are float32 already).
+    """
+    n = out.shape[0]
+
+    def work(lo: int, hi: int) -> None:
+        for start in range(lo, hi, _CHUNK_ROWS):
+            stop = min(start + _CHUNK_ROWS, hi)
+            rows = centred_rows(start, stop)
+            if directions is not None:
+                basis = directions.astype(rows.dtype, copy=False)
+                projection = rows @ basis
+                rows = rows - projection @ basis.T
+            norms_sq = np.einsum("ij,ij->i", rows, rows).astype(np.float64)
+            scale = 1.0 / np.maximum(np.sqrt(norms_sq), 1e-9)
+            if directions is not None:
+                # A row lying in the removed subspace (always so when n ≤ k + 1) is zero in exact
+                # arithmetic; normalising its rounding residue would invent a random direction.
+                # (The basis is orthonormal, so ‖centred‖² = ‖residue‖² + ‖projection‖².)
+                projected_sq = np.einsum("ij,ij->i", projection, projection).astype(np.float64)
+                scale[norms_sq <= RESIDUE_TOLERANCE**2 * (norms_sq + projected_sq)] = 0.0
+            np.multiply(rows, scale[:, None].astype(rows.dtype), out=out[start:stop], casting="same_kind")
+
+    workers.over_rows(n, work)
 
 
 def principal_directions(features: np.ndarray, mean: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
@@ -197,8 +208,8 @@ def principal_directions(features: np.ndarray, mean: np.ndarray, k: int, seed: i
     features = np.ascontiguousarray(features, dtype=np.float32)
     n, d = features.shape
     if _uses_fast_path(n, d, k):
-        with one_blas_thread():
-            directions = _fast_whitening(features, mean, k, None, seed)
+        with side_by_side() as workers:
+            directions = _iterated_directions(_centred_float32(features, mean, workers), k, workers, seed)
         if directions is not None:
             return directions
     return _exact_directions(features, mean, k)
@@ -213,16 +224,17 @@ def whiten(features: np.ndarray, k: int) -> np.ndarray:
     n, d = features.shape
     if n < 2:
         return features.copy()
-    mean = features.mean(axis=0, dtype=np.float64)
     out = np.empty_like(features)
-    if k <= 0 or n <= k:
-        _centred_pass(features, mean, None, 0, out, want_back=False)
-        return out
-    with one_blas_thread():
-        if _uses_fast_path(n, d, k) and _fast_whitening(features, mean, k, out) is not None:
-            return out
-        directions = _exact_directions(features, mean, k)
-        _centred_pass(features, mean, directions, k, out, want_back=False)
+    with side_by_side() as workers:
+        mean = _column_mean(features, workers)
+        if k > 0 and n > k and _uses_fast_path(n, d, k):
+            centred = _centred_float32(features, mean, workers)
+            directions = _iterated_directions(centred, k, workers)
+            if directions is not None:
+                _remove_and_normalise(lambda lo, hi: centred[lo:hi], directions, out, workers)
+                return out
+        directions = _exact_directions(features, mean, k) if k > 0 and n > k else None
+        _remove_and_normalise(lambda lo, hi: features[lo:hi] - mean, directions, out, workers)
     return out
 
 
@@ -256,6 +268,7 @@ def build_features(hidden_states: np.ndarray, context: np.ndarray, phi: str, ctx
         return Features(hidden=hidden, context=None, scale=np.ones(n))
     context_unit = context / np.maximum(np.linalg.norm(context, axis=1, keepdims=True), 1e-9)
     weighted = ctx_w * context_unit
-    hidden64_sq = np.einsum("ij,ij->i", hidden, hidden, dtype=np.float64)
+    with side_by_side() as workers:
+        hidden64_sq = _squared_row_norms(hidden, workers)
     norms = np.sqrt(hidden64_sq + np.einsum("ij,ij->i", weighted, weighted))
     return Features(hidden=hidden, context=weighted, scale=1.0 / np.maximum(norms, 1e-9))
