@@ -43,7 +43,7 @@ from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 
 BACKEND = "local"
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
-CHECKPOINT_KEEP = 2
+CHECKPOINT_KEEP = 2  # newest ones kept, besides the best-evaluated one
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,22 @@ def _checkpoint_path(run_dir: Path, step: int) -> Path:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = sorted((run_dir / "checkpoints").glob("step-*.pt"))
     return found[-1] if found else None
+
+
+def best_evaluated_step(evaluations: list[dict[str, Any]]) -> int | None:
+    """Step of the highest held-out success, the earliest on ties (as `ccpo compare` picks it)."""
+    if not evaluations:
+        return None
+    return max(evaluations, key=lambda row: (row["success_rate"], -row["step"]))["step"]
+
+
+def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest: int = CHECKPOINT_KEEP) -> list[Path]:
+    """All checkpoints but the newest few and the best-evaluated step's, which an interim card
+    names as the one it publishes and so must stay on disk."""
+    found = sorted(found)
+    newest = found[-keep_newest:] if keep_newest > 0 else []
+    best_name = None if best_step is None else _checkpoint_path(Path(), best_step).name
+    return [path for path in found if path not in newest and path.name != best_name]
 
 
 def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm, config: TrainConfig,
@@ -343,13 +359,14 @@ class _Run:
         return result
 
     def checkpoint(self, step: int) -> None:
-        from ccpo_cli.store import record_checkpoint
+        from ccpo_cli.store import record_checkpoint, run_evaluations
 
         path = _checkpoint_path(self.run_dir, step)
         save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s)
         record_checkpoint(self.db, self.run_name, step, str(path), sha256=_sha256(path),
                           size_bytes=path.stat().st_size)
-        for old in sorted((self.run_dir / "checkpoints").glob("step-*.pt"))[:-CHECKPOINT_KEEP]:
+        best_step = best_evaluated_step(run_evaluations(self.db, self.run_name))
+        for old in checkpoints_to_remove(list((self.run_dir / "checkpoints").glob("step-*.pt")), best_step):
             old.unlink()
 
 
