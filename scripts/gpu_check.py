@@ -5,8 +5,9 @@ What a GPU run of verl-agent would exercise in ccpo without verl itself (which t
 not need): the reference-model hook that takes CCPO's `phi_feats` from the final norm, in verl's
 padded and packed layouts, with the model on the device in float32 and bfloat16; the recorder that
 hands features back in batch order after micro-batch regrouping; the adapter from device tensors to
-the estimator and back to a device advantage tensor; and the hook's cost next to a plain forward
-of a 7B-shaped (2-layer) Qwen2, measured side by side.
+the estimator and back to a device advantage tensor; the hf evaluation agent generating on the
+device; and the hook's cost next to a plain forward of a 7B-shaped (2-layer) Qwen2, measured side
+by side.
 
     python scripts/gpu_check.py [--device cuda] [--shape 7b|tiny] [--rows 16] [--seqlen 1536]
 
@@ -162,6 +163,32 @@ def check_adapter(device: str, report) -> None:
            "bit-identical, zero outside the response mask")
 
 
+def check_hf_agent(device: str, report) -> None:
+    """`ccpo eval --agent hf` on the device: a tiny model saved to disk, loaded where the agent
+    runs, batched left-padded generation; greedy output compared with the same agent on the CPU."""
+    import tempfile
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from helpers_tiny_lm import save_tiny_lm  # the test suite's tokenizer-trained-here tiny LM
+
+    from ccpo_cli.agents.hf import HFAgent
+    from ccpo_cli.agents.prompts import first_turn_prompt
+
+    observations = ["You are in the middle of a room. You see a fridge 1 and a countertop 1.",
+                    "You arrive at fridge 1. The fridge 1 is closed.", "Nothing happens.",
+                    "Your task is to: put a clean apple in countertop."]
+    prompts = [first_turn_prompt(text, ["go to fridge 1", "open fridge 1", "look"]) for text in observations]
+    with tempfile.TemporaryDirectory() as folder:
+        save_tiny_lm(Path(folder), observations, hidden_size=64)
+        on_device = HFAgent(folder, temperature=0.0, max_new_tokens=24, batch_size=3, device=device)
+        on_cpu = HFAgent(folder, temperature=0.0, max_new_tokens=24, batch_size=3, device="cpu")
+        device_responses, cpu_responses = on_device.generate(prompts), on_cpu.generate(prompts)
+    same = sum(a == b for a, b in zip(device_responses, cpu_responses))
+    report("hf agent generates on the device", on_device.model.device.type == torch.device(device).type
+           and len(device_responses) == len(prompts) and all(device_responses),
+           f"model on {on_device.model.device}; greedy output identical to the CPU's for {same} of {len(prompts)} prompts")
+
+
 def time_capture(device: str, shape: str, rows: int, seqlen: int, repeats: int, report) -> None:
     dtype = torch.bfloat16 if device != "cpu" else torch.float32
     model = build_model(shape, dtype, device)
@@ -215,6 +242,7 @@ def main() -> int:
     for dtype in (torch.float32, torch.bfloat16):
         check_capture(args.device, dtype, report)
     check_adapter(args.device, report)
+    check_hf_agent(args.device, report)
     if args.repeats > 0:
         time_capture(args.device, args.shape, args.rows, args.seqlen, args.repeats, report)
     print(f"{len(failures)} failed" if failures else "all checks passed")
