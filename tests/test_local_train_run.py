@@ -198,16 +198,17 @@ def test_ccpo_train_short_run_on_the_shipped_games_records_evaluations(tmp_path)
 
 
 def test_pruning_keeps_the_newest_checkpoints_and_the_best_evaluated_one(tmp_path):
-    from ccpo_cli.backends.local.trainer import best_evaluated_step, checkpoints_to_remove
+    from ccpo_cli.backends.local.trainer import checkpoints_to_remove
+    from ccpo_cli.store import best_evaluation
 
     found = [tmp_path / f"step-{step:06d}.pt" for step in (10, 20, 30, 40, 50)]
-    evaluations = [{"step": 0, "success_rate": 5.0}, {"step": 20, "success_rate": 80.0},
-                   {"step": 30, "success_rate": 80.0}, {"step": 50, "success_rate": 60.0}]
-    best = best_evaluated_step(evaluations)
+    evaluations = [{"id": 1, "step": 0, "success_rate": 5.0}, {"id": 2, "step": 20, "success_rate": 80.0},
+                   {"id": 3, "step": 30, "success_rate": 80.0}, {"id": 4, "step": 50, "success_rate": 60.0}]
+    best = best_evaluation(evaluations)["step"]
     assert best == 20  # the earliest of the tied best, as compare picks it
     removed = checkpoints_to_remove(list(reversed(found)), best)
     assert [path.name for path in removed] == ["step-000010.pt", "step-000030.pt"]
     # the best among the newest, or no evaluation yet: only the newest two stay
     assert [p.name for p in checkpoints_to_remove(found, 50)] == ["step-000010.pt", "step-000020.pt", "step-000030.pt"]
-    assert best_evaluated_step([]) is None
+    assert best_evaluation([]) is None
     assert len(checkpoints_to_remove(found, None)) == 3

@@ -21,7 +21,7 @@ from ccpo_cli import stats
 from ccpo_cli.arms import list_arms, load_arm
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.report import DEFAULT_WINDOW_START
-from ccpo_cli.store.queries import evaluations_for_runs, list_runs
+from ccpo_cli.store.queries import best_evaluation, evaluations_for_runs, list_runs
 from ccpo_cli.task_types import TASK_TYPES
 
 # verl-agent's ALFWorld protocol evaluates 128 held-out episodes; used for the single-eval
@@ -74,9 +74,9 @@ def _is_estimator_or_local(key: str) -> bool:
 
 def _best(evaluations: list[dict[str, Any]], window: dict[str, Any], window_evals: list[dict]) -> dict | None:
     candidates = window_evals or evaluations
-    if not candidates:
+    best = best_evaluation(candidates)
+    if best is None:
         return None
-    best = max(candidates, key=lambda row: (row["success_rate"], -row["step"], -row["id"]))
     n_candidates = len(candidates)
     bias_sd = stats.expected_max_of_normals(n_candidates)
     sd = window["sd"] if window_evals else None

@@ -7,6 +7,7 @@ bring in training logs with `ingest_file`.
 
 from ccpo_cli.store.db import open_db, write_transaction
 from ccpo_cli.store.queries import (
+    best_evaluation,
     evaluation_episodes,
     evaluations_for_runs,
     get_run,
@@ -39,6 +40,7 @@ __all__ = [
     "record_evaluation",
     "record_evaluation_outcome",
     "record_publication",
+    "best_evaluation",
     "run_checkpoints",
     "run_conflicts",
     "run_evaluations",

@@ -120,6 +120,13 @@ def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, A
     return rows
 
 
+def best_evaluation(evaluations: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The evaluation with the highest success rate, the earliest (then first recorded) on ties."""
+    if not evaluations:
+        return None
+    return max(evaluations, key=lambda row: (row["success_rate"], -row["step"], -row["id"]))
+
+
 def run_checkpoints(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Recorded checkpoints of a run, by step."""
     identifier = run_id(db, run)

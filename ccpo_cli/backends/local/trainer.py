@@ -32,7 +32,6 @@ from ccpo_cli.backends.local.policy import CommandScorer, build_model, frozen_co
 from ccpo_cli.backends.local.ppo import UpdateConfig, make_optimizer, update
 from ccpo_cli.backends.local.provenance import git_state, hardware, package_versions
 from ccpo_cli.backends.local.rollouts import (
-    Trajectory,
     estimate_batch,
     flat_decisions,
     rollout_digest,
@@ -107,13 +106,6 @@ def _checkpoint_path(run_dir: Path, step: int) -> Path:
 def latest_checkpoint(run_dir: Path) -> Path | None:
     found = sorted((run_dir / "checkpoints").glob("step-*.pt"))
     return found[-1] if found else None
-
-
-def best_evaluated_step(evaluations: list[dict[str, Any]]) -> int | None:
-    """Step of the highest held-out success, the earliest on ties (as `ccpo compare` picks it)."""
-    if not evaluations:
-        return None
-    return max(evaluations, key=lambda row: (row["success_rate"], -row["step"]))["step"]
 
 
 def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest: int = CHECKPOINT_KEEP) -> list[Path]:
@@ -359,13 +351,14 @@ class _Run:
         return result
 
     def checkpoint(self, step: int) -> None:
-        from ccpo_cli.store import record_checkpoint, run_evaluations
+        from ccpo_cli.store import best_evaluation, record_checkpoint, run_evaluations
 
         path = _checkpoint_path(self.run_dir, step)
         save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s)
         record_checkpoint(self.db, self.run_name, step, str(path), sha256=_sha256(path),
                           size_bytes=path.stat().st_size)
-        best_step = best_evaluated_step(run_evaluations(self.db, self.run_name))
+        best = best_evaluation(run_evaluations(self.db, self.run_name))
+        best_step = None if best is None else best["step"]
         for old in checkpoints_to_remove(list((self.run_dir / "checkpoints").glob("step-*.pt")), best_step):
             old.unlink()
 
