@@ -144,8 +144,10 @@ def _iterated_directions(centred: np.ndarray, k: int, workers: SideBySide, seed:
         basis = refined.astype(np.float32)
         if previous is not None:
             change = _subspace_change(refined[:, :k], previous)
-            # stop at the target, or once float32 rounding stops the progress
-            if contraction * change / (1.0 - contraction) <= _FLOAT32_TARGET or (sweep >= 3 and change > 0.5 * last_change):
+            # stop at the target (predicted only where there is a gap), or once float32 rounding
+            # stops the progress
+            predicted = contraction * change / (1.0 - contraction) if contraction < _NO_GAP else np.inf
+            if predicted <= _FLOAT32_TARGET or (sweep >= 3 and change > 0.5 * last_change):
                 break
             last_change = change
         previous = refined[:, :k]

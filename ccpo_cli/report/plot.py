@@ -9,7 +9,7 @@ from ccpo_cli.errors import InvalidInput
 _SEED_LINE_STYLES = ("-", "--", ":", "-.")
 
 
-def run_styles(runs: list[dict]) -> list[tuple[str, str]]:
+def run_styles(runs: list[dict]) -> list[tuple[tuple[float, ...], str]]:
     """(colour, line style) per run: one colour per arm, so seeds of an arm read as a family, and
     one line style per seed within it (a run without an arm is its own family)."""
     from matplotlib import colormaps
@@ -23,9 +23,7 @@ def run_styles(runs: list[dict]) -> list[tuple[str, str]]:
         colour_index = families.setdefault(family, len(families))
         member = members.get(family, 0)
         members[family] = member + 1
-        red, green, blue = palette[colour_index % len(palette)][:3]
-        colour = f"#{round(red * 255):02x}{round(green * 255):02x}{round(blue * 255):02x}"
-        styles.append((colour, _SEED_LINE_STYLES[member % len(_SEED_LINE_STYLES)]))
+        styles.append((palette[colour_index % len(palette)], _SEED_LINE_STYLES[member % len(_SEED_LINE_STYLES)]))
     return styles
 
 
