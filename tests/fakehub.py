@@ -81,7 +81,7 @@ class FakeHub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self._thread.start()
         return self
 
@@ -157,7 +157,7 @@ def _make_handler(hub: FakeHub):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format, *args):  # noqa: A002 - keep test output quiet
+        def log_message(self, format, *args):  # keep test output quiet
             return
 
         # --- plumbing ----------------------------------------------------------------

@@ -120,7 +120,7 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
     # node values
     acc, cnt = defaultdict(float), defaultdict(int)
     node_next = {}
-    for tj, rows in rows_of_traj.items():
+    for rows in rows_of_traj.values():
         T = len(rows)
         R = batch.episode_reward[rows[0]]
         for t, i in enumerate(rows):

@@ -23,7 +23,7 @@ class PlainDataProto:
     def __len__(self) -> int:
         return len(next(iter(self.non_tensor_batch.values())))
 
-    def select_rows(self, rows) -> "PlainDataProto":
+    def select_rows(self, rows) -> PlainDataProto:
         rows = list(rows)
         return PlainDataProto(
             {key: value[torch.tensor(rows)] for key, value in self.batch.items()},

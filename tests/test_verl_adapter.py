@@ -8,6 +8,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers_verl import EXAMPLE_ONE_EXPECTED, per_row, spec_example_one
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import setup_hook, worker_env
@@ -20,7 +21,6 @@ from ccpo_cli.backends.verl.adapter import (
 )
 from ccpo_cli.backends.verl.worker_env import ArmMismatch
 from ccpo_cli.errors import InvalidInput
-from helpers_verl import EXAMPLE_ONE_EXPECTED, per_row, spec_example_one
 
 ARMS = sorted(EXAMPLE_ONE_EXPECTED)
 
