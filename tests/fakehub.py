@@ -1,7 +1,7 @@
 """A small fake of the Hugging Face Hub HTTP API, on loopback, for publishing tests.
 
 It answers the endpoints huggingface_hub 2.x calls when ccpo publishes (see
-../shared/research/ecosystem.md §6): whoami, repos/create, validate-yaml, preupload, commit,
+docs/contributing.md, "Tests"): whoami, repos/create, validate-yaml, preupload, commit,
 branch, model info and file resolve. Repositories are kept in memory as a linear history of
 snapshots per branch, so a test can read back exactly what was committed, and every request is
 recorded (method, path, query, headers, body) so a test can assert the sequence, the auth header

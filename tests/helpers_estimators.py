@@ -1,5 +1,5 @@
 """Test helpers for the estimators: random ALFWorld-shaped batches and a literal, loop-by-loop
-re-statement of estimator-spec.md to check the vectorised implementation against.
+re-statement of docs/estimators.md to check the vectorised implementation against.
 
 The literal version is deliberately naive (dicts, per-row loops, exact SVD) and reads the spec
 top to bottom; it expects rows of each trajectory in time order and no padding.

@@ -1,5 +1,6 @@
-"""Properties of the estimators: order-proof, padding-proof, the spec's edge cases, and agreement
-with a literal loop-by-loop re-statement of the spec across random batches and flag settings."""
+"""Properties of the estimators: order-proof, padding-proof, the edge cases of docs/estimators.md
+§9, and agreement with a literal loop-by-loop re-statement of docs/estimators.md across random
+batches and flag settings."""
 
 from __future__ import annotations
 
