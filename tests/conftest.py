@@ -65,3 +65,21 @@ def no_sockets(monkeypatch):
 
     monkeypatch.setattr(socket.socket, "__init__", refusing_init)
     yield opened
+
+
+@pytest.fixture
+def hub_env(monkeypatch, tmp_path):
+    """A private HF_HOME, no inherited token or endpoint, and huggingface_hub's own background
+    lookups (agent-harness registry) pointed at an empty local file instead of the public Hub."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    registry = tmp_path / "hf-home" / "agent_harnesses.json"
+    registry.parent.mkdir(parents=True)
+    registry.write_text('{"standardEnvVars": [], "harnesses": {}}')
+    # (huggingface_hub 0.3x has no such registry; setting the name there is harmless)
+    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(registry), raising=False)
+    yield tmp_path

@@ -21,22 +21,6 @@ TOKEN = "hf_fake_token_for_tests_9f3a1c"
 
 
 @pytest.fixture
-def hub_env(monkeypatch, tmp_path):
-    """A private HF_HOME, no inherited token or endpoint, and huggingface_hub's own background
-    lookups (agent-harness registry) pointed at the fake instead of the public Hub."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    # A fresh (empty) agent-harness registry, so huggingface_hub never fetches it from the Hub.
-    registry = tmp_path / "hf-home" / "agent_harnesses.json"
-    registry.parent.mkdir(parents=True)
-    registry.write_text('{"standardEnvVars": [], "harnesses": {}}')
-    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(registry))
-    yield tmp_path
-
-
-@pytest.fixture
 def hub(hub_env, loopback_only):
     with FakeHub(token=TOKEN) as fake:
         yield fake
