@@ -9,6 +9,7 @@ import typer
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.errors import UsageError
 from ccpo_cli.report import DEFAULT_WINDOW_START
 
 
@@ -20,6 +21,7 @@ def compare(
     window_start: Annotated[int, typer.Option("--window-start", help="First step of the converged window.")] = DEFAULT_WINDOW_START,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
+    detect: Annotated[Optional[float], typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
 ) -> None:
     """Compare runs and arms on their converged held-out window (not their best point)."""
     # Imported here: scipy costs half a second that other commands should not pay.
@@ -27,7 +29,9 @@ def compare(
     from ccpo_cli.report.tables import comparison_renderables
     from ccpo_cli.store import open_db
 
-    document = compare_runs(open_db(settings(ctx).db), runs or None, window_start)
+    if detect is not None and not detect > 0:
+        raise UsageError(f"--detect must be a positive number of points, got {detect}")
+    document = compare_runs(open_db(settings(ctx).db), runs or None, window_start, detect=detect)
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 

@@ -21,6 +21,7 @@ from ccpo_cli import stats
 from ccpo_cli.arms import list_arms, load_arm
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.report import DEFAULT_WINDOW_START
+from ccpo_cli.report.power import power_report
 from ccpo_cli.store.queries import best_evaluation, evaluations_for_runs, list_runs
 from ccpo_cli.task_types import TASK_TYPES
 
@@ -388,6 +389,7 @@ def compare_runs(
     confidence: float = stats.DEFAULT_CONFIDENCE,
     bootstrap_reps: int = 2000,
     bootstrap_seed: int = 0,
+    detect: float | None = None,
 ) -> dict:
     """The `ccpo compare --json` document (without schema_version) for the named runs
     (all runs when None or empty), in the order given (else by name).
@@ -403,6 +405,8 @@ def compare_runs(
     Per arm: n_seeds, mean, sd, n (over evaluations for one seed, over seed means otherwise;
     `sd_over` says which), seed_window_means, iqm {iqm, ci_low, ci_high, ...}, resolved,
     note ("unresolved until replicated" below 3 seeds), fingerprints.
+    power (ccpo_cli.report.power): per arm pair the test (paired t / Welch t), mdd, p and,
+    with `detect`, seeds_needed per arm.
     """
     all_runs = list_runs(db)
     wanted = list(runs or [])
@@ -427,4 +431,6 @@ def compare_runs(
         "arms": arms,
         "comparisons": _arm_comparisons(arms, run_entries),
         "isolation": _isolation(chosen, run_entries, evaluations),
+        # Minimum detectable difference per arm pair (and seeds needed for `detect` points).
+        "power": power_report(run_entries, {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
     }

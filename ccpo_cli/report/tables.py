@@ -169,6 +169,10 @@ def comparison_renderables(document: dict) -> Iterator[Any]:
     yield best_rows_table(document)
     if document["comparisons"]:
         yield comparisons_table(document)
+    if document.get("power", {}).get("pairs"):
+        from ccpo_cli.report.power_tables import power_table
+
+        yield power_table(document["power"])
     yield isolation_text(document)
     yield Text(
         "Read the window mean, not the best point: the best of n evaluations is biased upward by "

@@ -1,0 +1,201 @@
+"""Statistical power of an arm comparison: what a set of seeds can and cannot tell apart.
+
+For every pair of arms, `power_report` gives the minimum detectable difference (MDD: the true
+gap in window-mean points that a two-sided test at level alpha would find with the given power,
+at the observed variance and the number of seeds compared) and, for a difference the user
+names, the number of seeds per arm that would detect it.
+
+Which test: runs of the same seed in two arms play identical step-1 rollouts (the isolation
+check compares their `step1_rollout_hash`), so their seed-to-seed luck is shared and the
+per-seed difference is the right unit: a paired t-test on the differences, with their sd.
+Without that evidence the arms are independent samples: Welch's t-test, with each arm's sd.
+
+Power uses the noncentral t distribution (the exact power of the t-test, not a normal
+approximation): with noncentrality nc and df degrees of freedom,
+power = P(T > t_crit) + P(T < -t_crit), T ~ nct(df, nc). Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any, Sequence
+
+import numpy as np
+from scipy import optimize, stats
+
+ALPHA = 0.05
+POWER = 0.80
+MIN_SEEDS = 2
+NEEDS_SEEDS_NOTE = f"needs ≥ {MIN_SEEDS} seeds"
+MAX_SEEDS_SEARCHED = 10_000
+PAIRED = "paired t"
+WELCH = "Welch t"
+
+
+def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
+    """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
+    critical = stats.t.ppf(1 - alpha / 2, df)
+    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality))
+
+
+def paired_power(difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA) -> float:
+    """Power of the paired (one-sample) t-test on n_pairs differences with this sd."""
+    return t_test_power(difference / sd_of_differences * math.sqrt(n_pairs), n_pairs - 1, alpha)
+
+
+def welch_df(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
+    """Welch-Satterthwaite degrees of freedom."""
+    va, vb = sd_a**2 / n_a, sd_b**2 / n_b
+    return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
+
+
+def welch_power(difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA) -> float:
+    """Power of Welch's t-test (noncentral t with Welch's standard error and df)."""
+    standard_error = math.sqrt(sd_a**2 / n_a + sd_b**2 / n_b)
+    return t_test_power(difference / standard_error, welch_df(sd_a, n_a, sd_b, n_b), alpha)
+
+
+def _smallest_detectable(power_at: Any, scale: float, power: float) -> float:
+    """The difference at which `power_at(difference)` reaches `power` (power rises with it)."""
+    upper = scale
+    while power_at(upper) < power:
+        upper *= 2
+    return float(optimize.brentq(lambda d: power_at(d) - power, 0.0, upper, xtol=1e-10, rtol=1e-12))
+
+
+def paired_mdd(sd_of_differences: float, n_pairs: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    return _smallest_detectable(lambda d: paired_power(d, sd_of_differences, n_pairs, alpha),
+                                sd_of_differences, power)
+
+
+def welch_mdd(sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA, power: float = POWER) -> float:
+    return _smallest_detectable(lambda d: welch_power(d, sd_a, n_a, sd_b, n_b, alpha),
+                                math.sqrt(sd_a**2 + sd_b**2), power)
+
+
+def paired_seeds_needed(difference: float, sd_of_differences: float, alpha: float = ALPHA,
+                        power: float = POWER) -> int | None:
+    """Smallest number of paired seeds whose test detects `difference` (None above the cap)."""
+    return _first_n(lambda n: paired_power(difference, sd_of_differences, n, alpha) >= power)
+
+
+def welch_seeds_needed(difference: float, sd_a: float, sd_b: float, alpha: float = ALPHA,
+                       power: float = POWER) -> int | None:
+    """Smallest equal number of seeds per arm whose Welch test detects `difference`."""
+    return _first_n(lambda n: welch_power(difference, sd_a, n, sd_b, n, alpha) >= power)
+
+
+def _first_n(enough: Any) -> int | None:
+    # Power rises with n: double to bracket, then bisect.
+    if enough(MIN_SEEDS):
+        return MIN_SEEDS
+    low, high = MIN_SEEDS, MIN_SEEDS * 2
+    while not enough(high):
+        if high >= MAX_SEEDS_SEARCHED:
+            return None
+        low, high = high, min(high * 2, MAX_SEEDS_SEARCHED)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if enough(middle) else (middle, high)
+    return high
+
+
+def _sd(values: Sequence[float]) -> float | None:
+    return float(np.std(np.asarray(values, dtype=float), ddof=1)) if len(values) >= 2 else None
+
+
+def pair_power(
+    seed_means_a: dict[Any, float],
+    seed_means_b: dict[Any, float],
+    paired_seeds: Sequence[Any] = (),
+    detect: float | None = None,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> dict[str, Any]:
+    """Power of comparing two arms from their per-seed window means.
+
+    `paired_seeds` are the seeds whose runs in both arms are known to share their rollouts;
+    with at least two of them the paired test is used on those seeds (seeds outside them are
+    left out and listed), else Welch's test on all seeds.
+    """
+    result: dict[str, Any] = {
+        "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
+        "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,
+        "p": None, "mdd": None, "alpha": alpha, "power": power, "detect": detect,
+        "seeds_needed": None, "note": None,
+    }
+    if seed_means_a and seed_means_b:
+        result["observed_difference"] = float(np.mean(list(seed_means_a.values())) - np.mean(list(seed_means_b.values())))
+    pairs = [seed for seed in paired_seeds if seed in seed_means_a and seed in seed_means_b]
+    if len(pairs) >= MIN_SEEDS:
+        differences = [seed_means_a[seed] - seed_means_b[seed] for seed in pairs]
+        sd = _sd(differences)
+        left_out = sorted({*seed_means_a, *seed_means_b} - set(pairs), key=str)
+        result.update(test=PAIRED, n_pairs=len(pairs), seeds_left_out=left_out,
+                      observed_difference=float(np.mean(differences)), sd=sd)
+        if not sd:
+            result["note"] = "the paired differences do not vary: power is undefined"
+            return result
+        result["p"] = float(stats.ttest_1samp(differences, 0.0).pvalue)
+        result["mdd"] = paired_mdd(sd, len(pairs), alpha, power)
+        if detect is not None:
+            result["seeds_needed"] = paired_seeds_needed(detect, sd, alpha, power)
+        return result
+    if len(seed_means_a) < MIN_SEEDS or len(seed_means_b) < MIN_SEEDS:
+        result["note"] = NEEDS_SEEDS_NOTE
+        return result
+    a, b = list(seed_means_a.values()), list(seed_means_b.values())
+    sd_a, sd_b = _sd(a), _sd(b)
+    result.update(test=WELCH, sd_a=sd_a, sd_b=sd_b, sd=math.sqrt((sd_a**2 + sd_b**2) / 2))
+    if not sd_a and not sd_b:
+        result["note"] = "no spread over seeds in either arm: power is undefined"
+        return result
+    result["p"] = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    result["mdd"] = welch_mdd(sd_a, len(a), sd_b, len(b), alpha, power)
+    if detect is not None:
+        result["seeds_needed"] = welch_seeds_needed(detect, sd_a, sd_b, alpha, power)
+    return result
+
+
+def _shared_rollout_seeds(runs_a: list[dict], runs_b: list[dict]) -> list[Any]:
+    """Seeds whose run in each arm recorded the same, non-empty step-1 rollout hash."""
+    hashes_a = {run["seed"]: run.get("step1_rollout_hash") for run in runs_a}
+    hashes_b = {run["seed"]: run.get("step1_rollout_hash") for run in runs_b}
+    return sorted(
+        (seed for seed in hashes_a if seed in hashes_b and hashes_a[seed] and hashes_a[seed] == hashes_b[seed]),
+        key=str,
+    )
+
+
+def power_report(
+    run_entries: list[dict],
+    rollout_hashes: dict[str, str | None],
+    detect: float | None = None,
+    alpha: float = ALPHA,
+    power: float = POWER,
+) -> dict[str, Any]:
+    """The `power` section of the compare document.
+
+    `run_entries` are the compare document's runs (arm, seed, window mean); `rollout_hashes`
+    maps run name to its recorded step-1 rollout hash. Arms are grouped as the document groups
+    them; a seed appearing twice in one arm keeps its last run.
+    """
+    by_arm: dict[str, list[dict]] = {}
+    for entry in run_entries:
+        if entry["window"]["n"] and entry["seed"] is not None:
+            label = entry["arm"] if entry["arm"] is not None else f"(run {entry['run']})"
+            by_arm.setdefault(label, []).append(
+                {"seed": entry["seed"], "mean": entry["window"]["mean"],
+                 "step1_rollout_hash": rollout_hashes.get(entry["run"])})
+    pairs = []
+    for arm_a, arm_b in combinations(sorted(by_arm), 2):
+        runs_a, runs_b = by_arm[arm_a], by_arm[arm_b]
+        pairs.append({
+            "arm_a": arm_a,
+            "arm_b": arm_b,
+            **pair_power({run["seed"]: run["mean"] for run in runs_a},
+                         {run["seed"]: run["mean"] for run in runs_b},
+                         _shared_rollout_seeds(runs_a, runs_b), detect, alpha, power),
+        })
+    return {"alpha": alpha, "power": power, "detect": detect, "sided": "two-sided", "pairs": pairs}
