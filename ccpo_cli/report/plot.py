@@ -29,7 +29,8 @@ def run_styles(runs: list[dict]) -> list[tuple[tuple[float, ...], str]]:
 
 def plot_learning_curves(document: dict, path: str | Path) -> Path:
     """Draw each run's held-out success over steps, shade the converged window and mark each
-    run's best evaluation; write a PNG to `path` and return it."""
+    run's best evaluation; write a PNG to `path` and return it. With several seeds in an arm,
+    draw arm means with bands and paired differences instead (`report/plot_arms.py`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -38,6 +39,10 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
     path = Path(path)
     if not path.parent.is_dir():
         raise InvalidInput(f"{path}: folder {path.parent} does not exist")
+    from ccpo_cli.report.plot_arms import plot_arm_bands, wants_arm_bands
+
+    if wants_arm_bands(document):
+        return plot_arm_bands(document, path)
     many = len(document["runs"]) > 4  # then the legend goes beside the axes, off the curves
     figure, axes = plt.subplots(figsize=(11 if many else 8, 4.8), dpi=120)
     last_step = 0

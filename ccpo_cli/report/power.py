@@ -36,7 +36,12 @@ WELCH = "Welch t"
 def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
     """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
     critical = stats.t.ppf(1 - alpha / 2, df)
-    return float(stats.nct.sf(critical, df, noncentrality) + stats.nct.cdf(-critical, df, noncentrality))
+    # P(T < -c; nc) = P(T > c; -nc): the far tail, computed as an upper tail because scipy's
+    # noncentral t cdf returns NaN far out in the lower tail at fractional df (Welch's).
+    near, far = (stats.nct.sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
+    if not math.isfinite(far):
+        far = 0.0  # it lies below the central t's alpha / 2 times a vanishing factor
+    return float(near + far)
 
 
 def paired_power(difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA) -> float:
