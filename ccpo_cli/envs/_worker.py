@@ -15,4 +15,4 @@ if __name__ == "__main__":
     _worker_main(Connection(int(sys.argv[1]), writable=False),
                  Connection(int(sys.argv[2]), readable=False),
                  settings["max_steps"], settings["walkthrough"], settings["memo"],
-                 settings["pool_size"])
+                 settings["pool_size"], settings.get("transition_cache", 0))

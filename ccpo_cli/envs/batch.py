@@ -30,10 +30,13 @@ DEFAULT_POOL_SIZE = 48
 class _SessionPool:
     """The loaded games of one process: slot -> session in use, plus idle sessions by game."""
 
-    def __init__(self, max_steps: int, walkthrough: bool, pool_size: int):
+    def __init__(self, max_steps: int, walkthrough: bool, pool_size: int, transition_cache: int = 0):
+        from ccpo_cli.envs.transitions import TransitionCache
+
         self.max_steps = max_steps
         self.walkthrough = walkthrough
         self.pool_size = pool_size
+        self.transitions = TransitionCache(transition_cache) if transition_cache > 0 else None
         self.active: dict[int, GameSession] = {}
         self.idle: OrderedDict[int, GameSession] = OrderedDict()  # id(session) -> session, LRU first
 
@@ -47,7 +50,12 @@ class _SessionPool:
             _, session = self.idle.popitem(last=False)
             session.load(game_path)
             return session
-        return GameSession(game_path, max_steps=self.max_steps, walkthrough=self.walkthrough)
+        session = GameSession(game_path, max_steps=self.max_steps, walkthrough=self.walkthrough)
+        if self.transitions is None:
+            return session
+        from ccpo_cli.envs.transitions import CachedSession
+
+        return CachedSession(session, self.transitions)
 
     def reset(self, assignments: Sequence[tuple[int, str]]) -> list[tuple[int, StepResult]]:
         # A reset replaces the whole batch: every session in use becomes idle (kept loaded).
@@ -72,12 +80,12 @@ class _SessionPool:
 
 
 def _worker_main(receiver: Connection, sender: Connection, max_steps: int, walkthrough: bool,
-                 memo: bool, pool_size: int) -> None:
+                 memo: bool, pool_size: int, transition_cache: int = 0) -> None:
     from ccpo_cli.envs import memo as memo_module
 
     try:
         memo_module.set_memo(memo)
-        pool = _SessionPool(max_steps, walkthrough, pool_size)
+        pool = _SessionPool(max_steps, walkthrough, pool_size, transition_cache)
     except Exception:  # noqa: BLE001 - reported to the parent, which raises
         sender.send(("error", traceback.format_exc()))
         return
@@ -128,6 +136,8 @@ class AlfworldBatchEnv:
         walkthrough: put the planner's walkthrough (the stored one, else a Fast Downward plan
             computed at reset) in each info as `walkthrough` (what the oracle agent plays).
         pool_size: idle loaded games each worker keeps for later resets.
+        transition_cache: edges of the exact transition cache per worker
+            (`ccpo_cli.envs.transitions`; 0, the default, turns it off).
 
     Workers are fresh interpreters (`python -m ccpo_cli.envs._worker`): they never inherit the
     caller's threads, models or `__main__`, so any caller (a CLI, pytest, a trainer holding a
@@ -145,7 +155,7 @@ class AlfworldBatchEnv:
 
     def __init__(self, game_paths: Sequence[str | os.PathLike], workers: int | None = None,
                  max_steps: int = DEFAULT_MAX_STEPS, memo: bool = True, walkthrough: bool = False,
-                 pool_size: int = DEFAULT_POOL_SIZE):
+                 pool_size: int = DEFAULT_POOL_SIZE, transition_cache: int = 0):
         self._closed = True  # until fully started, so __del__ on a failed start is harmless
         self._workers: list[_Worker] = []
         self._local: _SessionPool | None = None
@@ -161,6 +171,7 @@ class AlfworldBatchEnv:
         self.walkthrough = walkthrough
         self.workers = min(os.cpu_count() or 1, 8) if workers is None else max(0, int(workers))
         self._pool_size = pool_size
+        self._transition_cache = transition_cache
         self._batch: list[str] = []
         self._last: list[StepResult] = []
         self._closed = False
@@ -168,7 +179,7 @@ class AlfworldBatchEnv:
             from ccpo_cli.envs import memo as memo_module
 
             memo_module.set_memo(memo)
-            self._local = _SessionPool(max_steps, walkthrough, pool_size)
+            self._local = _SessionPool(max_steps, walkthrough, pool_size, transition_cache)
         else:
             self._start_workers()
 
@@ -180,7 +191,8 @@ class AlfworldBatchEnv:
         environment["PYTHONPATH"] = os.pathsep.join(
             [package_root, *filter(None, [environment.get("PYTHONPATH")])])
         settings = json.dumps({"max_steps": self.max_steps, "walkthrough": self.walkthrough,
-                               "memo": self.memo, "pool_size": self._pool_size})
+                               "memo": self.memo, "pool_size": self._pool_size,
+                               "transition_cache": self._transition_cache})
         for _ in range(self.workers):
             to_child_read, to_child_write = os.pipe()
             from_child_read, from_child_write = os.pipe()

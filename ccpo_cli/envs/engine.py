@@ -169,18 +169,36 @@ class GameSession:
         return info
 
     def reset(self) -> StepResult:
+        return self.begin(self.engine_reset())
+
+    def step(self, command: str) -> StepResult:
+        self.check_running()
+        return self.advance(self.engine_step(command))
+
+    # The engine calls and the episode bookkeeping are separate so that a transition cache
+    # (`ccpo_cli.envs.transitions`) can serve engine states without moving the engine.
+    def engine_reset(self) -> Any:
         with preserved_argv():
-            state = self._env.reset()
+            return self._env.reset()
+
+    def engine_step(self, command: str) -> Any:
+        state, _, _ = self._env.step(command)
+        return state
+
+    def check_running(self) -> None:
+        if self._done:
+            raise ValueError(f"episode of {self.game_id} is over; reset first")
+
+    def begin(self, state: Any) -> StepResult:
+        """The reset result for an engine state (TextWorld's, or a cached copy)."""
         self._steps = 0
         self._done = False
         observation = state.feedback
         self._task = task_of(observation)
         return StepResult(observation, 0.0, False, self._info(state))
 
-    def step(self, command: str) -> StepResult:
-        if self._done:
-            raise ValueError(f"episode of {self.game_id} is over; reset first")
-        state, _, _ = self._env.step(command)
+    def advance(self, state: Any) -> StepResult:
+        """The step result for the engine state one command later."""
         self._steps += 1
         won = bool(state["won"])
         truncated = not won and self._steps >= self.max_steps

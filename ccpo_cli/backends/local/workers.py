@@ -29,6 +29,9 @@ from ccpo_cli.backends.local.rollouts import Decision, Trajectory
 # Engine commands the policy never chooses (verl-agent drops `help` from the list too).
 EXCLUDED_COMMANDS = frozenset({"help"})
 SESSION_CACHE_SIZE = 48
+# Edges of the exact transition cache each rollout process keeps (ccpo_cli.envs.transitions);
+# 0 turns it off. Read when a RolloutPool starts.
+TRANSITION_CACHE_ENTRIES = 60_000
 # Sessions never truncate on their own: each job carries its step limit (training and
 # evaluation may use different ones with the same loaded games).
 _ENGINE_STEP_CAP = 1_000_000
@@ -60,10 +63,13 @@ def sample_index(log_probs: np.ndarray, rng: np.random.Generator) -> int:
 class EpisodePlayer:
     """Plays episodes of games with a policy, in whatever process it lives in."""
 
-    def __init__(self, model: CommandScorer, featurizer: Featurizer | None = None):
+    def __init__(self, model: CommandScorer, featurizer: Featurizer | None = None, transition_entries: int = 0):
+        from ccpo_cli.envs.transitions import TransitionCache
+
         self.model = model
         self.featurizer = featurizer or Featurizer()
         self._sessions: OrderedDict[str, Any] = OrderedDict()
+        self.transitions = TransitionCache(transition_entries) if transition_entries > 0 else None
 
     def session(self, game_path: str):
         from ccpo_cli.envs.engine import GameSession
@@ -71,6 +77,10 @@ class EpisodePlayer:
         found = self._sessions.pop(game_path, None)
         if found is None:
             found = GameSession(game_path, max_steps=_ENGINE_STEP_CAP)
+            if self.transitions is not None:
+                from ccpo_cli.envs.transitions import CachedSession
+
+                found = CachedSession(found, self.transitions)
         self._sessions[game_path] = found
         while len(self._sessions) > SESSION_CACHE_SIZE:
             _, oldest = self._sessions.popitem(last=False)
@@ -83,6 +93,13 @@ class EpisodePlayer:
             self._episode(session, job, traj_uid, np.random.default_rng(list(seed)))
             for traj_uid, seed in zip(job.traj_uids, job.seeds)
         ]
+
+    def play_counted(self, job: EpisodeJob) -> tuple[list[Trajectory], tuple[int, int, int]]:
+        """`play`, and the transition cache's (hits, misses, replayed) during it."""
+        before = _counts(self.transitions)
+        trajectories = self.play(job)
+        after = _counts(self.transitions)
+        return trajectories, tuple(a - b for a, b in zip(after, before))
 
     def _episode(self, session, job: EpisodeJob, traj_uid: str, rng: np.random.Generator) -> Trajectory:
         result = session.reset()
@@ -112,6 +129,22 @@ class EpisodePlayer:
         self._sessions.clear()
 
 
+def _counts(transitions) -> tuple[int, int, int]:
+    if transitions is None:
+        return (0, 0, 0)
+    stats = transitions.stats
+    return (stats.hits, stats.misses, stats.replayed)
+
+
+# Transition-cache counts of every rollout pool of this process (for benchmarks and reports).
+TRANSITION_TOTALS = {"hits": 0, "misses": 0, "replayed": 0}
+
+
+def _add_counts(counts: tuple[int, int, int]) -> None:
+    for key, value in zip(("hits", "misses", "replayed"), counts):
+        TRANSITION_TOTALS[key] += value
+
+
 def _install_engine_speedups() -> None:
     from ccpo_cli.envs import memo
 
@@ -124,7 +157,7 @@ _PLAYER: EpisodePlayer | None = None
 _START_ERROR: str | None = None
 
 
-def _start_worker(model: CommandScorer) -> None:
+def _start_worker(model: CommandScorer, transition_entries: int = 0) -> None:
     # An exception escaping a Pool initializer makes the pool respawn workers forever; keep it
     # and report it with the first job instead.
     global _PLAYER, _START_ERROR
@@ -132,7 +165,7 @@ def _start_worker(model: CommandScorer) -> None:
         _die_with_parent()
         torch.set_num_threads(1)
         _install_engine_speedups()
-        _PLAYER = EpisodePlayer(model)
+        _PLAYER = EpisodePlayer(model, transition_entries=transition_entries)
     except BaseException as error:  # noqa: BLE001 - reported to the parent below
         _START_ERROR = f"rollout worker failed to start: {type(error).__name__}: {error}"
 
@@ -153,35 +186,40 @@ def _die_with_parent() -> None:
         pass
 
 
-def _play_in_worker(indexed_job: tuple[int, EpisodeJob]) -> tuple[int, list[Trajectory]]:
+def _play_in_worker(indexed_job: tuple[int, EpisodeJob]) -> tuple[int, list[Trajectory], tuple[int, int, int]]:
     index, job = indexed_job
     if _PLAYER is None:
         raise RuntimeError(_START_ERROR or "rollout worker not started")
-    return index, _PLAYER.play(job)
+    return index, *_PLAYER.play_counted(job)
 
 
 class RolloutPool:
     """Plays jobs in `workers` forked processes (or in this process when workers is 0)."""
 
-    def __init__(self, model: CommandScorer, workers: int):
+    def __init__(self, model: CommandScorer, workers: int, transition_entries: int | None = None):
         self.workers = workers
         self._pool = None
+        entries = TRANSITION_CACHE_ENTRIES if transition_entries is None else transition_entries
         if workers > 0:
             model.share_memory()
             context = multiprocessing.get_context("fork")
-            self._pool = context.Pool(workers, initializer=_start_worker, initargs=(model,))
+            self._pool = context.Pool(workers, initializer=_start_worker, initargs=(model, entries))
         else:
             _install_engine_speedups()
-            self._local = EpisodePlayer(model)
+            self._local = EpisodePlayer(model, transition_entries=entries)
 
     def play(self, jobs: Sequence[EpisodeJob]) -> list[list[Trajectory]]:
         """The trajectories of every job, in job order."""
         if self._pool is None:
-            return [self._local.play(job) for job in jobs]
+            played = [self._local.play_counted(job) for job in jobs]
+            for _, counts in played:
+                _add_counts(counts)
+            return [trajectories for trajectories, _ in played]
         results: list[list[Trajectory] | None] = [None] * len(jobs)
         # Longest-first would need lengths we do not know; one job at a time balances well enough.
-        for index, trajectories in self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)), chunksize=1):
+        for index, trajectories, counts in self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)), chunksize=1):
             results[index] = trajectories
+            _add_counts(counts)
         return results  # type: ignore[return-value]
 
     def close(self) -> None:
