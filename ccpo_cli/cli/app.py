@@ -55,6 +55,8 @@ import ccpo_cli.cli.runs  # noqa
 import ccpo_cli.cli.compare  # noqa
 import ccpo_cli.cli.card  # noqa
 import ccpo_cli.cli.publish  # noqa
+from ccpo_cli.cli import matrix as _matrix_module  # noqa
+app.command("matrix")(_matrix_module.matrix)
 # (end of sub-command imports)
 # fmt: on
 

@@ -1,0 +1,74 @@
+"""`ccpo matrix`: arms × paired seeds on the CPU within a time budget, ending with `ccpo compare`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+
+
+@handle_errors
+def matrix(
+    ctx: typer.Context,
+    arms: Annotated[str, typer.Option("--arms", help="Arms to compare, e.g. grpo,gigpo,return-hard.")],
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-9 or 0,1,2; every arm runs every seed.")] = "0-9",
+    minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
+    prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps per run.")] = None,
+    tasks: Annotated[Optional[int], typer.Option("--tasks", help="Games per step.")] = None,
+    group: Annotated[Optional[int], typer.Option("--group", help="Rollouts per game.")] = None,
+    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
+    eval_games: Annotated[Optional[int], typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games.")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", help="Rollout worker processes.")] = None,
+    window_start: Annotated[Optional[int], typer.Option("--window-start", help="First step of the compared window (default: half of --steps).")] = None,
+    detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""
+    from ccpo_cli.backends.local.matrix import (
+        DEFAULT_EVAL_EVERY,
+        DEFAULT_EVAL_GAMES,
+        DEFAULT_STEPS,
+        parse_arm_list,
+        parse_seed_list,
+        run_matrix,
+    )
+    from ccpo_cli.errors import UsageError
+    from ccpo_cli.report.tables import comparison_renderables
+
+    if not detect > 0:
+        raise UsageError(f"--detect must be a positive number of points, got {detect}")
+    options = {key: value for key, value in {"tasks": tasks, "group": group, "workers": workers}.items()
+               if value is not None}
+    result = run_matrix(
+        settings(ctx).db, parse_arm_list(arms), parse_seed_list(seeds), minutes, prefix=prefix,
+        steps=DEFAULT_STEPS if steps is None else steps,
+        eval_every=DEFAULT_EVAL_EVERY if eval_every is None else eval_every,
+        eval_games=DEFAULT_EVAL_GAMES if eval_games is None else eval_games,
+        window_start=window_start, detect=detect,
+        progress=lambda line: info(ctx, f"[matrix] {line}"), **options,
+    )
+    info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
+              f"in {result.elapsed_s / 60:.1f} min")
+    if plot is not None and result.comparison:
+        from ccpo_cli.report.plot import plot_learning_curves
+
+        plot_learning_curves(result.comparison, plot)
+        info(ctx, f"wrote {plot}")
+    summary = {
+        "runs": result.run_names, "seeds_compared": result.seeds_compared,
+        "incomplete_block": result.incomplete_block, "seeds_not_started": result.seeds_not_started,
+        "elapsed_s": result.elapsed_s, "block_seconds": result.block_seconds,
+        "stopped_reason": result.stopped_reason,
+    }
+    if as_json:
+        emit_json({"matrix": summary, "compare": result.comparison})
+    elif result.comparison:
+        for renderable in comparison_renderables(result.comparison):
+            stdout_console.print(renderable)
+    if result.incomplete_block is not None:
+        raise typer.Exit(130)
