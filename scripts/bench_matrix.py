@@ -1,0 +1,117 @@
+"""Runs per hour and seconds per environment step of a matrix run: today's path (no transition
+cache) against the transition cache (`ccpo_cli.envs.transitions`), side by side in one process.
+
+Each variant trains the same short runs (same arm, same seeds) with the local backend; the
+variants alternate run by run (off, on, off, on, ...) so that a change in machine load hits
+both alike. The cache is exact, so each pair of runs must produce identical rollouts and
+evaluations; the script checks that and says so.
+
+    python scripts/bench_matrix.py                      # 2 runs x 10 steps per variant, 32-game evals
+    python scripts/bench_matrix.py --runs 3 --steps 20  # longer runs: the policy sharpens, more hits
+
+Runs per hour counts a run's whole wall time (worker start-up, training, evaluations,
+checkpoints); seconds per env step divide rollout and evaluation time by the engine steps taken.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+VARIANTS = (("today (no cache)", 0), ("transition cache", None))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arm", default="return-hard")
+    parser.add_argument("--runs", type=int, default=2, help="runs per variant (seeds 0..runs-1)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument("--group", type=int, default=8)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--eval-games", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=2)
+    return parser.parse_args(argv)
+
+
+def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int | None) -> dict:
+    from ccpo_cli.backends.local import train_arm
+    from ccpo_cli.backends.local import workers as rollout_workers
+
+    saved = rollout_workers.TRANSITION_CACHE_ENTRIES
+    if entries is not None:
+        rollout_workers.TRANSITION_CACHE_ENTRIES = entries
+    before = dict(rollout_workers.TRANSITION_TOTALS)
+    started = time.perf_counter()
+    try:
+        result = train_arm(args.arm, name, folder / "runs.db", seed=seed, steps=args.steps, tasks=args.tasks,
+                           group=args.group, eval_every=args.eval_every, eval_games=args.eval_games,
+                           workers=args.workers, run_dir=folder / name)
+    finally:
+        rollout_workers.TRANSITION_CACHE_ENTRIES = saved
+    wall = time.perf_counter() - started
+    metrics = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
+    counts = {key: rollout_workers.TRANSITION_TOTALS[key] - before[key] for key in before}
+    return {
+        "wall_s": wall,
+        "train_env_steps": sum(m["train/decisions"] for m in metrics),
+        "train_rollout_s": sum(m["timing/rollout_s"] for m in metrics),
+        "eval_env_steps": sum(e["episodes"] * e["mean_turns"] for e in result.evaluations),
+        "eval_s": sum(e["eval_s"] for e in result.evaluations),
+        "rollouts": [m["rollout_sha256"] for m in metrics],
+        "evaluations": [(e["step"], e["successes"]) for e in result.evaluations],
+        **counts,
+    }
+
+
+def summarize(runs: list[dict]) -> dict:
+    wall = sum(run["wall_s"] for run in runs)
+    hits, misses = sum(run["hits"] for run in runs), sum(run["misses"] for run in runs)
+    train_steps = sum(run["train_env_steps"] for run in runs)
+    eval_steps = sum(run["eval_env_steps"] for run in runs)
+    return {
+        "runs_per_hour": 3600.0 * len(runs) / wall,
+        "s_per_step_train": sum(run["train_rollout_s"] for run in runs) / train_steps,
+        "s_per_step_eval": sum(run["eval_s"] for run in runs) / eval_steps,
+        "s_per_step_all": (sum(run["train_rollout_s"] + run["eval_s"] for run in runs)) / (train_steps + eval_steps),
+        "hit_rate": hits / (hits + misses) if hits + misses else None,
+        "replayed": sum(run["replayed"] for run in runs),
+        "env_steps": train_steps + eval_steps,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    results: dict[str, list[dict]] = {label: [] for label, _ in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="ccpo-bench-matrix-") as tmp:
+        folder = Path(tmp)
+        for seed in range(args.runs):
+            for label, entries in VARIANTS:
+                name = f"bench-{'off' if entries == 0 else 'on'}-seed{seed}"
+                run = one_run(args, folder, name, seed, entries)
+                results[label].append(run)
+                print(f"{name}: {run['wall_s']:.1f} s, {run['train_env_steps'] + run['eval_env_steps']:.0f} env steps",
+                      file=sys.stderr, flush=True)
+    base, new = (summarize(results[label]) for label, _ in VARIANTS)
+    identical = all(a["rollouts"] == b["rollouts"] and a["evaluations"] == b["evaluations"]
+                    for a, b in zip(*(results[label] for label, _ in VARIANTS)))
+    print(f"{args.runs} runs per variant x {args.steps} steps ({args.tasks} tasks x {args.group} rollouts), "
+          f"{args.eval_games}-game evaluations every {args.eval_every} steps, {args.workers} workers, arm {args.arm}")
+    print(f"{'':28}{'runs/hour':>11}{'s/env step':>12}{'train':>9}{'eval':>9}{'hit rate':>10}")
+    for (label, _), summary in zip(VARIANTS, (base, new)):
+        hit = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.1%}"
+        print(f"{label:28}{summary['runs_per_hour']:11.1f}{summary['s_per_step_all'] * 1000:10.2f}ms"
+              f"{summary['s_per_step_train'] * 1000:7.2f}ms{summary['s_per_step_eval'] * 1000:7.2f}ms{hit:>10}")
+    print(f"{'ratio (cache / today)':28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
+          f"{new['s_per_step_all'] / base['s_per_step_all']:11.2f}x"
+          f"{new['s_per_step_train'] / base['s_per_step_train']:8.2f}x{new['s_per_step_eval'] / base['s_per_step_eval']:8.2f}x")
+    print(f"identical rollouts and evaluations with and without the cache: {'yes' if identical else 'NO'}")
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
