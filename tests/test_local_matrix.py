@@ -72,7 +72,9 @@ def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_p
     assert cut.comparison["power"]["pairs"][0]["note"] == "needs ≥ 2 seeds"
     assert not any(run["name"].startswith("c-") and "seed1" in run["name"] for run in list_runs(open_db(db_path)))
 
-    def interrupt_second_arm_of_seed_1(message: str, first_steps=[0]) -> None:
+    first_steps = [0]
+
+    def interrupt_second_arm_of_seed_1(message: str) -> None:
         # Seed 0 is reused; seed 1's grpo run logs the first step 1, its gigpo run the second.
         if message.startswith("step    1 "):
             first_steps[0] += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,15 +17,15 @@ def matrix(
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-9 or 0,1,2; every arm runs every seed.")] = "0-9",
     minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
     prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps per run.")] = None,
-    tasks: Annotated[Optional[int], typer.Option("--tasks", help="Games per step.")] = None,
-    group: Annotated[Optional[int], typer.Option("--group", help="Rollouts per game.")] = None,
-    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
-    eval_games: Annotated[Optional[int], typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games.")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Rollout worker processes.")] = None,
-    window_start: Annotated[Optional[int], typer.Option("--window-start", help="First step of the compared window (default: half of --steps).")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Training steps per run.")] = None,
+    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
+    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game.")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
+    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games.")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
+    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: half of --steps).")] = None,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""

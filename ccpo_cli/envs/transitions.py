@@ -43,7 +43,7 @@ class EngineState(dict):
         self.feedback = feedback
 
     @classmethod
-    def of(cls, state: Any, walkthrough: bool) -> "EngineState":
+    def of(cls, state: Any, walkthrough: bool) -> EngineState:
         entries = {
             "admissible_commands": tuple(sys.intern(command) for command in state["admissible_commands"]),
             "won": bool(state["won"]),

@@ -18,8 +18,9 @@ power = P(T > t_crit) + P(T < -t_crit), T ~ nct(df, nc). Pure functions, no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from itertools import combinations
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import optimize, stats

@@ -14,9 +14,10 @@ reused, not retrained.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ccpo_cli.errors import InvalidInput, UsageError
 
