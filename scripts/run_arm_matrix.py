@@ -9,6 +9,10 @@ trained one after another, each with all the machine's rollout workers.
 
 Finished runs (status `finished` or `stopped` in the database) are skipped, so an interrupted
 matrix can be restarted with the same command.
+
+This script gives each run its own time budget (the README matrix). `ccpo matrix` runs the same
+seed-major design within one budget for the whole matrix, keeps every arm on the same seeds,
+shows the current minimum detectable difference and ends with the paired comparison.
 """
 
 from __future__ import annotations

@@ -94,3 +94,20 @@ def test_the_table_is_bounded_and_ids_are_never_reused():
     assert cache.stats.as_dict()["hit_rate"] == 0.5
     with pytest.raises(ValueError):
         TransitionCache(0)
+
+
+@pytest.mark.slow
+def test_oracle_walkthroughs_are_served_identically_from_the_cache():
+    from ccpo_cli.agents.oracle import OracleAgent
+
+    games = find_games(generated_games("heldout", 3, seed=4))
+    texts = {}
+    for entries in (0, 1_000):
+        with AlfworldBatchEnv(games, workers=0, max_steps=20, walkthrough=True, transition_cache=entries) as env:
+            texts[entries] = transcript(env, OracleAgent()) + "\n" + transcript(env, OracleAgent())
+            if entries:
+                stats = env._local.transitions.stats
+                # The second round is the first one again: every reset and step is a hit.
+                assert stats.hits == stats.misses and stats.replayed == 0
+    assert texts[0].count("|True|") >= 6  # the oracle won every episode, so walkthroughs were used
+    assert texts[0].encode() == texts[1_000].encode()
