@@ -154,7 +154,8 @@ def run_matrix(
                     train_arm(arm, name, db_path, seed=seed, steps=steps, eval_every=eval_every,
                               eval_games=eval_games, resume=True, log=log, **train_options)
                 done += 1
-                progress(progress_line(done, total, clock() - started, budget_s, power))
+                if name != names[-1]:  # a block's last run is reported with the new power below
+                    progress(progress_line(done, total, clock() - started, budget_s, power))
         except KeyboardInterrupt:
             incomplete = {"seed": seed, "runs": names}
             stopped_reason = f"interrupted during seed {seed}; its block is left out"
