@@ -1,5 +1,8 @@
 """Runs per hour and seconds per environment step of a matrix run: today's path (no transition
-cache) against the transition cache (`ccpo_cli.envs.transitions`), side by side in one process.
+cache, 48 loaded games per worker) against the transition cache (`ccpo_cli.envs.transitions`)
+and against all levers together: the cache, more games kept loaded per worker (so the evaluation
+panel survives the training games between two evaluations) and a frozen inherited heap in the
+forked workers (`gc.freeze`), side by side in one process.
 
 Each variant trains the same short runs (same arm, same seeds) with the local backend; the
 variants alternate run by run (off, on, off, on, ...) so that a change in machine load hits
@@ -22,7 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-VARIANTS = (("today (no cache)", 0), ("transition cache", None))
+# (label, transition-cache edges per worker, loaded games kept per worker, freeze the inherited
+# heap in workers); None: the default.
+VARIANTS = (
+    ("today", 0, 48, False),
+    ("transition cache", None, 48, False),
+    ("cache+freeze+160 games", None, 160, True),
+)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -38,13 +47,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int | None) -> dict:
+def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int | None,
+            loaded_games: int, freeze: bool) -> dict:
     from ccpo_cli.backends.local import train_arm
     from ccpo_cli.backends.local import workers as rollout_workers
 
-    saved = rollout_workers.TRANSITION_CACHE_ENTRIES
+    saved = (rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE,
+             rollout_workers.FREEZE_INHERITED_HEAP)
     if entries is not None:
         rollout_workers.TRANSITION_CACHE_ENTRIES = entries
+    rollout_workers.SESSION_CACHE_SIZE = loaded_games
+    rollout_workers.FREEZE_INHERITED_HEAP = freeze
     before = dict(rollout_workers.TRANSITION_TOTALS)
     started = time.perf_counter()
     try:
@@ -52,7 +65,8 @@ def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entrie
                            group=args.group, eval_every=args.eval_every, eval_games=args.eval_games,
                            workers=args.workers, run_dir=folder / name)
     finally:
-        rollout_workers.TRANSITION_CACHE_ENTRIES = saved
+        (rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE,
+         rollout_workers.FREEZE_INHERITED_HEAP) = saved
     wall = time.perf_counter() - started
     metrics = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
     counts = {key: rollout_workers.TRANSITION_TOTALS[key] - before[key] for key in before}
@@ -86,30 +100,35 @@ def summarize(runs: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    results: dict[str, list[dict]] = {label: [] for label, _ in VARIANTS}
+    results: dict[str, list[dict]] = {label: [] for label, *_ in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="ccpo-bench-matrix-") as tmp:
         folder = Path(tmp)
         for seed in range(args.runs):
-            for label, entries in VARIANTS:
-                name = f"bench-{'off' if entries == 0 else 'on'}-seed{seed}"
-                run = one_run(args, folder, name, seed, entries)
+            for index, (label, entries, loaded_games, freeze) in enumerate(VARIANTS):
+                name = f"bench-v{index}-seed{seed}"
+                run = one_run(args, folder, name, seed, entries, loaded_games, freeze)
                 results[label].append(run)
                 print(f"{name}: {run['wall_s']:.1f} s, {run['train_env_steps'] + run['eval_env_steps']:.0f} env steps",
                       file=sys.stderr, flush=True)
-    base, new = (summarize(results[label]) for label, _ in VARIANTS)
-    identical = all(a["rollouts"] == b["rollouts"] and a["evaluations"] == b["evaluations"]
-                    for a, b in zip(*(results[label] for label, _ in VARIANTS)))
+    summaries = [summarize(results[label]) for label, *_ in VARIANTS]
+    base = summaries[0]
+    identical = all(
+        run["rollouts"] == reference["rollouts"] and run["evaluations"] == reference["evaluations"]
+        for label, *_ in VARIANTS[1:] for run, reference in zip(results[label], results[VARIANTS[0][0]])
+    )
     print(f"{args.runs} runs per variant x {args.steps} steps ({args.tasks} tasks x {args.group} rollouts), "
           f"{args.eval_games}-game evaluations every {args.eval_every} steps, {args.workers} workers, arm {args.arm}")
     print(f"{'':28}{'runs/hour':>11}{'s/env step':>12}{'train':>9}{'eval':>9}{'hit rate':>10}")
-    for (label, _), summary in zip(VARIANTS, (base, new)):
+    for (label, *_), summary in zip(VARIANTS, summaries):
         hit = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.1%}"
         print(f"{label:28}{summary['runs_per_hour']:11.1f}{summary['s_per_step_all'] * 1000:10.2f}ms"
               f"{summary['s_per_step_train'] * 1000:7.2f}ms{summary['s_per_step_eval'] * 1000:7.2f}ms{hit:>10}")
-    print(f"{'ratio (cache / today)':28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
-          f"{new['s_per_step_all'] / base['s_per_step_all']:11.2f}x"
-          f"{new['s_per_step_train'] / base['s_per_step_train']:8.2f}x{new['s_per_step_eval'] / base['s_per_step_eval']:8.2f}x")
-    print(f"identical rollouts and evaluations with and without the cache: {'yes' if identical else 'NO'}")
+    for (label, *_), new in zip(VARIANTS[1:], summaries[1:]):
+        print(f"{'ratio to today: ' + label[:12]:28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
+              f"{new['s_per_step_all'] / base['s_per_step_all']:11.2f}x"
+              f"{new['s_per_step_train'] / base['s_per_step_train']:8.2f}x"
+              f"{new['s_per_step_eval'] / base['s_per_step_eval']:8.2f}x")
+    print(f"identical rollouts and evaluations in every variant: {'yes' if identical else 'NO'}")
     return 0 if identical else 1
 
 

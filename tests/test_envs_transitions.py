@@ -9,7 +9,7 @@ from helpers_envs import transcript
 from helpers_local_train import generated_games
 
 from ccpo_cli.envs import AlfworldBatchEnv, find_games
-from ccpo_cli.envs.transitions import EngineState, TransitionCache
+from ccpo_cli.envs.transitions import EngineState, TransitionCache, snapshot_of
 
 
 class OpeningThenRandom:
@@ -82,7 +82,7 @@ def test_local_rollouts_are_identical_with_the_cache():
 
 def test_the_table_is_bounded_and_ids_are_never_reused():
     cache = TransitionCache(max_entries=3)
-    state = EngineState("obs", {"admissible_commands": ("look",), "won": False})
+    state = ("obs", ("look",), False, None)
     seen = set()
     for index in range(10):
         child = cache.put(("reset", f"game{index}"), "", state)
@@ -90,7 +90,7 @@ def test_the_table_is_bounded_and_ids_are_never_reused():
         seen.add(child)
         assert len(cache) <= 3
     assert cache.get(("reset", "game0"), "") is None  # evicted, least recently used first
-    assert cache.get(("reset", "game9"), "")[1] is state
+    assert cache.get(("reset", "game9"), "")[1:] == state
     assert cache.stats.as_dict()["hit_rate"] == 0.5
     with pytest.raises(ValueError):
         TransitionCache(0)
@@ -111,3 +111,20 @@ def test_oracle_walkthroughs_are_served_identically_from_the_cache():
                 assert stats.hits == stats.misses and stats.replayed == 0
     assert texts[0].count("|True|") >= 6  # the oracle won every episode, so walkthroughs were used
     assert texts[0].encode() == texts[1_000].encode()
+
+
+def test_snapshots_are_untracked_by_the_garbage_collector():
+    import gc
+
+    snapshot = snapshot_of(EngineState("You see a fridge.", {"admissible_commands": ["look", "open fridge 1"],
+                                                            "won": False}), walkthrough=False)
+    cache = TransitionCache(10)
+    cache.put(5, "look", snapshot)
+    key, value = next(iter(cache._edges.items()))
+    # Young collections untrack them (inner tuples first, then the entries holding them), so a
+    # table of them never piles up long-lived objects that set off full collections.
+    gc.collect(0)
+    gc.collect(1)
+    assert not any(gc.is_tracked(item) for item in (snapshot, key, value, value[2]))
+    rebuilt = EngineState.from_snapshot(snapshot)
+    assert rebuilt.feedback == "You see a fridge." and list(rebuilt["admissible_commands"]) == ["look", "open fridge 1"]

@@ -35,22 +35,35 @@ DEFAULT_MAX_ENTRIES = 60_000
 
 
 class EngineState(dict):
-    """A copy of what `GameSession` reads from a TextWorld state: the feedback text and the
-    `admissible_commands`, `won` (and `extra.walkthrough`) entries."""
+    """What `GameSession` reads from a TextWorld state: the feedback text and the
+    `admissible_commands`, `won` (and `extra.walkthrough`) entries, rebuilt from a snapshot."""
 
     def __init__(self, feedback: str, entries: dict[str, Any]):
         super().__init__(entries)
         self.feedback = feedback
 
     @classmethod
-    def of(cls, state: Any, walkthrough: bool) -> EngineState:
-        entries = {
-            "admissible_commands": tuple(sys.intern(command) for command in state["admissible_commands"]),
-            "won": bool(state["won"]),
-        }
-        if walkthrough:
-            entries["extra.walkthrough"] = tuple(state.get("extra.walkthrough") or ())
-        return cls(state.feedback, entries)
+    def from_snapshot(cls, snapshot: tuple) -> EngineState:
+        feedback, commands, won, walkthrough = snapshot[-4:]
+        entries = {"admissible_commands": commands, "won": won}
+        if walkthrough is not None:
+            entries["extra.walkthrough"] = walkthrough
+        return cls(feedback, entries)
+
+
+def snapshot_of(state: Any, walkthrough: bool) -> tuple:
+    """(feedback, admissible commands, won, walkthrough or None).
+
+    Table entries are flat tuples of strings, ints, bools and tuples of strings, which young
+    garbage collections stop tracking (the inner tuples in the first pass, the entry in the
+    next) before they reach the oldest generation. Tracked entries would pile up as long-lived
+    objects and set off full collections over a forked worker's whole heap."""
+    return (
+        state.feedback,
+        tuple(sys.intern(command) for command in state["admissible_commands"]),
+        bool(state["won"]),
+        tuple(state.get("extra.walkthrough") or ()) if walkthrough else None,
+    )
 
 
 @dataclass
@@ -75,14 +88,16 @@ class TransitionCache:
         if max_entries < 1:
             raise ValueError(f"max_entries must be at least 1, got {max_entries}")
         self.max_entries = max_entries
-        self._edges: OrderedDict[tuple[Any, str], tuple[int, EngineState]] = OrderedDict()
+        # (node, command) -> (child node, *snapshot): flat, so the collector untracks it.
+        self._edges: OrderedDict[tuple[Any, str], tuple] = OrderedDict()
         self._ids = itertools.count(1)
         self.stats = CacheStats()
 
     def __len__(self) -> int:
         return len(self._edges)
 
-    def get(self, node: Any, command: str) -> tuple[int, EngineState] | None:
+    def get(self, node: Any, command: str) -> tuple | None:
+        """(child node, *state snapshot) of this edge, or None."""
         found = self._edges.get((node, command))
         if found is None:
             self.stats.misses += 1
@@ -91,17 +106,17 @@ class TransitionCache:
         self.stats.hits += 1
         return found
 
-    def put(self, node: Any, command: str, state: EngineState) -> int:
+    def put(self, node: Any, command: str, snapshot: tuple) -> int:
         child = next(self._ids)
-        self._edges[(node, command)] = (child, state)
+        self._edges[(node, command)] = (child, *snapshot)
         if len(self._edges) > self.max_entries:
             self._edges.popitem(last=False)
         return child
 
 
-# The reset of a game is the edge (("reset", game_path), "").
-def _reset_key(game_path: str) -> tuple[str, str]:
-    return ("reset", game_path)
+# The reset of a game is the edge ("reset:" + game_path, ""); other nodes are ints.
+def _reset_key(game_path: str) -> str:
+    return "reset:" + game_path
 
 
 class CachedSession:
@@ -136,24 +151,24 @@ class CachedSession:
         key = _reset_key(self.session.game_path)
         found = self.cache.get(key, "")
         if found is None:
-            state = EngineState.of(self.session.engine_reset(), self.session.want_walkthrough)
+            snapshot = snapshot_of(self.session.engine_reset(), self.session.want_walkthrough)
             self._engine_history = []
-            found = (self.cache.put(key, "", state), state)
-        self._node, state = found
+            found = (self.cache.put(key, "", snapshot), *snapshot)
+        self._node = found[0]
         self._history = []
-        return self.session.begin(state)
+        return self.session.begin(EngineState.from_snapshot(found))
 
     def step(self, command: str) -> StepResult:
         self.session.check_running()
         found = self.cache.get(self._node, command)
         if found is None:
             self._catch_up()
-            state = EngineState.of(self.session.engine_step(command), self.session.want_walkthrough)
+            snapshot = snapshot_of(self.session.engine_step(command), self.session.want_walkthrough)
             self._engine_history.append(command)
-            found = (self.cache.put(self._node, command, state), state)
-        self._node, state = found
+            found = (self.cache.put(self._node, command, snapshot), *snapshot)
+        self._node = found[0]
         self._history.append(command)
-        return self.session.advance(state)
+        return self.session.advance(EngineState.from_snapshot(found))
 
     def _catch_up(self) -> None:
         """Bring the engine to this episode's history (reset and replay when it lags)."""

@@ -32,6 +32,10 @@ SESSION_CACHE_SIZE = 48
 # Edges of the exact transition cache each rollout process keeps (ccpo_cli.envs.transitions);
 # 0 turns it off. Read when a RolloutPool starts.
 TRANSITION_CACHE_ENTRIES = 60_000
+# Move everything a forked worker inherits (torch, the trainer's objects) out of reach of its
+# garbage collector, so the engine's many short-lived objects never set off full collections
+# over the inherited heap (and those collections do not touch, and so copy, shared pages).
+FREEZE_INHERITED_HEAP = True
 # Sessions never truncate on their own: each job carries its step limit (training and
 # evaluation may use different ones with the same loaded games).
 _ENGINE_STEP_CAP = 1_000_000
@@ -163,6 +167,10 @@ def _start_worker(model: CommandScorer, transition_entries: int = 0) -> None:
     global _PLAYER, _START_ERROR
     try:
         _die_with_parent()
+        if FREEZE_INHERITED_HEAP:
+            import gc
+
+            gc.freeze()
         torch.set_num_threads(1)
         _install_engine_speedups()
         _PLAYER = EpisodePlayer(model, transition_entries=transition_entries)
