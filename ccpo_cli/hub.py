@@ -189,12 +189,21 @@ class _Hub:
 
     def call(self, what: str, function, *args, **kwargs):
         from huggingface_hub.errors import HfHubHTTPError
-        from huggingface_hub.utils import httpx
 
         try:
             return function(*args, **kwargs)
-        except (HfHubHTTPError, httpx.HTTPError, OSError, ValueError) as error:
+        except (HfHubHTTPError, *_transport_errors(), OSError, ValueError) as error:
             raise _remote_error(error, self.token, self.repo_id, what) from None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures of the HTTP client this huggingface_hub uses: httpx from 1.0 on;
+    0.3x uses requests, whose errors are OSErrors already."""
+    try:
+        import httpx
+    except ImportError:
+        return ()
+    return (httpx.HTTPError,)
 
 
 def _remote_readme(hub: _Hub, revision_sha: str, scratch: Path) -> str | None:

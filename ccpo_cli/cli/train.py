@@ -117,7 +117,7 @@ def _train_verl(ctx: typer.Context, arm, seeds: list[int], options: dict[str, An
             eval_every=train.get("eval_every"), max_env_steps=train.get("max_steps"),
             arm_overrides=options["arm_overrides"], ray_address=verl["ray_address"],
             verl_agent=verl["verl_agent"], resume=options["resume"], host_profile=verl["host_profile"],
-            runs_root=runs_root,
+            runs_root=runs_root, save_every=verl["save_every"],
         )
         launches.append(build_launch(request, arm=arm))
     if dry_run:
@@ -180,6 +180,7 @@ def train(
     ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one.")] = None,
     verl_agent: Annotated[Optional[Path], typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
     host_profile: Annotated[str, typer.Option("--host-profile", help="verl: host profile of the protocol (reference, lean).")] = "reference",
+    save_every: Annotated[Optional[int], typer.Option("--save-every", help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.")] = None,
 ) -> None:
     """Train one arm; evaluations land in the database as they happen."""
     from ccpo_cli.arms import load_arm, parse_set_options
@@ -199,12 +200,12 @@ def train(
         },
         "verl": {
             "model": model, "gpus": gpus, "nnodes": nnodes, "ray_address": ray_address,
-            "verl_agent": verl_agent, "host_profile": host_profile,
+            "verl_agent": verl_agent, "host_profile": host_profile, "save_every": save_every,
         },
     }
     _refuse_other_backend_options(chosen, {
         "--model": model, "--gpus": gpus, "--nnodes": None if nnodes == 1 else nnodes, "--ray-address": ray_address,
-        "--host-profile": None if host_profile == "reference" else host_profile,
+        "--host-profile": None if host_profile == "reference" else host_profile, "--save-every": save_every,
     }, {"--eval-games": eval_games, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
     if chosen == "local":
         options["train"].update({

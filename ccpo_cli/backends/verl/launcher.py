@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from ccpo_cli.backends.verl import entry, worker_env
+from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 
@@ -55,6 +55,7 @@ LAUNCHER_KEYS = (
     "trainer.experiment_name",
     "trainer.total_epochs",
     "trainer.test_freq",
+    "trainer.save_freq",
     "trainer.default_local_dir",
     "trainer.resume_mode",
     "trainer.resume_from_path",
@@ -81,6 +82,7 @@ class VerlLaunchRequest:
     group: int | None = None  # rollouts per game (env.rollout.n)
     eval_every: int | None = None  # trainer.test_freq
     max_env_steps: int | None = None  # env.max_steps (turn limit per episode)
+    save_every: int | None = None  # trainer.save_freq; default: every evaluation (trainer.test_freq)
     arm_overrides: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     verl_agent: Path | None = None
@@ -106,6 +108,17 @@ class VerlLaunch:
     placeholder_rows: Mapping[str, int]
     placeholder_fields: Mapping[str, str]
     verl_agent: Path | None
+    # The checkout's commit and whether it is the tested one (checkout.describe).
+    verl_agent_source: Mapping[str, Any] = field(default_factory=dict)
+    # What every Ray worker's environment gets: verl-agent's own variables, then the run's.
+    worker_runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    padding_rule: Mapping[str, str] = field(default_factory=dict)
+    checkpoints: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        warning = self.verl_agent_source.get("warning")
+        return [warning] if warning else []
 
     @property
     def data_dir(self) -> Path:
@@ -150,8 +163,33 @@ class VerlLaunch:
             "environment": dict(self.environment),
             "worker_environment": dict(self.worker_environment),
             "verl_agent": None if self.verl_agent is None else str(self.verl_agent),
+            "verl_agent_commit": self.verl_agent_source.get("commit"),
+            "verl_agent_source": dict(self.verl_agent_source),
+            "worker_runtime_env": dict(self.worker_runtime_env),
+            "padding_rule": dict(self.padding_rule),
+            "checkpoints": dict(self.checkpoints),
+            "warnings": self.warnings,
             "metrics_file": str(self.metrics_path),
+            "metrics_multinode": METRICS_MULTINODE,
         }
+
+
+# Where metrics land when the trainer's node is not the launcher's (docs/verl-backend.md).
+METRICS_MULTINODE = (
+    "metrics.jsonl is written by the process that runs verl's TaskRunner, at this path on that node; "
+    "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
+    "`ccpo ingest PATH --run RUN --format ccpo`"
+)
+# How padding copies of rows (verl-agent's adjust_batch) enter the baseline arms' statistics.
+PADDING_RULE_INERT = {
+    "rule": "inert",
+    "meaning": "padding copies get advantage 0 and are left out of group statistics (verl-agent's own grpo/gigpo count them)",
+}
+
+
+def padding_rule(arm: Any) -> dict[str, str]:
+    """The padding rule this launch trains with (stated on the card; part of the fingerprint once configurable)."""
+    return dict(PADDING_RULE_INERT)
 
 
 def default_run_name(arm: str, model: str, seed: int) -> str:
@@ -275,13 +313,17 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     if request.max_env_steps is not None:
         launcher_values["env.max_steps"] = request.max_env_steps
     _merge(overrides, launcher_values)
+    # Saving changes nothing in training: every profile saves, by default at every evaluation.
+    overrides["trainer.save_freq"] = preflight.save_every(request.save_every, overrides["trainer.test_freq"])
     _check_gpus(request, overrides)
+    uses_features = _arm_uses_features(arm)
+    preflight.check_lora_with_features(overrides, arm.name, uses_features)
 
     worker_environment = {
         **arm_spec.to_environ(),
         worker_env.RUN: run,
         worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
-        worker_env.CAPTURE_FEATURES: "1" if _arm_uses_features(arm) else "0",
+        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
     }
     _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, flags))
 
@@ -292,6 +334,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     environment[entry.FORWARD_ENV] = ",".join(name for name in environment if name != entry.FORWARD_ENV)
     train_rows = int(overrides["data.train_batch_size"])
     placeholder = protocol.placeholder_data
+    home = _find_verl_agent(request.verl_agent)
+    verl_env_vars = checkout.ray_runtime_env_vars(home)
+    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
     return VerlLaunch(
         run=run,
         run_dir=run_dir,
@@ -307,7 +352,24 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
             "data_source": str(placeholder.get("data_source", "text")),
             "ability": str(placeholder.get("ability", "agent")),
         },
-        verl_agent=_find_verl_agent(request.verl_agent),
+        verl_agent=home,
+        verl_agent_source=checkout.describe(home),
+        worker_runtime_env={
+            "env_vars": checkout.merged_worker_env(verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded),
+            "from_verl_agent": (
+                f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
+                if verl_env_vars is not None else
+                "not found in the checkout: verl's older defaults are used"
+            ),
+            "worker_process_setup_hook": entry.SETUP_HOOK,
+        },
+        padding_rule=padding_rule(arm),
+        checkpoints={
+            "save_freq": overrides["trainer.save_freq"],
+            "folder": str(run_dir / "checkpoints"),
+            "keep": preflight.KEEP_POLICY,
+            "source": "--save-every" if request.save_every is not None else "every evaluation (trainer.test_freq)",
+        },
     )
 
 
@@ -342,6 +404,11 @@ def render_run_script(launch: VerlLaunch) -> str:
         f"# Regenerated by `ccpo train --backend verl` at {stamp} for run {launch.run}.",
         f"# Arm {launch.arm_spec.name} (fingerprint {launch.arm_spec.fingerprint}); change the protocol,",
         "# the host profile or the arm and relaunch rather than editing this file.",
+        f"# verl-agent commit: {launch.verl_agent_source.get('commit') or 'not known'}"
+        f" (tested: {launch.verl_agent_source.get('tested_commit', checkout.TESTED_COMMIT)})",
+        f"# Padding rule: {launch.padding_rule.get('rule', 'not recorded')}",
+        f"# Checkpoints: every {launch.checkpoints.get('save_freq')} steps; keep {launch.checkpoints.get('keep')}",
+        *(f"# WARNING: {warning}" for warning in launch.warnings),
         "set -euo pipefail",
     ]
     for name, value in launch.environment.items():
@@ -488,7 +555,10 @@ def start(
     Ctrl-C here stops following and leaves the run going, its pid in the run folder.
     """
     home = require_verl_agent(launch)
+    preflight.check_wandb(launch.overrides, launch.request.host_profile, os.environ, Path.home())
     refuse_silent_continuation(launch)
+    for warning in launch.warnings:
+        log(f"run {launch.run}: warning: {warning}")
     info = provenance()
     # The database checks the run's identity (arm, fingerprint, seed, model) before any file changes.
     record_run(db, launch, info, status="created")
@@ -528,3 +598,13 @@ def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) ->
         return
     if report is not None and report.new:
         log(f"run {launch.run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
+    _keep_newest_and_best(db, launch, log)
+
+
+def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
+    from ccpo_cli.store import best_evaluation, run_evaluations
+
+    best = best_evaluation(run_evaluations(db, launch.run))
+    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"])
+    if removed:
+        log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")
