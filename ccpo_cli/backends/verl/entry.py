@@ -56,9 +56,17 @@ def ray_init_arguments(argv: list[str], environ: dict[str, str], verl_env: dict 
     arguments: dict = {"runtime_env": runtime_env}
     if environ.get(RAY_ADDRESS):
         arguments["address"] = environ[RAY_ADDRESS]
-    num_cpus = _override(argv, "ray_init.num_cpus")
-    if num_cpus not in (None, "null") and not arguments.get("address"):
-        arguments["num_cpus"] = int(num_cpus)
+    if not arguments.get("address"):
+        num_cpus = _override(argv, "ray_init.num_cpus")
+        if num_cpus not in (None, "null"):
+            arguments["num_cpus"] = int(num_cpus)
+        # Small hosts and CI: `+ray_init.object_store_memory=BYTES`, `+ray_init.include_dashboard=False`.
+        memory = _override(argv, "ray_init.object_store_memory")
+        if memory not in (None, "null"):
+            arguments["object_store_memory"] = int(memory)
+        dashboard = _override(argv, "ray_init.include_dashboard")
+        if dashboard is not None:
+            arguments["include_dashboard"] = dashboard.lower() == "true"
     return arguments
 
 

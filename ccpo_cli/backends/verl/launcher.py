@@ -57,6 +57,7 @@ LAUNCHER_KEYS = (
     "trainer.test_freq",
     "trainer.save_freq",
     "trainer.default_local_dir",
+    "hydra.run.dir",
     "trainer.resume_mode",
     "trainer.resume_from_path",
 )
@@ -298,6 +299,8 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         "trainer.nnodes": request.nnodes,
         "trainer.experiment_name": run,
         "trainer.default_local_dir": str(run_dir / "checkpoints"),
+        # Hydra's own output folder: in the run folder, not inside the (possibly read-only) checkout run.sh starts in.
+        "hydra.run.dir": str(run_dir / "hydra"),
         "trainer.resume_mode": "disable" if resume_from is None else "resume_path",
     }
     if resume_from is not None:

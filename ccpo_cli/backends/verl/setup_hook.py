@@ -63,6 +63,11 @@ def setup() -> None:
     if os.environ.get(worker_env.CAPTURE_FEATURES) == "1":
         when_imported("verl.workers.actor.dp_actor", patch_actor_module)
         when_imported("verl.workers.fsdp_workers", patch_worker_module)
+    probe_path = os.environ.get(worker_env.PROBE)
+    if probe_path:
+        from ccpo_cli.backends.verl import probe
+
+        when_imported(probe.STOP_MODULE, functools.partial(probe.install, path=probe_path))
 
 
 def registered_estimators() -> dict[str, dict[str, str]]:
