@@ -44,6 +44,26 @@ for node in ast.walk(tree):
             print(req.replace("[decord]", ""))
 PYEOF
 )
+# Its requirements.txt adds what the trainer imports on every host (fastapi, uvicorn: the rollout
+# server module ray_trainer.py imports); on GPUs vLLM brings them. Pins there that contradict
+# setup.py (transformers==, tensordict<=0.6.2) and GPU-only or developer tools stay out.
+if [ -f "$VERL_AGENT_HOME/requirements.txt" ]; then
+  mapfile -t -O "${#REQS[@]}" REQS < <("$VPY" - "$VERL_AGENT_HOME/requirements.txt" "${REQS[@]}" <<'PYEOF'
+import re, sys
+def name(req):
+    return re.split(r"[\[<>=!~; ]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+known = {name(req) for req in sys.argv[2:]}
+skip = {"flash-attn", "liger-kernel", "pre-commit", "vllm", "sglang"}
+for line in open(sys.argv[1]):
+    req = line.split("#", 1)[0].strip()
+    if req and name(req) not in known | skip:
+        print(req)
+PYEOF
+)
+fi
+# Imported by ray_trainer.py's rollout server module on every host but listed nowhere in
+# verl-agent: on GPUs they arrive with vLLM.
+REQS+=(cachetools openai)
 [ "${#REQS[@]}" -gt 0 ] || { echo "verl_env.sh: no install_requires found in $SETUP_PY" >&2; exit 1; }
 
 # CPU torch first; a later bare "torch" requirement must not swap it for a CUDA build.

@@ -227,6 +227,9 @@ FAKE_MAIN_PPO = textwrap.dedent(
                 sink.write(json.dumps({"step": step, "wall_time": 1.0 + step, "val/success_rate": rate,
                                        "val/pick_and_place_success_rate": rate, "episode/success_rate": None}) + "\\n")
         ray.shutdown()
+
+    if __name__ == "__main__":  # the entry module runs it as `python -m` would
+        main()
     """
 )
 

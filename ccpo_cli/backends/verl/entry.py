@@ -3,7 +3,7 @@
 verl's `run_ppo` starts Ray only when it is not running yet, and older verl-agent trees ignore
 `ray_init.runtime_env`; starting Ray here first, with `setup_hook.setup` as the job's
 `worker_process_setup_hook` and the run's environment, is what works across versions. Then
-verl's own Hydra entry point (`verl.trainer.main_ppo.main`) runs unchanged on the same argv.
+verl's own Hydra entry point (`verl.trainer.main_ppo`) runs unchanged on the same argv, as `__main__`.
 verl-agent's own runtime environment, when its `constants_ppo` module has one, is merged in.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import runpy
 import sys
 
 from ccpo_cli.backends.verl import worker_env
@@ -80,9 +81,11 @@ def main(argv: list[str] | None = None) -> None:
 
     setup_hook.setup()  # this process too, and it fails fast on a fingerprint mismatch
     ray.init(**ray_init_arguments(argv, dict(os.environ), verl_runtime_env()))
-    trainer_entry = importlib.import_module(os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"))
     sys.argv = [sys.argv[0], *argv]
-    trainer_entry.main()
+    # Exactly as `python -m verl.trainer.main_ppo`: run as __main__, Hydra looks for `config/` next
+    # to the file; imported under its own name it looks for a package `verl.trainer.config`, which
+    # verl-agent's tree does not have (no __init__.py), and stops.
+    runpy.run_module(os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"), run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

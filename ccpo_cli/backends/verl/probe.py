@@ -62,7 +62,6 @@ def report(config: Any) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
         "actor_id": context.get_actor_id(),
-        "worker_mode": str(context.worker.mode),
         "registered": setup_hook.registered_estimators(),
         "patched": {
             "compute_advantage": _patched(trainer_module.compute_advantage),
@@ -77,8 +76,13 @@ def report(config: Any) -> dict[str, Any]:
 
 def install(module: Any, path: str) -> None:
     def make_envs(config, *args, **kwargs):
+        import sys
+
+        caller = sys._getframe(1)
+        document = report(config)
+        document["called_from"] = f"{type(caller.f_locals.get('self')).__name__}.{caller.f_code.co_name}"
         with open(path, "w", encoding="utf-8") as handle:
-            json.dump(report(config), handle, indent=2, default=str)
+            json.dump(document, handle, indent=2, default=str)
         raise ProbeStop(STOP_MESSAGE)
 
     module.make_envs = make_envs
