@@ -55,6 +55,22 @@ def resolve_token(explicit: str | None = None) -> str | None:
     return get_token()
 
 
+def check_endpoint_supported(endpoint: str) -> None:
+    """huggingface_hub 0.3x (the line verl-agent's transformers needs) parses the URLs the Hub
+    returns against HF_ENDPOINT as read at import, so another address given only as --endpoint
+    fails after the upload; say so before anything is sent."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    if int(huggingface_hub.__version__.split(".")[0]) >= 1:
+        return
+    if endpoint.rstrip("/") != constants.ENDPOINT.rstrip("/"):
+        raise InvalidInput(
+            f"--endpoint {endpoint}: huggingface_hub {huggingface_hub.__version__} takes the Hub address only from "
+            f"HF_ENDPOINT at start-up; run with HF_ENDPOINT={endpoint} instead"
+        )
+
+
 def check_repo_id(repo_id: str) -> str:
     if not HUB_REPO_ID.match(repo_id or ""):
         raise InvalidInput(f"--repo {repo_id!r} is not a Hub repository id (owner/name)")
@@ -250,6 +266,7 @@ def push(
 
     if not token:
         raise RemoteError("no Hugging Face token: pass --token, set HF_TOKEN or run `hf auth login`")
+    check_endpoint_supported(endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
     hub = _Hub(api, token, repo_id)
     repo_url = hub.call("creating the repository", api.create_repo, repo_id, private=private, exist_ok=True)
