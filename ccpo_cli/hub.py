@@ -213,10 +213,10 @@ class _Hub:
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection failures of the HTTP client this huggingface_hub uses: httpx from 1.0 on;
-    0.3x uses requests, whose errors are OSErrors already."""
+    """Connection failures of the HTTP client this huggingface_hub uses: from 1.0 on the httpx it
+    exposes as `huggingface_hub.utils.httpx`; 0.3x uses requests, whose errors are OSErrors already."""
     try:
-        import httpx
+        from huggingface_hub.utils import httpx
     except ImportError:
         return ()
     return (httpx.HTTPError,)
