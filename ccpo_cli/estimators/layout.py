@@ -44,12 +44,6 @@ class Layout:
     def n(self) -> int:
         return int(self.rows.shape[0])
 
-    def scatter(self, values: np.ndarray, n_rows: int, fill: float = 0.0, dtype=None) -> np.ndarray:
-        """Canonical-order values placed back at their batch positions (padding gets `fill`)."""
-        out = np.full((n_rows,) + values.shape[1:], fill, dtype=dtype or values.dtype)
-        out[self.rows] = values
-        return out
-
 
 def build_layout(batch: RolloutBatch) -> Layout:
     real = np.flatnonzero(~batch.is_pad)

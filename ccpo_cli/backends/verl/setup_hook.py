@@ -118,13 +118,13 @@ def _estimator_name(adv_estimator: Any) -> str:
 
 # ---- advantages ------------------------------------------------------------------------------
 
-def _estimate(inputs: dict, arm: Any) -> tuple[Any, dict[str, float]]:
+def _estimate(inputs: dict, arm: Any, padding: str | None = None) -> tuple[Any, dict[str, float]]:
     """The arm's (n, L) advantages through the one estimator entry point, and a few diagnostics."""
     import numpy as np
 
     from ccpo_cli.estimators import RolloutBatch, compute_advantages
 
-    result = compute_advantages(RolloutBatch.from_mapping(inputs, source="verl batch"), arm)
+    result = compute_advantages(RolloutBatch.from_mapping(inputs, source="verl batch"), arm, padding)
     real = ~np.asarray(inputs["is_pad"], dtype=bool)
     final = np.asarray(result.per_row["final"], dtype=np.float64)[real]
     diagnostics = {
@@ -134,15 +134,18 @@ def _estimate(inputs: dict, arm: Any) -> tuple[Any, dict[str, float]]:
     return result.advantages, diagnostics
 
 
-def apply_arm(data: Any, arm: Any) -> Any:
-    """Compute the arm's advantages for a DataProto-like batch, in place (and return it)."""
+def apply_arm(data: Any, arm: Any, padding: str | None = None) -> Any:
+    """Compute the arm's advantages for a DataProto-like batch, in place (and return it).
+
+    `padding` overrides the arm's padding rule (`inert` / `upstream`, estimators/padding.py).
+    """
     from ccpo_cli.arms import features_active
 
     uses_features = features_active(arm)
     if uses_features and not has_tensor(data, FEATURES_KEY):
         raise ArmMismatch(f"arm {arm.name!r} reads reference features but the batch has no '{FEATURES_KEY}'")
     inputs = estimator_inputs(data, with_features=uses_features)
-    advantages, diagnostics = _estimate(inputs, arm)
+    advantages, diagnostics = _estimate(inputs, arm, padding)
     tensor = advantage_tensor(advantages, response_mask_of(data))
     data.batch["advantages"] = tensor
     data.batch["returns"] = tensor.clone()
