@@ -23,6 +23,8 @@ import numpy as np
 
 from ccpo_cli.errors import InvalidInput
 
+# verl-agent logs no validation episode length; ingest reads mean turns from this key.
+VAL_MEAN_TURNS_KEY = "val/episode_length/mean"
 STEP_INDEX_KEY = "ccpo_step_index"
 SOURCE_ROW_KEY = "ccpo_source_row"
 FEATURES_KEY = "ccpo_phi_feats"
@@ -72,6 +74,15 @@ def annotate_rollout_rows(data: Any) -> Any:
     data.non_tensor_batch[STEP_INDEX_KEY] = turn_indices(traj_uid).astype(object)
     data.non_tensor_batch[SOURCE_ROW_KEY] = np.arange(len(traj_uid)).astype(object)
     return data
+
+
+def mean_turns(batches: list[Any]) -> float | None:
+    """Mean turns per episode over rollout batches (one row per turn of each trajectory)."""
+    turns: dict[Any, int] = {}
+    for data in batches:
+        for trajectory in _non_tensor(data, "traj_uid"):
+            turns[trajectory] = turns.get(trajectory, 0) + 1
+    return sum(turns.values()) / len(turns) if turns else None
 
 
 def padding_rows(source_row: np.ndarray) -> np.ndarray:
