@@ -72,11 +72,20 @@ def test_padding_copies_and_reordering_do_not_change_real_rows(arm_name):
     inputs = estimator_inputs(shuffled)
     assert inputs["is_pad"].tolist() == [False, False, False, False, True, False, False, True]
     assert inputs["step_index"].tolist() == [1, 1, 1, 0, 1, 0, 0, 1]
-    setup_hook.apply_arm(shuffled, load_arm(arm_name))
+    setup_hook.apply_arm(shuffled, load_arm(arm_name), padding="inert")
     values = per_row(shuffled.batch["advantages"], shuffled.batch["response_mask"])
     expected = np.array(EXAMPLE_ONE_EXPECTED[arm_name])[order]
     expected[inputs["is_pad"]] = 0.0
     np.testing.assert_allclose(values, expected, atol=2e-4)
+
+
+def test_upstream_padding_trains_copies_with_their_source_rows_advantage():
+    data = annotate_rollout_rows(spec_example_one()).select_rows([5, 1, 3, 0, 3, 4, 2, 1])
+    setup_hook.apply_arm(data, load_arm("gigpo"))  # the gigpo arm follows upstream by default
+    values = per_row(data.batch["advantages"], data.batch["response_mask"])
+    assert values[4] == values[2] and values[7] == values[1]  # copies of rows 3 and 1
+    assert not np.allclose(values[[0, 1, 2, 3, 5, 6]], np.array(EXAMPLE_ONE_EXPECTED["gigpo"])[[5, 1, 3, 0, 4, 2]], atol=1e-3)
+    assert setup_hook._PENDING_METRICS["ccpo/padding_rows"] == 2.0
 
 
 def test_unstamped_shuffled_rows_would_be_read_in_the_wrong_order():
