@@ -199,10 +199,13 @@ class ReplayCollector:
     def __init__(self, collector):
         self.collector = collector
         self.first_output = None
+        self.validation_outputs: list = []  # validation rollouts run live, every time
 
     def multi_turn_loop(self, gen_batch, actor_rollout_wg, envs, is_train=True):
         if not is_train:
-            return self.collector.multi_turn_loop(gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=False)
+            output = self.collector.multi_turn_loop(gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=False)
+            self.validation_outputs.append(copy.deepcopy(output))
+            return output
         if self.first_output is None:
             self.first_output = self.collector.multi_turn_loop(gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=True)
         return copy.deepcopy(self.first_output)
