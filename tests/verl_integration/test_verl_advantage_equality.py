@@ -13,6 +13,7 @@ with nothing to pad. What `update_actor` receives is compared
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 import sys
@@ -138,3 +139,11 @@ def test_baseline_arms_equal_verl_agents_own_estimator(parts, hook_for, arm_name
     print(f"{arm_name} {layout}: {len(ours)} rows ({padding_count(ours)} padding); max |ccpo - verl-agent| = {difference:.3g}")
     assert difference <= 1e-5
     assert np.abs(ours_rows).sum() > 0
+    if layout == "padded":
+        # With the inert rule the same rows would train on other advantages than upstream's.
+        inert = setup_hook.apply_arm(copy.deepcopy(ours), arm, padding="inert")
+        real = ~estimator_inputs(inert)["is_pad"]
+        apart = np.abs(inert.batch["advantages"].numpy() - upstream.batch["advantages"].numpy()).max(axis=1)
+        print(f"{arm_name} {layout}: padding = inert would differ from verl-agent by up to {apart[real].max():.3g} "
+              f"on real rows ({apart.max():.3g} with the copies)")
+        assert apart[real].max() > 1e-2
