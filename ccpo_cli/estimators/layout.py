@@ -1,8 +1,8 @@
 """Canonical row layout: real rows sorted by (task, trajectory, step_index), with integer codes.
 
 Every estimator works on this layout and never on input row positions, so a permuted batch gives
-bit-identical values (permuted back), padding rows never enter a statistic, and "next turn" means
-step_index + 1 of the same trajectory.
+bit-identical values (permuted back), padding rows are not in it (the padding rule decides whether
+they count, padding.py), and "next turn" means step_index + 1 of the same trajectory.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ Time order and padding: the trainer pads the batch with duplicated rows and reor
 load balance before advantages are computed, so neither row order nor row count can be trusted
 there. `annotate_rollout_rows` runs on the batch as it leaves the rollout loop (rows of each
 trajectory in time order, no duplicates yet) and stamps each row with its turn index and source
-row; later duplicates of a source row are padding (`is_pad`): excluded from every statistic,
-advantage 0.
+row; later duplicates of a source row are padding (`is_pad`), which the arm's padding rule
+(estimators/padding.py) either leaves out (advantage 0) or counts as verl-agent does.
 """
 
 from __future__ import annotations
