@@ -11,11 +11,11 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from helpers_estimators import random_batch
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.estimators import RolloutBatch, compute_advantages
-from helpers_estimators import random_batch
 
 EPS = 1e-6
 

@@ -27,6 +27,8 @@ from ccpo_cli.arms import features_active, load_arm
 from ccpo_cli.backends.verl import setup_hook, worker_env
 from ccpo_cli.backends.verl.adapter import SOURCE_ROW_KEY, estimator_inputs
 
+pytestmark = pytest.mark.slow  # each test runs verl-agent's code for seconds to a minute
+
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 LAYOUTS = {
     # two ranks, micro-batches of 5: the batch is padded to a multiple of 10, then balanced

@@ -24,6 +24,8 @@ import torch
 from ccpo_cli.backends.verl import setup_hook
 from ccpo_cli.backends.verl.adapter import FEATURES_KEY
 
+pytestmark = pytest.mark.slow  # each test runs verl-agent's code for seconds to a minute
+
 PROMPT_WIDTH = 12
 RESPONSE_WIDTH = 6
 PROMPT_LENGTHS = [12, 5, 9, 3, 7, 11, 4, 8]
@@ -90,10 +92,9 @@ def verl_rows(vocab: int, duplicates=(1, 4)):
 
 
 def reference_worker(parts, *, remove_padding: bool, dynamic: bool):
+    import cpu_trainer
     from omegaconf import OmegaConf
     from verl.workers.sharding_manager.fsdp_ulysses import FSDPUlyssesShardingManager
-
-    import cpu_trainer
 
     config = cpu_trainer.trainer_config(parts.home, [
         f"actor_rollout_ref.model.use_remove_padding={remove_padding}",

@@ -15,10 +15,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import setup_hook, worker_env
+
+pytestmark = pytest.mark.slow  # each test runs verl-agent's code for seconds to a minute
 
 REPO = Path(__file__).resolve().parents[2]
 
