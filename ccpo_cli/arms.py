@@ -76,6 +76,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     FlagSpec("std_floor", float, "floor of the local scale, as a fraction of the batch target sd", check=_non_negative, requirement=">= 0"),
     FlagSpec("step_norm", str, "per-task standardisation of live step values", ("mode", "std", "none")),
     FlagSpec("edge_w", float, "weight of the G2PO edge (value-gain) term; 0 disables", check=_non_negative, requirement=">= 0"),
+    FlagSpec("padding", str, "the trainer's padding copies: inert (no statistic, advantage 0) or upstream "
+             "(counted and trained on as verl-agent's grpo/gigpo do; grpo and gigpo only)", ("inert", "upstream")),
 )
 FLAG_NAMES: tuple[str, ...] = tuple(spec.name for spec in FLAG_SPECS)
 _SPEC_BY_NAME = {spec.name: spec for spec in FLAG_SPECS}
@@ -112,7 +114,15 @@ class Arm:
     std_floor: float
     step_norm: str
     edge_w: float
+    padding: str
     overrides: tuple[tuple[str, Any], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.padding == "upstream" and self.estimator not in ("grpo", "gigpo"):
+            raise InvalidInput(
+                f"arm '{self.name}': padding = upstream reproduces verl-agent's own grpo and gigpo; "
+                f"estimator {self.estimator} has no upstream rule (use padding = inert)"
+            )
 
     def flags(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in FLAG_NAMES}
@@ -238,7 +248,7 @@ def fixed_lambda(arm: Arm) -> float | None:
     if arm.gate == "global":
         return 1.0
     if arm.rho == 0.0:
-        return 0.0  # every shrink rule scales its signal by rho (spec §5.7)
+        return 0.0  # every shrink rule scales its signal by rho (docs/estimators.md §5.8)
     return None
 
 
@@ -254,7 +264,7 @@ def features_active(arm: Arm) -> bool:
     return fixed_lambda(arm) != 0.0 or arm.std == "local"
 
 
-_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w")
+_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
 _GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 

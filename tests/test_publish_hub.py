@@ -9,34 +9,17 @@ from pathlib import Path
 import huggingface_hub
 import huggingface_hub.file_download
 import pytest
+from fakehub import CONFLICT_MESSAGE, FakeHub
+from helpers_cards import seed_card_db
 from huggingface_hub import ModelCard, constants
 from typer.testing import CliRunner
 
 from ccpo_cli import store
 from ccpo_cli.cli.app import app
 from ccpo_cli.hub import resolve_endpoint, resolve_token
-from fakehub import CONFLICT_MESSAGE, FakeHub
-from helpers_cards import loopback_only, no_sockets, seed_card_db  # noqa: F401 - pytest fixtures
 
 REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
 TOKEN = "hf_fake_token_for_tests_9f3a1c"
-
-
-@pytest.fixture
-def hub_env(monkeypatch, tmp_path):
-    """A private HF_HOME, no inherited token or endpoint, and huggingface_hub's own background
-    lookups (agent-harness registry) pointed at the fake instead of the public Hub."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    # A fresh (empty) agent-harness registry, so huggingface_hub never fetches it from the Hub.
-    registry = tmp_path / "hf-home" / "agent_harnesses.json"
-    registry.parent.mkdir(parents=True)
-    registry.write_text('{"standardEnvVars": [], "harnesses": {}}')
-    if hasattr(constants, "AGENT_HARNESSES_PATH"):  # huggingface_hub 1.x; 0.3x has no such lookup
-        monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(registry))
-    yield tmp_path
 
 
 HUB_0X = int(huggingface_hub.__version__.split(".")[0]) < 1
@@ -52,7 +35,7 @@ def started_with(monkeypatch, endpoint: str) -> None:
 
 
 @pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):  # noqa: F811 - fixtures imported above
+def hub(hub_env, loopback_only, monkeypatch):
     with FakeHub(token=TOKEN) as fake:
         started_with(monkeypatch, fake.endpoint)
         yield fake
@@ -238,7 +221,7 @@ def test_token_resolution_order(monkeypatch, hub_env):
     assert resolve_endpoint("http://127.0.0.1:1") == "http://127.0.0.1:1"
 
 
-def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path, no_sockets):  # noqa: F811
+def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path, no_sockets):
     staging = tmp_path / "staging"
     result = publish(db_path, None, staging, "--dry-run", "--json", token="")
     assert result.exit_code == 0, result.output
@@ -253,7 +236,7 @@ def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path,
     assert store.run_publications(store.open_db(db_path), "return-hard") == []
 
 
-def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path, monkeypatch):  # noqa: F811
+def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path, monkeypatch):
     started_with(monkeypatch, "http://127.0.0.1:9")
     result = publish(db_path, None, tmp_path / "staging")
     assert result.exit_code == 4
