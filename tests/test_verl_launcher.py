@@ -400,7 +400,8 @@ def test_dry_run_json_names_commit_worker_env_padding_rule_and_checkpoints(tmp_p
     env_vars = run["worker_runtime_env"]["env_vars"]
     assert env_vars["NCCL_CUMEM_ENABLE"] == "0" and env_vars["CCPO_ARM"] == "gigpo"
     assert run["worker_runtime_env"]["worker_process_setup_hook"].endswith("setup_hook.setup")
-    assert run["padding_rule"]["rule"] == "inert"
+    assert run["padding_rule"]["rule"] == load_arm("gigpo").padding == "upstream"
+    assert "verl-agent's own" in run["padding_rule"]["meaning"]
     assert run["checkpoints"]["save_freq"] == run["overrides"]["trainer.test_freq"] == 5
     assert run["overrides"]["trainer.save_freq"] == 5
 

@@ -181,16 +181,18 @@ METRICS_MULTINODE = (
     "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
     "`ccpo ingest PATH --run RUN --format ccpo`"
 )
-# How padding copies of rows (verl-agent's adjust_batch) enter the baseline arms' statistics.
-PADDING_RULE_INERT = {
-    "rule": "inert",
-    "meaning": "padding copies get advantage 0 and are left out of group statistics (verl-agent's own grpo/gigpo count them)",
+# How the trainer's padding copies of rows (verl-agent's adjust_batch) enter the arm's statistics:
+# the arm's `padding` flag (part of its fingerprint; docs/verl-backend.md says which default and why).
+PADDING_RULES = {
+    "inert": "padding copies get advantage 0 and are left out of every group statistic",
+    "upstream": "padding copies are counted in group statistics and trained on, as verl-agent's own grpo/gigpo do",
 }
 
 
 def padding_rule(arm: Any) -> dict[str, str]:
-    """The padding rule this launch trains with (stated on the card; part of the fingerprint once configurable)."""
-    return dict(PADDING_RULE_INERT)
+    """The padding rule this launch trains with, as the dry-run and config.json state it."""
+    rule = str(getattr(arm, "padding", "inert"))
+    return {"rule": rule, "meaning": PADDING_RULES.get(rule, "not recorded")}
 
 
 def default_run_name(arm: str, model: str, seed: int) -> str:
