@@ -42,9 +42,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def parts(verl_agent_home):
-    import cpu_trainer
     from agent_system.multi_turn_rollout import TrajectoryCollector
     from helpers_tiny_lm import tiny_qwen2, train_tokenizer
+
+    from verl_integration import cpu_trainer
 
     tokenizer = train_tokenizer(cpu_trainer.STATES + cpu_trainer.TASKS)
     model = tiny_qwen2(tokenizer)
@@ -56,7 +57,7 @@ def parts(verl_agent_home):
 
 def trained_batch(parts, estimator: str, layout: str, arm=None):
     """The batch `update_actor` receives after one `fit` step (cached per estimator/arm/layout)."""
-    import cpu_trainer
+    from verl_integration import cpu_trainer
 
     key = (estimator, arm.name if arm else None, layout)
     if key in parts["runs"]:
