@@ -26,21 +26,6 @@ SAMPLING_AGENTS = {"hf", "vllm", "local"}
 LOCAL_AGENT_MODULES = ("ccpo_cli.backends.local",)
 
 
-def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2]; duplicates refused (one evaluation per seed)."""
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInput(f"--seeds: expected integers separated by commas, got {text!r}") from None
-    if not seeds:
-        raise InvalidInput("--seeds: at least one seed is needed")
-    if len(set(seeds)) != len(seeds):
-        raise InvalidInput(f"--seeds: each seed at most once, got {text!r}")
-    if any(seed < 0 for seed in seeds):
-        raise InvalidInput(f"--seeds: seeds are non-negative, got {text!r}")
-    return seeds
-
-
 def resolve_games(games: Path | None) -> tuple[list[str], str]:
     """(game files, label): the games of a folder, else the shipped held-out panel."""
     from ccpo_cli import envs

@@ -10,7 +10,8 @@ from ccpo_cli.agents.base import Agent, Decision, SlotAgentAdapter, Turn
 from ccpo_cli.agents.evaluate import EpisodeResult, SeedEvaluation, select_games, task_type_of_path
 from ccpo_cli.agents.registry import AGENT_FACTORIES, make_agent, register_agent
 from ccpo_cli.errors import CcpoError, InvalidInput
-from ccpo_cli.evaluation import across_seeds, parse_seeds
+from ccpo_cli.cli.common import parse_seeds
+from ccpo_cli.evaluation import across_seeds
 
 FOLDERS = {
     "pick": "pick_and_place_simple-Apple-None-Fridge-{i}",

@@ -7,18 +7,16 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import JsonOption, WindowStartOption, emit_json, handle_errors, info, settings, stdout_console
 from ccpo_cli.report import DEFAULT_WINDOW_START
 
 
-@app.command("compare")
 @handle_errors
 def compare(
     ctx: typer.Context,
     runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to compare (default: all).")] = None,
-    window_start: Annotated[int, typer.Option("--window-start", help="First step of the converged window.")] = DEFAULT_WINDOW_START,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    as_json: JsonOption = False,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
 ) -> None:
     """Compare runs and arms on their converged held-out window (not their best point)."""

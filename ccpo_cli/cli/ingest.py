@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
 
@@ -25,7 +24,6 @@ def _arm_fingerprint(arm: str | None) -> str | None:
     return load_arm(arm).fingerprint
 
 
-@app.command("ingest")
 @handle_errors
 def ingest(
     ctx: typer.Context,
@@ -36,7 +34,7 @@ def ingest(
     base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:

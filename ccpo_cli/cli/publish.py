@@ -7,14 +7,12 @@ from typing import Annotated, Optional
 
 import typer
 
-from ccpo_cli.cli.app import app
 from ccpo_cli.cli.card import CardStatus
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import JsonOption, WindowStartOption, emit_json, handle_errors, info, settings, stdout_console
 from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.store import open_db
 
 
-@app.command("publish")
 @handle_errors
 def publish(
     ctx: typer.Context,
@@ -28,10 +26,10 @@ def publish(
     endpoint: Annotated[Optional[str], typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")] = None,
     revision: Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")] = "main",
     staging: Annotated[Optional[Path], typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")] = None,
-    window_start: Annotated[int, typer.Option("--window-start", help="First step of the converged window.")] = DEFAULT_WINDOW_START,
+    window_start: WindowStartOption = DEFAULT_WINDOW_START,
     license: Annotated[Optional[str], typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
     checkpoint_step: Annotated[Optional[int], typer.Option("--checkpoint-step", help="Step of the published checkpoint (default: best so far for interim, last for final).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit."""
     from ccpo_cli.hub import publish_run

@@ -16,8 +16,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import JsonOption, SeedsOption, SetOption, emit_json, handle_errors, info, parse_seeds, settings, stdout_console
 from ccpo_cli.errors import CcpoError, UsageError
 
 BACKENDS = ("local", "verl")
@@ -38,18 +37,13 @@ def default_backend() -> str:
     return "verl" if _gpu_available() else "local"
 
 
-def parse_seeds(seeds: str | None, seed: int | None) -> list[int]:
+def seed_list(seeds: str | None, seed: int | None) -> list[int]:
+    """--seed N (default 0) or --seeds S1,S2: never both."""
     if seeds is None:
         return [0 if seed is None else seed]
     if seed is not None:
         raise UsageError("give either --seed or --seeds, not both")
-    try:
-        values = [int(part) for part in seeds.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--seeds {seeds!r}: expected comma-separated integers such as 0,1,2") from None
-    if not values or len(set(values)) != len(values):
-        raise UsageError(f"--seeds {seeds!r}: expected distinct comma-separated integers")
-    return values
+    return parse_seeds(seeds)
 
 
 def _run_name(run: str | None, seed: int, several: bool) -> str | None:
@@ -150,7 +144,6 @@ def _refuse_other_backend_options(backend: str, verl_only: dict[str, Any], local
         raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
 
 
-@app.command("train")
 @handle_errors
 def train(
     ctx: typer.Context,
@@ -158,16 +151,16 @@ def train(
     run: Annotated[Optional[str], typer.Option("--run", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
     backend: Annotated[Optional[str], typer.Option("--backend", help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed (default 0).")] = None,
-    seeds: Annotated[Optional[str], typer.Option("--seeds", help="Several seeds, e.g. 0,1,2: one run each.")] = None,
+    seeds: SeedsOption = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (policy updates).")] = None,
     tasks: Annotated[Optional[int], typer.Option("--tasks", help="Games per step.")] = None,
     group: Annotated[Optional[int], typer.Option("--group", help="Rollouts per game (group size).")] = None,
     eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
     max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Turn limit per episode.")] = None,
-    set_flags: Annotated[Optional[list[str]], typer.Option("--set", help="Override an arm flag, KEY=VALUE (repeatable).")] = None,
+    set_flags: SetOption = None,
     resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run folder.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve and print the run; start nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
     # local backend
     eval_games: Annotated[Optional[int], typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", help="local: rollout worker processes.")] = None,
@@ -187,7 +180,7 @@ def train(
     chosen = backend or default_backend()
     if chosen not in BACKENDS:
         raise typer.BadParameter(f"use one of {', '.join(BACKENDS)}", param_hint="--backend")
-    seed_list = parse_seeds(seeds, seed)
+    seeds_chosen = seed_list(seeds, seed)
     arm_overrides = parse_set_options(set_flags)
     arm = load_arm(arm_name, arm_overrides or None)
     options: dict[str, Any] = {
@@ -211,6 +204,6 @@ def train(
             "eval_games": eval_games, "workers": workers, "dump_batches": dump_batches,
             "time_budget_s": None if time_budget is None else time_budget * 60.0,
         })
-        _train_local(ctx, arm, seed_list, options, as_json, dry_run)
+        _train_local(ctx, arm, seeds_chosen, options, as_json, dry_run)
     else:
-        _train_verl(ctx, arm, seed_list, options, as_json, dry_run)
+        _train_verl(ctx, arm, seeds_chosen, options, as_json, dry_run)
