@@ -1,11 +1,10 @@
 """`ccpo train --arm ARM`: train one arm, on the CPU (local backend) or a GPU cluster (verl).
 
-`--backend local` is the built-in small policy on the real ALFWorld engine
-(`ccpo_cli.backends.local.train_arm`, owned by the local-trainer area); `--backend verl` builds
-the verl-agent launch (`ccpo_cli.backends.verl`). Without `--backend`, a machine with a CUDA GPU
-uses verl and any other machine uses local. Backend defaults for --steps/--tasks/--group/
---eval-every differ (the local backend is scaled for two cores, verl follows the protocol file),
-so an option left out means "the backend's default".
+The command parses the options into the backend's typed request (`LocalTrainRequest`,
+`VerlTrainRequest`), calls that backend's one entry point and prints what it returns. Without
+`--backend`, a machine with a CUDA GPU uses verl and any other machine uses local. Backend
+defaults for --steps/--tasks/--group/--eval-every differ (the local backend is scaled for two
+cores, verl follows the protocol file), so an option left out means "the backend's default".
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from ccpo_cli.cli.common import JsonOption, SeedsOption, SetOption, emit_json, handle_errors, info, parse_seeds, settings, stdout_console
-from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.cli.common import (
+    JsonOption, SeedsOption, SetOption, emit_json, handle_errors, info, parse_seeds, settings, stdout_console,
+)
+from ccpo_cli.errors import UsageError
 
 BACKENDS = ("local", "verl")
 
@@ -46,41 +47,16 @@ def seed_list(seeds: str | None, seed: int | None) -> list[int]:
     return parse_seeds(seeds)
 
 
-def _run_name(run: str | None, seed: int, several: bool) -> str | None:
-    if run is None:
-        return None
-    return f"{run}-seed{seed}" if several else run
+def _refuse_other_backend_options(backend: str, verl_only: dict[str, Any], local_only: dict[str, Any]) -> None:
+    """An option of the other backend would be silently ignored: say so instead."""
+    foreign = local_only if backend == "verl" else verl_only
+    given = [name for name, value in foreign.items() if value is not None]
+    if given:
+        other = "local" if backend == "verl" else "verl"
+        raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
 
 
-def _train_local(ctx: typer.Context, arm, seeds: list[int], options: dict[str, Any], as_json: bool, dry_run: bool) -> None:
-    from ccpo_cli.backends.local import train_arm  # torch only when training locally
-
-    db_path = settings(ctx).db
-    runs = []
-    for seed in seeds:
-        name = _run_name(options["run"], seed, len(seeds) > 1) or f"{arm.name}-seed{seed}"
-        kwargs = {key: value for key, value in options["train"].items() if value is not None}
-        if dry_run:
-            runs.append({"run": name, "backend": "local", "arm": arm.name, "fingerprint": arm.fingerprint,
-                         "seed": seed, "options": kwargs, "resume": options["resume"]})
-            continue
-        resume = options["resume"]
-        result = train_arm(
-            arm, name, db_path, seed=seed, resume=resume is not None,
-            run_dir=resume, log=lambda message: info(ctx, message), **kwargs,
-        )
-        runs.append({
-            "run": result.run, "backend": "local", "arm": arm.name, "fingerprint": arm.fingerprint, "seed": seed,
-            "run_dir": str(result.run_dir), "last_step": result.last_step, "train_wall_s": result.train_wall_s,
-            "evaluations": result.evaluations, "step1_rollout_hash": result.step1_rollout_hash,
-        })
-    _report(runs, as_json, dry_run)
-
-
-def _report(runs: list[dict[str, Any]], as_json: bool, dry_run: bool) -> None:
-    if as_json:
-        emit_json({"dry_run": dry_run, "runs": runs})
-        return
+def _print_local(runs: list[dict[str, Any]], dry_run: bool) -> None:
     for run in runs:
         if dry_run:
             stdout_console.print(json.dumps(run, indent=2, default=str), markup=False)
@@ -89,59 +65,6 @@ def _report(runs: list[dict[str, Any]], as_json: bool, dry_run: bool) -> None:
             last = evaluations[-1] if evaluations else None
             held_out = f", held-out {last['success']:.1f}% at step {last['step']}" if last else ""
             stdout_console.print(f"{run['run']}: {run['arm']} seed {run['seed']}, {run['last_step']} steps{held_out}", markup=False)
-
-
-def _train_verl(ctx: typer.Context, arm, seeds: list[int], options: dict[str, Any], as_json: bool, dry_run: bool) -> None:
-    from ccpo_cli.backends.verl import VerlLaunchRequest, build_launch, prepare_run_folder, start
-    from ccpo_cli.store import open_db
-
-    verl = options["verl"]
-    if not verl["model"]:
-        raise UsageError("--backend verl needs --model (a Hugging Face model id or path), e.g. --model Qwen/Qwen2.5-7B-Instruct")
-    if verl["gpus"] is None:
-        raise UsageError("--backend verl needs --gpus (GPUs per node)")
-    runs_root = Path(settings(ctx).db).resolve().parent / "ccpo-runs"
-    train = options["train"]
-    launches = []
-    for seed in seeds:
-        request = VerlLaunchRequest(
-            arm=arm.name, model=verl["model"], gpus=verl["gpus"], nnodes=verl["nnodes"],
-            run=_run_name(options["run"], seed, len(seeds) > 1), seed=seed,
-            steps=train.get("steps"), tasks=train.get("tasks"), group=train.get("group"),
-            eval_every=train.get("eval_every"), max_env_steps=train.get("max_steps"),
-            arm_overrides=options["arm_overrides"], ray_address=verl["ray_address"],
-            verl_agent=verl["verl_agent"], resume=options["resume"], host_profile=verl["host_profile"],
-            runs_root=runs_root,
-        )
-        launches.append(build_launch(request, arm=arm))
-    if dry_run:
-        for launch in launches:
-            prepare_run_folder(launch)
-            info(ctx, f"dry run: nothing started; wrote {launch.run_dir}/config.json and run.sh")
-        if as_json:
-            emit_json({"dry_run": True, "runs": [launch.config_document() for launch in launches]})
-        else:
-            for launch in launches:  # verbatim (no console markup or emoji codes): it is a shell script
-                typer.echo((launch.run_dir / "run.sh").read_text(encoding="utf-8"), nl=False)
-        return
-    db = open_db(settings(ctx).db)
-    results = []
-    for launch in launches:
-        code = start(launch, db, log=lambda message: info(ctx, message))
-        results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
-        if code != 0:
-            raise CcpoError(f"run {launch.run}: verl-agent exited with code {code}; see {launch.run_dir / 'train.log'}")
-    if as_json:
-        emit_json({"dry_run": False, "runs": results})
-
-
-def _refuse_other_backend_options(backend: str, verl_only: dict[str, Any], local_only: dict[str, Any]) -> None:
-    """An option of the other backend would be silently ignored: say so instead."""
-    foreign = local_only if backend == "verl" else verl_only
-    given = [name for name, value in foreign.items() if value is not None]
-    if given:
-        other = "local" if backend == "verl" else "verl"
-        raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
 
 
 @handle_errors
@@ -180,30 +103,42 @@ def train(
     chosen = backend or default_backend()
     if chosen not in BACKENDS:
         raise typer.BadParameter(f"use one of {', '.join(BACKENDS)}", param_hint="--backend")
-    seeds_chosen = seed_list(seeds, seed)
+    seed_values = tuple(seed_list(seeds, seed))
     arm_overrides = parse_set_options(set_flags)
     arm = load_arm(arm_name, arm_overrides or None)
-    options: dict[str, Any] = {
-        "run": run,
-        "resume": resume,
-        "arm_overrides": arm_overrides,
-        "train": {
-            "steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps,
-        },
-        "verl": {
-            "model": model, "gpus": gpus, "nnodes": nnodes, "ray_address": ray_address,
-            "verl_agent": verl_agent, "host_profile": host_profile,
-        },
-    }
     _refuse_other_backend_options(chosen, {
         "--model": model, "--gpus": gpus, "--nnodes": None if nnodes == 1 else nnodes, "--ray-address": ray_address,
         "--host-profile": None if host_profile == "reference" else host_profile,
     }, {"--eval-games": eval_games, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
+    db_path = settings(ctx).db
+    schedule = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps}
+
+    def log(message: str) -> None:
+        info(ctx, message)
+
     if chosen == "local":
-        options["train"].update({
-            "eval_games": eval_games, "workers": workers, "dump_batches": dump_batches,
-            "time_budget_s": None if time_budget is None else time_budget * 60.0,
-        })
-        _train_local(ctx, arm, seeds_chosen, options, as_json, dry_run)
-    else:
-        _train_verl(ctx, arm, seeds_chosen, options, as_json, dry_run)
+        from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
+
+        local_runs = train_local(LocalTrainRequest(
+            arm=arm, seeds=seed_values, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
+            eval_games=eval_games, workers=workers, dump_batches=dump_batches,
+            time_budget_s=None if time_budget is None else time_budget * 60.0,
+        ), log)
+        if as_json:
+            emit_json({"dry_run": dry_run, "runs": local_runs})
+        else:
+            _print_local(local_runs, dry_run)
+        return
+
+    from ccpo_cli.backends.verl.request import VerlTrainRequest, train_verl
+
+    result = train_verl(VerlTrainRequest(
+        arm=arm, seeds=seed_values, db_path=db_path, model=model, gpus=gpus, nnodes=nnodes, run=run,
+        resume=resume, dry_run=dry_run, **schedule, arm_overrides=arm_overrides, ray_address=ray_address,
+        verl_agent=verl_agent, host_profile=host_profile,
+    ), log)
+    if as_json:
+        emit_json({"dry_run": dry_run, "runs": result.runs})
+    elif dry_run:
+        for launch in result.launches:  # verbatim (no console markup or emoji codes): it is a shell script
+            typer.echo((launch.run_dir / "run.sh").read_text(encoding="utf-8"), nl=False)
