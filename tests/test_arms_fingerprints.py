@@ -36,3 +36,19 @@ def test_overrides_that_restore_the_file_values_keep_the_fingerprint():
     # `--set lam_fix=` (unset) and `--set backoff_task=1` on fbjw are no-ops: same computation, same name.
     assert load_arm("return-hard", {"lam_fix": ""}).fingerprint == FINGERPRINTS["return-hard"]
     assert load_arm("return-hard-fbjw", {"backoff_task": "1"}).fingerprint == FINGERPRINTS["return-hard-fbjw"]
+
+
+def test_each_flag_is_declared_once_on_arm_with_its_type_help_and_choices():
+    import dataclasses
+
+    from ccpo_cli.arms import FLAG_NAMES, FLAG_SPECS, Arm
+
+    declared = [field.name for field in dataclasses.fields(Arm) if field.metadata.get("flag")]
+    assert list(FLAG_NAMES) == declared and len(declared) == 27
+    specs = {spec.name: spec for spec in FLAG_SPECS}
+    assert all(spec.help for spec in FLAG_SPECS)
+    assert (specs["lk_fix"].kind, specs["lk_fix"].optional) == (float, True)
+    assert specs["backoff_task"].kind is bool
+    assert specs["gate"].choices == ("hard", "global") and specs["whiten"].kind is int
+    arm = load_arm("return-hard-fbjw")
+    assert arm.lk_fix is None and arm.backoff_task is True and isinstance(arm.rho, float)

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ccpo_cli.arms import FLAG_SPECS, inert_flags, list_arms, load_arm, parse_set_options
+from ccpo_cli.arms import inert_flags, list_arms, load_arm, parse_set_options
 from ccpo_cli.cli.common import JsonOption, SetOption, emit_json, handle_errors, stdout_console
 
 arms_app = typer.Typer(help="The estimator arms: every flag resolved, fingerprinted, inert flags explained.", no_args_is_help=True)
@@ -68,6 +68,6 @@ def show_command(
     if arm.overrides:
         stdout_console.print("overrides " + ", ".join(f"{k}={_display(v)}" for k, v in arm.overrides), markup=False)
     table = Table("flag", "value", "inert because")
-    for spec in FLAG_SPECS:
-        table.add_row(spec.name, _display(getattr(arm, spec.name)), inert.get(spec.name, ""))
+    for name, value in arm.flags().items():
+        table.add_row(name, _display(value), inert.get(name, ""))
     stdout_console.print(table)
