@@ -26,6 +26,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ccpo_cli.arms import Arm, load_arm
 from ccpo_cli.backends.local import games as game_sets
 from ccpo_cli.backends.local.advantages import advantages_for
 from ccpo_cli.backends.local.policy import CommandScorer, build_model, frozen_copy, pack
@@ -39,6 +40,15 @@ from ccpo_cli.backends.local.rollouts import (
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool, default_workers
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+from ccpo_cli.store import (
+    best_evaluation,
+    ensure_run,
+    open_db,
+    record_checkpoint,
+    record_evaluation,
+    run_evaluations,
+    update_run_state,
+)
 
 BACKEND = "local"
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
@@ -117,7 +127,7 @@ def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest:
     return [path for path in found if path not in newest and path.name != best_name]
 
 
-def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm, config: TrainConfig,
+def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm: Arm, config: TrainConfig,
                     train_wall_s: float) -> None:
     partial = path.with_suffix(".partial")
     document = {
@@ -168,7 +178,7 @@ def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
 class _Run:
     """One training run's state and the steps that change it."""
 
-    def __init__(self, arm, run_name: str, db, config: TrainConfig, run_dir: Path, log: Callable[[str], None]):
+    def __init__(self, arm: Arm, run_name: str, db, config: TrainConfig, run_dir: Path, log: Callable[[str], None]):
         self.arm = arm
         self.run_name = run_name
         self.db = db
@@ -200,8 +210,6 @@ class _Run:
         }
 
     def record_provenance(self) -> None:
-        from ccpo_cli.store import ensure_run
-
         commit, dirty = git_state()
         ensure_run(
             self.db,
@@ -269,8 +277,6 @@ class _Run:
         digest = rollout_digest(trajectories)
         if step == 1:
             self.step1_hash = digest
-            from ccpo_cli.store import update_run_state
-
             update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
         decisions = flat_decisions(trajectories)
         packed = pack([d.features for d in decisions])
@@ -339,8 +345,6 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
         }
-        from ccpo_cli.store import record_evaluation
-
         record_evaluation(
             self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
             success_rate=result["success"], mean_turns=result["mean_turns"],
@@ -351,8 +355,6 @@ class _Run:
         return result
 
     def checkpoint(self, step: int) -> None:
-        from ccpo_cli.store import best_evaluation, record_checkpoint, run_evaluations
-
         path = _checkpoint_path(self.run_dir, step)
         save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s)
         record_checkpoint(self.db, self.run_name, step, str(path), sha256=_sha256(path),
@@ -376,7 +378,7 @@ def _validate(config: TrainConfig) -> None:
 
 
 def train_arm(
-    arm: Any,
+    arm: Arm | str,
     run_name: str,
     db_path: str | Path,
     seed: int = 0,
@@ -398,9 +400,6 @@ def train_arm(
     from its latest checkpoint (the arm and seed must match); otherwise an existing checkpoint
     folder for this run name is refused.
     """
-    from ccpo_cli.arms import load_arm
-    from ccpo_cli.store import open_db, update_run_state
-
     if isinstance(arm, str):
         arm = load_arm(arm)
     update_fields = {k: options.pop(k) for k in list(options) if k in UpdateConfig.__dataclass_fields__}
@@ -456,8 +455,6 @@ def train_arm(
             status = "finished"
             if run.step < config.steps:
                 # The time budget ended the run as planned: its length is what it reached.
-                from ccpo_cli.store import ensure_run
-
                 ensure_run(db, run_name, total_steps=run.step)
         except KeyboardInterrupt:
             status = "stopped"
