@@ -10,9 +10,6 @@ Rows go in and out through sqlite-utils' table API (`insert`, `insert_all`, `upd
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +18,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import utc_now, write_transaction
-from ccpo_cli.task_types import TASK_TYPES, short_key
+from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
 
 # Fields that say *which* experiment a run is; changing one after the fact would silently
 # relabel recorded evaluations, so a different value is refused rather than updated.
@@ -29,8 +26,6 @@ IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", 
 RUN_STATUSES = ("created", "running", "finished", "failed", "stopped")
 DEFAULT_BENCHMARK = "alfworld"
 _UNSET: Any = object()  # "not given": a new run gets the default, an existing one keeps its value
-# Rates are compared and hashed at this many decimals, so 0.835 * 100 and 83.5 are one value.
-RATE_DECIMALS = 12
 
 
 @dataclass(frozen=True)
@@ -40,20 +35,6 @@ class EvaluationOutcome:
     evaluation_id: int
     outcome: str
     conflict_id: int | None = None
-
-
-def _json_text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _round_rate(value: float | None) -> float | None:
-    if value is None:
-        return None
-    return round(float(value), RATE_DECIMALS)
 
 
 def _first(table: sqlite_utils.db.Table, where: str, values: Sequence[Any], **options: Any) -> dict[str, Any] | None:
@@ -113,8 +94,8 @@ def ensure_run(
         "hardware": hardware,
         "git_commit": git_commit,
         "git_dirty": None if git_dirty is None else int(bool(git_dirty)),
-        "package_versions": _json_text(package_versions),
-        "config": _json_text(config),
+        "package_versions": json_text(package_versions),
+        "config": json_text(config),
     }
     given = {key: value for key, value in given.items() if value is not None}
     runs = db["runs"]
@@ -175,98 +156,6 @@ def update_run_state(
         db["runs"].update(identifier, changes)
 
 
-def _finite(value: Any, field: str) -> float | None:
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidInput(f"{field} must be a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise InvalidInput(f"{field} is {value!r}; an evaluation needs a finite value")
-    return number
-
-
-def _check_rate(rate: float | None, field: str) -> float | None:
-    if rate is not None and not 0.0 <= rate <= 100.0:
-        raise InvalidInput(f"{field} is {rate}; success rates are percent (0-100)")
-    return _round_rate(rate)
-
-
-def _count(value: Any, field: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or int(value) != value or value < 0:
-        raise InvalidInput(f"{field} must be a non-negative integer, got {value!r}")
-    return int(value)
-
-
-def _normalise_episodes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    known = {"game_id", "task_type", "won", "turns", "invalid_turns", "reward", "episode_index"}
-    episodes = []
-    for index, row in enumerate(rows):
-        if "won" not in row:
-            raise InvalidInput(f"episode {index} has no 'won' field")
-        task_type = row.get("task_type")
-        if task_type is not None:
-            try:
-                task_type = short_key(str(task_type))
-            except KeyError as error:
-                raise InvalidInput(f"episode {index}: {error.args[0]}") from None
-        extra = {key: value for key, value in row.items() if key not in known}
-        episodes.append(
-            {
-                "episode_index": int(row.get("episode_index", index)),
-                "game_id": None if row.get("game_id") is None else str(row["game_id"]),
-                "task_type": task_type,
-                "won": int(bool(row["won"])),
-                "turns": _count(row.get("turns"), f"episode {index} turns"),
-                "invalid_turns": _count(row.get("invalid_turns"), f"episode {index} invalid_turns"),
-                "reward": _finite(row.get("reward"), f"episode {index} reward"),
-                "extra": _json_text(extra) if extra else None,
-            }
-        )
-    return episodes
-
-
-def _normalise_task_types(
-    task_types: Mapping[str, Any] | None, episodes: list[dict[str, Any]]
-) -> dict[str, dict[str, Any]]:
-    result: dict[str, dict[str, Any]] = {}
-    for name, value in (task_types or {}).items():
-        try:
-            key = short_key(name)
-        except KeyError as error:
-            raise InvalidInput(error.args[0]) from None
-        if isinstance(value, Mapping):
-            count = _count(value.get("episodes"), f"task type {key} episodes")
-            wins = _count(value.get("successes"), f"task type {key} successes")
-            rate = _finite(value.get("success", value.get("success_rate")), f"task type {key} success")
-        else:
-            count, wins, rate = None, None, _finite(value, f"task type {key} success")
-        if rate is None and count:
-            rate = 100.0 * (wins or 0) / count
-        if rate is None:
-            continue
-        result[key] = {"episodes": count, "successes": wins, "success_rate": _check_rate(rate, f"task type {key} success")}
-    if episodes and not result:
-        for key in TASK_TYPES:
-            mine = [e for e in episodes if e["task_type"] == key]
-            if mine:
-                wins = sum(e["won"] for e in mine)
-                result[key] = {
-                    "episodes": len(mine),
-                    "successes": wins,
-                    "success_rate": _round_rate(100.0 * wins / len(mine)),
-                }
-    return result
-
-
-def _content_hash(content: Mapping[str, Any]) -> str:
-    text = json.dumps(content, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def record_evaluation_outcome(
     db: sqlite_utils.Database,
     run: str | int,
@@ -286,44 +175,12 @@ def record_evaluation_outcome(
     source_line: int | None = None,
 ) -> EvaluationOutcome:
     """`record_evaluation`, also saying whether the row was new, a duplicate or a conflict."""
-    step = _count(step, "step")
-    episode_list = _normalise_episodes(episode_rows or [])
-    if episode_list:
-        if episodes is None:
-            episodes = len(episode_list)
-        if successes is None:
-            successes = sum(e["won"] for e in episode_list)
-        turns = [e["turns"] for e in episode_list if e["turns"] is not None]
-        if mean_turns is None and turns:
-            mean_turns = sum(turns) / len(turns)
-    episodes = _count(episodes, "episodes")
-    successes = _count(successes, "successes")
-    if episodes is not None and successes is not None and successes > episodes:
-        raise InvalidInput(f"step {step}: {successes} successes out of {episodes} episodes")
-    rate = _finite(success_rate, f"step {step} success_rate")
-    if rate is None:
-        if not episodes:
-            raise InvalidInput(f"step {step}: an evaluation needs success_rate or episodes and successes")
-        rate = 100.0 * (successes or 0) / episodes
-    elif episodes and successes is not None and abs(rate - 100.0 * successes / episodes) > 1e-6:
-        raise InvalidInput(
-            f"step {step}: success_rate {rate} disagrees with {successes}/{episodes} episodes"
-        )
-    rate = _check_rate(rate, f"step {step} success_rate")
-    types = _normalise_task_types(task_types, episode_list)
-    row = {
-        "step": step,
-        "split": str(split),
-        "episodes": episodes,
-        "successes": successes,
-        "success_rate": rate,
-        "mean_turns": _round_rate(_finite(mean_turns, f"step {step} mean_turns")),
-        "temperature": _finite(temperature, "temperature"),
-        "eval_seed": None if eval_seed is None else int(eval_seed),
-    }
-    content = dict(row, task_types=types, episodes_rows=episode_list)
-    digest = _content_hash(content)
-    train_rate = _check_rate(_finite(train_success_rate, "train_success_rate"), "train_success_rate")
+    checked = evaluation_content(
+        step, split=split, episodes=episodes, successes=successes, success_rate=success_rate,
+        mean_turns=mean_turns, temperature=temperature, eval_seed=eval_seed, task_types=task_types,
+        episode_rows=episode_rows, train_success_rate=train_success_rate,
+    )
+    row, digest, step = checked.row, checked.content_hash, checked.row["step"]
     with write_transaction(db):
         identifier = run_id(db, run)
         same = _first(db["evaluations"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id")
@@ -339,7 +196,7 @@ def record_evaluation_outcome(
             # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
             db["conflicts"].insert(
                 {"run_id": identifier, "step": step, "split": row["split"], "eval_seed": row["eval_seed"],
-                 "kept_evaluation_id": clash["id"], "content_hash": digest, "content": _json_text(content),
+                 "kept_evaluation_id": clash["id"], "content_hash": digest, "content": checked.content_json,
                  "source_file": source_file, "source_line": source_line, "recorded_at": now},
                 ignore=True,
             )
@@ -347,14 +204,14 @@ def record_evaluation_outcome(
             return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
         evaluation_id = int(
             db["evaluations"].insert(
-                dict(row, run_id=identifier, train_success_rate=train_rate, source_file=source_file,
+                dict(row, run_id=identifier, train_success_rate=checked.train_success_rate, source_file=source_file,
                      source_line=source_line, content_hash=digest, recorded_at=now)
             ).last_pk
         )
         db["task_type_results"].insert_all(
-            {"evaluation_id": evaluation_id, "task_type": key, **value} for key, value in types.items()
+            {"evaluation_id": evaluation_id, "task_type": key, **value} for key, value in checked.task_types.items()
         )
-        db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in episode_list)
+        db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in checked.episodes)
         recorded_last = db["runs"].get(identifier)["last_step"]
         db["runs"].update(identifier, {"last_step": step if recorded_last is None else max(recorded_last, step),
                                        "updated_at": now})
@@ -397,7 +254,7 @@ def record_checkpoint(
     A digest given later fills in a missing one; a different digest for the same path and
     step raises InvalidInput (the file was replaced).
     """
-    step = _count(step, "step")
+    step = non_negative_int(step, "step")
     checkpoints = db["checkpoints"]
     with write_transaction(db):
         identifier = run_id(db, run)
