@@ -54,3 +54,4 @@ def test_cli_import_graph_has_no_cycle():
         visit(module)
     # The walk saw the registrations, so an empty graph cannot pass for an acyclic one.
     assert f"{PACKAGE}.train" in graph[f"{PACKAGE}.app"]
+

@@ -9,6 +9,7 @@ import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.errors import UsageError
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
 
@@ -38,7 +39,7 @@ def ingest(
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:
-        raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
+        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind

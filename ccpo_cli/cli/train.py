@@ -102,7 +102,7 @@ def train(
 
     chosen = backend or default_backend()
     if chosen not in BACKENDS:
-        raise typer.BadParameter(f"use one of {', '.join(BACKENDS)}", param_hint="--backend")
+        raise UsageError(f"--backend {chosen}: use one of {', '.join(BACKENDS)}")
     seed_values = tuple(seed_list(seeds, seed))
     arm_overrides = parse_set_options(set_flags)
     arm = load_arm(arm_name, arm_overrides or None)
