@@ -18,10 +18,6 @@ from typing import Any
 import typer
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from ccpo_cli.cli.app import app  # noqa: E402  (the repository root goes on the path first)
-
 DOCS = ROOT / "docs" / "cli.md"
 # Options Typer adds to every app; they are about the shell, not about ccpo.
 SHELL_OPTIONS = {"install_completion", "show_completion"}
@@ -132,6 +128,10 @@ def _section(path: str, command: Any, level: int) -> list[str]:
 
 
 def render() -> str:
+    if str(ROOT) not in sys.path:  # run as a script from anywhere: the checkout's ccpo_cli
+        sys.path.insert(0, str(ROOT))
+    from ccpo_cli.cli.app import app
+
     root = typer.main.get_command(app)
     lines = [INTRO, "## Global options", ""]
     from typer._click.core import Context

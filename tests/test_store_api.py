@@ -36,6 +36,7 @@ def test_records_and_queries_build_no_sql_by_hand():
     # Raw SQL belongs to the migrations (schema, append-only triggers); rows go through the API.
     for name in ("records.py", "queries.py"):
         tree = ast.parse((STORE_DIR / name).read_text(encoding="utf-8"))
-        strings = [node.value.upper() for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        strings = [node.value.upper() for node in ast.walk(tree)
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str)]
         for fragment in ("INSERT INTO", "UPDATE RUNS", "LIMIT 0", "PRAGMA TABLE_INFO"):
             assert not any(fragment in text for text in strings), (name, fragment)
