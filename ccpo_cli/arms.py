@@ -22,9 +22,10 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Literal
 
 import yaml
 
@@ -89,7 +90,7 @@ class Arm:
         canonical = json.dumps(self.flags(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "Arm":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Arm:
         """A copy with the given flags replaced (values coerced); the overrides are recorded."""
         changed = {key: coerce_flag(key, value) for key, value in overrides.items()}
         recorded = dict(self.overrides)

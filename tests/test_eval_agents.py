@@ -9,8 +9,8 @@ import pytest
 from ccpo_cli.agents.base import Agent, Decision, SlotAgentAdapter, Turn
 from ccpo_cli.agents.evaluate import EpisodeResult, SeedEvaluation, select_games, task_type_of_path
 from ccpo_cli.agents.registry import _BUILTIN_FACTORIES, AGENT_FACTORIES, make_agent, register_agent
-from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.cli.common import parse_seeds
+from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.evaluation import across_seeds
 
 FOLDERS = {

@@ -8,9 +8,10 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -22,12 +23,12 @@ SCHEMA_VERSION = 1
 # Option types shared by several commands: one name, one flag and one help text each.
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
 SetOption = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
 ]
 WindowStartOption = Annotated[int, typer.Option("--window-start", help="First step of the converged window.")]
 SeedsOption = Annotated[
-    Optional[str], typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
+    str | None, typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
 ]
 
 

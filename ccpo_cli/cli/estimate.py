@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -20,7 +20,7 @@ def estimate_command(
     input_path: Annotated[Path, typer.Option("--input", metavar="FILE", help="Batch file, .json or .npz.")],
     assignments: SetOption = None,
     output_path: Annotated[
-        Optional[Path], typer.Option("--output", metavar="FILE", help="Write .json or .npz here instead of stdout.")
+        Path | None, typer.Option("--output", metavar="FILE", help="Write .json or .npz here instead of stdout.")
     ] = None,
 ) -> None:
     """Advantages for one rollout batch: n x L tensor plus per-row terms, rows in input order."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
@@ -30,10 +30,10 @@ def ingest(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Metrics file: ccpo JSONL, verl file-logger JSONL or a verl console log.")],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
     as_json: JsonOption = False,
 ) -> None:

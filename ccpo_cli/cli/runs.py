@@ -8,7 +8,15 @@ import typer
 
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, settings, stdout_console
 from ccpo_cli.report.tables import run_detail_tables, runs_table
-from ccpo_cli.store import get_run, list_runs, open_db, run_checkpoints, run_conflicts, run_evaluations, run_publications
+from ccpo_cli.store import (
+    get_run,
+    list_runs,
+    open_db,
+    run_checkpoints,
+    run_conflicts,
+    run_evaluations,
+    run_publications,
+)
 
 runs_app = typer.Typer(help="Runs recorded in the database.", no_args_is_help=True)
 

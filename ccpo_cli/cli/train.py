@@ -11,12 +11,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
 from ccpo_cli.cli.common import (
-    JsonOption, SeedsOption, SetOption, emit_json, handle_errors, info, parse_seeds, settings, stdout_console,
+    JsonOption,
+    SeedsOption,
+    SetOption,
+    emit_json,
+    handle_errors,
+    info,
+    parse_seeds,
+    settings,
+    stdout_console,
 )
 from ccpo_cli.errors import UsageError
 
@@ -71,30 +79,30 @@ def _print_local(runs: list[dict[str, Any]], dry_run: bool) -> None:
 def train(
     ctx: typer.Context,
     arm_name: Annotated[str, typer.Option("--arm", help="Arm to train (see `ccpo arms list`).")],
-    run: Annotated[Optional[str], typer.Option("--run", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
-    backend: Annotated[Optional[str], typer.Option("--backend", help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed (default 0).")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None,
     seeds: SeedsOption = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (policy updates).")] = None,
-    tasks: Annotated[Optional[int], typer.Option("--tasks", help="Games per step.")] = None,
-    group: Annotated[Optional[int], typer.Option("--group", help="Rollouts per game (group size).")] = None,
-    eval_every: Annotated[Optional[int], typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option("--max-steps", help="Turn limit per episode.")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help="Training steps (policy updates).")] = None,
+    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
+    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game (group size).")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Turn limit per episode.")] = None,
     set_flags: SetOption = None,
-    resume: Annotated[Optional[Path], typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run folder.")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run folder.")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve and print the run; start nothing.")] = False,
     as_json: JsonOption = False,
     # local backend
-    eval_games: Annotated[Optional[int], typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="local: rollout worker processes.")] = None,
-    time_budget: Annotated[Optional[float], typer.Option("--time-budget", help="local: stop after this many minutes of training wall time.")] = None,
-    dump_batches: Annotated[Optional[bool], typer.Option("--dump-batches/--no-dump-batches", help="local: save each step's estimator batch as .npz.")] = None,
+    eval_games: Annotated[int | None, typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
+    workers: Annotated[int | None, typer.Option("--workers", help="local: rollout worker processes.")] = None,
+    time_budget: Annotated[float | None, typer.Option("--time-budget", help="local: stop after this many minutes of training wall time.")] = None,
+    dump_batches: Annotated[bool | None, typer.Option("--dump-batches/--no-dump-batches", help="local: save each step's estimator batch as .npz.")] = None,
     # verl backend
-    model: Annotated[Optional[str], typer.Option("--model", help="verl: base model (Hugging Face id or path).")] = None,
-    gpus: Annotated[Optional[int], typer.Option("--gpus", help="verl: GPUs per node.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="verl: base model (Hugging Face id or path).")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", help="verl: GPUs per node.")] = None,
     nnodes: Annotated[int, typer.Option("--nnodes", help="verl: nodes.")] = 1,
-    ray_address: Annotated[Optional[str], typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one.")] = None,
-    verl_agent: Annotated[Optional[Path], typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one.")] = None,
+    verl_agent: Annotated[Path | None, typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
     host_profile: Annotated[str, typer.Option("--host-profile", help="verl: host profile of the protocol (reference, lean).")] = "reference",
 ) -> None:
     """Train one arm; evaluations land in the database as they happen."""

@@ -6,9 +6,10 @@ turns it into one `train_arm` call per seed (or, with `dry_run`, into the runs i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name

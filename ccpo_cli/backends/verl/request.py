@@ -7,13 +7,20 @@ starts each launch and follows it, ingesting its metrics into runs.db.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name
-from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch, prepare_run_folder, start
+from ccpo_cli.backends.verl.launcher import (
+    VerlLaunch,
+    VerlLaunchRequest,
+    build_launch,
+    prepare_run_folder,
+    start,
+)
 from ccpo_cli.errors import CcpoError, UsageError
 
 
