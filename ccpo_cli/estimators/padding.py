@@ -1,4 +1,4 @@
-"""What padding rows (`is_pad`) do: the two rules a baseline arm can follow.
+"""What padding rows (`is_pad`) do: the two rules a baseline arm can follow (docs/estimators.md §7).
 
 verl-agent pads every batch up to a multiple of its micro-batch sizes by appending copies of
 randomly chosen real rows, and its own GRPO and GiGPO then treat each copy as one more row: it

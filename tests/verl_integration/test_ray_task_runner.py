@@ -90,7 +90,7 @@ def ray_cluster(verl_home):
 
     arm = load_arm("gigpo")
     env_vars = {**worker_env.ArmSpec("gigpo", arm.fingerprint).to_environ(),
-                "PYTHONPATH": os.pathsep.join([str(REPO), str(Path(__file__).parent), str(verl_home)]), "RAY_AUTH_MODE": "disabled"}
+                "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), str(verl_home)]), "RAY_AUTH_MODE": "disabled"}
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100_000_000,
              runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})

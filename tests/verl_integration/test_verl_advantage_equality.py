@@ -31,9 +31,9 @@ pytestmark = pytest.mark.slow  # each test runs verl-agent's code for seconds to
 
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 LAYOUTS = {
-    # two ranks, micro-batches of 5: the batch is padded to a multiple of 10, then balanced
-    "padded": ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=5",
-               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=5"],
+    # two ranks, micro-batches of 9: the batch is padded to a multiple of 18, then balanced
+    "padded": ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=9",
+               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=9"],
     "unpadded": ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
                  "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1"],
 }
@@ -42,12 +42,15 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def parts(verl_agent_home):
-    import cpu_trainer
     from agent_system.multi_turn_rollout import TrajectoryCollector
     from helpers_tiny_lm import tiny_qwen2, train_tokenizer
 
+    from verl_integration import cpu_trainer
+
     tokenizer = train_tokenizer(cpu_trainer.STATES + cpu_trainer.TASKS)
     model = tiny_qwen2(tokenizer)
+    with torch.no_grad():  # a long end-of-turn embedding: responses end at different lengths
+        model.model.embed_tokens.weight[tokenizer.eos_token_id] *= 60
     config = cpu_trainer.trainer_config(verl_agent_home, LAYOUTS["padded"])
     torch.manual_seed(0)
     collector = cpu_trainer.ReplayCollector(TrajectoryCollector(config, tokenizer))
@@ -56,7 +59,7 @@ def parts(verl_agent_home):
 
 def trained_batch(parts, estimator: str, layout: str, arm=None):
     """The batch `update_actor` receives after one `fit` step (cached per estimator/arm/layout)."""
-    import cpu_trainer
+    from verl_integration import cpu_trainer
 
     key = (estimator, arm.name if arm else None, layout)
     if key in parts["runs"]:
@@ -122,6 +125,8 @@ def test_hook_gives_what_ccpo_estimate_gives_on_the_same_rows(parts, hook_for, t
     print(f"{arm_name} {layout}: {len(batch)} rows, {pads} padding, max |hook - ccpo estimate| = {difference:.3g}")
     assert difference <= 1e-6
     assert np.abs(trained).sum() > 0 and torch.equal(batch.batch["returns"], batch.batch["advantages"])
+    lengths = batch.batch["response_mask"].sum(-1)
+    assert len(set(lengths.tolist())) > 2  # responses of several lengths: the masks matter
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))

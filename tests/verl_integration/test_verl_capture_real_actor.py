@@ -92,9 +92,10 @@ def verl_rows(vocab: int, duplicates=(1, 4)):
 
 
 def reference_worker(parts, *, remove_padding: bool, dynamic: bool):
-    import cpu_trainer
     from omegaconf import OmegaConf
     from verl.workers.sharding_manager.fsdp_ulysses import FSDPUlyssesShardingManager
+
+    from verl_integration import cpu_trainer
 
     config = cpu_trainer.trainer_config(parts.home, [
         f"actor_rollout_ref.model.use_remove_padding={remove_padding}",

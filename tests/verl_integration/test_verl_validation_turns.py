@@ -27,10 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_validation_mean_turns_reach_metrics_jsonl_and_runs_db(verl_agent_home, monkeypatch, tmp_path):
-    import cpu_trainer
     from agent_system.multi_turn_rollout import TrajectoryCollector
     from helpers_tiny_lm import tiny_qwen2, train_tokenizer
     from verl.utils.tracking import Tracking
+
+    from verl_integration import cpu_trainer
 
     arm = load_arm("gigpo")
     metrics_file = tmp_path / "metrics.jsonl"
