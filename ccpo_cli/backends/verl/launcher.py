@@ -1,5 +1,9 @@
 """`ccpo train --backend verl`: the verl-agent launch, built from data and written down first.
 
+One concern over 400 lines: resolving a launch, writing it down and following it share the
+`VerlLaunch` record; the checks and policies around it live in `preflight`, `checkout` and
+`worker_env`. (The run-following half, `start` and its ingestion, is the next to move out.)
+
 The launch is (protocol overrides) <- (host profile) <- (keys this launcher owns: model, GPUs,
 data files, names, schedule, seed, checkpoint folder, resume) <- (the arm). The arm travels by
 name to Hydra (`algorithm.adv_estimator=ccpo`, `+algorithm.ccpo.arm`, `+algorithm.ccpo.<flag>`)
