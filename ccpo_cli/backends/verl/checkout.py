@@ -15,8 +15,9 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # The verl-agent commit the integration suite runs against (tests/verl_integration/).
 TESTED_COMMIT = "20bd331"

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import netrc
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from ccpo_cli.errors import InvalidInput

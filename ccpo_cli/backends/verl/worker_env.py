@@ -9,8 +9,8 @@ silently).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ccpo_cli.errors import UsageError
 
@@ -48,7 +48,7 @@ class ArmSpec:
         return env
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ArmSpec | None":
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ArmSpec | None:
         """The spec in the environment, or None when this process is not part of a ccpo run."""
         environ = os.environ if environ is None else environ
         name = environ.get(ARM)
