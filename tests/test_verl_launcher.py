@@ -369,7 +369,7 @@ def test_run_sh_round_trips_through_the_shell_and_hydras_parser(tmp_path):
 # ---- issue 10 fixes: commit, worker environment, wandb, LoRA, checkpoints --------------------
 
 def verl_agent_snapshot(root: Path, commit: str, env_vars: dict[str, str] | None = None) -> Path:
-    """A checkout without .git whose SOURCE.md names its commit, as ../shared/verl-agent does."""
+    """A checkout without .git whose SOURCE.md names its commit, as a source snapshot of verl-agent does."""
     home = fake_verl_agent(root)
     (home / "SOURCE.md").write_text(f"# snapshot\n\nThe files of verl-agent at upstream commit `{commit}` (2026).\n")
     if env_vars is not None:
