@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from ccpo_cli.cli.app import app
 from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.store import open_db
-from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
+from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
 
 # Below this size an ingest finishes before a bar would be worth drawing.
 PROGRESS_MIN_BYTES = 2 * 1024 * 1024
@@ -29,13 +29,24 @@ def _arm_fingerprint(arm: str | None) -> str | None:
 @handle_errors
 def ingest(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="Metrics file: ccpo JSONL, verl file-logger JSONL or a verl console log.")],
+    file: Annotated[Path, typer.Argument(help=(
+        "Metrics file or run folder: ccpo JSONL, verl file-logger JSONL, a verl console log, a per-step CSV "
+        "export, TensorBoard event files, or a wandb run folder."
+    ))],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
     arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
     base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
+    fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
+    strict: Annotated[bool, typer.Option("--strict", help=(
+        f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
+        f"{MAX_LINE_TEXT}) are skipped and reported, and the file is refused only when no record reads."
+    ))] = False,
+    metric: Annotated[Optional[str], typer.Option("--metric", help=(
+        "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
+        "read from its file name when it has one."
+    ))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
@@ -48,7 +59,7 @@ def ingest(
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
     kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=seed, base_model=base_model,
-                  total_steps=total_steps)
+                  total_steps=total_steps, strict=strict, metric=metric)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
         with Progress(*columns, console=stderr_console, transient=True) as progress:
@@ -70,6 +81,6 @@ def ingest(
     info(
         ctx,
         f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
-        f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting "
-        f"(run {run}, last step {report.last_step})",
+        f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
+        f"{report.skipped} lines skipped (run {run}, last step {report.last_step})",
     )
