@@ -62,7 +62,7 @@ def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
             if value.size == 1 and value.dtype.kind in "fiu":
                 by_step[event.step][tag] = float(value.reshape(()))
     if not by_step:
-        raise InvalidInput(f"{path}: TensorBoard event files with no scalars; nothing to ingest")
+        raise InvalidInput(f"{path}: no scalars in these TensorBoard event files (empty, damaged or not event files)")
     for step in sorted(by_step):
         if step >= 0:
             yield MetricRecord(step, by_step[step])
