@@ -8,13 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_store import acceptance_rows, write_console
 from torch.utils.tensorboard import SummaryWriter
 from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.store import open_db, run_evaluations
 from ccpo_cli.task_types import VERL_METRIC_NAMES
-from helpers_store import acceptance_rows, write_console
 
 runner = CliRunner()
 
@@ -32,7 +32,7 @@ def stored(db_path: Path) -> dict[int, dict]:
 def series() -> dict[int, dict[str, float]]:
     """What a verl-agent run logs: training metrics every step, a validation every 5."""
     steps = {}
-    for step in range(0, 21):
+    for step in range(21):
         metrics = {"actor/pg_loss": 0.01 * step - 0.1, "episode/success_rate": min(1.0, step / 20)}
         if step % 5 == 0:
             metrics["val/success_rate"] = 0.1 + step / 37

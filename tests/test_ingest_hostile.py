@@ -141,3 +141,22 @@ def test_a_line_over_the_limit_is_skipped_and_reported(tmp_path):
         {"line": 2, "reason": f"line longer than {MAX_LINE_BYTES} bytes"}
     ]
     assert "16 MiB" in cli(tmp_path / "t.db", "ingest", "--help").output
+
+
+def test_a_console_line_cut_at_wandbs_4096_characters_is_skipped(tmp_path):
+    records = ("step:5 - val/success_rate:0.500 - p" + "x" * pad + " - ".join(f"/k{i}:{i}.125" for i in range(400))
+               for pad in range(30))
+    cut = next(whole[:4096] for whole in records if whole[4095].isdigit())
+    assert cut[-1].isdigit()  # cut inside a number: it would read as a (wrong) value
+    path = tmp_path / "output.log"
+    path.write_text("step:0 - val/success_rate:0.250\n" + cut + "\nwandb: Waiting for W&B process to finish\n")
+    document = ingest_json(tmp_path / "t.db", path)
+    assert document["new"] == 1 and document["skipped_lines"] == [
+        {"line": 2, "reason": "line cut at 4096 characters (wandb's output.log limit)"}
+    ]
+
+
+def ingest_json(db_path: Path, path: Path) -> dict:
+    result = cli(db_path, "ingest", path, "--run", "r", "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)

@@ -18,9 +18,10 @@ still being written: it is left for the next ingest and reported.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import sqlite_utils
 
@@ -40,7 +41,11 @@ from ccpo_cli.store.readers import (
     detect_format,
     read_events,
 )
-from ccpo_cli.store.records import ensure_run, record_evaluation_outcome, update_run_state
+from ccpo_cli.store.records import (
+    ensure_run,
+    record_evaluation_outcome,
+    update_run_state,
+)
 
 __all__ = [
     "FORMATS", "MAX_LINE_BYTES", "MAX_LINE_TEXT", "IngestReport", "ParsedFile", "evaluation_from_metrics",

@@ -6,8 +6,8 @@ generator of `MetricRecord` / `Skipped` / `Cleaned` / `IncompleteTail` (see `bas
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.readers.base import (

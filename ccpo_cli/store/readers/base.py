@@ -9,8 +9,9 @@ Nothing is collected: the caller decides what to keep, so memory does not grow w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any
 
 # One physical line longer than this is skipped (and reported) instead of being held in memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -48,7 +49,7 @@ class IncompleteTail:
     line: int
 
 
-ReadEvent = Union[MetricRecord, Skipped, Cleaned, IncompleteTail]
+ReadEvent = MetricRecord | Skipped | Cleaned | IncompleteTail
 
 
 class BadRecord(ValueError):

@@ -9,8 +9,9 @@ does not split into numeric key:value segments (cut mid-record, garbled) is skip
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ccpo_cli.store.readers.base import (
     MAX_LINE_BYTES,
@@ -28,11 +29,11 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
 STEP_START = re.compile(r"^\s*step:\d")
 _CONTINUATION = re.compile(r"[ \-]*\S*(?: - \S*)*[ \-]*")
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.I)
+_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int)\d*\((.*)\)")
 _KEY = re.compile(r"[^\s:]+")
 _PARTIAL_VALUE = re.compile(
-    r"[-+]?\d*\.?\d*(?:[eE][-+]?\d*)?|[-+]?(?:n|na|nan|i|in|inf|infi|infin|infini|infinit|infinity)", re.I
+    r"[-+]?\d*\.?\d*(?:[eE][-+]?\d*)?|[-+]?(?:n|na|nan|i|in|inf|infi|infin|infini|infinit|infinity)", re.IGNORECASE
 )
 # wandb's output.log keeps at most this many characters of a console line and drops the rest.
 WANDB_LINE_LIMIT = 4096
@@ -145,12 +146,14 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
                 yield pending.complete()
             pending = _Pending(line, prefix, body)
             continue
-        if pending is not None and body and prefix in (None, pending.prefix) and _CONTINUATION.fullmatch(body):
-            # A wrapped line continues the record when the two still read as key:value
-            # segments (the last one possibly cut); the whole record is checked at the end.
-            if parse_record(pending.body + body, partial_tail=True) is not None:
-                pending.extend(line, body)
-                continue
+        # A wrapped line continues the record when the two still read as key:value segments
+        # (the last one possibly cut); the whole record is checked at the end.
+        if (
+            pending is not None and body and prefix in (None, pending.prefix) and _CONTINUATION.fullmatch(body)
+            and parse_record(pending.body + body, partial_tail=True) is not None
+        ):
+            pending.extend(line, body)
+            continue
         if pending is not None:
             yield pending.complete()
             pending = None

@@ -17,18 +17,26 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.readers.base import BadRecord, MetricRecord, ReadEvent, ReadStats, Skipped, step_number
+from ccpo_cli.store.readers.base import (
+    BadRecord,
+    MetricRecord,
+    ReadEvent,
+    ReadStats,
+    Skipped,
+    step_number,
+)
 from ccpo_cli.store.readers.lines import Line, read_lines
 from ccpo_cli.store.readers.metric_names import RATE_KEYS, known_metric_from_tag
 
 STEP_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
 _SINGLE_SCALAR = ("wall time", "step", "value")
 _BAND_SUFFIX = re.compile(r"__(MIN|MAX)$")
-_TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.I)
+_TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.IGNORECASE)
 
 
 def is_csv_header(text: str) -> bool:

@@ -6,8 +6,9 @@ than MAX_LINE_BYTES is skipped, a UTF-8 byte-order mark on the first line is ign
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, NamedTuple, Union
+from typing import NamedTuple
 
 from ccpo_cli.store.readers.base import MAX_LINE_BYTES, Cleaned, ReadStats, Skipped
 
@@ -21,7 +22,7 @@ class Line(NamedTuple):
     terminated: bool  # False for a last line without a newline (a file still being written)
 
 
-def read_lines(path: Path, stats: ReadStats | None = None) -> Iterator[Union[Line, Skipped, Cleaned]]:
+def read_lines(path: Path, stats: ReadStats | None = None) -> Iterator[Line | Skipped | Cleaned]:
     stats = stats if stats is not None else ReadStats()
     with path.open("rb") as handle:
         number = 0

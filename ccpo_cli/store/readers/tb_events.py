@@ -8,8 +8,8 @@ step become one record. Event files hold no lines, so records carry none.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.readers.base import MetricRecord, ReadEvent, ReadStats
@@ -49,7 +49,7 @@ def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     )
     try:
         accumulator.Reload()
-    except Exception as error:  # the library's own errors for a damaged or foreign file
+    except Exception as error:  # noqa: BLE001 - the library raises several types for a damaged file
         raise InvalidInput(f"{path}: not a readable TensorBoard event file ({type(error).__name__}: {error})") from None
     tags = accumulator.Tags()
     by_step: dict[int, dict[str, float]] = defaultdict(dict)

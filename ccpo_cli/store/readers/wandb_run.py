@@ -10,8 +10,8 @@ wandb.ai (docs/runs-db.md).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.readers.base import ReadEvent, ReadStats
