@@ -164,3 +164,30 @@ def test_wandb_panel_export_and_tensorboard_single_scalar_download(tmp_path):
     several = write_table(tmp_path / "several.csv", ["Step", "a - val/success_rate", "b - val/success_rate"],
                           [[0, 0.1, 0.2]])
     assert "export one run" in ingest(tmp_path / "d.db", several, code=3).output
+
+
+def test_a_three_seed_export_is_read_one_run_at_a_time(tmp_path):
+    rates = {seed: {0: 0.125 + seed / 10, 10: 0.5 + seed / 10} for seed in range(3)}
+    header = ["Step"] + [f"grpo-7b-s{seed} - {key}" for seed in range(3)
+                         for key in ("val/success_rate", "val/success_rate__MIN", "val/success_rate__MAX")]
+    rows = [[step] + [value for seed in range(3) for value in (rates[seed][step],) * 3] for step in (0, 10)]
+    panel = write_table(tmp_path / "wandb_export.csv", header, rows)
+    assert "--source-run" in ingest(tmp_path / "a.db", panel, code=3).output
+    for seed in range(3):
+        db = tmp_path / f"s{seed}.db"
+        assert ingest(db, panel, "--source-run", f"grpo-7b-s{seed}", "--json")["new"] == 2
+        assert {s: r["success_rate"] for s, r in stored(db).items()} == pytest.approx(
+            {s: 100 * r for s, r in rates[seed].items()})
+    assert "no columns of run" in ingest(tmp_path / "x.db", panel, "--source-run", "nope", code=3).output
+
+
+def test_long_step_tag_value_table_grouped_by_tag(tmp_path):
+    steps = series()
+    rows = [[run, tag, step, repr(value)] for run in ("seed0", "seed1")
+            for tag in sorted({t for m in steps.values() for t in m})
+            for step, metrics in steps.items() if tag in metrics for value in (metrics[tag],)]
+    path = write_table(tmp_path / "scalars.csv", ["dir_name", "tag", "step", "value"], rows)
+    assert "--source-run" in ingest(tmp_path / "a.db", path, code=3).output
+    document = ingest(tmp_path / "b.db", path, "--source-run", "seed1", "--json")
+    assert document["format"] == "csv" and document["new"] == 5
+    assert_validations(tmp_path / "b.db", steps, as_float32=False)

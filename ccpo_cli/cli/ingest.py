@@ -47,6 +47,10 @@ def ingest(
         "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
         "read from its file name when it has one."
     ))] = None,
+    source_run: Annotated[Optional[str], typer.Option("--source-run", help=(
+        "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
+        "or a long step,tag,value table with a dir_name/run column)."
+    ))] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
@@ -59,7 +63,8 @@ def ingest(
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
     kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=seed, base_model=base_model,
-                  total_steps=total_steps, strict=strict, metric=metric)
+                  total_steps=total_steps, strict=strict, metric=metric,
+                  source_run=source_run)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
         with Progress(*columns, console=stderr_console, transient=True) as progress:

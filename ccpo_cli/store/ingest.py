@@ -115,10 +115,13 @@ def _where(path: Path | str, line: int | None) -> str:
     return f"{path}:{line}" if line is not None else str(path)
 
 
-def _events(path: Path, fmt: str, stats: ReadStats, report: IngestReport, strict: bool, metric: str | None):
+def _events(path: Path, fmt: str, stats: ReadStats, report: IngestReport, strict: bool,
+            metric: str | None, source_run: str | None):
     """The records of the file, with skips, cleaned lines and the tail noted in `report`
     (raised at once under `strict`)."""
-    report.format, events = read_events(path, fmt, stats, metric=metric, notes=report.warnings)
+    report.format, events = read_events(
+        path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
+    )
     for event in events:
         if isinstance(event, MetricRecord):
             yield event
@@ -149,14 +152,15 @@ class ParsedFile:
 
 
 def parse_metrics_file(path: str | Path, fmt: str = "auto", progress: ProgressCallback | None = None,
-                       *, strict: bool = False, metric: str | None = None) -> ParsedFile:
+                       *, strict: bool = False, metric: str | None = None,
+                       source_run: str | None = None) -> ParsedFile:
     """Read a metrics file into per-step records without touching any database."""
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     path = require_metrics_file(path)
     stats = ReadStats(progress)
     report = IngestReport(path=str(path), format=fmt, run="")
-    records = list(_events(path, fmt, stats, report, strict, metric))
+    records = list(_events(path, fmt, stats, report, strict, metric, source_run))
     return ParsedFile(path, report.format, records, stats.lines, report.incomplete_tail_line, report.skipped_lines)
 
 
@@ -214,6 +218,7 @@ def ingest_file(
     backend: str | None = None,
     strict: bool = False,
     metric: str | None = None,
+    source_run: str | None = None,
     progress: ProgressCallback | None = None,
     write_progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestReport:
@@ -237,7 +242,7 @@ def ingest_file(
             total_steps=total_steps, backend=backend,
         )
         source = str(path.resolve())
-        for record in _events(path, fmt, stats, report, strict, metric):
+        for record in _events(path, fmt, stats, report, strict, metric, source_run):
             if _record_one(db, run, path, source, record, report, strict):
                 report.steps += 1
                 report.last_step = record.step if report.last_step is None else max(report.last_step, record.step)

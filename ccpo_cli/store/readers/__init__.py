@@ -40,10 +40,12 @@ __all__ = [
 
 
 def read_events(
-    path: Path, fmt: str, stats: ReadStats, *, metric: str | None = None, notes: list[str] | None = None
+    path: Path, fmt: str, stats: ReadStats, *, metric: str | None = None, notes: list[str] | None = None,
+    source_run: str | None = None,
 ) -> tuple[str, Iterator[ReadEvent]]:
-    """(the format read, its events). `metric` names the scalar of a single-scalar CSV;
-    `notes` collects what a reader decided on the user's behalf (percent columns)."""
+    """(the format read, its events). `metric` names the scalar of a single-scalar CSV and
+    `source_run` the run of a CSV holding several; `notes` collects what a reader decided on
+    the user's behalf (percent columns)."""
     if fmt == "auto":
         fmt = detect_format(path)
     if path.is_dir() and fmt not in FOLDER_FORMATS:
@@ -53,7 +55,7 @@ def read_events(
     if fmt in ("ccpo", "verl-file"):
         return fmt, read_json_lines(path, stats, fmt)
     if fmt == "csv":
-        return fmt, read_csv(path, stats, metric, notes)
+        return fmt, read_csv(path, stats, metric, notes, source_run)
     if fmt == "tensorboard":
         return fmt, read_tensorboard(path, stats)
     if fmt == "wandb":

@@ -7,7 +7,8 @@ Understood layouts:
 * wandb's panel export: `Step,<run> - val/success_rate,<run> - val/success_rate__MIN,...`
   (the `__MIN`/`__MAX` band columns are ignored);
 * TensorBoard's single-scalar download, `Wall time,Step,Value`, whose metric is named by
-  `--metric` or by the file name TensorBoard gives it (`...tag-val_success_rate.csv`).
+  `--metric` or by the file name TensorBoard gives it (`...tag-val_success_rate.csv`);
+* a long table, one scalar per row (`step,tag,value`, tbparse's layout), in `csv_long`.
 
 Empty cells are metrics not logged at that step. Success-rate columns may hold fractions or
 percent: a column whose values go above 1 is read as percent (and said so).
@@ -30,6 +31,7 @@ from ccpo_cli.store.readers.base import (
     Skipped,
     step_number,
 )
+from ccpo_cli.store.readers.csv_long import is_long_header, read_long
 from ccpo_cli.store.readers.lines import Line, read_lines
 from ccpo_cli.store.readers.metric_names import RATE_KEYS, known_metric_from_tag
 
@@ -51,7 +53,7 @@ def _cells(text: str) -> list[str]:
         return []
 
 
-def _columns(path: Path, header: list[str], metric: str | None) -> tuple[int, dict[int, str]]:
+def _columns(path: Path, header: list[str], metric: str | None, source_run: str | None) -> tuple[int, dict[int, str]]:
     """The step column's index and {column index: metric name}."""
     names = [cell.strip() for cell in header]
     if [name.lower() for name in names] == list(_SINGLE_SCALAR):
@@ -74,9 +76,16 @@ def _columns(path: Path, header: list[str], metric: str | None) -> tuple[int, di
         run, separator, key = name.rpartition(" - ")
         if separator:
             runs.add(run)
+            if source_run is not None and run != source_run:
+                continue
         columns[index] = key if separator else name
-    if len(runs) > 1:
-        raise InvalidInput(f"{path}: columns from {len(runs)} runs ({', '.join(sorted(runs))}); export one run per file")
+    if source_run is not None and source_run not in runs:
+        raise InvalidInput(f"{path}: no columns of run {source_run!r} (runs here: {', '.join(sorted(runs)) or 'none named'})")
+    if len(runs) > 1 and source_run is None:
+        raise InvalidInput(
+            f"{path}: columns from {len(runs)} runs ({', '.join(sorted(runs))}); pick one with --source-run "
+            "or export one run per file"
+        )
     return step_index, columns
 
 
@@ -106,7 +115,10 @@ def _percent_columns(path: Path, step_index: int, columns: dict[int, str]) -> di
     return {index: value for index, value in largest.items() if 1.0 < value <= 100.0}
 
 
-def read_csv(path: Path, stats: ReadStats, metric: str | None = None, notes: list[str] | None = None) -> Iterator[ReadEvent]:
+def read_csv(
+    path: Path, stats: ReadStats, metric: str | None = None, notes: list[str] | None = None,
+    source_run: str | None = None,
+) -> Iterator[ReadEvent]:
     rows = _rows(path, stats)
     header = None
     for row in rows:
@@ -116,7 +128,10 @@ def read_csv(path: Path, stats: ReadStats, metric: str | None = None, notes: lis
         yield row
     if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header[1]):
         raise InvalidInput(f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})")
-    step_index, columns = _columns(path, header[1], metric)
+    if is_long_header(header[1]):
+        yield from read_long(path, rows, header[1], source_run)
+        return
+    step_index, columns = _columns(path, header[1], metric, source_run)
     percent = _percent_columns(path, step_index, columns)
     for index, value in percent.items():
         if notes is not None:
