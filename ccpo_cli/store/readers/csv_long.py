@@ -9,11 +9,17 @@ number of validation steps, not by the file.
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.readers.base import BadRecord, MetricRecord, ReadEvent, Skipped, step_number
+from ccpo_cli.store.readers.base import (
+    BadRecord,
+    MetricRecord,
+    ReadEvent,
+    Skipped,
+    step_number,
+)
 from ccpo_cli.store.readers.metric_names import KNOWN_KEYS, RATE_KEYS
 
 RUN_COLUMNS = ("dir_name", "run")
