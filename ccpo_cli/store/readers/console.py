@@ -28,7 +28,6 @@ from ccpo_cli.store.readers.lines import Line, read_lines
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
 STEP_START = re.compile(r"^\s*step:\d")
-_CONTINUATION = re.compile(r"[ \-]*\S*(?: - \S*)*[ \-]*")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int)\d*\((.*)\)")
 _KEY = re.compile(r"[^\s:]+")
@@ -37,6 +36,15 @@ _PARTIAL_VALUE = re.compile(
 )
 # wandb's output.log keeps at most this many characters of a console line and drops the rest.
 WANDB_LINE_LIMIT = 4096
+
+
+def _continues_record(body: str) -> bool:
+    """Whether a line reads as the rest of a wrapped `key:value - key:value` record: whitespace
+    only inside ` - ` separators (or cut ones at its ends). Linear time, unlike a regex over
+    16 MiB lines."""
+    return not any(
+        any(char.isspace() for char in piece) for piece in body.strip(" -").split(" - ")
+    )
 
 
 def _value(text: str) -> Any:
@@ -97,13 +105,22 @@ class _Pending:
         self.line, self.prefix, self.body = line.number, prefix, body.lstrip()
         self.last_length = len(line.text)
 
-    def extend(self, line: Line, body: str) -> None:
-        self.body += body
+    def extend_if_continues(self, line: Line, body: str) -> bool:
+        """Append a wrapped line when the two still read as key:value segments (the last one
+        possibly cut). Only the open segment onwards is re-checked, so a record wrapped over
+        many lines costs linear time; the whole record is checked once, at the end."""
+        joined = self.body + body
+        if len(joined) > MAX_LINE_BYTES:
+            return False
+        open_segment = self.body.rfind(" - ")
+        tail = joined if open_segment < 0 else "step:0" + joined[open_segment:]
+        if parse_record(tail, partial_tail=True) is None:
+            return False
+        self.body = joined
         self.last_length = len(line.text)
+        return True
 
     def complete(self) -> MetricRecord | Skipped:
-        if len(self.body) > MAX_LINE_BYTES:
-            return Skipped(self.line, f"record longer than {MAX_LINE_BYTES} bytes")
         if self.last_length == WANDB_LINE_LIMIT:
             return Skipped(self.line, f"line cut at {WANDB_LINE_LIMIT} characters (wandb's output.log limit)")
         parsed = parse_record(self.body)
@@ -134,7 +151,7 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         if not line.terminated:
             # Still being written. If it would continue the pending record, that record is
             # incomplete too; both wait for the next ingest.
-            if pending is not None and STEP_START.match(body) is None and _CONTINUATION.fullmatch(body):
+            if pending is not None and STEP_START.match(body) is None and _continues_record(body):
                 yield IncompleteTail(pending.line)
                 return
             if pending is not None:
@@ -149,10 +166,9 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         # A wrapped line continues the record when the two still read as key:value segments
         # (the last one possibly cut); the whole record is checked at the end.
         if (
-            pending is not None and body and prefix in (None, pending.prefix) and _CONTINUATION.fullmatch(body)
-            and parse_record(pending.body + body, partial_tail=True) is not None
+            pending is not None and body and prefix in (None, pending.prefix) and _continues_record(body)
+            and pending.extend_if_continues(line, body)
         ):
-            pending.extend(line, body)
             continue
         if pending is not None:
             yield pending.complete()
