@@ -95,8 +95,7 @@ def test_a_corrupted_copy_of_the_real_console_log_keeps_every_good_record(tmp_pa
     # A restart padded the file with NULs where step 50's line starts, plus a line of nothing but NULs.
     lines[restarted] = b"\x00" * 5000 + lines[restarted]
     lines.insert(restarted, b"\x00" * 300)
-    shift = lambda i: i + 1 if i >= restarted else i
-    cut_validation, cut_training = shift(cut_validation), shift(cut_training)
+    cut_validation, cut_training = (i + 1 if i >= restarted else i for i in (cut_validation, cut_training))
     # Two lines cut mid-key, as a capped console capture leaves them.
     lines[cut_validation] = lines[cut_validation][: lines[cut_validation].index(b"val/success_rate") + 9]
     lines[cut_training] = lines[cut_training][: lines[cut_training].index(b"actor/pg_loss") + 5]
