@@ -1,6 +1,6 @@
-"""The two real verl-agent logs in ../shared/real-logs (see its SOURCES.md) through `ccpo
-ingest --format auto`: every validation step, value and per-type rate equals what the file
-holds, read here independently with a regex or the csv module."""
+"""Two real verl-agent logs written elsewhere (docs/runs-db.md, "Tested on real logs") through
+`ccpo ingest --format auto`: every validation step, value and per-type rate equals what the
+file holds, read here independently with a regex or the csv module."""
 
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
         )
     if report.steps and not report.evaluations_found:
         report.warnings.append(
-            f"{path}: no validation in its {report.steps} step(s) (no {'val/success_rate'} value): "
+            f"{path}: no validation in its {report.steps} step(s) (no val/success_rate value): "
             f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
         )
 
