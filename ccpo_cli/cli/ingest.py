@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.errors import UsageError
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
 
@@ -25,7 +25,6 @@ def _arm_fingerprint(arm: str | None) -> str | None:
     return load_arm(arm).fingerprint
 
 
-@app.command("ingest")
 @handle_errors
 def ingest(
     ctx: typer.Context,
@@ -34,28 +33,28 @@ def ingest(
         "export, TensorBoard event files, or a wandb run folder."
     ))],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
     strict: Annotated[bool, typer.Option("--strict", help=(
         f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
         f"{MAX_LINE_TEXT}) are skipped and reported, and the file is refused only when no record reads."
     ))] = False,
-    metric: Annotated[Optional[str], typer.Option("--metric", help=(
+    metric: Annotated[str | None, typer.Option("--metric", help=(
         "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
         "read from its file name when it has one."
     ))] = None,
-    source_run: Annotated[Optional[str], typer.Option("--source-run", help=(
+    source_run: Annotated[str | None, typer.Option("--source-run", help=(
         "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
         "or a long step,tag,value table with a dir_name/run column)."
     ))] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:
-        raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
+        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
