@@ -21,6 +21,7 @@ from ccpo_cli import stats
 from ccpo_cli.arms import list_arms, load_arm
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.report import DEFAULT_WINDOW_START
+from ccpo_cli.store.facts import flatten
 from ccpo_cli.store.queries import best_evaluation, evaluations_for_runs, list_runs
 from ccpo_cli.task_types import TASK_TYPES
 
@@ -45,15 +46,6 @@ RUN_LOCAL_KEY_PARTS = {
     "metrics_path", "output_dir", "checkpoint_dir", "resume", "resume_mode", "resume_from_path",
     "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time",
 }
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: value}
 
 
 @functools.lru_cache(maxsize=1)
@@ -354,7 +346,7 @@ def _isolation(runs: list[dict], run_entries: list[dict], evaluations: dict[int,
         config = run["config"] if isinstance(run["config"], dict) else None
         configs[run["name"]] = (
             None if config is None
-            else {key: value for key, value in _flatten(config).items() if not _is_estimator_or_local(key)}
+            else {key: value for key, value in flatten(config).items() if not _is_estimator_or_local(key)}
         )
     recorded = {name: flat for name, flat in configs.items() if flat is not None}
     if recorded and len(recorded) < len(configs):
