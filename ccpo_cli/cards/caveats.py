@@ -60,14 +60,24 @@ def grpo_caveat(
     return {"present": False}
 
 
-def isolation_statement(run_rows: list[Mapping[str, Any]]) -> str:
+def isolation_statement(run_rows: list[Mapping[str, Any]], isolation: Mapping[str, Any]) -> str:
+    """What the side-by-side comparison isolates, by the check's verdict: a claim only when the
+    check passes on recorded evidence, and the missing evidence named when it cannot."""
+    if isolation.get("verdict") != "passes":
+        missing = ", ".join(isolation.get("not_recorded") or []) or "some evidence"
+        return (
+            f"ccpo cannot verify that these {len(run_rows)} runs differ only in the estimator: nothing recorded "
+            f"differs, but {missing} {'was' if len(isolation.get('not_recorded') or []) == 1 else 'were'} not "
+            "recorded for every run. Read the differences between arms as unverified."
+        )
     shared = []
     for column, label in (("hardware", "hardware"), ("seed", "seed"), ("data_order_seed", "data order"),
                           ("base_model", "base model")):
         values = {row.get(column) for row in run_rows}
         if len(values) == 1 and None not in values:
             shared.append(label)
-    statement = f"the {len(run_rows)} runs passed ccpo's isolation check (they differ only in estimator flags)"
+    statement = (f"What the comparison between arms does isolate is the estimator: the {len(run_rows)} runs passed "
+                 "ccpo's isolation check (they differ only in estimator flags)")
     if shared:
         listed = shared[0] if len(shared) == 1 else ", ".join(shared[:-1]) + " and " + shared[-1]
         statement += f" and share {listed}"
@@ -75,3 +85,21 @@ def isolation_statement(run_rows: list[Mapping[str, Any]]) -> str:
     if len(hashes) == 1 and None not in hashes:
         statement += "; they recorded identical rollouts at step 1, before any gradient was applied"
     return statement + "."
+
+
+def conflict_lines(document: Mapping[str, Any]) -> list[str]:
+    """One sentence per run with conflicting records: re-recorded steps that disagree, and facts
+    (total steps, split, ...) recorded with two values."""
+    lines = []
+    for run, conflict in (document.get("conflicts") or {}).items():
+        parts = []
+        if conflict.get("steps"):
+            parts.append("evaluations at step" + ("s " if len(conflict["steps"]) > 1 else " ")
+                         + ", ".join(map(str, conflict["steps"])) + " were recorded twice with different results "
+                         "(the first recorded is used)")
+        for key, values in (conflict.get("facts") or {}).items():
+            use = ("a final card waits for evaluations up to the largest" if key == "total_steps"
+                   else "the first is used")
+            parts.append(f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})")
+        lines.append(f"run `{run}`: " + "; ".join(parts))
+    return lines

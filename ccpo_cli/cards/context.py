@@ -22,7 +22,13 @@ from ccpo_cli.cards.baselines import (
     load_baseline_data,
     published_comparison,
 )
-from ccpo_cli.cards.caveats import arm_rows, fmt, grpo_caveat, isolation_statement
+from ccpo_cli.cards.caveats import (
+    arm_rows,
+    conflict_lines,
+    fmt,
+    grpo_caveat,
+    isolation_statement,
+)
 from ccpo_cli.cards.evidence import (
     evaluation_protocol,
     evidence_hash,
@@ -114,17 +120,41 @@ def _entry_for(document: dict, run: str) -> dict:
     raise InvalidInput(f"run {run!r} is missing from the comparison")
 
 
-def _check_status(run: str, status: str, last_step: int | None, total_steps: int | None) -> None:
+def _check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
+    """A final card needs the run to have reached the largest total steps ever recorded for it (a
+    re-ingest with a smaller total is a conflict, not a shortcut); an interim card of a finished
+    run would promise numbers that will never change, so it is refused."""
     if status not in STATUSES:
         raise InvalidInput(f"card status {status!r} is not one of {', '.join(STATUSES)}")
+    totals = this.get("total_steps_recorded") or []
+    last_step = this.get("last_step")
     if status == "final":
-        if total_steps is None:
+        if not totals:
             raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
-        if last_step is None or last_step < total_steps:
+        if last_step is None or last_step < max(totals):
+            conflict = f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
             raise InvalidInput(
-                f"run {run!r} is at step {last_step if last_step is not None else 0} of {total_steps}: "
+                f"run {run!r} is at step {last_step or 0} of {max(totals)}{conflict}: "
                 "a final card needs a finished run (use --status interim)"
             )
+    elif this.get("run_state") == "finished":
+        raise InvalidInput(
+            f"run {run!r} finished (step {last_step} of {max(totals)}): an interim card would promise "
+            "numbers that will not change; render it with --status final"
+        )
+
+
+def _check_headline(name: str, window: Mapping[str, Any], window_start: int) -> None:
+    if not window.get("n"):
+        raise InvalidInput(
+            f"run {name!r} has no held-out evaluation at step >= {window_start}; "
+            "there is no converged window to report"
+        )
+    if not window.get("headline"):
+        raise InvalidInput(
+            f"run {name!r}: {window['headline_note']}; a card's headline and model-index value is a window mean, "
+            "so wait for more evaluations or pass an earlier --window-start"
+        )
 
 
 def _license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:
@@ -147,20 +177,17 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
     name = run_row["name"]
     document, excluded = isolated_comparison(db, name, window_start)
     this = _entry_for(document, name)
-    total_steps = this.get("total_steps") or run_row.get("total_steps")
+    total_steps = max(this.get("total_steps_recorded") or [None], key=lambda value: value or 0)
     last_step = this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
-    _check_status(name, status, last_step, total_steps)
+    _check_status(name, status, this)
     from_scratch = trained_from_scratch(run_row)
     license = _license(run_row, license, from_scratch)
-    window, best = this["window"], this["best"]
-    if not window.get("n") or best is None:
-        raise InvalidInput(
-            f"run {name!r} has no held-out evaluation at step >= {window_start}; "
-            "there is no converged window to report"
-        )
+    window = this["window"]
+    _check_headline(name, window, window_start)
+    best = this["best"]
     window_ids = set(window["evaluation_ids"])
     window_evaluations = [row for row in store.run_evaluations(db, name) if row["id"] in window_ids]
-    protocol = evaluation_protocol(window_evaluations, config_of(run_row))
+    protocol = evaluation_protocol(window, window_evaluations, config_of(run_row))
     noise = single_evaluation_noise(this.get("single_eval_interval"))
     if protocol["episodes"] is None and noise.get("episodes") and not noise.get("episodes_assumed"):
         protocol["episodes"] = noise["episodes"]
@@ -216,10 +243,22 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
         "train_success": fmt(best["train_success_rate"]) if best.get("train_success_rate") is not None else "",
         "bias_sd": fmt(best["expected_max_bias_sd"]),
         "bias_points": fmt(best.get("expected_max_bias_points")),
+        "bias_known": best.get("expected_max_bias_points") is not None,
+        "bias_basis": best.get("bias_noise") or "the window sd",
         "n_candidates": best.get("n_candidates", window["n"]),
         "turns_start": fmt(first_with_turns["mean_turns"]) if first_with_turns else "",
         "turns_start_step": first_with_turns["step"] if first_with_turns else None,
     }
+
+
+def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
+    trend = window.get("trend") or {}
+    if trend.get("slope") is None:
+        return {"tested": False, "converged": None, "text": trend.get("note") or "no trend test"}
+    per_100 = f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval " \
+              f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
+    return {"tested": True, "converged": trend["converged"], "direction": trend["direction"],
+            "change": fmt(trend["change"]), "text": per_100}
 
 
 def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict) -> dict[str, Any]:
@@ -248,8 +287,14 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
             "episodes_known": bool(protocol["episodes"]),
             "split": protocol["split"],
             "temperature": protocol["temperature"],
+            "mixed": protocol["mixed"],
+            "left_out": protocol["left_out"],
         },
         "window": {"start": facts.window_start, "mean": fmt(window["mean"]), "sd": fmt(window["sd"]), "n": window["n"]},
+        "trend": _trend_vars(window),
+        "stopped_early": facts.this.get("run_state") == "stopped-early",
+        "conflicts": conflict_lines(facts.document),
+        "isolation": {"verdict": facts.document["isolation"]["verdict"]},
         "best": _best_vars(facts),
         "noise": {"available": facts.noise["half_width"] is not None, "half_width": fmt(facts.noise["half_width"]),
                   "method": facts.noise["method"]},
@@ -265,8 +310,8 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "all_single_seed": bool(arms_table) and len(single_seed) == len(arms_table),
         "single_seed_arms": ", ".join(single_seed),
         "isolation_statement": isolation_statement(
-            [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]]),
-        "setup": setup_rows(run_row, protocol),
+            [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]], facts.document["isolation"]),
+        "setup": setup_rows(run_row, protocol, facts.this.get("facts")),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
     }
@@ -310,6 +355,7 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "total_steps": facts.total_steps,
         "checkpoint_step": facts.checkpoint_step,
         "window": facts.this["window"],
+        "run_state": facts.this.get("run_state"),
         "best": facts.this["best"],
         "single_evaluation_noise": facts.noise,
         "arms": [row["raw"] for row in arms_table],
@@ -318,6 +364,8 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
             for entry in facts.document["runs"]
         ],
         "isolation": facts.document["isolation"],
+        "conflicts": facts.document.get("conflicts", {}),
+        "protocol": facts.protocol,
         "excluded_runs": facts.excluded,
         "grpo_comparison": grpo["present"],
         "published_baselines": published["rows"],

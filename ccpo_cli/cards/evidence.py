@@ -11,10 +11,11 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import store
-from ccpo_cli.store.facts import flatten
+from ccpo_cli.store.facts import VERL_CONFIG_KEYS, VERL_SPLITS, flatten
 
-# Config keys that name the evaluation split, in order of preference.
-SPLIT_KEYS = ("eval_split", "val_split")
+# Config keys that name the evaluation split, in order of preference, for runs that recorded
+# no split fact (store/facts.py maps verl-agent's dataset names to ALFWorld's split names).
+SPLIT_KEYS = ("eval_split", "val_split", VERL_CONFIG_KEYS["split"])
 
 
 def _most_common(values: list[Any]) -> Any:
@@ -22,13 +23,20 @@ def _most_common(values: list[Any]) -> Any:
     return collections.Counter(present).most_common(1)[0][0] if present else None
 
 
-def evaluation_protocol(window_evaluations: list[dict], config: Mapping[str, Any]) -> dict[str, Any]:
-    """Episodes, temperature and split of the evaluations a card's window averages."""
+def evaluation_protocol(window: Mapping[str, Any], window_evaluations: list[dict],
+                        config: Mapping[str, Any]) -> dict[str, Any]:
+    """Episodes, temperature and split of the evaluations a card's window averages: the
+    window's one protocol, filled from the evaluations and the config where it is silent."""
     flat = flatten(config)
+    chosen = window.get("protocol") or {}
+    split = chosen.get("split") or next((flat[key] for key in SPLIT_KEYS if flat.get(key) is not None), None)
     return {
-        "episodes": _most_common([row.get("episodes") for row in window_evaluations]),
-        "temperature": _most_common([row.get("temperature") for row in window_evaluations]),
-        "split": next((flat[key] for key in SPLIT_KEYS if flat.get(key) is not None), None),
+        "episodes": chosen.get("episodes") or _most_common([row.get("episodes") for row in window_evaluations]),
+        "temperature": chosen.get("temperature") if chosen.get("temperature") is not None
+        else _most_common([row.get("temperature") for row in window_evaluations]),
+        "split": VERL_SPLITS.get(str(split), split) if split is not None else None,
+        "mixed": bool(window.get("protocol_mixed")),
+        "left_out": len(window.get("left_out_evaluation_ids") or []),
     }
 
 

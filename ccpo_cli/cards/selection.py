@@ -27,23 +27,29 @@ def compare(db: sqlite_utils.Database, runs: list[str], window_start: int) -> di
 
 
 def isolated_comparison(db: sqlite_utils.Database, run: str, window_start: int) -> tuple[dict, dict[str, list[str]]]:
-    """The comparison document over `run` and every run that passes the isolation check
-    against it, plus the runs left out with the differences that excluded them."""
-    names = [row["name"] for row in store.list_runs(db) if row.get("n_evaluations")]
-    others = [name for name in names if name != run]
-    if not others:
-        return compare(db, [run], window_start), {}
-    everything = compare(db, [run, *others], window_start)
-    if everything["isolation"]["estimator_only"]:
+    """The comparison document over `run`, every other seed of its arm (replicates, always kept),
+    and every other arm whose runs do not fail the isolation check against them; plus the runs
+    left out with the differences that excluded them. An arm whose check is only unverifiable
+    stays in, and the card says what was not recorded."""
+    rows = [row for row in store.list_runs(db) if row.get("n_evaluations") or row["name"] == run]
+    arm_of = {row["name"]: row.get("arm") or f"(run {row['name']})" for row in rows}
+    own = [name for name in arm_of if arm_of[name] == arm_of[run]]
+    own = [run, *(name for name in own if name != run)]
+    others: dict[str, list[str]] = {}
+    for name, arm in arm_of.items():
+        if arm != arm_of[run]:
+            others.setdefault(arm, []).append(name)
+    everything = compare(db, [*own, *(name for names in others.values() for name in names)], window_start)
+    if not others or everything["isolation"]["verdict"] != "fails":
         return everything, {}
     included, excluded = [], {}
-    for other in others:
-        pair = compare(db, [run, other], window_start)
-        if pair["isolation"]["estimator_only"]:
-            included.append(other)
+    for names in others.values():
+        pair = compare(db, [*own, *names], window_start)
+        if pair["isolation"]["verdict"] != "fails":
+            included.extend(names)
         else:
-            excluded[other] = list(pair["isolation"]["differences"])
-    return compare(db, [run, *included], window_start), excluded
+            excluded.update({name: list(pair["isolation"]["differences"]) for name in names})
+    return compare(db, [*own, *included], window_start), excluded
 
 
 def config_of(run_row: Mapping[str, Any]) -> dict:

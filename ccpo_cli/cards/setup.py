@@ -31,6 +31,9 @@ VERL_SETUP_KEYS = {
 }
 
 
+NOT_RECORDED = "not recorded"
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -95,10 +98,20 @@ def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) ->
     return _rows(rows + _provenance_rows(run_row))
 
 
-def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[dict[str, str]]:
-    """The training-setup table of a verl-agent run, from its recorded Hydra configuration."""
+# Table rows a recorded fact (store/facts.py) fills when the configuration does not give them.
+FACT_ROWS = ("batch", "group", "max_steps", "lr", "kl", "gamma")
+
+
+def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
+                    facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+    """The training-setup table of a verl-agent run, from its recorded Hydra configuration and
+    protocol facts; what neither records is said to be not recorded."""
     flat = flatten(config_of(run_row))
+    facts = facts or {}
     value = {name: flat.get(key) for name, key in VERL_SETUP_KEYS.items()}
+    for name in FACT_ROWS:
+        if value[name] is None:
+            value[name] = facts.get(name)
     benchmark = run_row.get("benchmark") or "alfworld"
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
     rows.append(("benchmark", "ALFWorld (AlfredTWEnv), 6 task types" if benchmark == "alfworld" else benchmark))
@@ -108,27 +121,29 @@ def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) -> 
     if value["max_steps"] is not None:
         history = f", history length {value['history_length']}" if value["history_length"] is not None else ""
         rows.append(("max env steps", f"{value['max_steps']} per episode{history}"))
-    if value["lr"] is not None:
-        rows.append(("learning rate", _learning_rate(value["lr"])))
+    rows.append(("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED))
     if value["kl"] is not None:
         rows.append(("KL", f"{value['kl']}" + (f", {value['kl_type']} estimator" if value["kl_type"] else "")))
-    if value["gamma"] is not None:
-        rows.append(("gamma", f"{value['gamma']}"))
+    rows.append(("gamma", f"{value['gamma']}" if value["gamma"] is not None else NOT_RECORDED))
     if value["max_prompt"] is not None and value["max_response"] is not None:
         rows.append(("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens"))
     rows.append(("training steps", run_row.get("total_steps")))
-    rows.append(("seed", run_row.get("seed")))
-    eval_bits = [f"{protocol['episodes']} episodes" if protocol.get("episodes") else None,
-                 f"temperature {protocol['temperature']}" if protocol.get("temperature") is not None else None]
-    rows.append(("eval", ", ".join(bit for bit in eval_bits if bit) or None))
+    rows.append(("seed", run_row.get("seed") if run_row.get("seed") is not None else NOT_RECORDED))
+    eval_bits = [f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
+                 f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
+                 f"temperature {protocol['temperature']}" if protocol.get("temperature") is not None
+                 else "temperature not recorded"]
+    rows.append(("eval", ", ".join(eval_bits)))
     rows.append(("backend", run_row.get("backend")))
-    return _rows(rows + _provenance_rows(run_row))
+    hardware = run_row.get("hardware") or facts.get("hardware")
+    return _rows(rows + _provenance_rows(dict(run_row, hardware=hardware or NOT_RECORDED)))
 
 
-def setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[dict[str, str]]:
+def setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
+               facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
     if trained_from_scratch(run_row):
         return local_setup_rows(run_row, protocol)
-    return verl_setup_rows(run_row, protocol)
+    return verl_setup_rows(run_row, protocol, facts)
 
 
 _LOCAL_PATH = re.compile(r"^(/|~|\$HOME|\.{1,2}/|[A-Za-z]:\\)")

@@ -147,17 +147,6 @@ def record_facts(db: sqlite_utils.Database, run_id: int, facts: Mapping[str, Any
     return conflicts
 
 
-def reconcile_total_steps(db: sqlite_utils.Database, run_id: int | None, recorded: int | None,
-                          given: int | None, source: str | None = None) -> tuple[int | None, dict | None]:
-    """The total steps to write for a run, and the conflict when `given` differs from what is
-    recorded: the recorded total stays, and both values are kept as facts."""
-    if given is None or recorded is None or run_id is None or int(given) == int(recorded):
-        return given, None
-    _record(db, run_id, "total_steps", int(recorded), "runs.total_steps")
-    _record(db, run_id, "total_steps", int(given), source)
-    return None, {"key": "total_steps", "recorded": int(recorded), "given": int(given)}
-
-
 def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
     """{"values": {key: first value recorded}, "conflicts": {key: [every value, first first]}}."""
     values: dict[str, Any] = {}
@@ -171,3 +160,67 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
         if value not in seen[row["key"]]:
             seen[row["key"]].append(value)
     return {"values": values, "conflicts": {key: found for key, found in seen.items() if len(found) > 1}}
+
+
+def _run_row(db: sqlite_utils.Database, run: str) -> dict | None:
+    rows = list(db["runs"].rows_where("name = ?", [run], select="id, total_steps, last_step, status, config"))
+    return rows[0] if rows else None
+
+
+def reconcile_total_steps(db: sqlite_utils.Database, run: str, given: int | None,
+                          source: str | None = None) -> tuple[int | None, dict | None]:
+    """The total steps to write for `run`, and the conflict when `given` differs from what is
+    recorded: the recorded total stays in the runs table, and both values are kept as facts, so
+    a shorter total can never make an unfinished run look finished."""
+    row = _run_row(db, run)
+    if given is None or row is None or row["total_steps"] is None or int(given) == int(row["total_steps"]):
+        return given, None
+    _record(db, row["id"], "total_steps", int(row["total_steps"]), "runs.total_steps")
+    _record(db, row["id"], "total_steps", int(given), source)
+    return None, {"key": "total_steps", "recorded": int(row["total_steps"]), "given": int(given)}
+
+
+def derived_status(last_step: int | None, total_steps: list[int], ended: bool) -> str | None:
+    """The run status the data gives: finished at or past the largest recorded total; below it,
+    stopped when the caller says the run has ended (an explicit marker), else running."""
+    if last_step is None:
+        return None
+    if total_steps and last_step >= max(total_steps):
+        return "finished"
+    return "stopped" if ended else "running"
+
+
+def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], *,
+                        config: Mapping[str, Any] | None = None, verl_log: bool = False,
+                        ended: bool = False, source: str | None = None) -> list[dict]:
+    """After an ingest: record the facts given (a verl-agent log gets split `valid_seen` unless
+    told otherwise), keep the config when the run has none, and set the status from the data.
+    Returns the fact conflicts this created."""
+    row = _run_row(db, run)
+    facts = {key: value for key, value in facts.items() if value is not None}
+    if verl_log and "split" not in facts and "split" not in run_facts(db, row["id"])["values"]:
+        _record(db, row["id"], "split", VERL_AGENT_DEFAULT_SPLIT,
+                "default: verl-agent validates on eval_in_distribution (valid_seen)")
+    conflicts = record_facts(db, row["id"], facts, source)
+    changes: dict[str, Any] = {}
+    if config and not row["config"]:
+        changes["config"] = json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
+    totals = [int(value) for value in [row["total_steps"], *run_facts(db, row["id"])["conflicts"].get("total_steps", [])]
+              if value is not None]
+    status = derived_status(row["last_step"], totals, ended)
+    if status is not None and status != row["status"]:
+        changes["status"] = status
+    if changes:
+        db["runs"].update(row["id"], dict(changes, updated_at=utc_now()))
+    return conflicts
+
+
+def protocol_facts(config_file: str | Path | None, **given: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The flattened config (None without a file) and the facts of an ingest: those the config
+    gives, overridden by the options given (None means not given)."""
+    flat = read_config_file(config_file) if config_file is not None else None
+    facts = facts_from_config(flat) if flat else {}
+    facts.update({key: value for key, value in given.items() if value is not None})
+    if facts.get("episodes") is not None and int(facts["episodes"]) <= 0:
+        raise InvalidInput(f"--episodes must be a positive number of episodes, got {facts['episodes']}")
+    return flat, facts
