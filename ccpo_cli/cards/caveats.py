@@ -98,7 +98,7 @@ def conflict_lines(document: Mapping[str, Any]) -> list[str]:
                          + ", ".join(map(str, conflict["steps"])) + " were recorded twice with different results "
                          "(the first recorded is used)")
         for key, values in (conflict.get("facts") or {}).items():
-            use = ("a final card waits for evaluations up to the largest" if key == "total_steps"
+            use = ("a final card needs the run to reach the largest" if key == "total_steps"
                    else "the first is used")
             parts.append(f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})")
         lines.append(f"run `{run}`: " + "; ".join(parts))

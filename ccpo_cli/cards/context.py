@@ -333,7 +333,9 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "model_name": _repo_name(facts.repo_id),
         "headline_value": round(float(window["mean"]), 1),
         "headline_name": (
-            f"Success rate (%), converged-window mean over {window['n']} evaluations (step >= {facts.window_start})"
+            f"Success rate (%), {'window' if window.get('converged') is False else 'converged-window'} mean over "
+            f"{window['n']} evaluations (step >= {facts.window_start})"
+            + (", not converged" if window.get("converged") is False else "")
         ),
         "split": facts.protocol["split"],
     }
