@@ -17,11 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import __version__, store
-from ccpo_cli.cards.baselines import (
-    inherited_license,
-    load_baseline_data,
-    published_comparison,
-)
+from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
 from ccpo_cli.cards.caveats import (
     arm_rows,
     conflict_lines,
@@ -33,6 +29,13 @@ from ccpo_cli.cards.evidence import (
     evaluation_protocol,
     evidence_hash,
     single_evaluation_noise,
+)
+from ccpo_cli.cards.guards import (
+    PROJECT_LICENSE,
+    STATUSES,
+    card_license,
+    check_headline,
+    check_status,
 )
 from ccpo_cli.cards.lint import FROM_SCRATCH_TAG
 from ccpo_cli.cards.method import (
@@ -56,17 +59,12 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.task_types import TASK_TYPES
 
-STATUSES = ("interim", "final")
 SUMMARY_PATH = "results/ccpo_summary.json"
 PLOT_PATH = "results/learning_curve.png"
 BASE_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "verl-agent")
-# A policy of the local CPU backend is trained from scratch: there is no base model to name or
-# inherit a license from, so its card carries ccpo's own license (pyproject.toml: Apache-2.0),
-# stated as such, and no `base_model` lineage.
-PROJECT_LICENSE = "apache-2.0"
 LOCAL_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "ccpo-local", FROM_SCRATCH_TAG)
 
-__all__ = ["DEFAULT_WINDOW_START", "PLOT_PATH", "SUMMARY_PATH", "CardContext", "build_card_context"]
+__all__ = ["DEFAULT_WINDOW_START", "PLOT_PATH", "STATUSES", "SUMMARY_PATH", "CardContext", "build_card_context"]
 
 
 @dataclass
@@ -120,58 +118,6 @@ def _entry_for(document: dict, run: str) -> dict:
     raise InvalidInput(f"run {run!r} is missing from the comparison")
 
 
-def _check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
-    """A final card needs the run to have reached the largest total steps ever recorded for it (a
-    re-ingest with a smaller total is a conflict, not a shortcut); an interim card of a finished
-    run would promise numbers that will never change, so it is refused."""
-    if status not in STATUSES:
-        raise InvalidInput(f"card status {status!r} is not one of {', '.join(STATUSES)}")
-    totals = this.get("total_steps_recorded") or []
-    last_step = this.get("last_step")
-    if status == "final":
-        if not totals:
-            raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
-        if last_step is None or last_step < max(totals):
-            conflict = f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
-            raise InvalidInput(
-                f"run {run!r} is at step {last_step or 0} of {max(totals)}{conflict}: "
-                "a final card needs a finished run (use --status interim)"
-            )
-    elif this.get("run_state") == "finished":
-        raise InvalidInput(
-            f"run {run!r} finished (step {last_step} of {max(totals)}): an interim card would promise "
-            "numbers that will not change; render it with --status final"
-        )
-
-
-def _check_headline(name: str, window: Mapping[str, Any], window_start: int) -> None:
-    if not window.get("n"):
-        raise InvalidInput(
-            f"run {name!r} has no held-out evaluation at step >= {window_start}; "
-            "there is no converged window to report"
-        )
-    if not window.get("headline"):
-        raise InvalidInput(
-            f"run {name!r}: {window['headline_note']}; a card's headline and model-index value is a window mean, "
-            "so wait for more evaluations or pass an earlier --window-start"
-        )
-
-
-def _license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:
-    base_model = run_row.get("base_model")
-    if not base_model and not from_scratch:
-        raise InvalidInput(f"run {run_row['name']!r} records no base model; ingest it with --base-model")
-    # A from-scratch policy inherits no license: it is ccpo's own work, under ccpo's license.
-    license = given or config_of(run_row).get("license") or (
-        PROJECT_LICENSE if from_scratch else inherited_license(base_model))
-    if not license:
-        raise InvalidInput(
-            f"run {run_row['name']!r} records no license and the base model {base_model} has none on "
-            "record in configs/published_baselines.yaml; pass --license with the base model's license"
-        )
-    return license
-
-
 def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) -> _Facts:
     run_row = store.get_run(db, run)
     name = run_row["name"]
@@ -179,11 +125,11 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
     this = _entry_for(document, name)
     total_steps = max(this.get("total_steps_recorded") or [None], key=lambda value: value or 0)
     last_step = this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
-    _check_status(name, status, this)
+    check_status(name, status, this)
     from_scratch = trained_from_scratch(run_row)
-    license = _license(run_row, license, from_scratch)
+    license = card_license(run_row, license, from_scratch)
     window = this["window"]
-    _check_headline(name, window, window_start)
+    check_headline(name, window, window_start)
     best = this["best"]
     window_ids = set(window["evaluation_ids"])
     window_evaluations = [row for row in store.run_evaluations(db, name) if row["id"] in window_ids]
