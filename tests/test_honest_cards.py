@@ -160,6 +160,14 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
     assert run["total_steps"] == 150 and run["seed"] == 0
     window = compare_runs(db, ["rh"])["runs"][0]["window"]
     assert window["protocol"] == {"split": "valid_seen", "temperature": 0.6, "episodes": 128}
+    # A second arm ingested with the same config: what is recorded agrees, what is not is named.
+    other = runner.invoke(app, ["--db", str(db_path), "ingest", str(log), "--run", "gg", "--arm", "gigpo",
+                                "--base-model", "Qwen/Qwen2.5-7B-Instruct", "--config", str(config),
+                                "--episodes", "128", "--temperature", "0.6"])
+    assert other.exit_code == 0, other.output
+    isolation = compare_runs(db, ["rh", "gg"])["isolation"]
+    assert isolation["differences"] == [] and isolation["verdict"] == "unverifiable"
+    assert "hardware" not in isolation["not_recorded"] and "data_order_seed" in isolation["not_recorded"]
     context = build_card_context(db, "rh")
     text = render_card(context)
     assert ModelCard(text).data.eval_results[0].dataset_split == "valid_seen"

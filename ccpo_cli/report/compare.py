@@ -240,6 +240,8 @@ def compare_runs(
     for run in chosen:
         recorded = run_facts(db, run["id"])
         run["facts"], run["fact_conflicts"] = recorded["values"], recorded["conflicts"]
+        if run["hardware"] is None:
+            run["hardware"] = run["facts"].get("hardware")  # an ingested run records it as a fact
         run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])}) if run["n_conflicts"] else []
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = [_run_entry(run, evaluations[run["id"]], window_start, confidence) for run in chosen]
