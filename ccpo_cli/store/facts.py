@@ -7,9 +7,9 @@ key stands, and a different value recorded later is kept beside it as a conflict
 change. `total_steps` lives in the runs table; a re-ingest that names another total is recorded
 here as a conflict of that key (`reconcile_total_steps`).
 
-Split names: verl-agent's ALFWorld validation runs on `eval_in_distribution`, ALFWorld's
-`valid_seen` games (docs/verl-backend.md), so an ingested verl-agent run's split is `valid_seen`
-unless told otherwise; `eval_out_of_distribution` is `valid_unseen`.
+Split names: verl-agent's ALFWorld validation runs on `env.alfworld.eval_dataset`, by default
+`eval_in_distribution`, ALFWorld's `valid_seen` games, so an ingested verl-agent run's split is
+`valid_seen` unless told otherwise; `eval_out_of_distribution` is `valid_unseen` (docs/runs-db.md).
 """
 
 from __future__ import annotations
