@@ -124,11 +124,12 @@ def window_entry(evaluations: list[dict], facts: dict, window_start: int, confid
     in_window = [row for row in evaluations if row["step"] >= window_start]
     protocol, in_window_protocols = _choose_protocol(in_window, facts)
     chosen = [row for row in in_window if protocol is not None and protocol_of(row, facts) == protocol]
+    chosen_ids = {row["id"] for row in chosen}
     raw = stats.window_stats([row["step"] for row in chosen], [row["success_rate"] for row in chosen], window_start)
     raw.pop("indices")
     window = dict(raw, start=window_start, evaluation_ids=[row["id"] for row in chosen], protocol=protocol,
                   protocol_mixed=len(in_window_protocols) > 1,
-                  left_out_evaluation_ids=[row["id"] for row in in_window if row not in chosen])
+                  left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids])
     window["headline"] = window["n"] >= MIN_HEADLINE_EVALUATIONS
     window["headline_note"] = None if window["headline"] else (
         f"{window['n']} evaluation{'s' if window['n'] != 1 else ''} at step >= {window_start}: a window mean "
