@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.errors import UsageError
 from ccpo_cli.store import open_db
 from ccpo_cli.store.facts import protocol_facts
 from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
@@ -26,27 +26,26 @@ def _arm_fingerprint(arm: str | None) -> str | None:
     return load_arm(arm).fingerprint
 
 
-@app.command("ingest")
 @handle_errors
 def ingest(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Metrics file: ccpo JSONL, verl file-logger JSONL or a verl console log.")],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
-    split: Annotated[Optional[str], typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
-    temperature: Annotated[Optional[float], typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
-    episodes: Annotated[Optional[int], typer.Option("--episodes", help="Episodes per evaluation.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,
     ended: Annotated[bool, typer.Option("--ended", help="The run has ended: short of its total steps it is recorded as stopped early.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:
-        raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
+        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
     flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
