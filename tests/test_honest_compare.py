@@ -139,3 +139,16 @@ def test_two_seeds_per_arm_give_an_interval_and_a_probability(tmp_path):
     assert all(arm["iqm"]["note"] is None and arm["iqm"]["ci_low"] is not None for arm in document["arms"])
     assert document["comparisons"][0]["probability_of_improvement"] == 1.0
     assert document["comparisons"][0]["isolation"]["verdict"] == "passes"
+
+
+def test_the_compare_table_prints_needs_two_seeds_and_the_pair_verdict(tmp_path):
+    from typer.testing import CliRunner
+
+    from ccpo_cli.cli.app import app
+
+    db = open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", plateau(84))
+    add_run(db, "gs", "global-successor", plateau(78), base_model="Qwen/Qwen2.5-1.5B-Instruct")
+    result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "compare"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "needs ≥ 2 seeds" in result.output and "isolation fails" in result.output

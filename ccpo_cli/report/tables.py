@@ -142,9 +142,13 @@ def comparisons_table(document: dict) -> Table:
     for row in document["comparisons"]:
         welch = row["welch"]
         interval = f"[{_number(welch['ci_low'])}, {_number(welch['ci_high'])}]" if welch["ci_low"] is not None else "-"
+        poi = row["probability_of_improvement"]
+        poi_text = _number(poi, 2) if poi is not None else (row.get("poi_note") or "-")
+        verdict = (row.get("isolation") or {}).get("verdict")
+        notes = [row["note"] or "", f"isolation {verdict}" if verdict and verdict != "passes" else ""]
         table.add_row(f"{row['arm_a']} vs {row['arm_b']}", _number(row["difference"]), _number(welch["t"], 2),
-                      _number(welch["df"]), _number(welch["p"], 3), interval,
-                      _number(row["probability_of_improvement"], 2), _text(row["note"]) if row["note"] else "")
+                      _number(welch["df"]), _number(welch["p"], 3), interval, poi_text,
+                      "; ".join(note for note in notes if note))
     return table
 
 
