@@ -11,6 +11,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.errors import UsageError
 from ccpo_cli.store import open_db
+from ccpo_cli.store.facts import protocol_facts
 from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
 
 # Below this size an ingest finishes before a bar would be worth drawing.
@@ -38,6 +39,11 @@ def ingest(
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,
+    ended: Annotated[bool, typer.Option("--ended", help="The run has ended: short of its total steps it is recorded as stopped early.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help=(
         f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
         f"{MAX_LINE_TEXT}) are skipped and reported, and the file is refused only when no record reads."
@@ -57,13 +63,15 @@ def ingest(
         raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
+    flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
+                                        total_steps=total_steps)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=seed, base_model=base_model,
-                  total_steps=total_steps, strict=strict, metric=metric,
-                  source_run=source_run)
+    kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=facts.get("seed"), base_model=base_model,
+                  total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
+                  strict=strict, metric=metric, source_run=source_run)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
         with Progress(*columns, console=stderr_console, transient=True) as progress:

@@ -18,7 +18,7 @@ still being written: it is left for the next ingest and reported.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import sqlite_utils
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
+from ccpo_cli.store.facts import reconcile_total_steps, record_ingest_facts
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -80,6 +81,7 @@ class IngestReport:
     skipped_lines: list[dict[str, Any]] = field(default_factory=list)
     cleaned: int = 0
     cleaned_lines: list[int] = field(default_factory=list)
+    fact_conflicts: list[dict[str, Any]] = field(default_factory=list)  # protocol facts (store/facts.py)
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
@@ -93,6 +95,7 @@ class IngestReport:
             "duplicates": self.duplicates, "conflicts": self.conflicts, "warnings": self.warnings,
             "incomplete_tail_line": self.incomplete_tail_line, "skipped": self.skipped,
             "skipped_lines": self.skipped_lines, "cleaned": self.cleaned, "cleaned_lines": self.cleaned_lines,
+            "fact_conflicts": self.fact_conflicts,
         }
 
 
@@ -216,6 +219,9 @@ def ingest_file(
     base_model: str | None = None,
     total_steps: int | None = None,
     backend: str | None = None,
+    facts: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    ended: bool = False,
     strict: bool = False,
     metric: str | None = None,
     source_run: str | None = None,
@@ -229,7 +235,9 @@ def ingest_file(
     InvalidInput (exit 3) for a missing or empty file, one in which no record reads, any bad
     line under `strict`, or an arm fingerprint different from the run's; the database is then
     unchanged. `progress(n_bytes)` is called as the file is read, `write_progress(done, None)`
-    as evaluations are recorded.
+    as evaluations are recorded. `facts` and `config` are the run's protocol facts and verl config
+    (store/facts.py); a total steps different from the recorded one is kept as a conflict, not
+    written; `ended` says the run will not continue (a run short of its total is then stopped).
     """
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -237,11 +245,18 @@ def ingest_file(
     report = IngestReport(path=str(path), format=fmt, run=run)
     stats = ReadStats(progress)
     with write_transaction(db):
+        source = str(path.resolve())
+        total_steps, total_conflict = reconcile_total_steps(db, run, total_steps, source)
+        if total_conflict is not None:
+            report.fact_conflicts.append(total_conflict)
+            report.warnings.append(
+                f"run {run!r} is recorded with {total_conflict['recorded']} total steps; kept that and recorded "
+                f"{total_conflict['given']} as a conflict (a final card needs evaluations up to the larger total)"
+            )
         ensure_run(
             db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
             total_steps=total_steps, backend=backend,
         )
-        source = str(path.resolve())
         for record in _events(path, fmt, stats, report, strict, metric, source_run):
             if _record_one(db, run, path, source, record, report, strict):
                 report.steps += 1
@@ -252,6 +267,13 @@ def ingest_file(
         _refuse_if_nothing_read(path, report)
         if report.last_step is not None:
             update_run_state(db, run, last_step=report.last_step)
+        conflicts = record_ingest_facts(db, run, facts or {}, config=config, verl_log=report.format != "ccpo",
+                                        ended=ended, source=source)
+        report.fact_conflicts.extend(conflicts)
+        report.warnings.extend(
+            f"run {run!r} has {c['key']} {c['recorded']!r} on record; kept it and recorded {c['given']!r} as a conflict"
+            for c in conflicts
+        )
     _summarise(path, report)
     return report
 
