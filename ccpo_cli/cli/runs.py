@@ -22,7 +22,7 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """Every run with its arm, seed, status, last step and number of evaluations."""
-    runs = list_runs(open_db(settings(ctx).db))
+    runs = list_runs(open_db(settings(ctx).db, must_exist=True))
     if as_json:
         emit_json({"runs": runs})
     else:
@@ -37,7 +37,7 @@ def show_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
 ) -> None:
     """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
-    db = open_db(settings(ctx).db)
+    db = open_db(settings(ctx).db, must_exist=True)
     document = {
         "run": get_run(db, run),
         "evaluations": run_evaluations(db, run, split=None),

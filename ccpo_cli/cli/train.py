@@ -17,6 +17,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ccpo_cli.cli.app import app
+from ccpo_cli.names import check_run_name
 from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
 from ccpo_cli.errors import CcpoError, UsageError
 
@@ -55,7 +56,7 @@ def parse_seeds(seeds: str | None, seed: int | None) -> list[int]:
 def _run_name(run: str | None, seed: int, several: bool) -> str | None:
     if run is None:
         return None
-    return f"{run}-seed{seed}" if several else run
+    return check_run_name(f"{run}-seed{seed}" if several else run)
 
 
 def _train_local(ctx: typer.Context, arm, seeds: list[int], options: dict[str, Any], as_json: bool, dry_run: bool) -> None:
