@@ -107,6 +107,17 @@ def test_a_database_from_before_the_stamp_is_adopted_and_stamped_on_write(seeded
     assert invoke("--db", seeded, "ingest", metrics_file(tmp_path), "--run", "w").exit_code == 0
     with sqlite3.connect(seeded) as connection:
         assert connection.execute("PRAGMA application_id").fetchone()[0] == db_module.APPLICATION_ID
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == len(db_module._known_migrations())
+
+
+def test_a_write_through_a_read_command_stamps_an_old_database(seeded):
+    with sqlite3.connect(seeded) as connection:
+        connection.execute("PRAGMA application_id = 0")
+    db = store.open_db(seeded, must_exist=True)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == 0
+    store.record_publication(db, "return-hard", "me/x", revision="main", commit_id="c0ffee", card_hash="h",
+                             status="interim", checkpoint_step=None, url=None)
+    assert db.execute("PRAGMA application_id").fetchone()[0] == db_module.APPLICATION_ID
 
 
 # --- write failures: exit 1, one line, nothing changed --------------------------------------

@@ -327,6 +327,8 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
             raise _write_failed(db, error) from None
         raise
     try:
+        if db.execute("PRAGMA application_id").fetchone()[0] == 0 and MIGRATIONS.applied(db):
+            _stamp(db)  # a runs.db from before the stamp, opened by a read command that now writes
         yield db
     except BaseException as error:
         if db.conn.in_transaction:
