@@ -63,6 +63,19 @@ def test_eval_with_a_path_like_run_name_records_nothing(db_path, name):
     assert db_state(db_path) == before
 
 
+@pytest.mark.parametrize("name", ["../escape", "a\nb"])
+def test_ingest_and_train_with_a_path_like_run_name_touch_nothing(db_path, tmp_path, name):
+    metrics = tmp_path / "m.jsonl"
+    metrics.write_text('{"step": 1, "val/success_rate": 0.5}\n')
+    before = db_state(db_path)
+    assert_refused(invoke("--db", db_path, "ingest", metrics, "--run", name), 3, "--run")
+    assert db_state(db_path) == before
+    assert_refused(invoke("--db", tmp_path / "new.db", "ingest", metrics, "--run", name), 3, "--run")
+    assert not (tmp_path / "new.db").exists()
+    assert_refused(invoke("--db", db_path, "train", "--arm", "return-hard", "--run", name, "--dry-run"), 3, "--run")
+    assert db_state(db_path) == before
+
+
 def test_default_folder_that_resolves_elsewhere_is_refused(db_path, tmp_path, monkeypatch):
     work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
     work.mkdir()

@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.names import check_run_name
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
 
@@ -43,6 +44,7 @@ def ingest(
         raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
+    check_run_name(run)  # before open_db, like the file check below
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
