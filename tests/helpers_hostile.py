@@ -15,7 +15,7 @@ from ccpo_cli.cli.app import app
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-def invoke(*args: str, input: str | None = None):  # noqa: A002 - CliRunner's name
+def invoke(*args: str, input: str | None = None):
     return CliRunner().invoke(app, [str(arg) for arg in args], input=input)
 
 
@@ -48,7 +48,8 @@ def run_ccpo(*args: str, cwd: Path, preexec=None, env: dict | None = None, stdin
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONDONTWRITEBYTECODE="1", COLUMNS="200")
     environment.update(env or {})
     return subprocess.run([sys.executable, "-m", "ccpo_cli", *map(str, args)], cwd=cwd, env=environment,
-                          capture_output=True, text=True, preexec_fn=preexec, input=stdin, timeout=timeout)
+                          capture_output=True, text=True, preexec_fn=preexec, input=stdin, timeout=timeout,
+                          check=False)
 
 
 def assert_child_refused(completed: subprocess.CompletedProcess, code: int, *phrases: str) -> str:

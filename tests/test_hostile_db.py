@@ -10,12 +10,18 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers_cards import seed_card_db
+from helpers_hostile import (
+    assert_child_refused,
+    assert_refused,
+    db_state,
+    invoke,
+    run_ccpo,
+)
+from helpers_store import training_series, write_ccpo
 
 from ccpo_cli import store
 from ccpo_cli.store import db as db_module
-from helpers_cards import seed_card_db
-from helpers_hostile import assert_child_refused, assert_refused, db_state, invoke, run_ccpo
-from helpers_store import training_series, write_ccpo
 
 READ_COMMANDS = [
     ("runs", "list"),

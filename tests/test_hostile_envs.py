@@ -5,7 +5,6 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-
 from helpers_hostile import assert_refused, db_state, invoke
 
 

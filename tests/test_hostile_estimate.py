@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_hostile import assert_refused, invoke
 
 from ccpo_cli import batch_io
-from helpers_hostile import assert_refused, invoke
 
 EX1 = Path(__file__).resolve().parent.parent / "examples" / "worked-example-1.json"
 

@@ -8,12 +8,17 @@ import threading
 import time
 
 import pytest
-
-from ccpo_cli.hub_access import DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, HubTimeouts, resolve_timeouts
 from fakehub import FakeHub
 from helpers_cards import loopback_only, seed_card_db  # noqa: F401 - pytest fixtures
 from helpers_hostile import assert_refused, db_state, invoke
 from test_publish_hub import REPO, TOKEN, hub_env  # noqa: F401 - pytest fixtures
+
+from ccpo_cli.hub_access import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_READ_TIMEOUT,
+    HubTimeouts,
+    resolve_timeouts,
+)
 
 
 class SilentListener:
@@ -59,7 +64,7 @@ def db_path(tmp_path):
     return path
 
 
-def publish(db_path, endpoint, staging, *args, input=None):  # noqa: A002
+def publish(db_path, endpoint, staging, *args, input=None):
     return invoke("--db", db_path, "publish", "--run", "return-hard", "--repo", REPO, "--endpoint", endpoint,
                   "--staging", staging, *args, input=input)
 
@@ -89,7 +94,7 @@ def test_the_environment_sets_the_timeout(db_path, hub_env, loopback_only, silen
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1,2,3", "nan"])
-def test_a_bad_timeout_is_refused_before_any_network(db_path, hub_env, tmp_path, value):
+def test_a_bad_timeout_is_refused_before_any_network(db_path, hub_env, tmp_path, value):  # noqa: F811
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--timeout", value, "--token", TOKEN),
                    3, "--timeout")
 
@@ -115,7 +120,7 @@ def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_pat
         assert commits and all(r.authorization == f"Bearer {TOKEN}" for r in commits)
 
 
-def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):
+def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):  # noqa: F811
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--token-file", tmp_path / "nope"),
                    3, "--token-file")
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s2", "--token", "-", input=""), 3, "stdin")

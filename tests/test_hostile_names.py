@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from helpers_cards import seed_card_db
+from helpers_hostile import assert_refused, db_state, invoke
 
 from ccpo_cli.cards.fences import regions
 from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.names import check_repo_id, check_run_name
-from helpers_cards import seed_card_db
-from helpers_hostile import assert_refused, db_state, invoke
 
 BAD_RUN_NAMES = ["../../../escape-target/x", "/tmp/abs", "a\nb", "a/b", "x" * 300, "..", "a..b", "-x", ".hidden", ""]
 BAD_REPO_IDS = ["me/name\n", "me/a--b", "me/a..b", "me/x.git", "name-only", "a/b/c", "me/x)](http://evil"]
