@@ -31,7 +31,7 @@ from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this module's API
     TIMEOUT_ENV,
     HubTimeouts,
-    install_timeouts,
+    hub_timeouts,
     is_timeout,
     resolve_timeouts,
     resolve_token,
@@ -233,11 +233,17 @@ def push(
 ) -> dict[str, Any]:
     """Create the repository if needed, upload and verify the checkpoint, then commit the card
     in one commit against the revision ccpo read. Returns what happened (no secrets)."""
-    from huggingface_hub import CommitOperationAdd, HfApi
-
     if not token:
         raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
-    install_timeouts(timeouts or resolve_timeouts())
+    with hub_timeouts(timeouts or resolve_timeouts()):
+        return _push(staged, repo_id=repo_id, revision=revision, private=private, token=token,
+                     endpoint=endpoint, checkpoint=checkpoint)
+
+
+def _push(staged: StagedCard, *, repo_id: str, revision: str, private: bool, token: str, endpoint: str,
+          checkpoint: Path | None) -> dict[str, Any]:
+    from huggingface_hub import CommitOperationAdd, HfApi
+
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
     hub = _Hub(api, token, repo_id)
     repo_url = hub.call("creating the repository", api.create_repo, repo_id, private=private, exist_ok=True)

@@ -8,9 +8,11 @@ answers ends in exit 4 instead of a hang.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +73,29 @@ def resolve_timeouts(explicit: str | None = None) -> HubTimeouts:
     if len(values) == 1:
         return HubTimeouts(min(DEFAULT_CONNECT_TIMEOUT, values[0]), values[0])
     return HubTimeouts(values[0], values[1])
+
+
+@contextlib.contextmanager
+def hub_timeouts(timeouts: HubTimeouts) -> Iterator[None]:
+    """Every request huggingface_hub sends inside the block carries these timeouts where the
+    call gave none; afterwards the library is as it was (other users in the process)."""
+    install_timeouts(timeouts)
+    try:
+        yield
+    finally:
+        remove_timeouts()
+
+
+def remove_timeouts() -> None:
+    import huggingface_hub.utils as hf_utils
+
+    if hasattr(hf_utils, "set_client_factory"):
+        session = hf_utils.get_session()
+        hooks = dict(session.event_hooks)
+        hooks["request"] = [hook for hook in hooks.get("request", []) if not getattr(hook, "ccpo_timeouts", False)]
+        session.event_hooks = hooks
+    else:  # pragma: no cover - huggingface_hub 0.3x only
+        hf_utils.configure_http_backend()
 
 
 def install_timeouts(timeouts: HubTimeouts) -> None:

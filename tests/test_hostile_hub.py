@@ -124,3 +124,17 @@ def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):  # noq
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--token-file", tmp_path / "nope"),
                    3, "--token-file")
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s2", "--token", "-", input=""), 3, "stdin")
+
+
+def test_the_timeouts_apply_only_while_publishing(db_path, hub_env, loopback_only, silent, tmp_path):  # noqa: F811
+    from huggingface_hub.utils import get_session
+
+    def ccpo_parts() -> list:
+        session = get_session()
+        if hasattr(session, "event_hooks"):  # huggingface_hub 1.x/2.x: httpx
+            return [hook for hook in session.event_hooks["request"] if getattr(hook, "ccpo_timeouts", False)]
+        return [a for a in session.adapters.values() if type(a).__name__ == "TimeoutAdapter"]  # 0.3x: requests
+
+    result = publish(db_path, silent.endpoint, tmp_path / "s", "--timeout", "1", "--token", TOKEN)
+    assert result.exit_code == 4
+    assert ccpo_parts() == []
