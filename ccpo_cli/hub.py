@@ -311,7 +311,8 @@ def publish_run(
     endpoint = resolve_endpoint(endpoint)
     private = default_private(status, private)
     staged = stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
-                        window_start=window_start, license=license, checkpoint_step=checkpoint_step)
+                        window_start=window_start, license=license, checkpoint_step=checkpoint_step,
+                        clobber_hint="choose another --staging folder")
     plan = commit_plan(staged, repo_id=repo_id, revision=revision, private=private, endpoint=endpoint,
                        checkpoint=checkpoint)
     plan_path = write_plan(plan, staged.folder)

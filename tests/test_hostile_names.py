@@ -158,3 +158,14 @@ def test_real_placeholders_are_still_caught(db_path, tmp_path):
     assert lint_card(good) == []
     for filler in ("| step | None |", "checkpoint: None", "TODO: write this", "(None)"):
         assert any("placeholder" in p for p in lint_card(good + f"\n{filler}\n")), filler
+
+
+def test_publish_staging_onto_a_hand_written_readme_is_refused(db_path, tmp_path):
+    staging = tmp_path / "mine"
+    staging.mkdir()
+    (staging / "README.md").write_text("# my project\n")
+    result = invoke("--db", db_path, "publish", "--run", "return-hard", "--repo", "me/ok", "--dry-run",
+                    "--staging", staging)
+    assert_refused(result, 3, "not written by ccpo", "--staging")
+    assert (staging / "README.md").read_text() == "# my project\n"
+    assert sorted(p.name for p in staging.iterdir()) == ["README.md"]

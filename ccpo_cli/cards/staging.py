@@ -58,6 +58,7 @@ def stage_card(
     checkpoint_step: int | None = None,
     force: bool = False,
     merge_existing: bool = False,
+    clobber_hint: str = "--force to replace it",
 ) -> StagedCard:
     """Render and lint the card of `run`, then write README (at `readme_path`), the summary JSON
     and the learning-curve PNG (under results/ beside it). Nothing is written if the card fails
@@ -79,12 +80,12 @@ def stage_card(
     if not force:
         if existing is not None and not ours:
             raise InvalidInput(f"{readme}: exists and was not written by ccpo (no ccpo regions); "
-                               "refusing to overwrite it (--force to replace it)")
+                               f"refusing to overwrite it ({clobber_hint})")
         if not ours:
             taken = [str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()]
             if taken:
                 raise InvalidInput(f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
-                                   "refusing to overwrite (--force to replace)")
+                                   f"refusing to overwrite ({clobber_hint})")
     if ours and merge_existing and existing != text:
         text = merge_into_remote(existing, text)
         # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
