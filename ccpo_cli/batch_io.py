@@ -163,9 +163,9 @@ def result_document(result: AdvantageResult) -> dict[str, Any]:
 def write_result(result: AdvantageResult, path: Path | str) -> Path:
     """Save the estimate document as .json (with schema_version) or .npz (meta as a JSON string)."""
     path = Path(path)
-    _suffix(path, "the output file")
     if path.is_dir():
         raise InvalidInput(f"--output {path}: is a folder; give a .json or .npz file name")
+    _suffix(path, "the output file")
     if not path.parent.is_dir():
         raise InvalidInput(f"--output {path}: folder {path.parent} does not exist")
     try:

@@ -48,7 +48,7 @@ def check_repo_id(repo_id: str, option: str = "--repo") -> str:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:
-        reason = str(error).splitlines()[0] if str(error) else "rejected"
+        reason = str(error).replace("\n", "\\n") or "rejected"
         raise InvalidInput(f"{option} {repo_id!r} is not a Hub repository id (owner/name): {reason}") from None
     # validate_repo_id's pattern allows a trailing newline in some versions (`$`-style ends);
     # a repository id is one line of the allowed characters, nothing else.

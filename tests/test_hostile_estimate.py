@@ -35,6 +35,8 @@ def test_output_into_a_missing_folder_or_onto_a_folder(tmp_path):
     assert_refused(estimate(EX1, "--output", tmp_path / "absent" / "out.json"), 3, "does not exist")
     (tmp_path / "out.json").mkdir()
     assert_refused(estimate(EX1, "--output", tmp_path / "out.json"), 3, "is a folder")
+    (tmp_path / "plain").mkdir()
+    assert_refused(estimate(EX1, "--output", tmp_path / "plain"), 3, "is a folder")
 
 
 @pytest.mark.parametrize("value", [1e30, 2**63, -(2**40)])

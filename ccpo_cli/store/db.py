@@ -279,10 +279,12 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
                            "and no ccpo schema; not a ccpo runs database, refusing to touch it")
     known = _known_migrations()
     unknown = [name for name in applied if name not in known]
-    if unknown or user_version > len(known):
-        raise InvalidInput(f"{path}: written by a newer ccpo (schema version {user_version}, "
-                           f"this ccpo knows {len(known)}; unknown migrations: {', '.join(unknown) or 'none'}); "
-                           "upgrade ccpo to use it")
+    if unknown:
+        raise InvalidInput(f"{path}: written by a newer ccpo (it holds migration(s) this ccpo does not know: "
+                           f"{', '.join(unknown)}); upgrade ccpo to use it")
+    if user_version > len(known):
+        raise InvalidInput(f"{path}: written by a newer ccpo (schema version {user_version}, this ccpo knows "
+                           f"up to {len(known)}); upgrade ccpo to use it")
     if application_id == APPLICATION_ID and not applied:
         raise InvalidInput(f"{path}: stamped as a ccpo runs database but its migrations table is gone; "
                            "not a usable runs database")
