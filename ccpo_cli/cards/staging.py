@@ -100,9 +100,11 @@ def stage_card(
     summary_file = folder / SUMMARY_PATH
     plot_file = folder / PLOT_PATH
     summary = json.dumps(context.summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    _write_atomically(summary_file, lambda tmp: tmp.write_text(summary, encoding="utf-8"))
-    _write_atomically(plot_file, lambda tmp: plot_learning_curves(context.comparison, tmp))
-    _write_atomically(readme, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+    _write_all({
+        summary_file: lambda tmp: tmp.write_text(summary, encoding="utf-8"),
+        plot_file: lambda tmp: plot_learning_curves(context.comparison, tmp),
+        readme: lambda tmp: tmp.write_text(text, encoding="utf-8"),
+    })
     return StagedCard(
         folder=folder,
         readme=readme,
@@ -128,12 +130,16 @@ def _existing_readme(readme: Path) -> str | None:
         raise InvalidInput(f"{readme}: cannot read the existing file ({error.strerror})") from None
 
 
-def _write_atomically(path: Path, write) -> None:
-    """Write through a temporary file beside `path` (same suffix, for the PNG writer), then rename."""
-    tmp = path.with_name(f".{path.stem}.ccpo-tmp{path.suffix}")
+def _write_all(writers: dict) -> None:
+    """Write every file under a temporary name beside it (same suffix, for the PNG writer), then
+    rename them all: a failed write (full disk) leaves none of them changed."""
+    temporary = {path: path.with_name(f".{path.stem}.ccpo-tmp{path.suffix}") for path in writers}
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        for path, write in writers.items():
+            write(temporary[path])
     except OSError as error:
-        tmp.unlink(missing_ok=True)
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
         raise CcpoError(f"{path}: cannot write ({error.strerror or error})") from None
+    for path, tmp in temporary.items():
+        os.replace(tmp, path)
