@@ -240,6 +240,7 @@ def fake_verl_agent(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_start_records_the_run_and_ingests_its_metrics(tmp_path, monkeypatch):
     home = fake_verl_agent(tmp_path / "verl-agent")
     monkeypatch.setenv("CCPO_VERL_PYTHON", sys.executable)
@@ -300,7 +301,7 @@ def test_seeds_make_one_launch_each(tmp_path):
     assert [(r["run"], r["seed"], r["overrides"]["env.seed"]) for r in runs] == [("grpo-seed0", 0, 0), ("grpo-seed1", 1, 1)]
     bad = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "verl",
                               "--model", MODEL, "--gpus", "2", "--seeds", "0,x", "--dry-run"])
-    assert bad.exit_code == 2
+    assert bad.exit_code == 3  # a malformed seed list is invalid input, as in `ccpo eval --seeds`
 
 
 @pytest.mark.parametrize("has_gpu", [False, True])

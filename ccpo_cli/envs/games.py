@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ccpo_cli.envs.engine import default_cache_dir, game_id
 from ccpo_cli.envs.generate import content_hash, game_files, game_specs

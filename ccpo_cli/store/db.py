@@ -23,8 +23,8 @@ import functools
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import sqlite_utils
 from sqlite_utils import Migrations
@@ -43,7 +43,7 @@ LOCK_RETRY_SECONDS = 60.0
 
 def utc_now() -> str:
     """An ISO-8601 UTC timestamp with microseconds (sorts as text)."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
 
 @MIGRATIONS()
