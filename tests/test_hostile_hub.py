@@ -9,9 +9,9 @@ import time
 
 import pytest
 from fakehub import FakeHub
-from helpers_cards import loopback_only, seed_card_db  # noqa: F401 - pytest fixtures
+from helpers_cards import seed_card_db
 from helpers_hostile import assert_refused, db_state, invoke
-from test_publish_hub import REPO, TOKEN, hub_env  # noqa: F401 - pytest fixtures
+from test_publish_hub import REPO, TOKEN
 
 from ccpo_cli.hub_access import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -77,7 +77,7 @@ def test_default_and_configured_timeouts(monkeypatch):
     assert resolve_timeouts() == HubTimeouts(2.0, 2.0)
 
 
-def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only, silent, tmp_path):  # noqa: F811
+def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only, silent, tmp_path):
     before = db_state(db_path)
     started = time.monotonic()
     result = publish(db_path, silent.endpoint, tmp_path / "s", "--timeout", "1", "--token", TOKEN)
@@ -88,13 +88,13 @@ def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only
     assert db_state(db_path) == before
 
 
-def test_the_environment_sets_the_timeout(db_path, hub_env, loopback_only, silent, tmp_path, monkeypatch):  # noqa: F811
+def test_the_environment_sets_the_timeout(db_path, hub_env, loopback_only, silent, tmp_path, monkeypatch):
     monkeypatch.setenv("CCPO_HUB_TIMEOUT", "1,1")
     assert_refused(publish(db_path, silent.endpoint, tmp_path / "s", "--token", TOKEN), 4, "did not answer in time")
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1,2,3", "nan"])
-def test_a_bad_timeout_is_refused_before_any_network(db_path, hub_env, tmp_path, value):  # noqa: F811
+def test_a_bad_timeout_is_refused_before_any_network(db_path, hub_env, tmp_path, value):
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--timeout", value, "--token", TOKEN),
                    3, "--timeout")
 
@@ -106,7 +106,7 @@ def test_the_token_help_warns_about_ps():
 
 
 @pytest.mark.parametrize("how", ["file", "stdin"])
-def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_path, how):  # noqa: F811
+def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_path, how):
     with FakeHub(token=TOKEN) as hub:
         if how == "file":
             token_file = tmp_path / "token"
@@ -120,13 +120,13 @@ def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_pat
         assert commits and all(r.authorization == f"Bearer {TOKEN}" for r in commits)
 
 
-def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):  # noqa: F811
+def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--token-file", tmp_path / "nope"),
                    3, "--token-file")
     assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s2", "--token", "-", input=""), 3, "stdin")
 
 
-def test_the_timeouts_apply_only_while_publishing(db_path, hub_env, loopback_only, silent, tmp_path):  # noqa: F811
+def test_the_timeouts_apply_only_while_publishing(db_path, hub_env, loopback_only, silent, tmp_path):
     from huggingface_hub.utils import get_session
 
     def ccpo_parts() -> list:
