@@ -168,6 +168,17 @@ def m002_append_only_evaluations(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m003_run_facts(db: sqlite_utils.Database) -> None:
+    # Protocol facts of a run (store/facts.py): one row per distinct value of a key, so a value
+    # recorded later that disagrees is kept as a conflict instead of replacing the first.
+    db["run_facts"].create(
+        {"id": int, "run_id": int, "key": str, "value": str, "source": str, "recorded_at": str},
+        pk="id", not_null={"run_id", "key", "value", "recorded_at"}, foreign_keys=[("run_id", "runs", "id")],
+    )
+    db["run_facts"].create_index(["run_id", "key", "value"], unique=True)
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)
