@@ -10,6 +10,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.errors import UsageError
+from ccpo_cli.names import check_run_name
 from ccpo_cli.store import open_db
 from ccpo_cli.store.facts import protocol_facts
 from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
@@ -63,6 +64,7 @@ def ingest(
         raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
+    check_run_name(run)  # before open_db, like the file check below
     flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
                                         total_steps=total_steps)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
