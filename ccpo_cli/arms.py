@@ -77,8 +77,19 @@ class Arm:
     std_floor: float = flag("floor of the local scale, as a fraction of the batch target sd", check=_non_negative, requirement=">= 0")
     step_norm: Literal["mode", "std", "none"] = flag("per-task standardisation of live step values")
     edge_w: float = flag("weight of the G2PO edge (value-gain) term; 0 disables", check=_non_negative, requirement=">= 0")
+    padding: Literal["inert", "upstream"] = flag(
+        "the trainer's padding copies: inert (no statistic, advantage 0) or upstream (counted and "
+        "trained on as verl-agent's grpo/gigpo do; grpo and gigpo only)"
+    )
     # (flag, recorded value) pairs applied on top of the arm file, in name order.
     overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.padding == "upstream" and self.estimator not in ("grpo", "gigpo"):
+            raise InvalidInput(
+                f"arm '{self.name}': padding = upstream reproduces verl-agent's own grpo and gigpo; "
+                f"estimator {self.estimator} has no upstream rule (use padding = inert)"
+            )
 
     def flags(self) -> dict[str, Any]:
         """Every flag in its recorded form: the form fingerprints, runs.db, cards and Hydra have
@@ -281,7 +292,7 @@ def features_active(arm: Arm) -> bool:
     return fixed_lambda(arm) != 0.0 or arm.std == "local"
 
 
-_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w")
+_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
 _GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 

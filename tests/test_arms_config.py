@@ -50,7 +50,9 @@ def test_fingerprints_are_distinct_and_track_every_flag():
         "lk_fix": "0.5", "lam_fix": "1", "phi": "hidden", "ctx_w": "0.5", "whiten": "2", "tau": "1",
         "wmode": "hard", "shrink": "mse", "std": "local", "std_floor": "0.5", "step_norm": "none", "edge_w": "0",
     }
-    assert set(changed_values) == set(FLAG_NAMES)
+    assert set(changed_values) | {"padding"} == set(FLAG_NAMES)
+    # padding = upstream exists only for grpo and gigpo
+    assert load_arm("gigpo", {"padding": "inert"}).fingerprint != load_arm("gigpo").fingerprint
     seen = {base.fingerprint}
     for flag, value in changed_values.items():
         changed = base.with_overrides({flag: value})
