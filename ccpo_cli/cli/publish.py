@@ -21,7 +21,9 @@ def publish(
     run: Annotated[str, typer.Option("--run", help="The run to publish.")],
     repo: Annotated[str, typer.Option("--repo", help="Hub repository id (owner/name).")],
     status: Annotated[CardStatus, typer.Option("--status", help="interim or final.")] = CardStatus.interim,
-    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Model folder to upload (then verified) before the card.")] = None,
+    checkpoint: Annotated[Optional[Path], typer.Option("--checkpoint", help="Model folder to upload (then verified) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
+    verl_agent_home: Annotated[Optional[Path], typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).")] = None,
+    merged_dir: Annotated[Optional[Path], typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the staging folder and commit plan; no network call.")] = False,
     private: Annotated[Optional[bool], typer.Option("--private/--public", help="Visibility of a new repository (default: private for interim cards).")] = None,
     token: Annotated[Optional[str], typer.Option("--token", help="Hub token (default: HF_TOKEN, then the saved login). Never printed.", show_default=False)] = None,
@@ -40,7 +42,7 @@ def publish(
         open_db(settings(ctx).db), run, repo, status=status.value,
         staging=staging or Path(f"ccpo-publish-{run}"), revision=revision, private=private, token=token,
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
-        license=license, checkpoint_step=checkpoint_step,
+        license=license, checkpoint_step=checkpoint_step, verl_agent_home=verl_agent_home, merged_dir=merged_dir,
     )
     if as_json:
         emit_json(result)
