@@ -118,8 +118,11 @@ class HFAgent(TextPolicyAgent):
 
     def _generate_batch(self, prompts: Sequence[str]) -> list[str]:
         texts = [chat_prompt(self.tokenizer, prompt) for prompt in prompts]
+        # no token_type_ids: a decoder's generate() refuses them, and a generic fast tokenizer
+        # (PreTrainedTokenizerFast under transformers 4.x) emits them by default
         encoded = self.tokenizer(
-            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False,
+            return_token_type_ids=False,
         ).to(self.model.device)
         with self._torch.inference_mode():
             output = self.model.generate(**encoded, generation_config=self._generation_config())

@@ -112,7 +112,7 @@ def forward_pass(folder: Path, config: Any) -> dict[str, Any]:
     if getattr(tokenizer, "chat_template", None):
         text = tokenizer.apply_chat_template([{"role": "user", "content": PROBE_TEXT}],
                                              add_generation_prompt=True, tokenize=False)
-    encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False)
+    encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False, return_token_type_ids=False)
     started = time.monotonic()
     with torch.inference_mode():
         logits = model(**encoded).logits
