@@ -238,7 +238,7 @@ def fixed_lambda(arm: Arm) -> float | None:
     if arm.gate == "global":
         return 1.0
     if arm.rho == 0.0:
-        return 0.0  # every shrink rule scales its signal by rho (spec §5.7)
+        return 0.0  # every shrink rule scales its signal by rho (docs/estimators.md §5.8)
     return None
 
 

@@ -1,4 +1,5 @@
-"""Rollout batches and advantage results on disk (.json or .npz, same key names; see CLI.md).
+"""Rollout batches and advantage results on disk (.json or .npz, same key names; see
+docs/estimators.md §1.1 and §6).
 
 The estimators never touch files; this module is the only place that does for them.
 """
@@ -56,7 +57,7 @@ def load_batch(path: Path | str) -> RolloutBatch:
 
 
 def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
-    """Write a batch in the CLI.md schema (.json lists or .npz arrays)."""
+    """Write a batch in the batch schema (docs/estimators.md §1.1) (.json lists or .npz arrays)."""
     path = Path(path)
     mapping = batch.as_mapping()
     if _suffix(path, "a batch file") == ".json":
@@ -80,7 +81,7 @@ def _plain(value: Any) -> Any:
 
 
 def result_document(result: AdvantageResult) -> dict[str, Any]:
-    """The `ccpo estimate` output document (CLI.md), rows in the input order."""
+    """The `ccpo estimate` output document (docs/estimators.md §6), rows in the input order."""
     arm = result.arm
     return {
         "arm": arm.name,

@@ -1,7 +1,8 @@
 """Errors that carry the CLI contract's exit codes.
 
 Library code raises these; the CLI layer turns them into one line on stderr and the exit
-code, never a traceback (see ../shared/CLI.md: 1 runtime, 2 usage, 3 invalid input, 4 remote).
+code, never a traceback (docs/architecture.md §4:
+1 runtime, 2 usage, 3 invalid input, 4 remote).
 """
 
 

@@ -1,7 +1,7 @@
 """The numbers behind an honest comparison (numpy/scipy only, no I/O).
 
 Rates here are whatever unit the caller passes (the report uses percent), except the Wilson
-interval, which works on proportions. See ../shared/research/ecosystem.md §2 for the
+interval, which works on proportions. See docs/statistics.md §1 for the
 reasoning: a converged-window mean is the headline, a best point carries its selection bias,
 one evaluation of N episodes has binomial noise, and seeds are compared with Welch's test,
 IQM with a stratified bootstrap, and the probability of improvement.

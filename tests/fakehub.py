@@ -1,7 +1,7 @@
 """A small fake of the Hugging Face Hub HTTP API, on loopback, for publishing tests.
 
 It answers the endpoints huggingface_hub 2.x calls when ccpo publishes (see
-../shared/research/ecosystem.md §6): whoami, repos/create, validate-yaml, preupload, commit,
+docs/contributing.md, "Tests"): whoami, repos/create, validate-yaml, preupload, commit,
 branch, model info and file resolve. Repositories are kept in memory as a linear history of
 snapshots per branch, so a test can read back exactly what was committed, and every request is
 recorded (method, path, query, headers, body) so a test can assert the sequence, the auth header
@@ -81,7 +81,7 @@ class FakeHub:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def __enter__(self) -> "FakeHub":
+    def __enter__(self) -> FakeHub:
         self._thread.start()
         return self
 
@@ -157,7 +157,7 @@ def _make_handler(hub: FakeHub):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def log_message(self, format, *args):  # noqa: A002 - keep test output quiet
+        def log_message(self, format, *args):  # keep test output quiet
             return
 
         # --- plumbing ----------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Shared fixtures for the card and publish tests: a runs.db shaped like the seed card's.
+"""Data for the card and publish tests: a runs.db shaped like the seed card's.
 
 The series are built so that their converged windows (steps >= 70) have exactly the mean and
 sd the seed card states; the tests then check that the card reports what the database holds.
@@ -6,11 +6,9 @@ sd the seed card states; the tests then check that the card reports what the dat
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from ccpo_cli import store
 
@@ -85,34 +83,3 @@ def seed_card_db(path: Path, *, arms: int = 3, grpo: str | None = None):
         add_run(db, "grpo-baseline", "grpo", mean=72.0, sd=5.0, n=10, best=80.5, config=config)
     return db
 
-
-@pytest.fixture
-def loopback_only(monkeypatch):
-    """Sockets may connect to 127.0.0.1 only: anything else fails the test loudly."""
-    real_connect = socket.socket.connect
-    attempts: list = []
-
-    def guarded_connect(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
-            attempts.append(address)
-            raise OSError(f"network access outside loopback blocked in tests: {address!r}")
-        return real_connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
-    yield attempts
-
-
-@pytest.fixture
-def no_sockets(monkeypatch):
-    """No socket may be opened at all (a dry run must not touch the network)."""
-    opened: list = []
-    real_init = socket.socket.__init__
-
-    def refusing_init(self, *args, **kwargs):
-        opened.append(args)
-        raise OSError("socket creation blocked: this code path must not use the network")
-
-    monkeypatch.setattr(socket.socket, "__init__", refusing_init)
-    yield opened
-    monkeypatch.setattr(socket.socket, "__init__", real_init)

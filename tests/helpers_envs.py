@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import functools
-import os
 import tempfile
 from pathlib import Path
-
-os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="ccpo-alfworld-data-"))
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REAL_GAMES = (REPO_ROOT / ".." / "shared" / "alfworld-real").resolve()

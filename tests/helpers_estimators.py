@@ -1,5 +1,5 @@
 """Test helpers for the estimators: random ALFWorld-shaped batches and a literal, loop-by-loop
-re-statement of estimator-spec.md to check the vectorised implementation against.
+re-statement of docs/estimators.md to check the vectorised implementation against.
 
 The literal version is deliberately naive (dicts, per-row loops, exact SVD) and reads the spec
 top to bottom; it expects rows of each trajectory in time order and no padding.
@@ -120,7 +120,7 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
     # node values
     acc, cnt = defaultdict(float), defaultdict(int)
     node_next = {}
-    for tj, rows in rows_of_traj.items():
+    for rows in rows_of_traj.values():
         T = len(rows)
         R = batch.episode_reward[rows[0]]
         for t, i in enumerate(rows):

@@ -8,8 +8,8 @@ hf agent and of the verl backend (hidden-state capture).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"

@@ -4,7 +4,7 @@
 `.non_tensor_batch` (name -> numpy array, one entry per row) and `.meta_info`; `select_rows`
 does what verl's padding (`adjust_batch` duplicates rows) and load balancing (`reorder`) do.
 
-`spec_example_one` is worked example 1 of research/estimator-spec.md §9 laid out as verl-agent
+`spec_example_one` is worked example 1 of docs/estimators.md §10.1 laid out as verl-agent
 fields, with the spec's expected advantages per arm.
 """
 
@@ -23,7 +23,7 @@ class PlainDataProto:
     def __len__(self) -> int:
         return len(next(iter(self.non_tensor_batch.values())))
 
-    def select_rows(self, rows) -> "PlainDataProto":
+    def select_rows(self, rows) -> PlainDataProto:
         rows = list(rows)
         return PlainDataProto(
             {key: value[torch.tensor(rows)] for key, value in self.batch.items()},

@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from ccpo_cli.arms import FLAG_NAMES, features_active, inert_flags, list_arms, load_arm, parse_set_options
+from ccpo_cli.arms import (
+    FLAG_NAMES,
+    features_active,
+    inert_flags,
+    list_arms,
+    load_arm,
+    parse_set_options,
+)
 from ccpo_cli.errors import InvalidInput, UsageError
 
 SPEC_FLAGS = (

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from helpers_cards import BASE_MODEL, SHARED_CONFIG, add_run, seed_card_db
 from huggingface_hub import ModelCard
 from typer.testing import CliRunner
 
@@ -14,15 +15,8 @@ from ccpo_cli.cards import build_card_context, lint_card, render_card
 from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
 from ccpo_cli.cards.fences import merge_into_remote, regions
 from ccpo_cli.cli.app import app
-from helpers_cards import BASE_MODEL, SHARED_CONFIG, add_run, loopback_only, seed_card_db  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("no_network")
-
-
-@pytest.fixture
-def no_network(loopback_only):  # noqa: F811 - the fixture imported above
-    yield
-    assert loopback_only == [], f"a card test tried to leave the machine: {loopback_only}"
 
 
 def run_card(db_path, *args):

@@ -14,6 +14,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 RENDER_FROM_INSTALLED = r"""
@@ -33,6 +35,7 @@ print(json.dumps({"package": ccpo_cli.__file__, "template": str(template_path())
 """
 
 
+@pytest.mark.slow
 def test_template_ships_in_the_wheel_and_renders_from_the_installed_package(tmp_path):
     wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
     subprocess.run(

@@ -6,13 +6,13 @@ import json
 
 import numpy as np
 import pytest
+from helpers_store import WINDOW_STEPS, window_rates
 from typer.testing import CliRunner
 
 from ccpo_cli import stats
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
-from helpers_store import WINDOW_STEPS, window_rates
 
 runner = CliRunner()
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")

@@ -17,6 +17,7 @@ from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.task_types import TASK_TYPES
 
 
+@pytest.mark.slow
 def test_oracle_wins_a_panel_subset_in_two_workers():
     games = one_per_type(panel_paths(), per_type=2)
     with AlfworldBatchEnv(games, workers=2, walkthrough=True) as env:
@@ -27,6 +28,7 @@ def test_oracle_wins_a_panel_subset_in_two_workers():
     assert [e.actions for e in episodes] == [list(json.loads(Path(p).read_text())["walkthrough"]) for p in games]
 
 
+@pytest.mark.slow
 def test_oracle_wins_the_six_real_games_with_their_own_grammar():
     games = find_games(REAL_GAMES)  # the data root, json_2.1.1 layout with a split folder
     assert len(games) == 6
@@ -71,7 +73,7 @@ def test_group_rollouts_and_ended_slots():
         assert observations[0] == observations[1] == observations[4]
         plan = infos[0]["walkthrough"]
         # Slot 0 follows the plan, slot 1 only looks: independent states of the same game.
-        for number, command in enumerate(plan):
+        for command in plan:
             observations, rewards, dones, infos = env.step([command, "look", "look", "look", "look"])
         assert infos[0]["won"] and dones[0] and rewards[0] == 10.0 and not infos[1]["won"]
         observations, rewards, dones, infos = env.step([None, "look", "look", "look", "look"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import helpers_envs  # noqa: F401 - sets ALFWORLD_DATA before the engine is imported
 from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app

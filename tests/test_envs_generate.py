@@ -10,7 +10,13 @@ import pytest
 from helpers_envs import games_cache, panel_paths
 
 from ccpo_cli.envs import check_games, find_games, generate_games
-from ccpo_cli.envs.games import HELDOUT_MANIFEST, POOL_MANIFEST, load_manifest, manifest_path, materialize
+from ccpo_cli.envs.games import (
+    HELDOUT_MANIFEST,
+    POOL_MANIFEST,
+    load_manifest,
+    manifest_path,
+    materialize,
+)
 from ccpo_cli.envs.generate import TYPE_ORDER, game_specs
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.task_types import TASK_TYPES
@@ -61,7 +67,7 @@ def test_all_six_types_in_engine_layout(six_games):
 
 def test_small_rooms_by_default_larger_on_request(tmp_path):
     def receptacle_count(spec):
-        line = next(l for l in spec.problem.splitlines() if l.endswith("- receptacle"))
+        line = next(text for text in spec.problem.splitlines() if text.endswith("- receptacle"))
         return len(line.split()) - 2
 
     small = game_specs("train", 0, "small")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from helpers_envs import REAL_VALID_SEEN, one_per_type, panel_paths, transcript
 
 from ccpo_cli.agents.random_agent import RandomAgent
@@ -22,6 +23,7 @@ def _play(games, use_memo: bool) -> str:
         memo.uninstall()
 
 
+@pytest.mark.slow
 def test_memo_transcripts_are_byte_identical():
     games = one_per_type(panel_paths()) + [p for p in find_games(REAL_VALID_SEEN) if "pick_and_place" in p]
     without = _play(games, use_memo=False)

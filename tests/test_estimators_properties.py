@@ -1,16 +1,17 @@
-"""Properties of the estimators: order-proof, padding-proof, the spec's edge cases, and agreement
-with a literal loop-by-loop re-statement of the spec across random batches and flag settings."""
+"""Properties of the estimators: order-proof, padding-proof, the edge cases of docs/estimators.md
+§9, and agreement with a literal loop-by-loop re-statement of docs/estimators.md across random
+batches and flag settings."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers_estimators import literal_advantages, random_batch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.estimators import RolloutBatch, compute_advantages
-from tests.helpers_estimators import literal_advantages, random_batch
 
 ARMS = ["grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor"]
 FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])

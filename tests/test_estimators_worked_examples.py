@@ -1,4 +1,4 @@
-"""Every number of the spec's worked examples 1-3 (estimator-spec.md §9), to 1e-5."""
+"""Every number of the spec's worked examples 1-3 (docs/estimators.md §10), to 1e-5."""
 
 from __future__ import annotations
 

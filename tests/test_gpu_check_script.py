@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
 
 
+@pytest.mark.slow
 def test_every_check_passes_on_the_cpu():
     result = subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--repeats", "0"],
                             capture_output=True, text=True, timeout=300)

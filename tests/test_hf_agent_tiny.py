@@ -7,6 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers_tiny_lm import IM_START, save_tiny_lm, tiny_lm
 from typer.testing import CliRunner
 
 from ccpo_cli.agents.evaluate import evaluate
@@ -15,7 +16,6 @@ from ccpo_cli.agents.projection import project_action
 from ccpo_cli.agents.prompts import first_turn_prompt
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
-from helpers_tiny_lm import IM_START, save_tiny_lm, tiny_lm
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,11 @@ import sys
 import types
 
 import pytest
+from helpers_tiny_lm import IM_START, train_tokenizer
 
 from ccpo_cli.agents.base import Turn
 from ccpo_cli.agents.vllm_agent import VLLM_MISSING, VLLMAgent, import_vllm
 from ccpo_cli.errors import CcpoError
-from helpers_tiny_lm import IM_START, train_tokenizer
 
 
 def test_missing_vllm_is_a_runtime_error_with_exit_1():

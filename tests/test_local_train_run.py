@@ -8,22 +8,17 @@ Games are generated (and planner-validated) once per module into a temp folder: 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
-os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="ccpo-alfworld-data-"))
-
-from typer.testing import CliRunner  # noqa: E402
-
-from ccpo_cli.arms import load_arm  # noqa: E402
-from ccpo_cli.backends.local import train_arm  # noqa: E402
-from ccpo_cli.backends.local.trainer import latest_checkpoint, load_policy  # noqa: E402
-from ccpo_cli.cli.app import app  # noqa: E402
-from ccpo_cli.errors import InvalidInput  # noqa: E402
-from ccpo_cli.store import get_run, open_db, run_checkpoints, run_evaluations  # noqa: E402
+from ccpo_cli.arms import load_arm
+from ccpo_cli.backends.local import train_arm
+from ccpo_cli.backends.local.trainer import latest_checkpoint, load_policy
+from ccpo_cli.cli.app import app
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store import get_run, open_db, run_checkpoints, run_evaluations
 
 SHORT = dict(steps=2, tasks=2, group=2, eval_every=1, eval_games=4, max_steps=6, eval_max_steps=6)
 
@@ -174,6 +169,7 @@ def test_bad_options_are_usage_errors(game_dirs, tmp_path):
         train_arm("grpo", "bad", tmp_path / "b.db", seed=0, colour="blue", **SHORT, **game_dirs)
 
 
+@pytest.mark.slow
 def test_ccpo_train_short_run_on_the_shipped_games_records_evaluations(tmp_path):
     """The acceptance run: `ccpo train --arm return-hard --steps 2 --tasks 2 --group 2 --eval-every 1`
     (plus a 4-game evaluation subset and a short turn limit) on the shipped pool and panel."""

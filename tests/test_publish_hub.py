@@ -7,37 +7,21 @@ import logging
 from pathlib import Path
 
 import pytest
+from fakehub import CONFLICT_MESSAGE, FakeHub
+from helpers_cards import seed_card_db
 from huggingface_hub import ModelCard, constants
 from typer.testing import CliRunner
 
 from ccpo_cli import store
 from ccpo_cli.cli.app import app
 from ccpo_cli.hub import resolve_endpoint, resolve_token
-from fakehub import CONFLICT_MESSAGE, FakeHub
-from helpers_cards import loopback_only, no_sockets, seed_card_db  # noqa: F401 - pytest fixtures
 
 REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
 TOKEN = "hf_fake_token_for_tests_9f3a1c"
 
 
 @pytest.fixture
-def hub_env(monkeypatch, tmp_path):
-    """A private HF_HOME, no inherited token or endpoint, and huggingface_hub's own background
-    lookups (agent-harness registry) pointed at the fake instead of the public Hub."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    monkeypatch.delenv("HF_ENDPOINT", raising=False)
-    # A fresh (empty) agent-harness registry, so huggingface_hub never fetches it from the Hub.
-    registry = tmp_path / "hf-home" / "agent_harnesses.json"
-    registry.parent.mkdir(parents=True)
-    registry.write_text('{"standardEnvVars": [], "harnesses": {}}')
-    monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(registry))
-    yield tmp_path
-
-
-@pytest.fixture
-def hub(hub_env, loopback_only):  # noqa: F811 - fixtures imported above
+def hub(hub_env, loopback_only):
     with FakeHub(token=TOKEN) as fake:
         yield fake
     assert loopback_only == [], f"publishing tried to leave the machine: {loopback_only}"
@@ -219,7 +203,7 @@ def test_token_resolution_order(monkeypatch, hub_env):
     assert resolve_endpoint("http://127.0.0.1:1") == "http://127.0.0.1:1"
 
 
-def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path, no_sockets):  # noqa: F811
+def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path, no_sockets):
     staging = tmp_path / "staging"
     result = publish(db_path, None, staging, "--dry-run", "--json", token="")
     assert result.exit_code == 0, result.output
@@ -234,7 +218,7 @@ def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path,
     assert store.run_publications(store.open_db(db_path), "return-hard") == []
 
 
-def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path):  # noqa: F811
+def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path):
     result = publish(db_path, None, tmp_path / "staging")
     assert result.exit_code == 4
     assert "unreachable" in result.output and "Traceback" not in result.output

@@ -7,15 +7,6 @@ import math
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from typer.testing import CliRunner
-
-from ccpo_cli.arms import load_arm
-from ccpo_cli.cli.app import app
-from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store import open_db, run_evaluations
-from ccpo_cli.store.ingest import ingest_file, parse_metrics_file
 from helpers_store import (
     WINDOW_STEPS,
     WRITERS,
@@ -27,6 +18,15 @@ from helpers_store import (
     write_console,
     write_verl_file,
 )
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from ccpo_cli.arms import load_arm
+from ccpo_cli.cli.app import app
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store import open_db, run_evaluations
+from ccpo_cli.store.ingest import ingest_file, parse_metrics_file
 
 runner = CliRunner()
 

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_store import training_series, write_ccpo
 
 from ccpo_cli.errors import CcpoError
 from ccpo_cli.store import db as store_db
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import ingest_file
-from helpers_store import training_series, write_ccpo
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +40,7 @@ def hold_write_lock(db_path: Path) -> sqlite3.Connection:
     return connection
 
 
+@pytest.mark.slow
 def test_four_processes_ingesting_at_once_lose_nothing(tmp_path):
     db_path = tmp_path / "runs.db"
     open_db(db_path)

@@ -1,5 +1,6 @@
 """DataProto-like batch -> estimator batch -> (batch, response length) advantages, and the wrapped
-`compute_advantage`, on the spec's worked example (plain objects: PyPI verl is not installed)."""
+`compute_advantage`, on worked example 1 of docs/estimators.md §10.1 (plain objects: PyPI verl is
+not installed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import types
 import numpy as np
 import pytest
 import torch
+from helpers_verl import EXAMPLE_ONE_EXPECTED, per_row, spec_example_one
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import setup_hook, worker_env
@@ -20,7 +22,6 @@ from ccpo_cli.backends.verl.adapter import (
 )
 from ccpo_cli.backends.verl.worker_env import ArmMismatch
 from ccpo_cli.errors import InvalidInput
-from helpers_verl import EXAMPLE_ONE_EXPECTED, per_row, spec_example_one
 
 ARMS = sorted(EXAMPLE_ONE_EXPECTED)
 
@@ -165,7 +166,7 @@ def test_arm_overrides_travel_with_the_arm(arm_env):
     module = trainer_module()
     setup_hook.patch_trainer_module(module)
     module.compute_advantage(data, "ccpo")
-    # Spec §9 example 1, return-hard with edge_w = 0.
+    # docs/estimators.md §10.1, return-hard with edge_w = 0.
     expected = [2.32849, 2.38310, -1.16425, -1.73760, -1.16425, -0.64550]
     np.testing.assert_allclose(per_row(data.batch["advantages"], data.batch["response_mask"]), expected, atol=2e-4)
 

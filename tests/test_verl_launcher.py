@@ -240,6 +240,7 @@ def fake_verl_agent(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_start_records_the_run_and_ingests_its_metrics(tmp_path, monkeypatch):
     home = fake_verl_agent(tmp_path / "verl-agent")
     monkeypatch.setenv("CCPO_VERL_PYTHON", sys.executable)

@@ -17,9 +17,14 @@ import pytest
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import setup_hook, worker_env
-from ccpo_cli.backends.verl.imports import when_imported
 from ccpo_cli.backends.verl.entry import SETUP_HOOK
-from ccpo_cli.backends.verl.metrics import MetricsSink, flat_record, last_logged_step, mirror_tracking_to_sink
+from ccpo_cli.backends.verl.imports import when_imported
+from ccpo_cli.backends.verl.metrics import (
+    MetricsSink,
+    flat_record,
+    last_logged_step,
+    mirror_tracking_to_sink,
+)
 from ccpo_cli.store import get_run, open_db, run_evaluations
 from ccpo_cli.store.ingest import ingest_file
 
@@ -87,6 +92,7 @@ def worker_with_changed_fingerprint():
         os.environ[worker_env.ARM_FINGERPRINT] = launched
 
 
+@pytest.mark.slow
 def test_worker_sees_the_registered_estimator_and_runs_the_arm(ray_cluster):
     ray, arm = ray_cluster
     from helpers_verl import EXAMPLE_ONE_EXPECTED
@@ -99,6 +105,7 @@ def test_worker_sees_the_registered_estimator_and_runs_the_arm(ray_cluster):
     assert delegated == [-3.0] * 6  # other estimators still go to the trainer's own code
 
 
+@pytest.mark.slow
 def test_fingerprint_mismatch_stops_the_worker(ray_cluster):
     ray, _ = ray_cluster
     # Changed after start-up: the estimator call itself refuses.

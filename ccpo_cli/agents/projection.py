@@ -1,6 +1,7 @@
 """Turn a model's free-text response into one ALFWorld command, as verl-agent does.
 
-The rules (facts from verl-agent's ALFWorld projection, see research/verl-integration.md §6):
+The rules (facts from verl-agent's ALFWorld projection; docs/alfworld-games.md,
+"Prompts and action projection"):
 
 * the whole response is lower-cased, and the command is the text between the first `<action>`
   and the first `</action>` after it, stripped of surrounding whitespace;

@@ -1,6 +1,6 @@
 """The ALFWorld prompts a text policy sees, laid out as verl-agent lays them out.
 
-Structure (facts from research/verl-integration.md §6):
+Structure (facts from verl-agent; docs/alfworld-games.md, "Prompts and action projection"):
 
 * first turn: the role line, the current observation, the admissible actions, the answer
   instruction;

@@ -5,7 +5,7 @@ TextWorld's `PddlEnv` in ALFWorld's `AlfredDemangler` and `AlfredInfos` (the sta
 `AlfredTWEnv.init_env` builds, without the gym batching layer, which reloads the game on every
 reset, and without the stochastic hand-coded expert).
 
-Engine quirks handled here (../shared/research/alfworld-offline.md §6):
+Engine quirks handled here (docs/alfworld-games.md, "Engine quirks ccpo works around"):
 - every load and reset runs Fast Downward's translator, which overwrites `sys.argv`: it is
   saved and restored around each call;
 - importing `alfworld` creates `$ALFWORLD_DATA` (default ~/.cache/alfworld): the variable is

@@ -6,7 +6,7 @@ installed engine's (the grammar with its `UNKNOWN GOAL` replaced by the task sen
 the walkthrough is Fast Downward's plan, replayed in the engine before the game is accepted
 (it must win, and only on its last step; a game is never won at step 0).
 
-Rooms (../shared/research/cpu-testbed-feasibility.md §1.3): by default small ones, a kitchen
+Rooms (docs/alfworld-games.md, "Game sets"): by default small ones, a kitchen
 (fridge, microwave, sinkbasin plus 1-3 open receptacles) or a bedroom (3-5 receptacles and a
 lamp) with 1-3 distractor objects. `room="large"` adds closed containers (cabinets, drawers,
 a safe), more receptacles and more objects.

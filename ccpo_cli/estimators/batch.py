@@ -51,7 +51,7 @@ class RolloutBatch:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "batch") -> "RolloutBatch":
-        """Validate a mapping of the CLI.md batch keys (lists or arrays) into a batch."""
+        """Validate a mapping of the batch keys (docs/estimators.md §1.1) (lists or arrays) into a batch."""
         return _validate(data, source)
 
     def take(self, rows: np.ndarray) -> "RolloutBatch":

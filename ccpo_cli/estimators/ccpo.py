@@ -1,4 +1,4 @@
-"""The CCPO step term: leave-one-trajectory-out baselines over gated buckets (spec §5.1–§5.10).
+"""The CCPO step term: leave-one-trajectory-out baselines over gated buckets (docs/estimators.md §5).
 
 Inputs are in canonical layout order. The uniform statistics of every level come from grouped
 sums in one vectorised pass; the kernel statistics need the features and run bucket by bucket on

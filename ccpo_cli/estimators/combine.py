@@ -1,4 +1,4 @@
-"""The trainer's combination of episode and step terms (spec §4 final, §5.11)."""
+"""The trainer's combination of episode and step terms (docs/estimators.md §6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Trajectory context block for the `hidden+ctx` features (spec §5.2), walked by step_index."""
+"""Trajectory context block for the `hidden+ctx` features (docs/estimators.md §5.3), walked by step_index."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The episode term A^EP shared by GRPO, GiGPO and CCPO (spec §2, §3)."""
+"""The episode term A^EP shared by GRPO, GiGPO and CCPO (docs/estimators.md §3)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Feature vectors φ for the CCPO kernel: batch-wide whitening plus the optional context block.
 
-Whitening (spec §5.3): centre the columns, remove the top-k right singular directions of the
+Whitening (docs/estimators.md §5.4): centre the columns, remove the top-k right singular directions of the
 centred matrix, divide each row by max(‖row‖, 1e-9). The reference takes a full SVD for the k
 directions, which dominates its cost. Here the same subspace comes from block subspace iteration:
 float32 sweeps until the subspace is within about 1e-6, then float64 sweeps (exact products of the
@@ -263,7 +263,7 @@ class Features:
 
 
 def build_features(hidden_states: np.ndarray, context: np.ndarray, phi: str, ctx_w: float, whiten_k: int) -> Features:
-    """φ per spec §5.3 from raw hidden states (canonical row order) and the context block."""
+    """φ per docs/estimators.md §5.4 from raw hidden states (canonical row order) and the context block."""
     hidden = whiten(hidden_states, whiten_k)
     n = hidden.shape[0]
     if phi != "hidden+ctx" or ctx_w <= 0:

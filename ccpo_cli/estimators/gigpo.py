@@ -1,4 +1,4 @@
-"""GiGPO's step term: exact (task, observation) groups on the penalised return (spec §4)."""
+"""GiGPO's step term: exact (task, observation) groups on the penalised return (docs/estimators.md §4)."""
 
 from __future__ import annotations
 

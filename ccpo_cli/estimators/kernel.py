@@ -1,4 +1,5 @@
-"""Kernel weights inside one bucket and the leave-one-trajectory-out kernel statistics (spec §5.5, §5.6)."""
+"""Kernel weights inside one bucket and the leave-one-trajectory-out kernel statistics
+(docs/estimators.md §5.6, §5.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""G2PO node values, successor values and the edge (value-gain) term (spec §5.1, §5.10)."""
+"""G2PO node values, successor values and the edge (value-gain) term (docs/estimators.md §5.2, §5.11)."""
 
 from __future__ import annotations
 

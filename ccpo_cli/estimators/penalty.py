@@ -1,4 +1,4 @@
-"""The invalid-action penalty: once per row, never propagated to earlier turns (spec §1)."""
+"""The invalid-action penalty: once per row, never propagated to earlier turns (docs/estimators.md §2.2)."""
 
 from __future__ import annotations
 

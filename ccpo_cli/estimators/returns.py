@@ -1,4 +1,4 @@
-"""Discounted return-to-go per trajectory, walked by step_index (spec §1)."""
+"""Discounted return-to-go per trajectory, walked by step_index (docs/estimators.md §2.1)."""
 
 from __future__ import annotations
 

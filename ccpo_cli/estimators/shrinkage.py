@@ -1,4 +1,4 @@
-"""The mix λ between the kernel and the uniform leave-one-out baselines (spec §5.7)."""
+"""The mix λ between the kernel and the uniform leave-one-out baselines (docs/estimators.md §5.8)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A training step plays `group` episodes of each of `tasks` games. Every decision keeps what the
 update and the estimator need: the observation the action was taken in (the `anchor_obs` the
 step-level estimators group on), the admissible commands, the chosen index and the features.
-The batch follows the `ccpo estimate` schema exactly (../shared/CLI.md): one row per
+The batch follows the `ccpo estimate` schema exactly (docs/estimators.md §1.1): one row per
 (trajectory, turn), rows of a trajectory in time order, response length 1 (one decision is one
 "token").
 """

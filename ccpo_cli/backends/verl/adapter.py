@@ -85,7 +85,7 @@ def padding_rows(source_row: np.ndarray) -> np.ndarray:
 
 
 def estimator_inputs(data: Any, *, with_features: bool = True) -> dict[str, np.ndarray]:
-    """The `ccpo estimate` batch keys (CLI.md) for a DataProto-like batch."""
+    """The `ccpo estimate` batch keys (docs/estimators.md §1.1) for a DataProto-like batch."""
     fields = data.non_tensor_batch
     traj_uid = _non_tensor(data, "traj_uid").astype(str).astype(object)
     response_mask = _numpy(response_mask_of(data)).astype(np.float32)

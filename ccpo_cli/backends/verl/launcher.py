@@ -9,7 +9,7 @@ setup hook). Before anything starts, the run folder holds `config.json`, a regen
 
 Fresh runs use `trainer.resume_mode=disable`: verl's default (`auto`) silently continues
 whatever checkpoint sits in the output folder, which once turned a relaunch into a different
-run (research/verl-integration.md §8). `--resume PATH` is the only way to continue.
+run (docs/verl-backend.md, "No silent continuation"). `--resume PATH` is the only way to continue.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The arm travels by name, with its `--set` overrides and the fingerprint the launcher resolved;
 a worker re-resolves the arm from its own installed code and refuses to run if the fingerprint
-differs (research/verl-integration.md §8: a relaunch once trained the wrong estimator silently).
+differs (docs/architecture.md §3, arms and fingerprints: a relaunch once trained the wrong estimator
+silently).
 """
 
 from __future__ import annotations
