@@ -97,7 +97,7 @@ def across_seeds(results: Sequence[SeedEvaluation]) -> dict[str, Any]:
     return {"mean": overall["mean"], "sd": overall["sd"], "n_seeds": overall["n"], "task_type_means": per_type}
 
 
-def resolve_eval_model(options: "EvalOptions"):
+def resolve_eval_model(options: EvalOptions):
     """The model folder the agent loads: a verl global_step_N folder is merged by verl's own
     merger and verified first (hf and vllm only; other agents take --model as it is)."""
     if options.agent not in {"hf", "vllm"}:

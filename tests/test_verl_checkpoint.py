@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers_cards import seed_card_db
+from helpers_tiny_lm import save_tiny_lm
 from typer.testing import CliRunner
 
 from ccpo_cli.agents.hf import HFAgent
@@ -29,8 +31,6 @@ from ccpo_cli.backends.verl.checkpoint import (
 from ccpo_cli.backends.verl.checkpoint_verify import verify_merged_model
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import CcpoError, InvalidInput
-from helpers_cards import seed_card_db
-from helpers_tiny_lm import save_tiny_lm
 
 STAND_IN_MERGER = textwrap.dedent('''
     """Stand-in for verl's scripts/model_merger.py: same command line, copies a prepared model."""

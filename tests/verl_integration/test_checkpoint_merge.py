@@ -13,12 +13,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from ccpo_cli.backends.verl.checkpoint import DEFAULT_MERGED_NAME, MERGE_RECORD, resolve_model_source
-from ccpo_cli.cli.app import app
 from helpers_cards import seed_card_db
 from helpers_tiny_lm import save_tiny_lm
+from typer.testing import CliRunner
+
+from ccpo_cli.backends.verl.checkpoint import (
+    DEFAULT_MERGED_NAME,
+    MERGE_RECORD,
+    resolve_model_source,
+)
+from ccpo_cli.cli.app import app
 
 WRITER = Path(__file__).with_name("write_verl_checkpoint.py")
 STEP = 115

@@ -29,7 +29,6 @@ def save_rank(rank: int, world_size: int, model_dir: str, step_dir: str, step: i
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp import ShardingStrategy
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
     from verl.utils.fsdp_utils import get_fsdp_wrap_policy
 

@@ -23,9 +23,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ccpo_cli.errors import CcpoError, InvalidInput
 
@@ -295,7 +296,7 @@ def build_record(checkpoint: VerlCheckpoint, merger: dict[str, Any], verl_agent:
         "merger": merger,
         "verl_agent": verl_agent,
         "verification": verification,
-        "merged_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "merged_at": datetime.datetime.now(datetime.UTC).isoformat(),
     }
 
 
