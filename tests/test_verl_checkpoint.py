@@ -364,3 +364,36 @@ def test_publish_of_a_malformed_checkpoint_is_exit_3(tmp_path, stand_in_home):
         "--staging", str(tmp_path / "staging"), "--checkpoint", str(folder)])
     assert result.exit_code == 3 and "no model shard for rank(s) 0" in result.output
     assert not (tmp_path / "staging").exists() and os.listdir(folder) == ["actor"]
+
+
+def test_vllm_takes_the_merged_folder_and_other_agents_take_model_as_given(tmp_path, stand_in_home):
+    from ccpo_cli.evaluation import EvalOptions, resolve_eval_model
+
+    folder = step_folder(tmp_path)
+    model, merged = resolve_eval_model(EvalOptions(run="r", agent="vllm", model=str(folder)))
+    assert model == str(folder / DEFAULT_MERGED_NAME) and merged.checkpoint.step == 115
+    assert resolve_eval_model(EvalOptions(run="r", agent="local", model=str(folder))) == (str(folder), None)
+
+
+def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(tmp_path, stand_in_home, hub_env, loopback_only):
+    from ccpo_cli import store
+    from fakehub import FakeHub
+
+    db = tmp_path / "runs.db"
+    seed_card_db(db, arms=1)
+    folder = step_folder(tmp_path)
+    token = "hf_fake_token_for_checkpoint_tests"
+    with FakeHub(token=token) as hub:
+        result = CliRunner().invoke(app, [
+            "--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/ckpt",
+            "--endpoint", hub.endpoint, "--token", token, "--staging", str(tmp_path / "staging"),
+            "--checkpoint", str(folder), "--json"])
+        assert result.exit_code == 0, result.output
+        checkpoint_commit = hub.commits_by_ccpo("tester/ckpt")[0]
+    assert {"model.safetensors", "config.json", MERGE_RECORD} <= set(checkpoint_commit["files"])
+    assert not any(name.startswith(".") for name in checkpoint_commit["files"])
+    document = json.loads(result.stdout)
+    assert document["checkpoint_source"]["step"] == 115 and document["checkpoint"]["verified_files"] >= 3
+    [publication] = store.run_publications(store.open_db(db), "return-hard")
+    assert publication["checkpoint_step"] == 115
+    assert loopback_only == []

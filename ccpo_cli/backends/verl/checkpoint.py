@@ -9,7 +9,8 @@ interpreter of that checkout's environment, as a subprocess through its document
 at verl-agent's pin). The merged folder is then checked against its own config (every tensor
 name and shape, a forward pass; see `checkpoint_verify.py`) and described by `ccpo-merge.json`:
 run, step, source folder, shard hashes, merger and verl-agent version. A later call with the
-same shards (same names, sizes and modification times) reuses the verified merge.
+same shards (same names, sizes and modification times) reuses the verified merge. The whole
+path, its record and what is tested where: docs/verl-checkpoints.md.
 """
 
 from __future__ import annotations
@@ -340,7 +341,7 @@ def merge_checkpoint(
     *,
     verl_agent_home: str | Path | None = None,
     target: str | Path | None = None,
-    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    log: Callable[[str], None] | None = None,
 ) -> MergedModel:
     """Merge (or reuse a verified merge of) `checkpoint` into `target` (default: beside the
     shards, `global_step_N/ccpo_merged_hf`) and return the verified folder and its record."""
@@ -361,7 +362,8 @@ def merge_checkpoint(
     except OSError as error:
         raise CcpoError(f"cannot write the merged model in {target.parent} ({error.strerror or error}); "
                         "pass --merged-dir to put it elsewhere") from None
-    log(f"merging {checkpoint.actor} ({checkpoint.world_size} shard(s)) with verl's model merger from {home}")
+    if log is not None:
+        log(f"merging {checkpoint.actor} ({checkpoint.world_size} shard(s)) with verl's model merger from {home}")
     try:
         merger = dict(run_merger(checkpoint, home, partial, log_path), renamed_to=str(target))
         verification = verify_merged_model(partial)
