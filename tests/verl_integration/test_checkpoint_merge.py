@@ -94,6 +94,7 @@ def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorde
     verification = record["verification"]
     assert verification["passed"] and verification["architecture"] == "Qwen2ForCausalLM"
     assert verification["dtypes"] == ["BF16"] and verification["forward"]["finite"]
+    assert verification["forward"]["dtype"] == "bfloat16"  # checked as stored, not upcast
     assert verification["parameters"] == sum(t.numel() for n, t in original.items() if n != "lm_head.weight")
 
     again, second = resolve_model_source(str(step_dir))

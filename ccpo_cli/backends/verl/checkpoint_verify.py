@@ -105,7 +105,8 @@ def forward_pass(folder: Path, config: Any) -> dict[str, Any]:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        model = AutoModelForCausalLM.from_pretrained(str(folder)).eval()
+        # in the stored dtype (bfloat16 from verl's merger): half the memory of a float32 load
+        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype="auto").eval()
     except (OSError, ValueError) as error:
         raise CcpoError(f"{folder}: the merged model does not load ({str(error).strip().splitlines()[0]})") from None
     text = PROBE_TEXT
