@@ -97,22 +97,25 @@ def across_seeds(results: Sequence[SeedEvaluation]) -> dict[str, Any]:
     return {"mean": overall["mean"], "sd": overall["sd"], "n_seeds": overall["n"], "task_type_means": per_type}
 
 
-def resolve_eval_model(options: EvalOptions):
-    """The model folder the agent loads: a verl global_step_N folder is merged by verl's own
-    merger and verified first (hf and vllm only; other agents take --model as it is)."""
+def resolve_eval_model(options: EvalOptions) -> tuple[str | None, Any, int]:
+    """(the model the agent loads, the merge or None, the step to record at). For hf and vllm a
+    verl global_step_N folder is merged by verl's own merger and verified first, and its
+    evaluations are recorded at its training step; other agents take --model as it is."""
     if options.agent not in {"hf", "vllm"}:
-        return options.model, None
-    from ccpo_cli.backends.verl.checkpoint import resolve_model_source
+        return options.model, None, _recorded_step(options.step, None)
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, resolve_model_source
 
-    return resolve_model_source(options.model, verl_agent_home=options.verl_agent_home,
-                                merged_dir=options.merged_dir)
+    step = _recorded_step(options.step, find_verl_checkpoint(options.model))  # refused before any merge
+    model, merged = resolve_model_source(options.model, verl_agent_home=options.verl_agent_home,
+                                         merged_dir=options.merged_dir)
+    return model, merged, step
 
 
-def _recorded_step(step: int | None, merged: Any) -> int:
+def _recorded_step(step: int | None, checkpoint: Any) -> int:
     """A checkpoint's evaluations are recorded at its training step; --step may only agree."""
-    checkpoint_step = None if merged is None else merged.checkpoint.step
+    checkpoint_step = None if checkpoint is None else checkpoint.step
     if step is not None and checkpoint_step is not None and step != checkpoint_step:
-        raise InvalidInput(f"--step {step}, but the checkpoint {merged.checkpoint.folder} is from step "
+        raise InvalidInput(f"--step {step}, but the checkpoint {checkpoint.folder} is from step "
                            f"{checkpoint_step}; leave --step out to record it at {checkpoint_step}")
     return step if step is not None else (checkpoint_step or 0)
 
@@ -159,8 +162,7 @@ def run_eval(
     agent_options = {}
     if options.max_new_tokens is not None and options.agent in {"hf", "vllm"}:
         agent_options["max_new_tokens"] = options.max_new_tokens
-    model, merged = resolve_eval_model(options)
-    step = _recorded_step(options.step, merged)
+    model, merged, step = resolve_eval_model(options)
     agent = build_agent(options.agent, model, temperature=options.temperature,
                         seed=options.seeds[0], **agent_options)
     recorded_temperature = options.temperature if options.agent in SAMPLING_AGENTS else None

@@ -327,6 +327,14 @@ def test_eval_records_a_checkpoint_at_its_own_step(tmp_path, stand_in_home, game
         assert connection.execute("SELECT DISTINCT step FROM evaluations").fetchall() == [(115,)]
     contradicting = eval_cli(tmp_path, games, folder, "--step", "7")
     assert contradicting.exit_code == 3 and "is from step 115" in contradicting.output
+    assert len(merger_calls(tmp_path)) == 1  # the contradiction was refused before any merge
+
+
+def test_a_contradicting_step_is_refused_before_merging(tmp_path, stand_in_home, games):
+    folder = step_folder(tmp_path)
+    result = eval_cli(tmp_path, games, folder, "--step", "7")
+    assert result.exit_code == 3 and "is from step 115" in result.output
+    assert merger_calls(tmp_path) == [] and not (folder / DEFAULT_MERGED_NAME).exists()
 
 
 def test_the_agents_name_an_unmerged_checkpoint(tmp_path):
@@ -370,14 +378,15 @@ def test_vllm_takes_the_merged_folder_and_other_agents_take_model_as_given(tmp_p
     from ccpo_cli.evaluation import EvalOptions, resolve_eval_model
 
     folder = step_folder(tmp_path)
-    model, merged = resolve_eval_model(EvalOptions(run="r", agent="vllm", model=str(folder)))
-    assert model == str(folder / DEFAULT_MERGED_NAME) and merged.checkpoint.step == 115
-    assert resolve_eval_model(EvalOptions(run="r", agent="local", model=str(folder))) == (str(folder), None)
+    model, merged, step = resolve_eval_model(EvalOptions(run="r", agent="vllm", model=str(folder)))
+    assert model == str(folder / DEFAULT_MERGED_NAME) and merged.checkpoint.step == step == 115
+    assert resolve_eval_model(EvalOptions(run="r", agent="local", model=str(folder))) == (str(folder), None, 0)
 
 
 def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(tmp_path, stand_in_home, hub_env, loopback_only):
-    from ccpo_cli import store
     from fakehub import FakeHub
+
+    from ccpo_cli import store
 
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)

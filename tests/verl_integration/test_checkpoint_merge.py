@@ -110,8 +110,8 @@ def test_the_hf_agent_on_the_checkpoint_generates_as_the_saved_weights_do(traine
     from ccpo_cli.evaluation import EvalOptions, build_agent, resolve_eval_model
 
     model_dir, step_dir = trained
-    model, merged = resolve_eval_model(EvalOptions(run="r", agent="hf", model=str(step_dir)))
-    assert merged.checkpoint.step == STEP
+    model, merged, step = resolve_eval_model(EvalOptions(run="r", agent="hf", model=str(step_dir)))
+    assert merged.checkpoint.step == step == STEP
     prompts = ["You are in the middle of a room.", "go to fridge 1"]
     from_checkpoint = build_agent("hf", model, temperature=0.0, seed=0, max_new_tokens=6).generate(prompts)
 
