@@ -8,13 +8,12 @@ The returned document is what `ccpo eval --json` prints.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
 from ccpo_cli.agents import registry
-from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.errors import InvalidInput
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
 
@@ -22,23 +21,6 @@ DEFAULT_TEMPERATURE = 0.4  # verl-agent's validation sampling temperature
 HELDOUT_PANEL = "heldout-panel"
 # agents whose actions are sampled from a policy at a temperature
 SAMPLING_AGENTS = {"hf", "vllm", "local"}
-# where the local CPU policy registers itself as the "local" agent
-LOCAL_AGENT_MODULES = ("ccpo_cli.backends.local",)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2]; duplicates refused (one evaluation per seed)."""
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInput(f"--seeds: expected integers separated by commas, got {text!r}") from None
-    if not seeds:
-        raise InvalidInput("--seeds: at least one seed is needed")
-    if len(set(seeds)) != len(seeds):
-        raise InvalidInput(f"--seeds: each seed at most once, got {text!r}")
-    if any(seed < 0 for seed in seeds):
-        raise InvalidInput(f"--seeds: seeds are non-negative, got {text!r}")
-    return seeds
 
 
 def resolve_games(games: Path | None) -> tuple[list[str], str]:
@@ -55,23 +37,9 @@ def resolve_games(games: Path | None) -> tuple[list[str], str]:
     return found, str(games)
 
 
-def _load_local_agent() -> None:
-    if "local" in registry.AGENT_FACTORIES:
-        return
-    for module in LOCAL_AGENT_MODULES:
-        try:
-            import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name and module.startswith(error.name):
-                continue  # this installation has no local backend
-            raise CcpoError(f"the local agent could not be loaded: {error}") from None
-
-
 def build_agent(kind: str, model: str | None, *, temperature: float, seed: int, **options: Any):
     if kind not in registry.AGENT_KINDS and kind not in registry.AGENT_FACTORIES:
         raise InvalidInput(f"--agent {kind}: not one of {', '.join(registry.AGENT_KINDS)}")
-    if kind == "local":
-        _load_local_agent()
     return registry.make_agent(kind, model, temperature=temperature, seed=seed, **options)
 
 

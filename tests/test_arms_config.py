@@ -56,7 +56,7 @@ def test_fingerprints_are_distinct_and_track_every_flag():
         changed = base.with_overrides({flag: value})
         assert changed.fingerprint not in seen, flag
         seen.add(changed.fingerprint)
-        assert changed.overrides == ((flag, getattr(changed, flag)),)
+        assert changed.overrides == ((flag, changed.flags()[flag]),)
 
 
 def test_same_value_override_keeps_the_fingerprint():
@@ -69,7 +69,10 @@ def test_same_value_override_keeps_the_fingerprint():
 def test_type_coercion():
     arm = load_arm("grpo", {"whiten": "2", "backoff_task": "true", "gamma": "1", "lk_fix": "0.25"})
     assert arm.whiten == 2 and isinstance(arm.whiten, int)
-    assert arm.backoff_task == 1 and arm.gamma == 1.0 and isinstance(arm.gamma, float) and arm.lk_fix == "0.25"
+    assert arm.backoff_task is True and arm.gamma == 1.0 and isinstance(arm.gamma, float) and arm.lk_fix == 0.25
+    # The recorded form (fingerprints, runs.db, Hydra) is unchanged: 0/1 and a repr string.
+    assert arm.flags()["backoff_task"] == 1 and arm.flags()["lk_fix"] == "0.25"
+    assert load_arm("grpo").lk_fix is None and load_arm("grpo").flags()["lk_fix"] == ""
 
 
 @pytest.mark.parametrize(

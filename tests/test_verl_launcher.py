@@ -301,7 +301,7 @@ def test_seeds_make_one_launch_each(tmp_path):
     assert [(r["run"], r["seed"], r["overrides"]["env.seed"]) for r in runs] == [("grpo-seed0", 0, 0), ("grpo-seed1", 1, 1)]
     bad = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "verl",
                               "--model", MODEL, "--gpus", "2", "--seeds", "0,x", "--dry-run"])
-    assert bad.exit_code == 2
+    assert bad.exit_code == 3  # a malformed seed list is invalid input, as in `ccpo eval --seeds`
 
 
 @pytest.mark.parametrize("has_gpu", [False, True])

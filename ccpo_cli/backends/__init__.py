@@ -1,1 +1,11 @@
+"""Training backends: `local` (CPU policy on the real ALFWorld engine) and `verl` (verl-agent on GPUs).
 
+Each takes one typed request (`local.request.LocalTrainRequest`, `verl.request.VerlTrainRequest`).
+"""
+
+
+def seed_run_name(run: str | None, seed: int, several: bool) -> str | None:
+    """The run name of one seed: `--run NAME` as given, or NAME-seedN when several seeds share it."""
+    if run is None:
+        return None
+    return f"{run}-seed{seed}" if several else run

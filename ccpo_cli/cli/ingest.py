@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.errors import UsageError
 from ccpo_cli.store import open_db
 from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
 
@@ -25,22 +25,21 @@ def _arm_fingerprint(arm: str | None) -> str | None:
     return load_arm(arm).fingerprint
 
 
-@app.command("ingest")
 @handle_errors
 def ingest(
     ctx: typer.Context,
     file: Annotated[Path, typer.Argument(help="Metrics file: ccpo JSONL, verl file-logger JSONL or a verl console log.")],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:
-        raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
+        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind

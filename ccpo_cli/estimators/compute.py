@@ -25,21 +25,6 @@ from ccpo_cli.estimators.node_values import node_values
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
 from ccpo_cli.estimators.returns import discounted_return_to_go
 
-# per_row keys every arm reports, then the CCPO-only ones
-COMMON_ROW_KEYS = ("episode_term", "step_term", "final", "live", "score", "return_to_go")
-CCPO_ROW_KEYS = (
-    "step_raw",
-    "cc_term",
-    "edge_term",
-    "target",
-    "baseline",
-    "uniform_baseline",
-    "kernel_baseline",
-    "lam",
-    "n_traj",
-    "level",
-)
-
 
 @dataclass(frozen=True, eq=False)
 class AdvantageResult:

@@ -22,11 +22,14 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ccpo_cli.backends.verl import entry, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+
+if TYPE_CHECKING:
+    from ccpo_cli.arms import Arm
 
 BACKEND = "verl"
 # Starts Ray with the ccpo setup hook, then runs the protocol's entry point (verl's main_ppo).
@@ -230,7 +233,7 @@ def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
         ordered[key] = value
 
 
-def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None, arm: Any = None) -> VerlLaunch:
+def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None, arm: Arm | None = None) -> VerlLaunch:
     """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
     protocol = protocol or load_protocol(request.protocol)
     profile = protocol.host_profile(request.host_profile)
@@ -240,7 +243,7 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         _positive(value, option)
     arm = arm if arm is not None else _load_arm(request.arm, request.arm_overrides)
     arm_spec = worker_env.ArmSpec(name=arm.name, fingerprint=arm.fingerprint, overrides=dict(request.arm_overrides))
-    flags = dict(arm.flags() if callable(arm.flags) else arm.flags)
+    flags = arm.flags()
 
     run = request.run or default_run_name(arm.name, request.model, request.seed)
     if "/" in run or run.strip(".") == "" or run != run.strip():
@@ -311,7 +314,7 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     )
 
 
-def _arm_uses_features(arm: Any) -> bool:
+def _arm_uses_features(arm: Arm) -> bool:
     """Whether the reference pass must keep last-prompt-token states for this arm."""
     from ccpo_cli.arms import features_active
 
