@@ -271,6 +271,17 @@ def test_config_in_actor_huggingface_is_handed_to_the_merger(tmp_path, stand_in_
     assert call[-2:] == ["--hf_model_path", str(folder / "actor" / "huggingface")]
 
 
+def test_a_moved_run_folder_is_merged_again_in_place(tmp_path, stand_in_home):
+    folder = step_folder(tmp_path)
+    resolve_model_source(str(folder))
+    moved = tmp_path / "moved"
+    (tmp_path / "run").rename(moved)
+    new_folder = moved / "checkpoints" / folder.name
+    model, merged = resolve_model_source(str(new_folder))
+    assert not merged.reused and len(merger_calls(tmp_path)) == 2
+    assert merged.record["source"]["checkpoint"] == str(new_folder.resolve())
+
+
 def test_a_merged_dir_holding_something_else_is_refused(tmp_path, stand_in_home):
     folder = step_folder(tmp_path)
     occupied = tmp_path / "occupied"

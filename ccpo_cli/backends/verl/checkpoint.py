@@ -331,6 +331,8 @@ def _prepare_target(target: Path, checkpoint: VerlCheckpoint) -> None:
     if not target.is_dir():
         raise InvalidInput(f"--merged-dir {target}: exists and is not a folder")
     record = read_record(target)
+    if record is not None and target == checkpoint.folder / DEFAULT_MERGED_NAME:
+        return  # ccpo's own folder inside the checkpoint (its recorded path differs once the run folder moves)
     if any(target.iterdir()) and (record is None or record["source"].get("checkpoint") != str(checkpoint.folder)):
         raise InvalidInput(f"--merged-dir {target}: holds something other than a ccpo merge of {checkpoint.folder}; "
                            "name an empty or new folder")
