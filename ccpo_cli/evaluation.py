@@ -7,13 +7,15 @@ The returned document is what `ccpo eval --json` prints.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
 from ccpo_cli.agents import registry
+from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
 
@@ -124,8 +126,7 @@ def run_eval(
         raise InvalidInput(f"--max-new-tokens must be >= 1, got {options.max_new_tokens}")
     if options.workers is not None and options.workers < 0:
         raise InvalidInput(f"--workers must be >= 0, got {options.workers}")
-    if not options.run.strip():
-        raise InvalidInput("--run needs a non-empty name")
+    check_run_name(options.run)
     game_files, games_label = resolve_games(options.games)
     agent_options = {}
     if options.max_new_tokens is not None and options.agent in {"hf", "vllm"}:
@@ -135,10 +136,11 @@ def run_eval(
                         seed=options.seeds[0], **agent_options)
     recorded_temperature = options.temperature if options.agent in SAMPLING_AGENTS else None
     db = open_db(db_path)
-    ensure_run(db, options.run)
     documents: list[dict[str, Any]] = []
 
     def record(result: SeedEvaluation) -> None:
+        # The run is created with its first result: a failed evaluation leaves no empty run behind.
+        ensure_run(db, options.run)
         outcome = record_evaluation_outcome(
             db, options.run, step, split=options.split,
             episodes=len(result.episodes), successes=result.successes,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -28,6 +29,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
+from ccpo_cli.store.facts import reconcile_total_steps, record_ingest_facts
 from ccpo_cli.store.records import ensure_run, record_evaluation_outcome, update_run_state
 from ccpo_cli.task_types import VERL_METRIC_NAMES
 
@@ -83,6 +85,7 @@ class IngestReport:
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     incomplete_tail_line: int | None = None
+    fact_conflicts: list[dict[str, Any]] = field(default_factory=list)  # protocol facts (store/facts.py)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +101,7 @@ class IngestReport:
             "conflicts": self.conflicts,
             "warnings": self.warnings,
             "incomplete_tail_line": self.incomplete_tail_line,
+            "fact_conflicts": self.fact_conflicts,
         }
 
 
@@ -379,6 +383,9 @@ def ingest_file(
     base_model: str | None = None,
     total_steps: int | None = None,
     backend: str | None = None,
+    facts: Mapping[str, Any] | None = None,
+    config: Mapping[str, Any] | None = None,
+    ended: bool = False,
     progress: ProgressCallback | None = None,
     write_progress: Callable[[int, int], None] | None = None,
 ) -> IngestReport:
@@ -389,7 +396,9 @@ def ingest_file(
     InvalidInput (exit 3) for a missing/empty/binary/malformed file (file:line) or an arm
     fingerprint different from the run's; the database is then unchanged.
     `progress(n_bytes)` is called as the file is read, `write_progress(done, total)` as
-    evaluations are recorded.
+    evaluations are recorded. `facts` and `config` are the run's protocol facts and verl config
+    (store/facts.py); a total steps different from the recorded one is kept as a conflict, not
+    written; `ended` says the run will not continue (a run short of its total is then stopped).
     """
     parsed = parse_metrics_file(path, fmt, progress)
     source = str(Path(path).resolve())
@@ -411,6 +420,13 @@ def ingest_file(
     report.evaluations_found = len(evaluations)
     report.last_step = max((record.step for record in parsed.records), default=None)
     with write_transaction(db):
+        total_steps, total_conflict = reconcile_total_steps(db, run, total_steps, source)
+        if total_conflict is not None:
+            report.fact_conflicts.append(total_conflict)
+            report.warnings.append(
+                f"run {run!r} is recorded with {total_conflict['recorded']} total steps; kept that and recorded "
+                f"{total_conflict['given']} as a conflict (a final card needs evaluations up to the larger total)"
+            )
         ensure_run(
             db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
             total_steps=total_steps, backend=backend,
@@ -434,4 +450,11 @@ def ingest_file(
                 )
         if report.last_step is not None:
             update_run_state(db, run, last_step=report.last_step)
+        conflicts = record_ingest_facts(db, run, facts or {}, config=config, verl_log=parsed.format != "ccpo",
+                                        ended=ended, source=source)
+        report.fact_conflicts.extend(conflicts)
+        report.warnings.extend(
+            f"run {run!r} has {c['key']} {c['recorded']!r} on record; kept it and recorded {c['given']!r} as a conflict"
+            for c in conflicts
+        )
     return report
