@@ -5,6 +5,7 @@ verl-agent's real merger on a checkpoint written by verl's own checkpoint manage
 tests/verl_integration/test_checkpoint_merge.py. Here the merger is a stand-in script with the
 same command line (it copies a prepared model folder), so that ccpo's orchestration -- command,
 failure reporting, atomic rename, reuse, the record -- is tested in the main environment.
+(Over 400 lines on purpose: one concern, sharing the stand-in merger and checkpoint fixtures.)
 """
 
 from __future__ import annotations
