@@ -302,19 +302,36 @@ def publish_run(
     checkpoint_step: int | None = None,
     token_file: Path | None = None,
     timeout: str | None = None,
+    verl_agent_home: Path | None = None,
+    merged_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Stage the card of `run`, then either write the commit plan (dry run, no network) or push
-    it and record the publication in runs.db. Returns the plan or the publication."""
+    it and record the publication in runs.db. Returns the plan or the publication.
+
+    A verl `global_step_N` checkpoint is first merged by verl-agent's own merger and verified
+    (locally, in a dry run too); the merged folder, with its ccpo-merge.json, is what goes up,
+    and the card's checkpoint step is the checkpoint's."""
     check_run_name(run)
     check_repo_id(repo_id)
     timeouts = resolve_timeouts(timeout)
     endpoint = resolve_endpoint(endpoint)
     private = default_private(status, private)
+    verl_checkpoint = _verl_checkpoint(checkpoint, merged_dir)
+    if verl_checkpoint is not None:
+        checkpoint_step = _checkpoint_step(verl_checkpoint, checkpoint_step)
     staged = stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
                         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
                         clobber_hint="choose another --staging folder")
+    merged = None
+    if verl_checkpoint is not None:
+        from ccpo_cli.backends.verl.checkpoint import merge_checkpoint
+
+        merged = merge_checkpoint(verl_checkpoint, verl_agent_home=verl_agent_home, target=merged_dir)
+        checkpoint = merged.folder
     plan = commit_plan(staged, repo_id=repo_id, revision=revision, private=private, endpoint=endpoint,
                        checkpoint=checkpoint)
+    if merged is not None:
+        plan["checkpoint_source"] = merged.summary()
     plan_path = write_plan(plan, staged.folder)
     if dry_run:
         return {"dry_run": True, "plan_file": str(plan_path), **plan}
@@ -327,4 +344,24 @@ def publish_run(
         url=result.get("commit_url"),
     )
     return {"dry_run": False, "publication_id": publication_id, "private": private, "endpoint": endpoint,
-            "run": run, "status": status, **result}
+            "run": run, "status": status, "checkpoint_source": plan.get("checkpoint_source"), **result}
+
+
+def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
+    """The verl checkpoint that --checkpoint names, None for a model folder."""
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
+
+    found = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
+    if found is None and merged_dir is not None:
+        raise InvalidInput(f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one")
+    return found
+
+
+def _checkpoint_step(verl_checkpoint: Any, step: int | None) -> int | None:
+    """The card's checkpoint step is the checkpoint's own; --checkpoint-step may only agree."""
+    if verl_checkpoint.step is None:
+        return step
+    if step is not None and step != verl_checkpoint.step:
+        raise InvalidInput(f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
+                           f"{verl_checkpoint.step}")
+    return verl_checkpoint.step
