@@ -59,7 +59,10 @@ NOTES: dict[str, str] = {
     "eval": "Added: `--step`, `--split`, `--max-steps`, `--max-new-tokens`. Extra JSON keys per "
     "evaluation: `wilson_95`, `invalid_turn_rate`, `evaluation_id`, `recorded` (new, duplicate or "
     "conflict); at the top level: `model`, `games`, `step`, `split`, `temperature`, `n_seeds`, "
-    "`task_types`. `--agent vllm` without vLLM installed exits 1 with a one-line message.",
+    "`task_types`. `--agent vllm` without vLLM installed exits 1 with a one-line message. "
+    "`--model` of hf/vllm also takes a verl `global_step_N` folder (added: `--verl-agent-home`, "
+    "`--merged-dir`): merged by verl-agent's own merger, verified and recorded first, its evaluations "
+    "recorded at its step, and a `checkpoint` key in the JSON (docs/verl-checkpoints.md).",
     "games generate": "Added: `--room`, `--workers`, `--json`.",
     "ingest": "Added: `--json`. A missing, empty, binary or non-UTF-8 file exits 3. NaN success rates "
     "and changed results for a recorded step exit 0 with a warning, and the conflict is recorded.",
@@ -69,7 +72,11 @@ NOTES: dict[str, str] = {
     "card": "Added: `--window-start`, `--license`, `--checkpoint-step`, `--json`. The learning-curve "
     "PNG and summary JSON go into `results/` beside the README.",
     "publish": "Added: `--revision`, `--staging`, `--window-start`, `--license`, `--checkpoint-step`, "
-    "`--json`. `--dry-run` makes no network call and writes the staging folder and the commit plan.",
+    "`--json`. `--dry-run` makes no network call and writes the staging folder and the commit plan. "
+    "`--checkpoint` also takes a verl `global_step_N` folder (added: `--verl-agent-home`, "
+    "`--merged-dir`): the merged, verified folder goes up with its `ccpo-merge.json`, the card's "
+    "checkpoint step is the checkpoint's, and the plan and result carry `checkpoint_source` "
+    "(docs/verl-checkpoints.md).",
 }
 
 

@@ -17,6 +17,7 @@ from ccpo_cli.cli.common import (
     settings,
     stdout_console,
 )
+from ccpo_cli.names import default_folder, require_inside
 from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.store import open_db
 
@@ -36,15 +37,17 @@ def card(
     window_start: WindowStartOption = DEFAULT_WINDOW_START,
     license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing README (and results/) that ccpo did not write.")] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Render the Hub model card of a run from the database; numbers and caveats come from data."""
     from ccpo_cli.cards.staging import stage_card
 
-    readme = output or Path(f"ccpo-card-{run}") / "README.md"
+    readme = output or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
     staged = stage_card(
-        open_db(settings(ctx).db), run, readme, status=status.value, repo_id=repo_id,
+        open_db(settings(ctx).db, must_exist=True), run, readme, status=status.value, repo_id=repo_id,
         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
+        force=force, merge_existing=True,
     )
     if as_json:
         emit_json({"run": staged.context.run, "status": staged.context.status, "card": str(staged.readme),

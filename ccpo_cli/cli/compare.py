@@ -33,7 +33,7 @@ def compare(
     from ccpo_cli.report.tables import comparison_renderables
     from ccpo_cli.store import open_db
 
-    document = compare_runs(open_db(settings(ctx).db), runs or None, window_start)
+    document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start)
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 

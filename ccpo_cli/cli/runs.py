@@ -28,7 +28,7 @@ def list_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every run with its arm, seed, status, last step and number of evaluations."""
-    runs = list_runs(open_db(settings(ctx).db))
+    runs = list_runs(open_db(settings(ctx).db, must_exist=True))
     if as_json:
         emit_json({"runs": runs})
     else:
@@ -43,7 +43,7 @@ def show_command(
     as_json: JsonOption = False,
 ) -> None:
     """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
-    db = open_db(settings(ctx).db)
+    db = open_db(settings(ctx).db, must_exist=True)
     document = {
         "run": get_run(db, run),
         "evaluations": run_evaluations(db, run, split=None),

@@ -20,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ccpo_cli.envs.engine import GameSession, engine_assets, validation_session
 from ccpo_cli.errors import InvalidInput, UsageError
@@ -402,7 +402,12 @@ def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str
     if n < 1:
         raise UsageError(f"--n must be at least 1, got {n}")
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
+    if root.exists() and not root.is_dir():
+        raise InvalidInput(f"--out {out}: exists and is not a folder; refusing to write games over it")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InvalidInput(f"--out {out}: cannot create the folder ({error.strerror})") from None
     specs = game_specs(split, seed, room)
     seen: set[str] = set()
     accepted: list[GeneratedGame] = []

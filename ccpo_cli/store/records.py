@@ -17,6 +17,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.names import check_run_name
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
 
@@ -77,8 +78,7 @@ def ensure_run(
     return-hard run. `config` and `package_versions` are stored as JSON. `benchmark` defaults
     to "alfworld" for a new run.
     """
-    if not name or not str(name).strip():
-        raise InvalidInput("a run needs a non-empty name")
+    check_run_name(name)
     if status is not None and status not in RUN_STATUSES:
         raise InvalidInput(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
     given = {
