@@ -1,9 +1,14 @@
 """Arms as data: every estimator flag, fully resolved, loaded from configs/arms/<name>.yaml.
 
+Each flag is declared once, as a field of `Arm`: its type (`float`, `float | None`, `int`,
+`bool` or a `Literal` of its choices), its help, and its check. Everything else (the `--set`
+coercion, the YAML loader, `ccpo arms show`, the list of flag names) is derived from those
+fields, so adding a flag is one field here (give it a default so existing arm files stay valid;
+it changes every fingerprint, which the change must say).
+
 An `Arm` is frozen; its fingerprint is the sha256 of the canonical (sorted-keys JSON) resolved
-flags, so two arms that compute the same advantages share a fingerprint whatever they are called,
-and any change of any flag changes it. `--set KEY=VALUE` overrides go through `with_overrides`,
-which coerces each value to its flag's type.
+flags in their recorded form (`Arm.flags()`), so two arms that compute the same advantages share
+a fingerprint whatever they are called, and any change of any flag changes it.
 
 Which flags are inert in an arm (cannot change its output) is derived from the flag values in
 `inert_flags`; the estimator uses the same reasoning (`features_active`) to skip the feature work.
@@ -15,9 +20,12 @@ import dataclasses
 import hashlib
 import json
 import math
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Literal
 
 import yaml
 
@@ -25,149 +33,176 @@ from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.paths import configs_dir
 
 
-@dataclass(frozen=True)
-class FlagSpec:
-    name: str
-    kind: type  # str, float or int
-    help: str
-    choices: tuple[str, ...] = ()
-    check: Callable[[Any], bool] | None = None
-    requirement: str = ""
-
-
 def _non_negative(value: float) -> bool:
     return value >= 0
 
 
-def _optional_number(value: str) -> bool:
-    if value == "":
-        return True
-    try:
-        return math.isfinite(float(value))
-    except ValueError:
-        return False
+def flag(help: str, *, check: Callable[[Any], bool] | None = None, requirement: str = "",
+         default: Any = dataclasses.MISSING) -> Any:
+    """Declare one estimator flag (a field of `Arm`): its help and its check; the type is the annotation.
 
-
-FLAG_SPECS: tuple[FlagSpec, ...] = (
-    FlagSpec("estimator", str, "which advantage estimator", ("grpo", "gigpo", "ccpo")),
-    FlagSpec("adv_mode", str, "normalisation of the episode and GiGPO step terms", ("mean_std_norm", "mean_norm")),
-    FlagSpec("gamma", float, "discount of the return-to-go and node values", check=lambda v: 0 <= v <= 1, requirement="in [0, 1]"),
-    FlagSpec("invalid_penalty", float, "penalty for an invalid action", check=_non_negative, requirement=">= 0"),
-    FlagSpec("success_reward", float, "episode reward that counts as success (terminal node value)"),
-    FlagSpec("ep_w", float, "weight of the episode term"),
-    FlagSpec("step_advantage_w", float, "weight of the step term"),
-    FlagSpec("gate", str, "bucket key: (task, observation) or the whole task", ("hard", "global")),
-    FlagSpec("target", str, "step target: return-to-go or successor node value", ("return", "nextnode")),
-    FlagSpec("rho", float, "confidence in the feature distances (scales the EB disagreement)", check=_non_negative, requirement=">= 0"),
-    FlagSpec("backoff_task", int, "serve rows without another trajectory in their node at the task level", ("0", "1")),
-    FlagSpec("backoff_rho", float, "rho multiplier at the task level", check=_non_negative, requirement=">= 0"),
-    FlagSpec("min_traj", int, "distinct trajectories a bucket needs", check=lambda v: v >= 1, requirement=">= 1"),
-    FlagSpec("jweight_c", float, "J-weighting constant c in J/(J+c); 0 disables", check=_non_negative, requirement=">= 0"),
-    FlagSpec("prior_kappa", float, "credibility prior kappa; 0 disables", check=_non_negative, requirement=">= 0"),
-    FlagSpec("lk_fix", str, "fixed credibility weight ('' = J/(J+kappa))", check=_optional_number, requirement="'' or a number"),
-    FlagSpec("lam_fix", str, "fixed kernel/uniform mix lambda ('' = shrink rule)", check=_optional_number, requirement="'' or a number"),
-    FlagSpec("phi", str, "feature vector", ("hidden", "hidden+ctx")),
-    FlagSpec("ctx_w", float, "weight of the trajectory-context block"),
-    FlagSpec("whiten", int, "principal directions removed before distances", check=_non_negative, requirement=">= 0"),
-    FlagSpec("tau", float, "kernel width as a multiple of the bucket's median distance", check=lambda v: v > 0, requirement="> 0"),
-    FlagSpec("wmode", str, "neighbour weighting", ("soft", "hard", "cos")),
-    FlagSpec("shrink", str, "shrinkage rule for lambda", ("eb", "mse", "eb_pooled", "eb_hier")),
-    FlagSpec("std", str, "scale of the step credit", ("task", "local")),
-    FlagSpec("std_floor", float, "floor of the local scale, as a fraction of the batch target sd", check=_non_negative, requirement=">= 0"),
-    FlagSpec("step_norm", str, "per-task standardisation of live step values", ("mode", "std", "none")),
-    FlagSpec("edge_w", float, "weight of the G2PO edge (value-gain) term; 0 disables", check=_non_negative, requirement=">= 0"),
-)
-FLAG_NAMES: tuple[str, ...] = tuple(spec.name for spec in FLAG_SPECS)
-_SPEC_BY_NAME = {spec.name: spec for spec in FLAG_SPECS}
+    A default is for a flag added after arm files were written: a file that omits it gets it.
+    """
+    return field(default=default, kw_only=True, metadata={"flag": True, "help": help, "check": check, "requirement": requirement})
 
 
 @dataclass(frozen=True)
 class Arm:
     name: str
     description: str
-    estimator: str
-    adv_mode: str
-    gamma: float
-    invalid_penalty: float
-    success_reward: float
-    ep_w: float
-    step_advantage_w: float
-    gate: str
-    target: str
-    rho: float
-    backoff_task: int
-    backoff_rho: float
-    min_traj: int
-    jweight_c: float
-    prior_kappa: float
-    lk_fix: str
-    lam_fix: str
-    phi: str
-    ctx_w: float
-    whiten: int
-    tau: float
-    wmode: str
-    shrink: str
-    std: str
-    std_floor: float
-    step_norm: str
-    edge_w: float
-    overrides: tuple[tuple[str, Any], ...] = field(default=())
+    estimator: Literal["grpo", "gigpo", "ccpo"] = flag("which advantage estimator")
+    adv_mode: Literal["mean_std_norm", "mean_norm"] = flag("normalisation of the episode and GiGPO step terms")
+    gamma: float = flag("discount of the return-to-go and node values", check=lambda v: 0 <= v <= 1, requirement="in [0, 1]")
+    invalid_penalty: float = flag("penalty for an invalid action", check=_non_negative, requirement=">= 0")
+    success_reward: float = flag("episode reward that counts as success (terminal node value)")
+    ep_w: float = flag("weight of the episode term")
+    step_advantage_w: float = flag("weight of the step term")
+    gate: Literal["hard", "global"] = flag("bucket key: (task, observation) or the whole task")
+    target: Literal["return", "nextnode"] = flag("step target: return-to-go or successor node value")
+    rho: float = flag("confidence in the feature distances (scales the EB disagreement)", check=_non_negative, requirement=">= 0")
+    backoff_task: bool = flag("serve rows without another trajectory in their node at the task level")
+    backoff_rho: float = flag("rho multiplier at the task level", check=_non_negative, requirement=">= 0")
+    min_traj: int = flag("distinct trajectories a bucket needs", check=lambda v: v >= 1, requirement=">= 1")
+    jweight_c: float = flag("J-weighting constant c in J/(J+c); 0 disables", check=_non_negative, requirement=">= 0")
+    prior_kappa: float = flag("credibility prior kappa; 0 disables", check=_non_negative, requirement=">= 0")
+    lk_fix: float | None = flag("fixed credibility weight (unset: J/(J+kappa))")
+    lam_fix: float | None = flag("fixed kernel/uniform mix lambda (unset: shrink rule)")
+    phi: Literal["hidden", "hidden+ctx"] = flag("feature vector")
+    ctx_w: float = flag("weight of the trajectory-context block")
+    whiten: int = flag("principal directions removed before distances", check=_non_negative, requirement=">= 0")
+    tau: float = flag("kernel width as a multiple of the bucket's median distance", check=lambda v: v > 0, requirement="> 0")
+    wmode: Literal["soft", "hard", "cos"] = flag("neighbour weighting")
+    shrink: Literal["eb", "mse", "eb_pooled", "eb_hier"] = flag("shrinkage rule for lambda")
+    std: Literal["task", "local"] = flag("scale of the step credit")
+    std_floor: float = flag("floor of the local scale, as a fraction of the batch target sd", check=_non_negative, requirement=">= 0")
+    step_norm: Literal["mode", "std", "none"] = flag("per-task standardisation of live step values")
+    edge_w: float = flag("weight of the G2PO edge (value-gain) term; 0 disables", check=_non_negative, requirement=">= 0")
+    padding: Literal["inert", "upstream"] = flag(
+        "the trainer's padding copies: inert (no statistic, advantage 0) or upstream (counted and "
+        "trained on as verl-agent's grpo/gigpo do; grpo and gigpo only)"
+    )
+    # (flag, recorded value) pairs applied on top of the arm file, in name order.
+    overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.padding == "upstream" and self.estimator not in ("grpo", "gigpo"):
+            raise InvalidInput(
+                f"arm '{self.name}': padding = upstream reproduces verl-agent's own grpo and gigpo; "
+                f"estimator {self.estimator} has no upstream rule (use padding = inert)"
+            )
 
     def flags(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FLAG_NAMES}
+        """Every flag in its recorded form: the form fingerprints, runs.db, cards and Hydra have
+        always used (an unset optional number is "", a set one its repr; a boolean is 0 or 1)."""
+        return {spec.name: spec.recorded(getattr(self, spec.name)) for spec in FLAG_SPECS}
 
     @property
     def fingerprint(self) -> str:
         canonical = json.dumps(self.flags(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> "Arm":
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Arm:
         """A copy with the given flags replaced (values coerced); the overrides are recorded."""
         changed = {key: coerce_flag(key, value) for key, value in overrides.items()}
         recorded = dict(self.overrides)
-        recorded.update(changed)
+        recorded.update({key: _SPEC_BY_NAME[key].recorded(value) for key, value in changed.items()})
         return dataclasses.replace(self, **changed, overrides=tuple(sorted(recorded.items())))
 
 
+@dataclass(frozen=True)
+class FlagSpec:
+    """One flag as declared on `Arm`, read back from its field."""
+
+    name: str
+    kind: type  # float, int, bool or str
+    optional: bool  # None (unset) is a value
+    help: str
+    choices: tuple[str, ...] = ()
+    check: Callable[[Any], bool] | None = None
+    requirement: str = ""
+    required: bool = True  # an arm file must give it (no default declared)
+    default: Any = None
+
+    def recorded(self, value: Any) -> Any:
+        if self.optional:
+            return "" if value is None else repr(float(value))
+        if self.kind is bool:
+            return int(value)
+        return value
+
+
+def _flag_spec(declared: dataclasses.Field, annotation: Any) -> FlagSpec:
+    arguments = typing.get_args(annotation)
+    optional = isinstance(annotation, types.UnionType) and type(None) in arguments
+    if optional:
+        (annotation,) = [argument for argument in arguments if argument is not type(None)]
+    choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
+    return FlagSpec(
+        name=declared.name, kind=str if choices else annotation, optional=optional,
+        help=declared.metadata["help"], choices=tuple(choices), check=declared.metadata["check"],
+        requirement=declared.metadata["requirement"], required=declared.default is dataclasses.MISSING,
+        default=None if declared.default is dataclasses.MISSING else declared.default,
+    )
+
+
+_ANNOTATIONS = typing.get_type_hints(Arm)
+FLAG_SPECS: tuple[FlagSpec, ...] = tuple(
+    _flag_spec(declared, _ANNOTATIONS[declared.name]) for declared in dataclasses.fields(Arm) if declared.metadata.get("flag")
+)
+FLAG_NAMES: tuple[str, ...] = tuple(spec.name for spec in FLAG_SPECS)
+_SPEC_BY_NAME = {spec.name: spec for spec in FLAG_SPECS}
+
+
+def _coerce(spec: FlagSpec, text: Any) -> Any:
+    """`text` (a string from --set, or a YAML value) as the flag's type; ValueError if it is not one."""
+    if spec.optional and (text is None or text == ""):
+        return None
+    if isinstance(text, bool) and spec.kind is not bool:
+        if spec.kind is not int:
+            raise ValueError
+        text = int(text)
+    if spec.kind is float:
+        number = float(text)
+        if not math.isfinite(number):
+            raise ValueError
+        return number
+    if spec.kind is int:
+        if isinstance(text, str) and text.lower() in ("true", "false"):
+            return int(text.lower() == "true")
+        number = float(text)
+        if not number.is_integer():
+            raise ValueError
+        return int(number)
+    if spec.kind is bool:
+        if isinstance(text, bool):
+            return text
+        if isinstance(text, str) and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if float(text) not in (0.0, 1.0):
+            raise ValueError
+        return float(text) == 1.0
+    if isinstance(text, (int, float)):
+        text = repr(text)
+    if not isinstance(text, str):
+        raise ValueError
+    return text
+
+
 def coerce_flag(name: str, value: Any, source: str = "--set") -> Any:
-    """The flag's value in its canonical type; UsageError for an unknown flag, InvalidInput for a bad value."""
+    """The flag's value in its declared type; UsageError for an unknown flag, InvalidInput for a bad value."""
     spec = _SPEC_BY_NAME.get(name)
     if spec is None:
         raise UsageError(f"{source}: unknown flag '{name}' (known: {', '.join(FLAG_NAMES)})")
     text = value.strip() if isinstance(value, str) else value
     try:
-        if spec.kind is float:
-            if isinstance(text, bool):
-                raise ValueError
-            coerced: Any = float(text)
-            if not math.isfinite(coerced):
-                raise ValueError
-        elif spec.kind is int:
-            if isinstance(text, bool):
-                text = int(text)
-            if isinstance(text, str) and text.lower() in ("true", "false"):
-                text = int(text.lower() == "true")
-            as_float = float(text)
-            if not as_float.is_integer():
-                raise ValueError
-            coerced = int(as_float)
-        else:
-            if text is None:
-                text = ""
-            if isinstance(text, (int, float)) and not isinstance(text, bool):
-                text = repr(text)
-            if not isinstance(text, str):
-                raise ValueError
-            coerced = text
+        coerced = _coerce(spec, text)
     except (TypeError, ValueError):
-        raise InvalidInput(f"{source}: flag '{name}': cannot read {value!r} as {spec.kind.__name__}") from None
-    if spec.choices and str(coerced) not in spec.choices:
+        kind = f"{spec.kind.__name__} or unset" if spec.optional else spec.kind.__name__
+        raise InvalidInput(f"{source}: flag '{name}': cannot read {value!r} as {kind}") from None
+    if spec.choices and coerced not in spec.choices:
         raise InvalidInput(f"{source}: flag '{name}': {value!r} is not one of {', '.join(spec.choices)}")
-    if spec.check is not None and not spec.check(coerced):
+    if coerced is not None and spec.check is not None and not spec.check(coerced):
         raise InvalidInput(f"{source}: flag '{name}': {value!r} must be {spec.requirement}")
-    if name in ("lk_fix", "lam_fix") and coerced != "":
-        coerced = repr(float(coerced))  # "0.5" and "0.50" are the same arm
     return coerced
 
 
@@ -201,16 +236,19 @@ def _read_arm_file(path: Path) -> Arm:
     if not isinstance(document, dict) or not isinstance(document.get("flags"), dict):
         raise InvalidInput(f"{path}: expected a mapping with 'name', 'description' and 'flags'")
     flags = document["flags"]
-    missing = [name for name in FLAG_NAMES if name not in flags]
+    missing = [spec.name for spec in FLAG_SPECS if spec.name not in flags and spec.required]
     if missing:
         raise InvalidInput(f"{path}: flags: missing {', '.join(missing)}")
     unknown = sorted(set(flags) - set(FLAG_NAMES))
     if unknown:
         raise InvalidInput(f"{path}: flags: unknown {', '.join(unknown)}")
     resolved = {}
-    for name in FLAG_NAMES:
+    for spec in FLAG_SPECS:
+        if spec.name not in flags:
+            resolved[spec.name] = spec.default
+            continue
         try:
-            resolved[name] = coerce_flag(name, flags[name], source=str(path))
+            resolved[spec.name] = coerce_flag(spec.name, flags[spec.name], source=str(path))
         except UsageError as error:  # cannot happen: names were checked above
             raise InvalidInput(str(error)) from None
     return Arm(
@@ -233,8 +271,8 @@ def load_arm(name: str, overrides: Mapping[str, Any] | None = None) -> Arm:
 
 def fixed_lambda(arm: Arm) -> float | None:
     """λ when the flags alone decide it (after the [0, 1] clip), else None."""
-    if arm.lam_fix != "":
-        return min(1.0, max(0.0, float(arm.lam_fix)))
+    if arm.lam_fix is not None:
+        return min(1.0, max(0.0, arm.lam_fix))
     if arm.gate == "global":
         return 1.0
     if arm.rho == 0.0:
@@ -244,7 +282,7 @@ def fixed_lambda(arm: Arm) -> float | None:
 
 def fixed_lambda_by_rho(arm: Arm) -> bool:
     """Whether λ is pinned only because rho = 0 (not by lam_fix or the global gate)."""
-    return arm.lam_fix == "" and arm.gate != "global" and arm.rho == 0.0
+    return arm.lam_fix is None and arm.gate != "global" and arm.rho == 0.0
 
 
 def features_active(arm: Arm) -> bool:
@@ -254,15 +292,15 @@ def features_active(arm: Arm) -> bool:
     return fixed_lambda(arm) != 0.0 or arm.std == "local"
 
 
-_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w")
+_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
 _GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 
 
 def lambda_reason(arm: Arm) -> str:
     """Why λ (the kernel share of the baseline) is what it is, in one phrase."""
-    if arm.lam_fix != "":
-        return f"lam_fix = {arm.lam_fix} ⇒ λ ≡ {fixed_lambda(arm):g}"
+    if arm.lam_fix is not None:
+        return f"lam_fix = {arm.lam_fix!r} ⇒ λ ≡ {fixed_lambda(arm):g}"
     if arm.gate == "global":
         return "gate = global ⇒ λ ≡ 1"
     if arm.rho == 0.0:
@@ -296,10 +334,10 @@ def inert_flags(arm: Arm) -> dict[str, str]:
         # under lam_fix or the global gate rho is overridden and is inert too.
         overridden = ("shrink", "backoff_rho") if fixed_lambda_by_rho(arm) else ("rho", "shrink", "backoff_rho")
         mark(overridden, f"{lambda_reason(arm)} ⇒ {', '.join(overridden)} have no effect")
-    elif arm.backoff_task == 0:
+    elif not arm.backoff_task:
         mark(("backoff_rho",), "backoff_task = 0 ⇒ no task level ⇒ backoff_rho has no effect")
-    if arm.gate != "global" and arm.lk_fix != "":
-        mark(("prior_kappa",), f"lk_fix = {arm.lk_fix} ⇒ the credibility weight is fixed ⇒ prior_kappa has no effect")
+    if arm.gate != "global" and arm.lk_fix is not None:
+        mark(("prior_kappa",), f"lk_fix = {arm.lk_fix!r} ⇒ the credibility weight is fixed ⇒ prior_kappa has no effect")
     if not features_active(arm):
         mark(_FEATURE_FLAGS, f"{lambda_reason(arm)} ⇒ the baseline is the uniform mean and std = {arm.std} "
              f"⇒ phi_feats, {', '.join(_FEATURE_FLAGS)} have no effect")

@@ -2,6 +2,12 @@
 docs/estimators.md §1.1 and §6).
 
 The estimators never touch files; this module is the only place that does for them.
+
+Reading is bounded before anything is allocated: a batch file holds at most MAX_BATCH_BYTES of
+data (a JSON file's size; the sum of the arrays an .npz's own headers declare, checked before a
+byte is decompressed). Values must be real numbers (no complex dtypes), rewards and features
+at most MAX_ABS_VALUE in size (so squares and sums stay finite in float32), and `step_index`
+below 2^31.
 """
 
 from __future__ import annotations
@@ -14,13 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from ccpo_cli.errors import InvalidInput, UsageError
+from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.estimators.batch import BATCH_KEYS, RolloutBatch
 from ccpo_cli.estimators.compute import AdvantageResult
 
 SCHEMA_VERSION = 1
 SUFFIXES = (".json", ".npz")
 _PER_ROW_PREFIX = "per_row."
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+MAX_ABS_VALUE = 1e9
+MAX_STEP_INDEX = 2**31 - 1
 
 
 def _suffix(path: Path, purpose: str, error: type = UsageError) -> str:
@@ -37,23 +46,83 @@ def load_batch(path: Path | str) -> RolloutBatch:
     if not path.is_file():
         raise InvalidInput(f"{path}: no such file")
     if suffix == ".json":
+        if path.stat().st_size > MAX_BATCH_BYTES:
+            raise InvalidInput(f"{path}: {path.stat().st_size} bytes; a batch file holds at most {MAX_BATCH_BYTES}")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise InvalidInput(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
         except UnicodeDecodeError:
             raise InvalidInput(f"{path}: not UTF-8 text") from None
+        except RecursionError:
+            raise InvalidInput(f"{path}: JSON nested too deeply to be a batch") from None
     else:
         if not zipfile.is_zipfile(path):
             raise InvalidInput(f"{path}: not a readable .npz archive")
         try:
+            _check_npz_headers(path)
             with np.load(path, allow_pickle=False) as archive:
                 data = {key: archive[key] for key in archive.files if key in BATCH_KEYS}
         except ValueError as error:
             raise InvalidInput(f"{path}: cannot read arrays ({error}); store strings as unicode arrays") from None
         except (OSError, zipfile.BadZipFile, EOFError):
             raise InvalidInput(f"{path}: not a readable .npz archive") from None
-    return RolloutBatch.from_mapping(data, source=str(path))
+    if isinstance(data, dict):
+        _check_step_index(data, str(path))
+    batch = RolloutBatch.from_mapping(data, source=str(path))
+    _check_magnitudes(batch, str(path))
+    return batch
+
+
+def _check_npz_headers(path: Path) -> None:
+    """Refuse, from the .npy headers alone, arrays that are too large or not real numbers/text."""
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.infolist():
+            key = member.filename.removesuffix(".npy")
+            if key not in BATCH_KEYS:
+                continue
+            with archive.open(member) as stream:
+                version = np.lib.format.read_magic(stream)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, _, dtype = read_header(stream)
+            if dtype.kind == "c":
+                raise InvalidInput(f"{path}: key '{key}': complex values ({dtype}); a batch holds real numbers")
+            if dtype.hasobject or dtype.kind == "V":
+                raise InvalidInput(f"{path}: key '{key}': dtype {dtype} is not numbers or text")
+            elements = math.prod(int(size) for size in shape)
+            total += elements * dtype.itemsize
+            if total > MAX_BATCH_BYTES:
+                raise InvalidInput(f"{path}: key '{key}': shape {tuple(shape)} of {dtype} makes the batch larger "
+                                   f"than {MAX_BATCH_BYTES} bytes (the limit), refused before reading")
+
+
+def _check_step_index(data: dict, source: str) -> None:
+    raw = data.get("step_index")
+    if raw is None:
+        return
+    values = raw.tolist() if isinstance(raw, np.ndarray) and raw.dtype.kind in "iuf" else raw
+    if not isinstance(values, list):
+        return
+    for row, value in enumerate(values):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+                and abs(value) > MAX_STEP_INDEX:
+            raise InvalidInput(f"{source}: key 'step_index', row {row}: {value!r} is out of range "
+                               f"(|step_index| <= {MAX_STEP_INDEX})")
+
+
+def _check_magnitudes(batch: RolloutBatch, source: str) -> None:
+    for key in ("env_reward", "episode_reward", "phi_feats"):
+        values = getattr(batch, key)
+        if values is None or values.size == 0:
+            continue
+        too_big = np.abs(values) > MAX_ABS_VALUE
+        if too_big.any():
+            row = int(np.argwhere(too_big)[0][0])
+            value = float(values[row][too_big[row]][0]) if values.ndim > 1 else float(values[row])
+            raise InvalidInput(f"{source}: key '{key}', row {row}: {value!r} is out of range "
+                               f"(|value| <= {MAX_ABS_VALUE:g})")
 
 
 def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
@@ -95,6 +164,18 @@ def result_document(result: AdvantageResult) -> dict[str, Any]:
 def write_result(result: AdvantageResult, path: Path | str) -> Path:
     """Save the estimate document as .json (with schema_version) or .npz (meta as a JSON string)."""
     path = Path(path)
+    if path.is_dir():
+        raise InvalidInput(f"--output {path}: is a folder; give a .json or .npz file name")
+    _suffix(path, "the output file")
+    if not path.parent.is_dir():
+        raise InvalidInput(f"--output {path}: folder {path.parent} does not exist")
+    try:
+        return _write_result(result, path)
+    except OSError as error:
+        raise CcpoError(f"--output {path}: cannot write ({error.strerror or error})") from None
+
+
+def _write_result(result: AdvantageResult, path: Path) -> Path:
     document = result_document(result)
     if _suffix(path, "the output file") == ".json":
         body = {"schema_version": SCHEMA_VERSION}

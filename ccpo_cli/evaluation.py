@@ -7,14 +7,15 @@ The returned document is what `ccpo eval --json` prints.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
 from ccpo_cli.agents import registry
-from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
 
@@ -22,23 +23,6 @@ DEFAULT_TEMPERATURE = 0.4  # verl-agent's validation sampling temperature
 HELDOUT_PANEL = "heldout-panel"
 # agents whose actions are sampled from a policy at a temperature
 SAMPLING_AGENTS = {"hf", "vllm", "local"}
-# where the local CPU policy registers itself as the "local" agent
-LOCAL_AGENT_MODULES = ("ccpo_cli.backends.local",)
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2]; duplicates refused (one evaluation per seed)."""
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInput(f"--seeds: expected integers separated by commas, got {text!r}") from None
-    if not seeds:
-        raise InvalidInput("--seeds: at least one seed is needed")
-    if len(set(seeds)) != len(seeds):
-        raise InvalidInput(f"--seeds: each seed at most once, got {text!r}")
-    if any(seed < 0 for seed in seeds):
-        raise InvalidInput(f"--seeds: seeds are non-negative, got {text!r}")
-    return seeds
 
 
 def resolve_games(games: Path | None) -> tuple[list[str], str]:
@@ -55,23 +39,9 @@ def resolve_games(games: Path | None) -> tuple[list[str], str]:
     return found, str(games)
 
 
-def _load_local_agent() -> None:
-    if "local" in registry.AGENT_FACTORIES:
-        return
-    for module in LOCAL_AGENT_MODULES:
-        try:
-            import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name and module.startswith(error.name):
-                continue  # this installation has no local backend
-            raise CcpoError(f"the local agent could not be loaded: {error}") from None
-
-
 def build_agent(kind: str, model: str | None, *, temperature: float, seed: int, **options: Any):
     if kind not in registry.AGENT_KINDS and kind not in registry.AGENT_FACTORIES:
         raise InvalidInput(f"--agent {kind}: not one of {', '.join(registry.AGENT_KINDS)}")
-    if kind == "local":
-        _load_local_agent()
     return registry.make_agent(kind, model, temperature=temperature, seed=seed, **options)
 
 
@@ -97,6 +67,29 @@ def across_seeds(results: Sequence[SeedEvaluation]) -> dict[str, Any]:
     return {"mean": overall["mean"], "sd": overall["sd"], "n_seeds": overall["n"], "task_type_means": per_type}
 
 
+def resolve_eval_model(options: EvalOptions) -> tuple[str | None, Any, int]:
+    """(the model the agent loads, the merge or None, the step to record at). For hf and vllm a
+    verl global_step_N folder is merged by verl's own merger and verified first, and its
+    evaluations are recorded at its training step; other agents take --model as it is."""
+    if options.agent not in {"hf", "vllm"}:
+        return options.model, None, _recorded_step(options.step, None)
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, resolve_model_source
+
+    step = _recorded_step(options.step, find_verl_checkpoint(options.model))  # refused before any merge
+    model, merged = resolve_model_source(options.model, verl_agent_home=options.verl_agent_home,
+                                         merged_dir=options.merged_dir)
+    return model, merged, step
+
+
+def _recorded_step(step: int | None, checkpoint: Any) -> int:
+    """A checkpoint's evaluations are recorded at its training step; --step may only agree."""
+    checkpoint_step = None if checkpoint is None else checkpoint.step
+    if step is not None and checkpoint_step is not None and step != checkpoint_step:
+        raise InvalidInput(f"--step {step}, but the checkpoint {checkpoint.folder} is from step "
+                           f"{checkpoint_step}; leave --step out to record it at {checkpoint_step}")
+    return step if step is not None else (checkpoint_step or 0)
+
+
 @dataclass
 class EvalOptions:
     run: str
@@ -107,10 +100,12 @@ class EvalOptions:
     seeds: Sequence[int] = (0,)
     temperature: float = DEFAULT_TEMPERATURE
     workers: int | None = None
-    step: int = 0
+    step: int | None = None  # None: the verl checkpoint's step, else 0
     split: str = "heldout"
     max_steps: int = 50
     max_new_tokens: int | None = None
+    verl_agent_home: Path | None = None  # where verl's model merger is (hf/vllm on a verl checkpoint)
+    merged_dir: Path | None = None  # where the merged checkpoint goes (default: beside its shards)
 
 
 def run_eval(
@@ -123,7 +118,7 @@ def run_eval(
     """Evaluate, record each seed in runs.db, and return the `ccpo eval --json` document."""
     from ccpo_cli.store import ensure_run, open_db, record_evaluation_outcome
 
-    if options.step < 0:
+    if options.step is not None and options.step < 0:
         raise InvalidInput(f"--step must be >= 0, got {options.step}")
     if options.max_steps < 1:
         raise InvalidInput(f"--max-steps must be >= 1, got {options.max_steps}")
@@ -131,22 +126,23 @@ def run_eval(
         raise InvalidInput(f"--max-new-tokens must be >= 1, got {options.max_new_tokens}")
     if options.workers is not None and options.workers < 0:
         raise InvalidInput(f"--workers must be >= 0, got {options.workers}")
-    if not options.run.strip():
-        raise InvalidInput("--run needs a non-empty name")
+    check_run_name(options.run)
     game_files, games_label = resolve_games(options.games)
     agent_options = {}
     if options.max_new_tokens is not None and options.agent in {"hf", "vllm"}:
         agent_options["max_new_tokens"] = options.max_new_tokens
-    agent = build_agent(options.agent, options.model, temperature=options.temperature,
+    model, merged, step = resolve_eval_model(options)
+    agent = build_agent(options.agent, model, temperature=options.temperature,
                         seed=options.seeds[0], **agent_options)
     recorded_temperature = options.temperature if options.agent in SAMPLING_AGENTS else None
     db = open_db(db_path)
-    ensure_run(db, options.run)
     documents: list[dict[str, Any]] = []
 
     def record(result: SeedEvaluation) -> None:
+        # The run is created with its first result: a failed evaluation leaves no empty run behind.
+        ensure_run(db, options.run)
         outcome = record_evaluation_outcome(
-            db, options.run, options.step, split=options.split,
+            db, options.run, step, split=options.split,
             episodes=len(result.episodes), successes=result.successes,
             success_rate=result.success, mean_turns=result.mean_turns,
             temperature=recorded_temperature, eval_seed=result.seed,
@@ -174,7 +170,7 @@ def run_eval(
         "agent": options.agent,
         "model": options.model,
         "games": games_label,
-        "step": options.step,
+        "step": step,
         "split": options.split,
         "temperature": recorded_temperature,
         "evaluations": documents,
@@ -182,4 +178,5 @@ def run_eval(
         "sd": summary["sd"],
         "n_seeds": summary["n_seeds"],
         "task_types": summary["task_type_means"],
+        "checkpoint": None if merged is None else merged.summary(),
     }

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,10 +28,18 @@ from ccpo_cli.cards.fences import merge_into_remote
 from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
 from ccpo_cli.errors import InvalidInput, RemoteError
+from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this module's API
+    TIMEOUT_ENV,
+    HubTimeouts,
+    hub_timeouts,
+    is_timeout,
+    resolve_timeouts,
+    resolve_token,
+)
+from ccpo_cli.names import check_repo_id, check_run_name
 
 PUBLIC_ENDPOINT = "https://huggingface.co"
 PLAN_FILE = "commit_plan.json"
-HUB_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 
 # --- settings ----------------------------------------------------------------------------
@@ -42,23 +49,6 @@ def resolve_endpoint(explicit: str | None = None) -> str:
     """--endpoint, else HF_ENDPOINT, else the public Hub."""
     endpoint = explicit or os.environ.get("HF_ENDPOINT") or PUBLIC_ENDPOINT
     return endpoint.rstrip("/")
-
-
-def resolve_token(explicit: str | None = None) -> str | None:
-    """--token, else HF_TOKEN, else the token saved by `hf auth login` (None when none)."""
-    if explicit:
-        return explicit
-    if os.environ.get("HF_TOKEN"):
-        return os.environ["HF_TOKEN"]
-    from huggingface_hub import get_token
-
-    return get_token()
-
-
-def check_repo_id(repo_id: str) -> str:
-    if not HUB_REPO_ID.match(repo_id or ""):
-        raise InvalidInput(f"--repo {repo_id!r} is not a Hub repository id (owner/name)")
-    return repo_id
 
 
 def default_private(status: str, explicit: bool | None) -> bool:
@@ -176,6 +166,11 @@ def _remote_error(error: Exception, token: str | None, repo_id: str, what: str) 
             return RemoteError(f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN")
         detail = _scrub(str(error).splitlines()[0], token)
         return RemoteError(f"{repo_id}: {what} failed with HTTP {status}: {detail}")
+    if is_timeout(error):
+        return RemoteError(
+            f"{repo_id}: {what} failed: the Hub did not answer in time ({type(error).__name__}); "
+            f"raise --timeout / {TIMEOUT_ENV} for a slow connection"
+        )
     if isinstance(error, ValueError):  # e.g. the Hub rejected the README metadata
         return RemoteError(f"{repo_id}: {what} failed: {_scrub(str(error), token)}")
     return RemoteError(f"{repo_id}: {what} failed, the Hub is unreachable: {_scrub(str(error), token)}")
@@ -189,12 +184,37 @@ class _Hub:
 
     def call(self, what: str, function, *args, **kwargs):
         from huggingface_hub.errors import HfHubHTTPError
-        from huggingface_hub.utils import httpx
 
         try:
             return function(*args, **kwargs)
-        except (HfHubHTTPError, httpx.HTTPError, OSError, ValueError) as error:
+        except (HfHubHTTPError, *_transport_errors(), OSError, ValueError) as error:
             raise _remote_error(error, self.token, self.repo_id, what) from None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures of the HTTP client this huggingface_hub uses: from 1.0 on the httpx it
+    exposes as `huggingface_hub.utils.httpx`; 0.3x uses requests, whose errors are OSErrors already."""
+    try:
+        from huggingface_hub.utils import httpx
+    except ImportError:
+        return ()
+    return (httpx.HTTPError,)
+
+
+def check_endpoint_supported(endpoint: str) -> None:
+    """huggingface_hub 0.3x (the line verl-agent's transformers needs) parses the URLs the Hub
+    returns against HF_ENDPOINT as read at import, so another address given only as --endpoint
+    fails after the upload; say so before anything is sent."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    if int(huggingface_hub.__version__.split(".")[0]) >= 1:
+        return
+    if endpoint.rstrip("/") != constants.ENDPOINT.rstrip("/"):
+        raise InvalidInput(
+            f"--endpoint {endpoint}: huggingface_hub {huggingface_hub.__version__} takes the Hub address only from "
+            f"HF_ENDPOINT at start-up; run with HF_ENDPOINT={endpoint} instead"
+        )
 
 
 def _remote_readme(hub: _Hub, revision_sha: str, scratch: Path) -> str | None:
@@ -234,13 +254,22 @@ def push(
     token: str | None,
     endpoint: str,
     checkpoint: Path | None = None,
+    timeouts: HubTimeouts | None = None,
 ) -> dict[str, Any]:
     """Create the repository if needed, upload and verify the checkpoint, then commit the card
     in one commit against the revision ccpo read. Returns what happened (no secrets)."""
+    if not token:
+        raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+    with hub_timeouts(timeouts or resolve_timeouts()):
+        return _push(staged, repo_id=repo_id, revision=revision, private=private, token=token,
+                     endpoint=endpoint, checkpoint=checkpoint)
+
+
+def _push(staged: StagedCard, *, repo_id: str, revision: str, private: bool, token: str, endpoint: str,
+          checkpoint: Path | None) -> dict[str, Any]:
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    if not token:
-        raise RemoteError("no Hugging Face token: pass --token, set HF_TOKEN or run `hf auth login`")
+    check_endpoint_supported(endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
     hub = _Hub(api, token, repo_id)
     repo_url = hub.call("creating the repository", api.create_repo, repo_id, private=private, exist_ok=True)
@@ -297,25 +326,68 @@ def publish_run(
     window_start: int = 70,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
+    token_file: Path | None = None,
+    timeout: str | None = None,
+    verl_agent_home: Path | None = None,
+    merged_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Stage the card of `run`, then either write the commit plan (dry run, no network) or push
-    it and record the publication in runs.db. Returns the plan or the publication."""
+    it and record the publication in runs.db. Returns the plan or the publication.
+
+    A verl `global_step_N` checkpoint is first merged by verl-agent's own merger and verified
+    (locally, in a dry run too); the merged folder, with its ccpo-merge.json, is what goes up,
+    and the card's checkpoint step is the checkpoint's."""
+    check_run_name(run)
     check_repo_id(repo_id)
+    timeouts = resolve_timeouts(timeout)
     endpoint = resolve_endpoint(endpoint)
     private = default_private(status, private)
+    verl_checkpoint = _verl_checkpoint(checkpoint, merged_dir)
+    if verl_checkpoint is not None:
+        checkpoint_step = _checkpoint_step(verl_checkpoint, checkpoint_step)
     staged = stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
-                        window_start=window_start, license=license, checkpoint_step=checkpoint_step)
+                        window_start=window_start, license=license, checkpoint_step=checkpoint_step,
+                        clobber_hint="choose another --staging folder")
+    merged = None
+    if verl_checkpoint is not None:
+        from ccpo_cli.backends.verl.checkpoint import merge_checkpoint
+
+        merged = merge_checkpoint(verl_checkpoint, verl_agent_home=verl_agent_home, target=merged_dir)
+        checkpoint = merged.folder
     plan = commit_plan(staged, repo_id=repo_id, revision=revision, private=private, endpoint=endpoint,
                        checkpoint=checkpoint)
+    if merged is not None:
+        plan["checkpoint_source"] = merged.summary()
     plan_path = write_plan(plan, staged.folder)
     if dry_run:
         return {"dry_run": True, "plan_file": str(plan_path), **plan}
     result = push(staged, repo_id=repo_id, revision=revision, private=private,
-                  token=resolve_token(token), endpoint=endpoint, checkpoint=checkpoint)
+                  token=resolve_token(token, token_file), endpoint=endpoint, checkpoint=checkpoint,
+                  timeouts=timeouts)
     publication_id = store.record_publication(
         db, run, repo_id, revision=revision, commit_id=result["commit_id"], card_hash=result["card_hash"],
         status=status, checkpoint_step=staged.context.summary["checkpoint_step"] if checkpoint else None,
         url=result.get("commit_url"),
     )
     return {"dry_run": False, "publication_id": publication_id, "private": private, "endpoint": endpoint,
-            "run": run, "status": status, **result}
+            "run": run, "status": status, "checkpoint_source": plan.get("checkpoint_source"), **result}
+
+
+def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
+    """The verl checkpoint that --checkpoint names, None for a model folder."""
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
+
+    found = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
+    if found is None and merged_dir is not None:
+        raise InvalidInput(f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one")
+    return found
+
+
+def _checkpoint_step(verl_checkpoint: Any, step: int | None) -> int | None:
+    """The card's checkpoint step is the checkpoint's own; --checkpoint-step may only agree."""
+    if verl_checkpoint.step is None:
+        return step
+    if step is not None and step != verl_checkpoint.step:
+        raise InvalidInput(f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
+                           f"{verl_checkpoint.step}")
+    return verl_checkpoint.step

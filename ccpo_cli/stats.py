@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import integrate, stats
@@ -184,3 +184,42 @@ def mean_sd_n(values: Sequence[float]) -> dict:
     mean = math.fsum(numbers) / n if n else None
     sd = math.sqrt(math.fsum((x - mean) ** 2 for x in numbers) / (n - 1)) if n >= 2 else None
     return {"mean": mean, "sd": sd, "n": n}
+
+
+MIN_TREND_POINTS = 3
+
+
+def trend_test(steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """Ordinary least-squares slope of values against steps, with its t interval (n - 2 df).
+
+    A window whose slope interval excludes 0 still rises or falls beyond its own noise: it is
+    not converged. `residual_sd` is the sd of the values around the fitted line (ddof 2), the
+    noise of the window with the trend taken out. Below 3 points (or with every point at one
+    step) there is no interval, and `converged` is None with the reason in `note`.
+    Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
+    "direction" ("rising", "falling" or "flat"), "note"}; change = slope × the window's span.
+    """
+    x = np.asarray(steps, dtype=float)
+    y = np.asarray(values, dtype=float)
+    result = {"slope": None, "ci_low": None, "ci_high": None, "p": None, "n": len(x), "change": None,
+              "residual_sd": None, "converged": None, "direction": None, "note": None, "confidence": confidence}
+    if len(x) < MIN_TREND_POINTS:
+        result["note"] = f"{len(x)} evaluation{'s' if len(x) != 1 else ''}: a trend needs at least {MIN_TREND_POINTS}"
+        return result
+    if np.ptp(x) == 0:
+        result["note"] = "every evaluation is at one step: no trend can be fitted"
+        return result
+    fit = stats.linregress(x, y)
+    residuals = y - (fit.intercept + fit.slope * x)
+    residual_sd = float(np.sqrt(np.sum(residuals**2) / (len(x) - 2)))
+    # A series lying exactly on a line has no residual noise: the interval is the slope itself.
+    stderr = float(fit.stderr) if math.isfinite(fit.stderr) else 0.0
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
+    low, high = float(fit.slope - half), float(fit.slope + half)
+    converged = bool(low <= 0.0 <= high)
+    direction = "flat" if converged else ("rising" if fit.slope > 0 else "falling")
+    result.update(slope=float(fit.slope), ci_low=low, ci_high=high,
+                  p=float(fit.pvalue) if math.isfinite(fit.pvalue) else None,
+                  change=float(fit.slope * np.ptp(x)), residual_sd=residual_sd, converged=converged,
+                  direction=direction)
+    return result

@@ -28,5 +28,5 @@ fi
 
 # shellcheck disable=SC2086
 ccpo --db "$db" compare $runs --window-start "$window" --plot "$out/learning-curve.png"
-ccpo --db "$db" card --run "$card_run" --window-start "$window" --output "$out/card/README.md"
+ccpo --db "$db" card --run "$card_run" --status final --window-start "$window" --output "$out/card/README.md"
 echo "model card: $out/card/README.md   learning curve: $out/learning-curve.png"

@@ -221,7 +221,7 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
         pooled = 0.0 if d2.mean() <= 1e-12 else min(1, max(0, 1 - vd.mean() / d2.mean()))
         tau2 = max(0.0, d2.mean() - vd.mean())
     prior = {}
-    if (arm.prior_kappa > 0 or arm.lk_fix != "") and arm.gate != "global":
+    if (arm.prior_kappa > 0 or arm.lk_fix is not None) and arm.gate != "global":
         for i in range(n):
             pool = [Y[k] for k in rows_of_task[uid[i]] if traj[k] != traj[i]]
             prior[i] = float(np.mean(pool)) if pool else float("nan")
@@ -242,13 +242,13 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
         else:
             v = r["rho"] ** 2 * r["s2"] * r["vg"]
             lam = 0.0 if tau2 + v <= 1e-12 else tau2 / (tau2 + v)
-        if arm.lam_fix != "":
-            lam = float(arm.lam_fix)
+        if arm.lam_fix is not None:
+            lam = arm.lam_fix
         lam = min(1.0, max(0.0, lam))
         b = lam * r["bK"] + (1 - lam) * r["bU"]
         i = r["i"]
         if prior and r["level"] == 0 and np.isfinite(prior[i]):
-            lk = r["J"] / (r["J"] + arm.prior_kappa) if arm.lk_fix == "" else min(1, max(0, float(arm.lk_fix)))
+            lk = r["J"] / (r["J"] + arm.prior_kappa) if arm.lk_fix is None else min(1, max(0, arm.lk_fix))
             b = lk * b + (1 - lk) * prior[i]
         a = Y[i] - b
         if arm.std == "local":

@@ -50,13 +50,15 @@ def test_fingerprints_are_distinct_and_track_every_flag():
         "lk_fix": "0.5", "lam_fix": "1", "phi": "hidden", "ctx_w": "0.5", "whiten": "2", "tau": "1",
         "wmode": "hard", "shrink": "mse", "std": "local", "std_floor": "0.5", "step_norm": "none", "edge_w": "0",
     }
-    assert set(changed_values) == set(FLAG_NAMES)
+    assert set(changed_values) | {"padding"} == set(FLAG_NAMES)
+    # padding = upstream exists only for grpo and gigpo
+    assert load_arm("gigpo", {"padding": "inert"}).fingerprint != load_arm("gigpo").fingerprint
     seen = {base.fingerprint}
     for flag, value in changed_values.items():
         changed = base.with_overrides({flag: value})
         assert changed.fingerprint not in seen, flag
         seen.add(changed.fingerprint)
-        assert changed.overrides == ((flag, getattr(changed, flag)),)
+        assert changed.overrides == ((flag, changed.flags()[flag]),)
 
 
 def test_same_value_override_keeps_the_fingerprint():
@@ -69,7 +71,10 @@ def test_same_value_override_keeps_the_fingerprint():
 def test_type_coercion():
     arm = load_arm("grpo", {"whiten": "2", "backoff_task": "true", "gamma": "1", "lk_fix": "0.25"})
     assert arm.whiten == 2 and isinstance(arm.whiten, int)
-    assert arm.backoff_task == 1 and arm.gamma == 1.0 and isinstance(arm.gamma, float) and arm.lk_fix == "0.25"
+    assert arm.backoff_task is True and arm.gamma == 1.0 and isinstance(arm.gamma, float) and arm.lk_fix == 0.25
+    # The recorded form (fingerprints, runs.db, Hydra) is unchanged: 0/1 and a repr string.
+    assert arm.flags()["backoff_task"] == 1 and arm.flags()["lk_fix"] == "0.25"
+    assert load_arm("grpo").lk_fix is None and load_arm("grpo").flags()["lk_fix"] == ""
 
 
 @pytest.mark.parametrize(

@@ -69,7 +69,7 @@ def table_row(text: str, *cells: str) -> bool:
 @pytest.fixture
 def local_card(local_db, tmp_path):
     out = tmp_path / "card" / "README.md"
-    result = CliRunner().invoke(app, ["--db", str(local_db), "card", "--run", "local-rh", "--window-start", "20",
+    result = CliRunner().invoke(app, ["--db", str(local_db), "card", "--run", "local-rh", "--window-start", "20", "--status", "final",
                                       "--output", str(out)])
     assert result.exit_code == 0, result.output
     return out
@@ -124,13 +124,13 @@ def test_local_card_calls_every_published_row_not_comparable(local_card):
 
 def test_local_license_is_the_projects_stated_as_such_not_a_base_model_record(local_db):
     assert LOCAL_MODEL not in load_baseline_data().base_model_licenses
-    text = render_card(build_card_context(store.open_db(local_db), "local-rh", window_start=20))
+    text = render_card(build_card_context(store.open_db(local_db), "local-rh", window_start=20, status="final"))
     assert ModelCard(text).data.license == "apache-2.0"
     assert "License: Apache-2.0, ccpo's own license" in text
     # A license the run recorded still wins.
     db = store.open_db(local_db)
     store.ensure_run(db, "local-rh", config=dict(LOCAL_CONFIG, license="mit"))
-    text = render_card(build_card_context(db, "local-rh", window_start=20))
+    text = render_card(build_card_context(db, "local-rh", window_start=20, status="final"))
     assert ModelCard(text).data.license == "mit" and "ccpo's own license" not in text
 
 

@@ -9,7 +9,7 @@ import pytest
 from helpers_store import WINDOW_STEPS, window_rates
 from typer.testing import CliRunner
 
-from ccpo_cli import stats
+from ccpo_cli import stats, store
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
@@ -200,6 +200,7 @@ def test_compare_table_plot_and_errors(two_arms, tmp_path):
 
 
 def test_compare_on_an_empty_database(tmp_path):
+    store.open_db(tmp_path / "runs.db")  # a read command never creates the file (issue 12)
     result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--json"])
     assert result.exit_code == 0
     document = json.loads(result.stdout)

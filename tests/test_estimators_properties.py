@@ -40,8 +40,8 @@ def test_permuting_rows_permutes_the_advantages(seed, arm, data):
 def test_padding_rows_are_inert_and_get_zero(seed, arm, pads):
     padded = random_batch(seed, pad_rows=pads)
     real = np.flatnonzero(~padded.is_pad)
-    result = compute_advantages(padded, load_arm(arm))
-    clean = compute_advantages(padded.take(real), load_arm(arm))
+    result = compute_advantages(padded, load_arm(arm), padding="inert")
+    clean = compute_advantages(padded.take(real), load_arm(arm), padding="inert")
     np.testing.assert_array_equal(result.advantages[real], clean.advantages)
     assert np.all(result.advantages[padded.is_pad] == 0)
     assert np.all(result.final[padded.is_pad] == 0)

@@ -8,9 +8,10 @@ import pytest
 
 from ccpo_cli.agents.base import Agent, Decision, SlotAgentAdapter, Turn
 from ccpo_cli.agents.evaluate import EpisodeResult, SeedEvaluation, select_games, task_type_of_path
-from ccpo_cli.agents.registry import AGENT_FACTORIES, make_agent, register_agent
+from ccpo_cli.agents.registry import _BUILTIN_FACTORIES, AGENT_FACTORIES, make_agent, register_agent
+from ccpo_cli.cli.common import parse_seeds
 from ccpo_cli.errors import CcpoError, InvalidInput
-from ccpo_cli.evaluation import across_seeds, parse_seeds
+from ccpo_cli.evaluation import across_seeds
 
 FOLDERS = {
     "pick": "pick_and_place_simple-Apple-None-Fridge-{i}",
@@ -114,11 +115,17 @@ def test_registered_factories_are_used_and_unknown_kinds_refused(monkeypatch):
         make_agent("hf")  # no --model
 
 
-def test_local_kind_without_a_registration_is_a_clear_runtime_error(monkeypatch):
-    monkeypatch.setattr("ccpo_cli.agents.registry.AGENT_FACTORIES", {})
-    with pytest.raises(CcpoError) as caught:
+def test_local_kind_resolves_lazily_like_the_other_built_ins(monkeypatch):
+    monkeypatch.setattr("ccpo_cli.agents.registry.AGENT_FACTORIES", {})  # nothing registered by import
+    with pytest.raises(InvalidInput, match="--agent local needs --model"):
         make_agent("local")
-    assert caught.value.exit_code == 1 and "local" in str(caught.value)
+
+
+def test_a_built_in_kind_whose_module_is_missing_is_a_clear_runtime_error(monkeypatch):
+    monkeypatch.setitem(_BUILTIN_FACTORIES, "local", "ccpo_cli.no_such_backend:make_local_agent")
+    with pytest.raises(CcpoError) as caught:
+        make_agent("local", "checkpoint.pt")
+    assert caught.value.exit_code == 1 and "'local' agent is not available" in str(caught.value)
 
 
 def test_slot_adapter_shows_the_batch_agent_every_slot():

@@ -6,6 +6,8 @@ import json
 import logging
 from pathlib import Path
 
+import huggingface_hub
+import huggingface_hub.file_download
 import pytest
 from fakehub import CONFLICT_MESSAGE, FakeHub
 from helpers_cards import seed_card_db
@@ -20,9 +22,22 @@ REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
 TOKEN = "hf_fake_token_for_tests_9f3a1c"
 
 
+HUB_0X = int(huggingface_hub.__version__.split(".")[0]) < 1
+
+
+def started_with(monkeypatch, endpoint: str) -> None:
+    """On huggingface_hub 0.3x: what HF_ENDPOINT set before start-up does (see check_endpoint_supported)."""
+    if HUB_0X:
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+        template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+        monkeypatch.setattr(huggingface_hub.file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+
+
 @pytest.fixture
-def hub(hub_env, loopback_only):
+def hub(hub_env, loopback_only, monkeypatch):
     with FakeHub(token=TOKEN) as fake:
+        started_with(monkeypatch, fake.endpoint)
         yield fake
     assert loopback_only == [], f"publishing tried to leave the machine: {loopback_only}"
 
@@ -51,7 +66,9 @@ def test_publish_creates_a_private_repo_and_one_commit(db_path, hub, tmp_path):
     result = publish(db_path, hub, tmp_path / "staging")
     assert result.exit_code == 0, result.output
     create = hub.requests_to("/api/repos/create", "POST")
-    assert len(create) == 1 and json.loads(create[0].body)["visibility"] == "private"
+    assert len(create) == 1 and hub.repos[REPO].private
+    body = json.loads(create[0].body)  # 1.x sends "visibility", 0.3x "private"
+    assert body.get("visibility", "private" if body.get("private") else "public") == "private"
     assert hub.repos[REPO].private
     commits = hub.commits_by_ccpo(REPO)
     assert len(commits) == 1
@@ -155,7 +172,8 @@ def test_checkpoint_is_uploaded_then_verified(db_path, hub, tmp_path):
     document = json.loads(result.stdout)
     assert document["checkpoint"]["verified_files"] == 3
     assert document["checkpoint"]["bytes"] == 10240 + len('{"model_type": "qwen2"}\n') + 3
-    assert hub.requests_to(f"/api/models/{REPO}/revision/", "GET")[0].query.get("blobs") == ["true"]
+    blobs = hub.requests_to(f"/api/models/{REPO}/revision/", "GET")[0].query.get("blobs")
+    assert [value.lower() for value in blobs] == ["true"]  # 0.3x sends "True"
     [publication] = store.run_publications(store.open_db(db_path), "return-hard")
     assert publication["checkpoint_step"] == 115
 
@@ -218,7 +236,8 @@ def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path,
     assert store.run_publications(store.open_db(db_path), "return-hard") == []
 
 
-def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path):
+def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path, monkeypatch):
+    started_with(monkeypatch, "http://127.0.0.1:9")
     result = publish(db_path, None, tmp_path / "staging")
     assert result.exit_code == 4
     assert "unreachable" in result.output and "Traceback" not in result.output
@@ -245,8 +264,20 @@ def test_final_card_goes_to_a_public_repo_unless_told_otherwise(hub, tmp_path):
     result = publish(path, hub, tmp_path / "staging", "--status", "final")
     assert result.exit_code == 0, result.output
     [create] = hub.requests_to("/api/repos/create", "POST")
-    assert json.loads(create.body)["visibility"] == "public"
+    body = json.loads(create.body)  # 1.x sends "visibility", 0.3x "private"
+    assert body.get("visibility", "private" if body.get("private") else "public") == "public"
     card = ModelCard(head_files(hub)["README.md"].decode())
     assert "interim" not in card.data.tags and "Final." in card.text
     [publication] = store.run_publications(store.open_db(path), "return-hard")
     assert publication["status"] == "final"
+
+
+def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(db_path, hub_env, tmp_path):
+    from ccpo_cli.hub import check_endpoint_supported
+
+    check_endpoint_supported(constants.ENDPOINT)  # the address huggingface_hub was started with: fine on every line
+    if HUB_0X:
+        result = publish(db_path, None, tmp_path / "staging")
+        assert result.exit_code == 3 and "HF_ENDPOINT=http://127.0.0.1:9" in result.stderr
+    else:
+        check_endpoint_supported("http://127.0.0.1:9")  # 1.x parses URLs against the client's endpoint

@@ -120,22 +120,29 @@ def test_a_different_arm_fingerprint_is_refused(tmp_path):
         ingest_file(db, path, "rh", arm_fingerprint="0" * 64)
 
 
-def test_a_malformed_line_fails_the_whole_file_and_changes_nothing(tmp_path):
+def test_a_malformed_line_is_skipped_or_under_strict_fails_the_whole_file(tmp_path):
     db_path = tmp_path / "runs.db"
     good = write_ccpo(acceptance_rows()[:30], tmp_path / "good.jsonl")
     assert cli(db_path, "ingest", good, "--run", "r").exit_code == 0
     before = counts(open_db(db_path))
     lines = write_ccpo(acceptance_rows(), tmp_path / "bad.jsonl").read_text().splitlines()
-    lines[80] = lines[80][:-5] + "oops}"
+    lines[80] = lines[80][:-5] + "oops}"  # step 80, a validation step
     bad = tmp_path / "bad.jsonl"
     bad.write_text("\n".join(lines) + "\n")
-    result = cli(db_path, "ingest", bad, "--run", "r")
+    result = cli(db_path, "ingest", bad, "--run", "r", "--strict")
     assert result.exit_code == 3
     assert f"{bad}:81:" in result.output and "Traceback" not in result.output
     assert counts(open_db(db_path)) == before
-    result = cli(db_path, "ingest", bad, "--run", "new-run")
+    result = cli(db_path, "ingest", bad, "--run", "new-run", "--strict")
     assert result.exit_code == 3
     assert counts(open_db(db_path)) == before  # not even the run was created
+    result = cli(db_path, "ingest", bad, "--run", "tolerant", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["skipped"] == 1 and document["skipped_lines"][0]["line"] == 81
+    assert "not valid JSON" in document["skipped_lines"][0]["reason"]
+    assert document["new"] == 23 and "skipped 1 line(s)" in result.output  # reported on stderr too
+    assert 80 not in {row["step"] for row in run_evaluations(open_db(db_path), "tolerant")}
 
 
 @pytest.mark.parametrize(
@@ -158,7 +165,7 @@ def test_bad_content_names_file_and_line(tmp_path, content, message):
     path.write_text(content)
     db_path = tmp_path / "runs.db"
     fmt = "verl-file" if '"data"' in content else "auto"
-    result = cli(db_path, "ingest", path, "--run", "r", "--format", fmt)
+    result = cli(db_path, "ingest", path, "--run", "r", "--format", fmt, "--strict")
     assert result.exit_code == 3, result.output
     assert message in result.output and "Traceback" not in result.output
     assert counts(open_db(db_path)) == (0, 0, 0, 0)
@@ -175,9 +182,13 @@ def test_unreadable_inputs_exit_3_with_one_line(tmp_path, kind):
         path.mkdir()
     elif kind == "latin1":
         path.write_bytes(b'{"step": 1, "val/success_rate": 0.5}\n{"step": 2, "note": "caf\xe9"}\n')
+        tolerant = cli(tmp_path / "tolerant.db", "ingest", path, "--run", "r", "--json")
+        assert tolerant.exit_code == 0 and json.loads(tolerant.stdout)["skipped_lines"] == [
+            {"line": 2, "reason": "not UTF-8 text (binary content?)"}
+        ]
     expected = {"missing": "no such file", "empty": "empty", "binary": "binary", "directory": "not a regular file",
                 "latin1": ":2: not UTF-8"}[kind]
-    result = cli(tmp_path / "runs.db", "ingest", path, "--run", "r")
+    result = cli(tmp_path / "runs.db", "ingest", path, "--run", "r", *(["--strict"] if kind == "latin1" else []))
     assert result.exit_code == 3
     assert expected in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -273,7 +284,8 @@ def test_console_log_with_ansi_prefixes_noise_and_numpy_reprs(tmp_path):
         "step:10 - val/success_rate:np.float64(0.9) - val/pick_two_obj_and_place_success_rate:nan\r\n"
     )
     with pytest.raises(InvalidInput, match=r"w.log:2: malformed"):
-        parse_metrics_file(path)
+        parse_metrics_file(path, strict=True)
+    assert [item["line"] for item in parse_metrics_file(path).skipped] == [2]
     path.write_bytes(path.read_bytes().replace(b"(WorkerDict pid=9) step:6 - this is not ours\n", b""))
     parsed = parse_metrics_file(path)
     assert parsed.format == "console"

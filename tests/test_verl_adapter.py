@@ -73,11 +73,20 @@ def test_padding_copies_and_reordering_do_not_change_real_rows(arm_name):
     inputs = estimator_inputs(shuffled)
     assert inputs["is_pad"].tolist() == [False, False, False, False, True, False, False, True]
     assert inputs["step_index"].tolist() == [1, 1, 1, 0, 1, 0, 0, 1]
-    setup_hook.apply_arm(shuffled, load_arm(arm_name))
+    setup_hook.apply_arm(shuffled, load_arm(arm_name), padding="inert")
     values = per_row(shuffled.batch["advantages"], shuffled.batch["response_mask"])
     expected = np.array(EXAMPLE_ONE_EXPECTED[arm_name])[order]
     expected[inputs["is_pad"]] = 0.0
     np.testing.assert_allclose(values, expected, atol=2e-4)
+
+
+def test_upstream_padding_trains_copies_with_their_source_rows_advantage():
+    data = annotate_rollout_rows(spec_example_one()).select_rows([5, 1, 3, 0, 3, 4, 2, 1])
+    setup_hook.apply_arm(data, load_arm("gigpo"))  # the gigpo arm follows upstream by default
+    values = per_row(data.batch["advantages"], data.batch["response_mask"])
+    assert values[4] == values[2] and values[7] == values[1]  # copies of rows 3 and 1
+    assert not np.allclose(values[[0, 1, 2, 3, 5, 6]], np.array(EXAMPLE_ONE_EXPECTED["gigpo"])[[5, 1, 3, 0, 4, 2]], atol=1e-3)
+    assert setup_hook._PENDING_METRICS["ccpo/padding_rows"] == 2.0
 
 
 def test_unstamped_shuffled_rows_would_be_read_in_the_wrong_order():
@@ -201,3 +210,35 @@ def test_trainer_init_accepts_ccpo_only_for_the_launched_arm(arm_env):
     config = types.SimpleNamespace(algorithm=types.SimpleNamespace(adv_estimator="ccpo", get=lambda key, default=None: {"arm": arm.name, "fingerprint": arm.fingerprint} if key == "ccpo" else default))
     module.RayPPOTrainer(config)
     assert seen == ["grpo"] and config.algorithm.adv_estimator == "ccpo"
+
+
+def test_validation_metrics_gain_the_mean_turns_of_the_validation_episodes(arm_env):
+    arm_env("grpo")
+    example = spec_example_one()  # three trajectories of two turns
+    longer = spec_example_one().select_rows([0, 1, 2])  # t1: two turns, t2: one turn
+    longer.non_tensor_batch["traj_uid"] = np.array(["u1", "u1", "u2"], dtype=object)
+    rewarded = []
+
+    class Trainer:
+        def __init__(self, config=None):
+            self.val_reward_fn = lambda batch, return_dict=False: rewarded.append(len(batch)) or {"reward_tensor": None}
+            self.logged = {"val/success_rate": 0.5}
+
+        def _validate(self):
+            for batch in (example, longer):
+                self.val_reward_fn(batch, return_dict=True)
+            return dict(self.logged)
+
+    module = types.SimpleNamespace(RayPPOTrainer=Trainer)
+    setup_hook.patch_trainer_module(module)
+    setup_hook.patch_trainer_module(module)  # idempotent
+    trainer = Trainer(types.SimpleNamespace(algorithm=types.SimpleNamespace(adv_estimator="grpo")))
+    original_reward_fn = trainer.val_reward_fn
+    metrics = trainer._validate()
+    # Five episodes: three of 2 turns, one of 2 and one of 1.
+    assert metrics == {"val/success_rate": 0.5, "val/episode_length/mean": pytest.approx(9 / 5)}
+    assert rewarded == [6, 3] and trainer.val_reward_fn is original_reward_fn
+    trainer.logged = {"val/episode_length/mean": 4.0}  # a value the trainer logs itself is kept
+    assert trainer._validate() == {"val/episode_length/mean": 4.0}
+    trainer.logged = {}  # verl's "no validation" answer stays empty
+    assert trainer._validate() == {}

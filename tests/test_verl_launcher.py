@@ -227,6 +227,9 @@ FAKE_MAIN_PPO = textwrap.dedent(
                 sink.write(json.dumps({"step": step, "wall_time": 1.0 + step, "val/success_rate": rate,
                                        "val/pick_and_place_success_rate": rate, "episode/success_rate": None}) + "\\n")
         ray.shutdown()
+
+    if __name__ == "__main__":  # the entry module runs it as `python -m` would
+        main()
     """
 )
 
@@ -245,6 +248,7 @@ def test_start_records_the_run_and_ingests_its_metrics(tmp_path, monkeypatch):
     home = fake_verl_agent(tmp_path / "verl-agent")
     monkeypatch.setenv("CCPO_VERL_PYTHON", sys.executable)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the reference profile logs to wandb
     launch = build_launch(request(tmp_path, arm="gigpo", gpus=2, verl_agent=home, run="g0"))
     db = open_db(tmp_path / "runs.db")
     code = start(launch, db, poll_seconds=0.2, log=lambda message: None)
@@ -301,7 +305,7 @@ def test_seeds_make_one_launch_each(tmp_path):
     assert [(r["run"], r["seed"], r["overrides"]["env.seed"]) for r in runs] == [("grpo-seed0", 0, 0), ("grpo-seed1", 1, 1)]
     bad = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "verl",
                               "--model", MODEL, "--gpus", "2", "--seeds", "0,x", "--dry-run"])
-    assert bad.exit_code == 2
+    assert bad.exit_code == 3  # a malformed seed list is invalid input, as in `ccpo eval --seeds`
 
 
 @pytest.mark.parametrize("has_gpu", [False, True])
@@ -360,3 +364,117 @@ def test_run_sh_round_trips_through_the_shell_and_hydras_parser(tmp_path):
     assert values["algorithm.ccpo.lam_fix"] == "0.5" and values["algorithm.ccpo.phi"] == "hidden+ctx"
     assert values["trainer.experiment_name"] == "odd run 'name'"
     assert " " in values["data.train_files"]
+
+
+# ---- issue 10 fixes: commit, worker environment, wandb, LoRA, checkpoints --------------------
+
+def verl_agent_snapshot(root: Path, commit: str, env_vars: dict[str, str] | None = None) -> Path:
+    """A checkout without .git whose SOURCE.md names its commit, as a source snapshot of verl-agent does."""
+    home = fake_verl_agent(root)
+    (home / "SOURCE.md").write_text(f"# snapshot\n\nThe files of verl-agent at upstream commit `{commit}` (2026).\n")
+    if env_vars is not None:
+        (home / "verl" / "trainer" / "constants_ppo.py").write_text(f"PPO_RAY_RUNTIME_ENV = {{'env_vars': {env_vars!r}}}\n")
+    return home
+
+
+def test_the_checkout_commit_is_recorded_and_an_untested_one_is_named(tmp_path):
+    tested = build_launch(request(tmp_path, verl_agent=verl_agent_snapshot(tmp_path / "a", "20bd331")))
+    document = tested.config_document()
+    assert document["verl_agent_commit"] == "20bd331" and document["verl_agent_source"]["commit_source"] == "SOURCE.md"
+    assert document["warnings"] == []
+    older = build_launch(request(tmp_path, verl_agent=verl_agent_snapshot(tmp_path / "b", "4f1e2d3")))
+    assert older.config_document()["verl_agent_commit"] == "4f1e2d3"
+    assert any("not the tested commit 20bd331" in w for w in older.warnings)
+    prepare_run_folder(older)
+    script = (older.run_dir / "run.sh").read_text()
+    assert "# verl-agent commit: 4f1e2d3 (tested: 20bd331)" in script and "# WARNING:" in script
+
+
+def test_dry_run_json_names_commit_worker_env_padding_rule_and_checkpoints(tmp_path):
+    home = verl_agent_snapshot(tmp_path / "va", "20bd331", {"NCCL_CUMEM_ENABLE": "0", "TOKENIZERS_PARALLELISM": "true"})
+    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "gigpo", "--backend", "verl",
+                                 "--model", MODEL, "--gpus", "8", "--dry-run", "--json", "--verl-agent", str(home)])
+    assert result.exit_code == 0, result.output
+    run = json.loads(result.stdout)["runs"][0]
+    assert run["verl_agent_commit"] == "20bd331"
+    env_vars = run["worker_runtime_env"]["env_vars"]
+    assert env_vars["NCCL_CUMEM_ENABLE"] == "0" and env_vars["CCPO_ARM"] == "gigpo"
+    assert run["worker_runtime_env"]["worker_process_setup_hook"].endswith("setup_hook.setup")
+    assert run["padding_rule"]["rule"] == load_arm("gigpo").padding == "upstream"
+    assert "verl-agent's own" in run["padding_rule"]["meaning"]
+    assert run["checkpoints"]["save_freq"] == run["overrides"]["trainer.test_freq"] == 5
+    assert run["overrides"]["trainer.save_freq"] == 5
+
+
+def test_entry_merges_verl_agents_runtime_env_under_the_runs_own(tmp_path):
+    from ccpo_cli.backends.verl import entry
+
+    launch = build_launch(request(tmp_path, host_profile="lean", gpus=1))
+    environ = dict(launch.environment)
+    verl_env = {"env_vars": {"NCCL_CUMEM_ENABLE": "0", "TOKENIZERS_PARALLELISM": "true"}, "working_dir": None}
+    arguments = entry.ray_init_arguments(launch.hydra_overrides(), environ, verl_env)
+    env_vars = arguments["runtime_env"]["env_vars"]
+    assert env_vars["NCCL_CUMEM_ENABLE"] == "0"
+    assert env_vars["TOKENIZERS_PARALLELISM"] == "false"  # the lean profile's value wins over verl's
+    assert arguments["runtime_env"]["worker_process_setup_hook"] == entry.SETUP_HOOK
+    assert "working_dir" in arguments["runtime_env"]
+    # A verl without constants_ppo: the older defaults.
+    assert entry.ray_init_arguments([], {}, None)["runtime_env"]["env_vars"] == entry.VERL_WORKER_DEFAULTS
+
+
+def test_save_every_overrides_and_is_shown(tmp_path):
+    launch = build_launch(request(tmp_path, save_every=3, eval_every=10))
+    assert launch.overrides["trainer.save_freq"] == 3 and launch.checkpoints["source"] == "--save-every"
+    assert build_launch(request(tmp_path, eval_every=10)).overrides["trainer.save_freq"] == 10
+    lean = build_launch(request(tmp_path, host_profile="lean", gpus=1))
+    assert lean.overrides["trainer.save_freq"] == lean.overrides["trainer.test_freq"]
+    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "verl",
+                                 "--model", MODEL, "--gpus", "8", "--dry-run", "--save-every", "0"])
+    assert result.exit_code == 3 and "--save-every" in result.stderr
+
+
+def test_only_the_newest_and_the_best_checkpoint_are_kept(tmp_path):
+    from ccpo_cli.backends.verl.preflight import prune_checkpoints
+
+    root = tmp_path / "checkpoints"
+    for step in (5, 10, 15, 20, 25):
+        (root / f"global_step_{step}" / "actor").mkdir(parents=True)
+    (root / "latest_checkpointed_iteration.txt").write_text("20")  # step 25 is still being written
+    removed = prune_checkpoints(root, best_step=10)
+    assert sorted(p.name for p in removed) == ["global_step_15", "global_step_5"]
+    assert sorted(p.name for p in root.glob("global_step_*")) == ["global_step_10", "global_step_20", "global_step_25"]
+
+
+def test_wandb_without_credentials_is_refused_before_launch(tmp_path, monkeypatch):
+    home = fake_verl_agent(tmp_path / "verl-agent")
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    db = tmp_path / "runs.db"
+    args = ["--db", str(db), "train", "--arm", "gigpo", "--backend", "verl", "--model", MODEL, "--gpus", "2",
+            "--run", "w", "--verl-agent", str(home)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "wandb login" in result.stderr and "WANDB_API_KEY" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / "ccpo-runs" / "w").exists()  # nothing written
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k\n")
+    from ccpo_cli.backends.verl.preflight import wandb_credentials
+
+    assert wandb_credentials({}, tmp_path / "home") is not None
+    assert wandb_credentials({"WANDB_MODE": "offline"}, tmp_path / "nowhere") == "WANDB_MODE=offline"
+
+
+def test_lora_with_a_feature_reading_arm_is_refused(tmp_path):
+    from ccpo_cli.arms import features_active
+
+    feature_arm = "global-successor"
+    assert features_active(load_arm(feature_arm))
+    protocol = load_protocol()
+    lora = dict(protocol.overrides, **{"actor_rollout_ref.model.lora_rank": 64})
+    from dataclasses import replace
+
+    with pytest.raises(InvalidInput, match="LoRA"):
+        build_launch(request(tmp_path, arm=feature_arm), protocol=replace(protocol, overrides=lora))
+    assert build_launch(request(tmp_path, arm="gigpo"), protocol=replace(protocol, overrides=lora)).overrides[
+        "actor_rollout_ref.model.lora_rank"] == 64

@@ -26,12 +26,25 @@ def chat_prompt(tokenizer: Any, prompt: str) -> str:
     )
 
 
+def check_model_folder(path: str | Path) -> None:
+    """Refuse a local folder that is not a Hugging Face model folder, naming what it is instead.
+
+    A verl checkpoint (FSDP shards under actor/) is only loadable once merged; `ccpo eval` and
+    `ccpo publish` do that (ccpo_cli/backends/verl/checkpoint.py), the agents take the result."""
+    folder = Path(path)
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return
+    if (folder / "actor").is_dir() or any(folder.glob("model_world_size_*_rank_*.pt")):
+        raise InvalidInput(f"{path}: a verl checkpoint, not a model folder; `ccpo eval --model` merges it "
+                           "with verl-agent's model merger (set VERL_AGENT_HOME)")
+    raise InvalidInput(f"{path}: not a model folder (no config.json)")
+
+
 def load_model_and_tokenizer(path: str | Path, device: str = "cpu"):
     """Load a causal LM and its tokenizer from a local folder or hub id (no download in tests)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if Path(path).is_dir() and not (Path(path) / "config.json").is_file():
-        raise InvalidInput(f"{path}: not a model folder (no config.json)")
+    check_model_folder(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path))
@@ -105,8 +118,11 @@ class HFAgent(TextPolicyAgent):
 
     def _generate_batch(self, prompts: Sequence[str]) -> list[str]:
         texts = [chat_prompt(self.tokenizer, prompt) for prompt in prompts]
+        # no token_type_ids: a decoder's generate() refuses them, and a generic fast tokenizer
+        # (PreTrainedTokenizerFast under transformers 4.x) emits them by default
         encoded = self.tokenizer(
-            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False,
+            return_token_type_ids=False,
         ).to(self.model.device)
         with self._torch.inference_mode():
             output = self.model.generate(**encoded, generation_config=self._generation_config())

@@ -1,10 +1,10 @@
 """Agent kinds by name: `make_agent("oracle" | "random" | "hf" | "vllm" | "local", ...)`.
 
-Built-in kinds are imported lazily (so `oracle` never imports torch and `vllm` is only needed
-when asked for). Other kinds, the local CPU policy in particular, register a factory:
+Built-in kinds, the local CPU policy included, are imported lazily (so `oracle` never imports
+torch and `vllm` is only needed when asked for). Other kinds register a factory:
 
     from ccpo_cli.agents.registry import register_agent
-    register_agent("local", make_local_agent)
+    register_agent("mine", make_my_agent)
 
 A factory is called as `factory(model, temperature=..., seed=..., **options)` and returns an
 `ccpo_cli.agents.base.Agent`; `model` is the `--model` path (None when not given).
@@ -20,7 +20,7 @@ from ccpo_cli.errors import CcpoError, InvalidInput
 
 AgentFactory = Callable[..., Agent]
 
-# name -> factory, filled by register_agent (the local policy registers itself here)
+# name -> factory, filled by register_agent
 AGENT_FACTORIES: dict[str, AgentFactory] = {}
 
 AGENT_KINDS = ("oracle", "random", "hf", "vllm", "local")
@@ -31,10 +31,8 @@ _BUILTIN_FACTORIES = {
     "random": "ccpo_cli.agents.registry:make_random_agent",
     "hf": "ccpo_cli.agents.hf:make_hf_agent",
     "vllm": "ccpo_cli.agents.vllm_agent:make_vllm_agent",
+    "local": "ccpo_cli.backends.local.agent:make_local_agent",
 }
-
-# "local" has no built-in entry: the local CPU backend registers it when imported (the CLI
-# imports that backend for `--agent local`).
 NEEDS_MODEL = {"hf", "vllm"}
 
 
@@ -66,7 +64,11 @@ def _resolve(kind: str) -> AgentFactory:
         known = ", ".join(sorted(set(AGENT_KINDS) | set(AGENT_FACTORIES)))
         raise InvalidInput(f"unknown agent '{kind}' (known: {known})")
     module_name, function_name = target.split(":")
-    return getattr(import_module(module_name), function_name)
+    try:
+        module = import_module(module_name)
+    except ModuleNotFoundError as error:  # e.g. no torch in this installation
+        raise CcpoError(f"the '{kind}' agent is not available in this installation ({error})") from None
+    return getattr(module, function_name)
 
 
 def make_agent(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ccpo_cli.agents.base import TextPolicyAgent
-from ccpo_cli.agents.hf import DEFAULT_MAX_NEW_TOKENS, chat_prompt
+from ccpo_cli.agents.hf import DEFAULT_MAX_NEW_TOKENS, chat_prompt, check_model_folder
 from ccpo_cli.errors import CcpoError, InvalidInput
 
 VLLM_MISSING = (
@@ -39,6 +39,7 @@ class VLLMAgent(TextPolicyAgent):
         gpu_memory_utilization: float = 0.6,
         max_model_len: int | None = None,
     ):
+        check_model_folder(model)
         vllm = import_vllm()
         self._vllm = vllm
         options: dict[str, Any] = {"seed": seed, "gpu_memory_utilization": gpu_memory_utilization}

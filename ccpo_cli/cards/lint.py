@@ -19,12 +19,17 @@ REQUIRED_KEYS = ("base_model", "base_model_relation", "library_name", "pipeline_
 # this tag and then must carry neither `base_model` nor `base_model_relation`.
 FROM_SCRATCH_TAG = "trained-from-scratch"
 LINEAGE_KEYS = ("base_model", "base_model_relation")
+# What an unfilled template leaves behind: Jinja markers, the Hub template's filler, a value
+# Jinja printed as None (a whole table cell, `key: None`, `(None)`), and TODO markers. A name
+# that merely contains "None" or "TODO" (`me/None-model`, `TODO-list-agent`) is not one.
 PLACEHOLDERS = (
     re.compile(r"\{\{.*?\}\}"),
     re.compile(r"\{%.*?%\}"),
     re.compile(r"\[More Information Needed\]", re.IGNORECASE),
-    re.compile(r"\bTODO\b"),
-    re.compile(r"\bNone\b"),
+    re.compile(r"(?:^|\|)[ \t*_`]*(?:None|TODO)[ \t*_`]*(?=\||$)"),
+    re.compile(r"(?:[:=]|\bis|\bwas)[ \t]+[*_`]*None[*_`]*(?=[ \t]*(?:[,;.)|]|$))"),
+    re.compile(r"\(None\)|\[(?:None|TODO)\]|<(?:None|TODO)>"),
+    re.compile(r"\bTODO(?=[:(])"),
 )
 LOCAL_PATH = re.compile(r"(?<![\w:/.])(/(home|Users|tmp|root|mnt|data|scratch|var|opt|work)/\S*|~/\S+|[A-Za-z]:\\\S+)")
 

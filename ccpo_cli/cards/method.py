@@ -7,7 +7,8 @@ comparison are listed as the arm's distinguishing flags.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 METHOD_NAMES = {
     "ccpo": "CCPO (Context-Conditioned Policy Optimization)",

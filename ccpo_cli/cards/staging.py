@@ -3,21 +3,30 @@
 The folder this produces is exactly what a publish commits (paths relative to the folder are
 the paths in the Hub repository), so `ccpo card` and `ccpo publish --dry-run` show the user
 the very files that would be pushed.
+
+Writes never clobber: an existing README that ccpo did not write (it has no ccpo regions) is
+refused unless `force`, and so are existing files under results/ beside it. A README that
+ccpo wrote is either re-rendered inside its fences, keeping the person's edits around them
+(`merge_existing`, as `ccpo card` does), or replaced (a publish staging folder). Each file is
+written to a temporary name and renamed, so a full disk never leaves half a README.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlite_utils
 
 from ccpo_cli.cards.context import PLOT_PATH, SUMMARY_PATH, CardContext, build_card_context
-from ccpo_cli.cards.lint import require_clean
+from ccpo_cli.cards.fences import has_regions, merge_into_remote
+from ccpo_cli.cards.lint import lint_card, require_clean
 from ccpo_cli.cards.render import render_card
-from ccpo_cli.errors import InvalidInput
+from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.names import check_repo_id, check_run_name
 from ccpo_cli.report.plot import plot_learning_curves
 
 README_PATH = "README.md"
@@ -47,10 +56,17 @@ def stage_card(
     window_start: int = 70,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
+    force: bool = False,
+    merge_existing: bool = False,
+    clobber_hint: str = "--force to replace it",
 ) -> StagedCard:
     """Render and lint the card of `run`, then write README (at `readme_path`), the summary JSON
     and the learning-curve PNG (under results/ beside it). Nothing is written if the card fails
-    the offline lint (InvalidInput, exit 3)."""
+    the offline lint or would clobber a file ccpo did not write (InvalidInput, exit 3); a failed
+    write (disk full, read-only folder) is a CcpoError (exit 1)."""
+    check_run_name(run)
+    if repo_id is not None:
+        check_repo_id(repo_id, "--repo-id")
     context = build_card_context(
         db, run, status=status, repo_id=repo_id, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step,
@@ -58,17 +74,37 @@ def stage_card(
     text = render_card(context)
     require_clean(text, f"the card of run {run!r}")
     readme = Path(readme_path)
-    if readme.exists() and readme.is_dir():
-        raise InvalidInput(f"{readme}: is a folder; give the path of the README file to write")
     folder = readme.parent
+    existing = _existing_readme(readme)
+    ours = existing is not None and has_regions(existing)
+    if not force:
+        if existing is not None and not ours:
+            raise InvalidInput(f"{readme}: exists and was not written by ccpo (no ccpo regions); "
+                               f"refusing to overwrite it ({clobber_hint})")
+        if not ours:
+            taken = [str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()]
+            if taken:
+                raise InvalidInput(f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
+                                   f"refusing to overwrite ({clobber_hint})")
+    if ours and merge_existing and existing != text:
+        text = merge_into_remote(existing, text)
+        # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
+        problems = [p for p in lint_card(text, allow_extra_keys=True) if not p.startswith("body line")]
+        if problems:
+            raise InvalidInput(f"{readme}: the card merged into the existing README fails the lint: "
+                               + "; ".join(problems))
     try:
         (folder / "results").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise InvalidInput(f"{folder}: cannot create the card folder ({error.strerror})") from None
     summary_file = folder / SUMMARY_PATH
-    summary_file.write_text(json.dumps(context.summary, indent=2, sort_keys=True, allow_nan=False) + "\n")
-    plot_file = plot_learning_curves(context.comparison, folder / PLOT_PATH)
-    readme.write_text(text, encoding="utf-8")
+    plot_file = folder / PLOT_PATH
+    summary = json.dumps(context.summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    _write_all({
+        summary_file: lambda tmp: tmp.write_text(summary, encoding="utf-8"),
+        plot_file: lambda tmp: plot_learning_curves(context.comparison, tmp),
+        readme: lambda tmp: tmp.write_text(text, encoding="utf-8"),
+    })
     return StagedCard(
         folder=folder,
         readme=readme,
@@ -77,3 +113,33 @@ def stage_card(
         card_hash=sha256_text(text),
         context=context,
     )
+
+
+def _existing_readme(readme: Path) -> str | None:
+    if readme.is_dir():
+        raise InvalidInput(f"{readme}: is a folder; give the path of the README file to write")
+    if not readme.exists() and not readme.is_symlink():
+        return None
+    if not readme.is_file():
+        raise InvalidInput(f"{readme}: exists and is not a regular file; refusing to write over it")
+    try:
+        return readme.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return ""  # not text ccpo wrote
+    except OSError as error:
+        raise InvalidInput(f"{readme}: cannot read the existing file ({error.strerror})") from None
+
+
+def _write_all(writers: dict) -> None:
+    """Write every file under a temporary name beside it (same suffix, for the PNG writer), then
+    rename them all: a failed write (full disk) leaves none of them changed."""
+    temporary = {path: path.with_name(f".{path.stem}.ccpo-tmp{path.suffix}") for path in writers}
+    try:
+        for path, write in writers.items():
+            write(temporary[path])
+    except OSError as error:
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
+        raise CcpoError(f"{path}: cannot write ({error.strerror or error})") from None
+    for path, tmp in temporary.items():
+        os.replace(tmp, path)

@@ -1,7 +1,7 @@
 """The `ccpo` command: global options and the registry of sub-commands.
 
-Each sub-command lives in its own module in this package and registers itself on `app`
-(or on a sub-app it adds); the modules are imported below so that registration happens.
+Each command module owns its command function or its sub-app (`arms`, `games`, `runs`) and
+knows nothing of this one; registration happens here, so imports go one way (app -> commands).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from ccpo_cli import __version__
+from ccpo_cli.cli import arms, card, compare, estimate, games, ingest, matrix, publish, runs, train
+from ccpo_cli.cli import eval as eval_
 from ccpo_cli.cli.common import Settings
 
 app = typer.Typer(
@@ -42,23 +44,17 @@ def root(
     ctx.obj = Settings(db=db, quiet=quiet)
 
 
-# Sub-command modules register themselves on `app` when imported; one line per module.
-# fmt: off
-# ruff: noqa: E402, F401
-import ccpo_cli.cli.arms  # noqa
-import ccpo_cli.cli.estimate  # noqa
-import ccpo_cli.cli.train  # noqa
-import ccpo_cli.cli.eval  # noqa
-import ccpo_cli.cli.games  # noqa
-import ccpo_cli.cli.ingest  # noqa
-import ccpo_cli.cli.runs  # noqa
-import ccpo_cli.cli.compare  # noqa
-import ccpo_cli.cli.card  # noqa
-import ccpo_cli.cli.publish  # noqa
-from ccpo_cli.cli import matrix as _matrix_module  # noqa
-app.command("matrix")(_matrix_module.matrix)
-# (end of sub-command imports)
-# fmt: on
+app.add_typer(arms.arms_app, name="arms")
+app.command("estimate")(estimate.estimate_command)
+app.command("train")(train.train)
+app.command("eval")(eval_.eval_command)
+app.add_typer(games.games_app, name="games")
+app.command("ingest")(ingest.ingest)
+app.add_typer(runs.runs_app, name="runs")
+app.command("compare")(compare.compare)
+app.command("matrix")(matrix.matrix)
+app.command("card")(card.card)
+app.command("publish")(publish.publish)
 
 
 def main() -> None:

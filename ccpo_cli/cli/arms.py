@@ -2,30 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
-from ccpo_cli.arms import FLAG_SPECS, inert_flags, list_arms, load_arm, parse_set_options
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, stdout_console
+from ccpo_cli.arms import inert_flags, list_arms, load_arm, parse_set_options
+from ccpo_cli.cli.common import JsonOption, SetOption, emit_json, handle_errors, stdout_console
 
 arms_app = typer.Typer(help="The estimator arms: every flag resolved, fingerprinted, inert flags explained.", no_args_is_help=True)
-app.add_typer(arms_app, name="arms")
-
-SetOption = Annotated[
-    Optional[list[str]],
-    typer.Option("--set", metavar="KEY=VALUE", help="Override a flag (repeatable), e.g. --set edge_w=0."),
-]
 
 
 @arms_app.command("list")
 @handle_errors
-def list_command(json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False) -> None:
+def list_command(as_json: JsonOption = False) -> None:
     """The known arms."""
     arms = [load_arm(name) for name in list_arms()]
-    if json_output:
+    if as_json:
         emit_json(
             {
                 "arms": [
@@ -50,12 +43,12 @@ def _display(value: object) -> str:
 def show_command(
     arm_name: Annotated[str, typer.Argument(metavar="ARM", help="Arm name (see `ccpo arms list`).")],
     assignments: SetOption = None,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Every resolved flag, the fingerprint, and which flags are inert in this arm and why."""
     arm = load_arm(arm_name, parse_set_options(assignments))
     inert = inert_flags(arm)
-    if json_output:
+    if as_json:
         flags = arm.flags()
         # Each flag also sits at the top level, so `jq .gate` works as well as `jq .flags.gate`.
         emit_json(
@@ -75,6 +68,6 @@ def show_command(
     if arm.overrides:
         stdout_console.print("overrides " + ", ".join(f"{k}={_display(v)}" for k, v in arm.overrides), markup=False)
     table = Table("flag", "value", "inert because")
-    for spec in FLAG_SPECS:
-        table.add_row(spec.name, _display(getattr(arm, spec.name)), inert.get(spec.name, ""))
+    for name, value in arm.flags().items():
+        table.add_row(name, _display(value), inert.get(name, ""))
     stdout_console.print(table)

@@ -2,43 +2,52 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import (
+    JsonOption,
+    WindowStartOption,
+    emit_json,
+    handle_errors,
+    info,
+    settings,
+    stdout_console,
+)
+from ccpo_cli.names import default_folder, require_inside
 from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.store import open_db
 
 
-class CardStatus(str, Enum):
+class CardStatus(StrEnum):
     interim = "interim"
     final = "final"
 
 
-@app.command("card")
 @handle_errors
 def card(
     ctx: typer.Context,
     run: Annotated[str, typer.Option("--run", help="The run whose card to render.")],
     status: Annotated[CardStatus, typer.Option("--status", help="interim (run in progress) or final (run finished).")] = CardStatus.interim,
-    output: Annotated[Optional[Path], typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
-    repo_id: Annotated[Optional[str], typer.Option("--repo-id", help="Hub id the card will live at (for the title and usage snippet).")] = None,
-    window_start: Annotated[int, typer.Option("--window-start", help="First step of the converged window.")] = DEFAULT_WINDOW_START,
-    license: Annotated[Optional[str], typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
-    checkpoint_step: Annotated[Optional[int], typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    output: Annotated[Path | None, typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
+    repo_id: Annotated[str | None, typer.Option("--repo-id", help="Hub id the card will live at (for the title and usage snippet).")] = None,
+    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
+    checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing README (and results/) that ccpo did not write.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Render the Hub model card of a run from the database; numbers and caveats come from data."""
     from ccpo_cli.cards.staging import stage_card
 
-    readme = output or Path(f"ccpo-card-{run}") / "README.md"
+    readme = output or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
     staged = stage_card(
-        open_db(settings(ctx).db), run, readme, status=status.value, repo_id=repo_id,
+        open_db(settings(ctx).db, must_exist=True), run, readme, status=status.value, repo_id=repo_id,
         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
+        force=force, merge_existing=True,
     )
     if as_json:
         emit_json({"run": staged.context.run, "status": staged.context.status, "card": str(staged.readme),

@@ -1,4 +1,5 @@
-"""Shared plumbing for the thin Typer commands: settings, errors, JSON output, consoles."""
+"""Shared plumbing for the thin Typer commands: settings, errors, JSON output, consoles, and the
+option types several commands take (declared once here, so `--json` is one flag everywhere)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,44 @@ import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from ccpo_cli.errors import CcpoError
+from ccpo_cli.errors import CcpoError, InvalidInput
 
 SCHEMA_VERSION = 1
+
+# Option types shared by several commands: one name, one flag and one help text each.
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
+]
+WindowStartOption = Annotated[int, typer.Option("--window-start", help="First step of the converged window.")]
+SeedsOption = Annotated[
+    str | None, typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
+]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """'0,1,2' -> [0, 1, 2]. A malformed list is invalid input (exit 3): empty, not integers,
+    negative, or a seed twice (each seed is one run or one evaluation)."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidInput(f"--seeds: expected integers separated by commas, got {text!r}") from None
+    if not seeds:
+        raise InvalidInput("--seeds: at least one seed is needed")
+    if len(set(seeds)) != len(seeds):
+        raise InvalidInput(f"--seeds: each seed at most once, got {text!r}")
+    if any(seed < 0 for seed in seeds):
+        raise InvalidInput(f"--seeds: seeds are non-negative, got {text!r}")
+    return seeds
 
 
 def _console(stderr: bool) -> Console:
@@ -47,7 +76,10 @@ def settings(ctx: typer.Context) -> Settings:
 
 
 def handle_errors(command: Callable) -> Callable:
-    """Turn library errors into one stderr line and the contract's exit code."""
+    """Turn library errors into one stderr line and the contract's exit code.
+
+    The one place errors are formatted: every command is wrapped in it, and commands raise
+    `CcpoError` subclasses (never `typer.Exit` with a message of their own)."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any):

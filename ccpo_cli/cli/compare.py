@@ -3,25 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import (
+    JsonOption,
+    WindowStartOption,
+    emit_json,
+    handle_errors,
+    info,
+    settings,
+    stdout_console,
+)
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report import DEFAULT_WINDOW_START
 
 
-@app.command("compare")
 @handle_errors
 def compare(
     ctx: typer.Context,
-    runs: Annotated[Optional[List[str]], typer.Argument(help="Runs to compare (default: all).")] = None,
-    window_start: Annotated[int, typer.Option("--window-start", help="First step of the converged window.")] = DEFAULT_WINDOW_START,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
-    detect: Annotated[Optional[float], typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: all).")] = None,
+    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    as_json: JsonOption = False,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
+    detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
 ) -> None:
     """Compare runs and arms on their converged held-out window (not their best point)."""
     # Imported here: scipy costs half a second that other commands should not pay.
@@ -31,7 +37,7 @@ def compare(
 
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    document = compare_runs(open_db(settings(ctx).db), runs or None, window_start, detect=detect)
+    document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start, detect=detect)
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 

@@ -3,29 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from ccpo_cli.arms import load_arm, parse_set_options
 from ccpo_cli.batch_io import load_batch, result_document, write_result
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info
+from ccpo_cli.cli.common import SetOption, emit_json, handle_errors, info
 from ccpo_cli.estimators import compute_advantages
 
 
-@app.command("estimate")
 @handle_errors
 def estimate_command(
     ctx: typer.Context,
     arm_name: Annotated[str, typer.Option("--arm", metavar="ARM", help="Arm name (see `ccpo arms list`).")],
     input_path: Annotated[Path, typer.Option("--input", metavar="FILE", help="Batch file, .json or .npz.")],
-    assignments: Annotated[
-        Optional[list[str]],
-        typer.Option("--set", metavar="KEY=VALUE", help="Override a flag (repeatable), e.g. --set edge_w=0."),
-    ] = None,
+    assignments: SetOption = None,
     output_path: Annotated[
-        Optional[Path], typer.Option("--output", metavar="FILE", help="Write .json or .npz here instead of stdout.")
+        Path | None, typer.Option("--output", metavar="FILE", help="Write .json or .npz here instead of stdout.")
     ] = None,
 ) -> None:
     """Advantages for one rollout batch: n x L tensor plus per-row terms, rows in input order."""

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console, stdout_console
+from ccpo_cli.cli.common import (
+    JsonOption,
+    SeedsOption,
+    emit_json,
+    handle_errors,
+    info,
+    parse_seeds,
+    settings,
+    stderr_console,
+    stdout_console,
+)
 from ccpo_cli.task_types import TASK_TYPES
 
 
@@ -57,6 +66,11 @@ def _type_table(document: dict) -> Table:
 
 
 def render(document: dict) -> None:
+    checkpoint = document.get("checkpoint")
+    if checkpoint:
+        stdout_console.print(
+            f"model: {checkpoint['merged_folder']} ({'reused merge' if checkpoint['reused_merge'] else 'merged'} "
+            f"from {checkpoint['source']}, step {checkpoint['step']}; record {checkpoint['record']})", markup=False)
     stdout_console.print(_seed_table(document))
     stdout_console.print(_type_table(document))
     stdout_console.print(
@@ -65,31 +79,33 @@ def render(document: dict) -> None:
     )
 
 
-@app.command("eval")
 @handle_errors
 def eval_command(
     ctx: typer.Context,
     run: Annotated[str, typer.Option("--run", help="Run to record the evaluations under (created if new).")],
     agent: Annotated[str, typer.Option("--agent", help="oracle | random | hf | vllm | local")],
-    model: Annotated[Optional[str], typer.Option("--model", help="Model folder or id (hf, vllm; checkpoint for local).")] = None,
-    games: Annotated[Optional[Path], typer.Option("--games", help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).")] = None,
-    episodes: Annotated[Optional[int], typer.Option("--episodes", help="Episodes per seed (default: every game once; fewer = a type-balanced subset).")] = None,
-    seeds: Annotated[str, typer.Option("--seeds", help="Evaluation seeds, comma separated; one evaluation each.")] = "0",
+    model: Annotated[str | None, typer.Option("--model", help="Model folder or id (hf, vllm; checkpoint for local). hf/vllm also take a verl global_step_N folder, merged by verl-agent's own merger and verified first.")] = None,
+    games: Annotated[Path | None, typer.Option("--games", help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per seed (default: every game once; fewer = a type-balanced subset).")] = None,
+    seeds: SeedsOption = "0",
     temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy).")] = 0.4,
-    workers: Annotated[Optional[int], typer.Option("--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process).")] = None,
-    step: Annotated[int, typer.Option("--step", help="Training step the evaluation is recorded at.")] = 0,
+    workers: Annotated[int | None, typer.Option("--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process).")] = None,
+    step: Annotated[int | None, typer.Option("--step", help="Training step the evaluation is recorded at (default: a verl checkpoint's step, else 0).")] = None,
     split: Annotated[str, typer.Option("--split", help="Split name recorded with the evaluations.")] = "heldout",
     max_steps: Annotated[int, typer.Option("--max-steps", help="Step limit of an episode.")] = 50,
-    max_new_tokens: Annotated[Optional[int], typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512).")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512).")] = None,
+    verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).")] = None,
+    merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Play the held-out panel with an agent for each seed; record every episode in runs.db."""
-    from ccpo_cli.evaluation import EvalOptions, parse_seeds, run_eval
+    from ccpo_cli.evaluation import EvalOptions, run_eval
 
     options = EvalOptions(
         run=run, agent=agent, model=model, games=games, episodes=episodes,
         seeds=parse_seeds(seeds), temperature=temperature, workers=workers, step=step,
         split=split, max_steps=max_steps, max_new_tokens=max_new_tokens,
+        verl_agent_home=verl_agent_home, merged_dir=merged_dir,
     )
     quiet = settings(ctx).quiet
     progress = Progress(
@@ -108,7 +124,7 @@ def eval_command(
                           f"recorded for this run/step/seed; kept both (see conflicts)")
 
         document = run_eval(settings(ctx).db, options, progress=advance, on_seed_recorded=announce)
-    if json_output:
+    if as_json:
         emit_json(document)
     else:
         render(document)

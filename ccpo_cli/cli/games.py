@@ -8,13 +8,11 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, stdout_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, stdout_console
 from ccpo_cli.task_types import TASK_TYPES
 
 games_app = typer.Typer(help="Generate and check ALFWorld games (the real engine's format).",
                         no_args_is_help=True)
-app.add_typer(games_app, name="games")
 
 
 def _progress(ctx: typer.Context, verb: str):
@@ -35,7 +33,7 @@ def generate(
     seed: Annotated[int, typer.Option("--seed", help="Generator seed.")] = 0,
     room: Annotated[str, typer.Option("--room", help="small (CPU testbed) or large rooms.")] = "small",
     workers: Annotated[int, typer.Option("--workers", help="Processes validating games.")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Write N solvable games, each validated by the planner's walkthrough."""
     from ccpo_cli.envs.engine import preserved_argv
@@ -61,7 +59,7 @@ def check(
     ctx: typer.Context,
     folder: Annotated[Path, typer.Argument(help="A folder of games (json_2.1.1 layout).")],
     workers: Annotated[int, typer.Option("--workers", help="Processes checking games.")] = 1,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Load every game in the real engine and win it with the planner's walkthrough."""
     from ccpo_cli.envs.engine import preserved_argv

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.errors import UsageError
+from ccpo_cli.names import check_run_name
 from ccpo_cli.store import open_db
-from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
+from ccpo_cli.store.facts import protocol_facts
+from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
 
 # Below this size an ingest finishes before a bar would be worth drawing.
 PROGRESS_MIN_BYTES = 2 * 1024 * 1024
@@ -25,30 +27,53 @@ def _arm_fingerprint(arm: str | None) -> str | None:
     return load_arm(arm).fingerprint
 
 
-@app.command("ingest")
 @handle_errors
 def ingest(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="Metrics file: ccpo JSONL, verl file-logger JSONL or a verl console log.")],
+    file: Annotated[Path, typer.Argument(help=(
+        "Metrics file or run folder: ccpo JSONL, verl file-logger JSONL, a verl console log, a per-step CSV "
+        "export, TensorBoard event files, or a wandb run folder."
+    ))],
     run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[Optional[str], typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[Optional[str], typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[Optional[int], typer.Option("--total-steps", help="Planned training steps.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="auto | ccpo | verl-file | console")] = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
+    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,
+    ended: Annotated[bool, typer.Option("--ended", help="The run has ended: short of its total steps it is recorded as stopped early.")] = False,
+    strict: Annotated[bool, typer.Option("--strict", help=(
+        f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
+        f"{MAX_LINE_TEXT}) are skipped and reported, and the file is refused only when no record reads."
+    ))] = False,
+    metric: Annotated[str | None, typer.Option("--metric", help=(
+        "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
+        "read from its file name when it has one."
+    ))] = None,
+    source_run: Annotated[str | None, typer.Option("--source-run", help=(
+        "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
+        "or a long step,tag,value table with a dir_name/run column)."
+    ))] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent)."""
     if fmt not in FORMATS:
-        raise typer.BadParameter(f"use one of {', '.join(FORMATS)}", param_hint="--format")
+        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
     fingerprint = _arm_fingerprint(arm)
+    check_run_name(run)  # before open_db, like the file check below
+    flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
+                                        total_steps=total_steps)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=seed, base_model=base_model,
-                  total_steps=total_steps)
+    kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=facts.get("seed"), base_model=base_model,
+                  total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
+                  strict=strict, metric=metric, source_run=source_run)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
         with Progress(*columns, console=stderr_console, transient=True) as progress:
@@ -70,6 +95,6 @@ def ingest(
     info(
         ctx,
         f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
-        f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting "
-        f"(run {run}, last step {report.last_step})",
+        f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
+        f"{report.skipped} lines skipped (run {run}, last step {report.last_step})",
     )

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.common import emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stdout_console
 
 
 @handle_errors
@@ -26,7 +26,7 @@ def matrix(
     window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: half of --steps).")] = None,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""
     from ccpo_cli.backends.local.matrix import (

@@ -6,23 +6,29 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.app import app
-from ccpo_cli.cli.common import emit_json, handle_errors, settings, stdout_console
+from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, settings, stdout_console
 from ccpo_cli.report.tables import run_detail_tables, runs_table
-from ccpo_cli.store import get_run, list_runs, open_db, run_checkpoints, run_conflicts, run_evaluations, run_publications
+from ccpo_cli.store import (
+    get_run,
+    list_runs,
+    open_db,
+    run_checkpoints,
+    run_conflicts,
+    run_evaluations,
+    run_publications,
+)
 
 runs_app = typer.Typer(help="Runs recorded in the database.", no_args_is_help=True)
-app.add_typer(runs_app, name="runs")
 
 
 @runs_app.command("list")
 @handle_errors
 def list_command(
     ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """Every run with its arm, seed, status, last step and number of evaluations."""
-    runs = list_runs(open_db(settings(ctx).db))
+    runs = list_runs(open_db(settings(ctx).db, must_exist=True))
     if as_json:
         emit_json({"runs": runs})
     else:
@@ -34,10 +40,10 @@ def list_command(
 def show_command(
     ctx: typer.Context,
     run: Annotated[str, typer.Argument(help="Run name.")],
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+    as_json: JsonOption = False,
 ) -> None:
     """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
-    db = open_db(settings(ctx).db)
+    db = open_db(settings(ctx).db, must_exist=True)
     document = {
         "run": get_run(db, run),
         "evaluations": run_evaluations(db, run, split=None),

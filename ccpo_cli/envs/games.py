@@ -13,10 +13,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from ccpo_cli.envs.engine import default_cache_dir, game_id
 from ccpo_cli.envs.generate import content_hash, game_files, game_specs
@@ -44,9 +44,13 @@ def find_games(root: str | os.PathLike) -> list[str]:
         if not game_file.is_file():
             continue
         try:
-            solvable = json.loads(game_file.read_text()).get("solvable", False)
-        except (OSError, ValueError) as error:
+            game = json.loads(game_file.read_text())
+        except (OSError, ValueError, RecursionError) as error:
             raise InvalidInput(f"{game_file}: not valid JSON ({error})") from None
+        if not isinstance(game, dict):
+            raise InvalidInput(f"{game_file}: not an ALFWorld game (a JSON object is expected, "
+                               f"found a {type(game).__name__})")
+        solvable = game.get("solvable", False)
         if solvable:
             games.append(str(game_file.resolve()))
     return sorted(games)

@@ -13,6 +13,9 @@ a safe), more receptacles and more objects.
 
 Game `index` of (`split`, `seed`) has task type `TYPE_ORDER[index % 6]` and is drawn from its
 own random generator, so the first N games of a larger run are exactly the games of `--n N`.
+
+One concern, kept in one file past 400 lines: the six task types' room, object and goal
+templates only make sense next to the PDDL writer and the replay check that accepts a game.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from ccpo_cli.envs.engine import GameSession, engine_assets, validation_session
 from ccpo_cli.errors import InvalidInput, UsageError
@@ -402,7 +405,12 @@ def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str
     if n < 1:
         raise UsageError(f"--n must be at least 1, got {n}")
     root = Path(out)
-    root.mkdir(parents=True, exist_ok=True)
+    if root.exists() and not root.is_dir():
+        raise InvalidInput(f"--out {out}: exists and is not a folder; refusing to write games over it")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InvalidInput(f"--out {out}: cannot create the folder ({error.strerror})") from None
     specs = game_specs(split, seed, room)
     seen: set[str] = set()
     accepted: list[GeneratedGame] = []

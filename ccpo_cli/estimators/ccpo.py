@@ -177,11 +177,11 @@ def ccpo_step_term(
     )
     baseline[served] = lam[served] * kernel_served + (1.0 - lam[served]) * uniform[served]
 
-    if (arm.prior_kappa > 0 or arm.lk_fix != "") and arm.gate != "global":
+    if (arm.prior_kappa > 0 or arm.lk_fix is not None) and arm.gate != "global":
         prior = _task_prior(targets, layout)
         blend = served[(level_of[served] == 0) & np.isfinite(prior[served])]
-        if arm.lk_fix != "":
-            weight = np.full(blend.shape, min(1.0, max(0.0, float(arm.lk_fix))))
+        if arm.lk_fix is not None:
+            weight = np.full(blend.shape, min(1.0, max(0.0, arm.lk_fix)))
         else:
             weight = n_traj[blend] / (n_traj[blend] + arm.prior_kappa)
         baseline[blend] = weight * baseline[blend] + (1.0 - weight) * prior[blend]

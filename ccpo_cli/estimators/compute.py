@@ -22,23 +22,9 @@ from ccpo_cli.estimators.features import Features, build_features
 from ccpo_cli.estimators.gigpo import gigpo_step_term
 from ccpo_cli.estimators.layout import Layout, build_layout
 from ccpo_cli.estimators.node_values import node_values
+from ccpo_cli.estimators.padding import check_padding_rule, padding_sources
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
 from ccpo_cli.estimators.returns import discounted_return_to_go
-
-# per_row keys every arm reports, then the CCPO-only ones
-COMMON_ROW_KEYS = ("episode_term", "step_term", "final", "live", "score", "return_to_go")
-CCPO_ROW_KEYS = (
-    "step_raw",
-    "cc_term",
-    "edge_term",
-    "target",
-    "baseline",
-    "uniform_baseline",
-    "kernel_baseline",
-    "lam",
-    "n_traj",
-    "level",
-)
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,8 +52,44 @@ def _features_for(batch: RolloutBatch, arm: Arm, layout: Layout) -> Features | N
     return build_features(batch.phi_feats[layout.rows], context, arm.phi, arm.ctx_w, arm.whiten)
 
 
-def compute_advantages(batch: RolloutBatch, arm: Arm) -> AdvantageResult:
-    """Per-row and per-token advantages of `batch` under `arm`, rows in the batch's order."""
+def _scatter(positions: np.ndarray, values: np.ndarray, n_rows: int, fill, dtype) -> np.ndarray:
+    """Values of canonical entries placed at their batch positions; rows with none get `fill`."""
+    out = np.full((n_rows,) + values.shape[1:], fill, dtype=dtype)
+    out[positions] = values
+    return out
+
+
+def padding_rule(arm: Arm, padding: str | None = None) -> str:
+    """The padding rule in force: `padding` when given, else the arm's, else `inert`."""
+    rule = padding if padding is not None else getattr(arm, "padding", "inert")
+    check_padding_rule(rule, arm.estimator)
+    return rule
+
+
+def _baseline_terms(
+    arm: Arm, layout: Layout, scores: np.ndarray, returns: np.ndarray, population: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GRPO / GiGPO episode term, step term and liveness for each entry of `population`.
+
+    `population` lists canonical rows, a row once per occurrence in the trained batch (its
+    padding copies repeat it under the upstream rule), and every statistic counts each entry.
+    """
+    task = layout.task[population]
+    episode = episode_term(scores[population], task, layout.n_tasks, arm.adv_mode)
+    if arm.estimator == "grpo":
+        return episode, np.zeros(population.size, dtype=np.float32), np.zeros(population.size, dtype=bool)
+    node = layout.node[population]
+    step = gigpo_step_term(returns[population], node, layout.n_nodes, arm.adv_mode).astype(np.float32)
+    live = np.bincount(node, minlength=layout.n_nodes)[node] > 1
+    return episode, step, live
+
+
+def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None) -> AdvantageResult:
+    """Per-row and per-token advantages of `batch` under `arm`, rows in the batch's order.
+
+    `padding` (`inert` or `upstream`, see padding.py) overrides the arm's padding rule.
+    """
+    rule = padding_rule(arm, padding)
     layout = build_layout(batch)
     rows = layout.rows
     n_rows = batch.n_rows
@@ -77,20 +99,20 @@ def compute_advantages(batch: RolloutBatch, arm: Arm) -> AdvantageResult:
     returns = penalised_returns(
         discounted_return_to_go(batch.env_reward[rows], layout, arm.gamma), valid, arm.invalid_penalty
     )
-    episode = episode_term(scores, layout.task, layout.n_tasks, arm.adv_mode)
+    pad_rows, population = np.zeros(0, dtype=np.int64), np.arange(layout.n, dtype=np.int64)
+    if rule == "upstream":
+        pad_rows, sources = padding_sources(batch, layout)
+        population = np.concatenate([population, sources])
     canonical: dict[str, np.ndarray] = {
-        "episode_term": episode,
-        "score": scores.astype(np.float64),
-        "return_to_go": returns.astype(np.float64),
+        "episode_term": np.zeros(0),  # filled below; first, to keep the output's key order
+        "score": scores.astype(np.float64)[population],
+        "return_to_go": returns.astype(np.float64)[population],
     }
 
-    if arm.estimator == "grpo":
-        step = np.zeros(layout.n, dtype=np.float32)
-        live = np.zeros(layout.n, dtype=bool)
-    elif arm.estimator == "gigpo":
-        step = gigpo_step_term(returns, layout.node, layout.n_nodes, arm.adv_mode).astype(np.float32)
-        live = np.bincount(layout.node, minlength=layout.n_nodes)[layout.node] > 1
+    if arm.estimator in ("grpo", "gigpo"):
+        episode, step, live = _baseline_terms(arm, layout, scores, returns, population)
     else:
+        episode = episode_term(scores, layout.task, layout.n_tasks, arm.adv_mode)
         needs_values = arm.target == "nextnode" or arm.edge_w > 0
         values = node_values(layout, batch.episode_reward[rows], arm.gamma, arm.success_reward) if needs_values else None
         if arm.target == "nextnode":
@@ -117,21 +139,23 @@ def compute_advantages(batch: RolloutBatch, arm: Arm) -> AdvantageResult:
         )
 
     final = combine_terms(episode, step, arm)
-    canonical.update(step_term=step.astype(np.float64), final=final, live=live)
+    canonical.update(episode_term=episode, step_term=step.astype(np.float64), final=final, live=live)
+    # Canonical entries go back to their batch positions: real rows, then any counted copies.
+    positions = np.concatenate([rows, pad_rows])
 
     per_row: dict[str, np.ndarray] = {}
     for key, values_in_order in canonical.items():
         if key == "live":
-            per_row[key] = layout.scatter(values_in_order, n_rows, fill=False, dtype=bool)
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=False, dtype=bool)
         elif key in ("n_traj",):
-            per_row[key] = layout.scatter(values_in_order, n_rows, fill=0, dtype=np.int64)
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0, dtype=np.int64)
         elif key == "level":
-            per_row[key] = layout.scatter(values_in_order, n_rows, fill=-1, dtype=np.int64)
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=-1, dtype=np.int64)
         elif key == "final":
-            per_row[key] = layout.scatter(values_in_order, n_rows, fill=0.0, dtype=np.float32)
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0.0, dtype=np.float32)
         else:
             fill = np.nan if key in ("target", "baseline", "uniform_baseline", "kernel_baseline", "lam") else 0.0
-            per_row[key] = layout.scatter(values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64)
+            per_row[key] = _scatter(positions, values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64)
     advantages = (per_row["final"][:, None] * batch.response_mask).astype(np.float32)
     return AdvantageResult(arm=arm, advantages=advantages, per_row=per_row)
 

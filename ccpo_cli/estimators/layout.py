@@ -1,8 +1,8 @@
 """Canonical row layout: real rows sorted by (task, trajectory, step_index), with integer codes.
 
 Every estimator works on this layout and never on input row positions, so a permuted batch gives
-bit-identical values (permuted back), padding rows never enter a statistic, and "next turn" means
-step_index + 1 of the same trajectory.
+bit-identical values (permuted back), padding rows are not in it (the padding rule decides whether
+they count, padding.py), and "next turn" means step_index + 1 of the same trajectory.
 """
 
 from __future__ import annotations
@@ -43,12 +43,6 @@ class Layout:
     @property
     def n(self) -> int:
         return int(self.rows.shape[0])
-
-    def scatter(self, values: np.ndarray, n_rows: int, fill: float = 0.0, dtype=None) -> np.ndarray:
-        """Canonical-order values placed back at their batch positions (padding gets `fill`)."""
-        out = np.full((n_rows,) + values.shape[1:], fill, dtype=dtype or values.dtype)
-        out[self.rows] = values
-        return out
 
 
 def build_layout(batch: RolloutBatch) -> Layout:

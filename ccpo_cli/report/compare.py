@@ -8,12 +8,10 @@ between the compared runs. Every number carries the evaluation ids it came from.
 
 from __future__ import annotations
 
-import functools
 import json
-import statistics
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from itertools import combinations
-from typing import Any, Iterable
 
 import sqlite_utils
 
@@ -21,119 +19,18 @@ from ccpo_cli import stats
 from ccpo_cli.arms import list_arms, load_arm
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.report import DEFAULT_WINDOW_START
+from ccpo_cli.report.isolation import isolation_check
 from ccpo_cli.report.power import power_report
-from ccpo_cli.store.queries import best_evaluation, evaluations_for_runs, list_runs
+from ccpo_cli.report.window import run_state, window_entry
+from ccpo_cli.store.facts import run_facts
+from ccpo_cli.store.queries import evaluations_for_runs, list_runs, run_conflicts
 from ccpo_cli.task_types import TASK_TYPES
 
-# verl-agent's ALFWorld protocol evaluates 128 held-out episodes; used for the single-eval
-# interval only when the evaluations did not record their episode count (flagged as assumed).
-PROTOCOL_EVAL_EPISODES = 128
 MIN_SEEDS_RESOLVED = 3
 UNRESOLVED_NOTE = "unresolved until replicated"
-
-# Run fields that must agree between every compared run for the comparison to isolate the
-# estimator, and fields that must agree between runs of the same seed across arms.
-SHARED_RUN_FIELDS = ("base_model", "benchmark", "hardware", "backend", "total_steps")
-PER_SEED_RUN_FIELDS = ("data_order_seed", "step1_rollout_hash")
-# Config keys that belong to the estimator (allowed to differ between arms): any key under an
-# `arm` or `ccpo` namespace, the estimator selector, and any key named like an arm flag (Hydra
-# `+algorithm.ccpo.<flag>`, `algorithm.gamma`). Environment variables ccpo sets for its Ray
-# workers (CCPO_*) carry the arm and the run. Seeds are checked separately, per arm.
-ESTIMATOR_KEY_PARTS = {"arm", "ccpo", "adv_estimator", "arm_flags", "arm_fingerprint", "fingerprint"}
-# Keys that only name or locate one run (paths, names, resume state) or restate other keys.
-RUN_LOCAL_KEY_PARTS = {
-    "run", "run_name", "name", "experiment_name", "default_local_dir", "run_dir", "metrics_file",
-    "metrics_path", "output_dir", "checkpoint_dir", "resume", "resume_mode", "resume_from_path",
-    "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time",
-}
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}{key}."))
-        return flat
-    return {prefix[:-1]: value}
-
-
-@functools.lru_cache(maxsize=1)
-def _arm_flag_names() -> frozenset[str]:
-    from ccpo_cli.arms import FLAG_NAMES
-
-    return frozenset(FLAG_NAMES)
-
-
-def _is_estimator_or_local(key: str) -> bool:
-    parts = [part.lstrip("+") for part in key.split(".")]
-    if any(part.startswith("CCPO_") for part in parts):
-        return True
-    if ESTIMATOR_KEY_PARTS.intersection(parts) or parts[-1] in _arm_flag_names():
-        return True
-    return parts[-1] in RUN_LOCAL_KEY_PARTS or parts[0] in RUN_LOCAL_KEY_PARTS
-
-
-def _best(evaluations: list[dict[str, Any]], window: dict[str, Any], window_evals: list[dict]) -> dict | None:
-    candidates = window_evals or evaluations
-    best = best_evaluation(candidates)
-    if best is None:
-        return None
-    n_candidates = len(candidates)
-    bias_sd = stats.expected_max_of_normals(n_candidates)
-    sd = window["sd"] if window_evals else None
-    return {
-        "step": best["step"],
-        "success": best["success_rate"],
-        "task_types": {key: best["task_types"][key]["success"] for key in TASK_TYPES if key in best["task_types"]},
-        "task_type_episodes": {
-            key: best["task_types"][key]["episodes"] for key in TASK_TYPES if key in best["task_types"]
-        },
-        "mean_turns": best["mean_turns"],
-        "episodes": best["episodes"],
-        "successes": best["successes"],
-        "train_success_rate": best["train_success_rate"],
-        "evaluation_id": best["id"],
-        "chosen_from": "window" if window_evals else "all evaluations",
-        "n_candidates": n_candidates,
-        "expected_max_bias_sd": bias_sd,
-        "expected_max_bias_points": None if sd is None else bias_sd * sd,
-    }
-
-
-def _episodes_per_eval(window_evals: list[dict]) -> tuple[int, bool]:
-    known = [row["episodes"] for row in window_evals if row["episodes"]]
-    if known:
-        return int(statistics.median(known)), False
-    return PROTOCOL_EVAL_EPISODES, True
-
-
-def _single_eval_interval(window: dict, window_evals: list[dict], confidence: float) -> dict | None:
-    if window["mean"] is None:
-        return None
-    episodes, assumed = _episodes_per_eval(window_evals)
-    low, high = stats.wilson_interval(window["mean"] / 100 * episodes, episodes, confidence)
-    return {
-        "at": window["mean"],
-        "episodes": episodes,
-        "episodes_assumed": assumed,
-        "confidence": confidence,
-        "low": 100 * low,
-        "high": 100 * high,
-        "half_width": 100 * (high - low) / 2,
-    }
-
-
-def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
-    result = {}
-    for key in TASK_TYPES:
-        rows = [row["task_types"][key] for row in window_evals if key in row["task_types"]]
-        if not rows:
-            continue
-        episode_counts = [row["episodes"] for row in rows if row["episodes"] is not None]
-        summary = stats.mean_sd_n([row["success"] for row in rows])
-        summary["episodes"] = sum(episode_counts) if len(episode_counts) == len(rows) else None
-        result[key] = summary
-    return result
+# An interval across seeds, or P(a > b), from one seed per arm is degenerate (zero width, 0 or 1).
+MIN_SEEDS_INTERVAL = 2
+NEEDS_SEEDS_NOTE = "needs ≥ 2 seeds"
 
 
 def _known_arm_flags(arm_names: set[str]) -> dict[str, tuple[str, dict]]:
@@ -161,29 +58,17 @@ def _arm_definition(run: dict, known_arms: dict[str, tuple[str, dict]]) -> dict:
 
 
 def _run_entry(run: dict, evaluations: list[dict], window_start: int, confidence: float) -> dict:
-    window_raw = stats.window_stats(
-        [row["step"] for row in evaluations], [row["success_rate"] for row in evaluations], window_start
-    )
-    window_evals = [evaluations[i] for i in window_raw.pop("indices")]
-    window = dict(window_raw, start=window_start, evaluation_ids=[row["id"] for row in window_evals])
-    episode_counts = [row["episodes"] for row in window_evals]
-    window["pooled_interval"] = None
-    if window_evals and all(count is not None for count in episode_counts):
-        window["episodes"] = sum(episode_counts)
-        window["successes"] = sum(row["successes"] or 0 for row in window_evals)
-        if all(row["successes"] is not None for row in window_evals):
-            # Measurement precision of the whole window (all its episodes pooled), not of one eval.
-            low, high = stats.wilson_interval(window["successes"], window["episodes"], confidence)
-            window["pooled_interval"] = {"low": 100 * low, "high": 100 * high, "confidence": confidence}
-    else:
-        window["episodes"] = window["successes"] = None
-    best = _best(evaluations, window, window_evals)
-    interval = _single_eval_interval(window, window_evals, confidence)
+    facts = run.get("facts") or {}
+    measured = window_entry(evaluations, facts, window_start, confidence)
+    best, interval = measured["best"], measured["single_eval_interval"]
     if best is not None and interval is not None:
         binomial_sd = (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
         best["expected_max_bias_points_binomial"] = best["expected_max_bias_sd"] * binomial_sd
     last_eval_step = max((row["step"] for row in evaluations), default=None)
     steps_seen = [step for step in (run["last_step"], last_eval_step) if step is not None]
+    last_step = max(steps_seen) if steps_seen else None
+    totals = sorted({int(value) for value in [run["total_steps"], *run.get("fact_conflicts", {}).get("total_steps", [])]
+                     if value is not None})
     return {
         "run": run["name"],
         "run_id": run["id"],
@@ -194,15 +79,17 @@ def _run_entry(run: dict, evaluations: list[dict], window_start: int, confidence
         "benchmark": run["benchmark"],
         "backend": run["backend"],
         "status": run["status"],
+        "run_state": run_state(run["status"], last_step, totals),
         "n_evaluations": len(evaluations),
-        "window": window,
-        "window_task_types": _window_task_types(window_evals),
-        "best": best,
-        "single_eval_interval": interval,
-        "last_step": max(steps_seen) if steps_seen else None,
+        **measured,
+        "last_step": last_step,
         "last_eval_step": last_eval_step,
         "total_steps": run["total_steps"],
+        "total_steps_recorded": totals,
+        "facts": facts,
         "conflicts": run["n_conflicts"],
+        "conflicting_steps": run.get("conflicting_steps", []),
+        "fact_conflicts": run.get("fact_conflicts", {}),
         "evaluations": [
             {"evaluation_id": row["id"], "step": row["step"], "success": row["success_rate"],
              "mean_turns": row["mean_turns"]}
@@ -251,11 +138,16 @@ def _arm_entries(run_entries: list[dict], bootstrap_reps: int, bootstrap_seed: i
             "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
             "note": None if n_seeds >= MIN_SEEDS_RESOLVED else UNRESOLVED_NOTE,
         }
+        arm["headline"] = bool(with_window) and all(entry["window"]["headline"] for entry in with_window)
+        arm["headline_note"] = next((entry["window"]["headline_note"] for entry in with_window
+                                     if not entry["window"]["headline"]), None)
         if with_window:
             tasks, matrix = _seed_type_matrix(with_window)
-            arm["iqm"] = dict(
-                stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed), tasks=tasks
-            )
+            iqm = stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed)
+            if n_seeds < MIN_SEEDS_INTERVAL:
+                # Resampling one seed gives back that seed: a zero-width interval, not a result.
+                iqm.update(ci_low=None, ci_high=None)
+            arm["iqm"] = dict(iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE)
         else:
             arm["iqm"] = None
         arms.append(arm)
@@ -263,7 +155,7 @@ def _arm_entries(run_entries: list[dict], bootstrap_reps: int, bootstrap_seed: i
     return arms
 
 
-def _arm_comparisons(arms: list[dict], run_entries: list[dict]) -> list[dict]:
+def _arm_comparisons(arms: list[dict], run_entries: list[dict], isolation_of: Callable[[list[str]], dict]) -> list[dict]:
     by_arm: dict[str, list[dict]] = defaultdict(list)
     for entry in run_entries:
         if entry["window"]["n"]:
@@ -282,102 +174,23 @@ def _arm_comparisons(arms: list[dict], run_entries: list[dict]) -> list[dict]:
             x = [[entry["window"]["mean"]] for entry in a_runs]
             y = [[entry["window"]["mean"]] for entry in b_runs]
         welch = stats.welch_t_test(first["seed_window_means"], second["seed_window_means"])
+        enough = min(first["n_seeds"], second["n_seeds"]) >= MIN_SEEDS_INTERVAL
+        pair = isolation_of([entry["run"] for entry in a_runs + b_runs])
         comparisons.append(
             {
                 "arm_a": first["arm"],
                 "arm_b": second["arm"],
                 "difference": welch["difference"],
                 "welch": welch,
-                "probability_of_improvement": stats.probability_of_improvement(x, y),
+                "probability_of_improvement": stats.probability_of_improvement(x, y) if enough else None,
+                "poi_note": None if enough else NEEDS_SEEDS_NOTE,
                 "poi_tasks": tasks,
+                "isolation": {key: pair[key] for key in ("verdict", "differences", "not_recorded")},
                 "resolved": first["resolved"] and second["resolved"],
                 "note": None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
             }
         )
     return comparisons
-
-
-def _describe(values: dict[str, Any]) -> str:
-    by_value: dict[str, list[str]] = defaultdict(list)
-    for run, value in values.items():
-        by_value["not recorded" if value is None else json.dumps(value)].append(run)
-    return " vs ".join(f"{value} ({', '.join(runs)})" for value, runs in by_value.items())
-
-
-def _field_check(name: str, values: dict[str, Any], differences: list[str], not_recorded: list[str]) -> None:
-    distinct = {json.dumps(value, sort_keys=True) for value in values.values()}
-    if len(distinct) <= 1:
-        if all(value is None for value in values.values()):
-            not_recorded.append(name)
-        return
-    differences.append(f"{name}: {_describe(values)}")
-
-
-def _isolation(runs: list[dict], run_entries: list[dict], evaluations: dict[int, list[dict]]) -> dict:
-    differences: list[str] = []
-    not_recorded: list[str] = []
-    if len(runs) < 2:
-        return {"estimator_only": True, "compared_runs": [run["name"] for run in runs],
-                "differences": [], "not_recorded": [],
-                "note": "one run: nothing to compare" if runs else "no runs: nothing to compare"}
-    for field in SHARED_RUN_FIELDS:
-        _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
-    seeds_by_arm: dict[str, set] = defaultdict(set)
-    for entry in run_entries:
-        seeds_by_arm[_arm_label(entry)].add(entry["seed"])
-    if len({frozenset(seeds) for seeds in seeds_by_arm.values()}) > 1:
-        differences.append(
-            "seed: " + " vs ".join(
-                f"{sorted(seeds, key=str)} ({arm})" for arm, seeds in seeds_by_arm.items()
-            )
-        )
-    elif len(seeds_by_arm) == 1 and len(runs) > 1:
-        _field_check("seed", {run["name"]: run["seed"] for run in runs}, differences, not_recorded)
-    by_seed: dict[Any, list[dict]] = defaultdict(list)
-    for run in runs:
-        by_seed[run["seed"]].append(run)
-    for field in PER_SEED_RUN_FIELDS:
-        for seed, members in by_seed.items():
-            label = field if len(by_seed) == 1 else f"{field} (seed {seed})"
-            if len(members) > 1:
-                _field_check(label, {run["name"]: run[field] for run in members}, differences, not_recorded)
-            elif len(by_seed) == 1 and members[0][field] is None:
-                not_recorded.append(label)
-    fingerprints_by_arm: dict[str, set] = defaultdict(set)
-    for run in runs:
-        if run["arm"] is not None and run["arm_fingerprint"] is not None:
-            fingerprints_by_arm[run["arm"]].add(run["arm_fingerprint"])
-    for arm, fingerprints in fingerprints_by_arm.items():
-        if len(fingerprints) > 1:
-            differences.append(f"arm {arm} has {len(fingerprints)} different fingerprints: {sorted(fingerprints)}")
-    configs = {}
-    for run in runs:
-        config = run["config"] if isinstance(run["config"], dict) else None
-        configs[run["name"]] = (
-            None if config is None
-            else {key: value for key, value in _flatten(config).items() if not _is_estimator_or_local(key)}
-        )
-    recorded = {name: flat for name, flat in configs.items() if flat is not None}
-    if recorded and len(recorded) < len(configs):
-        differences.append(f"config: recorded for {sorted(recorded)} only")
-    keys = sorted({key for flat in recorded.values() for key in flat})
-    for key in keys:
-        values = {name: flat.get(key) for name, flat in recorded.items()}
-        if len({json.dumps(value, sort_keys=True) for value in values.values()}) > 1:
-            differences.append(f"config {key}: {_describe(values)}")
-    for protocol_field in ("temperature", "episodes", "split"):
-        values = {
-            run["name"]: sorted({row[protocol_field] for row in evaluations.get(run["id"], [])}, key=str)
-            for run in runs
-        }
-        _field_check(f"evaluation {protocol_field}", values, differences, [])
-    return {
-        "estimator_only": not differences,
-        "compared_runs": [run["name"] for run in runs],
-        "differences": differences,
-        "not_recorded": not_recorded,
-        "note": None,
-    }
 
 
 def compare_runs(
@@ -407,6 +220,16 @@ def compare_runs(
     note ("unresolved until replicated" below 3 seeds), fingerprints.
     power (ccpo_cli.report.power): per arm pair the test (paired t / Welch t), mdd, p and,
     with `detect`, seeds_needed per arm.
+
+    Honesty keys: each window holds evaluations of one protocol (`protocol`, `protocol_mixed`,
+    `left_out_evaluation_ids`), says whether it may be a headline (`headline`, `headline_note`:
+    at least 3 evaluations) and whether it is converged (`trend`: OLS slope with its t interval;
+    `converged`); best.bias_noise says which noise the bias is measured on (or why it is left
+    out). Per run: run_state (running / stopped-early / finished), facts, conflicting_steps,
+    fact_conflicts. Arms: iqm intervals and comparisons' probability_of_improvement are None with
+    "needs ≥ 2 seeds" below two seeds per arm; each comparison carries its isolation verdict.
+    isolation.verdict is passes / fails / unverifiable (estimator_only is verdict == passes).
+    Document: protocol_mixed, conflicts {run: {steps, facts}}.
     """
     all_runs = list_runs(db)
     wanted = list(runs or [])
@@ -418,8 +241,21 @@ def compare_runs(
         chosen = [by_name[name] for name in dict.fromkeys(wanted)]
     else:
         chosen = all_runs
+    for run in chosen:
+        recorded = run_facts(db, run["id"])
+        run["facts"], run["fact_conflicts"] = recorded["values"], recorded["conflicts"]
+        if run["hardware"] is None:
+            run["hardware"] = run["facts"].get("hardware")  # an ingested run records it as a fact
+        run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])}) if run["n_conflicts"] else []
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = [_run_entry(run, evaluations[run["id"]], window_start, confidence) for run in chosen]
+    arm_of = {entry["run"]: _arm_label(entry) for entry in run_entries}
+    protocols = {entry["run"]: entry["window"]["protocol"] for entry in run_entries}
+    by_name = {run["name"]: run for run in chosen}
+
+    def isolation_of(names: list[str]) -> dict:
+        return isolation_check([by_name[name] for name in names], arm_of, protocols)
+
     known_arms = _known_arm_flags({run["arm"] for run in chosen if run["arm"]})
     for run, entry in zip(chosen, run_entries):
         entry.update(_arm_definition(run, known_arms))
@@ -429,8 +265,12 @@ def compare_runs(
         "split": split,
         "runs": run_entries,
         "arms": arms,
-        "comparisons": _arm_comparisons(arms, run_entries),
-        "isolation": _isolation(chosen, run_entries, evaluations),
+        "comparisons": _arm_comparisons(arms, run_entries, isolation_of),
+        "isolation": isolation_of([run["name"] for run in chosen]),
+        "protocol_mixed": len({json.dumps(protocol, sort_keys=True) for protocol in protocols.values() if protocol}) > 1
+        or any(entry["protocol_mixed"] for entry in run_entries),
+        "conflicts": {entry["run"]: {"steps": entry["conflicting_steps"], "facts": entry["fact_conflicts"]}
+                      for entry in run_entries if entry["conflicting_steps"] or entry["fact_conflicts"]},
         # Minimum detectable difference per arm pair (and seeds needed for `detect` points).
         "power": power_report(run_entries, {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
     }

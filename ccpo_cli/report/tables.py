@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from rich import box
 from rich.table import Table
@@ -97,7 +98,7 @@ def per_run_table(document: dict) -> Table:
     table = _table("per run: window mean±sd (n evals), best and its expected inflation")
     table.add_column("run", no_wrap=True, min_width=_name_width(run["run"] for run in document["runs"]))
     table.add_column("arm", no_wrap=True, min_width=_name_width(run["arm"] for run in document["runs"]))
-    for column in ("seed", "window", "best@step", "bias", "1 eval", "step"):
+    for column in ("seed", "window", "trend", "best@step", "bias", "1 eval", "step"):
         table.add_column(column, justify="right", no_wrap=True)
     for run in document["runs"]:
         window, best, interval = run["window"], run["best"], run["single_eval_interval"]
@@ -107,8 +108,11 @@ def per_run_table(document: dict) -> Table:
             f"+{_number(best['expected_max_bias_points'])}"
             if best and best["expected_max_bias_points"] is not None else "-"
         )
+        trend = window.get("trend") or {}
+        # "rising"/"falling": the slope interval excludes 0, so the window is not converged.
+        trend_text = trend.get("direction") or ("too few" if window["n"] else "-")
         table.add_row(
-            run["run"], _text(run["arm"]), _text(run["seed"]), window_text, best_text, bias_text,
+            run["run"], _text(run["arm"]), _text(run["seed"]), window_text, trend_text, best_text, bias_text,
             f"±{_number(interval['half_width'])}" if interval else "-",
             f"{_text(run['last_step'])}/{_text(run['total_steps'])}",
         )
@@ -138,9 +142,13 @@ def comparisons_table(document: dict) -> Table:
     for row in document["comparisons"]:
         welch = row["welch"]
         interval = f"[{_number(welch['ci_low'])}, {_number(welch['ci_high'])}]" if welch["ci_low"] is not None else "-"
+        poi = row["probability_of_improvement"]
+        poi_text = _number(poi, 2) if poi is not None else (row.get("poi_note") or "-")
+        verdict = (row.get("isolation") or {}).get("verdict")
+        notes = [row["note"] or "", f"isolation {verdict}" if verdict and verdict != "passes" else ""]
         table.add_row(f"{row['arm_a']} vs {row['arm_b']}", _number(row["difference"]), _number(welch["t"], 2),
-                      _number(welch["df"]), _number(welch["p"], 3), interval,
-                      _number(row["probability_of_improvement"], 2), _text(row["note"]) if row["note"] else "")
+                      _number(welch["df"]), _number(welch["p"], 3), interval, poi_text,
+                      "; ".join(note for note in notes if note))
     return table
 
 
@@ -148,14 +156,21 @@ def isolation_text(document: dict) -> Text:
     isolation = document["isolation"]
     if isolation.get("note"):
         return Text(f"isolation: {isolation['note']}")
-    if isolation["estimator_only"]:
-        text = Text("isolation: the compared runs differ only in the estimator")
+    verdict = isolation.get("verdict", "passes" if isolation["estimator_only"] else "fails")
+    if verdict == "passes":
+        text = Text("isolation passes: the compared runs differ only in the estimator")
+    elif verdict == "fails":
+        text = Text("isolation fails: the runs also differ in:")
     else:
-        text = Text("isolation: NOT estimator-only; the runs also differ in:")
+        text = Text("isolation unverifiable: nothing recorded differs, but some evidence is missing")
     for difference in isolation["differences"]:
         text.append(f"\n  - {difference}")
     if isolation["not_recorded"]:
-        text.append(f"\n  not recorded for any run (cannot be checked): {', '.join(isolation['not_recorded'])}")
+        text.append(f"\n  not recorded (cannot be checked): {', '.join(isolation['not_recorded'])}")
+    if document.get("protocol_mixed"):
+        text.append("\n  mixed evaluation protocols (panel size, split or temperature): each window uses one protocol")
+    for run, conflict in (document.get("conflicts") or {}).items():
+        text.append(f"\n  conflicts recorded for {run}: steps {conflict['steps']} {conflict['facts'] or ''}".rstrip())
     return text
 
 

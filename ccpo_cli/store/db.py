@@ -1,7 +1,15 @@
 """Opening runs.db: schema migrations, WAL, foreign keys, and write transactions.
 
 Every connection goes through `open_db`, so foreign keys are enforced everywhere (SQLite
-leaves them off per connection) and the schema is always current. Writes go through
+leaves them off per connection) and the schema is always current.
+
+The file knows whose it is: ccpo stamps `PRAGMA application_id` (APPLICATION_ID) and
+`PRAGMA user_version` (how many of ccpo's migrations the schema holds) beside sqlite-utils'
+migrations table. A file with tables but no stamp is someone else's, a stamp or migration this
+version does not know means a newer ccpo wrote it, and a table missing a column ccpo needs
+means it was edited by hand; all three are refused (exit 3) before anything is written. A runs
+database created before the stamp existed is recognised by its migrations table and stamped
+on its next write. Writes go through
 `write_transaction`, which takes the write lock up front (BEGIN IMMEDIATE) so that two
 processes never deadlock upgrading a read lock, and retries a busy database with backoff
 before giving up with one clear message.
@@ -11,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import random
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import sqlite_utils
 from sqlite_utils import Migrations
@@ -23,6 +32,8 @@ from sqlite_utils import Migrations
 from ccpo_cli.errors import CcpoError, InvalidInput
 
 MIGRATIONS = Migrations("ccpo")
+# "ccpo" in ASCII, in the header field SQLite reserves for the application that owns a file.
+APPLICATION_ID = 0x6363706F
 
 # How long one connection waits inside SQLite for a lock, and how long write_transaction
 # keeps retrying on top of that before telling the user.
@@ -32,7 +43,7 @@ LOCK_RETRY_SECONDS = 60.0
 
 def utc_now() -> str:
     """An ISO-8601 UTC timestamp with microseconds (sorts as text)."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
 
 @MIGRATIONS()
@@ -157,12 +168,40 @@ def m002_append_only_evaluations(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m003_run_facts(db: sqlite_utils.Database) -> None:
+    # Protocol facts of a run (store/facts.py): one row per distinct value of a key, so a value
+    # recorded later that disagrees is kept as a conflict instead of replacing the first.
+    db["run_facts"].create(
+        {"id": int, "run_id": int, "key": str, "value": str, "source": str, "recorded_at": str},
+        pk="id", not_null={"run_id", "key", "value", "recorded_at"}, foreign_keys=[("run_id", "runs", "id")],
+    )
+    db["run_facts"].create_index(["run_id", "key", "value"], unique=True)
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)
     )
 
 
+# SQLite's words for a write the file system refused (read-only file, full disk, I/O error).
+_WRITE_FAILURES = ("readonly", "read-only", "full", "disk i/o", "unable to open", "no space")
+
+
+def _is_write_failure(error: BaseException) -> bool:
+    return isinstance(error, sqlite3.OperationalError) and any(
+        word in str(error).lower() for word in _WRITE_FAILURES
+    )
+
+
+def _db_file(db: sqlite_utils.Database) -> str:
+    rows = db.execute("PRAGMA database_list").fetchall()
+    return next((row[2] for row in rows if row[1] == "main" and row[2]), ":memory:")
+
+
+def _write_failed(db: sqlite_utils.Database, error: BaseException) -> CcpoError:
+    return CcpoError(f"{_db_file(db)}: the write failed and nothing was recorded ({error})")
 def _with_lock_retry(action, what: str):
     deadline = time.monotonic() + LOCK_RETRY_SECONDS
     delay = 0.05
@@ -181,18 +220,23 @@ def _with_lock_retry(action, what: str):
             delay = min(delay * 2, 1.0)
 
 
-def open_db(path: str | Path) -> sqlite_utils.Database:
+def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Database:
     """Open (creating if needed) a runs database, migrated to the current schema.
 
     The connection is in autocommit mode outside explicit transactions, uses WAL, waits for
     locks, and enforces foreign keys. Use `write_transaction(db)` for every multi-row write.
-    ``":memory:"`` gives a private in-memory database (tests).
+    ``":memory:"`` gives a private in-memory database (tests). `must_exist` (the read-only
+    commands) refuses a missing file instead of creating an empty database, and leaves an
+    unstamped database as it is.
     """
     path_text = str(path)
     if path_text != ":memory:":
         parent = Path(path_text).parent
         if not parent.is_dir():
             raise InvalidInput(f"{path_text}: folder {parent} does not exist")
+        if must_exist and not Path(path_text).is_file():
+            raise InvalidInput(f"{path_text}: no such runs database (check --db / CCPO_DB); "
+                               "this command only reads one and never creates it")
     try:
         connection = sqlite3.connect(
             path_text, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -200,18 +244,82 @@ def open_db(path: str | Path) -> sqlite_utils.Database:
         db = sqlite_utils.Database(connection)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         db.execute("PRAGMA foreign_keys = ON")
+        stamped = _check_identity(db, path_text)
         if path_text != ":memory:":
-            _with_lock_retry(lambda: db.execute("PRAGMA journal_mode = WAL"), path_text)
+            try:
+                _with_lock_retry(lambda: db.execute("PRAGMA journal_mode = WAL"), path_text)
+            except sqlite3.OperationalError as error:
+                if not (must_exist and _is_write_failure(error)):
+                    raise
             db.execute("PRAGMA synchronous = NORMAL")
-        if MIGRATIONS.pending(db):
+        if MIGRATIONS.pending(db) or (not stamped and not must_exist):
             with write_transaction(db):
                 # apply() re-checks under the write lock: another process may have migrated.
                 MIGRATIONS.apply(db)
+                _stamp(db)
+        _check_columns(db, path_text)
     except sqlite3.DatabaseError as error:
         if _is_lock_error(error):
             raise
+        if _is_write_failure(error):
+            raise CcpoError(f"{path_text}: cannot write the database ({error})") from None
         raise InvalidInput(f"{path_text}: not a usable runs database ({error})") from None
     return db
+
+
+def _known_migrations() -> list[str]:
+    return [migration.name for migration in MIGRATIONS.pending(sqlite_utils.Database(memory=True))]
+
+
+def _stamp(db: sqlite_utils.Database) -> None:
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {len(MIGRATIONS.applied(db))}")
+
+
+def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
+    """Whether the file carries ccpo's stamp; InvalidInput for a file ccpo must not touch."""
+    application_id = db.execute("PRAGMA application_id").fetchone()[0]
+    user_version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = [name for name in db.table_names() if not name.startswith("sqlite_")]
+    applied = [migration.name for migration in MIGRATIONS.applied(db)]
+    if application_id not in (0, APPLICATION_ID):
+        raise InvalidInput(f"{path}: an SQLite file of another application (application_id "
+                           f"{application_id:#x}), not a ccpo runs database; refusing to touch it")
+    if application_id == 0 and tables and not applied:
+        raise InvalidInput(f"{path}: an SQLite file with tables of its own ({', '.join(sorted(tables)[:5])}) "
+                           "and no ccpo schema; not a ccpo runs database, refusing to touch it")
+    known = _known_migrations()
+    unknown = [name for name in applied if name not in known]
+    if unknown:
+        raise InvalidInput(f"{path}: written by a newer ccpo (it holds migration(s) this ccpo does not know: "
+                           f"{', '.join(unknown)}); upgrade ccpo to use it")
+    if user_version > len(known):
+        raise InvalidInput(f"{path}: written by a newer ccpo (schema version {user_version}, this ccpo knows "
+                           f"up to {len(known)}); upgrade ccpo to use it")
+    if application_id == APPLICATION_ID and not applied:
+        raise InvalidInput(f"{path}: stamped as a ccpo runs database but its migrations table is gone; "
+                           "not a usable runs database")
+    return application_id == APPLICATION_ID
+
+
+@functools.lru_cache(maxsize=1)
+def _expected_columns() -> dict[str, frozenset[str]]:
+    reference = sqlite_utils.Database(memory=True)
+    MIGRATIONS.apply(reference)
+    return {table.name: frozenset(table.columns_dict) for table in reference.tables
+            if table.name != Migrations.migrations_table}
+
+
+def _check_columns(db: sqlite_utils.Database, path: str) -> None:
+    for name, expected in _expected_columns().items():
+        table = db.table(name)
+        if not table.exists():
+            raise InvalidInput(f"{path}: table {name} is missing; the schema was changed by hand, "
+                               "not a usable runs database")
+        missing = sorted(expected - set(table.columns_dict))
+        if missing:
+            raise InvalidInput(f"{path}: table {name} lacks column(s) {', '.join(missing)} "
+                               "(renamed or dropped by hand?); not a usable runs database")
 
 
 @contextlib.contextmanager
@@ -225,17 +333,28 @@ def write_transaction(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Databa
         with db.atomic():
             yield db
         return
-    _with_lock_retry(lambda: db.execute("BEGIN IMMEDIATE"), "write")
     try:
+        _with_lock_retry(lambda: db.execute("BEGIN IMMEDIATE"), "write")
+    except sqlite3.OperationalError as error:
+        if _is_write_failure(error):
+            raise _write_failed(db, error) from None
+        raise
+    try:
+        if db.execute("PRAGMA application_id").fetchone()[0] == 0 and MIGRATIONS.applied(db):
+            _stamp(db)  # a runs.db from before the stamp, opened by a read command that now writes
         yield db
-    except BaseException:
+    except BaseException as error:
         if db.conn.in_transaction:
             db.execute("ROLLBACK")
+        if _is_write_failure(error):
+            raise _write_failed(db, error) from None
         raise
     else:
         try:
             _with_lock_retry(lambda: db.execute("COMMIT"), "commit")
-        except BaseException:
+        except BaseException as error:
             if db.conn.in_transaction:
                 db.execute("ROLLBACK")
+            if _is_write_failure(error):
+                raise _write_failed(db, error) from None
             raise

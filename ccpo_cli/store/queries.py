@@ -1,6 +1,8 @@
 """Reading runs.db: runs, their evaluations with per-type results, conflicts.
 
 Everything returns plain dicts and lists, so the report and card layers never write SQL.
+Single tables are read with sqlite-utils' `rows_where`; the summaries that join or count
+across tables are SQL run through `db.query`.
 """
 
 from __future__ import annotations
@@ -13,12 +15,6 @@ import sqlite_utils
 from ccpo_cli.store.records import run_id
 
 _JSON_COLUMNS = ("package_versions", "config")
-
-
-def _rows(db: sqlite_utils.Database, sql: str, params: list[Any] | tuple = ()) -> list[dict[str, Any]]:
-    cursor = db.execute(sql, list(params))
-    names = [column[0] for column in cursor.description]
-    return [dict(zip(names, values)) for values in cursor.fetchall()]
 
 
 def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
@@ -45,13 +41,13 @@ _RUN_SUMMARY = """
 def list_runs(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Every run (all columns, JSON decoded) with n_evaluations, last_eval_step, n_conflicts,
     ordered by name."""
-    return [_decode_run(row) for row in _rows(db, _RUN_SUMMARY + " ORDER BY runs.name")]
+    return [_decode_run(row) for row in db.query(_RUN_SUMMARY + " ORDER BY runs.name")]
 
 
 def get_run(db: sqlite_utils.Database, run: str | int) -> dict[str, Any]:
     """One run as a dict (as in `list_runs`); InvalidInput if it does not exist."""
     identifier = run_id(db, run)
-    return _decode_run(_rows(db, _RUN_SUMMARY + " WHERE runs.id = ?", [identifier])[0])
+    return _decode_run(next(db.query(_RUN_SUMMARY + " WHERE runs.id = ?", [identifier])))
 
 
 def run_evaluations(
@@ -78,25 +74,23 @@ def evaluations_for_runs(
     marks = ", ".join("?" for _ in run_ids)
     where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
     params: list[Any] = list(run_ids) + ([split] if split is not None else [])
-    columns = "*"
-    if not provenance:
-        names = [row[1] for row in db.execute("PRAGMA table_info(evaluations)").fetchall()]
-        columns = ", ".join(name for name in names if name not in _PROVENANCE_COLUMNS)
-    evaluations = _rows(db, f"SELECT {columns} FROM evaluations WHERE {where} ORDER BY run_id, step, id", params)
+    columns = None if provenance else [name for name in db["evaluations"].columns_dict if name not in _PROVENANCE_COLUMNS]
+    evaluations = list(
+        db["evaluations"].rows_where(where, params, order_by="run_id, step, id",
+                                     select="*" if columns is None else ", ".join(columns))
+    )
     by_id = {row["id"]: row for row in evaluations}
     for row in evaluations:
         row["task_types"] = {}
     if evaluations:
-        type_rows = db.execute(
-            "SELECT evaluation_id, task_type, episodes, successes, success_rate FROM task_type_results "
-            f"WHERE evaluation_id IN (SELECT id FROM evaluations WHERE {where})",
-            params,
-        ).fetchall()
-        for evaluation_id, task_type, episodes, successes, rate in type_rows:
-            by_id[evaluation_id]["task_types"][task_type] = {
-                "episodes": episodes,
-                "successes": successes,
-                "success": rate,
+        type_rows = db["task_type_results"].rows_where(
+            f"evaluation_id IN (SELECT id FROM evaluations WHERE {where})", params
+        )
+        for type_row in type_rows:
+            by_id[type_row["evaluation_id"]]["task_types"][type_row["task_type"]] = {
+                "episodes": type_row["episodes"],
+                "successes": type_row["successes"],
+                "success": type_row["success_rate"],
             }
     grouped: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in run_ids}
     for row in evaluations:
@@ -106,15 +100,13 @@ def evaluations_for_runs(
 
 def evaluation_episodes(db: sqlite_utils.Database, evaluation_id: int) -> list[dict[str, Any]]:
     """The recorded episodes of one evaluation, in episode order."""
-    return _rows(
-        db, "SELECT * FROM episodes WHERE evaluation_id = ? ORDER BY episode_index", [evaluation_id]
-    )
+    return list(db["episodes"].rows_where("evaluation_id = ?", [evaluation_id], order_by="episode_index"))
 
 
 def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Conflicting evaluation results recorded for a run (content decoded)."""
     identifier = run_id(db, run)
-    rows = _rows(db, "SELECT * FROM conflicts WHERE run_id = ? ORDER BY step, id", [identifier])
+    rows = list(db["conflicts"].rows_where("run_id = ?", [identifier], order_by="step, id"))
     for row in rows:
         row["content"] = json.loads(row["content"])
     return rows
@@ -130,10 +122,10 @@ def best_evaluation(evaluations: list[dict[str, Any]]) -> dict[str, Any] | None:
 def run_checkpoints(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Recorded checkpoints of a run, by step."""
     identifier = run_id(db, run)
-    return _rows(db, "SELECT * FROM checkpoints WHERE run_id = ? ORDER BY step, id", [identifier])
+    return list(db["checkpoints"].rows_where("run_id = ?", [identifier], order_by="step, id"))
 
 
 def run_publications(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Recorded Hub publications of a run, oldest first."""
     identifier = run_id(db, run)
-    return _rows(db, "SELECT * FROM publications WHERE run_id = ? ORDER BY id", [identifier])
+    return list(db["publications"].rows_where("run_id = ?", [identifier], order_by="id"))

@@ -3,15 +3,11 @@
 Public entry points:
 - `train_arm(arm, run_name, db_path, seed, steps, tasks, group, eval_every, **options)`:
   one training run, evaluations recorded in runs.db as they happen (see `trainer`);
-- `load_policy(checkpoint)`: a saved policy; `LocalPolicyAgent`: it as a `ccpo eval` agent.
-
-Importing this package registers the `local` agent kind (`ccpo eval --agent local`).
+- `load_policy(checkpoint)`: a saved policy; `LocalPolicyAgent`: it as a `ccpo eval` agent
+  (the agent registry names `make_local_agent` for `ccpo eval --agent local`).
 """
 
-from ccpo_cli.agents.registry import register_agent
 from ccpo_cli.backends.local.agent import LocalPolicyAgent, make_local_agent
 from ccpo_cli.backends.local.trainer import TrainConfig, TrainResult, load_policy, train_arm
-
-register_agent("local", make_local_agent)
 
 __all__ = ["LocalPolicyAgent", "TrainConfig", "TrainResult", "load_policy", "make_local_agent", "train_arm"]

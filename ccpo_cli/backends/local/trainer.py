@@ -15,20 +15,30 @@ same step-1 rollouts (the policy is uniform and identical until the first update
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
 
+from ccpo_cli.arms import Arm, load_arm
 from ccpo_cli.backends.local import games as game_sets
 from ccpo_cli.backends.local.advantages import advantages_for
-from ccpo_cli.backends.local.policy import CommandScorer, build_model, frozen_copy, pack
+from ccpo_cli.backends.local.checkpoints import (
+    checkpoint_path,
+    checkpoints_to_remove,
+    default_run_dir,
+    file_sha256,
+    latest_checkpoint,
+    load_policy,
+    save_checkpoint,
+)
+from ccpo_cli.backends.local.config import TrainConfig
+from ccpo_cli.backends.local.policy import build_model, frozen_copy, pack
 from ccpo_cli.backends.local.ppo import UpdateConfig, make_optimizer, update
 from ccpo_cli.backends.local.provenance import git_state, hardware, package_versions
 from ccpo_cli.backends.local.rollouts import (
@@ -37,44 +47,20 @@ from ccpo_cli.backends.local.rollouts import (
     rollout_digest,
     save_npz,
 )
-from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool, default_workers
-from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
+from ccpo_cli.errors import InvalidInput, UsageError
+from ccpo_cli.store import (
+    best_evaluation,
+    ensure_run,
+    open_db,
+    record_checkpoint,
+    record_evaluation,
+    run_evaluations,
+    update_run_state,
+)
 
 BACKEND = "local"
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
-CHECKPOINT_KEEP = 2  # newest ones kept, besides the best-evaluated one
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that defines a local training run (recorded as the run's config)."""
-
-    seed: int = 0
-    steps: int = 200
-    tasks: int = 8
-    group: int = 8
-    max_steps: int = 50
-    temperature: float = 1.0
-    eval_every: int = 10
-    # None: the whole held-out panel; N: a fixed, type-balanced subset of N panel games.
-    eval_games: int | None = None
-    # Game folders (ALFWorld json_2.1.1 layout) instead of the shipped pool / panel.
-    train_games_dir: str | None = None
-    eval_games_dir: str | None = None
-    eval_episodes: int = 1
-    eval_temperature: float = 0.4
-    eval_seed: int = 0
-    eval_max_steps: int = 50
-    workers: int = field(default_factory=default_workers)
-    torch_threads: int = 1
-    update: UpdateConfig = field(default_factory=UpdateConfig)
-    model: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "init_std": 0.3})
-    dump_batches: bool = False
-    # Stop once this much training wall time (evaluation excluded) has passed.
-    time_budget_s: float | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -87,88 +73,10 @@ class TrainResult:
     step1_rollout_hash: str | None
 
 
-def default_run_dir(db_path: str | Path, run_name: str) -> Path:
-    return Path(db_path).resolve().parent / "ccpo-runs" / run_name
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _checkpoint_path(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step:06d}.pt"
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = sorted((run_dir / "checkpoints").glob("step-*.pt"))
-    return found[-1] if found else None
-
-
-def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest: int = CHECKPOINT_KEEP) -> list[Path]:
-    """All checkpoints but the newest few and the best-evaluated step's, which an interim card
-    names as the one it publishes and so must stay on disk."""
-    found = sorted(found)
-    newest = found[-keep_newest:] if keep_newest > 0 else []
-    best_name = None if best_step is None else _checkpoint_path(Path(), best_step).name
-    return [path for path in found if path not in newest and path.name != best_name]
-
-
-def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm, config: TrainConfig,
-                    train_wall_s: float) -> None:
-    partial = path.with_suffix(".partial")
-    document = {
-        "format": "ccpo-local-policy/1",
-        "step": step,
-        "arm": arm.name,
-        "arm_fingerprint": arm.fingerprint,
-        "model_config": model.config,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "config": config.as_dict(),
-        "train_wall_s": train_wall_s,
-    }
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(document, partial)
-        partial.replace(path)  # a crash never leaves a half-written checkpoint under the real name
-    except (OSError, RuntimeError) as error:  # torch reports a full disk as a RuntimeError
-        with contextlib.suppress(OSError):
-            partial.unlink(missing_ok=True)
-        raise CcpoError(
-            f"could not write checkpoint {path} ({error}); free disk space and continue with --resume {path.parent.parent}"
-        ) from None
-
-
-def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
-    """The policy saved in a checkpoint file (or the latest one under a run folder)."""
-    path = Path(checkpoint)
-    if path.is_dir():
-        found = latest_checkpoint(path) or latest_checkpoint(path.parent)
-        if found is None:
-            raise InvalidInput(f"{path}: no checkpoints/step-*.pt in this folder")
-        path = found
-    if not path.is_file():
-        raise InvalidInput(f"{path}: no such checkpoint")
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # torch raises several types for a damaged file
-        raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint ({error})") from None
-    if not isinstance(saved, dict) or saved.get("format") != "ccpo-local-policy/1":
-        raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint")
-    model = CommandScorer(**saved["model_config"])
-    model.load_state_dict(saved["model"])
-    model.eval()
-    return model, saved
-
-
 class _Run:
     """One training run's state and the steps that change it."""
 
-    def __init__(self, arm, run_name: str, db, config: TrainConfig, run_dir: Path, log: Callable[[str], None]):
+    def __init__(self, arm: Arm, run_name: str, db, config: TrainConfig, run_dir: Path, log: Callable[[str], None]):
         self.arm = arm
         self.run_name = run_name
         self.db = db
@@ -200,8 +108,6 @@ class _Run:
         }
 
     def record_provenance(self) -> None:
-        from ccpo_cli.store import ensure_run
-
         commit, dirty = git_state()
         ensure_run(
             self.db,
@@ -269,8 +175,6 @@ class _Run:
         digest = rollout_digest(trajectories)
         if step == 1:
             self.step1_hash = digest
-            from ccpo_cli.store import update_run_state
-
             update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
         decisions = flat_decisions(trajectories)
         packed = pack([d.features for d in decisions])
@@ -339,8 +243,6 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
         }
-        from ccpo_cli.store import record_evaluation
-
         record_evaluation(
             self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
             success_rate=result["success"], mean_turns=result["mean_turns"],
@@ -351,11 +253,9 @@ class _Run:
         return result
 
     def checkpoint(self, step: int) -> None:
-        from ccpo_cli.store import best_evaluation, record_checkpoint, run_evaluations
-
-        path = _checkpoint_path(self.run_dir, step)
+        path = checkpoint_path(self.run_dir, step)
         save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s)
-        record_checkpoint(self.db, self.run_name, step, str(path), sha256=_sha256(path),
+        record_checkpoint(self.db, self.run_name, step, str(path), sha256=file_sha256(path),
                           size_bytes=path.stat().st_size)
         best = best_evaluation(run_evaluations(self.db, self.run_name))
         best_step = None if best is None else best["step"]
@@ -376,7 +276,7 @@ def _validate(config: TrainConfig) -> None:
 
 
 def train_arm(
-    arm: Any,
+    arm: Arm | str,
     run_name: str,
     db_path: str | Path,
     seed: int = 0,
@@ -398,9 +298,6 @@ def train_arm(
     from its latest checkpoint (the arm and seed must match); otherwise an existing checkpoint
     folder for this run name is refused.
     """
-    from ccpo_cli.arms import load_arm
-    from ccpo_cli.store import open_db, update_run_state
-
     if isinstance(arm, str):
         arm = load_arm(arm)
     update_fields = {k: options.pop(k) for k in list(options) if k in UpdateConfig.__dataclass_fields__}
@@ -456,8 +353,6 @@ def train_arm(
             status = "finished"
             if run.step < config.steps:
                 # The time budget ended the run as planned: its length is what it reached.
-                from ccpo_cli.store import ensure_run
-
                 ensure_run(db, run_name, total_steps=run.step)
         except KeyboardInterrupt:
             status = "stopped"
@@ -483,4 +378,6 @@ def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:
     )
 
 
-__all__ = ["TrainConfig", "TrainResult", "load_policy", "train_arm", "latest_checkpoint"]
+__all__ = [
+    "TrainConfig", "TrainResult", "checkpoints_to_remove", "latest_checkpoint", "load_policy", "save_checkpoint", "train_arm",
+]

@@ -11,8 +11,8 @@ Time order and padding: the trainer pads the batch with duplicated rows and reor
 load balance before advantages are computed, so neither row order nor row count can be trusted
 there. `annotate_rollout_rows` runs on the batch as it leaves the rollout loop (rows of each
 trajectory in time order, no duplicates yet) and stamps each row with its turn index and source
-row; later duplicates of a source row are padding (`is_pad`): excluded from every statistic,
-advantage 0.
+row; later duplicates of a source row are padding (`is_pad`), which the arm's padding rule
+(estimators/padding.py) either leaves out (advantage 0) or counts as verl-agent does.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import numpy as np
 
 from ccpo_cli.errors import InvalidInput
 
+# verl-agent logs no validation episode length; ingest reads mean turns from this key.
+VAL_MEAN_TURNS_KEY = "val/episode_length/mean"
 STEP_INDEX_KEY = "ccpo_step_index"
 SOURCE_ROW_KEY = "ccpo_source_row"
 FEATURES_KEY = "ccpo_phi_feats"
@@ -72,6 +74,15 @@ def annotate_rollout_rows(data: Any) -> Any:
     data.non_tensor_batch[STEP_INDEX_KEY] = turn_indices(traj_uid).astype(object)
     data.non_tensor_batch[SOURCE_ROW_KEY] = np.arange(len(traj_uid)).astype(object)
     return data
+
+
+def mean_turns(batches: list[Any]) -> float | None:
+    """Mean turns per episode over rollout batches (one row per turn of each trajectory)."""
+    turns: dict[Any, int] = {}
+    for data in batches:
+        for trajectory in _non_tensor(data, "traj_uid"):
+            turns[trajectory] = turns.get(trajectory, 0) + 1
+    return sum(turns.values()) / len(turns) if turns else None
 
 
 def padding_rows(source_row: np.ndarray) -> np.ndarray:

@@ -3,13 +3,15 @@
 verl's `run_ppo` starts Ray only when it is not running yet, and older verl-agent trees ignore
 `ray_init.runtime_env`; starting Ray here first, with `setup_hook.setup` as the job's
 `worker_process_setup_hook` and the run's environment, is what works across versions. Then
-verl's own Hydra entry point (`verl.trainer.main_ppo.main`) runs unchanged on the same argv.
+verl's own Hydra entry point (`verl.trainer.main_ppo`) runs unchanged on the same argv, as `__main__`.
+verl-agent's own runtime environment, when its `constants_ppo` module has one, is merged in.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import runpy
 import sys
 
 from ccpo_cli.backends.verl import worker_env
@@ -32,16 +34,40 @@ def _override(argv: list[str], key: str) -> str | None:
     return None
 
 
-def ray_init_arguments(argv: list[str], environ: dict[str, str]) -> dict:
+def verl_runtime_env() -> dict | None:
+    """verl-agent's own Ray runtime environment (`get_ppo_ray_runtime_env()`), None when this
+    verl has none. Starting Ray here means verl's `run_ppo` skips its own `ray.init`, so without
+    this merge its worker variables (NCCL / vLLM settings against tensor-parallel hangs) are lost."""
+    try:
+        constants = importlib.import_module("verl.trainer.constants_ppo")
+    except ImportError:
+        return None
+    getter = getattr(constants, "get_ppo_ray_runtime_env", None)
+    if getter is None:
+        return None
+    return dict(getter())
+
+
+def ray_init_arguments(argv: list[str], environ: dict[str, str], verl_env: dict | None = None) -> dict:
     forwarded = [name for name in environ.get(FORWARD_ENV, "").split(",") if name]
-    env_vars = dict(VERL_WORKER_DEFAULTS)
+    runtime_env = dict(verl_env or {})
+    env_vars = dict(runtime_env.get("env_vars") or {}) if verl_env is not None else dict(VERL_WORKER_DEFAULTS)
     env_vars.update({name: environ[name] for name in forwarded if name in environ})
-    arguments: dict = {"runtime_env": {"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars}}
+    runtime_env.update({"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})
+    arguments: dict = {"runtime_env": runtime_env}
     if environ.get(RAY_ADDRESS):
         arguments["address"] = environ[RAY_ADDRESS]
-    num_cpus = _override(argv, "ray_init.num_cpus")
-    if num_cpus not in (None, "null") and not arguments.get("address"):
-        arguments["num_cpus"] = int(num_cpus)
+    if not arguments.get("address"):
+        num_cpus = _override(argv, "ray_init.num_cpus")
+        if num_cpus not in (None, "null"):
+            arguments["num_cpus"] = int(num_cpus)
+        # Small hosts and CI: `+ray_init.object_store_memory=BYTES`, `+ray_init.include_dashboard=False`.
+        memory = _override(argv, "ray_init.object_store_memory")
+        if memory not in (None, "null"):
+            arguments["object_store_memory"] = int(memory)
+        dashboard = _override(argv, "ray_init.include_dashboard")
+        if dashboard is not None:
+            arguments["include_dashboard"] = dashboard.lower() == "true"
     return arguments
 
 
@@ -54,10 +80,12 @@ def main(argv: list[str] | None = None) -> None:
     from ccpo_cli.backends.verl import setup_hook
 
     setup_hook.setup()  # this process too, and it fails fast on a fingerprint mismatch
-    ray.init(**ray_init_arguments(argv, dict(os.environ)))
-    trainer_entry = importlib.import_module(os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"))
+    ray.init(**ray_init_arguments(argv, dict(os.environ), verl_runtime_env()))
     sys.argv = [sys.argv[0], *argv]
-    trainer_entry.main()
+    # Exactly as `python -m verl.trainer.main_ppo`: run as __main__, Hydra looks for `config/` next
+    # to the file; imported under its own name it looks for a package `verl.trainer.config`, which
+    # verl-agent's tree does not have (no __init__.py), and stops.
+    runpy.run_module(os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"), run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":

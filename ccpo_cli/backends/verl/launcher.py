@@ -1,5 +1,9 @@
 """`ccpo train --backend verl`: the verl-agent launch, built from data and written down first.
 
+One concern over 400 lines: resolving a launch, writing it down and following it share the
+`VerlLaunch` record; the checks and policies around it live in `preflight`, `checkout` and
+`worker_env`. (The run-following half, `start` and its ingestion, is the next to move out.)
+
 The launch is (protocol overrides) <- (host profile) <- (keys this launcher owns: model, GPUs,
 data files, names, schedule, seed, checkpoint folder, resume) <- (the arm). The arm travels by
 name to Hydra (`algorithm.adv_estimator=ccpo`, `+algorithm.ccpo.arm`, `+algorithm.ccpo.<flag>`)
@@ -20,13 +24,17 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from ccpo_cli.backends.verl import entry, worker_env
+from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+
+if TYPE_CHECKING:
+    from ccpo_cli.arms import Arm
 
 BACKEND = "verl"
 # Starts Ray with the ccpo setup hook, then runs the protocol's entry point (verl's main_ppo).
@@ -55,7 +63,9 @@ LAUNCHER_KEYS = (
     "trainer.experiment_name",
     "trainer.total_epochs",
     "trainer.test_freq",
+    "trainer.save_freq",
     "trainer.default_local_dir",
+    "hydra.run.dir",
     "trainer.resume_mode",
     "trainer.resume_from_path",
 )
@@ -81,6 +91,7 @@ class VerlLaunchRequest:
     group: int | None = None  # rollouts per game (env.rollout.n)
     eval_every: int | None = None  # trainer.test_freq
     max_env_steps: int | None = None  # env.max_steps (turn limit per episode)
+    save_every: int | None = None  # trainer.save_freq; default: every evaluation (trainer.test_freq)
     arm_overrides: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     verl_agent: Path | None = None
@@ -106,6 +117,17 @@ class VerlLaunch:
     placeholder_rows: Mapping[str, int]
     placeholder_fields: Mapping[str, str]
     verl_agent: Path | None
+    # The checkout's commit and whether it is the tested one (checkout.describe).
+    verl_agent_source: Mapping[str, Any] = field(default_factory=dict)
+    # What every Ray worker's environment gets: verl-agent's own variables, then the run's.
+    worker_runtime_env: Mapping[str, Any] = field(default_factory=dict)
+    padding_rule: Mapping[str, str] = field(default_factory=dict)
+    checkpoints: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        warning = self.verl_agent_source.get("warning")
+        return [warning] if warning else []
 
     @property
     def data_dir(self) -> Path:
@@ -150,8 +172,35 @@ class VerlLaunch:
             "environment": dict(self.environment),
             "worker_environment": dict(self.worker_environment),
             "verl_agent": None if self.verl_agent is None else str(self.verl_agent),
+            "verl_agent_commit": self.verl_agent_source.get("commit"),
+            "verl_agent_source": dict(self.verl_agent_source),
+            "worker_runtime_env": dict(self.worker_runtime_env),
+            "padding_rule": dict(self.padding_rule),
+            "checkpoints": dict(self.checkpoints),
+            "warnings": self.warnings,
             "metrics_file": str(self.metrics_path),
+            "metrics_multinode": METRICS_MULTINODE,
         }
+
+
+# Where metrics land when the trainer's node is not the launcher's (docs/verl-backend.md).
+METRICS_MULTINODE = (
+    "metrics.jsonl is written by the process that runs verl's TaskRunner, at this path on that node; "
+    "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
+    "`ccpo ingest PATH --run RUN --format ccpo`"
+)
+# How the trainer's padding copies of rows (verl-agent's adjust_batch) enter the arm's statistics:
+# the arm's `padding` flag (part of its fingerprint; docs/verl-backend.md says which default and why).
+PADDING_RULES = {
+    "inert": "padding copies get advantage 0 and are left out of every group statistic",
+    "upstream": "padding copies are counted in group statistics and trained on, as verl-agent's own grpo/gigpo do",
+}
+
+
+def padding_rule(arm: Any) -> dict[str, str]:
+    """The padding rule this launch trains with, as the dry-run and config.json state it."""
+    rule = str(getattr(arm, "padding", "inert"))
+    return {"rule": rule, "meaning": PADDING_RULES.get(rule, "not recorded")}
 
 
 def default_run_name(arm: str, model: str, seed: int) -> str:
@@ -230,7 +279,7 @@ def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
         ordered[key] = value
 
 
-def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None, arm: Any = None) -> VerlLaunch:
+def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None, arm: Arm | None = None) -> VerlLaunch:
     """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
     protocol = protocol or load_protocol(request.protocol)
     profile = protocol.host_profile(request.host_profile)
@@ -240,7 +289,7 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         _positive(value, option)
     arm = arm if arm is not None else _load_arm(request.arm, request.arm_overrides)
     arm_spec = worker_env.ArmSpec(name=arm.name, fingerprint=arm.fingerprint, overrides=dict(request.arm_overrides))
-    flags = dict(arm.flags() if callable(arm.flags) else arm.flags)
+    flags = arm.flags()
 
     run = request.run or default_run_name(arm.name, request.model, request.seed)
     if "/" in run or run.strip(".") == "" or run != run.strip():
@@ -260,6 +309,8 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         "trainer.nnodes": request.nnodes,
         "trainer.experiment_name": run,
         "trainer.default_local_dir": str(run_dir / "checkpoints"),
+        # Hydra's own output folder: in the run folder, not inside the (possibly read-only) checkout run.sh starts in.
+        "hydra.run.dir": str(run_dir / "hydra"),
         "trainer.resume_mode": "disable" if resume_from is None else "resume_path",
     }
     if resume_from is not None:
@@ -275,13 +326,17 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     if request.max_env_steps is not None:
         launcher_values["env.max_steps"] = request.max_env_steps
     _merge(overrides, launcher_values)
+    # Saving changes nothing in training: every profile saves, by default at every evaluation.
+    overrides["trainer.save_freq"] = preflight.save_every(request.save_every, overrides["trainer.test_freq"])
     _check_gpus(request, overrides)
+    uses_features = _arm_uses_features(arm)
+    preflight.check_lora_with_features(overrides, arm.name, uses_features)
 
     worker_environment = {
         **arm_spec.to_environ(),
         worker_env.RUN: run,
         worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
-        worker_env.CAPTURE_FEATURES: "1" if _arm_uses_features(arm) else "0",
+        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
     }
     _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, flags))
 
@@ -292,6 +347,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     environment[entry.FORWARD_ENV] = ",".join(name for name in environment if name != entry.FORWARD_ENV)
     train_rows = int(overrides["data.train_batch_size"])
     placeholder = protocol.placeholder_data
+    home = _find_verl_agent(request.verl_agent)
+    verl_env_vars = checkout.ray_runtime_env_vars(home)
+    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
     return VerlLaunch(
         run=run,
         run_dir=run_dir,
@@ -307,11 +365,28 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
             "data_source": str(placeholder.get("data_source", "text")),
             "ability": str(placeholder.get("ability", "agent")),
         },
-        verl_agent=_find_verl_agent(request.verl_agent),
+        verl_agent=home,
+        verl_agent_source=checkout.describe(home),
+        worker_runtime_env={
+            "env_vars": checkout.merged_worker_env(verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded),
+            "from_verl_agent": (
+                f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
+                if verl_env_vars is not None else
+                "not found in the checkout: verl's older defaults are used"
+            ),
+            "worker_process_setup_hook": entry.SETUP_HOOK,
+        },
+        padding_rule=padding_rule(arm),
+        checkpoints={
+            "save_freq": overrides["trainer.save_freq"],
+            "folder": str(run_dir / "checkpoints"),
+            "keep": preflight.KEEP_POLICY,
+            "source": "--save-every" if request.save_every is not None else "every evaluation (trainer.test_freq)",
+        },
     )
 
 
-def _arm_uses_features(arm: Any) -> bool:
+def _arm_uses_features(arm: Arm) -> bool:
     """Whether the reference pass must keep last-prompt-token states for this arm."""
     from ccpo_cli.arms import features_active
 
@@ -336,12 +411,17 @@ def require_verl_agent(launch: VerlLaunch) -> Path:
 
 
 def render_run_script(launch: VerlLaunch) -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     lines = [
         "#!/usr/bin/env bash",
         f"# Regenerated by `ccpo train --backend verl` at {stamp} for run {launch.run}.",
         f"# Arm {launch.arm_spec.name} (fingerprint {launch.arm_spec.fingerprint}); change the protocol,",
         "# the host profile or the arm and relaunch rather than editing this file.",
+        f"# verl-agent commit: {launch.verl_agent_source.get('commit') or 'not known'}"
+        f" (tested: {launch.verl_agent_source.get('tested_commit', checkout.TESTED_COMMIT)})",
+        f"# Padding rule: {launch.padding_rule.get('rule', 'not recorded')}",
+        f"# Checkpoints: every {launch.checkpoints.get('save_freq')} steps; keep {launch.checkpoints.get('keep')}",
+        *(f"# WARNING: {warning}" for warning in launch.warnings),
         "set -euo pipefail",
     ]
     for name, value in launch.environment.items():
@@ -407,13 +487,13 @@ def prepare_run_folder(launch: VerlLaunch, *, provenance: Mapping[str, Any] | No
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     previous = launch.run_dir / "config.json"
     if _launched_before(launch.run_dir):  # a resume: keep the earlier launch's record beside the new one
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
         previous.rename(launch.run_dir / f"config.{stamp}.json")
     write_placeholder_parquets(launch.data_dir, launch.placeholder_rows, launch.placeholder_fields)
     document = launch.config_document()
     if provenance:
         document["provenance"] = dict(provenance)
-    document["written_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    document["written_at"] = datetime.datetime.now(datetime.UTC).isoformat()
     (launch.run_dir / "config.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     script = launch.run_dir / "run.sh"
     script.write_text(launch.run_script(), encoding="utf-8")
@@ -436,7 +516,7 @@ def provenance() -> dict[str, Any]:
 def _mark_launched(launch: VerlLaunch, pid: int) -> None:
     path = launch.run_dir / "config.json"
     document = json.loads(path.read_text(encoding="utf-8"))
-    document["launched_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    document["launched_at"] = datetime.datetime.now(datetime.UTC).isoformat()
     document["pid"] = pid
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (launch.run_dir / "pid").write_text(f"{pid}\n", encoding="utf-8")
@@ -488,7 +568,10 @@ def start(
     Ctrl-C here stops following and leaves the run going, its pid in the run folder.
     """
     home = require_verl_agent(launch)
+    preflight.check_wandb(launch.overrides, launch.request.host_profile, os.environ, Path.home())
     refuse_silent_continuation(launch)
+    for warning in launch.warnings:
+        log(f"run {launch.run}: warning: {warning}")
     info = provenance()
     # The database checks the run's identity (arm, fingerprint, seed, model) before any file changes.
     record_run(db, launch, info, status="created")
@@ -528,3 +611,13 @@ def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) ->
         return
     if report is not None and report.new:
         log(f"run {launch.run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
+    _keep_newest_and_best(db, launch, log)
+
+
+def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
+    from ccpo_cli.store import best_evaluation, run_evaluations
+
+    best = best_evaluation(run_evaluations(db, launch.run))
+    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"])
+    if removed:
+        log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")

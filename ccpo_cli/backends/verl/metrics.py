@@ -14,8 +14,9 @@ import math
 import os
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 def _number_or_text(value: Any) -> Any:

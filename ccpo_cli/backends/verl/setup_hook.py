@@ -11,7 +11,8 @@ process runs it at start. In a ccpo run (CCPO_ARM set) it
    arm on the whole batch through `ccpo_cli.estimators` (a registry entry only receives token
    rewards and group ids, too little for step-level credit); every other name is delegated;
 4. stamps turn index and source row on rollout batches before the trainer pads and reorders them;
-5. mirrors the trainer's metric logging into the run's JSONL sink;
+5. mirrors the trainer's metric logging into the run's JSONL sink, adding the validation
+   episodes' mean turns (which verl-agent does not log);
 6. when the arm reads features, keeps the reference model's last-prompt-token hidden state during
    the reference log-prob pass and ships it as `ccpo_phi_feats`.
 
@@ -29,10 +30,12 @@ from typing import Any
 from ccpo_cli.backends.verl import worker_env
 from ccpo_cli.backends.verl.adapter import (
     FEATURES_KEY,
+    VAL_MEAN_TURNS_KEY,
     advantage_tensor,
     annotate_rollout_rows,
     estimator_inputs,
     has_tensor,
+    mean_turns,
     response_mask_of,
 )
 from ccpo_cli.backends.verl.imports import when_imported
@@ -63,6 +66,11 @@ def setup() -> None:
     if os.environ.get(worker_env.CAPTURE_FEATURES) == "1":
         when_imported("verl.workers.actor.dp_actor", patch_actor_module)
         when_imported("verl.workers.fsdp_workers", patch_worker_module)
+    probe_path = os.environ.get(worker_env.PROBE)
+    if probe_path:
+        from ccpo_cli.backends.verl import probe
+
+        when_imported(probe.STOP_MODULE, functools.partial(probe.install, path=probe_path))
 
 
 def registered_estimators() -> dict[str, dict[str, str]]:
@@ -118,13 +126,13 @@ def _estimator_name(adv_estimator: Any) -> str:
 
 # ---- advantages ------------------------------------------------------------------------------
 
-def _estimate(inputs: dict, arm: Any) -> tuple[Any, dict[str, float]]:
+def _estimate(inputs: dict, arm: Any, padding: str | None = None) -> tuple[Any, dict[str, float]]:
     """The arm's (n, L) advantages through the one estimator entry point, and a few diagnostics."""
     import numpy as np
 
     from ccpo_cli.estimators import RolloutBatch, compute_advantages
 
-    result = compute_advantages(RolloutBatch.from_mapping(inputs, source="verl batch"), arm)
+    result = compute_advantages(RolloutBatch.from_mapping(inputs, source="verl batch"), arm, padding)
     real = ~np.asarray(inputs["is_pad"], dtype=bool)
     final = np.asarray(result.per_row["final"], dtype=np.float64)[real]
     diagnostics = {
@@ -134,15 +142,18 @@ def _estimate(inputs: dict, arm: Any) -> tuple[Any, dict[str, float]]:
     return result.advantages, diagnostics
 
 
-def apply_arm(data: Any, arm: Any) -> Any:
-    """Compute the arm's advantages for a DataProto-like batch, in place (and return it)."""
+def apply_arm(data: Any, arm: Any, padding: str | None = None) -> Any:
+    """Compute the arm's advantages for a DataProto-like batch, in place (and return it).
+
+    `padding` overrides the arm's padding rule (`inert` / `upstream`, estimators/padding.py).
+    """
     from ccpo_cli.arms import features_active
 
     uses_features = features_active(arm)
     if uses_features and not has_tensor(data, FEATURES_KEY):
         raise ArmMismatch(f"arm {arm.name!r} reads reference features but the batch has no '{FEATURES_KEY}'")
     inputs = estimator_inputs(data, with_features=uses_features)
-    advantages, diagnostics = _estimate(inputs, arm)
+    advantages, diagnostics = _estimate(inputs, arm, padding)
     tensor = advantage_tensor(advantages, response_mask_of(data))
     data.batch["advantages"] = tensor
     data.batch["returns"] = tensor.clone()
@@ -207,6 +218,38 @@ def _patch_trainer_init(trainer_class: type, estimator_enum: Any) -> None:
     trainer_class.__init__ = __init__
 
 
+def _patch_validate(trainer_class: type) -> None:
+    """Add the validation episodes' mean turns to `_validate`'s metrics (verl-agent logs none).
+
+    Every validation batch passes through the trainer's `val_reward_fn`, so that call is watched
+    for the duration of `_validate`; the value never replaces one the trainer logged itself.
+    """
+    original = getattr(trainer_class, "_validate", None)
+    if original is None or getattr(original, _MARK, False):
+        return
+
+    @functools.wraps(original)
+    def _validate(self, *args, **kwargs):
+        reward_fn, seen = self.val_reward_fn, []
+
+        def watched(batch, *reward_args, **reward_kwargs):
+            seen.append(batch)
+            return reward_fn(batch, *reward_args, **reward_kwargs)
+
+        self.val_reward_fn = watched if reward_fn is not None else None
+        try:
+            metrics = original(self, *args, **kwargs)
+        finally:
+            self.val_reward_fn = reward_fn
+        turns = mean_turns(seen)
+        if isinstance(metrics, dict) and metrics and turns is not None:
+            metrics.setdefault(VAL_MEAN_TURNS_KEY, turns)
+        return metrics
+
+    setattr(_validate, _MARK, True)
+    trainer_class._validate = _validate
+
+
 def patch_trainer_module(module: Any) -> None:
     if hasattr(module, "compute_advantage"):
         module.compute_advantage = wrap_compute_advantage(module.compute_advantage)
@@ -214,6 +257,7 @@ def patch_trainer_module(module: Any) -> None:
         module.adjust_batch = wrap_adjust_batch(module.adjust_batch)
     if hasattr(module, "RayPPOTrainer"):
         _patch_trainer_init(module.RayPPOTrainer, getattr(module, "AdvantageEstimator", None))
+        _patch_validate(module.RayPPOTrainer)
 
 
 def _registry_entry(*args: Any, **kwargs: Any):

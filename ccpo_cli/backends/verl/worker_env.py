@@ -9,8 +9,8 @@ silently).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ccpo_cli.errors import UsageError
 
@@ -20,6 +20,9 @@ ARM_SET = "CCPO_ARM_SET"  # comma-separated KEY=VALUE, the `--set` syntax; absen
 RUN = "CCPO_RUN"
 METRICS_JSONL = "CCPO_METRICS_JSONL"
 CAPTURE_FEATURES = "CCPO_CAPTURE_FEATURES"  # "1": the reference pass keeps last-prompt-token states
+# Test-only: a file path. The worker that runs verl's TaskRunner writes what the hook patched
+# there, checks that the trainer accepts `ccpo`, and stops the run (tests/verl_integration/).
+PROBE = "CCPO_VERL_PROBE"
 # Trainer modules whose `compute_advantage` the setup hook wraps (comma-separated); the default
 # is verl's and verl-agent's driver-side module.
 TRAINER_MODULES = "CCPO_VERL_TRAINER_MODULES"
@@ -45,7 +48,7 @@ class ArmSpec:
         return env
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "ArmSpec | None":
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> ArmSpec | None:
         """The spec in the environment, or None when this process is not part of a ccpo run."""
         environ = os.environ if environ is None else environ
         name = environ.get(ARM)

@@ -1,0 +1,93 @@
+"""`ccpo train --backend verl` as one typed request: which arm, which seeds, which cluster.
+
+The CLI parses the command line into a `VerlTrainRequest` and calls `train_verl`, which builds
+one launch per seed (`launcher.build_launch`), then either writes the run folders (dry run) or
+starts each launch and follows it, ingesting its metrics into runs.db.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccpo_cli.arms import Arm
+from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends.verl.launcher import (
+    VerlLaunch,
+    VerlLaunchRequest,
+    build_launch,
+    prepare_run_folder,
+    start,
+)
+from ccpo_cli.errors import CcpoError, UsageError
+
+
+@dataclass(frozen=True)
+class VerlTrainRequest:
+    """What `ccpo train --backend verl` was asked; None means the protocol's value."""
+
+    arm: Arm
+    seeds: tuple[int, ...]
+    db_path: Path
+    model: str | None = None
+    gpus: int | None = None
+    nnodes: int = 1
+    run: str | None = None
+    resume: Path | None = None
+    dry_run: bool = False
+    steps: int | None = None
+    tasks: int | None = None
+    group: int | None = None
+    eval_every: int | None = None
+    max_steps: int | None = None  # env.max_steps, the turn limit per episode
+    arm_overrides: Mapping[str, str] = field(default_factory=dict)
+    ray_address: str | None = None
+    verl_agent: Path | None = None
+    host_profile: str = "reference"
+    save_every: int | None = None  # trainer.save_freq; None: at every evaluation
+
+    @property
+    def runs_root(self) -> Path:
+        return Path(self.db_path).resolve().parent / "ccpo-runs"
+
+    def launch_request(self, seed: int) -> VerlLaunchRequest:
+        if not self.model:
+            raise UsageError("--backend verl needs --model (a Hugging Face model id or path), e.g. --model Qwen/Qwen2.5-7B-Instruct")
+        if self.gpus is None:
+            raise UsageError("--backend verl needs --gpus (GPUs per node)")
+        return VerlLaunchRequest(
+            arm=self.arm.name, model=self.model, gpus=self.gpus, nnodes=self.nnodes,
+            run=seed_run_name(self.run, seed, len(self.seeds) > 1), seed=seed,
+            steps=self.steps, tasks=self.tasks, group=self.group, eval_every=self.eval_every,
+            max_env_steps=self.max_steps, arm_overrides=dict(self.arm_overrides), ray_address=self.ray_address,
+            verl_agent=self.verl_agent, resume=self.resume, host_profile=self.host_profile,
+            runs_root=self.runs_root, save_every=self.save_every,
+        )
+
+
+@dataclass(frozen=True)
+class VerlTrainResult:
+    launches: list[VerlLaunch]
+    runs: list[dict[str, Any]]  # dry run: each launch's config document; else run, folder, exit code
+
+
+def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTrainResult:
+    """Build every seed's launch first (so a bad option starts nothing), then write or start them."""
+    launches = [build_launch(request.launch_request(seed), arm=request.arm) for seed in request.seeds]
+    if request.dry_run:
+        for launch in launches:
+            prepare_run_folder(launch)
+            log(f"dry run: nothing started; wrote {launch.run_dir}/config.json and run.sh")
+        return VerlTrainResult(launches, [launch.config_document() for launch in launches])
+    from ccpo_cli.store import open_db
+
+    db = open_db(request.db_path)
+    results = []
+    for launch in launches:
+        code = start(launch, db, log=log)
+        results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
+        if code != 0:
+            raise CcpoError(f"run {launch.run}: verl-agent exited with code {code}; see {launch.run_dir / 'train.log'}")
+    return VerlTrainResult(launches, results)

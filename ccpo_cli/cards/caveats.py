@@ -1,0 +1,105 @@
+"""The arms table and the caveats a card states, decided from the comparison document:
+whether an isolated GRPO run exists, and what the compared runs were checked to share."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ccpo_cli.cards.method import estimator_family
+from ccpo_cli.cards.selection import ResolvedArm, resolve_arm
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str) -> list[dict[str, Any]]:
+    """The side-by-side table: one row per arm with a window, in the comparison's order."""
+    rows = []
+    for arm in document["arms"]:  # already ordered by window mean, best first
+        if not arm.get("n"):
+            continue
+        info = resolved.get(arm["arm"])
+        rows.append(
+            {
+                "label": f"{info.label} (`{arm['arm']}`)" if info and info.label != arm["arm"] else f"`{arm['arm']}`",
+                "mean": fmt(arm["mean"]),
+                "sd": fmt(arm["sd"]),
+                "n": arm["n"],
+                "n_seeds": arm["n_seeds"],
+                "this": arm["arm"] == this_arm,
+                "family": estimator_family(arm["arm"], info.flags if info else {}),
+                "raw": arm,
+            }
+        )
+    return rows
+
+
+def grpo_caveat(
+    arms_rows: list[dict], excluded: Mapping[str, list[str]], runs_by_name: Mapping[str, dict], window_mean: float
+) -> dict[str, Any]:
+    """A claim against GRPO needs an isolated GRPO run; without one, say why there is none."""
+    grpo_rows = [row for row in arms_rows if row["family"] == "grpo" and not row["this"]]
+    if grpo_rows:
+        row = grpo_rows[0]
+        return {
+            "present": True, "label": row["label"], "mean": row["mean"], "sd": row["sd"], "n": row["n"],
+            "n_seeds": f"{row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''}",
+            "difference": f"{window_mean - row['raw']['mean']:+.1f}",
+        }
+    rejected = [
+        name for name in excluded
+        if estimator_family(runs_by_name[name].get("arm"), resolve_arm(runs_by_name[name]).flags) == "grpo"
+    ]
+    if rejected:
+        return {"present": False, "rejected": f"run `{rejected[0]}`", "rejected_reason": "; ".join(excluded[rejected[0]])}
+    return {"present": False}
+
+
+def isolation_statement(run_rows: list[Mapping[str, Any]], isolation: Mapping[str, Any]) -> str:
+    """What the side-by-side comparison isolates, by the check's verdict: a claim only when the
+    check passes on recorded evidence, and the missing evidence named when it cannot."""
+    if isolation.get("verdict") != "passes":
+        missing = ", ".join(isolation.get("not_recorded") or []) or "some evidence"
+        return (
+            f"ccpo cannot verify that these {len(run_rows)} runs differ only in the estimator: nothing recorded "
+            f"differs, but {missing} {'was' if len(isolation.get('not_recorded') or []) == 1 else 'were'} not "
+            "recorded for every run. Read the differences between arms as unverified."
+        )
+    shared = []
+    for column, label in (("hardware", "hardware"), ("seed", "seed"), ("data_order_seed", "data order"),
+                          ("base_model", "base model")):
+        values = {row.get(column) for row in run_rows}
+        if len(values) == 1 and None not in values:
+            shared.append(label)
+    statement = (f"What the comparison between arms does isolate is the estimator: the {len(run_rows)} runs passed "
+                 "ccpo's isolation check (they differ only in estimator flags)")
+    if shared:
+        listed = shared[0] if len(shared) == 1 else ", ".join(shared[:-1]) + " and " + shared[-1]
+        statement += f" and share {listed}"
+    hashes = {row.get("step1_rollout_hash") for row in run_rows}
+    if len(hashes) == 1 and None not in hashes:
+        statement += "; they recorded identical rollouts at step 1, before any gradient was applied"
+    return statement + "."
+
+
+def conflict_lines(document: Mapping[str, Any]) -> list[str]:
+    """One sentence per run with conflicting records: re-recorded steps that disagree, and facts
+    (total steps, split, ...) recorded with two values."""
+    lines = []
+    for run, conflict in (document.get("conflicts") or {}).items():
+        parts = []
+        if conflict.get("steps"):
+            parts.append("evaluations at step" + ("s " if len(conflict["steps"]) > 1 else " ")
+                         + ", ".join(map(str, conflict["steps"])) + " were recorded twice with different results "
+                         "(the first recorded is used)")
+        for key, values in (conflict.get("facts") or {}).items():
+            use = ("a final card needs the run to reach the largest" if key == "total_steps"
+                   else "the first is used")
+            parts.append(f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})")
+        lines.append(f"run `{run}`: " + "; ".join(parts))
+    return lines

@@ -1,0 +1,68 @@
+"""What a card refuses to state: a status the run's progress does not support, a headline from
+too few evaluations, and a license nobody recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ccpo_cli.cards.baselines import inherited_license
+from ccpo_cli.cards.selection import config_of
+from ccpo_cli.errors import InvalidInput
+
+STATUSES = ("interim", "final")
+# A policy of the local CPU backend is trained from scratch: there is no base model to name or
+# inherit a license from, so its card carries ccpo's own license (pyproject.toml: Apache-2.0).
+PROJECT_LICENSE = "apache-2.0"
+
+
+def check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
+    """A final card needs the run to have reached the largest total steps ever recorded for it (a
+    re-ingest with a smaller total is a conflict, not a shortcut); an interim card of a finished
+    run would promise numbers that will never change, so it is refused."""
+    if status not in STATUSES:
+        raise InvalidInput(f"card status {status!r} is not one of {', '.join(STATUSES)}")
+    totals = this.get("total_steps_recorded") or []
+    last_step = this.get("last_step")
+    if status == "final":
+        if not totals:
+            raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
+        if last_step is None or last_step < max(totals):
+            conflict = f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
+            raise InvalidInput(
+                f"run {run!r} is at step {last_step or 0} of {max(totals)}{conflict}: "
+                "a final card needs a finished run (use --status interim)"
+            )
+    elif this.get("run_state") == "finished":
+        raise InvalidInput(
+            f"run {run!r} finished (step {last_step} of {max(totals)}): an interim card would promise "
+            "numbers that will not change; render it with --status final"
+        )
+
+
+def check_headline(name: str, window: Mapping[str, Any], window_start: int) -> None:
+    if not window.get("n"):
+        raise InvalidInput(
+            f"run {name!r} has no held-out evaluation at step >= {window_start}; "
+            "there is no converged window to report"
+        )
+    if not window.get("headline"):
+        raise InvalidInput(
+            f"run {name!r}: {window['headline_note']}; a card's headline and model-index value is a window mean, "
+            "so wait for more evaluations or pass an earlier --window-start"
+        )
+
+
+def card_license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:
+    base_model = run_row.get("base_model")
+    if not base_model and not from_scratch:
+        raise InvalidInput(f"run {run_row['name']!r} records no base model; ingest it with --base-model")
+    # A from-scratch policy inherits no license: it is ccpo's own work, under ccpo's license.
+    license = given or config_of(run_row).get("license") or (
+        PROJECT_LICENSE if from_scratch else inherited_license(base_model))
+    if not license:
+        raise InvalidInput(
+            f"run {run_row['name']!r} records no license and the base model {base_model} has none on "
+            "record in configs/published_baselines.yaml; pass --license with the base model's license"
+        )
+    return license

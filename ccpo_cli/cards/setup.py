@@ -1,0 +1,178 @@
+"""The card's training-setup table and its recorded configuration block.
+
+Two backends record two shapes of configuration: the local CPU trainer writes ccpo's own keys
+(`train`, `training_pool`, `eval_panel`), a verl-agent run its Hydra configuration. Each table
+row is read from one named key (`VERL_SETUP_KEYS`), never guessed from a key's suffix.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from ccpo_cli.cards.selection import LOCAL_BACKEND, config_of, trained_from_scratch
+from ccpo_cli.store.facts import flatten
+
+# The verl-agent Hydra keys behind each row of a verl run's table (verl/trainer/config/ppo_trainer.yaml).
+VERL_SETUP_KEYS = {
+    "batch": "data.train_batch_size",
+    "group": "env.rollout.n",
+    "max_steps": "env.max_steps",
+    "history_length": "env.history_length",
+    "lr": "actor_rollout_ref.actor.optim.lr",
+    "kl": "actor_rollout_ref.actor.kl_loss_coef",
+    "kl_type": "actor_rollout_ref.actor.kl_loss_type",
+    "gamma": "algorithm.gamma",
+    "max_prompt": "data.max_prompt_length",
+    "max_response": "data.max_response_length",
+}
+
+
+NOT_RECORDED = "not recorded"
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _rows(rows: list[tuple[str, Any]]) -> list[dict[str, str]]:
+    return [{"name": name, "value": str(value)} for name, value in rows if value not in (None, "")]
+
+
+def _learning_rate(value: Any) -> str:
+    return f"{float(value):g}".replace("e-0", "e-")
+
+
+def _provenance_rows(run_row: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    commit = run_row.get("git_commit")
+    return [("hardware", run_row.get("hardware"))] + (
+        [("code commit", f"{commit}{' (dirty)' if run_row.get('git_dirty') else ''}")] if commit else []
+    )
+
+
+def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The training-setup table of a local CPU run, from the keys `ccpo train --backend local` records."""
+    config = config_of(run_row)
+    train = _mapping(config.get("train"))
+    update, model = _mapping(train.get("update")), _mapping(train.get("model"))
+    pool, panel = _mapping(config.get("training_pool")), _mapping(config.get("eval_panel"))
+    size = ", ".join(f"{key} {model[key]}" for key in ("dim", "hidden") if model.get(key) is not None)
+    rows = [("model", f"{run_row.get('base_model') or 'ccpo local policy'}, trained from scratch"
+             + (f" ({size})" if size else "") + "; no pretrained base model")]
+    rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
+    if pool.get("games") is not None:
+        rows.append(("training games", f"{pool['games']}" + (f", {pool['source']}" if pool.get("source") else "")))
+    tasks, group = train.get("tasks"), train.get("group")
+    if tasks is not None and group is not None:
+        rows.append(("batch", f"{tasks} tasks x {group} rollouts = {int(tasks) * int(group)} episodes/step"))
+    if train.get("max_steps") is not None:
+        rows.append(("max env steps", f"{train['max_steps']} per episode"))
+    if update.get("learning_rate") is not None:
+        rows.append(("learning rate", _learning_rate(update["learning_rate"])))
+    if update.get("kl_coef") is not None:
+        rows.append(("KL coef", f"{update['kl_coef']}"))
+    for key, label in (("entropy_coef", "entropy coef"), ("clip_ratio", "clip ratio"), ("epochs", "epochs per step")):
+        if update.get(key) is not None:
+            rows.append((label, f"{update[key]}"))
+    gamma = _mapping(_mapping(config.get("arm")).get("flags")).get("gamma")
+    if gamma is not None:
+        rows.append(("gamma", f"{gamma}"))
+    rows.append(("training steps", run_row.get("total_steps")))
+    rows.append(("seed", run_row.get("seed")))
+    temperature = train.get("eval_temperature", protocol.get("temperature"))
+    games = panel.get("games", train.get("eval_games", protocol.get("episodes")))
+    every = train.get("eval_every")
+    eval_bits = [
+        f"{games} held-out games" + (f" of the {panel['panel_games']}-game panel" if panel.get("panel_games") else "")
+        if games is not None else None,
+        f"temperature {temperature}" if temperature is not None else None,
+        f"every {every} step{'' if every == 1 else 's'}" if every is not None else None,
+    ]
+    rows.append(("eval", ", ".join(bit for bit in eval_bits if bit) or None))
+    if panel.get("subset"):
+        rows.append(("eval panel", f"{panel['subset']}"))
+    rows.append(("backend", f"{run_row.get('backend') or LOCAL_BACKEND} (ccpo's CPU trainer)"))
+    return _rows(rows + _provenance_rows(run_row))
+
+
+# Table rows a recorded fact (store/facts.py) fills when the configuration does not give them.
+FACT_ROWS = ("batch", "group", "max_steps", "lr", "kl", "gamma")
+
+
+def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
+                    facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+    """The training-setup table of a verl-agent run, from its recorded Hydra configuration and
+    protocol facts; what neither records is said to be not recorded."""
+    flat = flatten(config_of(run_row))
+    facts = facts or {}
+    value = {name: flat.get(key) for name, key in VERL_SETUP_KEYS.items()}
+    for name in FACT_ROWS:
+        if value[name] is None:
+            value[name] = facts.get(name)
+    benchmark = run_row.get("benchmark") or "alfworld"
+    rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
+    rows.append(("benchmark", "ALFWorld (AlfredTWEnv), 6 task types" if benchmark == "alfworld" else benchmark))
+    if value["batch"] is not None and value["group"] is not None:
+        episodes = int(value["batch"]) * int(value["group"])
+        rows.append(("batch", f"{value['batch']} tasks x {value['group']} rollouts = {episodes} episodes/step"))
+    if value["max_steps"] is not None:
+        history = f", history length {value['history_length']}" if value["history_length"] is not None else ""
+        rows.append(("max env steps", f"{value['max_steps']} per episode{history}"))
+    rows.append(("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED))
+    if value["kl"] is not None:
+        rows.append(("KL", f"{value['kl']}" + (f", {value['kl_type']} estimator" if value["kl_type"] else "")))
+    rows.append(("gamma", f"{value['gamma']}" if value["gamma"] is not None else NOT_RECORDED))
+    if value["max_prompt"] is not None and value["max_response"] is not None:
+        rows.append(("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens"))
+    rows.append(("training steps", run_row.get("total_steps")))
+    rows.append(("seed", run_row.get("seed") if run_row.get("seed") is not None else NOT_RECORDED))
+    eval_bits = [f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
+                 f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
+                 f"temperature {protocol['temperature']}" if protocol.get("temperature") is not None
+                 else "temperature not recorded"]
+    rows.append(("eval", ", ".join(eval_bits)))
+    rows.append(("backend", run_row.get("backend")))
+    hardware = run_row.get("hardware") or facts.get("hardware")
+    return _rows(rows + _provenance_rows(dict(run_row, hardware=hardware or NOT_RECORDED)))
+
+
+def setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
+               facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+    if trained_from_scratch(run_row):
+        return local_setup_rows(run_row, protocol)
+    return verl_setup_rows(run_row, protocol, facts)
+
+
+_LOCAL_PATH = re.compile(r"^(/|~|\$HOME|\.{1,2}/|[A-Za-z]:\\)")
+
+
+def redact_paths(value: Any) -> Any:
+    """Local paths say nothing to a reader of the Hub page and may reveal a host layout."""
+    if isinstance(value, Mapping):
+        return {key: redact_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact_paths(item) for item in value]
+    if isinstance(value, str) and _LOCAL_PATH.match(value):
+        return "(local path, not published)"
+    return value
+
+
+def panel_game_ids(config: Mapping[str, Any]) -> list[str]:
+    ids = _mapping(config.get("eval_panel")).get("game_ids")
+    return [str(game) for game in ids] if isinstance(ids, list) else []
+
+
+def config_yaml(run_row: Mapping[str, Any], summary_path: str) -> str:
+    config = config_of(run_row)
+    if not config:
+        return ""
+    if panel_game_ids(config):
+        # ALFWorld game ids read like "pick_and_place_simple-Apple-None-GarbageCan-0054" and can
+        # run to hundreds of lines: the card gives their count, the summary JSON the list.
+        panel = dict(config["eval_panel"])
+        panel["game_ids"] = f"{len(panel['game_ids'])} games, listed in {summary_path} (eval_panel_game_ids)"
+        config = dict(config, eval_panel=panel)
+    return yaml.safe_dump(redact_paths(config), sort_keys=True, default_flow_style=False).strip()

@@ -1,0 +1,167 @@
+"""The isolation check: does a comparison of runs isolate the estimator?
+
+Three verdicts. *passes*: every field that must agree was recorded for every run and agrees.
+*fails*: some recorded field differs (the differences name the field and the runs).
+*unverifiable*: nothing recorded differs, but some field was not recorded for every run (named in
+`not_recorded`), so agreement cannot be shown. Seeds of one arm are replicates: they may differ,
+and the per-seed fields (data order, step-1 rollouts) are compared between runs of the same seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections import defaultdict
+from typing import Any
+
+from ccpo_cli.store.facts import flatten
+
+# Run fields that must agree between every compared run for the comparison to isolate the
+# estimator, and fields that must agree between runs of the same seed across arms.
+SHARED_RUN_FIELDS = ("base_model", "benchmark", "hardware", "backend", "total_steps")
+PER_SEED_RUN_FIELDS = ("data_order_seed", "step1_rollout_hash")
+# Recorded facts (store/facts.py) compared like the shared fields; the estimator and the seed
+# may differ, and split / temperature / episodes are compared as the evaluation protocol.
+SHARED_FACTS = ("model", "batch", "group", "max_steps", "gamma", "lr", "kl")
+PROTOCOL_FIELDS = ("split", "temperature", "episodes")
+# Config keys that belong to the estimator (allowed to differ between arms): any key under an
+# `arm` or `ccpo` namespace, the estimator selector, and any key named like an arm flag (Hydra
+# `+algorithm.ccpo.<flag>`, `algorithm.gamma`). Environment variables ccpo sets for its Ray
+# workers (CCPO_*) carry the arm and the run. Seeds are checked separately, per arm.
+ESTIMATOR_KEY_PARTS = {"arm", "ccpo", "adv_estimator", "arm_flags", "arm_fingerprint", "fingerprint"}
+# Keys that only name or locate one run (paths, names, resume state) or restate other keys.
+RUN_LOCAL_KEY_PARTS = {
+    "run", "run_name", "name", "experiment_name", "default_local_dir", "run_dir", "metrics_file",
+    "metrics_path", "output_dir", "checkpoint_dir", "resume", "resume_mode", "resume_from_path",
+    "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time",
+}
+VERDICTS = ("passes", "fails", "unverifiable")
+
+
+@functools.lru_cache(maxsize=1)
+def _arm_flag_names() -> frozenset[str]:
+    from ccpo_cli.arms import FLAG_NAMES
+
+    return frozenset(FLAG_NAMES)
+
+
+def _is_estimator_or_local(key: str) -> bool:
+    parts = [part.lstrip("+") for part in key.split(".")]
+    if any(part.startswith("CCPO_") for part in parts):
+        return True
+    if ESTIMATOR_KEY_PARTS.intersection(parts) or parts[-1] in _arm_flag_names():
+        return True
+    return parts[-1] in RUN_LOCAL_KEY_PARTS or parts[0] in RUN_LOCAL_KEY_PARTS
+
+
+def _describe(values: dict[str, Any]) -> str:
+    by_value: dict[str, list[str]] = defaultdict(list)
+    for run, value in values.items():
+        by_value["not recorded" if value is None else json.dumps(value)].append(run)
+    return " vs ".join(f"{value} ({', '.join(runs)})" for value, runs in by_value.items())
+
+
+def _field_check(name: str, values: dict[str, Any], differences: list[str], not_recorded: list[str]) -> None:
+    """A difference when recorded values disagree; not recorded when some run lacks the value."""
+    recorded = {run: value for run, value in values.items() if value is not None}
+    if len({json.dumps(value, sort_keys=True) for value in recorded.values()}) > 1:
+        differences.append(f"{name}: {_describe(values)}")
+    elif len(recorded) < len(values):
+        missing = sorted(run for run in values if run not in recorded)
+        not_recorded.append(name if not recorded else f"{name} (for {', '.join(missing)})")
+
+
+def _config_differences(runs: list[dict], differences: list[str], not_recorded: list[str]) -> None:
+    configs = {}
+    for run in runs:
+        config = run["config"] if isinstance(run["config"], dict) and run["config"] else None
+        configs[run["name"]] = (
+            None if config is None
+            else {key: value for key, value in flatten(config).items() if not _is_estimator_or_local(key)}
+        )
+    recorded = {name: flat for name, flat in configs.items() if flat is not None}
+    if len(recorded) < len(configs):
+        missing = sorted(name for name in configs if name not in recorded)
+        not_recorded.append("config" if not recorded else f"config (for {', '.join(missing)})")
+    for key in sorted({key for flat in recorded.values() for key in flat}):
+        values = {name: flat.get(key) for name, flat in recorded.items()}
+        if len({json.dumps(value, sort_keys=True) for value in values.values()}) > 1:
+            differences.append(f"config {key}: {_describe(values)}")
+
+
+def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: list[str],
+                      not_recorded: list[str]) -> None:
+    seeds_by_arm: dict[str, set] = defaultdict(set)
+    for run in runs:
+        seeds_by_arm[arm_of[run["name"]]].add(run["seed"])
+    # Seeds within one arm are replicates; arms run on different seed sets are not paired.
+    if len(seeds_by_arm) > 1 and len({frozenset(seeds) for seeds in seeds_by_arm.values()}) > 1:
+        differences.append(
+            "seed: " + " vs ".join(f"{sorted(seeds, key=str)} ({arm})" for arm, seeds in seeds_by_arm.items())
+        )
+    by_seed: dict[Any, list[dict]] = defaultdict(list)
+    for run in runs:
+        by_seed[run["seed"]].append(run)
+    for field in PER_SEED_RUN_FIELDS:
+        for seed, members in by_seed.items():
+            label = field if len(by_seed) == 1 else f"{field} (seed {seed})"
+            if len(members) > 1:
+                _field_check(label, {run["name"]: run[field] for run in members}, differences, not_recorded)
+            elif members[0][field] is None:
+                not_recorded.append(label)
+
+
+def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[str, dict]) -> dict:
+    """The isolation document of `ccpo compare --json` for `runs` (rows of list_runs, each with
+    its recorded facts under "facts"); `arm_of` names each run's arm, `protocols` gives each run's
+    window protocol {split, temperature, episodes}. Keys: verdict, estimator_only (verdict
+    passes), compared_runs, differences, not_recorded, seeds_by_arm, note."""
+    names = [run["name"] for run in runs]
+    seeds_by_arm: dict[str, list] = defaultdict(list)
+    for run in runs:
+        seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
+    if len(runs) < 2:
+        return {"verdict": "passes", "estimator_only": True, "compared_runs": names, "differences": [],
+                "not_recorded": [], "seeds_by_arm": dict(seeds_by_arm),
+                "note": "one run: nothing to compare" if runs else "no runs: nothing to compare"}
+    differences: list[str] = []
+    not_recorded: list[str] = []
+    for field in SHARED_RUN_FIELDS:
+        _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
+    _seed_differences(runs, arm_of, differences, not_recorded)
+    fingerprints_by_arm: dict[str, set] = defaultdict(set)
+    for run in runs:
+        if run["arm"] is not None and run["arm_fingerprint"] is not None:
+            fingerprints_by_arm[run["arm"]].add(run["arm_fingerprint"])
+    for arm, fingerprints in fingerprints_by_arm.items():
+        if len(fingerprints) > 1:
+            differences.append(f"arm {arm} has {len(fingerprints)} different fingerprints: {sorted(fingerprints)}")
+    _config_differences(runs, differences, not_recorded)
+    for fact in SHARED_FACTS:
+        values = {run["name"]: (run.get("facts") or {}).get(fact) for run in runs}
+        if any(value is not None for value in values.values()):
+            _field_check(f"fact {fact}", values, differences, not_recorded)
+    for field in PROTOCOL_FIELDS:
+        values = {name: (protocols.get(name) or {}).get(field) for name in names}
+        if field == "split" and all(value is None for value in values.values()):
+            continue  # no run names a dataset split; every evaluation is of the held-out role
+        _field_check(f"evaluation {field}", values, differences, not_recorded)
+    verdict = "fails" if differences else "unverifiable" if not_recorded else "passes"
+    return {
+        "verdict": verdict,
+        "estimator_only": verdict == "passes",
+        "compared_runs": names,
+        "differences": differences,
+        "not_recorded": not_recorded,
+        "seeds_by_arm": dict(seeds_by_arm),
+        "note": None,
+    }
+
+
+def describe_verdict(isolation: dict) -> str:
+    """One line: passes / fails (which) / unverifiable (what was not recorded)."""
+    if isolation["verdict"] == "fails":
+        return "fails: " + "; ".join(isolation["differences"])
+    if isolation["verdict"] == "unverifiable":
+        return "unverifiable: not recorded: " + ", ".join(isolation["not_recorded"])
+    return "passes"

@@ -1,0 +1,167 @@
+"""Per-step CSV exports: one row per step, one column per metric.
+
+Understood layouts:
+* a wide table (`step,val/success_rate,val/pick_and_place_success_rate,...`), as written by
+  pandas or a TensorBoard scalars export; the step column may be `step`, `Step`, `_step` or
+  `global_step`;
+* wandb's panel export: `Step,<run> - val/success_rate,<run> - val/success_rate__MIN,...`
+  (the `__MIN`/`__MAX` band columns are ignored);
+* TensorBoard's single-scalar download, `Wall time,Step,Value`, whose metric is named by
+  `--metric` or by the file name TensorBoard gives it (`...tag-val_success_rate.csv`);
+* a long table, one scalar per row (`step,tag,value`, tbparse's layout), in `csv_long`.
+
+Empty cells are metrics not logged at that step. Success-rate columns may hold fractions or
+percent: a column whose values go above 1 is read as percent (and said so).
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store.readers.base import (
+    BadRecord,
+    MetricRecord,
+    ReadEvent,
+    ReadStats,
+    Skipped,
+    step_number,
+)
+from ccpo_cli.store.readers.csv_long import is_long_header, read_long
+from ccpo_cli.store.readers.lines import Line, read_lines
+from ccpo_cli.store.readers.metric_names import RATE_KEYS, known_metric_from_tag
+
+STEP_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
+_SINGLE_SCALAR = ("wall time", "step", "value")
+_BAND_SUFFIX = re.compile(r"__(MIN|MAX)$")
+_TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.IGNORECASE)
+
+
+def is_csv_header(text: str) -> bool:
+    cells = _cells(text)
+    return len(cells) >= 2 and any(cell.strip().lower() in STEP_COLUMNS for cell in cells)
+
+
+def _cells(text: str) -> list[str]:
+    try:
+        return next(csv.reader([text]), [])
+    except csv.Error:
+        return []
+
+
+def _columns(path: Path, header: list[str], metric: str | None, source_run: str | None) -> tuple[int, dict[int, str]]:
+    """The step column's index and {column index: metric name}."""
+    names = [cell.strip() for cell in header]
+    if [name.lower() for name in names] == list(_SINGLE_SCALAR):
+        tag = metric
+        if tag is None:
+            match = _TAG_IN_FILE_NAME.search(path.name)
+            tag = known_metric_from_tag(match.group("tag")) if match else None
+        if tag is None:
+            raise InvalidInput(
+                f"{path}: a single-scalar TensorBoard export (Wall time,Step,Value) without its metric name; "
+                "pass --metric (e.g. --metric val/success_rate)"
+            )
+        return 1, {2: tag}
+    step_index = next(i for i, name in enumerate(names) if name.lower() in STEP_COLUMNS)
+    columns: dict[int, str] = {}
+    runs: set[str] = set()
+    for index, name in enumerate(names):
+        if index == step_index or not name or _BAND_SUFFIX.search(name) or name.startswith("_"):
+            continue
+        run, separator, key = name.rpartition(" - ")
+        if separator:
+            runs.add(run)
+            if source_run is not None and run != source_run:
+                continue
+        columns[index] = key if separator else name
+    if source_run is not None and source_run not in runs:
+        raise InvalidInput(f"{path}: no columns of run {source_run!r} (runs here: {', '.join(sorted(runs)) or 'none named'})")
+    if len(runs) > 1 and source_run is None:
+        raise InvalidInput(
+            f"{path}: columns from {len(runs)} runs ({', '.join(sorted(runs))}); pick one with --source-run "
+            "or export one run per file"
+        )
+    return step_index, columns
+
+
+def _rows(path: Path, stats: ReadStats | None) -> Iterator[Line | ReadEvent | tuple[int, list[str]]]:
+    for item in read_lines(path, stats):
+        if not isinstance(item, Line):
+            yield item
+        elif item.text.strip():
+            yield item.number, _cells(item.text)
+
+
+def _percent_columns(path: Path, step_index: int, columns: dict[int, str]) -> dict[int, float]:
+    """{column: largest value} of the success-rate columns that hold percent (a first pass)."""
+    largest: dict[int, float] = {}
+    rates = {index for index, key in columns.items() if key in RATE_KEYS}
+    rows = _rows(path, None)
+    next((row for row in rows if isinstance(row, tuple)), None)  # the header
+    for row in rows:
+        if not isinstance(row, tuple):
+            continue
+        for index in rates:
+            try:
+                value = float(row[1][index])
+            except (IndexError, ValueError):
+                continue
+            largest[index] = max(largest.get(index, value), value)
+    return {index: value for index, value in largest.items() if 1.0 < value <= 100.0}
+
+
+def read_csv(
+    path: Path, stats: ReadStats, metric: str | None = None, notes: list[str] | None = None,
+    source_run: str | None = None,
+) -> Iterator[ReadEvent]:
+    rows = _rows(path, stats)
+    header = None
+    for row in rows:
+        if isinstance(row, tuple):
+            header = row
+            break
+        yield row
+    if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header[1]):
+        raise InvalidInput(f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})")
+    if is_long_header(header[1]):
+        yield from read_long(path, rows, header[1], source_run)
+        return
+    step_index, columns = _columns(path, header[1], metric, source_run)
+    percent = _percent_columns(path, step_index, columns)
+    for index, value in percent.items():
+        if notes is not None:
+            notes.append(f"{path}: column {columns[index]!r} read as percent (values up to {value:g})")
+    for row in rows:
+        if not isinstance(row, tuple):
+            yield row
+            continue
+        number, cells = row
+        try:
+            yield MetricRecord(*_record(cells, step_index, columns, percent), line=number)
+        except BadRecord as error:
+            yield Skipped(number, str(error))
+
+
+def _record(cells: list[str], step_index: int, columns: dict[int, str], percent: dict[int, float]) -> tuple[int, dict[str, Any]]:
+    if len(cells) <= step_index:
+        raise BadRecord("row has no step cell (cut short?)")
+    try:
+        step = step_number(float(cells[step_index]))
+    except ValueError:
+        raise BadRecord(f"step cell {cells[step_index][:40]!r} is not a number") from None
+    metrics: dict[str, Any] = {}
+    for index, key in columns.items():
+        cell = cells[index].strip() if index < len(cells) else ""
+        if not cell:
+            continue
+        try:
+            value = float(cell)
+        except ValueError:
+            raise BadRecord(f"column {key!r}: {cell[:40]!r} is not a number") from None
+        metrics[key] = value / 100.0 if index in percent else value
+    return step, metrics

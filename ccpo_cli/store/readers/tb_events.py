@@ -1,0 +1,68 @@
+"""TensorBoard event files (`events.out.tfevents.*`), a file or a run folder, read with
+TensorBoard's own `EventAccumulator` (the `tensorboard` package, an optional dependency).
+
+verl's tensorboard logger writes every metric as a scalar at the global step; scalars of one
+step become one record. Event files hold no lines, so records carry none.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store.readers.base import MetricRecord, ReadEvent, ReadStats
+
+EVENT_FILE_MARK = "tfevents"
+
+
+def event_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob(f"*{EVENT_FILE_MARK}*") if p.is_file())
+
+
+def _run_folder(path: Path) -> Path:
+    """The one folder (or file) to read: a run folder holds event files directly; a parent of
+    several runs is refused, naming them."""
+    if path.is_file():
+        return path
+    folders = sorted({p.parent for p in event_files(path)})
+    if not folders:
+        raise InvalidInput(f"{path}: no TensorBoard event files (events.out.tfevents.*) in this folder")
+    if len(folders) > 1:
+        names = ", ".join(str(f.relative_to(path)) or "." for f in folders[:5])
+        raise InvalidInput(f"{path}: event files of {len(folders)} runs ({names}); ingest one run folder at a time")
+    return folders[0]
+
+
+def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
+    try:
+        from tensorboard.backend.event_processing import event_accumulator
+        from tensorboard.util import tensor_util
+    except ImportError:
+        raise InvalidInput(
+            f"{path}: reading TensorBoard event files needs the 'tensorboard' package (pip install 'ccpo[tensorboard]')"
+        ) from None
+    source = _run_folder(path)
+    accumulator = event_accumulator.EventAccumulator(
+        str(source), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}
+    )
+    try:
+        accumulator.Reload()
+    except Exception as error:  # noqa: BLE001 - the library raises several types for a damaged file
+        raise InvalidInput(f"{path}: not a readable TensorBoard event file ({type(error).__name__}: {error})") from None
+    tags = accumulator.Tags()
+    by_step: dict[int, dict[str, float]] = defaultdict(dict)
+    for tag in tags.get(event_accumulator.SCALARS, []):
+        for event in accumulator.Scalars(tag):
+            by_step[event.step][tag] = float(event.value)
+    for tag in tags.get(event_accumulator.TENSORS, []):
+        for event in accumulator.Tensors(tag):
+            value = tensor_util.make_ndarray(event.tensor_proto)
+            if value.size == 1 and value.dtype.kind in "fiu":
+                by_step[event.step][tag] = float(value.reshape(()))
+    if not by_step:
+        raise InvalidInput(f"{path}: no scalars in these TensorBoard event files (empty, damaged or not event files)")
+    for step in sorted(by_step):
+        if step >= 0:
+            yield MetricRecord(step, by_step[step])
