@@ -60,8 +60,8 @@ def _scatter(positions: np.ndarray, values: np.ndarray, n_rows: int, fill, dtype
 
 
 def padding_rule(arm: Arm, padding: str | None = None) -> str:
-    """The padding rule in force: `padding` when given, else the arm's, else `inert`."""
-    rule = padding if padding is not None else getattr(arm, "padding", "inert")
+    """The padding rule in force: `padding` when given, else the arm's."""
+    rule = padding if padding is not None else arm.padding
     check_padding_rule(rule, arm.estimator)
     return rule
 
