@@ -32,6 +32,7 @@ class AdvantageResult:
     arm: Arm
     advantages: np.ndarray  # (n, L) float32: final value on every valid token, 0 elsewhere
     per_row: dict[str, np.ndarray]  # each (n,), input row order; padding rows hold 0 / False / NaN
+    # under the inert rule and their source row's values under the upstream rule
 
     @property
     def final(self) -> np.ndarray:
