@@ -13,6 +13,9 @@ a safe), more receptacles and more objects.
 
 Game `index` of (`split`, `seed`) has task type `TYPE_ORDER[index % 6]` and is drawn from its
 own random generator, so the first N games of a larger run are exactly the games of `--n N`.
+
+One concern, kept in one file past 400 lines: the six task types' room, object and goal
+templates only make sense next to the PDDL writer and the replay check that accepts a game.
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ class AdvantageResult:
     arm: Arm
     advantages: np.ndarray  # (n, L) float32: final value on every valid token, 0 elsewhere
     per_row: dict[str, np.ndarray]  # each (n,), input row order; padding rows hold 0 / False / NaN
+    # under the inert rule and their source row's values under the upstream rule
 
     @property
     def final(self) -> np.ndarray:
@@ -60,8 +61,8 @@ def _scatter(positions: np.ndarray, values: np.ndarray, n_rows: int, fill, dtype
 
 
 def padding_rule(arm: Arm, padding: str | None = None) -> str:
-    """The padding rule in force: `padding` when given, else the arm's, else `inert`."""
-    rule = padding if padding is not None else getattr(arm, "padding", "inert")
+    """The padding rule in force: `padding` when given, else the arm's."""
+    rule = padding if padding is not None else arm.padding
     check_padding_rule(rule, arm.estimator)
     return rule
 
