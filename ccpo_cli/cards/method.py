@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ccpo_cli.arms import PADDING_MEANINGS
+
 METHOD_NAMES = {
     "ccpo": "CCPO (Context-Conditioned Policy Optimization)",
     "gigpo": "GiGPO (Group-in-Group Policy Optimization)",
@@ -43,13 +45,6 @@ METHOD_PARAGRAPHS = {
 
 # The arm's `padding` flag (docs/estimators.md): what happens to the copies of rows a trainer adds
 # to fill its batch (`is_pad`). It is part of the fingerprint, so the card states it.
-PADDING_MEANINGS = {
-    "inert": "padding copies of rows (`is_pad`) enter no statistic and get advantage 0",
-    "upstream": "padding copies of rows (`is_pad`) count in the group statistics and are trained on, "
-                "as verl-agent's own GRPO and GiGPO do",
-}
-
-
 def padding_rule(flags: Mapping[str, Any], *, pads: bool) -> str:
     """One line for the card: the rule, what it means, and whether this backend pads at all."""
     rule = flags.get("padding")

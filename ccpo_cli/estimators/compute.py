@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccpo_cli.arms import Arm, features_active, fixed_lambda, lambda_reason
+from ccpo_cli.arms import Arm, check_padding_rule, features_active, fixed_lambda, lambda_reason
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.estimators.blas import one_blas_thread
@@ -22,7 +22,7 @@ from ccpo_cli.estimators.features import Features, build_features
 from ccpo_cli.estimators.gigpo import gigpo_step_term
 from ccpo_cli.estimators.layout import Layout, build_layout
 from ccpo_cli.estimators.node_values import node_values
-from ccpo_cli.estimators.padding import check_padding_rule, padding_sources
+from ccpo_cli.estimators.padding import padding_sources
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
 from ccpo_cli.estimators.returns import discounted_return_to_go
 

@@ -29,12 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ccpo_cli.backends.verl.checkout import read_commit
+from ccpo_cli.backends.verl.checkout import VERL_AGENT_HOME, VERL_PYTHON, read_commit
 from ccpo_cli.errors import CcpoError, InvalidInput
 
-VERL_AGENT_HOME = "VERL_AGENT_HOME"
-# The interpreter of the verl-agent environment (the launcher's variable of the same meaning).
-VERL_PYTHON = "CCPO_VERL_PYTHON"
 MERGE_RECORD = "ccpo-merge.json"
 RECORD_FORMAT = "ccpo-merge/1"
 DEFAULT_MERGED_NAME = "ccpo_merged_hf"

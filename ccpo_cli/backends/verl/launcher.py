@@ -18,14 +18,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ccpo_cli.arms import PADDING_MEANINGS, Arm
 from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import InvalidInput, UsageError
-
-if TYPE_CHECKING:
-    from ccpo_cli.arms import Arm
 
 BACKEND = "verl"
 # Starts Ray with the ccpo setup hook, then runs the protocol's entry point (verl's main_ppo).
@@ -167,18 +165,9 @@ METRICS_MULTINODE = (
     "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
     "`ccpo ingest PATH --run RUN --format ccpo`"
 )
-# How the trainer's padding copies of rows (verl-agent's adjust_batch) enter the arm's statistics:
-# the arm's `padding` flag (part of its fingerprint; docs/verl-backend.md says which default and why).
-PADDING_RULES = {
-    "inert": "padding copies get advantage 0 and are left out of every group statistic",
-    "upstream": "padding copies are counted in group statistics and trained on, as verl-agent's own grpo/gigpo do",
-}
-
-
-def padding_rule(arm: Any) -> dict[str, str]:
+def padding_rule(arm: Arm) -> dict[str, str]:
     """The padding rule this launch trains with, as the dry-run and config.json state it."""
-    rule = str(getattr(arm, "padding", "inert"))
-    return {"rule": rule, "meaning": PADDING_RULES.get(rule, "not recorded")}
+    return {"rule": arm.padding, "meaning": PADDING_MEANINGS[arm.padding]}
 
 
 def default_run_name(arm: str, model: str, seed: int) -> str:
