@@ -46,6 +46,28 @@ def flag(help: str, *, check: Callable[[Any], bool] | None = None, requirement: 
     return field(default=default, kw_only=True, metadata={"flag": True, "help": help, "check": check, "requirement": requirement})
 
 
+
+# What the trainer's padding copies of rows (`is_pad`, verl-agent's adjust_batch) do under each
+# value of the `padding` flag; the dry-run, config.json and the card all quote these lines.
+PADDING_MEANINGS = {
+    "inert": "padding copies of rows (`is_pad`) enter no statistic and get advantage 0",
+    "upstream": "padding copies of rows (`is_pad`) count in the group statistics and are trained on, "
+    "as verl-agent's own GRPO and GiGPO do",
+}
+UPSTREAM_PADDING_ESTIMATORS = ("grpo", "gigpo")
+
+
+def check_padding_rule(rule: str, estimator: str, *, where: str = "") -> None:
+    """`upstream` exists only where verl-agent has its own estimator to reproduce."""
+    if rule not in PADDING_MEANINGS:
+        raise InvalidInput(f"{where}padding rule {rule!r} is not one of {', '.join(PADDING_MEANINGS)}")
+    if rule == "upstream" and estimator not in UPSTREAM_PADDING_ESTIMATORS:
+        raise InvalidInput(
+            f"{where}padding = upstream reproduces verl-agent's own grpo and gigpo; "
+            f"estimator {estimator!r} has no upstream rule (use padding = inert)"
+        )
+
+
 @dataclass(frozen=True)
 class Arm:
     name: str
@@ -85,11 +107,7 @@ class Arm:
     overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
-        if self.padding == "upstream" and self.estimator not in ("grpo", "gigpo"):
-            raise InvalidInput(
-                f"arm '{self.name}': padding = upstream reproduces verl-agent's own grpo and gigpo; "
-                f"estimator {self.estimator} has no upstream rule (use padding = inert)"
-            )
+        check_padding_rule(self.padding, self.estimator, where=f"arm '{self.name}': ")
 
     def flags(self) -> dict[str, Any]:
         """Every flag in its recorded form: the form fingerprints, runs.db, cards and Hydra have

@@ -117,6 +117,7 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate, record each seed in runs.db, and return the `ccpo eval --json` document."""
     from ccpo_cli.store import ensure_run, open_db, record_evaluation_outcome
+    from ccpo_cli.store.facts import record_run_facts
 
     if options.step is not None and options.step < 0:
         raise InvalidInput(f"--step must be >= 0, got {options.step}")
@@ -141,6 +142,7 @@ def run_eval(
     def record(result: SeedEvaluation) -> None:
         # The run is created with its first result: a failed evaluation leaves no empty run behind.
         ensure_run(db, options.run)
+        record_run_facts(db, options.run, {"split": options.split}, source="ccpo eval")
         outcome = record_evaluation_outcome(
             db, options.run, step, split=options.split,
             episodes=len(result.episodes), successes=result.successes,

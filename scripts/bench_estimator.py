@@ -12,6 +12,7 @@ are taken in this process, side by side, so the ratio is what to read on a share
 from __future__ import annotations
 
 import argparse
+import functools
 import resource
 import sys
 import time
@@ -116,8 +117,9 @@ def main() -> int:
     rows = []
     for name in CCPO_ARMS + REFERENCE_ARMS:
         arm = load_arm(name)
-        seconds, _ = timed(lambda: compute_advantages(batch, arm), args.repeats)
-        rows.append((name, seconds, peak_megabytes(lambda: compute_advantages(batch, arm))))
+        run_arm = functools.partial(compute_advantages, batch, arm)
+        seconds, _ = timed(run_arm, args.repeats)
+        rows.append((name, seconds, peak_megabytes(run_arm)))
         print(f"  timed {name}: {seconds:.3f} s", flush=True)
     svd_seconds, _ = timed(lambda: np.linalg.svd(features, full_matrices=False), 1)
     print(f"  timed numpy.linalg.svd(features, full_matrices=False): {svd_seconds:.2f} s", flush=True)

@@ -22,11 +22,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from helpers_store import WRITERS, training_series  # noqa: E402
+
 from ccpo_cli.cli.common import emit_json  # noqa: E402
 from ccpo_cli.report.compare import compare_runs  # noqa: E402
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, write_transaction  # noqa: E402
 from ccpo_cli.store.ingest import ingest_file  # noqa: E402
-from helpers_store import WRITERS, training_series  # noqa: E402
 
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")

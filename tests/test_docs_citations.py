@@ -66,6 +66,15 @@ def test_every_estimator_module_cites_its_section():
     assert not uncited, f"estimator modules without a docs/estimators.md section: {uncited}"
 
 
+def test_the_module_map_lists_every_estimator_module():
+    page = (REPO / "docs" / "estimators.md").read_text()
+    module_map = page.split("## 12. Module map", 1)[1]
+    listed = set(re.findall(r"`estimators/(\w+\.py)`", module_map))
+    shipped = {path.name for path in (REPO / "ccpo_cli" / "estimators").glob("*.py")} - {"__init__.py"}
+    assert shipped - listed == set(), f"docs/estimators.md §12 does not list {sorted(shipped - listed)}"
+    assert listed - shipped == set(), f"docs/estimators.md §12 lists modules that do not exist: {sorted(listed - shipped)}"
+
+
 def test_nothing_cites_material_outside_the_repository():
     outside = re.compile(r"\.\./shared/|research/[a-z-]+\.md|estimator-spec\.md|(?<![\w/])CLI\.md")
     hits = [

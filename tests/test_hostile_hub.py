@@ -1,4 +1,9 @@
-"""Issue 12, cases 5 and 6: every Hub call times out, and the token need not be on the command line."""
+"""Issue 12, cases 5 and 6: every Hub call times out, and the token need not be on the command line.
+
+Both huggingface_hub lines run these: on 0.3x (requests) the Hub address is the one HF_ENDPOINT
+gave at start-up, which `started_with` sets up the way test_publish_hub.py does, so the timeout
+is met for real against the loopback listener on either line.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import pytest
 from fakehub import FakeHub
 from helpers_cards import seed_card_db
 from helpers_hostile import assert_refused, db_state, invoke
-from test_publish_hub import REPO, TOKEN
+from test_publish_hub import REPO, TOKEN, started_with
 
 from ccpo_cli.hub_access import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -51,8 +56,9 @@ class SilentListener:
 
 
 @pytest.fixture
-def silent():
+def silent(monkeypatch):
     listener = SilentListener()
+    started_with(monkeypatch, listener.endpoint)
     yield listener
     listener.close()
 
@@ -106,8 +112,9 @@ def test_the_token_help_warns_about_ps():
 
 
 @pytest.mark.parametrize("how", ["file", "stdin"])
-def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_path, how):
+def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_path, monkeypatch, how):
     with FakeHub(token=TOKEN) as hub:
+        started_with(monkeypatch, hub.endpoint)
         if how == "file":
             token_file = tmp_path / "token"
             token_file.write_text(TOKEN + "\n")

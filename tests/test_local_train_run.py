@@ -19,6 +19,7 @@ from ccpo_cli.backends.local.trainer import latest_checkpoint, load_policy
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store import get_run, open_db, run_checkpoints, run_evaluations
+from ccpo_cli.store.facts import run_facts
 
 SHORT = dict(steps=2, tasks=2, group=2, eval_every=1, eval_games=4, max_steps=6, eval_max_steps=6)
 
@@ -72,6 +73,8 @@ def test_provenance_is_recorded_before_training(short_run):
     assert run["step1_rollout_hash"] == result.step1_rollout_hash
     assert len(result.step1_rollout_hash) == 64
     assert _metrics(result.run_dir)[0]["rollout_sha256"] == result.step1_rollout_hash
+    # the trainer's own evaluation protocol is a recorded fact, so cards need not say "not recorded"
+    assert run_facts(open_db(db_path), run["id"])["values"] == {"split": "heldout", "temperature": 0.4, "seed": 0}
 
 
 def test_checkpoints_are_recorded_and_load_as_the_trained_policy(short_run):

@@ -263,6 +263,16 @@ def test_the_merge_is_verified_recorded_and_reused(tmp_path, stand_in_home):
     assert third.record["source"]["shards"][1]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
 
 
+def test_the_record_reads_the_commit_as_the_launcher_does_from_source_md(tmp_path, stand_in_home):
+    """A source snapshot without .git names its commit in SOURCE.md; the merge record carries it
+    (and the summary eval and publish print), read by the same reader as the launch's config.json."""
+    (stand_in_home / "SOURCE.md").write_text("verl-agent source at commit `20bd331`, no history.\n")
+    _, merged = resolve_model_source(str(step_folder(tmp_path)))
+    assert merged.record["verl_agent"]["commit"] == "20bd331"
+    assert merged.record["verl_agent"]["commit_source"] == "SOURCE.md"
+    assert merged.summary()["verl_agent_commit"] == "20bd331"
+
+
 def test_config_in_actor_huggingface_is_handed_to_the_merger(tmp_path, stand_in_home):
     folder = step_folder(tmp_path, layout="huggingface")
     target = tmp_path / "merged-elsewhere"

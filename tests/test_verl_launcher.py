@@ -20,14 +20,10 @@ from typer.testing import CliRunner
 
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import worker_env
-from ccpo_cli.backends.verl.launcher import (
-    LAUNCHER_KEYS,
-    VerlLaunchRequest,
-    build_launch,
-    prepare_run_folder,
-    start,
-)
+from ccpo_cli.backends.verl.follow import start
+from ccpo_cli.backends.verl.launcher import LAUNCHER_KEYS, VerlLaunchRequest, build_launch
 from ccpo_cli.backends.verl.protocol import hydra_value, load_protocol
+from ccpo_cli.backends.verl.run_folder import prepare_run_folder, render_run_script
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.paths import configs_dir
@@ -347,7 +343,7 @@ def test_run_sh_round_trips_through_the_shell_and_hydras_parser(tmp_path):
 
     launch = build_launch(request(tmp_path / "a folder with spaces", arm="return-hard-fbjw", gpus=4,
                                   arm_overrides={"lam_fix": "0.5"}, run="odd run 'name'"))
-    script = launch.run_script()
+    script = render_run_script(launch)
     command = script[script.index("exec "):]
     words = shlex.split(command.replace("\\\n", " "))
     module_at = words.index("-m")

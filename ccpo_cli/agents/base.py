@@ -9,8 +9,9 @@ admissible commands directly (oracle, random, the local CPU policy) read the oth
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ccpo_cli.agents.projection import project_action
 

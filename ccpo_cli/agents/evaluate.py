@@ -10,9 +10,10 @@ an episode ends on a win or at the step limit (50). Nothing here writes to a dat
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ccpo_cli.agents.base import Agent, Turn
 from ccpo_cli.agents.prompts import DEFAULT_HISTORY_LENGTH, EpisodePrompter

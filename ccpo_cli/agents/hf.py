@@ -7,8 +7,9 @@ at the given temperature (greedy at temperature 0) with no top-k or top-p trunca
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ccpo_cli.agents.base import TextPolicyAgent
 from ccpo_cli.errors import CcpoError, InvalidInput

@@ -21,7 +21,8 @@ the 0.1 penalty) match what a verl-agent run would have recorded.
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 ACTION_OPEN = "<action>"
 ACTION_CLOSE = "</action>"

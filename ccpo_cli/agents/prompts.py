@@ -23,8 +23,8 @@ prompt. `ANSWER_INSTRUCTION` and `HISTORY_SENTENCE` are the single places that h
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 DEFAULT_HISTORY_LENGTH = 2
 TASK_MARKER = "Your task is to: "

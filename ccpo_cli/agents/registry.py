@@ -12,8 +12,9 @@ A factory is called as `factory(model, temperature=..., seed=..., **options)` an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import import_module
-from typing import Any, Callable
+from typing import Any
 
 from ccpo_cli.agents.base import Agent, SlotAgentAdapter
 from ccpo_cli.errors import CcpoError, InvalidInput

@@ -6,7 +6,8 @@ fails with one line and exit code 1 (a missing runtime dependency, not bad input
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ccpo_cli.agents.base import TextPolicyAgent
 from ccpo_cli.agents.hf import DEFAULT_MAX_NEW_TOKENS, chat_prompt, check_model_folder

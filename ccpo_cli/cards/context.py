@@ -46,6 +46,7 @@ from ccpo_cli.cards.method import (
     distinguishing_flags,
     estimator_family,
     format_flag_value,
+    padding_rule,
 )
 from ccpo_cli.cards.selection import (
     ResolvedArm,
@@ -173,6 +174,7 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
             for name, value in arm.flags.items()
         ],
         "fingerprint": arm.fingerprint or "not recorded",
+        "padding": padding_rule(arm.flags, pads=not facts.from_scratch),
     }
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ccpo_cli.arms import PADDING_MEANINGS
+
 METHOD_NAMES = {
     "ccpo": "CCPO (Context-Conditioned Policy Optimization)",
     "gigpo": "GiGPO (Group-in-Group Policy Optimization)",
@@ -40,6 +42,19 @@ METHOD_PARAGRAPHS = {
         "step-level estimators build on."
     ),
 }
+
+# The arm's `padding` flag (docs/estimators.md): what happens to the copies of rows a trainer adds
+# to fill its batch (`is_pad`). It is part of the fingerprint, so the card states it.
+def padding_rule(flags: Mapping[str, Any], *, pads: bool) -> str:
+    """One line for the card: the rule, what it means, and whether this backend pads at all."""
+    rule = flags.get("padding")
+    if rule not in PADDING_MEANINGS:
+        return "not recorded (the run predates the padding flag or records another value)"
+    line = f"`{rule}`: {PADDING_MEANINGS[rule]}"
+    if not pads:
+        line += "; the local backend adds no padding copies, so the rule changes nothing in this run"
+    return line
+
 
 # Flags the resolved arm carries that name the estimator family, in order of preference.
 _FAMILY_KEYS = ("estimator", "adv_estimator", "method", "family")

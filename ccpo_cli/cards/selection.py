@@ -88,6 +88,6 @@ def resolve_arm(run_row: Mapping[str, Any]) -> ResolvedArm:
         # An arm this version of ccpo does not know: fall back to what the run recorded.
         flags = dict(config.get("arm_flags") or {})
         return ResolvedArm(name, name, flags, run_row.get("arm_fingerprint"), {})
-    flags = arm.flags() if callable(arm.flags) else dict(arm.flags)
+    flags = arm.flags()
     label = (arm.description or name).split(":")[0].strip() or name
     return ResolvedArm(name, label, flags, run_row.get("arm_fingerprint") or arm.fingerprint, arms.inert_flags(arm))

@@ -14,10 +14,11 @@ import subprocess
 import sys
 import traceback
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from multiprocessing.connection import Connection
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any
 
 from ccpo_cli.envs.engine import DEFAULT_MAX_STEPS, GameSession, StepResult, require_engine
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
@@ -235,7 +236,7 @@ class AlfworldBatchEnv:
             worker.receiver.close()
         self._workers.clear()
 
-    def __enter__(self) -> "AlfworldBatchEnv":
+    def __enter__(self) -> AlfworldBatchEnv:
         return self
 
     def __exit__(self, *exc: object) -> None:

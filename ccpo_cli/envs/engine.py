@@ -21,9 +21,10 @@ import functools
 import json
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.task_types import short_key
@@ -62,8 +63,8 @@ def require_engine() -> None:
     _ensure_alfworld_data()
     try:
         import alfworld.agents.environment.alfred_tw_env  # noqa: F401
-        import textworld.envs  # noqa: F401
         import fast_downward  # noqa: F401
+        import textworld.envs  # noqa: F401
     except ImportError as error:
         raise CcpoError(
             f"the ALFWorld engine is not installed ({error}); "
@@ -121,8 +122,8 @@ class GameSession:
                  max_steps: int = DEFAULT_MAX_STEPS, walkthrough: bool = False):
         require_engine()
         import textworld
-        from textworld.envs import PddlEnv
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+        from textworld.envs import PddlEnv
 
         self.max_steps = max_steps
         self.want_walkthrough = walkthrough

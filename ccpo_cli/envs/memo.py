@@ -29,7 +29,8 @@ from __future__ import annotations
 import copy
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _LOCK = threading.Lock()
 _ORIGINALS: dict[str, Any] = {}

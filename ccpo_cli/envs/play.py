@@ -6,8 +6,9 @@ An agent is any object with `reset(observations, infos)` (a new batch of episode
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol
 
 from ccpo_cli.envs.batch import AlfworldBatchEnv
 

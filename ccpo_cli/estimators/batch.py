@@ -7,8 +7,9 @@ names the key and the row.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -50,11 +51,11 @@ class RolloutBatch:
         return int(self.response_mask.shape[1])
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str = "batch") -> "RolloutBatch":
+    def from_mapping(cls, data: Mapping[str, Any], source: str = "batch") -> RolloutBatch:
         """Validate a mapping of the batch keys (docs/estimators.md §1.1) (lists or arrays) into a batch."""
         return _validate(data, source)
 
-    def take(self, rows: np.ndarray) -> "RolloutBatch":
+    def take(self, rows: np.ndarray) -> RolloutBatch:
         """The batch restricted to / reordered by `rows` (row positions)."""
         rows = np.asarray(rows, dtype=np.int64)
         return RolloutBatch(

@@ -14,7 +14,13 @@ import numpy as np
 from ccpo_cli.arms import Arm
 from ccpo_cli.estimators.blas import side_by_side
 from ccpo_cli.estimators.features import Features
-from ccpo_cli.estimators.kernel import KernelStats, kernel_statistics, kernel_width, neighbour_weights, pair_distances
+from ccpo_cli.estimators.kernel import (
+    KernelStats,
+    kernel_statistics,
+    kernel_width,
+    neighbour_weights,
+    pair_distances,
+)
 from ccpo_cli.estimators.layout import Layout, codes_of
 from ccpo_cli.estimators.node_values import NodeValues, edge_term
 from ccpo_cli.estimators.shrinkage import shrinkage_weights, variance_gain

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ccpo_cli.arms import Arm, features_active, fixed_lambda, lambda_reason
+from ccpo_cli.arms import Arm, check_padding_rule, features_active, fixed_lambda, lambda_reason
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.estimators.blas import one_blas_thread
@@ -22,7 +22,7 @@ from ccpo_cli.estimators.features import Features, build_features
 from ccpo_cli.estimators.gigpo import gigpo_step_term
 from ccpo_cli.estimators.layout import Layout, build_layout
 from ccpo_cli.estimators.node_values import node_values
-from ccpo_cli.estimators.padding import check_padding_rule, padding_sources
+from ccpo_cli.estimators.padding import padding_sources
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
 from ccpo_cli.estimators.returns import discounted_return_to_go
 
@@ -32,6 +32,7 @@ class AdvantageResult:
     arm: Arm
     advantages: np.ndarray  # (n, L) float32: final value on every valid token, 0 elsewhere
     per_row: dict[str, np.ndarray]  # each (n,), input row order; padding rows hold 0 / False / NaN
+    # under the inert rule and their source row's values under the upstream rule
 
     @property
     def final(self) -> np.ndarray:
@@ -60,8 +61,8 @@ def _scatter(positions: np.ndarray, values: np.ndarray, n_rows: int, fill, dtype
 
 
 def padding_rule(arm: Arm, padding: str | None = None) -> str:
-    """The padding rule in force: `padding` when given, else the arm's, else `inert`."""
-    rule = padding if padding is not None else getattr(arm, "padding", "inert")
+    """The padding rule in force: `padding` when given, else the arm's."""
+    rule = padding if padding is not None else arm.padding
     check_padding_rule(rule, arm.estimator)
     return rule
 

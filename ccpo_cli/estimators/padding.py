@@ -20,19 +20,6 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.estimators.layout import Layout
 
-PADDING_RULES = ("inert", "upstream")
-UPSTREAM_ESTIMATORS = ("grpo", "gigpo")
-
-
-def check_padding_rule(rule: str, estimator: str) -> None:
-    if rule not in PADDING_RULES:
-        raise InvalidInput(f"padding rule {rule!r} is not one of {', '.join(PADDING_RULES)}")
-    if rule == "upstream" and estimator not in UPSTREAM_ESTIMATORS:
-        raise InvalidInput(
-            f"padding = upstream reproduces verl-agent's own {' and '.join(UPSTREAM_ESTIMATORS)}; "
-            f"estimator {estimator!r} has no upstream rule (use padding = inert)"
-        )
-
 
 def padding_sources(batch: RolloutBatch, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
     """(batch positions of the padding rows, canonical index of the real row each one copies).

@@ -147,6 +147,14 @@ def record_facts(db: sqlite_utils.Database, run_id: int, facts: Mapping[str, Any
     return conflicts
 
 
+def record_run_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], source: str) -> list[dict]:
+    """`record_facts` for a run named `run` (a backend that knows its own protocol says it here)."""
+    row = _run_row(db, run)
+    if row is None:
+        raise InvalidInput(f"no run named {run!r}")
+    return record_facts(db, row["id"], facts, source)
+
+
 def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
     """{"values": {key: first value recorded}, "conflicts": {key: [every value, first first]}}."""
     values: dict[str, Any] = {}

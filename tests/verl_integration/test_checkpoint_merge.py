@@ -17,10 +17,12 @@ from helpers_cards import seed_card_db
 from helpers_tiny_lm import save_tiny_lm
 from typer.testing import CliRunner
 
+from ccpo_cli.backends.verl.checkout import TESTED_COMMIT
 from ccpo_cli.backends.verl.checkpoint import (
     DEFAULT_MERGED_NAME,
     MERGE_RECORD,
     resolve_model_source,
+    verl_agent_record,
 )
 from ccpo_cli.cli.app import app
 
@@ -91,6 +93,7 @@ def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorde
         str(verl_home / "scripts" / "model_merger.py"), "merge", "--backend", "fsdp",
         "--local_dir", str(step_dir / "actor"), "--target_dir"]
     assert record["verl_agent"]["verl_version"] == (verl_home / "verl" / "version" / "version").read_text().strip()
+    assert record["verl_agent"]["commit"].startswith(TESTED_COMMIT)
     verification = record["verification"]
     assert verification["passed"] and verification["architecture"] == "Qwen2ForCausalLM"
     assert verification["dtypes"] == ["BF16"] and verification["forward"]["finite"]
@@ -99,6 +102,12 @@ def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorde
 
     again, second = resolve_model_source(str(step_dir))
     assert again == model and second.reused
+
+
+def test_the_record_names_the_tested_verl_agent_commit(verl_home):
+    """What the merge record says of the checkout the suite runs against (20bd331, read from git
+    or from its SOURCE.md)."""
+    assert verl_agent_record(verl_home)["commit"].startswith(TESTED_COMMIT) and TESTED_COMMIT == "20bd331"
 
 
 def test_the_hf_agent_on_the_checkpoint_generates_as_the_saved_weights_do(trained):

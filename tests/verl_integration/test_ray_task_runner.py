@@ -18,8 +18,9 @@ import pytest
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl import probe, worker_env
 from ccpo_cli.backends.verl.entry import SETUP_HOOK
-from ccpo_cli.backends.verl.launcher import VerlLaunchRequest, build_launch, prepare_run_folder
+from ccpo_cli.backends.verl.launcher import VerlLaunchRequest, build_launch
 from ccpo_cli.backends.verl.protocol import HostProfile, load_protocol
+from ccpo_cli.backends.verl.run_folder import prepare_run_folder
 
 REPO = Path(__file__).resolve().parents[2]
 # A tiny Ray: two logical CPUs (the TaskRunner takes one), a 100 MB object store, no dashboard.

@@ -9,15 +9,15 @@ not depend on which other games are still playing.
 from __future__ import annotations
 
 import zlib
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from ccpo_cli.agents.base import Agent, Decision, Turn
-from ccpo_cli.backends.local.features import Featurizer
+from ccpo_cli.backends.local.features import Featurizer, task_sentence
 from ccpo_cli.backends.local.features import Turn as PastTurn
-from ccpo_cli.backends.local.features import task_sentence
 from ccpo_cli.backends.local.policy import CommandScorer, pack
 from ccpo_cli.backends.local.workers import candidates_of, sample_index
 from ccpo_cli.errors import InvalidInput

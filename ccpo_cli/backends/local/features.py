@@ -119,10 +119,10 @@ class Featurizer:
             + _dynamic_fields(candidate, words, observation_words, previous_actions)
         )
 
-    def _cached_bag(self, cache: dict, key, make) -> tuple[np.ndarray, np.ndarray]:
+    def _cached_bag(self, cache: dict, key, make, *args) -> tuple[np.ndarray, np.ndarray]:
         found = cache.get(key)
         if found is None:
-            found = self._bag(make())
+            found = self._bag(make(*args))
             if len(cache) > 200_000:
                 cache.clear()
             cache[key] = found
@@ -139,8 +139,8 @@ class Featurizer:
         frozen_task = frozenset(task_words)
         for candidate in candidates:
             words = tokens(candidate)
-            static = self._cached_bag(self._static_cache, candidate, lambda: _static_fields(words))
-            paired = self._cached_bag(self._task_cache, (frozen_task, candidate), lambda: _task_fields(words, task_words))
+            static = self._cached_bag(self._static_cache, candidate, _static_fields, words)
+            paired = self._cached_bag(self._task_cache, (frozen_task, candidate), _task_fields, words, task_words)
             dynamic = self._bag(_dynamic_fields(candidate, words, observation_words, previous_actions))
             out.candidate_ids.append(np.concatenate([static[0], paired[0], dynamic[0]]))
             out.candidate_weights.append(np.concatenate([static[1], paired[1], dynamic[1]]))

@@ -58,6 +58,7 @@ from ccpo_cli.store import (
     run_evaluations,
     update_run_state,
 )
+from ccpo_cli.store.facts import record_run_facts
 
 BACKEND = "local"
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
@@ -126,6 +127,9 @@ class _Run:
             package_versions=package_versions(),
             config=self.provenance_config(),
         )
+        # The evaluation protocol is this trainer's own, so it is a recorded fact, not a guess.
+        record_run_facts(self.db, self.run_name, {"split": "heldout", "temperature": self.config.eval_temperature,
+                                                  "seed": self.config.seed}, source="ccpo train --backend local")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(self.provenance_config(), indent=2, sort_keys=True))
 

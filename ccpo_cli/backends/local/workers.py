@@ -16,8 +16,9 @@ import multiprocessing
 import os
 import sys
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -238,7 +239,7 @@ class RolloutPool:
         elif hasattr(self, "_local"):
             self._local.close()
 
-    def __enter__(self) -> "RolloutPool":
+    def __enter__(self) -> RolloutPool:
         return self
 
     def __exit__(self, *exc: Any) -> None:

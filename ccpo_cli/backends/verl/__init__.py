@@ -3,22 +3,15 @@
 Importable without verl, verl-agent, Ray or a GPU; only `start` needs a verl-agent checkout.
 """
 
-from ccpo_cli.backends.verl.launcher import (
-    VerlLaunch,
-    VerlLaunchRequest,
-    build_launch,
-    prepare_run_folder,
-    require_verl_agent,
-    start,
-    write_placeholder_parquets,
-)
+from ccpo_cli.backends.verl.follow import start
+from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
+from ccpo_cli.backends.verl.run_folder import prepare_run_folder, write_placeholder_parquets
 
 __all__ = [
     "VerlLaunch",
     "VerlLaunchRequest",
     "build_launch",
     "prepare_run_folder",
-    "require_verl_agent",
     "start",
     "write_placeholder_parquets",
 ]

@@ -59,7 +59,7 @@ class FinalNormCapture:
         tensor = output[0] if isinstance(output, (tuple, list)) else output
         self.hidden = tensor.detach()
 
-    def __enter__(self) -> "FinalNormCapture":
+    def __enter__(self) -> FinalNormCapture:
         self.hidden = None
         self._handle = self.norm.register_forward_hook(self._keep)
         return self

@@ -1,4 +1,5 @@
-"""The verl-agent checkout a run launches from: which commit it is, and what its Ray workers get.
+"""The verl-agent checkout a run launches from: where it is, which commit it is, and what its Ray
+workers get.
 
 The commit is read from git when the checkout is a repository, else from a `SOURCE.md` that names
 it in backticks (how a source snapshot without `.git` records where it came from). Only one tree
@@ -13,17 +14,47 @@ module imports the real function at launch and merges the same values.
 from __future__ import annotations
 
 import ast
+import os
 import re
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ccpo_cli.errors import CcpoError
+
+VERL_AGENT_HOME = "VERL_AGENT_HOME"
+# The interpreter of the verl-agent environment (it pins its own torch/vLLM/Ray and cannot share
+# this one); run.sh falls back to python3 on PATH.
+VERL_PYTHON = "CCPO_VERL_PYTHON"
+GET_VERL_AGENT = (
+    "verl-agent is not on PyPI: clone https://github.com/langfengQ/verl-agent, install it in its own "
+    "environment (its README: Python 3.12, vllm==0.11.0, flash-attn, `pip install -e .`, alfworld, "
+    "`alfworld-download -f`), install ccpo into that environment too, then pass "
+    f"--verl-agent PATH or set {VERL_AGENT_HOME}"
+)
 # The verl-agent commit the integration suite runs against (tests/verl_integration/).
 TESTED_COMMIT = "20bd331"
 CONSTANTS_MODULE = "verl.trainer.constants_ppo"
 _SOURCE_FILES = ("SOURCE.md",)
 _COMMIT_IN_TEXT = re.compile(r"commit\s+`([0-9a-f]{7,40})`", re.IGNORECASE)
+
+
+def locate(path: Path | None) -> Path | None:
+    """--verl-agent PATH, else $VERL_AGENT_HOME, resolved; None when neither is given."""
+    candidate = path if path is not None else os.environ.get(VERL_AGENT_HOME)
+    if not candidate:
+        return None
+    return Path(candidate).expanduser().resolve()
+
+
+def require(home: Path | None) -> Path:
+    """The checkout to launch from, or a CcpoError saying how to get one."""
+    if home is None:
+        raise CcpoError(f"no verl-agent checkout: {GET_VERL_AGENT}")
+    if not (home / "verl" / "trainer" / "main_ppo.py").is_file() or not (home / "agent_system").is_dir():
+        raise CcpoError(f"{home} is not a verl-agent checkout (no verl/trainer/main_ppo.py and agent_system/); {GET_VERL_AGENT}")
+    return home
 
 
 def read_commit(home: Path) -> tuple[str | None, str | None]:

@@ -29,11 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ccpo_cli.backends.verl.checkout import VERL_AGENT_HOME, VERL_PYTHON, read_commit
 from ccpo_cli.errors import CcpoError, InvalidInput
 
-VERL_AGENT_HOME = "VERL_AGENT_HOME"
-# The interpreter of the verl-agent environment (the launcher's variable of the same meaning).
-VERL_PYTHON = "CCPO_VERL_PYTHON"
 MERGE_RECORD = "ccpo-merge.json"
 RECORD_FORMAT = "ccpo-merge/1"
 DEFAULT_MERGED_NAME = "ccpo_merged_hf"
@@ -211,15 +209,18 @@ def verl_interpreter() -> str:
     return os.environ.get(VERL_PYTHON) or sys.executable
 
 
-def _verl_agent_version(home: Path) -> dict[str, Any]:
+def verl_agent_record(home: Path) -> dict[str, Any]:
+    """The verl-agent checkout the merger came from, as the merge record states it: the commit
+    by the backend's one reader (git, else SOURCE.md), and verl's version file."""
     from ccpo_cli.backends.local.provenance import git_state
 
-    commit, dirty = git_state(home)
+    commit, source = read_commit(home)
     version_file = home / "verl" / "version" / "version"
     return {
         "home": str(home),
-        "commit": commit or "not recorded (not a git checkout)",
-        "dirty": dirty,
+        "commit": commit or "not recorded (no .git, no SOURCE.md naming it)",
+        "commit_source": source or "not recorded",
+        "dirty": git_state(home)[1] if source == "git" else "not recorded",
         "verl_version": version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else "not recorded",
     }
 
@@ -369,7 +370,7 @@ def merge_checkpoint(
     try:
         merger = dict(run_merger(checkpoint, home, partial, log_path), renamed_to=str(target))
         verification = verify_merged_model(partial)
-        record = build_record(checkpoint, merger, _verl_agent_version(home), verification)
+        record = build_record(checkpoint, merger, verl_agent_record(home), verification)
         (partial / MERGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)  # an earlier merge of this checkpoint, now stale (checked above)

@@ -1,15 +1,12 @@
-"""`ccpo train --backend verl`: the verl-agent launch, built from data and written down first.
-
-One concern over 400 lines: resolving a launch, writing it down and following it share the
-`VerlLaunch` record; the checks and policies around it live in `preflight`, `checkout` and
-`worker_env`. (The run-following half, `start` and its ingestion, is the next to move out.)
+"""`ccpo train --backend verl`: the verl-agent launch, resolved from data before anything is written.
 
 The launch is (protocol overrides) <- (host profile) <- (keys this launcher owns: model, GPUs,
 data files, names, schedule, seed, checkpoint folder, resume) <- (the arm). The arm travels by
 name to Hydra (`algorithm.adv_estimator=ccpo`, `+algorithm.ccpo.arm`, `+algorithm.ccpo.<flag>`)
 and to every Ray worker (environment variables, checked there against the fingerprint by the
-setup hook). Before anything starts, the run folder holds `config.json`, a regenerated
-`run.sh` and the placeholder parquet files verl-agent's data loader needs.
+setup hook). The resolved `VerlLaunch` is then written down by `run_folder` and started and
+followed by `follow`; the checks and policies around it live in `preflight`, `checkout` and
+`worker_env`.
 
 Fresh runs use `trainer.resume_mode=disable`: verl's default (`auto`) silently continues
 whatever checkpoint sits in the output folder, which once turned a relaunch into a different
@@ -18,37 +15,19 @@ run (docs/verl-backend.md, "No silent continuation"). `--resume PATH` is the onl
 
 from __future__ import annotations
 
-import datetime
-import json
-import os
-import shlex
-import subprocess
-import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ccpo_cli.arms import PADDING_MEANINGS, Arm
 from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
-from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
-
-if TYPE_CHECKING:
-    from ccpo_cli.arms import Arm
+from ccpo_cli.errors import InvalidInput, UsageError
 
 BACKEND = "verl"
 # Starts Ray with the ccpo setup hook, then runs the protocol's entry point (verl's main_ppo).
 ENTRY_MODULE = entry.__name__
-VERL_AGENT_HOME = "VERL_AGENT_HOME"
-# The interpreter of the verl-agent environment (it pins its own torch/vLLM/Ray and cannot share
-# this one); run.sh falls back to python3 on PATH.
-VERL_PYTHON = "CCPO_VERL_PYTHON"
-GET_VERL_AGENT = (
-    "verl-agent is not on PyPI: clone https://github.com/langfengQ/verl-agent, install it in its own "
-    "environment (its README: Python 3.12, vllm==0.11.0, flash-attn, `pip install -e .`, alfworld, "
-    "`alfworld-download -f`), install ccpo into that environment too, then pass "
-    f"--verl-agent PATH or set {VERL_AGENT_HOME}"
-)
 # Keys the launcher sets from the request, whatever the protocol file says.
 LAUNCHER_KEYS = (
     "actor_rollout_ref.model.path",
@@ -143,9 +122,6 @@ class VerlLaunch:
     def argv(self, python: str = "python3") -> list[str]:
         return [python, "-m", ENTRY_MODULE, *self.hydra_overrides()]
 
-    def run_script(self) -> str:
-        return render_run_script(self)
-
     def config_document(self) -> dict[str, Any]:
         return {
             "run": self.run,
@@ -189,18 +165,9 @@ METRICS_MULTINODE = (
     "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
     "`ccpo ingest PATH --run RUN --format ccpo`"
 )
-# How the trainer's padding copies of rows (verl-agent's adjust_batch) enter the arm's statistics:
-# the arm's `padding` flag (part of its fingerprint; docs/verl-backend.md says which default and why).
-PADDING_RULES = {
-    "inert": "padding copies get advantage 0 and are left out of every group statistic",
-    "upstream": "padding copies are counted in group statistics and trained on, as verl-agent's own grpo/gigpo do",
-}
-
-
-def padding_rule(arm: Any) -> dict[str, str]:
+def padding_rule(arm: Arm) -> dict[str, str]:
     """The padding rule this launch trains with, as the dry-run and config.json state it."""
-    rule = str(getattr(arm, "padding", "inert"))
-    return {"rule": rule, "meaning": PADDING_RULES.get(rule, "not recorded")}
+    return {"rule": arm.padding, "meaning": PADDING_MEANINGS[arm.padding]}
 
 
 def default_run_name(arm: str, model: str, seed: int) -> str:
@@ -347,7 +314,7 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     environment[entry.FORWARD_ENV] = ",".join(name for name in environment if name != entry.FORWARD_ENV)
     train_rows = int(overrides["data.train_batch_size"])
     placeholder = protocol.placeholder_data
-    home = _find_verl_agent(request.verl_agent)
+    home = checkout.locate(request.verl_agent)
     verl_env_vars = checkout.ray_runtime_env_vars(home)
     forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
     return VerlLaunch(
@@ -391,233 +358,3 @@ def _arm_uses_features(arm: Arm) -> bool:
     from ccpo_cli.arms import features_active
 
     return features_active(arm)
-
-
-def _find_verl_agent(path: Path | None) -> Path | None:
-    candidate = path if path is not None else os.environ.get(VERL_AGENT_HOME)
-    if not candidate:
-        return None
-    return Path(candidate).expanduser().resolve()
-
-
-def require_verl_agent(launch: VerlLaunch) -> Path:
-    """The verl-agent checkout to launch from, or a CcpoError saying how to get one."""
-    home = launch.verl_agent
-    if home is None:
-        raise CcpoError(f"no verl-agent checkout: {GET_VERL_AGENT}")
-    if not (home / "verl" / "trainer" / "main_ppo.py").is_file() or not (home / "agent_system").is_dir():
-        raise CcpoError(f"{home} is not a verl-agent checkout (no verl/trainer/main_ppo.py and agent_system/); {GET_VERL_AGENT}")
-    return home
-
-
-def render_run_script(launch: VerlLaunch) -> str:
-    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    lines = [
-        "#!/usr/bin/env bash",
-        f"# Regenerated by `ccpo train --backend verl` at {stamp} for run {launch.run}.",
-        f"# Arm {launch.arm_spec.name} (fingerprint {launch.arm_spec.fingerprint}); change the protocol,",
-        "# the host profile or the arm and relaunch rather than editing this file.",
-        f"# verl-agent commit: {launch.verl_agent_source.get('commit') or 'not known'}"
-        f" (tested: {launch.verl_agent_source.get('tested_commit', checkout.TESTED_COMMIT)})",
-        f"# Padding rule: {launch.padding_rule.get('rule', 'not recorded')}",
-        f"# Checkpoints: every {launch.checkpoints.get('save_freq')} steps; keep {launch.checkpoints.get('keep')}",
-        *(f"# WARNING: {warning}" for warning in launch.warnings),
-        "set -euo pipefail",
-    ]
-    for name, value in launch.environment.items():
-        lines.append(f"export {name}={shlex.quote(str(value))}")
-    if launch.verl_agent is not None:
-        lines.append(f': "${{{VERL_AGENT_HOME}:={launch.verl_agent}}}"')
-    lines.append(f'cd "${{{VERL_AGENT_HOME}:?set {VERL_AGENT_HOME} to a verl-agent checkout}}"')
-    # The entry module starts Ray with the ccpo worker hook, then runs verl's `main_ppo` (Hydra).
-    command = [f'exec "${{{VERL_PYTHON}:-python3}}" -m {ENTRY_MODULE}']
-    command += [f"    {shlex.quote(item)}" for item in launch.hydra_overrides()]
-    command[-1] += ' "$@"'
-    lines.append(" \\\n".join(command))
-    return "\n".join(lines) + "\n"
-
-
-def write_placeholder_parquets(data_dir: Path, rows: Mapping[str, int], fields: Mapping[str, str]) -> dict[str, Path]:
-    """verl-agent's `{train,test}.parquet`: rows that only carry count and modality.
-
-    Each row is one empty user message; the environment supplies the real observation. Written
-    here because the reference preparation script downloads an unrelated dataset for them.
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    for split, count in rows.items():
-        table = pa.table(
-            {
-                "data_source": [fields["data_source"]] * count,
-                "prompt": [[{"role": "user", "content": ""}] for _ in range(count)],
-                "ability": [fields["ability"]] * count,
-                "extra_info": [{"split": split, "index": index} for index in range(count)],
-            }
-        )
-        path = data_dir / f"{split}.parquet"
-        pq.write_table(table, path)
-        written[split] = path
-    return written
-
-
-def _launched_before(run_dir: Path) -> bool:
-    config = run_dir / "config.json"
-    if not config.is_file():
-        return False
-    try:
-        return bool(json.loads(config.read_text(encoding="utf-8")).get("launched_at"))
-    except (OSError, ValueError):
-        return True
-
-
-def refuse_silent_continuation(launch: VerlLaunch) -> None:
-    if launch.request.resume is None and _launched_before(launch.run_dir):
-        raise InvalidInput(
-            f"run folder {launch.run_dir} belongs to a run that was already launched; pass "
-            "--resume PATH to continue it or --run NAME for a new run"
-        )
-
-
-def prepare_run_folder(launch: VerlLaunch, *, provenance: Mapping[str, Any] | None = None) -> Path:
-    """Write config.json, run.sh and the placeholder data; refuse to reuse a launched run's folder."""
-    refuse_silent_continuation(launch)
-    launch.run_dir.mkdir(parents=True, exist_ok=True)
-    previous = launch.run_dir / "config.json"
-    if _launched_before(launch.run_dir):  # a resume: keep the earlier launch's record beside the new one
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
-        previous.rename(launch.run_dir / f"config.{stamp}.json")
-    write_placeholder_parquets(launch.data_dir, launch.placeholder_rows, launch.placeholder_fields)
-    document = launch.config_document()
-    if provenance:
-        document["provenance"] = dict(provenance)
-    document["written_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    (launch.run_dir / "config.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    script = launch.run_dir / "run.sh"
-    script.write_text(launch.run_script(), encoding="utf-8")
-    script.chmod(0o755)
-    return launch.run_dir
-
-
-def provenance() -> dict[str, Any]:
-    """Code version and package versions of the launching environment."""
-    from ccpo_cli.backends.local.provenance import git_state, package_versions
-
-    commit, dirty = git_state()
-    return {
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "package_versions": package_versions(("ccpo", "ray", "pyarrow", "torch", "transformers")),
-    }
-
-
-def _mark_launched(launch: VerlLaunch, pid: int) -> None:
-    path = launch.run_dir / "config.json"
-    document = json.loads(path.read_text(encoding="utf-8"))
-    document["launched_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    document["pid"] = pid
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    (launch.run_dir / "pid").write_text(f"{pid}\n", encoding="utf-8")
-
-
-def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], *, status: str) -> int:
-    from ccpo_cli.store import ensure_run
-
-    return ensure_run(
-        db,
-        launch.run,
-        arm=launch.arm_spec.name,
-        arm_fingerprint=launch.arm_spec.fingerprint,
-        seed=launch.request.seed,
-        base_model=launch.request.model,
-        backend=BACKEND,
-        total_steps=int(launch.overrides["trainer.total_epochs"]),
-        status=status,
-        hardware=f"{launch.request.nnodes} node(s) x {launch.request.gpus} GPU",
-        git_commit=provenance_info.get("git_commit"),
-        git_dirty=provenance_info.get("git_dirty"),
-        package_versions=provenance_info.get("package_versions"),
-        config=launch.config_document(),
-    )
-
-
-def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
-    """Bring the run's metrics file into runs.db (idempotent; safe to call while it grows)."""
-    from ccpo_cli.store.ingest import ingest_file
-
-    if not launch.metrics_path.is_file() or launch.metrics_path.stat().st_size == 0:
-        return None
-    return ingest_file(
-        db, launch.metrics_path, launch.run, fmt="ccpo", arm=launch.arm_spec.name,
-        arm_fingerprint=launch.arm_spec.fingerprint, backend=BACKEND,
-    )
-
-
-def start(
-    launch: VerlLaunch,
-    db: Any,
-    *,
-    poll_seconds: float = 30.0,
-    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
-) -> int:
-    """Launch run.sh, ingest its metrics while it runs, and return its exit code.
-
-    The launcher follows the trainer (it ignores SIGTERM, so it is stopped by recorded pid);
-    Ctrl-C here stops following and leaves the run going, its pid in the run folder.
-    """
-    home = require_verl_agent(launch)
-    preflight.check_wandb(launch.overrides, launch.request.host_profile, os.environ, Path.home())
-    refuse_silent_continuation(launch)
-    for warning in launch.warnings:
-        log(f"run {launch.run}: warning: {warning}")
-    info = provenance()
-    # The database checks the run's identity (arm, fingerprint, seed, model) before any file changes.
-    record_run(db, launch, info, status="created")
-    prepare_run_folder(launch, provenance=info)
-    env = {**os.environ, **launch.environment, VERL_AGENT_HOME: str(home)}
-    log_path = launch.run_dir / "train.log"
-    from ccpo_cli.store import update_run_state
-
-    try:
-        with log_path.open("ab") as log_file:
-            process = subprocess.Popen(
-                ["bash", str(launch.run_dir / "run.sh")], cwd=home, env=env,
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-    except OSError as error:
-        update_run_state(db, launch.run, status="failed")
-        raise CcpoError(f"run {launch.run}: could not start run.sh ({error})") from None
-    _mark_launched(launch, process.pid)
-    update_run_state(db, launch.run, status="running")
-    log(f"run {launch.run}: started pid {process.pid}; log {log_path}; metrics {launch.metrics_path}")
-    while True:
-        try:
-            code = process.wait(timeout=poll_seconds)
-            break
-        except subprocess.TimeoutExpired:
-            _ingest_progress(db, launch, log)
-    _ingest_progress(db, launch, log)
-    update_run_state(db, launch.run, status="finished" if code == 0 else "failed")
-    return code
-
-
-def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
-    try:
-        report = ingest_metrics(db, launch)
-    except InvalidInput as error:  # reported, and read again at the next poll
-        log(f"run {launch.run}: metrics not ingested yet ({error})")
-        return
-    if report is not None and report.new:
-        log(f"run {launch.run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
-    _keep_newest_and_best(db, launch, log)
-
-
-def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
-    from ccpo_cli.store import best_evaluation, run_evaluations
-
-    best = best_evaluation(run_evaluations(db, launch.run))
-    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"])
-    if removed:
-        log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")

@@ -14,13 +14,9 @@ from typing import Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name
-from ccpo_cli.backends.verl.launcher import (
-    VerlLaunch,
-    VerlLaunchRequest,
-    build_launch,
-    prepare_run_folder,
-    start,
-)
+from ccpo_cli.backends.verl.follow import start
+from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
+from ccpo_cli.backends.verl.run_folder import prepare_run_folder
 from ccpo_cli.errors import CcpoError, UsageError
 
 

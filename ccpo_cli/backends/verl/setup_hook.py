@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.backends.verl import worker_env
 from ccpo_cli.backends.verl.adapter import (
@@ -40,6 +40,9 @@ from ccpo_cli.backends.verl.adapter import (
 )
 from ccpo_cli.backends.verl.imports import when_imported
 from ccpo_cli.backends.verl.worker_env import ESTIMATOR_NAME, ArmMismatch, ArmSpec
+
+if TYPE_CHECKING:  # the arm module loads when a worker resolves its arm, not at hook import
+    from ccpo_cli.arms import Arm
 
 _MARK = "_ccpo_patched"
 # What this process registered: estimator name -> {"arm", "fingerprint"}.
@@ -106,7 +109,7 @@ def verified_arm(spec: ArmSpec | None = None) -> Any:
     return arm
 
 
-def check_config_arm(config: Any, arm: Any) -> None:
+def check_config_arm(config: Any, arm: Arm) -> None:
     """The Hydra `algorithm.ccpo` block, when the trainer passes it, must name the same arm."""
     if config is None or not hasattr(config, "get"):
         return
@@ -126,7 +129,7 @@ def _estimator_name(adv_estimator: Any) -> str:
 
 # ---- advantages ------------------------------------------------------------------------------
 
-def _estimate(inputs: dict, arm: Any, padding: str | None = None) -> tuple[Any, dict[str, float]]:
+def _estimate(inputs: dict, arm: Arm, padding: str | None = None) -> tuple[Any, dict[str, float]]:
     """The arm's (n, L) advantages through the one estimator entry point, and a few diagnostics."""
     import numpy as np
 
@@ -142,7 +145,7 @@ def _estimate(inputs: dict, arm: Any, padding: str | None = None) -> tuple[Any, 
     return result.advantages, diagnostics
 
 
-def apply_arm(data: Any, arm: Any, padding: str | None = None) -> Any:
+def apply_arm(data: Any, arm: Arm, padding: str | None = None) -> Any:
     """Compute the arm's advantages for a DataProto-like batch, in place (and return it).
 
     `padding` overrides the arm's padding rule (`inert` / `upstream`, estimators/padding.py).

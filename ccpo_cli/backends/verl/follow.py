@@ -1,0 +1,133 @@
+"""Starting a verl launch and following it: the run's row in runs.db, its metrics ingested while
+it trains, and its checkpoints kept to the newest and the best-evaluated.
+
+Nothing starts until the checks that would otherwise fail hours later have passed (a verl-agent
+checkout, wandb credentials, no silent continuation) and the database has accepted the run's
+identity (arm, fingerprint, seed, model).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ccpo_cli.backends.verl import checkout, preflight, run_folder
+from ccpo_cli.backends.verl.launcher import BACKEND, VerlLaunch
+from ccpo_cli.errors import CcpoError, InvalidInput
+
+
+def provenance() -> dict[str, Any]:
+    """Code version and package versions of the launching environment."""
+    from ccpo_cli.backends.local.provenance import git_state, package_versions
+
+    commit, dirty = git_state()
+    return {
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "package_versions": package_versions(("ccpo", "ray", "pyarrow", "torch", "transformers")),
+    }
+
+
+def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], *, status: str) -> int:
+    from ccpo_cli.store import ensure_run
+
+    return ensure_run(
+        db,
+        launch.run,
+        arm=launch.arm_spec.name,
+        arm_fingerprint=launch.arm_spec.fingerprint,
+        seed=launch.request.seed,
+        base_model=launch.request.model,
+        backend=BACKEND,
+        total_steps=int(launch.overrides["trainer.total_epochs"]),
+        status=status,
+        hardware=f"{launch.request.nnodes} node(s) x {launch.request.gpus} GPU",
+        git_commit=provenance_info.get("git_commit"),
+        git_dirty=provenance_info.get("git_dirty"),
+        package_versions=provenance_info.get("package_versions"),
+        config=launch.config_document(),
+    )
+
+
+def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
+    """Bring the run's metrics file into runs.db (idempotent; safe to call while it grows)."""
+    from ccpo_cli.store.ingest import ingest_file
+
+    if not launch.metrics_path.is_file() or launch.metrics_path.stat().st_size == 0:
+        return None
+    return ingest_file(
+        db, launch.metrics_path, launch.run, fmt="ccpo", arm=launch.arm_spec.name,
+        arm_fingerprint=launch.arm_spec.fingerprint, backend=BACKEND,
+    )
+
+
+def start(
+    launch: VerlLaunch,
+    db: Any,
+    *,
+    poll_seconds: float = 30.0,
+    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+) -> int:
+    """Launch run.sh, ingest its metrics while it runs, and return its exit code.
+
+    The launcher follows the trainer (it ignores SIGTERM, so it is stopped by recorded pid);
+    Ctrl-C here stops following and leaves the run going, its pid in the run folder.
+    """
+    home = checkout.require(launch.verl_agent)
+    preflight.check_wandb(launch.overrides, launch.request.host_profile, os.environ, Path.home())
+    run_folder.refuse_silent_continuation(launch)
+    for warning in launch.warnings:
+        log(f"run {launch.run}: warning: {warning}")
+    info = provenance()
+    # The database checks the run's identity (arm, fingerprint, seed, model) before any file changes.
+    record_run(db, launch, info, status="created")
+    run_folder.prepare_run_folder(launch, provenance=info)
+    env = {**os.environ, **launch.environment, checkout.VERL_AGENT_HOME: str(home)}
+    log_path = launch.run_dir / "train.log"
+    from ccpo_cli.store import update_run_state
+
+    try:
+        with log_path.open("ab") as log_file:
+            process = subprocess.Popen(
+                ["bash", str(launch.run_dir / run_folder.RUN_SCRIPT)], cwd=home, env=env,
+                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+    except OSError as error:
+        update_run_state(db, launch.run, status="failed")
+        raise CcpoError(f"run {launch.run}: could not start run.sh ({error})") from None
+    run_folder.mark_launched(launch, process.pid)
+    update_run_state(db, launch.run, status="running")
+    log(f"run {launch.run}: started pid {process.pid}; log {log_path}; metrics {launch.metrics_path}")
+    while True:
+        try:
+            code = process.wait(timeout=poll_seconds)
+            break
+        except subprocess.TimeoutExpired:
+            _ingest_progress(db, launch, log)
+    _ingest_progress(db, launch, log)
+    update_run_state(db, launch.run, status="finished" if code == 0 else "failed")
+    return code
+
+
+def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
+    try:
+        report = ingest_metrics(db, launch)
+    except InvalidInput as error:  # reported, and read again at the next poll
+        log(f"run {launch.run}: metrics not ingested yet ({error})")
+        return
+    if report is not None and report.new:
+        log(f"run {launch.run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
+    _keep_newest_and_best(db, launch, log)
+
+
+def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
+    from ccpo_cli.store import best_evaluation, run_evaluations
+
+    best = best_evaluation(run_evaluations(db, launch.run))
+    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"])
+    if removed:
+        log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")
