@@ -29,12 +29,12 @@ from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this module's API
-    TIMEOUT_ENV,
     HubTimeouts,
     hub_timeouts,
-    is_timeout,
+    remote_error,
     resolve_timeouts,
     resolve_token,
+    transport_errors,
 )
 from ccpo_cli.names import check_repo_id, check_run_name
 
@@ -147,35 +147,6 @@ def write_plan(plan: dict[str, Any], folder: Path) -> Path:
 # --- talking to the Hub ------------------------------------------------------------------
 
 
-def _scrub(text: str, token: str | None) -> str:
-    return text.replace(token, "***") if token else text
-
-
-def _remote_error(error: Exception, token: str | None, repo_id: str, what: str) -> RemoteError:
-    from huggingface_hub.errors import HfHubHTTPError
-
-    if isinstance(error, HfHubHTTPError) and error.response is not None:
-        status = error.response.status_code
-        if status == 412:
-            return RemoteError(
-                f"{repo_id}: the repository changed on the Hub while ccpo was publishing ({what}: 412, "
-                "a commit has happened since ccpo read it); nothing was overwritten. Run the publish again "
-                "to merge with the new state"
-            )
-        if status in (401, 403):
-            return RemoteError(f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN")
-        detail = _scrub(str(error).splitlines()[0], token)
-        return RemoteError(f"{repo_id}: {what} failed with HTTP {status}: {detail}")
-    if is_timeout(error):
-        return RemoteError(
-            f"{repo_id}: {what} failed: the Hub did not answer in time ({type(error).__name__}); "
-            f"raise --timeout / {TIMEOUT_ENV} for a slow connection"
-        )
-    if isinstance(error, ValueError):  # e.g. the Hub rejected the README metadata
-        return RemoteError(f"{repo_id}: {what} failed: {_scrub(str(error), token)}")
-    return RemoteError(f"{repo_id}: {what} failed, the Hub is unreachable: {_scrub(str(error), token)}")
-
-
 @dataclass
 class _Hub:
     api: Any
@@ -187,18 +158,8 @@ class _Hub:
 
         try:
             return function(*args, **kwargs)
-        except (HfHubHTTPError, *_transport_errors(), OSError, ValueError) as error:
-            raise _remote_error(error, self.token, self.repo_id, what) from None
-
-
-def _transport_errors() -> tuple[type[BaseException], ...]:
-    """Connection failures of the HTTP client this huggingface_hub uses: from 1.0 on the httpx it
-    exposes as `huggingface_hub.utils.httpx`; 0.3x uses requests, whose errors are OSErrors already."""
-    try:
-        from huggingface_hub.utils import httpx
-    except ImportError:
-        return ()
-    return (httpx.HTTPError,)
+        except (HfHubHTTPError, *transport_errors(), OSError, ValueError) as error:
+            raise remote_error(error, self.token, self.repo_id, what) from None
 
 
 def check_endpoint_supported(endpoint: str) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ccpo_cli.errors import InvalidInput
+from ccpo_cli.errors import InvalidInput, RemoteError
 
 TIMEOUT_ENV = "CCPO_HUB_TIMEOUT"
 # Connect fails fast; read is generous, since a large upload's final answer can take minutes.
@@ -145,5 +145,52 @@ def _requests_session(timeouts: HubTimeouts):  # huggingface_hub 0.3x (CI's .ven
     return session
 
 
-def is_timeout(error: BaseException) -> bool:
-    return isinstance(error, TimeoutError) or "Timeout" in type(error).__name__
+def is_timeout(error: BaseException | None) -> bool:
+    """A timeout, or an error raised while handling one (snapshot downloads wrap the timeout)."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, TimeoutError) or "Timeout" in type(error).__name__:
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
+def scrub(text: str, token: str | None) -> str:
+    """One line, without the token."""
+    text = " ".join(text.split())
+    return text.replace(token, "***") if token else text
+
+
+def remote_error(error: Exception, token: str | None, repo_id: str, what: str) -> RemoteError:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(error, HfHubHTTPError) and error.response is not None:
+        status = error.response.status_code
+        if status == 412:
+            return RemoteError(
+                f"{repo_id}: the repository changed on the Hub while ccpo was publishing ({what}: 412, "
+                "a commit has happened since ccpo read it); nothing was overwritten. Run the publish again "
+                "to merge with the new state"
+            )
+        if status in (401, 403):
+            return RemoteError(f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN")
+        detail = scrub(str(error).splitlines()[0], token)
+        return RemoteError(f"{repo_id}: {what} failed with HTTP {status}: {detail}")
+    if is_timeout(error):
+        return RemoteError(
+            f"{repo_id}: {what} failed: the Hub did not answer in time ({type(error).__name__}); "
+            f"raise --timeout / {TIMEOUT_ENV} for a slow connection"
+        )
+    if isinstance(error, ValueError):  # e.g. the Hub rejected the README metadata
+        return RemoteError(f"{repo_id}: {what} failed: {scrub(str(error), token)}")
+    return RemoteError(f"{repo_id}: {what} failed, the Hub is unreachable: {scrub(str(error), token)}")
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection failures of the HTTP client this huggingface_hub uses: from 1.0 on the httpx it
+    exposes as `huggingface_hub.utils.httpx`; 0.3x uses requests, whose errors are OSErrors already."""
+    try:
+        from huggingface_hub.utils import httpx
+    except ImportError:
+        return ()
+    return (httpx.HTTPError,)

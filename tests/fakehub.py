@@ -237,6 +237,8 @@ def _make_handler(hub: FakeHub):
                 return self._send(200, {"name": hub.user, "type": "user", "orgs": [],
                                         "auth": {"accessToken": {"role": "write"}}})
             parts = path.strip("/").split("/")
+            if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "tree":
+                return self._tree(f"{parts[2]}/{parts[3]}", unquote(parts[5]), "/".join(parts[6:]))
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 repo_id = f"{parts[2]}/{parts[3]}"
                 revision = "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
@@ -265,6 +267,19 @@ def _make_handler(hub: FakeHub):
                 siblings.append(sibling)
             self._send(200, {"id": repo_id, "modelId": repo_id, "sha": commit.oid, "private": repo.private,
                              "siblings": siblings, "tags": [], "downloads": 0, "likes": 0})
+
+        def _tree(self, repo_id: str, revision: str, folder: str):
+            """The files under `folder` (recursive), as snapshot downloads list them first."""
+            repo = hub.repos.get(repo_id)
+            if not self._visible(repo):
+                return self._error(404, "Repository not found", "RepoNotFound")
+            commit = repo.head(revision)
+            if commit is None:
+                return self._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+            prefix = f"{folder.strip('/')}/" if folder.strip("/") else ""
+            self._send(200, [{"type": "file", "path": name, "size": len(content),
+                              "oid": hashlib.sha1(content).hexdigest()}
+                             for name, content in sorted(commit.files.items()) if name.startswith(prefix)])
 
         def _resolve(self, repo_id: str, revision: str, file_path: str):
             repo = hub.repos.get(repo_id)

@@ -41,11 +41,43 @@ def check_model_folder(path: str | Path) -> None:
     raise InvalidInput(f"{path}: not a model folder (no config.json)")
 
 
+# What a model needs to load; a repository's other formats (ONNX, GGUF, ...) are never fetched.
+MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja")
+
+
+def download_model(repo_id: str) -> Path:
+    """Fetch a Hub model's config, tokenizer and weights into the Hugging Face cache, every request
+    under ccpo's Hub timeouts (CCPO_HUB_TIMEOUT, else 10 s connect / 300 s read); a Hub that fails,
+    refuses or never answers is exit 4. PyTorch `.bin` weights are fetched only when the
+    repository has no safetensors."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+    from huggingface_hub.utils import validate_repo_id
+
+    from ccpo_cli.hub_access import hub_timeouts, remote_error, resolve_timeouts, transport_errors
+
+    try:
+        validate_repo_id(repo_id)
+    except ValueError:
+        raise InvalidInput(f"--model {repo_id}: no such folder, and not a Hub model id either") from None
+    timeouts = resolve_timeouts()
+    try:
+        with hub_timeouts(timeouts):
+            folder = Path(snapshot_download(repo_id, allow_patterns=list(MODEL_FILE_PATTERNS)))
+            if not any(folder.glob("*.safetensors")):
+                folder = Path(snapshot_download(repo_id, allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"]))
+    except (HfHubHTTPError, *transport_errors(), OSError) as error:
+        raise remote_error(error, None, repo_id, "downloading the model") from None
+    return folder
+
+
 def load_model_and_tokenizer(path: str | Path, device: str = "cpu"):
-    """Load a causal LM and its tokenizer from a local folder or hub id (no download in tests)."""
+    """Load a causal LM and its tokenizer from a local folder, or a Hub id fetched first."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_model_folder(path)
+    if not Path(path).exists():
+        path = download_model(str(path))
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path))
