@@ -1,16 +1,18 @@
-"""Runs per hour and seconds per environment step of a matrix run: today's path (no transition
-cache, 48 loaded games per worker) against the transition cache (`ccpo_cli.envs.transitions`)
-and against all levers together: the cache, more games kept loaded per worker (so the evaluation
-panel survives the training games between two evaluations) and a frozen inherited heap in the
-forked workers (`gc.freeze`), side by side in one process.
+"""Runs per hour and seconds per environment step of a matrix run: the code of 10b371c's
+defaults (transition cache on, evaluations from step 0) against each lever, side by side in one
+process.
+
+The levers: the exact transition cache (`ccpo_cli.envs.transitions`) off, and evaluations only
+from the compared window on (`--eval-from`, the matrix default): the untrained policy and the
+early steps fail most games, so their evaluations are the longest and are never compared.
 
 Each variant trains the same short runs (same arm, same seeds) with the local backend; the
-variants alternate run by run (off, on, off, on, ...) so that a change in machine load hits
-both alike. The cache is exact, so each pair of runs must produce identical rollouts and
-evaluations; the script checks that and says so.
+variants alternate run by run so that a change in machine load hits all alike. Training is the
+same in every variant, so each run's rollouts and its evaluations at the steps the variants share
+must be identical; the script checks that and says so.
 
-    python scripts/bench_matrix.py                      # 2 runs x 10 steps per variant, 32-game evals
-    python scripts/bench_matrix.py --runs 3 --steps 20  # longer runs: the policy sharpens, more hits
+    python scripts/bench_matrix.py                      # 2 runs x 20 steps per variant, whole panel
+    python scripts/bench_matrix.py --runs 3 --steps 10 --eval-games 32   # a quicker look
 
 Runs per hour counts a run's whole wall time (worker start-up, training, evaluations,
 checkpoints); seconds per env step divide rollout and evaluation time by the engine steps taken.
@@ -25,12 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# (label, transition-cache edges per worker, loaded games kept per worker, freeze the inherited
-# heap in workers); None: the default.
+# (label, transition-cache edges per worker, evaluate from the window on)
 VARIANTS = (
-    ("today", 0, 48, False),
-    ("transition cache", None, 48, False),
-    ("cache+freeze+160 games", None, 160, True),
+    ("10b371c defaults", 60_000, False),
+    ("no transition cache", 0, False),
+    ("no cache, window evals", 0, True),
 )
 
 
@@ -38,35 +39,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arm", default="return-hard")
     parser.add_argument("--runs", type=int, default=2, help="runs per variant (seeds 0..runs-1)")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--eval-every", type=int, default=5)
-    parser.add_argument("--eval-games", type=int, default=32)
+    parser.add_argument("--eval-games", type=int, default=None, help="default: the whole 128-game panel")
     parser.add_argument("--workers", type=int, default=2)
     return parser.parse_args(argv)
 
 
-def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int | None,
-            loaded_games: int, freeze: bool) -> dict:
+def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int, window_evals: bool) -> dict:
     from ccpo_cli.backends.local import train_arm
     from ccpo_cli.backends.local import workers as rollout_workers
 
-    saved = (rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE,
-             rollout_workers.FREEZE_INHERITED_HEAP)
-    if entries is not None:
-        rollout_workers.TRANSITION_CACHE_ENTRIES = entries
-    rollout_workers.SESSION_CACHE_SIZE = loaded_games
-    rollout_workers.FREEZE_INHERITED_HEAP = freeze
+    saved = rollout_workers.TRANSITION_CACHE_ENTRIES
+    rollout_workers.TRANSITION_CACHE_ENTRIES = entries
     before = dict(rollout_workers.TRANSITION_TOTALS)
     started = time.perf_counter()
     try:
         result = train_arm(args.arm, name, folder / "runs.db", seed=seed, steps=args.steps, tasks=args.tasks,
                            group=args.group, eval_every=args.eval_every, eval_games=args.eval_games,
-                           workers=args.workers, run_dir=folder / name)
+                           eval_from=args.steps // 2 if window_evals else 0, workers=args.workers,
+                           run_dir=folder / name)
     finally:
-        (rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE,
-         rollout_workers.FREEZE_INHERITED_HEAP) = saved
+        rollout_workers.TRANSITION_CACHE_ENTRIES = saved
     wall = time.perf_counter() - started
     metrics = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
     counts = {key: rollout_workers.TRANSITION_TOTALS[key] - before[key] for key in before}
@@ -80,6 +76,12 @@ def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entrie
         "evaluations": [(e["step"], e["successes"]) for e in result.evaluations],
         **counts,
     }
+
+
+def same_shared_evaluations(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> bool:
+    """Equal (step, successes) at every step both evaluated, and at least one such step."""
+    steps = {step for step, _ in a} & {step for step, _ in b}
+    return bool(steps) and [e for e in a if e[0] in steps] == [e for e in b if e[0] in steps]
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -104,31 +106,31 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="ccpo-bench-matrix-") as tmp:
         folder = Path(tmp)
         for seed in range(args.runs):
-            for index, (label, entries, loaded_games, freeze) in enumerate(VARIANTS):
+            for index, (label, entries, window_evals) in enumerate(VARIANTS):
                 name = f"bench-v{index}-seed{seed}"
-                run = one_run(args, folder, name, seed, entries, loaded_games, freeze)
+                run = one_run(args, folder, name, seed, entries, window_evals)
                 results[label].append(run)
                 print(f"{name}: {run['wall_s']:.1f} s, {run['train_env_steps'] + run['eval_env_steps']:.0f} env steps",
                       file=sys.stderr, flush=True)
     summaries = [summarize(results[label]) for label, *_ in VARIANTS]
     base = summaries[0]
     identical = all(
-        run["rollouts"] == reference["rollouts"] and run["evaluations"] == reference["evaluations"]
+        run["rollouts"] == reference["rollouts"] and same_shared_evaluations(run["evaluations"], reference["evaluations"])
         for label, *_ in VARIANTS[1:] for run, reference in zip(results[label], results[VARIANTS[0][0]])
     )
     print(f"{args.runs} runs per variant x {args.steps} steps ({args.tasks} tasks x {args.group} rollouts), "
-          f"{args.eval_games}-game evaluations every {args.eval_every} steps, {args.workers} workers, arm {args.arm}")
+          f"{args.eval_games or 'whole-panel'} evaluations every {args.eval_every} steps, {args.workers} workers, arm {args.arm}")
     print(f"{'':28}{'runs/hour':>11}{'s/env step':>12}{'train':>9}{'eval':>9}{'hit rate':>10}")
     for (label, *_), summary in zip(VARIANTS, summaries):
         hit = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.1%}"
         print(f"{label:28}{summary['runs_per_hour']:11.1f}{summary['s_per_step_all'] * 1000:10.2f}ms"
               f"{summary['s_per_step_train'] * 1000:7.2f}ms{summary['s_per_step_eval'] * 1000:7.2f}ms{hit:>10}")
     for (label, *_), new in zip(VARIANTS[1:], summaries[1:]):
-        print(f"{'ratio to today: ' + label[:12]:28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
+        print(f"{'ratio: ' + label[:21]:28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
               f"{new['s_per_step_all'] / base['s_per_step_all']:11.2f}x"
               f"{new['s_per_step_train'] / base['s_per_step_train']:8.2f}x"
               f"{new['s_per_step_eval'] / base['s_per_step_eval']:8.2f}x")
-    print(f"identical rollouts and evaluations in every variant: {'yes' if identical else 'NO'}")
+    print(f"identical rollouts and shared evaluations in every variant: {'yes' if identical else 'NO'}")
     return 0 if identical else 1
 
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from ccpo_cli.backends.local.matrix import parse_seed_list, progress_line, run_matrix
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import UsageError
-from ccpo_cli.store import get_run, list_runs, open_db
+from ccpo_cli.store import get_run, list_runs, open_db, run_evaluations
 
 runner = CliRunner()
 TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0)
@@ -56,6 +56,8 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     (pair,) = result.comparison["power"]["pairs"]
     assert pair["test"] == "paired t" and pair["n_pairs"] == 2 and pair["detect"] == 5.0
     assert result.comparison["window_start"] == 1 and result.comparison["isolation"]["estimator_only"]
+    # Evaluations start at the window: the untrained policy's is the same in every arm.
+    assert sorted(row["step"] for row in run_evaluations(db, "m-grpo-seed0")) == [1, 2]
     assert lines[0].startswith("runs 1/4") and lines[-1].startswith("runs 4/4") and "MDD grpo vs return-hard" in lines[-1]
     # A restarted matrix reuses the finished runs instead of training them again.
     again = run_matrix(db_path, ["grpo", "return-hard"], [0, 1], 30.0, prefix="m", **TINY, **game_dirs)

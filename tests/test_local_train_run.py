@@ -170,6 +170,16 @@ def test_bad_options_are_usage_errors(game_dirs, tmp_path):
         train_arm("grpo", "bad", tmp_path / "b.db", seed=0, **dict(SHORT, group=0), **game_dirs)
     with pytest.raises(UsageError, match="unknown"):
         train_arm("grpo", "bad", tmp_path / "b.db", seed=0, colour="blue", **SHORT, **game_dirs)
+    with pytest.raises(UsageError, match="--eval-from"):
+        train_arm("grpo", "bad", tmp_path / "b.db", seed=0, eval_from=3, **SHORT, **game_dirs)
+
+
+def test_evaluations_can_start_later_and_always_include_the_last_step(game_dirs, tmp_path):
+    db_path = tmp_path / "runs.db"
+    schedule = dict(SHORT, steps=5, eval_every=2, eval_from=2)
+    result = train_arm("grpo", "late", db_path, seed=1, workers=0, **schedule, **game_dirs)
+    assert [e["step"] for e in run_evaluations(open_db(db_path), "late")] == [2, 4, 5]
+    assert [e["step"] for e in result.evaluations] == [2, 4, 5]
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from ccpo_cli.backends.local.matrix import DEFAULT_EVAL_EVERY, DEFAULT_EVAL_GAMES, DEFAULT_STEPS
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stdout_console
 
 
@@ -17,11 +18,12 @@ def matrix(
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-9 or 0,1,2; every arm runs every seed.")] = "0-9",
     minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
     prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
-    steps: Annotated[int | None, typer.Option("--steps", help="Training steps per run.")] = None,
+    steps: Annotated[int | None, typer.Option("--steps", help=f"Training steps per run (default: {DEFAULT_STEPS}).")] = None,
     tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
     group: Annotated[int | None, typer.Option("--group", help="Rollouts per game.")] = None,
-    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
-    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games.")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help=f"Held-out evaluation every K steps (default: {DEFAULT_EVAL_EVERY}).")] = None,
+    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the whole panel).")] = None,
+    eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the window start; 0 adds the untrained policy and the early curve).")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
     window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: half of --steps).")] = None,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
@@ -29,14 +31,7 @@ def matrix(
     as_json: JsonOption = False,
 ) -> None:
     """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""
-    from ccpo_cli.backends.local.matrix import (
-        DEFAULT_EVAL_EVERY,
-        DEFAULT_EVAL_GAMES,
-        DEFAULT_STEPS,
-        parse_arm_list,
-        parse_seed_list,
-        run_matrix,
-    )
+    from ccpo_cli.backends.local.matrix import parse_arm_list, parse_seed_list, run_matrix
     from ccpo_cli.errors import UsageError
     from ccpo_cli.report.tables import comparison_renderables
 
@@ -49,7 +44,7 @@ def matrix(
         steps=DEFAULT_STEPS if steps is None else steps,
         eval_every=DEFAULT_EVAL_EVERY if eval_every is None else eval_every,
         eval_games=DEFAULT_EVAL_GAMES if eval_games is None else eval_games,
-        window_start=window_start, detect=detect,
+        eval_from=eval_from, window_start=window_start, detect=detect,
         progress=lambda line: info(ctx, f"[matrix] {line}"), **options,
     )
     info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "

@@ -94,6 +94,7 @@ def train(
     as_json: JsonOption = False,
     # local backend
     eval_games: Annotated[int | None, typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
+    eval_from: Annotated[int | None, typer.Option("--eval-from", help="local: first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="local: rollout worker processes.")] = None,
     time_budget: Annotated[float | None, typer.Option("--time-budget", help="local: stop after this many minutes of training wall time.")] = None,
     dump_batches: Annotated[bool | None, typer.Option("--dump-batches/--no-dump-batches", help="local: save each step's estimator batch as .npz.")] = None,
@@ -118,7 +119,7 @@ def train(
     _refuse_other_backend_options(chosen, {
         "--model": model, "--gpus": gpus, "--nnodes": None if nnodes == 1 else nnodes, "--ray-address": ray_address,
         "--host-profile": None if host_profile == "reference" else host_profile, "--save-every": save_every,
-    }, {"--eval-games": eval_games, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
+    }, {"--eval-games": eval_games, "--eval-from": eval_from, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
     db_path = settings(ctx).db
     schedule = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps}
 
@@ -130,7 +131,7 @@ def train(
 
         local_runs = train_local(LocalTrainRequest(
             arm=arm, seeds=seed_values, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
-            eval_games=eval_games, workers=workers, dump_batches=dump_batches,
+            eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
         ), log)
         if as_json:

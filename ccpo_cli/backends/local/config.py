@@ -24,6 +24,9 @@ class TrainConfig:
     max_steps: int = 50
     temperature: float = 1.0
     eval_every: int = 10
+    # First evaluated step; later evaluations every `eval_every` steps from it. 0 includes the
+    # untrained policy; a matrix starts at its window, since earlier evaluations are not compared.
+    eval_from: int = 0
     # None: the whole held-out panel; N: a fixed, type-balanced subset of N panel games.
     eval_games: int | None = None
     # Game folders (ALFWorld json_2.1.1 layout) instead of the shipped pool / panel.

@@ -21,10 +21,11 @@ from typing import Any
 
 from ccpo_cli.errors import InvalidInput, UsageError
 
-# Matrix defaults: short runs, more seeds (see docs/local-backend.md, "Telling estimators apart").
-DEFAULT_STEPS = 40
-DEFAULT_EVAL_EVERY = 10
-DEFAULT_EVAL_GAMES = 64
+# Matrix defaults: short runs and more seeds, each window evaluated on the whole 128-game panel
+# (None), evaluations only from the window on (docs/local-backend.md, "Telling estimators apart").
+DEFAULT_STEPS = 20
+DEFAULT_EVAL_EVERY = 5
+DEFAULT_EVAL_GAMES: int | None = None
 
 
 def parse_seed_list(text: str) -> list[int]:
@@ -103,6 +104,7 @@ def run_matrix(
     steps: int = DEFAULT_STEPS,
     eval_every: int = DEFAULT_EVAL_EVERY,
     eval_games: int | None = DEFAULT_EVAL_GAMES,
+    eval_from: int | None = None,
     window_start: int | None = None,
     detect: float | None = None,
     progress: Callable[[str], None] | None = None,
@@ -113,7 +115,8 @@ def run_matrix(
     """Train `arms` × `seeds` seed-major within `minutes` and compare the complete blocks.
 
     `train_options` go to `train_arm` (tasks, group, workers, eval_temperature, ...). The
-    window of the comparison starts at `window_start` (default: half of `steps`).
+    window of the comparison starts at `window_start` (default: half of `steps`), and so do the
+    evaluations unless `eval_from` says otherwise: earlier ones are never compared.
     """
     from ccpo_cli.arms import load_arm
     from ccpo_cli.backends.local.trainer import train_arm
@@ -128,6 +131,7 @@ def run_matrix(
         raise UsageError("a matrix needs distinct seeds")
     loaded = [load_arm(arm) for arm in arms]  # every arm checked before anything trains
     window = steps // 2 if window_start is None else window_start
+    first_evaluation = window if eval_from is None else eval_from
     budget_s = minutes * 60.0
     progress = progress or (lambda message: None)
     db = open_db(db_path)
@@ -152,7 +156,8 @@ def run_matrix(
             for arm, name in zip(loaded, names):
                 if not _finished(db, name):
                     train_arm(arm, name, db_path, seed=seed, steps=steps, eval_every=eval_every,
-                              eval_games=eval_games, resume=True, log=log, **train_options)
+                              eval_from=first_evaluation, eval_games=eval_games, resume=True, log=log,
+                              **train_options)
                 done += 1
                 if name != names[-1]:  # a block's last run is reported with the new power below
                     progress(progress_line(done, total, clock() - started, budget_s, power))

@@ -33,6 +33,7 @@ class LocalTrainRequest:
     eval_every: int | None = None
     max_steps: int | None = None  # turn limit per episode
     eval_games: int | None = None
+    eval_from: int | None = None
     workers: int | None = None
     dump_batches: bool | None = None
     time_budget_s: float | None = None
@@ -44,7 +45,8 @@ class LocalTrainRequest:
         """The options given, as `train_arm` keywords."""
         given = {
             "steps": self.steps, "tasks": self.tasks, "group": self.group, "eval_every": self.eval_every,
-            "max_steps": self.max_steps, "eval_games": self.eval_games, "workers": self.workers,
+            "max_steps": self.max_steps, "eval_games": self.eval_games, "eval_from": self.eval_from,
+            "workers": self.workers,
             "dump_batches": self.dump_batches, "time_budget_s": self.time_budget_s,
         }
         return {key: value for key, value in given.items() if value is not None}

@@ -4,9 +4,10 @@ One training step: sample `tasks` games from the training pool, play `group` epi
 with the current policy (temperature 1), build the `ccpo estimate` batch (with the frozen
 reference's state vectors as `phi_feats`), compute advantages with the arm's estimator through
 the same entry point as `ccpo estimate`, and take PPO-clip epochs with a k3 KL penalty to the
-reference. Every `eval_every` steps (and at step 0, the untrained policy) the held-out panel is
-played at temperature 0.4 and recorded in runs.db at once. The run's provenance is recorded
-before step 1, the hash of step 1's rollouts right after it.
+reference. Every `eval_every` steps from `eval_from` (by default from step 0, the untrained
+policy) and at the last step, the held-out panel is played at temperature 0.4 and recorded in
+runs.db at once. The run's provenance is recorded before step 1, the hash of step 1's rollouts
+right after it.
 
 Randomness is derived from (seed, step, ...) rather than carried along, so a resumed run
 continues exactly as an uninterrupted one would, and every arm with the same seed plays the
@@ -273,6 +274,8 @@ def _validate(config: TrainConfig) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
     if config.eval_every < 0:
         raise UsageError(f"--eval-every must be >= 0, got {config.eval_every}")
+    if not 0 <= config.eval_from <= config.steps:
+        raise UsageError(f"--eval-from must be between 0 and --steps ({config.steps}), got {config.eval_from}")
     if config.eval_games is not None and config.eval_games < 1:
         raise UsageError(f"--eval-games must be at least 1, got {config.eval_games}")
     if config.workers < 0:
@@ -328,7 +331,7 @@ def train_arm(
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool:
         try:
-            if not resumed and config.eval_every:
+            if not resumed and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
             step = run.step
             while step < config.steps:
@@ -346,7 +349,8 @@ def train_arm(
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
-                if config.eval_every and (step % config.eval_every == 0 or last):
+                due = step >= config.eval_from and (step - config.eval_from) % max(config.eval_every, 1) == 0
+                if config.eval_every and (due or last):
                     _report_eval(log, run.evaluate(rollout_pool, step, metrics["train/success_rate"]))
                     run.checkpoint(step)
                 elif last:
