@@ -251,13 +251,22 @@ def _make_handler(hub: FakeHub):
         def _visible(self, repo: Repo | None) -> bool:
             return repo is not None and (not repo.private or self._authorized())
 
-        def _model_info(self, repo_id: str, revision: str, with_sizes: bool):
+        def _visible_commit(self, repo_id: str, revision: str) -> tuple[Repo | None, Commit | None]:
+            """The repository and its commit at `revision`; (None, None) once a 404 is sent."""
             repo = hub.repos.get(repo_id)
             if not self._visible(repo):
-                return self._error(404, "Repository not found", "RepoNotFound")
+                self._error(404, "Repository not found", "RepoNotFound")
+                return None, None
             commit = repo.head(revision)
             if commit is None:
-                return self._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+                self._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+                return None, None
+            return repo, commit
+
+        def _model_info(self, repo_id: str, revision: str, with_sizes: bool):
+            repo, commit = self._visible_commit(repo_id, revision)
+            if commit is None:
+                return
             siblings = []
             for name, content in sorted(commit.files.items()):
                 sibling = {"rfilename": name}
@@ -270,12 +279,9 @@ def _make_handler(hub: FakeHub):
 
         def _tree(self, repo_id: str, revision: str, folder: str):
             """The files under `folder` (recursive), as snapshot downloads list them first."""
-            repo = hub.repos.get(repo_id)
-            if not self._visible(repo):
-                return self._error(404, "Repository not found", "RepoNotFound")
-            commit = repo.head(revision)
+            _, commit = self._visible_commit(repo_id, revision)
             if commit is None:
-                return self._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+                return
             prefix = f"{folder.strip('/')}/" if folder.strip("/") else ""
             self._send(200, [{"type": "file", "path": name, "size": len(content),
                               "oid": hashlib.sha1(content).hexdigest()}
