@@ -60,9 +60,8 @@ def download_model(repo_id: str) -> Path:
         validate_repo_id(repo_id)
     except ValueError:
         raise InvalidInput(f"--model {repo_id}: no such folder, and not a Hub model id either") from None
-    timeouts = resolve_timeouts()
     try:
-        with hub_timeouts(timeouts):
+        with hub_timeouts(resolve_timeouts()):
             folder = Path(snapshot_download(repo_id, allow_patterns=list(MODEL_FILE_PATTERNS)))
             if not any(folder.glob("*.safetensors")):
                 folder = Path(snapshot_download(repo_id, allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"]))

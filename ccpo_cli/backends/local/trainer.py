@@ -349,8 +349,8 @@ def train_arm(
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
-                due = step >= config.eval_from and (step - config.eval_from) % max(config.eval_every, 1) == 0
-                if config.eval_every and (due or last):
+                if config.eval_every and (last or (step >= config.eval_from
+                                                   and (step - config.eval_from) % config.eval_every == 0)):
                     _report_eval(log, run.evaluate(rollout_pool, step, metrics["train/success_rate"]))
                     run.checkpoint(step)
                 elif last:
