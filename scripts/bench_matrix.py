@@ -1,10 +1,16 @@
-"""Runs per hour and seconds per environment step of a matrix run: the code of 10b371c's
-defaults (transition cache on, evaluations from step 0) against each lever, side by side in one
-process.
+"""Runs per hour and seconds per environment step of a matrix run: 10b371c's defaults against
+today's levers, side by side in one process.
 
-The levers: the exact transition cache (`ccpo_cli.envs.transitions`) off, and evaluations only
-from the compared window on (`--eval-from`, the matrix default): the untrained policy and the
-early steps fail most games, so their evaluations are the longest and are never compared.
+The variants:
+- "10b371c defaults": transition cache on (60 000 edges), 48 loaded games per worker,
+  evaluations every 5 steps from step 0;
+- "engine levers": transition cache off, 320 loaded games per worker (the whole panel stays
+  loaded between evaluations), TextWorld's derivation symbols copied directly instead of by
+  `copy.deepcopy` (`ccpo_cli.envs.memo`), the same evaluation schedule, so its seconds per env
+  step compare like for like;
+- "matrix defaults now": the engine levers, and evaluations every 2 steps only from the compared
+  window on (`--eval-from`): the untrained policy and the early steps fail most games, so their
+  evaluations are the longest and are never compared.
 
 Each variant trains the same short runs (same arm, same seeds) with the local backend; the
 variants alternate run by run so that a change in machine load hits all alike. Training is the
@@ -25,13 +31,24 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-# (label, transition-cache edges per worker, evaluate from the window on)
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    transition_entries: int
+    loaded_games: int
+    fast_symbol_copies: bool
+    # None: the bench's --eval-every from step 0; a number: every that many steps from the window.
+    window_eval_every: int | None
+
+
 VARIANTS = (
-    ("10b371c defaults", 60_000, False),
-    ("no transition cache", 0, False),
-    ("no cache, window evals", 0, True),
+    Variant("10b371c defaults", 60_000, 48, False, None),
+    Variant("engine levers", 0, 320, True, None),
+    Variant("matrix defaults now", 0, 320, True, 2),
 )
 
 
@@ -48,21 +65,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, entries: int, window_evals: bool) -> dict:
+def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, variant: Variant) -> dict:
     from ccpo_cli.backends.local import train_arm
     from ccpo_cli.backends.local import workers as rollout_workers
+    from ccpo_cli.envs import memo
 
-    saved = rollout_workers.TRANSITION_CACHE_ENTRIES
-    rollout_workers.TRANSITION_CACHE_ENTRIES = entries
+    saved = rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE, memo.FAST_SYMBOL_COPIES
+    rollout_workers.TRANSITION_CACHE_ENTRIES = variant.transition_entries
+    rollout_workers.SESSION_CACHE_SIZE = variant.loaded_games
+    # Workers install the memo when they start; this process must not have it installed.
+    memo.uninstall()
+    memo.FAST_SYMBOL_COPIES = variant.fast_symbol_copies
+    windowed = variant.window_eval_every is not None
     before = dict(rollout_workers.TRANSITION_TOTALS)
     started = time.perf_counter()
     try:
         result = train_arm(args.arm, name, folder / "runs.db", seed=seed, steps=args.steps, tasks=args.tasks,
-                           group=args.group, eval_every=args.eval_every, eval_games=args.eval_games,
-                           eval_from=args.steps // 2 if window_evals else 0, workers=args.workers,
-                           run_dir=folder / name)
+                           group=args.group, eval_every=variant.window_eval_every if windowed else args.eval_every,
+                           eval_games=args.eval_games, eval_from=args.steps // 2 if windowed else 0,
+                           workers=args.workers, run_dir=folder / name)
     finally:
-        rollout_workers.TRANSITION_CACHE_ENTRIES = saved
+        rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE, memo.FAST_SYMBOL_COPIES = saved
     wall = time.perf_counter() - started
     metrics = [json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()]
     counts = {key: rollout_workers.TRANSITION_TOTALS[key] - before[key] for key in before}
@@ -102,30 +125,33 @@ def summarize(runs: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    results: dict[str, list[dict]] = {label: [] for label, *_ in VARIANTS}
+    results: dict[str, list[dict]] = {variant.label: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="ccpo-bench-matrix-") as tmp:
         folder = Path(tmp)
         for seed in range(args.runs):
-            for index, (label, entries, window_evals) in enumerate(VARIANTS):
+            for index, variant in enumerate(VARIANTS):
                 name = f"bench-v{index}-seed{seed}"
-                run = one_run(args, folder, name, seed, entries, window_evals)
-                results[label].append(run)
+                run = one_run(args, folder, name, seed, variant)
+                results[variant.label].append(run)
                 print(f"{name}: {run['wall_s']:.1f} s, {run['train_env_steps'] + run['eval_env_steps']:.0f} env steps",
                       file=sys.stderr, flush=True)
-    summaries = [summarize(results[label]) for label, *_ in VARIANTS]
+    summaries = [summarize(results[variant.label]) for variant in VARIANTS]
     base = summaries[0]
     identical = all(
         run["rollouts"] == reference["rollouts"] and same_shared_evaluations(run["evaluations"], reference["evaluations"])
-        for label, *_ in VARIANTS[1:] for run, reference in zip(results[label], results[VARIANTS[0][0]])
+        for variant in VARIANTS[1:] for run, reference in zip(results[variant.label], results[VARIANTS[0].label])
     )
     print(f"{args.runs} runs per variant x {args.steps} steps ({args.tasks} tasks x {args.group} rollouts), "
-          f"{args.eval_games or 'whole-panel'} evaluations every {args.eval_every} steps, {args.workers} workers, arm {args.arm}")
+          f"{args.eval_games or 'whole-panel'} evaluations (every {args.eval_every} steps from 0 unless the variant "
+          f"says otherwise), {args.workers} workers, arm {args.arm}")
     print(f"{'':28}{'runs/hour':>11}{'s/env step':>12}{'train':>9}{'eval':>9}{'hit rate':>10}")
-    for (label, *_), summary in zip(VARIANTS, summaries):
+    for variant, summary in zip(VARIANTS, summaries):
+        label = variant.label
         hit = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.1%}"
         print(f"{label:28}{summary['runs_per_hour']:11.1f}{summary['s_per_step_all'] * 1000:10.2f}ms"
               f"{summary['s_per_step_train'] * 1000:7.2f}ms{summary['s_per_step_eval'] * 1000:7.2f}ms{hit:>10}")
-    for (label, *_), new in zip(VARIANTS[1:], summaries[1:]):
+    for variant, new in zip(VARIANTS[1:], summaries[1:]):
+        label = variant.label
         print(f"{'ratio: ' + label[:21]:28}{new['runs_per_hour'] / base['runs_per_hour']:10.2f}x"
               f"{new['s_per_step_all'] / base['s_per_step_all']:11.2f}x"
               f"{new['s_per_step_train'] / base['s_per_step_train']:8.2f}x"

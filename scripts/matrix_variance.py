@@ -11,6 +11,12 @@ test), the correlation of the two arms within a seed, the minimum detectable dif
 ccpo_cli.report.power) at the observed sd, and what the MDD would be with more pairs or with the
 evaluation noise divided by a factor (a larger panel or more evaluations in the window).
 
+A second table asks what the window itself does: the sd of the paired difference, and its
+evaluation part, when the window keeps only some of the evaluations (later starts, a single
+step, every other one). If the training part shrinks as evaluations are added over the same
+span, the policy's step-to-step jitter is what averaging removes; if it does not, the seeds
+differ in how fast they learn and only more pairs help.
+
     python scripts/matrix_variance.py --db runs.db --arms grpo,return-hard --prefix matrix --window-start 10
 """
 
@@ -33,9 +39,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def window_of(evaluations: list[dict], start: int) -> tuple[float, float]:
-    """(window mean in points, its binomial variance in points²)."""
-    window = [e for e in evaluations if e["step"] >= start]
+def window_of(evaluations: list[dict], start: int, steps: set[int] | None = None) -> tuple[float, float]:
+    """(window mean in points, its binomial variance in points²) over the evaluations from
+    `start` on, or only those at `steps`."""
+    window = [e for e in evaluations if e["step"] >= start and (steps is None or e["step"] in steps)]
     if not window:
         raise SystemExit(f"no evaluation at or after step {start}")
     k = len(window)
@@ -59,21 +66,22 @@ def decompose(db_path: str, arm_a: str, arm_b: str, prefix: str, window_start: i
     from ccpo_cli.store import open_db, run_evaluations
 
     db = open_db(db_path)
-    per_seed: dict[int, dict[str, tuple[float, float]]] = {}
+    evaluations: dict[int, dict[str, list[dict]]] = {}
     for seed in range(10_000):
-        windows = {}
+        found = {}
         for arm in (arm_a, arm_b):
             try:
-                windows[arm] = window_of(run_evaluations(db, run_name(prefix, arm, seed)), window_start)
+                found[arm] = run_evaluations(db, run_name(prefix, arm, seed))
             except InvalidInput:
                 break
-        if len(windows) == 2:
-            per_seed[seed] = windows
-        elif seed > 50 and not windows:
+        if len(found) == 2:
+            evaluations[seed] = found
+        elif seed > 50 and not found:
             break
-    if len(per_seed) < 3:
-        raise SystemExit(f"need at least 3 seeds with both arms; found {sorted(per_seed)}")
-    seeds = sorted(per_seed)
+    if len(evaluations) < 3:
+        raise SystemExit(f"need at least 3 seeds with both arms; found {sorted(evaluations)}")
+    seeds = sorted(evaluations)
+    per_seed = {s: {arm: window_of(evaluations[s][arm], window_start) for arm in (arm_a, arm_b)} for s in seeds}
     means = {arm: [per_seed[s][arm][0] for s in seeds] for arm in (arm_a, arm_b)}
     eval_vars = {arm: [per_seed[s][arm][1] for s in seeds] for arm in (arm_a, arm_b)}
     differences = [a - b for a, b in zip(means[arm_a], means[arm_b])]
@@ -92,12 +100,32 @@ def decompose(db_path: str, arm_a: str, arm_b: str, prefix: str, window_start: i
     }
     return {
         "seeds": seeds, "window_start": window_start,
+        "windows": window_variants(evaluations, seeds, (arm_a, arm_b), window_start),
         "arms": {arm: {"mean": statistics.fmean(means[arm]), "seed_means": means[arm],
                        **split_variance(means[arm], eval_vars[arm])} for arm in (arm_a, arm_b)},
         "correlation_within_seed": statistics.correlation(means[arm_a], means[arm_b]),
         "difference": {"mean": statistics.fmean(differences), "per_seed": differences, **difference},
         "projections": projections,
     }
+
+
+def window_variants(evaluations: dict, seeds: list[int], arms: tuple[str, str], window_start: int) -> list[dict]:
+    """The paired difference's sd (and its evaluation part) for sub-windows of the evaluated steps
+    every run shares from `window_start` on."""
+    shared = sorted(set.intersection(*({e["step"] for e in evaluations[s][arm] if e["step"] >= window_start}
+                                       for s in seeds for arm in arms)))
+    choices = [shared[i:] for i in range(len(shared))] + [[step] for step in shared[:-1]]
+    if len(shared) > 2:
+        choices += [shared[::-2][::-1], shared[-2::-2][::-1]]
+    rows = []
+    for steps in choices:
+        differences, eval_variances = [], []
+        for seed in seeds:
+            (mean_a, var_a), (mean_b, var_b) = (window_of(evaluations[seed][arm], window_start, set(steps)) for arm in arms)
+            differences.append(mean_a - mean_b)
+            eval_variances.append(var_a + var_b)
+        rows.append({"steps": steps, "mean": statistics.fmean(differences), **split_variance(differences, eval_variances)})
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:28s}{values['mean']:8.1f}{values['observed_sd']:8.2f}{values['evaluation_sd']:9.2f}"
               f"{values['training_sd']:9.2f}{'' if share is None else f'{100 * share:10.0f}%':>11s}")
     print(f"correlation of the two arms within a seed: {report['correlation_within_seed']:.2f}")
+    print("\nthe paired difference over sub-windows (evaluated steps kept):")
+    print(f"{'steps':28s}{'mean':>8s}{'sd':>8s}{'eval sd':>9s}{'train sd':>9s}")
+    for row in report["windows"]:
+        label = ",".join(str(step) for step in row["steps"])
+        print(f"{label[:27]:28s}{row['mean']:8.1f}{row['observed_sd']:8.2f}{row['evaluation_sd']:9.2f}{row['training_sd']:9.2f}")
+    print()
     for key, value in report["projections"].items():
         print(f"{key:44s} {'n/a' if value is None else (f'{value:.1f}' if isinstance(value, float) else value)}")
     return 0

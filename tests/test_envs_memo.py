@@ -38,15 +38,19 @@ def test_memo_installs_and_uninstalls_cleanly():
 
     memo.uninstall()  # an earlier in-process env may have left it installed
     original_parse, original_query = textgen._parse_and_convert, Rule.parse_conjunctive_query
-    original_copy = textgen.copy_context
+    original_copy, original_deepcopy, original_flag = textgen.copy_context, textgen.deepcopy, textgen.check_flag
     memo.install()
     memo.install()
     assert textgen._parse_and_convert is not original_parse
     assert textgen.copy_context is not original_copy
+    assert textgen.deepcopy is not original_deepcopy
+    assert textgen.check_flag("TW_CSG_DEBUG") is original_flag("TW_CSG_DEBUG")
     query = "openable(r:receptacle) & opened(r:receptacle)"
     assert Rule.parse_conjunctive_query(query) is Rule.parse_conjunctive_query(query)
     memo.uninstall()
     assert textgen._parse_and_convert is original_parse
     assert textgen.copy_context is original_copy
+    assert textgen.deepcopy is original_deepcopy
+    assert textgen.check_flag is original_flag
     assert Rule.parse_conjunctive_query(query) is not Rule.parse_conjunctive_query(query)
     assert Rule.parse_conjunctive_query.__func__ is original_query.__func__

@@ -24,7 +24,7 @@ from ccpo_cli.errors import InvalidInput, UsageError
 # Matrix defaults: short runs and more seeds, each window evaluated on the whole 128-game panel
 # (None), evaluations only from the window on (docs/local-backend.md, "Telling estimators apart").
 DEFAULT_STEPS = 20
-DEFAULT_EVAL_EVERY = 5
+DEFAULT_EVAL_EVERY = 2
 DEFAULT_EVAL_GAMES: int | None = None
 
 

@@ -224,8 +224,9 @@ class _Run:
                 game_path=str(path),
                 uid=f"eval/{index}",
                 traj_uids=tuple(f"eval/{index}/ep{e}" for e in range(config.eval_episodes)),
-                # The same numbers at every evaluation and in every arm: paired comparisons.
-                seeds=tuple((config.eval_seed, 2, index, e) for e in range(config.eval_episodes)),
+                # The same numbers in every arm at a given step (paired comparisons), fresh ones at
+                # each step, so that a window's evaluations average out their sampling noise.
+                seeds=tuple((config.eval_seed, 2, step, index, e) for e in range(config.eval_episodes)),
                 temperature=config.eval_temperature,
                 max_steps=config.eval_max_steps,
                 keep_features=False,

@@ -4,7 +4,8 @@ The engine is about 90 % of the compute and the policy a few per cent, so each w
 the policy next to its games instead of sending every step across processes. Workers are
 forked with the model's tensors in shared memory: the learner's in-place optimizer steps are
 what every worker acts with on the next step, with no copying. Each worker keeps its recently
-used games loaded (a load costs about as much as 25 steps) and resets a game for each episode.
+used games loaded (a load costs about as much as 100 engine steps) and resets a game for each
+episode.
 
 Sampling is driven by one numpy generator per episode, seeded from (run seed, step, task,
 episode), so the same seed gives the same rollouts whichever worker plays them.
@@ -29,10 +30,15 @@ from ccpo_cli.backends.local.rollouts import Decision, Trajectory
 
 # Engine commands the policy never chooses (verl-agent drops `help` from the list too).
 EXCLUDED_COMMANDS = frozenset({"help"})
-SESSION_CACHE_SIZE = 48
+# Loaded games each rollout process keeps. A loaded game holds about 2 MB and a load costs
+# about 80 ms, so 320 (about 0.6 GB per process) keeps the whole 128-game panel and a 20-step
+# run's training games loaded: every evaluation after the first plays without loading. Bounded,
+# so memory does not grow with the number of games.
+SESSION_CACHE_SIZE = 320
 # Edges of the exact transition cache each rollout process keeps (ccpo_cli.envs.transitions);
-# 0 turns it off. Read when a RolloutPool starts.
-TRANSITION_CACHE_ENTRIES = 60_000
+# 0 turns it off. Off by default: matrix runs hit it for about 4 % of steps and it slowed them
+# (scripts/bench_matrix.py). Read when a RolloutPool starts.
+TRANSITION_CACHE_ENTRIES = 0
 # Move everything a forked worker inherits (torch, the trainer's objects) out of reach of its
 # garbage collector, so the engine's many short-lived objects never set off full collections
 # over the inherited heap (and those collections do not touch, and so copy, shared pages).
