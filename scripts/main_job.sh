@@ -2,7 +2,7 @@
 # The README's main job on a CPU machine: train the return-hard arm on the real ALFWorld engine,
 # then compare its converged window and render its model card, all from one fresh runs.db.
 #
-#   bash scripts/main_job.sh            # short schedule (40 steps, about 6 minutes on 2 cores)
+#   bash scripts/main_job.sh            # short schedule (40 steps, 2-6 minutes on 2 cores)
 #   bash scripts/main_job.sh --full     # the full recipe: 200 steps x seeds 0,1,2
 #   bash scripts/main_job.sh [--full] OUT_DIR   (default: demo/, replaced on each run)
 set -euo pipefail
