@@ -8,7 +8,7 @@ The variants:
   loaded between evaluations), TextWorld's derivation symbols copied directly instead of by
   `copy.deepcopy` (`ccpo_cli.envs.memo`), the same evaluation schedule, so its seconds per env
   step compare like for like;
-- "matrix defaults now": the engine levers, and evaluations every 2 steps only from the compared
+- "windowed evaluations": the engine levers, and evaluations every 2 steps only from the compared
   window on (`--eval-from`): the untrained policy and the early steps fail most games, so their
   evaluations are the longest and are never compared.
 
@@ -48,7 +48,7 @@ class Variant:
 VARIANTS = (
     Variant("10b371c defaults", 60_000, 48, False, None),
     Variant("engine levers", 0, 320, True, None),
-    Variant("matrix defaults now", 0, 320, True, 2),
+    Variant("windowed evaluations", 0, 320, True, 2),
 )
 
 

@@ -99,3 +99,53 @@ def test_matrix_cli_refuses_bad_input_before_training(tmp_path):
     unknown = runner.invoke(app, ["--db", db, "matrix", "--arms", "grpo,no-such-arm", "--seeds", "0"])
     assert unknown.exit_code == 2 and "no-such-arm" in unknown.output  # as `ccpo train --arm`
     assert not (tmp_path / "runs.db").exists() or not list_runs(open_db(tmp_path / "runs.db"))
+
+
+def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path):
+    import json
+
+    import torch
+
+    from ccpo_cli.backends.local.checkpoints import checkpoint_path, default_run_dir
+    from ccpo_cli.backends.local.trainer import train_arm
+    from ccpo_cli.errors import InvalidInput
+
+    db_path = tmp_path / "runs.db"
+    options = dict(TINY, steps=4)
+    result = run_matrix(db_path, ["grpo", "return-hard"], [0], 30.0, prefix="w", warm_start=2, **options, **game_dirs)
+    db = open_db(db_path)
+    warmup = get_run(db, "w-warmup-grpo-seed0")
+    assert warmup["status"] == "finished" and run_evaluations(db, "w-warmup-grpo-seed0") == []
+    for name in result.run_names:
+        # The forks inherit the warm-up's step-1 rollouts, so the pairing check still holds.
+        assert get_run(db, name)["step1_rollout_hash"] == warmup["step1_rollout_hash"] is not None
+        assert sorted(row["step"] for row in run_evaluations(db, name)) == [3, 4]
+    assert result.comparison["isolation"]["estimator_only"]
+    # A card of a fork says where its policy came from instead of "trained from scratch".
+    from ccpo_cli.cards.setup import local_setup_rows
+
+    model_row = local_setup_rows(get_run(db, "w-return-hard-seed0"), {})[0]
+    assert "forked at step 2 from a run of arm grpo" in str(model_row), model_row
+
+    def rollouts(name: str) -> dict[int, str]:
+        lines = (default_run_dir(db_path, name) / "metrics.jsonl").read_text().splitlines()
+        return {row["step"]: row["rollout_sha256"] for row in map(json.loads, lines)}
+
+    # Both forks start from one policy, so their first own step plays the same rollouts.
+    assert sorted(rollouts("w-grpo-seed0")) == [3, 4]
+    assert rollouts("w-grpo-seed0")[3] == rollouts("w-return-hard-seed0")[3]
+
+    # Forking the first arm from its own warm-up is the uninterrupted run, weight for weight.
+    train_arm("grpo", "straight", db_path, seed=0, eval_from=2, **options, **game_dirs)
+    final = [torch.load(checkpoint_path(default_run_dir(db_path, name), 4), weights_only=False)["model"]
+             for name in ("straight", "w-grpo-seed0")]
+    assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
+    assert rollouts("straight")[4] == rollouts("w-grpo-seed0")[4]
+
+    start = str(checkpoint_path(default_run_dir(db_path, "w-warmup-grpo-seed0"), 2))
+    with pytest.raises(InvalidInput, match="seed 0, not 1"):
+        train_arm("gigpo", "other-seed", db_path, seed=1, start_from=start, **options, **game_dirs)
+    with pytest.raises(UsageError, match="--warm-start"):
+        run_matrix(db_path, ["grpo", "gigpo"], [0], 30.0, prefix="x", warm_start=3, window_start=2, **options, **game_dirs)
+    with pytest.raises(UsageError, match="below --steps"):
+        run_matrix(db_path, ["grpo", "gigpo"], [0], 30.0, prefix="x", warm_start=4, **options, **game_dirs)

@@ -60,7 +60,10 @@ def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) ->
     update, model = _mapping(train.get("update")), _mapping(train.get("model"))
     pool, panel = _mapping(config.get("training_pool")), _mapping(config.get("eval_panel"))
     size = ", ".join(f"{key} {model[key]}" for key in ("dim", "hidden") if model.get(key) is not None)
-    rows = [("model", f"{run_row.get('base_model') or 'ccpo local policy'}, trained from scratch"
+    start = _mapping(config.get("start"))
+    origin = (f"forked at step {start.get('step')} from a run of arm {start.get('arm')} (shared warm start)"
+              if start else "trained from scratch")
+    rows = [("model", f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"
              + (f" ({size})" if size else "") + "; no pretrained base model")]
     rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
     if pool.get("games") is not None:

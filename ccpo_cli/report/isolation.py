@@ -20,6 +20,9 @@ from ccpo_cli.store.facts import flatten
 # estimator, and fields that must agree between runs of the same seed across arms.
 SHARED_RUN_FIELDS = ("base_model", "benchmark", "hardware", "backend", "total_steps")
 PER_SEED_RUN_FIELDS = ("data_order_seed", "step1_rollout_hash")
+# Config keys that differ between seeds by design but must agree within one: the checkpoint a
+# matrix's shared warm start forks every arm of a seed from.
+PER_SEED_CONFIG_KEYS = ("train.start_from",)
 # Recorded facts (store/facts.py) compared like the shared fields; the estimator and the seed
 # may differ, and split / temperature / episodes are compared as the evaluation protocol.
 SHARED_FACTS = ("model", "batch", "group", "max_steps", "gamma", "lr", "kl")
@@ -77,7 +80,8 @@ def _config_differences(runs: list[dict], differences: list[str], not_recorded: 
         config = run["config"] if isinstance(run["config"], dict) and run["config"] else None
         configs[run["name"]] = (
             None if config is None
-            else {key: value for key, value in flatten(config).items() if not _is_estimator_or_local(key)}
+            else {key: value for key, value in flatten(config).items()
+                  if not _is_estimator_or_local(key) and key not in PER_SEED_CONFIG_KEYS}
         )
     recorded = {name: flat for name, flat in configs.items() if flat is not None}
     if len(recorded) < len(configs):
@@ -109,6 +113,13 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
                 _field_check(label, {run["name"]: run[field] for run in members}, differences, not_recorded)
             elif members[0][field] is None:
                 not_recorded.append(label)
+    for key in PER_SEED_CONFIG_KEYS:
+        for seed, members in by_seed.items():
+            values = {run["name"]: flatten(run["config"]).get(key) if isinstance(run["config"], dict) else None
+                      for run in members}
+            if any(value is not None for value in values.values()):
+                label = f"config {key}" if len(by_seed) == 1 else f"config {key} (seed {seed})"
+                _field_check(label, values, differences, not_recorded)
 
 
 def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[str, dict]) -> dict:

@@ -28,7 +28,7 @@ def run_styles(runs: list[dict]) -> list[tuple[tuple[float, ...], str]]:
 
 
 def plot_learning_curves(document: dict, path: str | Path) -> Path:
-    """Draw each run's held-out success over steps, shade the converged window and mark each
+    """Draw each run's held-out success over steps, shade the compared window and mark each
     run's best evaluation; write a PNG to `path` and return it. With several seeds in an arm,
     draw arm means with bands and paired differences instead (`report/plot_arms.py`)."""
     import matplotlib
@@ -62,7 +62,7 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
             axes.hlines(run["window"]["mean"], document["window_start"], max(steps), colors=colour,
                         linestyles=line_style, linewidth=0.8, alpha=0.6)
     axes.axvspan(document["window_start"], max(last_step, document["window_start"]), color="grey", alpha=0.15,
-                 label=f"converged window (step >= {document['window_start']})")
+                 label=f"compared window (step >= {document['window_start']})")
     axes.set_xlabel("training step")
     split = document.get("split", "heldout")
     axes.set_ylabel(f"{'held-out' if split == 'heldout' else split} success (%)")

@@ -59,7 +59,7 @@ def plot_arm_bands(document: dict, path: Path) -> Path:
         top.fill_between(steps, low, high, color=colours[arm], alpha=0.2, linewidth=0)
     top.axvspan(document["window_start"], max([document["window_start"]] + [
         step for arm in curves.values() for curve in arm.values() for step in curve]), color="grey", alpha=0.12,
-        label=f"converged window (step >= {document['window_start']})")
+        label=f"compared window (step >= {document['window_start']})")
     top.set_ylim(0, 100)
     top.set_ylabel("held-out success (%)")
     top.set_title("Each arm: mean over seeds, band = min to max over seeds")

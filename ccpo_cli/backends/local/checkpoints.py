@@ -50,7 +50,7 @@ def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest:
 
 
 def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm: Arm, config: TrainConfig,
-                    train_wall_s: float) -> None:
+                    train_wall_s: float, step1_rollout_hash: str | None = None) -> None:
     partial = path.with_suffix(".partial")
     document = {
         "format": CHECKPOINT_FORMAT,
@@ -62,6 +62,8 @@ def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm:
         "optimizer": optimizer.state_dict(),
         "config": config.as_dict(),
         "train_wall_s": train_wall_s,
+        # A run forked from this checkpoint inherits the rollouts of its step 1.
+        "step1_rollout_hash": step1_rollout_hash,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,14 +77,8 @@ def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm:
         ) from None
 
 
-def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
-    """The policy saved in a checkpoint file (or the latest one under a run folder)."""
-    path = Path(checkpoint)
-    if path.is_dir():
-        found = latest_checkpoint(path) or latest_checkpoint(path.parent)
-        if found is None:
-            raise InvalidInput(f"{path}: no checkpoints/step-*.pt in this folder")
-        path = found
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint file's saved document, or InvalidInput when it is missing or not ours."""
     if not path.is_file():
         raise InvalidInput(f"{path}: no such checkpoint")
     try:
@@ -91,6 +87,18 @@ def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
         raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint ({error})") from None
     if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT:
         raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint")
+    return saved
+
+
+def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
+    """The policy saved in a checkpoint file (or the latest one under a run folder)."""
+    path = Path(checkpoint)
+    if path.is_dir():
+        found = latest_checkpoint(path) or latest_checkpoint(path.parent)
+        if found is None:
+            raise InvalidInput(f"{path}: no checkpoints/step-*.pt in this folder")
+        path = found
+    saved = read_checkpoint(path)
     model = CommandScorer(**saved["model_config"])
     model.load_state_dict(saved["model"])
     model.eval()

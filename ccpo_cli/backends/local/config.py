@@ -43,6 +43,9 @@ class TrainConfig:
     dump_batches: bool = False
     # Stop once this much training wall time (evaluation excluded) has passed.
     time_budget_s: float | None = None
+    # A checkpoint of another run with this seed to fork from (a matrix's shared warm start):
+    # its weights, optimizer state and step carry over, so the run continues that one's history.
+    start_from: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,12 @@ budget (the first block always starts). So a cut-off leaves every arm with the s
 the comparison covers complete blocks only (a block left incomplete by an interruption or an
 error is named and left out). Runs already finished in the database (a restarted matrix) are
 reused, not retrained.
+
+With a warm start of K steps, each block first trains the first arm alone for K steps (the run
+PREFIX-warmup-ARM-seedN, no evaluations) and every arm's run of that seed forks from its step-K
+checkpoint: the arms then differ only in what their estimators do after step K, and the seed's
+take-off, which the arms otherwise go through independently, is shared by the pair
+(docs/local-backend.md, "Shared warm start").
 """
 
 from __future__ import annotations
@@ -23,9 +29,11 @@ from ccpo_cli.errors import InvalidInput, UsageError
 
 # Matrix defaults: short runs and more seeds, each window evaluated on the whole 128-game panel
 # (None), evaluations only from the window on (docs/local-backend.md, "Telling estimators apart").
-DEFAULT_STEPS = 20
+DEFAULT_STEPS = 16
 DEFAULT_EVAL_EVERY = 2
 DEFAULT_EVAL_GAMES: int | None = None
+# Steps of the first arm every arm of a seed forks from; the window starts where they end.
+DEFAULT_WARM_START = 10
 
 
 def parse_seed_list(text: str) -> list[int]:
@@ -61,6 +69,10 @@ def run_name(prefix: str, arm: str, seed: int) -> str:
     return f"{prefix}-{arm}-seed{seed}"
 
 
+def warmup_run_name(prefix: str, arm: str, seed: int) -> str:
+    return f"{prefix}-warmup-{arm}-seed{seed}"
+
+
 @dataclass
 class MatrixResult:
     run_names: list[str]  # the runs of complete blocks, compared
@@ -71,6 +83,19 @@ class MatrixResult:
     stopped_reason: str
     comparison: dict[str, Any]
     block_seconds: list[float] = field(default_factory=list)
+
+
+def _shared_start(db, db_path, arm, prefix: str, seed: int, warm_start: int, log, train_options: dict) -> str | None:
+    """The checkpoint every arm of `seed` forks from (trained here unless already finished)."""
+    from ccpo_cli.backends.local.checkpoints import checkpoint_path, default_run_dir
+    from ccpo_cli.backends.local.trainer import train_arm
+
+    if warm_start == 0:
+        return None
+    name = warmup_run_name(prefix, arm.name, seed)
+    if not _finished(db, name):
+        train_arm(arm, name, db_path, seed=seed, steps=warm_start, eval_every=0, resume=True, log=log, **train_options)
+    return str(checkpoint_path(default_run_dir(db_path, name), warm_start))
 
 
 def _finished(db, name: str) -> bool:
@@ -107,6 +132,7 @@ def run_matrix(
     eval_from: int | None = None,
     window_start: int | None = None,
     detect: float | None = None,
+    warm_start: int = 0,
     progress: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -115,8 +141,11 @@ def run_matrix(
     """Train `arms` × `seeds` seed-major within `minutes` and compare the complete blocks.
 
     `train_options` go to `train_arm` (tasks, group, workers, eval_temperature, ...). The
-    window of the comparison starts at `window_start` (default: half of `steps`), and so do the
-    evaluations unless `eval_from` says otherwise: earlier ones are never compared.
+    window of the comparison starts at `window_start` (default: the end of the warm start, or
+    half of `steps` without one), and so do the
+    evaluations unless `eval_from` says otherwise: earlier ones are never compared. With
+    `warm_start` K > 0 every run of a seed forks from that seed's K-step run of the first arm;
+    K may not pass the window start, so the window is trained by the arms themselves.
     """
     from ccpo_cli.arms import load_arm
     from ccpo_cli.backends.local.trainer import train_arm
@@ -130,7 +159,11 @@ def run_matrix(
     if not seeds or len(set(seeds)) != len(seeds):
         raise UsageError("a matrix needs distinct seeds")
     loaded = [load_arm(arm) for arm in arms]  # every arm checked before anything trains
-    window = steps // 2 if window_start is None else window_start
+    window = (warm_start or steps // 2) if window_start is None else window_start
+    if warm_start >= steps:
+        raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")
+    if not 0 <= warm_start <= window:
+        raise UsageError(f"--warm-start must be between 0 and the window start ({window}), got {warm_start}")
     first_evaluation = window if eval_from is None else eval_from
     budget_s = minutes * 60.0
     progress = progress or (lambda message: None)
@@ -153,11 +186,12 @@ def run_matrix(
         block_started = clock()
         names = [run_name(prefix, arm.name, seed) for arm in loaded]
         try:
+            start_from = _shared_start(db, db_path, loaded[0], prefix, seed, warm_start, log, train_options)
             for arm, name in zip(loaded, names):
                 if not _finished(db, name):
                     train_arm(arm, name, db_path, seed=seed, steps=steps, eval_every=eval_every,
                               eval_from=first_evaluation, eval_games=eval_games, resume=True, log=log,
-                              **train_options)
+                              start_from=start_from, **train_options)
                 done += 1
                 if name != names[-1]:  # a block's last run is reported with the new power below
                     progress(progress_line(done, total, clock() - started, budget_s, power))

@@ -36,6 +36,7 @@ from ccpo_cli.backends.local.checkpoints import (
     file_sha256,
     latest_checkpoint,
     load_policy,
+    read_checkpoint,
     save_checkpoint,
 )
 from ccpo_cli.backends.local.config import TrainConfig
@@ -97,6 +98,17 @@ class _Run:
         self.train_wall_s = 0.0
         self.evaluations: list[dict[str, Any]] = []
         self.step1_hash: str | None = None
+        self.start = self._start_document(Path(config.start_from)) if config.start_from is not None else None
+
+    def _start_document(self, checkpoint: Path) -> dict[str, Any]:
+        saved = read_checkpoint(checkpoint)
+        if saved["config"]["seed"] != self.config.seed:
+            raise InvalidInput(f"{checkpoint} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
+        if saved["model_config"] != self.model.config:
+            raise InvalidInput(f"{checkpoint} holds a policy of shape {saved['model_config']}, not {self.model.config}")
+        if int(saved["step"]) >= self.config.steps:
+            raise UsageError(f"{checkpoint} is at step {saved['step']}; --steps ({self.config.steps}) must go beyond it")
+        return saved
 
     # -- setup -----------------------------------------------------------------------------
     def provenance_config(self) -> dict[str, Any]:
@@ -107,7 +119,8 @@ class _Run:
             "training_pool": {"games": len(self.pool_games), "source": game_sets.describe_training(self.config.train_games_dir)},
             "eval_panel": game_sets.describe_panel(self.panel, self.config.eval_games, self.config.eval_games_dir),
             "run_dir": str(self.run_dir),
-        }
+        } | ({"start": {"arm": self.start.get("arm"), "step": int(self.start["step"])}}
+             if self.start is not None else {})
 
     def record_provenance(self) -> None:
         commit, dirty = git_state()
@@ -146,12 +159,26 @@ class _Run:
             )
         if saved["config"]["seed"] != self.config.seed:
             raise InvalidInput(f"{path} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
+        self._load(saved)
+        self.log(f"resumed {self.run_name} from {path.name} (step {self.step})")
+        return True
+
+    def fork(self) -> None:
+        """Continue the start checkpoint's history with this run's arm from its step on.
+
+        The reference policy stays the seed's initial weights, as in the forked-from run, so a
+        fork of a run with the same arm trains exactly as that run would have gone on."""
+        self._load(self.start)
+        if self.step1_hash is not None:
+            update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
+        self.log(f"{self.run_name} starts from {self.config.start_from} ({self.start.get('arm')}, step {self.step})")
+
+    def _load(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.step = int(saved["step"])
         self.train_wall_s = float(saved.get("train_wall_s", 0.0))
-        self.log(f"resumed {self.run_name} from {path.name} (step {self.step})")
-        return True
+        self.step1_hash = saved.get("step1_rollout_hash")
 
     # -- one training step -----------------------------------------------------------------
     def step_jobs(self, step: int) -> list[EpisodeJob]:
@@ -260,7 +287,8 @@ class _Run:
 
     def checkpoint(self, step: int) -> None:
         path = checkpoint_path(self.run_dir, step)
-        save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s)
+        save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s,
+                        self.step1_hash)
         record_checkpoint(self.db, self.run_name, step, str(path), sha256=file_sha256(path),
                           size_bytes=path.stat().st_size)
         best = best_evaluation(run_evaluations(self.db, self.run_name))
@@ -327,12 +355,14 @@ def train_arm(
     run = _Run(arm, run_name, db, config, folder, log)
     resumed = resume and run.resume()
     run.record_provenance()
+    if not resumed and run.start is not None:
+        run.fork()
     metrics_path = folder / "metrics.jsonl"
     _drop_metrics_after(metrics_path, run.step)
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool:
         try:
-            if not resumed and config.eval_every and config.eval_from == 0:
+            if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
             step = run.step
             while step < config.steps:
