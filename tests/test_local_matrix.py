@@ -12,7 +12,8 @@ from ccpo_cli.errors import UsageError
 from ccpo_cli.store import get_run, list_runs, open_db, run_evaluations
 
 runner = CliRunner()
-TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0)
+TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0,
+            warm_start=0)
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +112,7 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
     from ccpo_cli.errors import InvalidInput
 
     db_path = tmp_path / "runs.db"
-    options = dict(TINY, steps=4)
+    options = {key: value for key, value in TINY.items() if key != "warm_start"} | {"steps": 4}
     result = run_matrix(db_path, ["grpo", "return-hard"], [0], 30.0, prefix="w", warm_start=2, **options, **game_dirs)
     db = open_db(db_path)
     warmup = get_run(db, "w-warmup-grpo-seed0")

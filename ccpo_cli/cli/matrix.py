@@ -31,7 +31,7 @@ def matrix(
     eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the window start; 0 adds the untrained policy and the early curve).")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
     window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the end of the warm start; without one, half of --steps).")] = None,
-    warm_start: Annotated[int | None, typer.Option("--warm-start", help=f"Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off (default: {DEFAULT_WARM_START}).")] = None,
+    warm_start: Annotated[int, typer.Option("--warm-start", help="Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off.")] = DEFAULT_WARM_START,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
     as_json: JsonOption = False,
@@ -51,7 +51,7 @@ def matrix(
         eval_every=DEFAULT_EVAL_EVERY if eval_every is None else eval_every,
         eval_games=DEFAULT_EVAL_GAMES if eval_games is None else eval_games,
         eval_from=eval_from, window_start=window_start, detect=detect,
-        warm_start=DEFAULT_WARM_START if warm_start is None else warm_start,
+        warm_start=warm_start,
         progress=lambda line: info(ctx, f"[matrix] {line}"), **options,
     )
     info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "

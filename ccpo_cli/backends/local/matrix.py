@@ -132,7 +132,7 @@ def run_matrix(
     eval_from: int | None = None,
     window_start: int | None = None,
     detect: float | None = None,
-    warm_start: int = 0,
+    warm_start: int = DEFAULT_WARM_START,
     progress: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -142,10 +142,10 @@ def run_matrix(
 
     `train_options` go to `train_arm` (tasks, group, workers, eval_temperature, ...). The
     window of the comparison starts at `window_start` (default: the end of the warm start, or
-    half of `steps` without one), and so do the
-    evaluations unless `eval_from` says otherwise: earlier ones are never compared. With
-    `warm_start` K > 0 every run of a seed forks from that seed's K-step run of the first arm;
-    K may not pass the window start, so the window is trained by the arms themselves.
+    half of `steps` without one), and so do the evaluations unless `eval_from` says otherwise:
+    earlier ones are never compared. With `warm_start` K > 0 every run of a seed forks from
+    that seed's K-step run of the first arm; K may not pass the window start, so the window is
+    trained by the arms themselves.
     """
     from ccpo_cli.arms import load_arm
     from ccpo_cli.backends.local.trainer import train_arm

@@ -102,8 +102,7 @@ class _Run:
 
     def _start_document(self, checkpoint: Path) -> dict[str, Any]:
         saved = read_checkpoint(checkpoint)
-        if saved["config"]["seed"] != self.config.seed:
-            raise InvalidInput(f"{checkpoint} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
+        self._check_seed(checkpoint, saved)
         if saved["model_config"] != self.model.config:
             raise InvalidInput(f"{checkpoint} holds a policy of shape {saved['model_config']}, not {self.model.config}")
         if int(saved["step"]) >= self.config.steps:
@@ -157,8 +156,7 @@ class _Run:
                 f"{path} was trained with arm {saved.get('arm')} ({saved.get('arm_fingerprint')}), "
                 f"not {self.arm.name} ({self.arm.fingerprint}); use a new --run name"
             )
-        if saved["config"]["seed"] != self.config.seed:
-            raise InvalidInput(f"{path} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
+        self._check_seed(path, saved)
         self._load(saved)
         self.log(f"resumed {self.run_name} from {path.name} (step {self.step})")
         return True
@@ -172,6 +170,10 @@ class _Run:
         if self.step1_hash is not None:
             update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
         self.log(f"{self.run_name} starts from {self.config.start_from} ({self.start.get('arm')}, step {self.step})")
+
+    def _check_seed(self, path: Path, saved: dict[str, Any]) -> None:
+        if saved["config"]["seed"] != self.config.seed:
+            raise InvalidInput(f"{path} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
 
     def _load(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
