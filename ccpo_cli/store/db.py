@@ -23,6 +23,7 @@ import functools
 import random
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,6 +178,24 @@ def m003_run_facts(db: sqlite_utils.Database) -> None:
         pk="id", not_null={"run_id", "key", "value", "recorded_at"}, foreign_keys=[("run_id", "runs", "id")],
     )
     db["run_facts"].create_index(["run_id", "key", "value"], unique=True)
+
+
+@MIGRATIONS()
+def m004_run_identity(db: sqlite_utils.Database) -> None:
+    # A run's recorded identity (store/identity.py): a global id created with the run and the
+    # host that created it (so rows from two machines can be told apart and merged), whether it
+    # trained or only evaluated, and the resolved arm flags and overrides it trained with.
+    runs = db["runs"]
+    for column in ("uid", "host", "kind", "arm_flags", "arm_overrides"):
+        runs.add_column(column, str)
+    for row in list(db.query("SELECT id FROM runs")):
+        db.execute("UPDATE runs SET uid = ? WHERE id = ?", [uuid.uuid4().hex, row["id"]])
+    # Runs recorded before kinds existed: one created by `ccpo eval` without an arm only evaluated.
+    db.execute(
+        "UPDATE runs SET kind = CASE WHEN arm IS NULL AND EXISTS (SELECT 1 FROM run_facts f WHERE "
+        "f.run_id = runs.id AND f.source = 'ccpo eval') THEN 'evaluation' ELSE 'training' END"
+    )
+    runs.create_index(["uid"], unique=True)
 
 
 def _is_lock_error(error: BaseException) -> bool:

@@ -10,9 +10,12 @@ Rows go in and out through sqlite-utils' table API (`insert`, `insert_all`, `upd
 
 from __future__ import annotations
 
+import json
+import socket
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
@@ -21,9 +24,16 @@ from ccpo_cli.names import check_run_name
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
 
+if TYPE_CHECKING:
+    from ccpo_cli.arms import Arm
+
 # Fields that say *which* experiment a run is; changing one after the fact would silently
 # relabel recorded evaluations, so a different value is refused rather than updated.
-IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", "data_order_seed")
+IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", "data_order_seed", "kind",
+                   "arm_flags", "arm_overrides")
+# A run either trains (an arm on a base model) or only evaluates an agent: a reference run
+# (`ccpo eval` of the oracle, the random agent or a checkpoint under a new run name).
+RUN_KINDS = ("training", "evaluation")
 RUN_STATUSES = ("created", "running", "finished", "failed", "stopped")
 DEFAULT_BENCHMARK = "alfworld"
 _UNSET: Any = object()  # "not given": a new run gets the default, an existing one keeps its value
@@ -51,12 +61,37 @@ def run_id(db: sqlite_utils.Database, run: str | int) -> int:
     return int(row["id"])
 
 
+def new_run_uid() -> str:
+    """A run's global id, created with the run: a name is only unique on one machine."""
+    return uuid.uuid4().hex
+
+
+def this_host() -> str:
+    return socket.gethostname() or "unknown-host"
+
+
+def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str, Any]:
+    """The runs columns of an arm: an `Arm` records its name, fingerprint, resolved flags and
+    overrides; a bare name (an arm this ccpo does not define) only the name and the fingerprint given."""
+    if arm is None or isinstance(arm, str):
+        return {"arm": arm, "arm_fingerprint": arm_fingerprint}
+    if arm_fingerprint is not None and arm_fingerprint != arm.fingerprint:
+        raise InvalidInput(f"arm {arm.name!r} has fingerprint {arm.fingerprint}, not {arm_fingerprint}")
+    return {
+        "arm": arm.name,
+        "arm_fingerprint": arm.fingerprint,
+        "arm_flags": json.dumps(arm.flags(), sort_keys=True),
+        "arm_overrides": json.dumps(dict(arm.overrides), sort_keys=True),
+    }
+
+
 def ensure_run(
     db: sqlite_utils.Database,
     name: str,
     *,
-    arm: str | None = None,
+    arm: Arm | str | None = None,
     arm_fingerprint: str | None = None,
+    kind: str | None = None,
     seed: int | None = None,
     base_model: str | None = None,
     benchmark: str | None = _UNSET,
@@ -72,18 +107,24 @@ def ensure_run(
 ) -> int:
     """Create the run `name`, or fill in / update the given fields of an existing one; its id.
 
+    `arm` is an `Arm` (its name, fingerprint, resolved flags and overrides are recorded) or,
+    for an arm this ccpo does not define, a name with `arm_fingerprint`. `kind` is training (the
+    default for a new run) or evaluation (a reference run that only evaluated an agent).
     Options left as None never erase what is recorded. Identity fields (arm, arm fingerprint,
-    seed, base model, benchmark, data-order seed) may be filled in once but never changed:
-    a different value raises InvalidInput (exit 3), e.g. ingesting a GiGPO log into a
-    return-hard run. `config` and `package_versions` are stored as JSON. `benchmark` defaults
-    to "alfworld" for a new run.
+    flags and overrides, kind, seed, base model, benchmark, data-order seed) may be filled in
+    once but never changed: a different value raises InvalidInput (exit 3), e.g. ingesting a
+    GiGPO log into a return-hard run. `config` and `package_versions` are stored as JSON.
+    `benchmark` defaults to "alfworld" for a new run. A new run gets its global id (`uid`) and
+    the host that created it.
     """
     check_run_name(name)
     if status is not None and status not in RUN_STATUSES:
         raise InvalidInput(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+    if kind is not None and kind not in RUN_KINDS:
+        raise InvalidInput(f"run kind {kind!r} is not one of {', '.join(RUN_KINDS)}")
     given = {
-        "arm": arm,
-        "arm_fingerprint": arm_fingerprint,
+        **_arm_columns(arm, arm_fingerprint),
+        "kind": kind,
         "seed": seed,
         "base_model": base_model,
         "benchmark": None if benchmark is _UNSET else benchmark,
@@ -103,8 +144,9 @@ def ensure_run(
         recorded = _first(runs, "name = ?", [name])
         now = utc_now()
         if recorded is None:
-            row = dict(given, name=name, created_at=now, updated_at=now)
+            row = dict(given, name=name, uid=new_run_uid(), host=this_host(), created_at=now, updated_at=now)
             row.setdefault("status", "created")
+            row.setdefault("kind", "training")
             if benchmark is _UNSET:
                 row["benchmark"] = DEFAULT_BENCHMARK
             return int(runs.insert(row).last_pk)
