@@ -369,3 +369,24 @@ def inert_flags(arm: Arm) -> dict[str, str]:
     if arm.target == "return" and arm.edge_w == 0.0:
         mark(("success_reward",), "target = return and edge_w = 0 ⇒ node values unused ⇒ success_reward has no effect")
     return {name: inert[name] for name in FLAG_NAMES if name in inert}
+
+
+def arm_from_flags(name: str, flags: Mapping[str, Any], description: str = "",
+                   overrides: Mapping[str, Any] | None = None) -> Arm | None:
+    """The `Arm` whose recorded flags (`Arm.flags()`) are `flags`, or None when they are not a
+    complete set this version can read (a flag added since gets its declared default)."""
+    resolved = {}
+    for spec in FLAG_SPECS:
+        if spec.name not in flags:
+            if spec.required:
+                return None
+            resolved[spec.name] = spec.default
+            continue
+        try:
+            resolved[spec.name] = coerce_flag(spec.name, flags[spec.name], source="recorded flags")
+        except (UsageError, InvalidInput):
+            return None
+    try:
+        return Arm(name=name, description=description, overrides=tuple(sorted((overrides or {}).items())), **resolved)
+    except InvalidInput:
+        return None

@@ -139,10 +139,21 @@ def run_eval(
     db = open_db(db_path)
     documents: list[dict[str, Any]] = []
 
+    # A new run that only evaluates is a reference run (oracle, random, a checkpoint under its own
+    # name); evaluations recorded into an existing training run stay that run's.
+    from ccpo_cli.store.records import run_exists
+
+    kind = None if run_exists(db, options.run) else "evaluation"
+
     def record(result: SeedEvaluation) -> None:
         # The run is created with its first result: a failed evaluation leaves no empty run behind.
-        ensure_run(db, options.run)
-        record_run_facts(db, options.run, {"split": options.split}, source="ccpo eval")
+        ensure_run(db, options.run, kind=kind)
+        facts = {"split": options.split, "episodes": len(result.episodes), "max_steps": options.max_steps,
+                 "temperature": recorded_temperature}
+        if kind == "evaluation":
+            facts.update(agent=options.agent, model=options.model)
+        record_run_facts(db, options.run, {key: value for key, value in facts.items() if value is not None},
+                         source="ccpo eval")
         outcome = record_evaluation_outcome(
             db, options.run, step, split=options.split,
             episodes=len(result.episodes), successes=result.successes,

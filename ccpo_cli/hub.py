@@ -284,7 +284,7 @@ def publish_run(
     endpoint: str | None = None,
     checkpoint: Path | None = None,
     dry_run: bool = False,
-    window_start: int = 70,
+    window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
     token_file: Path | None = None,

@@ -71,6 +71,8 @@ def seed_card_db(path: Path, *, arms: int = 3, grpo: str | None = None):
     """
     db = store.open_db(path)
     add_run(db, "return-hard", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
+    # The seed card publishes the best-scoring checkpoint so far, saved by the trainer at step 115.
+    store.record_checkpoint(db, "return-hard", 115, "checkpoints/global_step_115")
     if arms >= 2:
         add_run(db, "return-hard-fbjw", "return-hard-fbjw", mean=90.0, sd=3.1, n=9, best=95.3)
     if arms >= 3:

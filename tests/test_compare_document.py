@@ -84,7 +84,7 @@ def test_per_run_numbers_trace_to_evaluation_rows(two_arms):
     assert best["task_type_episodes"] == {key: 20 + i for i, key in enumerate(TYPES)}
     interval = run["single_eval_interval"]
     low, high = stats.wilson_interval(run["window"]["mean"] / 100 * 128, 128)
-    assert (interval["episodes"], interval["episodes_assumed"]) == (128, False)
+    assert (interval["episodes"], interval["episodes_basis"]) == (128, "recorded")
     assert (interval["low"], interval["high"]) == (pytest.approx(100 * low), pytest.approx(100 * high))
     assert run["window"]["episodes"] == 1280
     pooled_low, pooled_high = stats.wilson_interval(run["window"]["successes"], 1280)
@@ -227,20 +227,25 @@ def test_runs_list_and_show(two_arms):
     assert missing.exit_code == 3 and "no run named 'ghost'" in missing.output
 
 
-def test_arm_flags_are_shown_only_for_the_recorded_fingerprint(tmp_path):
+def test_arm_flags_come_from_the_run_or_an_arm_file_with_its_fingerprint(tmp_path):
     from ccpo_cli.arms import load_arm
+    from ccpo_cli.store.identity import FLAGS_NOT_RECORDED, FLAGS_RECORDED, FLAGS_REGISTRY
 
     db = open_db(tmp_path / "runs.db")
     arm = load_arm("return-hard")
+    override = load_arm("return-hard", {"rho": "0.59"})
     ensure_run(db, "current", arm="return-hard", arm_fingerprint=arm.fingerprint)
     ensure_run(db, "stale", arm="return-hard", arm_fingerprint="0" * 64)
     ensure_run(db, "custom", arm="my-own-arm", arm_fingerprint="1" * 64)
-    for name in ("current", "stale", "custom"):
+    ensure_run(db, "typed", arm=override)
+    for name in ("current", "stale", "custom", "typed"):
         record_evaluation(db, name, 70, success_rate=80.0)
     runs = {run["run"]: run for run in compare_runs(db, None)["runs"]}
-    assert runs["current"]["arm_flags"] == arm.flags() and runs["current"]["arm_fingerprint_current"] is True
-    assert runs["stale"]["arm_flags"] is None and runs["stale"]["arm_fingerprint_current"] is False
-    assert runs["custom"]["arm_flags"] is None and runs["custom"]["arm_fingerprint_current"] is None
+    assert runs["current"]["arm_flags"] == arm.flags() and runs["current"]["arm_flags_source"] == FLAGS_REGISTRY
+    assert runs["stale"]["arm_flags"] is None and runs["stale"]["arm_flags_source"] == FLAGS_NOT_RECORDED
+    assert runs["custom"]["arm_flags"] is None and runs["custom"]["arm_flags_source"] == FLAGS_NOT_RECORDED
+    assert runs["typed"]["arm_flags"] == override.flags() and runs["typed"]["arm_flags"]["rho"] == 0.59
+    assert runs["typed"]["arm_overrides"] == {"rho": 0.59} and runs["typed"]["arm_flags_source"] == FLAGS_RECORDED
 
 
 def launch_config(run: str, arm: str, flags: dict, batch: int = 16) -> dict:

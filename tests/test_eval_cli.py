@@ -62,7 +62,10 @@ def test_oracle_wins_every_game_and_records_every_episode(tmp_path, six_games):
     evaluations = table(db, "SELECT id, eval_seed, episodes, successes, success_rate, split, step "
                             "FROM evaluations ORDER BY eval_seed")
     assert [row[1:] for row in evaluations] == [(0, 6, 6, 100.0, "heldout", 0), (1, 6, 6, 100.0, "heldout", 0)]
-    assert table(db, "SELECT key, value FROM run_facts") == [("split", '"heldout"')]
+    # A new run that only evaluated is a reference run: its agent and protocol are recorded facts.
+    assert sorted(table(db, "SELECT key, value FROM run_facts")) == [
+        ("agent", '"oracle"'), ("episodes", "6"), ("max_steps", "50"), ("split", '"heldout"')]
+    assert table(db, "SELECT kind FROM runs") == [("evaluation",)]
     first_id = evaluations[0][0]
     assert table(db, "SELECT COUNT(*) FROM task_type_results WHERE evaluation_id = ?", (first_id,)) == [(6,)]
     episodes = table(db, "SELECT game_id, task_type, won, turns, invalid_turns, extra FROM episodes "

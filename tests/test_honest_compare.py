@@ -124,10 +124,18 @@ def test_single_seed_statistics_print_needs_two_seeds_and_comparisons_carry_isol
     for arm in document["arms"]:
         assert arm["iqm"]["ci_low"] is None and arm["iqm"]["ci_high"] is None
         assert arm["iqm"]["note"] == "needs ≥ 2 seeds"
-    comparison = document["comparisons"][0]
+    # Two base models: not compared at all (a difference between them says nothing of the estimator).
+    assert document["comparisons"] == []
+    assert document["not_compared"][0]["differ_in"] == ["base model"]
+    assert any(d.startswith("base_model") for d in document["isolation"]["differences"])
+
+
+def test_single_seed_comparisons_carry_needs_two_seeds(tmp_path):
+    db = open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", plateau(84))
+    add_run(db, "gs", "global-successor", plateau(78))
+    comparison = compare_runs(db, None)["comparisons"][0]
     assert comparison["probability_of_improvement"] is None and comparison["poi_note"] == "needs ≥ 2 seeds"
-    assert comparison["isolation"]["verdict"] == "fails"
-    assert any(d.startswith("base_model") for d in comparison["isolation"]["differences"])
 
 
 def test_two_seeds_per_arm_give_an_interval_and_a_probability(tmp_path):
@@ -148,7 +156,8 @@ def test_the_compare_table_prints_needs_two_seeds_and_the_pair_verdict(tmp_path)
 
     db = open_db(tmp_path / "runs.db")
     add_run(db, "rh", "return-hard", plateau(84))
+    add_run(db, "gg", "gigpo", plateau(80))
     add_run(db, "gs", "global-successor", plateau(78), base_model="Qwen/Qwen2.5-1.5B-Instruct")
     result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "compare"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "needs ≥ 2 seeds" in result.output and "isolation fails" in result.output
+    assert "needs ≥ 2 seeds" in result.output and "not compared: they differ in base model" in result.output

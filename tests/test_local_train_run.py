@@ -74,7 +74,8 @@ def test_provenance_is_recorded_before_training(short_run):
     assert len(result.step1_rollout_hash) == 64
     assert _metrics(result.run_dir)[0]["rollout_sha256"] == result.step1_rollout_hash
     # the trainer's own evaluation protocol is a recorded fact, so cards need not say "not recorded"
-    assert run_facts(open_db(db_path), run["id"])["values"] == {"split": "heldout", "temperature": 0.4, "seed": 0}
+    assert run_facts(open_db(db_path), run["id"])["values"] == {"split": "heldout", "temperature": 0.4, "seed": 0,
+                                                               "episodes": 4, "max_steps": 6}
 
 
 def test_checkpoints_are_recorded_and_load_as_the_trained_policy(short_run):

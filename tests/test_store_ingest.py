@@ -297,10 +297,12 @@ def test_console_log_with_ansi_prefixes_noise_and_numpy_reprs(tmp_path):
 def test_acceptance_window_in_compare_json(tmp_path):
     db_path = tmp_path / "runs.db"
     path = write_verl_file(acceptance_rows(), tmp_path / "m.jsonl")
-    assert cli(db_path, "ingest", path, "--run", "rh", "--arm", "return-hard").exit_code == 0
+    assert cli(db_path, "ingest", path, "--run", "rh", "--arm", "return-hard", "--total-steps", "150").exit_code == 0
     result = cli(db_path, "compare", "--json")
     assert result.exit_code == 0, result.output
     run = json.loads(result.stdout)["runs"][0]
+    # The window starts at 7/15 of the recorded total: step 70 of 150, as on the seed card.
+    assert run["window"]["start"] == 70 and run["window"]["start_basis"] == "7/15 of the run's 150 total steps"
     assert run["window"]["mean"] == pytest.approx(83.5, abs=1e-9)
     assert run["window"]["sd"] == pytest.approx(6.5, abs=1e-9)
     assert run["window"]["n"] == 10 and run["window"]["steps"] == WINDOW_STEPS

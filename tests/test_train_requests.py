@@ -32,8 +32,9 @@ def test_requests_are_typed_and_carry_the_arm(tmp_path):
     assert train_local(local, log=print) == [{
         "run": "return-hard-seed4", "backend": "local", "arm": "return-hard", "fingerprint": arm.fingerprint,
         "seed": 4, "options": {"workers": 0}, "resume": None}]
-    verl = VerlTrainRequest(arm=arm, seeds=(0, 1), db_path=tmp_path / "runs.db", model="m", gpus=2, run="x",
-                            arm_overrides={"edge_w": "0"})
+    verl = VerlTrainRequest(arm=arm, seeds=(0, 1), db_path=tmp_path / "runs.db", model="m", gpus=2, run="x")
     launch_request = verl.launch_request(1)
-    assert (launch_request.run, launch_request.seed, launch_request.arm) == ("x-seed1", 1, "return-hard")
+    # The arm travels typed, overrides inside it: never a name with a side dictionary of flags.
+    assert (launch_request.run, launch_request.seed, launch_request.arm) == ("x-seed1", 1, arm)
+    assert dict(launch_request.arm.overrides) == {"edge_w": 0.0}
     assert launch_request.runs_root == (tmp_path / "ccpo-runs").resolve()

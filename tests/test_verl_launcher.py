@@ -34,8 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 
-def request(tmp_path: Path, **changes) -> VerlLaunchRequest:
-    fields = dict(arm="return-hard", model=MODEL, gpus=8, runs_root=tmp_path / "ccpo-runs")
+def request(tmp_path: Path, *, arm: str = "return-hard", arm_overrides: dict | None = None, **changes) -> VerlLaunchRequest:
+    fields = dict(arm=load_arm(arm, arm_overrides), model=MODEL, gpus=8, runs_root=tmp_path / "ccpo-runs")
     fields.update(changes)
     return VerlLaunchRequest(**fields)
 
@@ -124,7 +124,7 @@ def test_arm_overrides_reach_hydra_the_workers_and_the_fingerprint(tmp_path):
     assert changed.fingerprint != load_arm("return-hard").fingerprint
     assert config["arm"]["fingerprint"] == changed.fingerprint
     assert config["overrides"]["+algorithm.ccpo.edge_w"] == 0.0
-    assert config["worker_environment"][worker_env.ARM_SET] == "edge_w=0"
+    assert config["worker_environment"][worker_env.ARM_SET] == "edge_w=0.0"  # the flag's recorded form
     spec = worker_env.ArmSpec.from_environ(config["worker_environment"])
     assert load_arm(spec.name, spec.overrides).fingerprint == spec.fingerprint
 

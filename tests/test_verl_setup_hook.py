@@ -211,7 +211,7 @@ def test_entry_starts_ray_with_the_hook_and_the_run_environment(tmp_path):
     from ccpo_cli.backends.verl import entry
     from ccpo_cli.backends.verl.launcher import VerlLaunchRequest, build_launch
 
-    launch = build_launch(VerlLaunchRequest(arm="gigpo", model="m", gpus=1, host_profile="lean",
+    launch = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model="m", gpus=1, host_profile="lean",
                                             runs_root=tmp_path, ray_address="10.0.0.1:6379"))
     arguments = entry.ray_init_arguments(launch.hydra_overrides(), dict(launch.environment))
     runtime_env = arguments["runtime_env"]
@@ -220,5 +220,5 @@ def test_entry_starts_ray_with_the_hook_and_the_run_environment(tmp_path):
     assert runtime_env["env_vars"][worker_env.ARM_FINGERPRINT] == load_arm("gigpo").fingerprint
     assert runtime_env["env_vars"]["OMP_NUM_THREADS"] == "1" and runtime_env["env_vars"]["NCCL_DEBUG"] == "WARN"
     assert arguments["address"] == "10.0.0.1:6379" and "num_cpus" not in arguments  # a cluster sizes itself
-    local = build_launch(VerlLaunchRequest(arm="gigpo", model="m", gpus=1, host_profile="lean", runs_root=tmp_path))
+    local = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model="m", gpus=1, host_profile="lean", runs_root=tmp_path))
     assert entry.ray_init_arguments(local.hydra_overrides(), dict(local.environment))["num_cpus"] == 64

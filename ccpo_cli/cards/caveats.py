@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ccpo_cli.cards.method import estimator_family
-from ccpo_cli.cards.selection import ResolvedArm, resolve_arm
+from ccpo_cli.cards.selection import ResolvedArm
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -18,7 +18,8 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 
 def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str) -> list[dict[str, Any]]:
-    """The side-by-side table: one row per arm with a window, in the comparison's order."""
+    """The side-by-side table: one row per arm (comparison unit) with a window, in the
+    comparison's order; `this_arm` is the card's own unit label."""
     rows = []
     for arm in document["arms"]:  # already ordered by window mean, best first
         if not arm.get("n"):
@@ -32,7 +33,7 @@ def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str)
                 "n": arm["n"],
                 "n_seeds": arm["n_seeds"],
                 "this": arm["arm"] == this_arm,
-                "family": estimator_family(arm["arm"], info.flags if info else {}),
+                "family": estimator_family(arm.get("arm_name"), info.flags if info else {}),
                 "raw": arm,
             }
         )
@@ -40,7 +41,7 @@ def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str)
 
 
 def grpo_caveat(
-    arms_rows: list[dict], excluded: Mapping[str, list[str]], runs_by_name: Mapping[str, dict], window_mean: float
+    arms_rows: list[dict], excluded: Mapping[str, list[str]], identities: Mapping[str, Any], window_mean: float
 ) -> dict[str, Any]:
     """A claim against GRPO needs an isolated GRPO run; without one, say why there is none."""
     grpo_rows = [row for row in arms_rows if row["family"] == "grpo" and not row["this"]]
@@ -53,7 +54,8 @@ def grpo_caveat(
         }
     rejected = [
         name for name in excluded
-        if estimator_family(runs_by_name[name].get("arm"), resolve_arm(runs_by_name[name]).flags) == "grpo"
+        if identities[name].arm is not None
+        and estimator_family(identities[name].arm.name, identities[name].arm.flags or {}) == "grpo"
     ]
     if rejected:
         return {"present": False, "rejected": f"run `{rejected[0]}`", "rejected_reason": "; ".join(excluded[rejected[0]])}

@@ -28,6 +28,7 @@ from ccpo_cli.cards.caveats import (
 from ccpo_cli.cards.evidence import (
     evaluation_protocol,
     evidence_hash,
+    named_checkpoint,
     single_evaluation_noise,
 )
 from ccpo_cli.cards.guards import (
@@ -50,14 +51,18 @@ from ccpo_cli.cards.method import (
 )
 from ccpo_cli.cards.selection import (
     ResolvedArm,
+    card_identity,
     config_of,
     isolated_comparison,
     resolve_arm,
+    resolve_document_arm,
     trained_from_scratch,
 )
 from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.report import DEFAULT_WINDOW_START
+from ccpo_cli.report.window import task_type_keys
+from ccpo_cli.stats import TOO_FEW_FOR_TREND
+from ccpo_cli.store.identity import FLAGS_RECORDED, RunIdentity
 from ccpo_cli.task_types import TASK_TYPES
 
 SUMMARY_PATH = "results/ccpo_summary.json"
@@ -65,7 +70,9 @@ PLOT_PATH = "results/learning_curve.png"
 BASE_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "verl-agent")
 LOCAL_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "ccpo-local", FROM_SCRATCH_TAG)
 
-__all__ = ["DEFAULT_WINDOW_START", "PLOT_PATH", "STATUSES", "SUMMARY_PATH", "CardContext", "build_card_context"]
+__all__ = ["PLOT_PATH", "STATUSES", "SUMMARY_PATH", "CardContext", "build_card_context"]
+# Column titles of ALFWorld's six task types on the card's best row, in the seed card's order.
+TASK_TYPE_TITLES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 
 
 @dataclass
@@ -74,7 +81,7 @@ class CardContext:
 
     run: str
     status: str
-    repo_id: str
+    repo_id: str | None  # the Hub repository the card is published to; None for a local card
     template_vars: dict[str, Any]
     metadata: dict[str, Any]
     summary: dict[str, Any]
@@ -85,6 +92,8 @@ class CardContext:
 class _Facts:
     """What the context is assembled from (one place, so the three outputs agree)."""
 
+    identity: RunIdentity
+    identities: dict[str, RunIdentity]
     run_row: dict
     status: str
     window_start: int
@@ -101,7 +110,7 @@ class _Facts:
     resolved: dict[str, ResolvedArm]
     runs_by_name: dict[str, dict]
     checkpoint_step: int | None
-    repo_id: str
+    repo_id: str | None
     evidence: str
 
 
@@ -120,42 +129,36 @@ def _entry_for(document: dict, run: str) -> dict:
 
 
 def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) -> _Facts:
-    run_row = store.get_run(db, run)
-    name = run_row["name"]
-    document, excluded = isolated_comparison(db, name, window_start)
+    identity, identities = card_identity(db, run)
+    run_row = store.get_run(db, identity.run)
+    name = identity.run
+    document, excluded = isolated_comparison(db, name, window_start, identities=identities)
     this = _entry_for(document, name)
     total_steps = max(this.get("total_steps_recorded") or [None], key=lambda value: value or 0)
     last_step = this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
     check_status(name, status, this)
-    from_scratch = trained_from_scratch(run_row)
+    from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this["window"]
-    check_headline(name, window, window_start)
-    best = this["best"]
-    window_ids = set(window["evaluation_ids"])
-    window_evaluations = [row for row in store.run_evaluations(db, name) if row["id"] in window_ids]
-    protocol = evaluation_protocol(window, window_evaluations, config_of(run_row))
-    noise = single_evaluation_noise(this.get("single_eval_interval"))
-    if protocol["episodes"] is None and noise.get("episodes") and not noise.get("episodes_assumed"):
-        protocol["episodes"] = noise["episodes"]
+    check_headline(name, window, window["start"])
+    protocol = evaluation_protocol(identity.protocol, window)
+    noise = single_evaluation_noise(this.get("single_eval_interval"), identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
-    resolved: dict[str, ResolvedArm] = {}
-    for entry in document["runs"]:
-        arm = resolve_arm(runs_by_name[entry["run"]])
-        resolved.setdefault(arm.name, arm)
-    if checkpoint_step is None:
-        checkpoint_step = best["step"] if status == "interim" else last_step
+    resolved = {arm["arm"]: found for arm in document["arms"] if (found := resolve_document_arm(arm)) is not None}
+    best_step = this["best"]["step"] if this["best"] else None
+    wanted = best_step if status == "interim" and this.get("run_state") != "stopped-early" else last_step
     return _Facts(
-        run_row=run_row, status=status, window_start=window_start, document=document, excluded=excluded,
-        this=this, last_step=last_step, total_steps=total_steps, from_scratch=from_scratch, license=license,
-        protocol=protocol, noise=noise, this_arm=resolve_arm(run_row), resolved=resolved,
-        runs_by_name=runs_by_name, checkpoint_step=checkpoint_step, repo_id=repo_id or name,
+        identity=identity, identities=identities, run_row=run_row, status=status, window_start=window["start"], document=document,
+        excluded=excluded, this=this, last_step=last_step, total_steps=total_steps, from_scratch=from_scratch,
+        license=license, protocol=protocol, noise=noise,
+        this_arm=resolve_arm(identity.arm, this.get("arm_label")), resolved=resolved, runs_by_name=runs_by_name,
+        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step), repo_id=repo_id,
         evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]),
     )
 
 
-def _repo_name(repo_id: str) -> str:
-    return repo_id.split("/")[-1]
+def _repo_name(repo_id: str | None, run: str) -> str:
+    return repo_id.split("/")[-1] if repo_id else run
 
 
 def _arm_tag(arm: str) -> str:
@@ -164,30 +167,47 @@ def _arm_tag(arm: str) -> str:
 
 def _arm_vars(facts: _Facts) -> dict[str, Any]:
     arm = facts.this_arm
-    others = [other.flags for name, other in facts.resolved.items() if name != arm.name]
+    others = [other.flags for label, other in facts.resolved.items() if label != arm.unit_label and other.flags]
+    distinguishing = distinguishing_flags(arm.flags, others) if others and arm.flags else []
     return {
         "name": arm.name,
-        "description": describe_arm(arm.name, arm.flags),
-        "distinguishing": ", ".join(f"`{name}={value}`" for name, value in distinguishing_flags(arm.flags, others)),
+        "label": arm.unit_label,
+        "description": describe_arm(arm.name, arm.flags) if arm.flags else "",
+        "distinguishing": ", ".join(f"`{name}={value}`" for name, value in distinguishing),
+        "compared": bool(others),
+        "overrides": ", ".join(f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())),
         "flags": [
-            {"name": name, "value": format_flag_value(value), "inert": arm.inert.get(name, "")}
+            {"name": name, "value": format_flag_value(value),
+             "inert": arm.inert.get(name, "live: can change the advantages")}
             for name, value in arm.flags.items()
         ],
+        "flags_known": bool(arm.flags),
+        "flags_source": "" if arm.flags_source == FLAGS_RECORDED else arm.flags_source,
         "fingerprint": arm.fingerprint or "not recorded",
         "padding": padding_rule(arm.flags, pads=not facts.from_scratch),
     }
 
 
+def task_type_columns(best: Mapping[str, Any]) -> list[str]:
+    """The task types of the card's best row: ALFWorld's six when the run reports them, else its own."""
+    keys = task_type_keys([{"task_types": best.get("task_types") or {}}])
+    if not keys or set(keys) <= set(TASK_TYPES):
+        return list(TASK_TYPES) if keys else []
+    return keys
+
+
 def _best_vars(facts: _Facts) -> dict[str, Any]:
     best, window = facts.this["best"], facts.this["window"]
-    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key in TASK_TYPES]
+    columns = task_type_columns(best)
+    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key in columns]
     first_with_turns = next(
         (point for point in facts.this.get("evaluations", []) if point.get("mean_turns") is not None), None)
     return {
         "step": best["step"],
         "success": fmt(best["success"]),
-        "turns": fmt(best.get("mean_turns")),
-        "task_types": [fmt(value) for value in per_type],
+        "turns": fmt(best.get("mean_turns")) if best.get("mean_turns") is not None else "not recorded",
+        "task_type_titles": [TASK_TYPE_TITLES.get(key, key) for key in columns],
+        "task_types": [fmt(value) if value is not None else "not recorded" for value in per_type],
         "train_success": fmt(best["train_success_rate"]) if best.get("train_success_rate") is not None else "",
         "bias_sd": fmt(best["expected_max_bias_sd"]),
         "bias_points": fmt(best.get("expected_max_bias_points")),
@@ -197,6 +217,17 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
         "turns_start": fmt(first_with_turns["mean_turns"]) if first_with_turns else "",
         "turns_start_step": first_with_turns["step"] if first_with_turns else None,
     }
+
+
+def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
+    name = identity.benchmark or "not recorded"
+    return {"name": name, "title": "ALFWorld" if name == "alfworld" else name, "is_alfworld": name == "alfworld"}
+
+
+def reference_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The reference runs (evaluation only) beside a card's arms."""
+    return [{"run": row["run"], "agent": row["agent"] or "agent not recorded", "mean": fmt(row["mean"]),
+             "n": row["n_evaluations"]} for row in document.get("references") or []]
 
 
 def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
@@ -212,10 +243,12 @@ def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
 def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict) -> dict[str, Any]:
     run_row, window, protocol = facts.run_row, facts.this["window"], facts.protocol
     family = estimator_family(facts.this_arm.name, facts.this_arm.flags)
-    single_seed = [row["label"] for row in arms_table if row["n_seeds"] == 1]
+    single_seed = [row["label"] for row in arms_table if row["n_seeds"] <= 1]
+    own = next((row for row in arms_table if row["this"]), None)
     return {
         "repo_id": facts.repo_id,
-        "repo_name": _repo_name(facts.repo_id),
+        "repo_name": _repo_name(facts.repo_id, facts.identity.run),
+        "benchmark": benchmark_vars(facts.identity),
         "interim": facts.status == "interim",
         "status": facts.status,
         "last_step": facts.last_step,
@@ -233,12 +266,14 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "protocol": {
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
             "episodes_known": bool(protocol["episodes"]),
+            "episodes_basis": protocol["episodes_basis"],
             "split": protocol["split"],
             "temperature": protocol["temperature"],
             "mixed": protocol["mixed"],
             "left_out": protocol["left_out"],
         },
-        "window": {"start": facts.window_start, "mean": fmt(window["mean"]), "sd": fmt(window["sd"]), "n": window["n"]},
+        "window": {"start": facts.window_start, "start_basis": window.get("start_basis") or "",
+                   "mean": fmt(window["mean"]), "sd": fmt(window["sd"]), "n": window["n"]},
         "trend": _trend_vars(window),
         "stopped_early": facts.this.get("run_state") == "stopped-early",
         "conflicts": conflict_lines(facts.document),
@@ -249,6 +284,9 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
         "arms_table": arms_table,
+        "references": reference_rows(facts.document),
+        "this_n_seeds": own["n_seeds"] if own else 0,
+        "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
         "excluded_runs": "; ".join(
             f"`{name}` ({'; '.join(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
         ),
@@ -256,10 +294,11 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "published": published,
         "any_single_seed": bool(single_seed),
         "all_single_seed": bool(arms_table) and len(single_seed) == len(arms_table),
+        "checkpoint_known": facts.checkpoint_step is not None,
         "single_seed_arms": ", ".join(single_seed),
         "isolation_statement": isolation_statement(
             [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]], facts.document["isolation"]),
-        "setup": setup_rows(run_row, protocol, facts.this.get("facts")),
+        "setup": setup_rows(facts.identity, run_row, protocol, facts.this.get("facts")),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
     }
@@ -278,12 +317,12 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "pipeline_tag": "reinforcement-learning" if facts.from_scratch else "text-generation",
         "license": facts.license,
         "tags": list(dict.fromkeys(tags)),
-        "model_name": _repo_name(facts.repo_id),
+        "model_name": _repo_name(facts.repo_id, facts.identity.run),
         "headline_value": round(float(window["mean"]), 1),
         "headline_name": (
-            f"Success rate (%), {'window' if window.get('converged') is False else 'converged-window'} mean over "
+            f"Success rate (%), {'converged-window' if window.get('converged') is True else 'window'} mean over "
             f"{window['n']} evaluations (step >= {facts.window_start})"
-            + (", not converged" if window.get("converged") is False else "")
+            + {False: ", not converged", None: f", {TOO_FEW_FOR_TREND}", True: ""}[window.get("converged")]
         ),
         "split": facts.protocol["split"],
     }
@@ -295,7 +334,12 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "schema_version": 1,
         "run": facts.run_row["name"],
         "arm": facts.this_arm.name,
+        "arm_label": facts.this_arm.unit_label,
         "arm_fingerprint": facts.this_arm.fingerprint,
+        "arm_flags": facts.this_arm.flags or None,
+        "arm_overrides": facts.this_arm.overrides,
+        "identity": facts.identity.as_dict(),
+        "repo_id": facts.repo_id,
         "status": facts.status,
         "base_model": None if facts.from_scratch else base_model,
         "model": base_model,
@@ -310,9 +354,11 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "single_evaluation_noise": facts.noise,
         "arms": [row["raw"] for row in arms_table],
         "runs": [
-            {"run": entry["run"], "arm": entry["arm"], "seed": entry["seed"], "window": entry["window"]}
+            {"run": entry["run"], "arm": entry["arm"], "arm_label": entry.get("arm_label"), "kind": entry["kind"],
+             "seed": entry["seed"], "window": entry["window"]}
             for entry in facts.document["runs"]
         ],
+        "references": facts.document.get("references", []),
         "isolation": facts.document["isolation"],
         "conflicts": facts.document.get("conflicts", {}),
         "protocol": facts.protocol,
@@ -331,18 +377,22 @@ def build_card_context(
     *,
     status: str = "interim",
     repo_id: str | None = None,
-    window_start: int = DEFAULT_WINDOW_START,
+    window_start: int | None = None,
     license: str | None = None,
     checkpoint_step: int | None = None,
 ) -> CardContext:
     """Everything the card states about `run`, from the database (see the module docstring).
 
-    Raises InvalidInput (exit 3) for a final card of an unfinished run, a run without
-    evaluations in the window, and a run without base model or license.
+    `repo_id` is the Hub repository the card is published to (its usage snippet names it; without
+    one the snippet is left out). `window_start` None gives the run's default window (7/15 of its
+    total steps). `checkpoint_step` is the checkpoint a publish sends; without it the card names a
+    checkpoint only when runs.db records one at the step it would publish. Raises InvalidInput
+    (exit 3) for a final card of an unfinished run, a run without evaluations in the window, a
+    reference (evaluation-only) run, and a run without arm, base model or license.
     """
     facts = _gather(db, run, status, repo_id, window_start, license, checkpoint_step)
-    arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.name)
-    grpo = grpo_caveat(arms_table, facts.excluded, facts.runs_by_name, facts.this["window"]["mean"])
+    arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
+    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, facts.this["window"]["mean"])
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,

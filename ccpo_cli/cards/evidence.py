@@ -3,7 +3,6 @@ digest of the evaluation rows read."""
 
 from __future__ import annotations
 
-import collections
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -11,52 +10,55 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import store
-from ccpo_cli.store.facts import VERL_CONFIG_KEYS, VERL_SPLITS, flatten
-
-# Config keys that name the evaluation split, in order of preference, for runs that recorded
-# no split fact (store/facts.py maps verl-agent's dataset names to ALFWorld's split names).
-SPLIT_KEYS = ("eval_split", "val_split", VERL_CONFIG_KEYS["split"])
+from ccpo_cli.store.identity import EPISODES_RECORDED, EvaluationProtocol
 
 
-def _most_common(values: list[Any]) -> Any:
-    present = [value for value in values if value is not None]
-    return collections.Counter(present).most_common(1)[0][0] if present else None
-
-
-def evaluation_protocol(window: Mapping[str, Any], window_evaluations: list[dict],
-                        config: Mapping[str, Any]) -> dict[str, Any]:
-    """Episodes, temperature and split of the evaluations a card's window averages: the
-    window's one protocol, filled from the evaluations and the config where it is silent."""
-    flat = flatten(config)
-    chosen = window.get("protocol") or {}
-    split = chosen.get("split") or next((flat[key] for key in SPLIT_KEYS if flat.get(key) is not None), None)
+def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any]) -> dict[str, Any]:
+    """Episodes, temperature and split of the evaluations a card's window averages: the run's
+    recorded protocol (store.identity), with how the episode count is known."""
     return {
-        "episodes": chosen.get("episodes") or _most_common([row.get("episodes") for row in window_evaluations]),
-        "temperature": chosen.get("temperature") if chosen.get("temperature") is not None
-        else _most_common([row.get("temperature") for row in window_evaluations]),
-        "split": VERL_SPLITS.get(str(split), split) if split is not None else None,
+        "episodes": protocol.episodes,
+        "episodes_basis": protocol.episodes_basis,
+        "temperature": protocol.temperature,
+        "split": protocol.split,
+        "turn_limit": protocol.turn_limit,
         "mixed": bool(window.get("protocol_mixed")),
         "left_out": len(window.get("left_out_evaluation_ids") or []),
     }
 
 
-def single_evaluation_noise(interval: Mapping[str, Any] | None) -> dict[str, Any]:
+def single_evaluation_noise(interval: Mapping[str, Any] | None, protocol: EvaluationProtocol) -> dict[str, Any]:
     """The comparison's single-evaluation interval, with the method spelled out for the card."""
     if not interval:
-        return {"half_width": None, "method": "no window mean to evaluate it at"}
-    episodes = f"{interval['episodes']} episodes" + (" (assumed: not recorded)" if interval.get("episodes_assumed") else "")
+        reason = ("the episodes per evaluation are not recorded" if not protocol.episodes
+                  else "no window mean to evaluate it at")
+        return {"half_width": None, "method": reason, "episodes": protocol.episodes}
+    basis = interval.get("episodes_basis") or EPISODES_RECORDED
+    episodes = f"{interval['episodes']} episodes" + ("" if basis == EPISODES_RECORDED else f" ({basis})")
     return {
         "half_width": interval["half_width"],
         "low": interval["low"],
         "high": interval["high"],
         "episodes": interval["episodes"],
-        "episodes_assumed": bool(interval.get("episodes_assumed")),
+        "episodes_basis": basis,
         "confidence": interval["confidence"],
         "method": (
             f"half-width of the {interval['confidence']:.0%} Wilson score interval for one evaluation of "
             f"{episodes} at the window mean of {interval['at']:.1f}%"
         ),
     }
+
+
+def named_checkpoint(db: sqlite_utils.Database, run: str, wanted_step: int | None, given: int | None) -> int | None:
+    """The checkpoint step a card may name: the one a publish sends (`given`), else `wanted_step`
+    only when a checkpoint or publication record of the run names that step, else None."""
+    if given is not None:
+        return given
+    if wanted_step is None:
+        return None
+    recorded = {row["step"] for row in store.run_checkpoints(db, run)}
+    recorded |= {row["checkpoint_step"] for row in store.run_publications(db, run) if row["checkpoint_step"] is not None}
+    return wanted_step if wanted_step in recorded else None
 
 
 def evidence_hash(db: sqlite_utils.Database, run_names: list[str]) -> str:

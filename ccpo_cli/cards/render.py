@@ -25,7 +25,8 @@ def card_data(context: CardContext) -> ModelCardData:
     converged-window mean (never the best point)."""
     meta = context.metadata
     # The source link needs a Hub id; a card rendered for a bare run name carries no link.
-    source_url = f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}" if "/" in context.repo_id else None
+    source_url = (f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}"
+                  if context.repo_id and "/" in context.repo_id else None)
     result = EvalResult(
         task_type=meta["pipeline_tag"],
         task_name="ALFWorld held-out success",

@@ -1,12 +1,15 @@
-"""Which runs a card sets beside its own, and the arm each run trained.
+"""Which runs a card sets beside its own, and the arm each of them trained.
 
-A card compares its run with the runs that pass the isolation check against it (the same
-numbers `ccpo compare --json` prints, from `ccpo_cli.report.compare.compare_runs`); the arm of
-each run is resolved by the arm registry with the overrides the run recorded.
+A card describes one trained run. It compares that run's arm (its comparison unit: every seed of
+the same arm fingerprint, base model, backend, benchmark and protocol) with the other arms in the
+same setting whose runs pass the isolation check against it, and it shows the reference runs
+(oracle, random, evaluated checkpoints) of that setting's benchmark. Arms and references are read
+from the runs' recorded identities (`store.identity`), never from the arm registry by name.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,42 +17,79 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import store
-from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store.identity import (
+    FLAGS_NOT_RECORDED,
+    ArmIdentity,
+    RunIdentity,
+    all_identities,
+    unit_differences,
+)
 
 # The local CPU backend (`ccpo train --backend local`) trains a small torch policy from scratch.
 LOCAL_BACKEND = "local"
 
 
-def compare(db: sqlite_utils.Database, runs: list[str], window_start: int) -> dict:
+def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None) -> dict:
     from ccpo_cli.report.compare import compare_runs
 
     return compare_runs(db, runs, window_start=window_start)
 
 
-def isolated_comparison(db: sqlite_utils.Database, run: str, window_start: int) -> tuple[dict, dict[str, list[str]]]:
-    """The comparison document over `run`, every other seed of its arm (replicates, always kept),
-    and every other arm whose runs do not fail the isolation check against them; plus the runs
-    left out with the differences that excluded them. An arm whose check is only unverifiable
-    stays in, and the card says what was not recorded."""
-    rows = [row for row in store.list_runs(db) if row.get("n_evaluations") or row["name"] == run]
-    arm_of = {row["name"]: row.get("arm") or f"(run {row['name']})" for row in rows}
-    own = [name for name in arm_of if arm_of[name] == arm_of[run]]
-    own = [run, *(name for name in own if name != run)]
-    others: dict[str, list[str]] = {}
-    for name, arm in arm_of.items():
-        if arm != arm_of[run]:
-            others.setdefault(arm, []).append(name)
-    everything = compare(db, [*own, *(name for names in others.values() for name in names)], window_start)
+def card_identity(db: sqlite_utils.Database, run: str) -> tuple[RunIdentity, dict[str, RunIdentity]]:
+    """The run's identity (refused when a card cannot describe it) and every run's."""
+    identities = all_identities(db)
+    name = store.get_run(db, run)["name"]
+    identity = identities[name]
+    if identity.is_reference:
+        raise InvalidInput(
+            f"run {name!r} only evaluated an agent ({identity.agent or 'agent not recorded'}): it is a reference "
+            "run, which `ccpo compare` shows beside the arms; a model card describes a trained run"
+        )
+    if identity.arm is None:
+        raise InvalidInput(f"run {name!r} records no arm; ingest it with --arm")
+    return identity, identities
+
+
+def isolated_comparison(db: sqlite_utils.Database, run: str, window_start: int | None, *,
+                        identities: dict[str, RunIdentity] | None = None) -> tuple[dict, dict[str, list[str]]]:
+    """The comparison document over `run`, every other seed of its arm (always kept), the other
+    arms of the same setting whose runs do not fail the isolation check against them, and the
+    reference runs of its benchmark; plus the runs left out with what excluded them. An arm whose
+    check is only unverifiable stays in, and the card says what was not recorded."""
+    if identities is None:
+        identity, identities = card_identity(db, run)
+    else:
+        identity = identities[store.get_run(db, run)["name"]]
+    with_evaluations = {row["name"] for row in store.list_runs(db) if row.get("n_evaluations")}
+    own_unit, setting = identity.unit, identity.unit.setting()
+    own = [identity.run, *(name for name, other in identities.items()
+                           if name != identity.run and not other.is_reference and other.unit == own_unit)]
+    others: dict[Any, list[str]] = defaultdict(list)
+    excluded: dict[str, list[str]] = {}
+    references = []
+    for name, other in identities.items():
+        if name in own or name not in with_evaluations:
+            continue
+        if other.is_reference:
+            if other.benchmark == identity.benchmark:
+                references.append(name)
+        elif other.unit.setting() == setting:
+            others[other.unit].append(name)
+        elif other.benchmark == identity.benchmark:
+            excluded[name] = unit_differences(other, identity)
+    candidates = [name for names in others.values() for name in names]
+    everything = compare(db, [*own, *candidates, *references], window_start)
     if not others or everything["isolation"]["verdict"] != "fails":
-        return everything, {}
-    included, excluded = [], {}
+        return everything, excluded
+    included = []
     for names in others.values():
         pair = compare(db, [*own, *names], window_start)
         if pair["isolation"]["verdict"] != "fails":
             included.extend(names)
         else:
             excluded.update({name: list(pair["isolation"]["differences"]) for name in names})
-    return compare(db, [*own, *included], window_start), excluded
+    return compare(db, [*own, *included, *references], window_start), excluded
 
 
 def config_of(run_row: Mapping[str, Any]) -> dict:
@@ -57,37 +97,43 @@ def config_of(run_row: Mapping[str, Any]) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def trained_from_scratch(run_row: Mapping[str, Any]) -> bool:
+def trained_from_scratch(identity: RunIdentity) -> bool:
     """A run of the local CPU backend: a small policy trained from scratch, no Hub base model."""
-    backend = run_row.get("backend") or config_of(run_row).get("backend")
-    return backend == LOCAL_BACKEND
+    return identity.backend == LOCAL_BACKEND
 
 
 @dataclass(frozen=True)
 class ResolvedArm:
-    name: str
+    name: str  # the arm file's name
     label: str  # the arm's own short title, e.g. "CCPO return-hard"
+    unit_label: str  # the comparison's label of its unit (the name, its overrides, what sets it apart)
     flags: dict[str, Any]
     fingerprint: str | None
     inert: dict[str, str]  # flag -> why it cannot change this arm's advantages
+    overrides: dict[str, Any]
+    flags_source: str
 
 
-def resolve_arm(run_row: Mapping[str, Any]) -> ResolvedArm:
-    """The arm a run recorded, resolved by the arm registry with the overrides the run recorded;
-    the fingerprint the run recorded wins (it is what ran)."""
-    name = run_row.get("arm")
-    if not name:
-        raise InvalidInput(f"run {run_row.get('name')!r} records no arm; ingest it with --arm")
-    config = config_of(run_row)
-    overrides = config.get("arm_overrides") or None
+def resolve_arm(arm: ArmIdentity, unit_label: str | None = None) -> ResolvedArm:
+    """What a card states about an arm, from the flags the run recorded (or the arm file that
+    computes its recorded fingerprint); inert flags are derived from those flags."""
     from ccpo_cli import arms
 
-    try:
-        arm = arms.load_arm(name, overrides=overrides)
-    except CcpoError:
-        # An arm this version of ccpo does not know: fall back to what the run recorded.
-        flags = dict(config.get("arm_flags") or {})
-        return ResolvedArm(name, name, flags, run_row.get("arm_fingerprint"), {})
-    flags = arm.flags()
-    label = (arm.description or name).split(":")[0].strip() or name
-    return ResolvedArm(name, label, flags, run_row.get("arm_fingerprint") or arm.fingerprint, arms.inert_flags(arm))
+    flags = dict(arm.flags or {})
+    typed = arms.arm_from_flags(arm.name, flags, arm.description, arm.overrides) if arm.flags else None
+    inert = arms.inert_flags(typed) if typed is not None else {}
+    label = (arm.description or arm.name).split(":")[0].strip() or arm.name
+    if arm.overrides:
+        label = f"{label} with {', '.join(f'{key}={value}' for key, value in sorted(arm.overrides.items()))}"
+    return ResolvedArm(arm.name, label, unit_label or arm.label, flags, arm.fingerprint, inert,
+                       dict(arm.overrides), arm.flags_source if arm.flags else FLAGS_NOT_RECORDED)
+
+
+def resolve_document_arm(arm_entry: Mapping[str, Any]) -> ResolvedArm | None:
+    """The ResolvedArm of one arm of a comparison document (None for a run without an arm)."""
+    if not arm_entry.get("arm_name"):
+        return None
+    identity = ArmIdentity(arm_entry["arm_name"], arm_entry.get("arm_fingerprint"), arm_entry.get("arm_flags"),
+                           arm_entry.get("arm_overrides") or {}, arm_entry.get("arm_flags_source") or FLAGS_NOT_RECORDED,
+                           arm_entry.get("arm_description") or "")
+    return resolve_arm(identity, arm_entry["arm"])

@@ -15,6 +15,7 @@ import yaml
 
 from ccpo_cli.cards.selection import LOCAL_BACKEND, config_of, trained_from_scratch
 from ccpo_cli.store.facts import flatten
+from ccpo_cli.store.identity import RunIdentity
 
 # The verl-agent Hydra keys behind each row of a verl run's table (verl/trainer/config/ppo_trainer.yaml).
 VERL_SETUP_KEYS = {
@@ -115,7 +116,7 @@ def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
     for name in FACT_ROWS:
         if value[name] is None:
             value[name] = facts.get(name)
-    benchmark = run_row.get("benchmark") or "alfworld"
+    benchmark = run_row.get("benchmark") or NOT_RECORDED
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
     rows.append(("benchmark", "ALFWorld (AlfredTWEnv), 6 task types" if benchmark == "alfworld" else benchmark))
     if value["batch"] is not None and value["group"] is not None:
@@ -142,9 +143,9 @@ def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
     return _rows(rows + _provenance_rows(dict(run_row, hardware=hardware or NOT_RECORDED)))
 
 
-def setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
+def setup_rows(identity: RunIdentity, run_row: Mapping[str, Any], protocol: Mapping[str, Any],
                facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
-    if trained_from_scratch(run_row):
+    if trained_from_scratch(identity):
         return local_setup_rows(run_row, protocol)
     return verl_setup_rows(run_row, protocol, facts)
 

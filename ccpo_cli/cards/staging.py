@@ -53,7 +53,7 @@ def stage_card(
     *,
     status: str = "interim",
     repo_id: str | None = None,
-    window_start: int = 70,
+    window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
     force: bool = False,

@@ -18,7 +18,6 @@ from ccpo_cli.cli.common import (
     stdout_console,
 )
 from ccpo_cli.names import default_folder, require_inside
-from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.store import open_db
 
 
@@ -34,7 +33,7 @@ def card(
     status: Annotated[CardStatus, typer.Option("--status", help="interim (run in progress) or final (run finished).")] = CardStatus.interim,
     output: Annotated[Path | None, typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
     repo_id: Annotated[str | None, typer.Option("--repo-id", help="Hub id the card will live at (for the title and usage snippet).")] = None,
-    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    window_start: WindowStartOption = None,
     license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing README (and results/) that ccpo did not write.")] = False,

@@ -26,7 +26,8 @@ SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
 ]
-WindowStartOption = Annotated[int, typer.Option("--window-start", help="First step of the converged window.")]
+WindowStartOption = Annotated[int | None, typer.Option(
+    "--window-start", help="First step of the window (default: 7/15 of each run's recorded total steps, the seed card's 70 of 150).")]
 SeedsOption = Annotated[
     str | None, typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
 ]

@@ -17,14 +17,13 @@ from ccpo_cli.cli.common import (
     stdout_console,
 )
 from ccpo_cli.errors import UsageError
-from ccpo_cli.report import DEFAULT_WINDOW_START
 
 
 @handle_errors
 def compare(
     ctx: typer.Context,
     runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: all).")] = None,
-    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    window_start: WindowStartOption = None,
     as_json: JsonOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
     detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,

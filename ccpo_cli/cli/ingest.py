@@ -19,12 +19,13 @@ from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_m
 PROGRESS_MIN_BYTES = 2 * 1024 * 1024
 
 
-def _arm_fingerprint(arm: str | None) -> str | None:
-    if arm is None:
+def _arm(name: str | None):
+    """The named arm as ccpo's arm file resolves it (the log's own stated flags are facts)."""
+    if name is None:
         return None
     from ccpo_cli.arms import load_arm
 
-    return load_arm(arm).fingerprint
+    return load_arm(name)
 
 
 @handle_errors
@@ -63,7 +64,7 @@ def ingest(
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
-    fingerprint = _arm_fingerprint(arm)
+    resolved_arm = _arm(arm)
     check_run_name(run)  # before open_db, like the file check below
     flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
                                         total_steps=total_steps)
@@ -71,7 +72,7 @@ def ingest(
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    kwargs = dict(fmt=fmt, arm=arm, arm_fingerprint=fingerprint, seed=facts.get("seed"), base_model=base_model,
+    kwargs = dict(fmt=fmt, arm=resolved_arm, seed=facts.get("seed"), base_model=base_model,
                   total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
                   strict=strict, metric=metric, source_run=source_run)
     if show_bar:

@@ -18,7 +18,6 @@ from ccpo_cli.cli.common import (
     stdout_console,
 )
 from ccpo_cli.names import default_folder, require_inside
-from ccpo_cli.report import DEFAULT_WINDOW_START
 from ccpo_cli.store import open_db
 
 
@@ -39,7 +38,7 @@ def publish(
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")] = None,
     revision: Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")] = "main",
     staging: Annotated[Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")] = None,
-    window_start: WindowStartOption = DEFAULT_WINDOW_START,
+    window_start: WindowStartOption = None,
     license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the published checkpoint (default: best so far for interim, last for final).")] = None,
     as_json: JsonOption = False,

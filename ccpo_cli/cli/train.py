@@ -114,8 +114,7 @@ def train(
     if chosen not in BACKENDS:
         raise UsageError(f"--backend {chosen}: use one of {', '.join(BACKENDS)}")
     seed_values = tuple(seed_list(seeds, seed))
-    arm_overrides = parse_set_options(set_flags)
-    arm = load_arm(arm_name, arm_overrides or None)
+    arm = load_arm(arm_name, parse_set_options(set_flags) or None)
     _refuse_other_backend_options(chosen, {
         "--model": model, "--gpus": gpus, "--nnodes": None if nnodes == 1 else nnodes, "--ray-address": ray_address,
         "--host-profile": None if host_profile == "reference" else host_profile, "--save-every": save_every,
@@ -144,7 +143,7 @@ def train(
 
     result = train_verl(VerlTrainRequest(
         arm=arm, seeds=seed_values, db_path=db_path, model=model, gpus=gpus, nnodes=nnodes, run=run,
-        resume=resume, dry_run=dry_run, **schedule, arm_overrides=arm_overrides, ray_address=ray_address,
+        resume=resume, dry_run=dry_run, **schedule, ray_address=ray_address,
         verl_agent=verl_agent, host_profile=host_profile, save_every=save_every,
     ), log)
     if as_json:

@@ -1,9 +1,18 @@
 """The comparison document behind `ccpo compare --json`, the tables, the plot and the cards.
 
-`compare_runs` reads runs.db once and returns plain data: per run the converged window and
-the best evaluation with its selection bias, per arm the across-seed summary, pairwise arm
-statistics, and an isolation check that lists everything besides the estimator that differs
-between the compared runs. Every number carries the evaluation ids it came from.
+`compare_runs` reads runs.db once and returns plain data: per run its window and the best
+evaluation with its selection bias; per arm the across-seed summary; pairwise arm statistics;
+the reference runs; and an isolation check that lists everything besides the estimator that
+differs between the compared runs. Every number carries the evaluation ids it came from.
+
+What is pooled with what is decided by each run's recorded identity (`store.identity`): an
+"arm" of this document is a comparison unit, the runs that share arm fingerprint, base model,
+backend, benchmark and evaluation protocol. Runs that differ in any of these are never pooled;
+an arm trained with `--set` is its own arm. Within an arm, seeds are the distinct recorded seed
+values: repeated runs of one seed are averaged into that seed and flagged, and a run without a
+seed counts as none. Arms are compared pairwise only when they differ in the arm alone.
+Evaluation-only runs (`ccpo eval` of the oracle, the random agent or a checkpoint) are
+references, never arms. Failed runs are left out unless asked for.
 """
 
 from __future__ import annotations
@@ -16,50 +25,26 @@ from itertools import combinations
 import sqlite_utils
 
 from ccpo_cli import stats
-from ccpo_cli.arms import list_arms, load_arm
-from ccpo_cli.errors import CcpoError, InvalidInput
-from ccpo_cli.report import DEFAULT_WINDOW_START
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.report import default_window_start
 from ccpo_cli.report.isolation import isolation_check
 from ccpo_cli.report.power import power_report
-from ccpo_cli.report.window import run_state, window_entry
+from ccpo_cli.report.window import run_state, task_type_keys, window_entry
 from ccpo_cli.store.facts import run_facts
+from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
 from ccpo_cli.store.queries import evaluations_for_runs, list_runs, run_conflicts
-from ccpo_cli.task_types import TASK_TYPES
 
 MIN_SEEDS_RESOLVED = 3
 UNRESOLVED_NOTE = "unresolved until replicated"
 # An interval across seeds, or P(a > b), from one seed per arm is degenerate (zero width, 0 or 1).
 MIN_SEEDS_INTERVAL = 2
 NEEDS_SEEDS_NOTE = "needs ≥ 2 seeds"
+NO_SEED_NOTE = "no recorded seed: runs without a seed count as no seed"
 
 
-def _known_arm_flags(arm_names: set[str]) -> dict[str, tuple[str, dict]]:
-    """Fingerprint and flags of each named arm that configs/arms still defines."""
-    known = set(list_arms())
-    flags = {}
-    for name in arm_names & known:
-        try:
-            arm = load_arm(name)
-        except CcpoError:
-            continue  # a broken arm file is the arms command's business, not the comparison's
-        flags[name] = (arm.fingerprint, arm.flags())
-    return flags
-
-
-def _arm_definition(run: dict, known_arms: dict[str, tuple[str, dict]]) -> dict:
-    # The flags are only shown when the arm file still computes what the run recorded.
-    if run["arm"] not in known_arms:
-        return {"arm_flags": None, "arm_fingerprint_current": None}
-    fingerprint, flags = known_arms[run["arm"]]
-    if run["arm_fingerprint"] is None:
-        return {"arm_flags": flags, "arm_fingerprint_current": None}
-    matches = fingerprint == run["arm_fingerprint"]
-    return {"arm_flags": flags if matches else None, "arm_fingerprint_current": matches}
-
-
-def _run_entry(run: dict, evaluations: list[dict], window_start: int, confidence: float) -> dict:
-    facts = run.get("facts") or {}
-    measured = window_entry(evaluations, facts, window_start, confidence)
+def _run_entry(run: dict, identity: RunIdentity, evaluations: list[dict], window_start: int, start_basis: str,
+               confidence: float) -> dict:
+    measured = window_entry(evaluations, identity.protocol, window_start, confidence)
     best, interval = measured["best"], measured["single_eval_interval"]
     if best is not None and interval is not None:
         binomial_sd = (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
@@ -69,15 +54,24 @@ def _run_entry(run: dict, evaluations: list[dict], window_start: int, confidence
     last_step = max(steps_seen) if steps_seen else None
     totals = sorted({int(value) for value in [run["total_steps"], *run.get("fact_conflicts", {}).get("total_steps", [])]
                      if value is not None})
+    measured["window"]["start_basis"] = start_basis
+    arm = identity.arm
     return {
         "run": run["name"],
         "run_id": run["id"],
-        "arm": run["arm"],
-        "arm_fingerprint": run["arm_fingerprint"],
-        "seed": run["seed"],
-        "base_model": run["base_model"],
-        "benchmark": run["benchmark"],
-        "backend": run["backend"],
+        "kind": identity.kind,
+        "arm": arm.name if arm is not None else None,
+        "arm_fingerprint": arm.fingerprint if arm is not None else None,
+        "arm_flags": None if arm is None or arm.flags is None else dict(arm.flags),
+        "arm_overrides": {} if arm is None else dict(arm.overrides),
+        "arm_flags_source": None if arm is None else arm.flags_source,
+        "arm_description": None if arm is None else arm.description,
+        "seed": identity.seed,
+        "base_model": identity.base_model,
+        "benchmark": identity.benchmark,
+        "backend": identity.backend,
+        "protocol": identity.protocol.as_dict(),
+        "identity": identity.as_dict(),
         "status": run["status"],
         "run_state": run_state(run["status"], last_step, totals),
         "n_evaluations": len(evaluations),
@@ -86,103 +80,163 @@ def _run_entry(run: dict, evaluations: list[dict], window_start: int, confidence
         "last_eval_step": last_eval_step,
         "total_steps": run["total_steps"],
         "total_steps_recorded": totals,
-        "facts": facts,
+        "facts": run.get("facts") or {},
         "conflicts": run["n_conflicts"],
         "conflicting_steps": run.get("conflicting_steps", []),
         "fact_conflicts": run.get("fact_conflicts", {}),
         "evaluations": [
             {"evaluation_id": row["id"], "step": row["step"], "success": row["success_rate"],
-             "mean_turns": row["mean_turns"]}
+             "mean_turns": row["mean_turns"], "episodes": row["episodes"], "successes": row["successes"]}
             for row in evaluations
         ],
     }
 
 
-def _seed_type_matrix(entries: list[dict]) -> tuple[list[str], list[list[float]]]:
+def _seed_groups(members: list[dict]) -> tuple[dict, list[dict]]:
+    """{seed: [entries with a window]} in seed order, and the entries with a window but no seed."""
+    seeds: dict = defaultdict(list)
+    unseeded = []
+    for entry in members:
+        if not entry["window"]["n"]:
+            continue
+        if entry["seed"] is None:
+            unseeded.append(entry)
+        else:
+            seeds[entry["seed"]].append(entry)
+    return dict(sorted(seeds.items())), unseeded
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values)
+
+
+def _seed_task_types(entries: list[dict]) -> dict[str, float]:
+    """Per task type, the mean over a seed's runs of their window means (types every run has)."""
+    keys = [key for key in entries[0]["window_task_types"] if all(key in entry["window_task_types"] for entry in entries)]
+    return {key: _mean(entry["window_task_types"][key]["mean"] for entry in entries) for key in keys}
+
+
+def _seed_type_matrix(seed_types: list[dict[str, float]], seed_means: list[float]) -> tuple[list[str], list[list[float]]]:
     # Task types are the "tasks" of rliable's stratified bootstrap; use the ones every seed has.
-    shared = [key for key in TASK_TYPES if all(key in entry["window_task_types"] for entry in entries)]
+    shared = [key for key in (seed_types[0] if seed_types else {}) if all(key in row for row in seed_types)]
     if shared:
-        return shared, [[entry["window_task_types"][key]["mean"] for key in shared] for entry in entries]
-    return ["all"], [[entry["window"]["mean"]] for entry in entries]
+        return shared, [[row[key] for key in shared] for row in seed_types]
+    return ["all"], [[mean] for mean in seed_means]
 
 
-def _arm_label(entry: dict) -> str:
-    return entry["arm"] if entry["arm"] is not None else f"(run {entry['run']})"
+def _identical_runs(entries: list[dict], hashes: dict[int, frozenset]) -> list[list[str]]:
+    """Groups of runs whose evaluations are the same rows (the same log recorded twice)."""
+    by_content: dict[frozenset, list[str]] = defaultdict(list)
+    for entry in entries:
+        content = hashes.get(entry["run_id"])
+        if content:
+            by_content[content].append(entry["run"])
+    return [names for names in by_content.values() if len(names) > 1]
 
 
-def _arm_entries(run_entries: list[dict], bootstrap_reps: int, bootstrap_seed: int) -> list[dict]:
-    grouped: dict[str, list[dict]] = defaultdict(list)
-    for entry in run_entries:
-        grouped[_arm_label(entry)].append(entry)
-    arms = []
-    for label, members in grouped.items():
-        with_window = [entry for entry in members if entry["window"]["n"]]
-        seed_means = [entry["window"]["mean"] for entry in with_window]
-        if len(with_window) == 1:
-            only = with_window[0]["window"]
-            summary = {"mean": only["mean"], "sd": only["sd"], "n": only["n"], "sd_over": "evaluations"}
-        else:
-            summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
-        n_seeds = len(with_window)
-        arm = {
-            "arm": label,
-            "arm_recorded": members[0]["arm"] is not None,
-            "n_seeds": n_seeds,
-            **summary,
-            "runs": [entry["run"] for entry in members],
-            "seeds": [entry["seed"] for entry in with_window],
-            "seed_window_means": seed_means,
-            "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
-            "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
-            "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
-            "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
-            "note": None if n_seeds >= MIN_SEEDS_RESOLVED else UNRESOLVED_NOTE,
-        }
-        arm["headline"] = bool(with_window) and all(entry["window"]["headline"] for entry in with_window)
-        arm["headline_note"] = next((entry["window"]["headline_note"] for entry in with_window
-                                     if not entry["window"]["headline"]), None)
-        if with_window:
-            tasks, matrix = _seed_type_matrix(with_window)
-            iqm = stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed)
-            if n_seeds < MIN_SEEDS_INTERVAL:
-                # Resampling one seed gives back that seed: a zero-width interval, not a result.
-                iqm.update(ci_low=None, ci_high=None)
-            arm["iqm"] = dict(iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE)
-        else:
-            arm["iqm"] = None
-        arms.append(arm)
-    arms.sort(key=lambda arm: (arm["mean"] is None, -(arm["mean"] or 0.0), arm["arm"]))
-    return arms
+def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bootstrap_reps: int,
+               bootstrap_seed: int) -> dict:
+    seeds, unseeded = _seed_groups(members)
+    seed_means = [_mean(entry["window"]["mean"] for entry in runs) for runs in seeds.values()]
+    n_seeds = len(seeds)
+    with_window = [entry for runs in seeds.values() for entry in runs] + unseeded
+    if n_seeds >= 2:
+        summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
+    elif with_window:
+        # One seed (or none recorded): the level is its runs' mean, the spread that of their evaluations.
+        pooled = stats.mean_sd_n([value for entry in with_window for value in entry["window"]["values"]])
+        mean = seed_means[0] if n_seeds == 1 else _mean(entry["window"]["mean"] for entry in unseeded)
+        summary = {"mean": mean, "sd": pooled["sd"], "n": pooled["n"], "sd_over": "evaluations"}
+    else:
+        summary = {"mean": None, "sd": None, "n": 0, "sd_over": None}
+    first = members[0]
+    repeated = {seed: [entry["run"] for entry in runs] for seed, runs in seeds.items() if len(runs) > 1}
+    notes = []
+    if repeated:
+        notes.append("; ".join(f"seed {seed}: {len(runs)} runs averaged as one seed" for seed, runs in repeated.items()))
+    if unseeded:
+        notes.append(f"{len(unseeded)} run{'s' if len(unseeded) != 1 else ''} without a recorded seed "
+                     f"({', '.join(entry['run'] for entry in unseeded)}) counted as no seed")
+    arm = {
+        "arm": label,
+        "arm_name": first["arm"],
+        "arm_recorded": first["arm"] is not None,
+        "arm_fingerprint": first["arm_fingerprint"],
+        "arm_flags": first["arm_flags"],
+        "arm_overrides": first["arm_overrides"],
+        "arm_flags_source": first["arm_flags_source"],
+        "arm_description": first["arm_description"],
+        "base_model": first["base_model"],
+        "backend": first["backend"],
+        "benchmark": first["benchmark"],
+        "protocol": {key: first["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")},
+        "n_seeds": n_seeds,
+        **summary,
+        "runs": [entry["run"] for entry in members],
+        "seeds": list(seeds),
+        "seed_runs": {seed: [entry["run"] for entry in runs] for seed, runs in seeds.items()},
+        "seed_window_means": seed_means,
+        "repeated_seeds": repeated,
+        "unseeded_runs": [entry["run"] for entry in unseeded],
+        "identical_runs": _identical_runs(with_window, hashes),
+        "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
+        "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
+        "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
+        "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
+        "note": None if n_seeds >= MIN_SEEDS_RESOLVED else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
+        "seed_notes": notes,
+    }
+    arm["headline"] = bool(with_window) and all(entry["window"]["headline"] for entry in with_window)
+    arm["headline_note"] = next((entry["window"]["headline_note"] for entry in with_window
+                                 if not entry["window"]["headline"]), None)
+    seed_types = [_seed_task_types(runs) for runs in seeds.values()]
+    arm["seed_task_types"] = seed_types
+    if n_seeds:
+        tasks, matrix = _seed_type_matrix(seed_types, seed_means)
+        iqm = stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed)
+        if n_seeds < MIN_SEEDS_INTERVAL:
+            # Resampling one seed gives back that seed: a zero-width interval, not a result.
+            iqm.update(ci_low=None, ci_high=None)
+        arm["iqm"] = dict(iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE)
+    else:
+        arm["iqm"] = None
+    return arm
 
 
-def _arm_comparisons(arms: list[dict], run_entries: list[dict], isolation_of: Callable[[list[str]], dict]) -> list[dict]:
-    by_arm: dict[str, list[dict]] = defaultdict(list)
-    for entry in run_entries:
-        if entry["window"]["n"]:
-            by_arm[_arm_label(entry)].append(entry)
-    comparisons = []
+def _comparable(first: dict, second: dict) -> bool:
+    keys = ("base_model", "backend", "benchmark", "protocol")
+    return all(json.dumps(first[key], sort_keys=True) == json.dumps(second[key], sort_keys=True) for key in keys)
+
+
+def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]) -> tuple[list[dict], list[dict]]:
+    comparisons, not_compared = [], []
     for first, second in combinations([arm for arm in arms if arm["n_seeds"]], 2):
-        a_runs, b_runs = by_arm[first["arm"]], by_arm[second["arm"]]
-        tasks_a, _ = _seed_type_matrix(a_runs)
-        tasks_b, _ = _seed_type_matrix(b_runs)
-        tasks = [task for task in tasks_a if task in tasks_b and task != "all"]
+        if not _comparable(first, second):
+            differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
+                       if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)]
+            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": differs,
+                                 "note": f"not compared: they differ in {', '.join(differs)}, not only in the arm"})
+            continue
+        x, y = first["seed_task_types"], second["seed_task_types"]
+        tasks = [task for task in (x[0] if x else {}) if all(task in row for row in x + y)]
         if tasks:
-            x = [[entry["window_task_types"][task]["mean"] for task in tasks] for entry in a_runs]
-            y = [[entry["window_task_types"][task]["mean"] for task in tasks] for entry in b_runs]
+            matrix_a = [[row[task] for task in tasks] for row in x]
+            matrix_b = [[row[task] for task in tasks] for row in y]
         else:
             tasks = ["all"]
-            x = [[entry["window"]["mean"]] for entry in a_runs]
-            y = [[entry["window"]["mean"]] for entry in b_runs]
+            matrix_a = [[mean] for mean in first["seed_window_means"]]
+            matrix_b = [[mean] for mean in second["seed_window_means"]]
         welch = stats.welch_t_test(first["seed_window_means"], second["seed_window_means"])
         enough = min(first["n_seeds"], second["n_seeds"]) >= MIN_SEEDS_INTERVAL
-        pair = isolation_of([entry["run"] for entry in a_runs + b_runs])
+        pair = isolation_of(first["runs"] + second["runs"])
         comparisons.append(
             {
                 "arm_a": first["arm"],
                 "arm_b": second["arm"],
                 "difference": welch["difference"],
                 "welch": welch,
-                "probability_of_improvement": stats.probability_of_improvement(x, y) if enough else None,
+                "probability_of_improvement": stats.probability_of_improvement(matrix_a, matrix_b) if enough else None,
                 "poi_note": None if enough else NEEDS_SEEDS_NOTE,
                 "poi_tasks": tasks,
                 "isolation": {key: pair[key] for key in ("verdict", "differences", "not_recorded")},
@@ -190,46 +244,90 @@ def _arm_comparisons(arms: list[dict], run_entries: list[dict], isolation_of: Ca
                 "note": None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
             }
         )
-    return comparisons
+    return comparisons, not_compared
+
+
+def _reference_entry(entry: dict, identity: RunIdentity) -> dict:
+    rows = entry["evaluations"]
+    level = stats.mean_sd_n([row["success"] for row in rows])
+    return {
+        "run": entry["run"],
+        "agent": identity.agent,
+        "label": identity.agent or entry["run"],
+        "benchmark": identity.benchmark,
+        "protocol": {key: entry["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")},
+        "mean": level["mean"],
+        "sd": level["sd"],
+        "n_evaluations": level["n"],
+        "steps": sorted({row["step"] for row in rows}),
+        "evaluation_ids": [row["evaluation_id"] for row in rows],
+    }
+
+
+def _untrained_levels(arms: list[dict], entries_by_run: dict[str, dict]) -> list[dict]:
+    """Each arm's step-0 evaluations (the untrained policy), averaged over its seeds."""
+    levels = []
+    for arm in arms:
+        per_seed = []
+        for runs in arm["seed_runs"].values():
+            values = [row["success"] for name in runs for row in entries_by_run[name]["evaluations"] if row["step"] == 0]
+            if values:
+                per_seed.append(_mean(values))
+        if per_seed:
+            levels.append({"arm": arm["arm"], "mean": _mean(per_seed), "n_seeds": len(per_seed)})
+    return levels
+
+
+def _content_hashes(db: sqlite_utils.Database, run_ids: list[int], split: str | None) -> dict[int, frozenset]:
+    if not run_ids:
+        return {}
+    marks = ", ".join("?" for _ in run_ids)
+    where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
+    found: dict[int, set] = defaultdict(set)
+    for row in db.query(f"SELECT run_id, content_hash FROM evaluations WHERE {where}",
+                        [*run_ids, *([split] if split is not None else [])]):
+        found[row["run_id"]].add(row["content_hash"])
+    return {run_id: frozenset(values) for run_id, values in found.items()}
 
 
 def compare_runs(
     db: sqlite_utils.Database,
     runs: Iterable[str] | None = None,
-    window_start: int = DEFAULT_WINDOW_START,
+    window_start: int | None = None,
     *,
     split: str = "heldout",
     confidence: float = stats.DEFAULT_CONFIDENCE,
     bootstrap_reps: int = 2000,
     bootstrap_seed: int = 0,
     detect: float | None = None,
+    include_failed: bool = False,
 ) -> dict:
     """The `ccpo compare --json` document (without schema_version) for the named runs
     (all runs when None or empty), in the order given (else by name).
 
-    Keys: window_start, split, runs[], arms[], comparisons[], isolation. Success rates are
-    percent. Per run: window {mean, sd, n, steps, evaluation_ids, episodes, successes, start},
-    window_task_types {key: {mean, sd, n, episodes}}, best {step, success, task_types,
-    task_type_episodes, mean_turns, train_success_rate, evaluation_id, n_candidates,
-    expected_max_bias_sd, expected_max_bias_points (bias × window sd),
-    expected_max_bias_points_binomial (bias × one evaluation's binomial sd)},
-    single_eval_interval {at, episodes, episodes_assumed, low, high, half_width},
-    last_step, last_eval_step, total_steps, conflicts, evaluations[] (the learning curve).
-    Per arm: n_seeds, mean, sd, n (over evaluations for one seed, over seed means otherwise;
-    `sd_over` says which), seed_window_means, iqm {iqm, ci_low, ci_high, ...}, resolved,
-    note ("unresolved until replicated" below 3 seeds), fingerprints.
-    power (ccpo_cli.report.power): per arm pair the test (paired t / Welch t), mdd, p and,
-    with `detect`, seeds_needed per arm.
+    Keys: window_start (the one given, else None: each run's window then starts at
+    `report.WINDOW_START_FRACTION` of its recorded total steps, `window.start` and
+    `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
+    references[], reference_levels, left_out, isolation, power. Success rates are percent.
 
-    Honesty keys: each window holds evaluations of one protocol (`protocol`, `protocol_mixed`,
-    `left_out_evaluation_ids`), says whether it may be a headline (`headline`, `headline_note`:
-    at least 3 evaluations) and whether it is converged (`trend`: OLS slope with its t interval;
-    `converged`); best.bias_noise says which noise the bias is measured on (or why it is left
-    out). Per run: run_state (running / stopped-early / finished), facts, conflicting_steps,
-    fact_conflicts. Arms: iqm intervals and comparisons' probability_of_improvement are None with
-    "needs ≥ 2 seeds" below two seeds per arm; each comparison carries its isolation verdict.
-    isolation.verdict is passes / fails / unverifiable (estimator_only is verdict == passes).
-    Document: protocol_mixed, conflicts {run: {steps, facts}}.
+    Per run: its `identity` (store.identity), window {mean, sd, n, steps, evaluation_ids,
+    episodes, successes, start, start_basis, protocol, trend, converged, headline}, window_task_types
+    {key: {mean, sd, n, episodes}}, best {step, success, task_types, task_type_episodes,
+    mean_turns, train_success_rate, evaluation_id, n_candidates, expected_max_bias_sd,
+    expected_max_bias_points, expected_max_bias_points_binomial, bias_noise},
+    single_eval_interval {at, episodes, episodes_basis, low, high, half_width} (None when the
+    episodes per evaluation are not recorded), run_state, last_step, last_eval_step, total_steps,
+    facts, conflicts, evaluations[] (the learning curve).
+
+    Per arm (a comparison unit; `arm` is its display label, `arm_name` the arm file's name):
+    n_seeds (distinct recorded seeds), mean, sd, n (over seed means from two seeds on, else over
+    the evaluations; `sd_over` says which), seeds, seed_runs, seed_window_means (one per seed:
+    the mean of that seed's runs), repeated_seeds, unseeded_runs, identical_runs, iqm, resolved
+    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol.
+    comparisons: arm pairs that differ only in the arm, with Welch's test on seed means, the
+    probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
+    not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
+    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable.
     """
     all_runs = list_runs(db)
     wanted = list(runs or [])
@@ -247,30 +345,84 @@ def compare_runs(
         if run["hardware"] is None:
             run["hardware"] = run["facts"].get("hardware")  # an ingested run records it as a fact
         run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])}) if run["n_conflicts"] else []
+    identities = read_identities(db, chosen, split=split)
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
-    run_entries = [_run_entry(run, evaluations[run["id"]], window_start, confidence) for run in chosen]
-    arm_of = {entry["run"]: _arm_label(entry) for entry in run_entries}
-    protocols = {entry["run"]: entry["window"]["protocol"] for entry in run_entries}
+    run_entries = []
+    for run in chosen:
+        if window_start is not None:
+            start, basis = window_start, "given"
+        else:
+            start, basis = default_window_start(run["total_steps"], run["last_step"])
+        run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
+    entries_by_run = {entry["run"]: entry for entry in run_entries}
+    left_out = {entry["run"]: "the run failed (status failed); compare it with --include-failed"
+                for entry in run_entries if entry["status"] == "failed" and not include_failed}
+    references = [_reference_entry(entry, identities[entry["run"]]) for entry in run_entries
+                  if identities[entry["run"]].is_reference and entry["run"] not in left_out]
+    trained = [entry for entry in run_entries
+               if not identities[entry["run"]].is_reference and entry["run"] not in left_out]
+    labels = unit_labels(identities[entry["run"]] for entry in trained)
+    unit_of = {entry["run"]: labels[identities[entry["run"]].unit] for entry in trained}
+    for entry in run_entries:
+        entry["arm_label"] = unit_of.get(entry["run"])
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for entry in trained:
+        grouped[unit_of[entry["run"]]].append(entry)
+    hashes = _content_hashes(db, [entry["run_id"] for entry in trained], split)
+    arms = [_arm_entry(label, members, hashes, bootstrap_reps, bootstrap_seed) for label, members in grouped.items()]
+    arms.sort(key=lambda arm: (arm["mean"] is None, -(arm["mean"] or 0.0), arm["arm"]))
     by_name = {run["name"]: run for run in chosen}
 
     def isolation_of(names: list[str]) -> dict:
-        return isolation_check([by_name[name] for name in names], arm_of, protocols)
+        return isolation_check([by_name[name] for name in names], unit_of,
+                               {name: entries_by_run[name]["window"]["protocol"] for name in names})
 
-    known_arms = _known_arm_flags({run["arm"] for run in chosen if run["arm"]})
-    for run, entry in zip(chosen, run_entries):
-        entry.update(_arm_definition(run, known_arms))
-    arms = _arm_entries(run_entries, bootstrap_reps, bootstrap_seed)
+    comparisons, not_compared = _arm_comparisons(arms, isolation_of)
+    trained_names = [entry["run"] for entry in trained]
+    protocols = {json.dumps(entry["window"]["protocol"], sort_keys=True) for entry in trained}
+    starts = {entry["window"]["start"] for entry in run_entries}
     return {
-        "window_start": window_start,
+        # The start every window shares (given, or the same share of equal totals), else None.
+        "window_start": window_start if window_start is not None else (starts.pop() if len(starts) == 1 else None),
+        "window_start_basis": "given" if window_start is not None else "7/15 of each run's recorded total steps",
         "split": split,
         "runs": run_entries,
         "arms": arms,
-        "comparisons": _arm_comparisons(arms, run_entries, isolation_of),
-        "isolation": isolation_of([run["name"] for run in chosen]),
-        "protocol_mixed": len({json.dumps(protocol, sort_keys=True) for protocol in protocols.values() if protocol}) > 1
-        or any(entry["protocol_mixed"] for entry in run_entries),
+        "comparisons": comparisons,
+        "not_compared": not_compared,
+        "references": references,
+        "reference_levels": {
+            "untrained": _untrained_levels(arms, entries_by_run),
+            "agents": [{"label": reference["label"], "mean": reference["mean"], "run": reference["run"]}
+                       for reference in references if reference["mean"] is not None],
+        },
+        "left_out": left_out,
+        "isolation": isolation_of(trained_names),
+        "protocol_mixed": len(protocols) > 1 or any(entry["protocol_mixed"] for entry in trained),
         "conflicts": {entry["run"]: {"steps": entry["conflicting_steps"], "facts": entry["fact_conflicts"]}
                       for entry in run_entries if entry["conflicting_steps"] or entry["fact_conflicts"]},
-        # Minimum detectable difference per arm pair (and seeds needed for `detect` points).
-        "power": power_report(run_entries, {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
+        # Minimum detectable difference per compared arm pair (and seeds needed for `detect` points).
+        "power": power_report(arms, comparisons,
+                              {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
+        "unit_differences": _unit_difference_lines(trained, identities),
     }
+
+
+def _unit_difference_lines(trained: list[dict], identities: dict[str, RunIdentity]) -> dict[str, list[str]]:
+    """For runs of one arm name split into several arms: what sets each apart from the first."""
+    by_name: dict[str, list[RunIdentity]] = defaultdict(list)
+    for entry in trained:
+        if entry["arm"] is not None:
+            by_name[entry["arm"]].append(identities[entry["run"]])
+    lines = {}
+    for name, members in by_name.items():
+        units = {}
+        for identity in members:
+            units.setdefault(identity.unit, identity)
+        if len(units) > 1:
+            first, *rest = units.values()
+            lines[name] = [f"{other.run} vs {first.run}: " + "; ".join(unit_differences(other, first)) for other in rest]
+    return lines
+
+
+__all__ = ["MIN_SEEDS_RESOLVED", "UNRESOLVED_NOTE", "compare_runs", "task_type_keys"]

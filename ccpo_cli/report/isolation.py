@@ -124,7 +124,8 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
 
 def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[str, dict]) -> dict:
     """The isolation document of `ccpo compare --json` for `runs` (rows of list_runs, each with
-    its recorded facts under "facts"); `arm_of` names each run's arm, `protocols` gives each run's
+    its recorded facts under "facts"); `arm_of` names each run's arm (its comparison unit, so two
+    fingerprints under one arm name are two arms), `protocols` gives each run's
     window protocol {split, temperature, episodes}. Keys: verdict, estimator_only (verdict
     passes), compared_runs, differences, not_recorded, seeds_by_arm, note."""
     names = [run["name"] for run in runs]
@@ -140,13 +141,6 @@ def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[st
     for field in SHARED_RUN_FIELDS:
         _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
     _seed_differences(runs, arm_of, differences, not_recorded)
-    fingerprints_by_arm: dict[str, set] = defaultdict(set)
-    for run in runs:
-        if run["arm"] is not None and run["arm_fingerprint"] is not None:
-            fingerprints_by_arm[run["arm"]].add(run["arm_fingerprint"])
-    for arm, fingerprints in fingerprints_by_arm.items():
-        if len(fingerprints) > 1:
-            differences.append(f"arm {arm} has {len(fingerprints)} different fingerprints: {sorted(fingerprints)}")
     _config_differences(runs, differences, not_recorded)
     for fact in SHARED_FACTS:
         values = {run["name"]: (run.get("facts") or {}).get(fact) for run in runs}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -164,18 +163,22 @@ def pair_power(
     return result
 
 
-def _shared_rollout_seeds(runs_a: list[dict], runs_b: list[dict]) -> list[Any]:
-    """Seeds whose run in each arm recorded the same, non-empty step-1 rollout hash."""
-    hashes_a = {run["seed"]: run.get("step1_rollout_hash") for run in runs_a}
-    hashes_b = {run["seed"]: run.get("step1_rollout_hash") for run in runs_b}
-    return sorted(
-        (seed for seed in hashes_a if seed in hashes_b and hashes_a[seed] and hashes_a[seed] == hashes_b[seed]),
-        key=str,
-    )
+def _shared_rollout_seeds(arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]) -> list[Any]:
+    """Seeds whose runs in both arms all recorded one and the same non-empty step-1 rollout hash."""
+    shared = []
+    for seed, runs_a in arm_a["seed_runs"].items():
+        runs_b = arm_b["seed_runs"].get(seed)
+        if not runs_b:
+            continue
+        found = {rollout_hashes.get(name) for name in [*runs_a, *runs_b]}
+        if len(found) == 1 and None not in found:
+            shared.append(seed)
+    return sorted(shared, key=str)
 
 
 def power_report(
-    run_entries: list[dict],
+    arms: list[dict],
+    comparisons: list[dict],
     rollout_hashes: dict[str, str | None],
     detect: float | None = None,
     alpha: float = ALPHA,
@@ -183,25 +186,19 @@ def power_report(
 ) -> dict[str, Any]:
     """The `power` section of the compare document.
 
-    `run_entries` are the compare document's runs (arm, seed, window mean); `rollout_hashes`
-    maps run name to its recorded step-1 rollout hash. Arms are grouped as the document groups
-    them; a seed appearing twice in one arm keeps its last run.
+    `arms` are the document's arms (one per comparison unit, with `seed_runs` and one
+    `seed_window_means` value per seed), `comparisons` the pairs it compares (arms that differ
+    only in the arm); `rollout_hashes` maps run name to its recorded step-1 rollout hash.
     """
-    by_arm: dict[str, list[dict]] = {}
-    for entry in run_entries:
-        if entry["window"]["n"] and entry["seed"] is not None:
-            label = entry["arm"] if entry["arm"] is not None else f"(run {entry['run']})"
-            by_arm.setdefault(label, []).append(
-                {"seed": entry["seed"], "mean": entry["window"]["mean"],
-                 "step1_rollout_hash": rollout_hashes.get(entry["run"])})
+    by_label = {arm["arm"]: arm for arm in arms}
     pairs = []
-    for arm_a, arm_b in combinations(sorted(by_arm), 2):
-        runs_a, runs_b = by_arm[arm_a], by_arm[arm_b]
+    for comparison in comparisons:
+        arm_a, arm_b = by_label[comparison["arm_a"]], by_label[comparison["arm_b"]]
+        means_a = dict(zip(arm_a["seed_runs"], arm_a["seed_window_means"]))
+        means_b = dict(zip(arm_b["seed_runs"], arm_b["seed_window_means"]))
         pairs.append({
-            "arm_a": arm_a,
-            "arm_b": arm_b,
-            **pair_power({run["seed"]: run["mean"] for run in runs_a},
-                         {run["seed"]: run["mean"] for run in runs_b},
-                         _shared_rollout_seeds(runs_a, runs_b), detect, alpha, power),
+            "arm_a": arm_a["arm"],
+            "arm_b": arm_b["arm"],
+            **pair_power(means_a, means_b, _shared_rollout_seeds(arm_a, arm_b, rollout_hashes), detect, alpha, power),
         })
     return {"alpha": alpha, "power": power, "detect": detect, "sided": "two-sided", "pairs": pairs}

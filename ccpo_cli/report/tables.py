@@ -82,22 +82,45 @@ def run_detail_tables(document: dict) -> list[Table]:
     return tables
 
 
+def _window_title(document: dict) -> str:
+    start = document.get("window_start")
+    return f"step >= {start}" if start is not None else "from 7/15 of each run's total steps"
+
+
 def arms_table(document: dict) -> Table:
-    table = _table(f"arms side by side (converged window, step >= {document['window_start']})")
+    table = _table(f"arms side by side (window {_window_title(document)})")
     table.add_column("arm", no_wrap=True, min_width=_name_width(arm["arm"] for arm in document["arms"]))
     for column in ("held-out mean", "sd", "n", "seeds", "note"):
         table.add_column(column, justify="left" if column == "note" else "right")
     for arm in document["arms"]:
         n_label = f"{arm['n']}" + (" evals" if arm["sd_over"] == "evaluations" else " seeds")
+        notes = [note for note in (arm["note"], *arm.get("seed_notes", ())) if note]
         table.add_row(arm["arm"], _number(arm["mean"]), _number(arm["sd"]), n_label, str(arm["n_seeds"]),
-                      _text(arm["note"]) if arm["note"] else "")
+                      "; ".join(notes))
     return table
+
+
+def references_table(document: dict) -> Table:
+    table = _table("reference runs (evaluation only: not arms)")
+    table.add_column("run", no_wrap=True, min_width=_name_width(row["run"] for row in document["references"]))
+    for column in ("agent", "held-out mean", "sd", "evals", "episodes"):
+        table.add_column(column, justify="left" if column == "agent" else "right")
+    for row in document["references"]:
+        table.add_row(row["run"], _text(row["agent"] or "not recorded"), _number(row["mean"]), _number(row["sd"]),
+                      str(row["n_evaluations"]), _text(row["protocol"]["episodes"]))
+    return table
+
+
+def _run_arm(run: dict) -> str:
+    if run.get("kind") == "evaluation":
+        return "(reference)"
+    return _text(run.get("arm_label") or run["arm"])
 
 
 def per_run_table(document: dict) -> Table:
     table = _table("per run: window mean±sd (n evals), best and its expected inflation")
     table.add_column("run", no_wrap=True, min_width=_name_width(run["run"] for run in document["runs"]))
-    table.add_column("arm", no_wrap=True, min_width=_name_width(run["arm"] for run in document["runs"]))
+    table.add_column("arm", no_wrap=True, min_width=_name_width(_run_arm(run) for run in document["runs"]))
     for column in ("seed", "window", "trend", "best@step", "bias", "1 eval", "step"):
         table.add_column(column, justify="right", no_wrap=True)
     for run in document["runs"]:
@@ -112,7 +135,7 @@ def per_run_table(document: dict) -> Table:
         # "rising"/"falling": the slope interval excludes 0, so the window is not converged.
         trend_text = trend.get("direction") or ("too few" if window["n"] else "-")
         table.add_row(
-            run["run"], _text(run["arm"]), _text(run["seed"]), window_text, trend_text, best_text, bias_text,
+            run["run"], _run_arm(run), _text(run["seed"]), window_text, trend_text, best_text, bias_text,
             f"±{_number(interval['half_width'])}" if interval else "-",
             f"{_text(run['last_step'])}/{_text(run['total_steps'])}",
         )
@@ -180,6 +203,8 @@ def comparison_renderables(document: dict) -> Iterator[Any]:
         yield Text("no runs in the database")
         return
     yield arms_table(document)
+    if document.get("references"):
+        yield references_table(document)
     yield per_run_table(document)
     yield best_rows_table(document)
     if document["comparisons"]:
@@ -188,6 +213,10 @@ def comparison_renderables(document: dict) -> Iterator[Any]:
         from ccpo_cli.report.power_tables import power_table
 
         yield power_table(document["power"])
+    for row in document.get("not_compared") or []:
+        yield Text(f"{row['arm_a']} vs {row['arm_b']}: {row['note']}")
+    for run, why in (document.get("left_out") or {}).items():
+        yield Text(f"left out: {run}: {why}")
     yield isolation_text(document)
     yield Text(
         "Read the window mean, not the best point: the best of n evaluations is biased upward by "

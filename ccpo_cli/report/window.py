@@ -1,52 +1,35 @@
-"""One run's converged window: the evaluations of one protocol from the window start on, their
-mean and sd, the trend test over them, the best point with its selection bias, and the noise of
-one evaluation.
+"""One run's window: the evaluations of its protocol from the window start on, their mean and
+sd, the trend test over them, the best point with its selection bias, and the noise of one
+evaluation.
 
-The window holds evaluations of one protocol (dataset split, temperature, episodes per
-evaluation): when a run mixes panels, the protocol with the most evaluations in the window is
-used (ties: the larger panel) and the others are listed as left out. A window of fewer than
-`MIN_HEADLINE_EVALUATIONS` is never a headline. A window whose slope interval excludes 0 is
-"not converged", and the best point's bias is then measured on the detrended noise.
+The window holds evaluations of one protocol, the run's recorded one (`store.identity`: the
+episodes and temperature most of its evaluations used); evaluations of another protocol in the
+window are listed as left out. A window of fewer than `MIN_HEADLINE_EVALUATIONS` is never a
+headline, and one of fewer than `stats.MIN_TREND_POINTS` is never called converged. A window
+whose slope interval excludes 0 is "not converged", and the best point's bias is then measured
+on the detrended noise.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 from ccpo_cli import stats
+from ccpo_cli.store.identity import EvaluationProtocol
 from ccpo_cli.store.queries import best_evaluation
 from ccpo_cli.task_types import TASK_TYPES
 
-# verl-agent's ALFWorld protocol evaluates 128 held-out episodes; used for the single-eval
-# interval only when the evaluations did not record their episode count (flagged as assumed).
-PROTOCOL_EVAL_EPISODES = 128
-# A window mean of fewer evaluations is one or two noisy points, not a converged level.
+# A window mean of fewer evaluations is one or two noisy points, not a level.
 MIN_HEADLINE_EVALUATIONS = 3
-RUN_STATES = ("running", "stopped-early", "finished", "unknown")
+RUN_STATES = ("running", "stopped-early", "finished", "interrupted", "failed", "unknown")
 
 
-def protocol_of(row: dict, facts: dict) -> dict[str, Any]:
-    """An evaluation's protocol: its own episodes and temperature, else the run's recorded facts."""
-    return {
-        "split": facts.get("split"),
-        "temperature": row.get("temperature") if row.get("temperature") is not None else facts.get("temperature"),
-        "episodes": row.get("episodes") if row.get("episodes") is not None else facts.get("episodes"),
-    }
+def _row_key(row: dict) -> tuple:
+    return (row.get("episodes"), row.get("temperature"))
 
 
-def _key(protocol: dict) -> tuple:
-    return (protocol["split"], protocol["temperature"], protocol["episodes"])
-
-
-def _choose_protocol(rows: list[dict], facts: dict) -> tuple[dict | None, list[dict]]:
-    counts = Counter(_key(protocol_of(row, facts)) for row in rows)
-    if not counts:
-        return None, []
-    chosen = max(counts, key=lambda key: (counts[key], key[2] or 0))
-    return dict(zip(("split", "temperature", "episodes"), chosen)), [
-        {"split": key[0], "temperature": key[1], "episodes": key[2], "n": n} for key, n in counts.items()
-    ]
+def task_type_keys(rows: list[dict]) -> list[str]:
+    """The task types the rows report: the benchmark's order for ALFWorld's, then any other by name."""
+    present = {key for row in rows for key in row["task_types"]}
+    return [key for key in TASK_TYPES if key in present] + sorted(present - set(TASK_TYPES))
 
 
 def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
@@ -65,10 +48,8 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
     return {
         "step": best["step"],
         "success": best["success_rate"],
-        "task_types": {key: best["task_types"][key]["success"] for key in TASK_TYPES if key in best["task_types"]},
-        "task_type_episodes": {
-            key: best["task_types"][key]["episodes"] for key in TASK_TYPES if key in best["task_types"]
-        },
+        "task_types": {key: best["task_types"][key]["success"] for key in task_type_keys([best])},
+        "task_type_episodes": {key: best["task_types"][key]["episodes"] for key in task_type_keys([best])},
         "mean_turns": best["mean_turns"],
         "episodes": best["episodes"],
         "successes": best["successes"],
@@ -82,19 +63,20 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
     }
 
 
-def _single_eval_interval(window: dict, episodes: int | None, confidence: float) -> dict | None:
-    if window["mean"] is None:
+def _single_eval_interval(window: dict, protocol: EvaluationProtocol, confidence: float) -> dict | None:
+    """The Wilson interval of one evaluation at the window mean; None when the episodes per
+    evaluation are not recorded (never an assumed panel size)."""
+    if window["mean"] is None or not protocol.episodes:
         return None
-    assumed = not episodes
-    episodes = int(episodes) if episodes else PROTOCOL_EVAL_EPISODES
+    episodes = int(protocol.episodes)
     low, high = stats.wilson_interval(window["mean"] / 100 * episodes, episodes, confidence)
-    return {"at": window["mean"], "episodes": episodes, "episodes_assumed": assumed, "confidence": confidence,
-            "low": 100 * low, "high": 100 * high, "half_width": 100 * (high - low) / 2}
+    return {"at": window["mean"], "episodes": episodes, "episodes_basis": protocol.episodes_basis,
+            "confidence": confidence, "low": 100 * low, "high": 100 * high, "half_width": 100 * (high - low) / 2}
 
 
 def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
     result = {}
-    for key in TASK_TYPES:
+    for key in task_type_keys(window_evals):
         rows = [row["task_types"][key] for row in window_evals if key in row["task_types"]]
         if not rows:
             continue
@@ -119,16 +101,18 @@ def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
         window["episodes"] = window["successes"] = None
 
 
-def window_entry(evaluations: list[dict], facts: dict, window_start: int, confidence: float) -> dict:
-    """{"window", "window_task_types", "best", "single_eval_interval", "protocols"} of one run."""
+def window_entry(evaluations: list[dict], protocol: EvaluationProtocol, window_start: int, confidence: float) -> dict:
+    """{"window", "window_task_types", "best", "single_eval_interval", "protocols"} of one run
+    whose recorded protocol is `protocol`."""
     in_window = [row for row in evaluations if row["step"] >= window_start]
-    protocol, in_window_protocols = _choose_protocol(in_window, facts)
-    chosen = [row for row in in_window if protocol is not None and protocol_of(row, facts) == protocol]
+    chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
     chosen_ids = {row["id"] for row in chosen}
     raw = stats.window_stats([row["step"] for row in chosen], [row["success_rate"] for row in chosen], window_start)
     raw.pop("indices")
-    window = dict(raw, start=window_start, evaluation_ids=[row["id"] for row in chosen], protocol=protocol,
-                  protocol_mixed=len(in_window_protocols) > 1,
+    shown = {"split": protocol.split, "temperature": protocol.temperature, "episodes": protocol.episodes}
+    window = dict(raw, start=window_start, evaluation_ids=[row["id"] for row in chosen], protocol=shown,
+                  values=[row["success_rate"] for row in chosen],
+                  protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
                   left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids])
     window["headline"] = window["n"] >= MIN_HEADLINE_EVALUATIONS
     window["headline_note"] = None if window["headline"] else (
@@ -139,24 +123,33 @@ def window_entry(evaluations: list[dict], facts: dict, window_start: int, confid
     window["trend"] = trend
     window["converged"] = trend["converged"]
     _pooled(window, chosen, confidence)
-    all_protocols = _choose_protocol(evaluations, facts)[1]
+    counts: dict[tuple, int] = {}
+    for row in evaluations:
+        counts[_row_key(row)] = counts.get(_row_key(row), 0) + 1
+    protocols = [{"split": protocol.split, "episodes": key[0], "temperature": key[1], "n": n}
+                 for key, n in counts.items()]
     return {
         "window": window,
         "window_task_types": _window_task_types(chosen),
         "best": _best(window, chosen, trend),
-        "single_eval_interval": _single_eval_interval(window, protocol and protocol["episodes"], confidence),
-        "protocols": all_protocols,
-        "protocol_mixed": len(all_protocols) > 1,
+        "single_eval_interval": _single_eval_interval(window, protocol, confidence),
+        "protocols": protocols,
+        "protocol_mixed": len(protocols) > 1,
     }
 
 
 def run_state(status: str | None, last_step: int | None, total_steps: list[int]) -> str:
-    """running / stopped-early / finished from the data: the last step seen against the largest
-    total recorded; a run below it is stopped-early only when an ingest said it ended
-    (`ccpo ingest --ended`, stored as status "stopped"), else running."""
+    """running / stopped-early / finished / failed / interrupted from the data: the last step seen
+    against the largest total recorded; a run below it is stopped-early only when an ingest said it
+    ended (`ccpo ingest --ended`, stored as status "stopped"), failed or interrupted when its
+    status says so, else running."""
+    if status == "failed":
+        return "failed"
     if not total_steps or last_step is None:
         return "unknown"
     if last_step >= max(total_steps):
         return "finished"
-    return "stopped-early" if status in ("stopped", "failed") else "running"
+    if status == "interrupted":
+        return "interrupted"
+    return "stopped-early" if status == "stopped" else "running"
 

@@ -27,7 +27,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import utc_now
 
 FACT_KEYS = ("split", "temperature", "episodes", "seed", "hardware", "model", "estimator", "batch", "group",
-             "max_steps", "gamma", "lr", "kl", "total_steps")
+             "max_steps", "gamma", "lr", "kl", "total_steps", "agent")
 VERL_AGENT_DEFAULT_SPLIT = "valid_seen"
 VERL_SPLITS = {"eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
 # The one verl-agent Hydra key each fact is read from (verl/trainer/config/ppo_trainer.yaml).

@@ -25,6 +25,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ccpo_cli.arms import Arm
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
@@ -213,7 +214,7 @@ def ingest_file(
     run: str,
     *,
     fmt: str = "auto",
-    arm: str | None = None,
+    arm: Arm | str | None = None,
     arm_fingerprint: str | None = None,
     seed: int | None = None,
     base_model: str | None = None,

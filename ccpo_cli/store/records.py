@@ -85,6 +85,10 @@ def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str
     }
 
 
+def run_exists(db: sqlite_utils.Database, name: str) -> bool:
+    return _first(db["runs"], "name = ?", [name], select="id") is not None
+
+
 def ensure_run(
     db: sqlite_utils.Database,
     name: str,

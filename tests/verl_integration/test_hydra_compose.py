@@ -9,7 +9,7 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from ccpo_cli.arms import list_arms
+from ccpo_cli.arms import list_arms, load_arm
 from ccpo_cli.backends.verl.launcher import VerlLaunchRequest, build_launch
 from ccpo_cli.backends.verl.protocol import load_protocol
 from ccpo_cli.cli.app import app
@@ -35,7 +35,7 @@ def expected(value):
 def test_every_override_composes_into_the_real_config(verl_home, tmp_path, arm, profile):
     from omegaconf import OmegaConf
 
-    launch = build_launch(VerlLaunchRequest(arm=arm, model=MODEL, gpus=8, host_profile=profile,
+    launch = build_launch(VerlLaunchRequest(arm=load_arm(arm), model=MODEL, gpus=8, host_profile=profile,
                                             runs_root=tmp_path, verl_agent=verl_home))
     config = compose(verl_home, [item for item in launch.hydra_overrides() if not item.startswith("hydra.")])
     for key, value in launch.overrides.items():
@@ -53,7 +53,7 @@ def test_hydra_keys_are_valid_overrides_of_the_real_entry_point(verl_home, tmp_p
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    launch = build_launch(VerlLaunchRequest(arm="gigpo", model=MODEL, gpus=8, runs_root=tmp_path, verl_agent=verl_home))
+    launch = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model=MODEL, gpus=8, runs_root=tmp_path, verl_agent=verl_home))
     with initialize_config_dir(config_dir=str(verl_home / "verl" / "trainer" / "config"), version_base=None):
         config = hydra_compose(config_name="ppo_trainer", overrides=launch.hydra_overrides(), return_hydra_config=True)
     assert config.hydra.run.dir == str(launch.run_dir / "hydra")
@@ -63,7 +63,7 @@ def test_the_dry_run_prints_exactly_the_composed_list(verl_home, tmp_path):
     for profile in PROFILES:
         args = ["--db", str(tmp_path / "runs.db"), "train", "--arm", "gigpo", "--backend", "verl", "--model", MODEL,
                 "--gpus", "8", "--host-profile", profile, "--run", f"g-{profile}", "--verl-agent", str(verl_home)]
-        launch = build_launch(VerlLaunchRequest(arm="gigpo", model=MODEL, gpus=8, host_profile=profile, run=f"g-{profile}",
+        launch = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model=MODEL, gpus=8, host_profile=profile, run=f"g-{profile}",
                                                 runs_root=tmp_path / "ccpo-runs", verl_agent=verl_home))
         as_json = CliRunner().invoke(app, [*args, "--dry-run", "--json"])
         assert as_json.exit_code == 0, as_json.output

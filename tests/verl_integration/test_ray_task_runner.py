@@ -38,7 +38,7 @@ def run_script(verl_home: Path, tmp_path: Path, arm: str, extra_env: dict[str, s
                fingerprint: str | None = None) -> tuple[subprocess.CompletedProcess, object]:
     """Write the run folder as `ccpo train --backend verl` does and run its run.sh (optionally
     with the recorded fingerprint replaced, as when the arm's definition changed since)."""
-    launch = build_launch(VerlLaunchRequest(arm=arm, model="Qwen/Qwen2.5-7B-Instruct", gpus=1, host_profile="lean",
+    launch = build_launch(VerlLaunchRequest(arm=load_arm(arm), model="Qwen/Qwen2.5-7B-Instruct", gpus=1, host_profile="lean",
                                             run=f"probe-{arm}", runs_root=tmp_path, verl_agent=verl_home),
                           protocol=small_host_protocol())
     prepare_run_folder(launch)

@@ -126,8 +126,7 @@ class _Run:
         ensure_run(
             self.db,
             self.run_name,
-            arm=self.arm.name,
-            arm_fingerprint=self.arm.fingerprint,
+            arm=self.arm,
             seed=self.config.seed,
             base_model=BASE_MODEL,
             backend=BACKEND,
@@ -141,8 +140,10 @@ class _Run:
             config=self.provenance_config(),
         )
         # The evaluation protocol is this trainer's own, so it is a recorded fact, not a guess.
-        record_run_facts(self.db, self.run_name, {"split": "heldout", "temperature": self.config.eval_temperature,
-                                                  "seed": self.config.seed}, source="ccpo train --backend local")
+        record_run_facts(self.db, self.run_name, {
+            "split": "heldout", "temperature": self.config.eval_temperature, "seed": self.config.seed,
+            "episodes": len(self.panel) * self.config.eval_episodes, "max_steps": self.config.eval_max_steps,
+        }, source="ccpo train --backend local")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(self.provenance_config(), indent=2, sort_keys=True))
 

@@ -32,14 +32,25 @@ def provenance() -> dict[str, Any]:
     }
 
 
+def protocol_facts(launch: VerlLaunch) -> dict[str, Any]:
+    """The evaluation protocol and recipe the launch states (split, temperature, turn limit, batch,
+    ...), read from its Hydra overrides by the same keys as an ingested config, plus the number of
+    validation episodes: one per row of the validation data the launcher writes."""
+    from ccpo_cli.store.facts import facts_from_config
+
+    facts = facts_from_config({key.lstrip("+"): value for key, value in launch.overrides.items()})
+    facts["episodes"] = int(launch.placeholder_rows["test"])
+    return facts
+
+
 def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], *, status: str) -> int:
     from ccpo_cli.store import ensure_run
+    from ccpo_cli.store.facts import record_run_facts
 
-    return ensure_run(
+    identifier = ensure_run(
         db,
         launch.run,
-        arm=launch.arm_spec.name,
-        arm_fingerprint=launch.arm_spec.fingerprint,
+        arm=launch.arm,
         seed=launch.request.seed,
         base_model=launch.request.model,
         backend=BACKEND,
@@ -51,6 +62,8 @@ def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], 
         package_versions=provenance_info.get("package_versions"),
         config=launch.config_document(),
     )
+    record_run_facts(db, launch.run, protocol_facts(launch), source="ccpo train --backend verl")
+    return identifier
 
 
 def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
@@ -60,8 +73,7 @@ def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
     if not launch.metrics_path.is_file() or launch.metrics_path.stat().st_size == 0:
         return None
     return ingest_file(
-        db, launch.metrics_path, launch.run, fmt="ccpo", arm=launch.arm_spec.name,
-        arm_fingerprint=launch.arm_spec.fingerprint, backend=BACKEND,
+        db, launch.metrics_path, launch.run, fmt="ccpo", arm=launch.arm, backend=BACKEND,
     )
 
 

@@ -57,9 +57,10 @@ ARM_FLAG_PROTOCOL_KEYS = {
 
 @dataclass(frozen=True)
 class VerlLaunchRequest:
-    """What the user asked for (CLI options, unchanged)."""
+    """What the user asked for (CLI options, unchanged); the arm arrives resolved, with its `--set`
+    overrides inside it, and is never reloaded by name."""
 
-    arm: str
+    arm: Arm
     model: str
     gpus: int
     nnodes: int = 1
@@ -71,7 +72,6 @@ class VerlLaunchRequest:
     eval_every: int | None = None  # trainer.test_freq
     max_env_steps: int | None = None  # env.max_steps (turn limit per episode)
     save_every: int | None = None  # trainer.save_freq; default: every evaluation (trainer.test_freq)
-    arm_overrides: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     verl_agent: Path | None = None
     resume: Path | None = None
@@ -88,7 +88,6 @@ class VerlLaunch:
     run_dir: Path
     request: VerlLaunchRequest
     arm_spec: worker_env.ArmSpec
-    arm_flags: Mapping[str, Any]
     entrypoint: str
     overrides: Mapping[str, Any]  # Hydra key (with its +/++ prefix) -> value, in launch order
     environment: Mapping[str, str]  # exported by run.sh and given to every Ray worker
@@ -102,6 +101,14 @@ class VerlLaunch:
     worker_runtime_env: Mapping[str, Any] = field(default_factory=dict)
     padding_rule: Mapping[str, str] = field(default_factory=dict)
     checkpoints: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def arm(self) -> Arm:
+        return self.request.arm
+
+    @property
+    def arm_flags(self) -> dict[str, Any]:
+        return self.request.arm.flags()
 
     @property
     def warnings(self) -> list[str]:
@@ -221,12 +228,6 @@ def _positive(value: int | None, option: str) -> int | None:
     return value
 
 
-def _load_arm(name: str, overrides: Mapping[str, str]):
-    from ccpo_cli.arms import load_arm
-
-    return load_arm(name, dict(overrides) or None)
-
-
 def _arm_flag_overrides(arm_name: str, fingerprint: str, flags: Mapping[str, Any]) -> dict[str, Any]:
     arm_keys: dict[str, Any] = {
         "algorithm.adv_estimator": worker_env.ESTIMATOR_NAME,
@@ -246,7 +247,7 @@ def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
         ordered[key] = value
 
 
-def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None, arm: Arm | None = None) -> VerlLaunch:
+def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
     """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
     protocol = protocol or load_protocol(request.protocol)
     profile = protocol.host_profile(request.host_profile)
@@ -254,8 +255,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
                 "--eval-every": request.eval_every, "--max-steps": request.max_env_steps}
     for option, value in schedule.items():
         _positive(value, option)
-    arm = arm if arm is not None else _load_arm(request.arm, request.arm_overrides)
-    arm_spec = worker_env.ArmSpec(name=arm.name, fingerprint=arm.fingerprint, overrides=dict(request.arm_overrides))
+    arm = request.arm
+    arm_spec = worker_env.ArmSpec(name=arm.name, fingerprint=arm.fingerprint,
+                                  overrides={key: str(value) for key, value in arm.overrides})
     flags = arm.flags()
 
     run = request.run or default_run_name(arm.name, request.model, request.seed)
@@ -322,7 +324,6 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         run_dir=run_dir,
         request=request,
         arm_spec=arm_spec,
-        arm_flags=flags,
         entrypoint=protocol.entrypoint,
         overrides=overrides,
         environment=environment,

@@ -7,8 +7,8 @@ starts each launch and follows it, ingesting its metrics into runs.db.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,6 @@ class VerlTrainRequest:
     group: int | None = None
     eval_every: int | None = None
     max_steps: int | None = None  # env.max_steps, the turn limit per episode
-    arm_overrides: Mapping[str, str] = field(default_factory=dict)
     ray_address: str | None = None
     verl_agent: Path | None = None
     host_profile: str = "reference"
@@ -54,10 +53,10 @@ class VerlTrainRequest:
         if self.gpus is None:
             raise UsageError("--backend verl needs --gpus (GPUs per node)")
         return VerlLaunchRequest(
-            arm=self.arm.name, model=self.model, gpus=self.gpus, nnodes=self.nnodes,
+            arm=self.arm, model=self.model, gpus=self.gpus, nnodes=self.nnodes,
             run=seed_run_name(self.run, seed, len(self.seeds) > 1), seed=seed,
             steps=self.steps, tasks=self.tasks, group=self.group, eval_every=self.eval_every,
-            max_env_steps=self.max_steps, arm_overrides=dict(self.arm_overrides), ray_address=self.ray_address,
+            max_env_steps=self.max_steps, ray_address=self.ray_address,
             verl_agent=self.verl_agent, resume=self.resume, host_profile=self.host_profile,
             runs_root=self.runs_root, save_every=self.save_every,
         )
@@ -71,7 +70,7 @@ class VerlTrainResult:
 
 def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTrainResult:
     """Build every seed's launch first (so a bad option starts nothing), then write or start them."""
-    launches = [build_launch(request.launch_request(seed), arm=request.arm) for seed in request.seeds]
+    launches = [build_launch(request.launch_request(seed)) for seed in request.seeds]
     if request.dry_run:
         for launch in launches:
             prepare_run_folder(launch)

@@ -1,0 +1,437 @@
+"""A run's recorded identity: which experiment a run is, read in one place.
+
+Which arm a run trained (name, resolved flags, the overrides on top of the arm file, the
+fingerprint), on which base model, with which backend, on which benchmark, from which seed, and
+under which evaluation protocol (split, temperature, episodes per evaluation, turn limit) is
+decided here and nowhere else: compare, the isolation check, cards and publish read it through
+`read_identities` / `run_identity`, typed.
+
+Where each part comes from, first source that has it:
+
+- arm flags: the flags the run recorded (`runs.arm_flags`, else the `arm.flags` of its recorded
+  config), else ccpo's arm file of that name with the run's overrides, but only when it computes
+  the fingerprint the run recorded (a changed arm file describes another arm);
+- overrides: `runs.arm_overrides`, else the config's `arm.overrides`, else the recorded flags that
+  differ from the arm file's;
+- protocol: the evaluations' own episodes and temperature (the most common pair; a run that used
+  more than one is `mixed`), else the run's facts; episodes never recorded are inferred from the
+  rates' common denominator when that is unambiguous, else stay not recorded;
+- kind: `evaluation` for a reference run that only evaluated an agent (`ccpo eval` under a new
+  run name), `training` otherwise.
+
+Two runs are pooled as replicates of one arm only when their `ComparisonUnit`s are equal: the
+same arm fingerprint, base model, backend, benchmark and protocol.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlite_utils
+
+from ccpo_cli.store.queries import list_runs
+
+TRAINING = "training"
+EVALUATION = "evaluation"
+FLAGS_RECORDED = "recorded by the run"
+FLAGS_REGISTRY = "ccpo's arm file (it computes the fingerprint the run recorded)"
+FLAGS_REGISTRY_UNCHECKED = "ccpo's arm file (the run recorded no fingerprint to check it against)"
+FLAGS_COMPLETED = "the run's record, completed from ccpo's arm file"
+FLAGS_NOT_RECORDED = "not recorded"
+EPISODES_RECORDED = "recorded"
+EPISODES_NOT_RECORDED = "not recorded"
+# Rates beyond this many episodes are read as exact fractions only with full precision.
+MAX_INFERRED_EPISODES = 4096
+# Inference is accepted when a smaller panel fitting every rate by chance is this unlikely.
+INFERENCE_CHANCE = 0.01
+
+
+@dataclass(frozen=True)
+class ArmIdentity:
+    """The arm a run trained: `flags` in their recorded form (`Arm.flags()`), None when neither
+    the run nor an arm file that matches its fingerprint says them."""
+
+    name: str
+    fingerprint: str | None
+    flags: Mapping[str, Any] | None
+    overrides: Mapping[str, Any]
+    flags_source: str
+    description: str = ""
+
+    @property
+    def label(self) -> str:
+        """The arm's name, with the flags set on top of its arm file: an override arm is its own arm."""
+        if not self.overrides:
+            return self.name
+        return f"{self.name} [{', '.join(f'{key}={value}' for key, value in sorted(self.overrides.items()))}]"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "label": self.label, "fingerprint": self.fingerprint,
+                "flags": None if self.flags is None else dict(self.flags), "overrides": dict(self.overrides),
+                "flags_source": self.flags_source}
+
+
+@dataclass(frozen=True)
+class EvaluationProtocol:
+    """How a run's held-out evaluations were taken."""
+
+    split: str | None
+    temperature: float | None
+    episodes: int | None
+    episodes_basis: str
+    turn_limit: int | None
+    mixed: bool = False  # the run's evaluations used more than one (episodes, temperature)
+    # The (episodes, temperature) pair as the protocol's evaluation rows recorded it (None where a
+    # row did not): the rows a window averages are those with exactly this pair.
+    evaluation_key: tuple = (None, None)
+
+    def key(self) -> tuple:
+        return (self.split, self.temperature, self.episodes, self.turn_limit)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"split": self.split, "temperature": self.temperature, "episodes": self.episodes,
+                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed}
+
+
+@dataclass(frozen=True)
+class ComparisonUnit:
+    """What must agree for runs to be seeds of one arm. `arm_key` is the fingerprint (for an arm
+    that recorded none, its name with its overrides; for a run without an arm, the run itself)."""
+
+    arm_key: str
+    base_model: str | None
+    backend: str | None
+    benchmark: str | None
+    protocol: tuple
+
+    def setting(self) -> tuple:
+        """Everything but the arm: two units with the same setting differ only in the estimator."""
+        return (self.base_model, self.backend, self.benchmark, self.protocol)
+
+
+# The fields of a unit, named as a label or a reason says them.
+UNIT_FIELDS = ("arm", "base model", "backend", "benchmark", "split", "temperature", "episodes", "turn limit")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    run: str
+    run_id: int
+    uid: str | None
+    host: str | None
+    kind: str
+    arm: ArmIdentity | None
+    seed: int | None
+    base_model: str | None
+    backend: str | None
+    benchmark: str | None
+    protocol: EvaluationProtocol
+    total_steps: int | None
+    agent: str | None = None  # the agent a reference run evaluated (oracle, random, hf, ...)
+    start: Mapping[str, Any] | None = None  # a fork's start (a matrix's shared warm start)
+    facts: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_reference(self) -> bool:
+        return self.kind == EVALUATION
+
+    @property
+    def unit(self) -> ComparisonUnit:
+        # Without a recorded fingerprint an arm is known by its name and overrides alone; without
+        # an arm the run is never pooled with anything.
+        if self.arm is None:
+            arm_key = f"run:{self.run}"
+        else:
+            arm_key = self.arm.fingerprint or f"name:{self.arm.label}"
+        return ComparisonUnit(arm_key, self.base_model, self.backend, self.benchmark, self.protocol.key())
+
+    def unit_values(self) -> dict[str, Any]:
+        """The unit's fields by their names in UNIT_FIELDS (for labels and reasons)."""
+        protocol = self.protocol
+        return dict(zip(UNIT_FIELDS, (
+            self.arm.fingerprint if self.arm is not None else None, self.base_model, self.backend, self.benchmark,
+            protocol.split, protocol.temperature, protocol.episodes, protocol.turn_limit,
+        )))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run, "uid": self.uid, "host": self.host, "kind": self.kind,
+            "arm": None if self.arm is None else self.arm.as_dict(), "seed": self.seed,
+            "base_model": self.base_model, "backend": self.backend, "benchmark": self.benchmark,
+            "protocol": self.protocol.as_dict(), "total_steps": self.total_steps, "agent": self.agent,
+            "start": None if self.start is None else dict(self.start),
+        }
+
+
+def unit_differences(first: RunIdentity, second: RunIdentity) -> list[str]:
+    """The unit fields in which two runs differ, each as 'field: a vs b'."""
+    a, b = first.unit_values(), second.unit_values()
+    return [f"{name}: {_shown(a[name])} vs {_shown(b[name])}" for name in UNIT_FIELDS if a[name] != b[name]]
+
+
+def _shown(value: Any) -> str:
+    return "not recorded" if value is None else str(value)
+
+
+# ---- reading -------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, (dict, list)):
+        return value
+    try:
+        return json.loads(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+@functools.lru_cache(maxsize=256)
+def _registry_arm(name: str, overrides: tuple[tuple[str, Any], ...]) -> Any:
+    """The arm file's arm with these overrides, or None (no such arm file, a broken one, or an
+    override this version does not accept)."""
+    from ccpo_cli import arms
+    from ccpo_cli.errors import CcpoError
+
+    if name not in arms.list_arms():
+        return None
+    try:
+        return arms.load_arm(name, dict(overrides) or None)
+    except CcpoError:
+        return None
+
+
+def _registry_flags(name: str) -> Mapping[str, Any] | None:
+    arm = _registry_arm(name, ())
+    return None if arm is None else arm.flags()
+
+
+def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
+    name = row.get("arm")
+    if not name:
+        return None
+    config_arm = _mapping(_mapping(row.get("config")).get("arm"))
+    fingerprint = row.get("arm_fingerprint")
+    flags = _json(row.get("arm_flags"))
+    if not isinstance(flags, Mapping):
+        flags = config_arm.get("flags") if isinstance(config_arm.get("flags"), Mapping) else None
+    overrides = _json(row.get("arm_overrides"))
+    if not isinstance(overrides, Mapping):
+        overrides = config_arm.get("overrides")
+    if not isinstance(overrides, Mapping):
+        overrides = _mapping(row.get("config")).get("arm_overrides")
+    base = _registry_flags(str(name))
+    if not isinstance(overrides, Mapping):
+        # Recorded flags without recorded overrides: the overrides are what differs from the arm file.
+        overrides = {key: value for key, value in (flags or {}).items()
+                     if base is not None and key in base and base[key] != value} if flags else {}
+    overrides = {str(key): value for key, value in overrides.items()}
+    registry = _registry_arm(str(name), tuple(sorted(overrides.items())))
+    description = registry.description if registry is not None else ""
+    if flags is not None and registry is not None and not set(registry.flags()) <= set(flags) \
+            and fingerprint in (None, registry.fingerprint):
+        # A partial record (older configs kept only some flags): the arm file fills in the rest.
+        flags = {**registry.flags(), **flags}
+        source = FLAGS_COMPLETED
+    elif flags is not None:
+        source = FLAGS_RECORDED
+    elif registry is not None and fingerprint in (None, registry.fingerprint):
+        flags = registry.flags()
+        source = FLAGS_REGISTRY if fingerprint else FLAGS_REGISTRY_UNCHECKED
+    else:
+        source = FLAGS_NOT_RECORDED
+    return ArmIdentity(str(name), fingerprint, None if flags is None else dict(flags), overrides, source, description)
+
+
+def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    facts: dict[int, dict[str, Any]] = defaultdict(dict)
+    if not run_ids or "run_facts" not in db.table_names():
+        return facts
+    marks = ", ".join("?" for _ in run_ids)
+    for row in db.query(f"SELECT run_id, key, value FROM run_facts WHERE run_id IN ({marks}) ORDER BY id", list(run_ids)):
+        facts[row["run_id"]].setdefault(row["key"], _json(row["value"]))  # the first value recorded stands
+    return facts
+
+
+def _protocols_by_run(db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None) -> dict[int, Counter]:
+    """Per run, how many evaluations used each (episodes, temperature)."""
+    counts: dict[int, Counter] = defaultdict(Counter)
+    if not run_ids:
+        return counts
+    marks = ", ".join("?" for _ in run_ids)
+    where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
+    params = [*run_ids, *([split] if split is not None else [])]
+    for row in db.query(f"SELECT run_id, episodes, temperature, COUNT(*) AS n FROM evaluations WHERE {where} "
+                        "GROUP BY run_id, episodes, temperature", params):
+        counts[row["run_id"]][(row["episodes"], row["temperature"])] += row["n"]
+    return counts
+
+
+def _rates_without_episodes(db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None) -> dict[int, list[float]]:
+    rates: dict[int, list[float]] = defaultdict(list)
+    if not run_ids:
+        return rates
+    marks = ", ".join("?" for _ in run_ids)
+    where = f"run_id IN ({marks}) AND episodes IS NULL" + (" AND split = ?" if split is not None else "")
+    params = [*run_ids, *([split] if split is not None else [])]
+    for row in db.query(f"SELECT run_id, success_rate FROM evaluations WHERE {where}", params):
+        rates[row["run_id"]].append(float(row["success_rate"]))
+    return rates
+
+
+def _decimals(fraction: float) -> int:
+    text = repr(round(fraction, 12))
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 12
+
+
+def infer_episodes(rates_percent: Iterable[float]) -> int | None:
+    """The number of episodes per evaluation that the success rates imply, or None.
+
+    Each rate is successes / episodes. The smallest panel size every rate fits (within the
+    precision the rates were written with) is the inference; it is accepted only when some
+    smaller panel would fit them all by chance with probability under INFERENCE_CHANCE. Rates of
+    0 and 100 % fit every panel and say nothing. When every rate's success count happens to share
+    a factor, the true panel is a multiple of the inferred one, so the inferred size never
+    understates the noise of one evaluation.
+    """
+    fractions = sorted({round(rate / 100.0, 12) for rate in rates_percent})
+    informative = [value for value in fractions if 0.0 < value < 1.0]
+    if not informative:
+        return None
+    digits = max(_decimals(value) for value in informative)
+    tolerance = 0.5 * 10.0 ** -digits if digits < 9 else 1e-9
+    candidate = None
+    for episodes in range(2, MAX_INFERRED_EPISODES + 1):
+        if all(abs(round(value * episodes) / episodes - value) <= tolerance for value in informative):
+            candidate = episodes
+            break
+    if candidate is None:
+        return None
+    # Chance that a smaller panel fits one rate: about the width of the rounding window times it.
+    chance = sum(min(1.0, 2 * tolerance * size) ** len(informative) for size in range(2, candidate))
+    if digits >= 9:
+        chance = 0.0  # exact fractions: the smallest denominator is the reduced fraction's
+    return candidate if chance < INFERENCE_CHANCE else None
+
+
+def _protocol(facts: Mapping[str, Any], counts: Counter, rates: list[float]) -> EvaluationProtocol:
+    if counts:
+        (episodes, temperature), _ = max(counts.items(), key=lambda item: (item[1], item[0][0] or 0))
+    else:
+        episodes, temperature = None, None
+    evaluation_key = (episodes, temperature)
+    mixed = len(counts) > 1
+    if temperature is None and facts.get("temperature") is not None:
+        temperature = float(facts["temperature"])
+    basis = EPISODES_RECORDED
+    if episodes is None and facts.get("episodes") is not None:
+        episodes = int(facts["episodes"])
+    if episodes is None:
+        inferred = infer_episodes(rates)
+        if inferred is not None:
+            episodes = inferred
+            basis = f"inferred: every rate is a multiple of 1/{inferred}"
+        else:
+            basis = EPISODES_NOT_RECORDED
+    turn_limit = facts.get("max_steps")
+    return EvaluationProtocol(
+        split=None if facts.get("split") is None else str(facts["split"]),
+        temperature=None if temperature is None else float(temperature),
+        episodes=None if episodes is None else int(episodes),
+        episodes_basis=basis,
+        turn_limit=None if turn_limit is None else int(turn_limit),
+        mixed=mixed,
+        evaluation_key=evaluation_key,
+    )
+
+
+def _kind(row: Mapping[str, Any]) -> str:
+    kind = row.get("kind")
+    return kind if kind in (TRAINING, EVALUATION) else TRAINING
+
+
+def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, Any]], *,
+                    split: str | None = "heldout") -> dict[str, RunIdentity]:
+    """The identity of each run (rows of `store.list_runs`), keyed by run name; `split` is the
+    evaluations' split whose protocol is read (the held-out role by default). Three queries in all."""
+    ids = [int(row["id"]) for row in run_rows]
+    facts = _facts_by_run(db, ids)
+    counts = _protocols_by_run(db, ids, split)
+    unrecorded = [identifier for identifier in ids
+                  if not any(episodes is not None for episodes, _ in counts.get(identifier, {}))
+                  and facts.get(identifier, {}).get("episodes") is None]
+    rates = _rates_without_episodes(db, unrecorded, split)
+    identities = {}
+    for row in run_rows:
+        identifier = int(row["id"])
+        run_facts = facts.get(identifier, {})
+        start = _mapping(row.get("config")).get("start")
+        identities[row["name"]] = RunIdentity(
+            run=row["name"], run_id=identifier, uid=row.get("uid"), host=row.get("host"), kind=_kind(row),
+            arm=_arm_identity(row), seed=row.get("seed"), base_model=row.get("base_model"),
+            backend=row.get("backend"), benchmark=row.get("benchmark"),
+            protocol=_protocol(run_facts, counts.get(identifier, Counter()), rates.get(identifier, [])),
+            total_steps=row.get("total_steps"), agent=run_facts.get("agent"),
+            start=dict(start) if isinstance(start, Mapping) else None, facts=dict(run_facts),
+        )
+    return identities
+
+
+def run_identity(db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout") -> RunIdentity:
+    """One run's identity (InvalidInput if there is no such run)."""
+    from ccpo_cli.store.queries import get_run
+
+    row = get_run(db, run)
+    return read_identities(db, [row], split=split)[row["name"]]
+
+
+def all_identities(db: sqlite_utils.Database, *, split: str | None = "heldout") -> dict[str, RunIdentity]:
+    return read_identities(db, list_runs(db), split=split)
+
+
+def unit_labels(identities: Iterable[RunIdentity]) -> dict[ComparisonUnit, str]:
+    """A display label per comparison unit: the arm's label, and where two units share it, the
+    unit fields that tell them apart (e.g. `return-hard (base model Qwen/Qwen2.5-7B-Instruct)`)."""
+    members: dict[ComparisonUnit, RunIdentity] = {}
+    for identity in identities:
+        members.setdefault(identity.unit, identity)
+    by_label: dict[str, list[ComparisonUnit]] = defaultdict(list)
+    for unit, identity in members.items():
+        by_label[_arm_label(identity)].append(unit)
+    labels: dict[ComparisonUnit, str] = {}
+    for label, units in by_label.items():
+        if len(units) == 1:
+            labels[units[0]] = label
+            continue
+        values = {unit: members[unit].unit_values() for unit in units}
+        differing = [name for name in UNIT_FIELDS
+                     if len({json.dumps(values[unit][name], sort_keys=True, default=str) for unit in units}) > 1]
+        for unit in units:
+            parts = [f"{name} {_short(name, values[unit][name])}" for name in differing]
+            labels[unit] = f"{label} ({', '.join(parts)})"
+    return labels
+
+
+def _arm_label(identity: RunIdentity) -> str:
+    if identity.arm is None:
+        return f"(run {identity.run}: arm not recorded)"
+    return identity.arm.label
+
+
+def _short(name: str, value: Any) -> str:
+    if value is None:
+        return "not recorded"
+    if name == "arm":
+        return str(value)[:8]
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:g}"
+    return str(value)
