@@ -273,16 +273,3 @@ def test_isolation_reads_launcher_shaped_configs(tmp_path):
     add_run(db, "gg-big", "gigpo", 0, rates, config=launch_config("gg-big", "gigpo", flags["gigpo"], batch=32))
     differences = compare_runs(db, ["rh", "gg-big"])["isolation"]["differences"]
     assert differences == ['config overrides.data.train_batch_size: 16 (rh) vs 32 (gg-big)']
-
-
-def test_plot_styles_give_each_arm_one_colour_and_each_seed_its_line():
-    from ccpo_cli.report.plot import run_styles
-
-    runs = [{"run": f"{arm}-{seed}", "arm": arm} for arm in ("return-hard", "gigpo", "grpo", "return-hard-fbjw")
-            for seed in range(3)] + [{"run": "ingested", "arm": None}]
-    styles = run_styles(runs)
-    colours = [colour for colour, _ in styles]
-    for family in range(4):
-        assert len(set(colours[3 * family : 3 * family + 3])) == 1
-        assert len({style for _, style in styles[3 * family : 3 * family + 3]}) == 3
-    assert len(set(colours)) == 5  # four arms and the arm-less run, 13 runs in all

@@ -10,6 +10,7 @@ import pytest
 from statsmodels.stats.power import TTestIndPower, TTestPower
 from typer.testing import CliRunner
 
+from ccpo_cli import store
 from ccpo_cli.cli.app import app
 from ccpo_cli.report import power
 from ccpo_cli.report.compare import compare_runs
@@ -114,20 +115,26 @@ def test_compare_cli_prints_power_and_refuses_a_bad_detect(tmp_path):
     assert bad.exit_code == 2 and "--detect" in bad.output
 
 
-def test_plot_draws_arm_means_with_bands_and_paired_differences(tmp_path):
-    from ccpo_cli.report.plot_arms import arm_curves, mean_band, paired_differences
+def test_plot_draws_arm_means_with_t_intervals_and_paired_differences(tmp_path):
+    from scipy import stats as scipy_stats
+
+    from ccpo_cli.report.plot import paired_differences, pointwise, seed_curves
 
     db = open_db(tmp_path / "runs.db")
     for seed in range(3):
         _add(db, f"a-{seed}", "grpo", seed, 60 + 10 * seed, f"h{seed}")
         _add(db, f"b-{seed}", "gigpo", seed, 50 + 10 * seed + seed, f"h{seed}")
     document = compare_runs(db, window_start=10)
-    curves = arm_curves(document)
-    steps, mean, low, high = mean_band(curves["grpo"])
-    grpo = [[run["evaluations"][i]["success"] for i in range(2)] for run in document["runs"] if run["arm"] == "grpo"]
-    assert steps == [10, 20]
-    assert mean == pytest.approx(np.mean(grpo, axis=0)) and low == pytest.approx(np.min(grpo, axis=0))
-    assert high == pytest.approx(np.max(grpo, axis=0))
+    curves = seed_curves(document)
+    points = {point["step"]: point for point in pointwise(curves["grpo"])}
+    grpo = np.array([[run["evaluations"][i]["success"] for i in range(2)] for run in document["runs"]
+                     if run["arm"] == "grpo"])
+    assert sorted(points) == [10, 20] and not any(point["missing"] for point in points.values())
+    for index, step in enumerate((10, 20)):
+        column = grpo[:, index]
+        half = scipy_stats.t.ppf(0.975, 2) * column.std(ddof=1) / np.sqrt(3)
+        assert points[step]["mean"] == pytest.approx(column.mean())
+        assert (points[step]["low"], points[step]["high"]) == pytest.approx((column.mean() - half, column.mean() + half))
     differences = paired_differences(curves["grpo"], curves["gigpo"])
     assert sorted(differences) == [0, 1, 2]
     assert differences[2][20] == pytest.approx(curves["grpo"][2][20] - curves["gigpo"][2][20])
@@ -136,8 +143,25 @@ def test_plot_draws_arm_means_with_bands_and_paired_differences(tmp_path):
     assert result.exit_code == 0, result.output
     import matplotlib.image
 
-    # The two-panel figure (9 x 7.5 in at 120 dpi), not the one-line-per-run one (8 x 4.8 in).
+    # The two-panel figure (9 x 7.5 in at 120 dpi): the paired panel is drawn.
     assert matplotlib.image.imread(plot).shape[:2] == (900, 1080)
+
+
+def test_the_plot_keeps_steps_that_only_some_seeds_evaluated(tmp_path):
+    """The tour's plot used to keep only the steps every seed evaluated (one dot, no difference panel)."""
+    from ccpo_cli.report.plot import pointwise, seed_curves
+
+    db = open_db(tmp_path / "runs.db")
+    for seed, steps in ((0, (0, 10, 20, 30, 40)), (1, (0, 10, 20)), (2, (5, 15))):
+        name = f"rh-{seed}"
+        store.ensure_run(db, name, arm="return-hard", arm_fingerprint="fp", seed=seed, total_steps=40)
+        for step in steps:
+            store.record_evaluation(db, name, step, success_rate=20.0 + step + seed, episodes=64)
+    curves = seed_curves(compare_runs(db, None))
+    points = {point["step"]: point for point in pointwise(curves["return-hard"])}
+    assert sorted(points) == [0, 5, 10, 15, 20, 30, 40]
+    assert points[0]["n"] == 2 and points[0]["missing"] and points[0]["low"] is not None
+    assert points[40]["n"] == 1 and points[40]["low"] is None  # one seed: no interval is drawn
 
 
 def test_welch_mdd_is_finite_where_scipy_lower_tail_is_nan():

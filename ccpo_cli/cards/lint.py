@@ -34,6 +34,61 @@ PLACEHOLDERS = (
 LOCAL_PATH = re.compile(r"(?<![\w:/.])(/(home|Users|tmp|root|mnt|data|scratch|var|opt|work)/\S*|~/\S+|[A-Za-z]:\\\S+)")
 
 
+# Phrases that point at a table: "above" ones at the arms table, "below" ones at any table after
+# them. A card that says either without the table it means sends the reader to nothing.
+ABOVE_ARMS = re.compile(r"\b(?:the arms above|the table above|shown above)\b", re.IGNORECASE)
+BELOW = re.compile(r"\b(?:results below|the full set is below|listed below|rows below)\b", re.IGNORECASE)
+ARMS_HEADING = "## The arms side by side"
+
+
+def _outside_code(lines: list[str]) -> list[tuple[int, str]]:
+    """(line number, line) of the body lines outside fenced code blocks."""
+    kept, fenced = [], False
+    for number, line in enumerate(lines, start=1):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+            continue
+        if not fenced:
+            kept.append((number, line))
+    return kept
+
+
+def _sections(lines: list[tuple[int, str]]) -> dict[str, list[tuple[int, str]]]:
+    sections: dict[str, list[tuple[int, str]]] = {}
+    current = ""
+    for number, line in lines:
+        if line.startswith("## "):
+            current = line.strip()
+        sections.setdefault(current, []).append((number, line))
+    return sections
+
+
+def layout_problems(body: str) -> list[str]:
+    """Blank-line runs, empty table cells, and references to tables that are not there."""
+    problems = []
+    lines = _outside_code(body.splitlines())
+    previous_blank = None
+    for number, line in lines:
+        blank = not line.strip()
+        if blank and previous_blank is not None and previous_blank == number - 1:
+            problems.append(f"body line {number}: a run of blank lines")
+        previous_blank = number if blank else None
+        stripped = line.strip()
+        if stripped.startswith("|") and stripped.endswith("|") and not set(stripped) <= set("|-: "):
+            cells = [cell.strip() for cell in stripped[1:-1].split("|")]
+            if any(cell == "" for cell in cells):
+                problems.append(f"body line {number}: an empty table cell (state why the value is missing)")
+    sections = _sections(lines)
+    arms_table = any(line.strip().startswith("|") for _, line in sections.get(ARMS_HEADING, []))
+    table_lines = [number for number, line in lines if line.strip().startswith("|")]
+    for number, line in lines:
+        if ABOVE_ARMS.search(line) and not arms_table:
+            problems.append(f"body line {number}: refers to a table of arms above, and there is none")
+        if BELOW.search(line) and not any(table > number for table in table_lines):
+            problems.append(f"body line {number}: refers to a table below, and there is none")
+    return problems
+
+
 def lint_card(text: str, *, allow_extra_keys: bool = False) -> list[str]:
     """Problems found in a card, one line each (empty when it is fit to publish)."""
     problems: list[str] = []
@@ -67,6 +122,7 @@ def lint_card(text: str, *, allow_extra_keys: bool = False) -> list[str]:
         found = LOCAL_PATH.search(line)
         if found:
             problems.append(f"body line {number}: local path {found.group(0)!r}")
+    problems.extend(layout_problems(card.text))
     return problems
 
 

@@ -116,6 +116,8 @@ def describe_arm(arm_name: str, flags: Mapping[str, Any]) -> str:
 
 
 def format_flag_value(value: Any) -> str:
+    if value is None or value == "":
+        return "unset"  # an optional flag's recorded form when it is not set
     if isinstance(value, float):
         return f"{value:g}" if value != int(value) else f"{value:.1f}"
     if isinstance(value, bool):

@@ -52,8 +52,21 @@ def card_data(context: CardContext) -> ModelCardData:
     )
 
 
+def collapse_blank_runs(text: str) -> str:
+    """One blank line wherever the template's optional parts left several (code blocks untouched)."""
+    kept: list[str] = []
+    fenced = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced and not line.strip() and kept and not kept[-1].strip():
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
 def render_card(context: CardContext) -> str:
     """README.md text for the context (YAML header and Markdown body)."""
     card = ModelCard.from_template(card_data(context), template_path=str(template_path()), **context.template_vars)
-    text = str(card)
+    text = collapse_blank_runs(str(card))
     return text if text.endswith("\n") else text + "\n"

@@ -27,8 +27,10 @@ def compare(
     as_json: JsonOption = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
     detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
+    include_failed: Annotated[bool, typer.Option("--include-failed", help="Compare runs that failed too (left out by default).")] = False,
 ) -> None:
-    """Compare runs and arms on their converged held-out window (not their best point)."""
+    """Compare arms on their held-out window (not their best point): runs are pooled only with runs of
+    the same arm fingerprint, base model, backend, benchmark and protocol, and seeds are seeds."""
     # Imported here: scipy costs half a second that other commands should not pay.
     from ccpo_cli.report.compare import compare_runs
     from ccpo_cli.report.tables import comparison_renderables
@@ -36,7 +38,8 @@ def compare(
 
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start, detect=detect)
+    document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start, detect=detect,
+                            include_failed=include_failed)
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 

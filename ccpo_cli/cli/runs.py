@@ -43,9 +43,12 @@ def show_command(
     as_json: JsonOption = False,
 ) -> None:
     """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
+    from ccpo_cli.store.identity import run_identity
+
     db = open_db(settings(ctx).db, must_exist=True)
     document = {
         "run": get_run(db, run),
+        "identity": run_identity(db, run).as_dict(),
         "evaluations": run_evaluations(db, run, split=None),
         "conflicts": run_conflicts(db, run),
         "checkpoints": run_checkpoints(db, run),

@@ -55,10 +55,22 @@ def run_detail_tables(document: dict) -> list[Table]:
     settings_table = _table(f"run {run['name']}", show_header=False)
     settings_table.add_column("field")
     settings_table.add_column("value")
-    for key in ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", "backend", "status", "last_step",
+    identity = document.get("identity") or {}
+    arm = identity.get("arm") or {}
+    protocol = identity.get("protocol") or {}
+    settings_table.add_row("kind", _text(identity.get("kind") or run.get("kind")))
+    settings_table.add_row("arm", _text(arm.get("label") or run.get("arm")))
+    for key in ("arm_fingerprint", "seed", "base_model", "benchmark", "backend", "status", "last_step",
                 "total_steps", "hardware", "data_order_seed", "step1_rollout_hash", "git_commit", "git_dirty",
-                "created_at", "updated_at", "n_evaluations", "n_conflicts"):
+                "uid", "host", "created_at", "updated_at", "n_evaluations", "n_conflicts"):
         settings_table.add_row(key, _text(run.get(key)))
+    if protocol:
+        episodes = _text(protocol.get("episodes"))
+        if protocol.get("episodes_basis") not in (None, "recorded"):
+            episodes += f" ({protocol['episodes_basis']})"
+        settings_table.add_row("protocol", f"split {_text(protocol.get('split'))}, temperature "
+                               f"{_text(protocol.get('temperature'))}, episodes {episodes}, turn limit "
+                               f"{_text(protocol.get('turn_limit'))}")
     splits = sorted({row["split"] for row in document["evaluations"]})
     evaluations = _table("evaluations (success %; sources and ids in --json)")
     columns = (["split"] if len(splits) > 1 else []) + ["step", "success", "eps", "turns", *TASK_TYPES]

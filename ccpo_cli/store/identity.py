@@ -48,8 +48,11 @@ EPISODES_RECORDED = "recorded"
 EPISODES_NOT_RECORDED = "not recorded"
 # Rates beyond this many episodes are read as exact fractions only with full precision.
 MAX_INFERRED_EPISODES = 4096
-# Inference is accepted when a smaller panel fitting every rate by chance is this unlikely.
+# Inference is accepted when a smaller panel fitting every rate by chance is this unlikely, and
+# only from this many distinct informative rates: with fewer, every success count can share a
+# factor with the panel (all even, say) and the common denominator is a fraction of it.
 INFERENCE_CHANCE = 0.01
+MIN_INFERENCE_RATES = 5
 
 
 @dataclass(frozen=True)
@@ -297,18 +300,19 @@ def infer_episodes(rates_percent: Iterable[float]) -> int | None:
     """The number of episodes per evaluation that the success rates imply, or None.
 
     Each rate is successes / episodes. The smallest panel size every rate fits (within the
-    precision the rates were written with) is the inference; it is accepted only when some
-    smaller panel would fit them all by chance with probability under INFERENCE_CHANCE. Rates of
-    0 and 100 % fit every panel and say nothing. When every rate's success count happens to share
-    a factor, the true panel is a multiple of the inferred one, so the inferred size never
-    understates the noise of one evaluation.
+    precision the rates were written with) is the inference; it is accepted only from at least
+    MIN_INFERENCE_RATES distinct rates, and when some smaller panel would fit them all by chance
+    with probability under INFERENCE_CHANCE. Rates of 0 and 100 % fit every panel and say
+    nothing. When every rate's success count happens to share a factor, the true panel is a
+    multiple of the inferred one, so the inferred size never understates the noise of one
+    evaluation.
     """
     fractions = sorted({round(rate / 100.0, 12) for rate in rates_percent})
     informative = [value for value in fractions if 0.0 < value < 1.0]
-    if not informative:
+    if len(informative) < MIN_INFERENCE_RATES:
         return None
     digits = max(_decimals(value) for value in informative)
-    tolerance = 0.5 * 10.0 ** -digits if digits < 9 else 1e-9
+    tolerance = (0.5 * 10.0 ** -digits if digits < 9 else 1e-9) + 1e-12  # float error on the boundary
     candidate = None
     for episodes in range(2, MAX_INFERRED_EPISODES + 1):
         if all(abs(round(value * episodes) / episodes - value) <= tolerance for value in informative):
