@@ -129,8 +129,10 @@ def train(
     if chosen == "local":
         from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
 
+        # Resuming without --seed/--seeds continues the run with the seed it recorded.
+        local_seeds = () if resume is not None and seed is None and seeds is None else seed_values
         local_runs = train_local(LocalTrainRequest(
-            arm=arm, seeds=seed_values, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
+            arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
             eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
         ), log)
