@@ -222,11 +222,13 @@ def test_a_killed_trainer_shows_as_interrupted_with_its_last_step(tmp_path):
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:  # wait until runs.db records a step
         time.sleep(0.5)
-        if db.exists():
-            with sqlite3.connect(db) as connection:
+        try:
+            with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
                 row = connection.execute("SELECT last_step FROM runs WHERE name = 'killed'").fetchone()
-            if row and row[0]:
-                break
+        except sqlite3.OperationalError:  # not created or not migrated yet
+            continue
+        if row and row[0]:
+            break
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=60)
     listed = invoke("--db", db, "runs", "list", "--json")
