@@ -37,7 +37,7 @@ def flag(help: str, *, bounds: tuple[float, float] | None = None, default: Any =
     (`bounds`, both ends included); the type is the annotation.
 
     Every numeric flag has a range, chosen so that in-range flags on in-range input (batch values
-    are at most 1e9 in size, docs/estimators.md §1) keep every advantage finite, in float32 too
+    are at most 1e9 in size, batch_io.MAX_ABS_VALUE) keep every advantage finite, in float32 too
     (tests/test_arms_ranges.py checks each end of each range). A range is a check, not a flag:
     it never enters the fingerprint. A default is for a flag added after arm files were
     written: a file that omits it gets it.
@@ -139,6 +139,11 @@ class Arm:
         return dataclasses.replace(self, **changed, overrides=tuple(sorted(recorded.items())))
 
 
+def _plain(number: float) -> str:
+    """1000000 rather than 1e+06, 0.001 as it is."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
 @dataclass(frozen=True)
 class FlagSpec:
     """One flag as declared on `Arm`, read back from its field."""
@@ -158,7 +163,7 @@ class FlagSpec:
         if self.bounds is None:
             return ""
         low, high = self.bounds
-        return f"in [{low:g}, {high:g}]"
+        return f"in [{_plain(low)}, {_plain(high)}]"
 
     def in_range(self, value: Any) -> bool:
         if self.bounds is None or value is None:

@@ -96,3 +96,10 @@ def test_set_ep_w_1e308_is_refused_by_estimate_and_train(tmp_path):
 def test_an_arm_built_directly_is_range_checked_too():
     with pytest.raises(InvalidInput, match="flag 'ep_w' = 1e\\+308 must be in"):
         dataclasses.replace(load_arm("grpo"), ep_w=1e308)
+
+
+def test_the_estimator_page_lists_every_range():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "estimators.md").read_text(encoding="utf-8")
+    for spec in NUMERIC:
+        kind = spec.kind.__name__ + (" or unset" if spec.optional else "")
+        assert f"| `{spec.name}` | {kind} | {spec.requirement[3:]} |" in page, spec.name

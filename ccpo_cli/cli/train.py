@@ -89,7 +89,7 @@ def train(
     eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Turn limit per episode.")] = None,
     set_flags: SetOption = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run folder.")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve and print the run; start nothing.")] = False,
     as_json: JsonOption = False,
     # local backend
