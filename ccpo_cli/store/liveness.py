@@ -170,6 +170,9 @@ class Heartbeat:
             with contextlib.suppress(Exception):  # a busy or vanished database: try at the next beat
                 db = db or open_db(self.db_path)
                 beat(db, self.run, self.session)
+        if db is not None:
+            with contextlib.suppress(Exception):
+                db.conn.close()
 
     def __enter__(self) -> Heartbeat:
         self._thread.start()
