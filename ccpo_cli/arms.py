@@ -1,7 +1,7 @@
 """Arms as data: every estimator flag, fully resolved, loaded from configs/arms/<name>.yaml.
 
 Each flag is declared once, as a field of `Arm`: its type (`float`, `float | None`, `int`,
-`bool` or a `Literal` of its choices), its help, and its check. Everything else (the `--set`
+`bool` or a `Literal` of its choices), its help, and for a number its valid range. Everything else (the `--set`
 coercion, the YAML loader, `ccpo arms show`, the list of flag names) is derived from those
 fields, so adding a flag is one field here (give it a default so existing arm files stay valid;
 it changes every fingerprint, which the change must say).
@@ -22,29 +22,35 @@ import json
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
+from ccpo_cli.bounded_yaml import read_yaml_file
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.paths import configs_dir
 
 
-def _non_negative(value: float) -> bool:
-    return value >= 0
+def flag(help: str, *, bounds: tuple[float, float] | None = None, default: Any = dataclasses.MISSING) -> Any:
+    """Declare one estimator flag (a field of `Arm`): its help and, for a number, its valid range
+    (`bounds`, both ends included); the type is the annotation.
 
-
-def flag(help: str, *, check: Callable[[Any], bool] | None = None, requirement: str = "",
-         default: Any = dataclasses.MISSING) -> Any:
-    """Declare one estimator flag (a field of `Arm`): its help and its check; the type is the annotation.
-
-    A default is for a flag added after arm files were written: a file that omits it gets it.
+    Every numeric flag has a range, chosen so that in-range flags on in-range input (batch values
+    are at most 1e9 in size, batch_io.MAX_ABS_VALUE) keep every advantage finite, in float32 too
+    (tests/test_arms_ranges.py checks each end of each range). A range is a check, not a flag:
+    it never enters the fingerprint. A default is for a flag added after arm files were
+    written: a file that omits it gets it.
     """
-    return field(default=default, kw_only=True, metadata={"flag": True, "help": help, "check": check, "requirement": requirement})
+    return field(default=default, kw_only=True, metadata={"flag": True, "help": help, "bounds": bounds})
 
+
+# Ranges shared by several flags: a weight or a confidence multiplies terms of order one, a
+# count-like constant (J/(J+c), J/(J+kappa)) is compared with trajectory counts.
+WEIGHT = (0.0, 1e3)
+SIGNED_WEIGHT = (-1e3, 1e3)
+COUNT_CONSTANT = (0.0, 1e6)
+FRACTION = (0.0, 1.0)
 
 
 # What the trainer's padding copies of rows (`is_pad`, verl-agent's adjust_batch) do under each
@@ -74,31 +80,33 @@ class Arm:
     description: str
     estimator: Literal["grpo", "gigpo", "ccpo"] = flag("which advantage estimator")
     adv_mode: Literal["mean_std_norm", "mean_norm"] = flag("normalisation of the episode and GiGPO step terms")
-    gamma: float = flag("discount of the return-to-go and node values", check=lambda v: 0 <= v <= 1, requirement="in [0, 1]")
-    invalid_penalty: float = flag("penalty for an invalid action", check=_non_negative, requirement=">= 0")
-    success_reward: float = flag("episode reward that counts as success (terminal node value)")
-    ep_w: float = flag("weight of the episode term")
-    step_advantage_w: float = flag("weight of the step term")
+    gamma: float = flag("discount of the return-to-go and node values", bounds=FRACTION)
+    invalid_penalty: float = flag("penalty for an invalid action", bounds=WEIGHT)
+    success_reward: float = flag("episode reward that counts as success (terminal node value)", bounds=(-1e6, 1e6))
+    ep_w: float = flag("weight of the episode term", bounds=SIGNED_WEIGHT)
+    step_advantage_w: float = flag("weight of the step term", bounds=SIGNED_WEIGHT)
     gate: Literal["hard", "global"] = flag("bucket key: (task, observation) or the whole task")
     target: Literal["return", "nextnode"] = flag("step target: return-to-go or successor node value")
-    rho: float = flag("confidence in the feature distances (scales the EB disagreement)", check=_non_negative, requirement=">= 0")
+    rho: float = flag("confidence in the feature distances (scales the EB disagreement)", bounds=WEIGHT)
     backoff_task: bool = flag("serve rows without another trajectory in their node at the task level")
-    backoff_rho: float = flag("rho multiplier at the task level", check=_non_negative, requirement=">= 0")
-    min_traj: int = flag("distinct trajectories a bucket needs", check=lambda v: v >= 1, requirement=">= 1")
-    jweight_c: float = flag("J-weighting constant c in J/(J+c); 0 disables", check=_non_negative, requirement=">= 0")
-    prior_kappa: float = flag("credibility prior kappa; 0 disables", check=_non_negative, requirement=">= 0")
-    lk_fix: float | None = flag("fixed credibility weight (unset: J/(J+kappa))")
-    lam_fix: float | None = flag("fixed kernel/uniform mix lambda (unset: shrink rule)")
+    backoff_rho: float = flag("rho multiplier at the task level", bounds=WEIGHT)
+    min_traj: int = flag("distinct trajectories a bucket needs", bounds=(1, 1_000_000))
+    jweight_c: float = flag("J-weighting constant c in J/(J+c); 0 disables", bounds=COUNT_CONSTANT)
+    prior_kappa: float = flag("credibility prior kappa; 0 disables", bounds=COUNT_CONSTANT)
+    lk_fix: float | None = flag("fixed credibility weight (unset: J/(J+kappa))", bounds=FRACTION)
+    lam_fix: float | None = flag("fixed kernel/uniform mix lambda (unset: shrink rule)", bounds=FRACTION)
     phi: Literal["hidden", "hidden+ctx"] = flag("feature vector")
-    ctx_w: float = flag("weight of the trajectory-context block")
-    whiten: int = flag("principal directions removed before distances", check=_non_negative, requirement=">= 0")
-    tau: float = flag("kernel width as a multiple of the bucket's median distance", check=lambda v: v > 0, requirement="> 0")
+    ctx_w: float = flag("weight of the trajectory-context block", bounds=WEIGHT)
+    whiten: int = flag("principal directions removed before distances", bounds=(0, 1024))
+    tau: float = flag("kernel width as a multiple of the bucket's median distance", bounds=(1e-3, 1e3))
     wmode: Literal["soft", "hard", "cos"] = flag("neighbour weighting")
     shrink: Literal["eb", "mse", "eb_pooled", "eb_hier"] = flag("shrinkage rule for lambda")
     std: Literal["task", "local"] = flag("scale of the step credit")
-    std_floor: float = flag("floor of the local scale, as a fraction of the batch target sd", check=_non_negative, requirement=">= 0")
+    # Above 0: under std = local a bucket of equal targets has local sd 0, and the floor is all
+    # that stands between its credit and 0/0.
+    std_floor: float = flag("floor of the local scale, as a fraction of the batch target sd", bounds=(1e-3, 1e3))
     step_norm: Literal["mode", "std", "none"] = flag("per-task standardisation of live step values")
-    edge_w: float = flag("weight of the G2PO edge (value-gain) term; 0 disables", check=_non_negative, requirement=">= 0")
+    edge_w: float = flag("weight of the G2PO edge (value-gain) term; 0 disables", bounds=WEIGHT)
     padding: Literal["inert", "upstream"] = flag(
         "the trainer's padding copies: inert (no statistic, advantage 0) or upstream (counted and "
         "trained on as verl-agent's grpo/gigpo do; grpo and gigpo only)"
@@ -108,6 +116,10 @@ class Arm:
 
     def __post_init__(self) -> None:
         check_padding_rule(self.padding, self.estimator, where=f"arm '{self.name}': ")
+        for spec in FLAG_SPECS:  # however an Arm is made, its numbers are in their ranges
+            value = getattr(self, spec.name)
+            if not spec.in_range(value):
+                raise InvalidInput(f"arm '{self.name}': flag '{spec.name}' = {value!r} must be {spec.requirement}")
 
     def flags(self) -> dict[str, Any]:
         """Every flag in its recorded form: the form fingerprints, runs.db, cards and Hydra have
@@ -127,6 +139,11 @@ class Arm:
         return dataclasses.replace(self, **changed, overrides=tuple(sorted(recorded.items())))
 
 
+def _plain(number: float) -> str:
+    """1000000 rather than 1e+06, 0.001 as it is."""
+    return str(int(number)) if float(number).is_integer() else f"{number:g}"
+
+
 @dataclass(frozen=True)
 class FlagSpec:
     """One flag as declared on `Arm`, read back from its field."""
@@ -136,10 +153,23 @@ class FlagSpec:
     optional: bool  # None (unset) is a value
     help: str
     choices: tuple[str, ...] = ()
-    check: Callable[[Any], bool] | None = None
-    requirement: str = ""
+    bounds: tuple[float, float] | None = None  # the valid range of a number, both ends included
     required: bool = True  # an arm file must give it (no default declared)
     default: Any = None
+
+    @property
+    def requirement(self) -> str:
+        """The range as a message says it, e.g. `in [0, 1000]`; '' for a flag without one."""
+        if self.bounds is None:
+            return ""
+        low, high = self.bounds
+        return f"in [{_plain(low)}, {_plain(high)}]"
+
+    def in_range(self, value: Any) -> bool:
+        if self.bounds is None or value is None:
+            return True
+        low, high = self.bounds
+        return low <= value <= high
 
     def recorded(self, value: Any) -> Any:
         if self.optional:
@@ -157,8 +187,8 @@ def _flag_spec(declared: dataclasses.Field, annotation: Any) -> FlagSpec:
     choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
     return FlagSpec(
         name=declared.name, kind=str if choices else annotation, optional=optional,
-        help=declared.metadata["help"], choices=tuple(choices), check=declared.metadata["check"],
-        requirement=declared.metadata["requirement"], required=declared.default is dataclasses.MISSING,
+        help=declared.metadata["help"], choices=tuple(choices), bounds=declared.metadata["bounds"],
+        required=declared.default is dataclasses.MISSING,
         default=None if declared.default is dataclasses.MISSING else declared.default,
     )
 
@@ -219,7 +249,7 @@ def coerce_flag(name: str, value: Any, source: str = "--set") -> Any:
         raise InvalidInput(f"{source}: flag '{name}': cannot read {value!r} as {kind}") from None
     if spec.choices and coerced not in spec.choices:
         raise InvalidInput(f"{source}: flag '{name}': {value!r} is not one of {', '.join(spec.choices)}")
-    if coerced is not None and spec.check is not None and not spec.check(coerced):
+    if not spec.in_range(coerced):
         raise InvalidInput(f"{source}: flag '{name}': {value!r} must be {spec.requirement}")
     return coerced
 
@@ -247,10 +277,7 @@ def list_arms() -> list[str]:
 
 
 def _read_arm_file(path: Path) -> Arm:
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise InvalidInput(f"{path}: not valid YAML ({error.__class__.__name__})") from None
+    document = read_yaml_file(path)
     if not isinstance(document, dict) or not isinstance(document.get("flags"), dict):
         raise InvalidInput(f"{path}: expected a mapping with 'name', 'description' and 'flags'")
     flags = document["flags"]

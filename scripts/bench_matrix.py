@@ -66,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, variant: Variant) -> dict:
-    from ccpo_cli.backends.local import train_arm
+    from ccpo_cli.arms import load_arm
+    from ccpo_cli.backends.local import TrainConfig, train_arm
     from ccpo_cli.backends.local import workers as rollout_workers
     from ccpo_cli.envs import memo
 
@@ -80,10 +81,11 @@ def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, varian
     before = dict(rollout_workers.TRANSITION_TOTALS)
     started = time.perf_counter()
     try:
-        result = train_arm(args.arm, name, folder / "runs.db", seed=seed, steps=args.steps, tasks=args.tasks,
-                           group=args.group, eval_every=variant.window_eval_every if windowed else args.eval_every,
-                           eval_games=args.eval_games, eval_from=args.steps // 2 if windowed else 0,
-                           workers=args.workers, run_dir=folder / name)
+        config = TrainConfig(seed=seed, steps=args.steps, tasks=args.tasks, group=args.group,
+                             eval_every=variant.window_eval_every if windowed else args.eval_every,
+                             eval_games=args.eval_games, eval_from=args.steps // 2 if windowed else 0,
+                             workers=args.workers)
+        result = train_arm(load_arm(args.arm), name, folder / "runs.db", config, run_dir=folder / name)
     finally:
         rollout_workers.TRANSITION_CACHE_ENTRIES, rollout_workers.SESSION_CACHE_SIZE, memo.FAST_SYMBOL_COPIES = saved
     wall = time.perf_counter() - started

@@ -50,12 +50,19 @@ NOTES: dict[str, str] = {
     "arms show": "Added: `--set KEY=VALUE` shows an overridden arm, with its own fingerprint and inert "
     "flags. The JSON has the flags under `flags` and also at the top level (`jq .gate`).",
     "estimate": "An unknown `--set` key is a usage error (exit 2); a bad value for a known flag is "
-    "invalid input (exit 3). The output records the overrides and the resulting fingerprint.",
+    "invalid input (exit 3), and so is a number outside the flag's range (`ccpo arms`, "
+    "docs/estimators.md §8.1) or a result that is not finite. The output records the overrides "
+    "and the resulting fingerprint.",
     "train": "Added: `--seeds`, `--set`, `--resume PATH`, `--max-steps`, `--json`, and the options "
     "marked local or verl. Options of the other backend are refused (exit 2), not ignored. Without "
     "`--backend`, verl is chosen when CUDA is available and local otherwise; an option left out "
     "means that backend's default. `--backend verl --dry-run` writes the run folder and prints the "
-    "full launch (run.sh) without starting anything.",
+    "full launch (run.sh) without starting anything. Local `--resume` continues the run its "
+    "folder records (`run.json`; `--run` and `--seed` may be left out, and left-out options keep the "
+    "recorded values): another run's folder, a missing folder, a second trainer of the run and "
+    "settings that change what the run measures are refused (exit 3), more steps and other workers "
+    "are recorded; a non-finite loss, gradient or advantage ends the run as failed (exit 1). See "
+    "docs/local-backend.md.",
     "eval": "Added: `--step`, `--split`, `--max-steps`, `--max-new-tokens`. Extra JSON keys per "
     "evaluation: `wilson_95`, `invalid_turn_rate`, `evaluation_id`, `recorded` (new, duplicate or "
     "conflict); at the top level: `model`, `games`, `step`, `split`, `temperature`, `n_seeds`, "
@@ -88,6 +95,11 @@ NOTES: dict[str, str] = {
     "time left, current minimum detectable difference) on stderr; ends with `ccpo compare` on the "
     "complete blocks (`--json`: `{\"matrix\": ..., \"compare\": ...}`). Finished runs are reused on "
     "a restart. See docs/local-backend.md.",
+    "runs list": "A run whose trainer is gone (its process ended, or another host's trainer stopped "
+    "its heartbeat) is shown as `interrupted`, with its last step; the JSON keeps `recorded_status` "
+    "and says why in `interrupted_because`; a failed run carries `failure` (step, quantity, message). "
+    "See docs/runs-db.md.",
+    "runs show": "Status as in `runs list` (`interrupted` from the data, `failure` of a failed run).",
     "card": "Added: `--window-start`, `--license`, `--checkpoint-step`, `--json`. The learning-curve "
     "PNG and summary JSON go into `results/` beside the README.",
     "publish": "Added: `--revision`, `--staging`, `--window-start`, `--license`, `--checkpoint-step`, "

@@ -62,7 +62,8 @@ def already_done(db_path: Path, name: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from ccpo_cli.backends.local import train_arm
+    from ccpo_cli.arms import load_arm
+    from ccpo_cli.backends.local import TrainConfig, train_arm
 
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
@@ -75,10 +76,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: already recorded, skipped", file=sys.stderr)
                 continue
             started = time.time()
+            config = TrainConfig(seed=seed, steps=args.steps, tasks=args.tasks, group=args.group,
+                                 eval_every=args.eval_every, eval_games=args.eval_games, workers=args.workers,
+                                 time_budget_s=args.minutes * 60.0)
             result = train_arm(
-                arm, name, args.db, seed=seed, steps=args.steps, tasks=args.tasks, group=args.group,
-                eval_every=args.eval_every, eval_games=args.eval_games, workers=args.workers,
-                time_budget_s=args.minutes * 60.0, resume=True,
+                load_arm(arm), name, args.db, config, resume=True,
                 log=lambda message, name=name: print(f"[{name}] {message}", file=sys.stderr, flush=True),
             )
             evaluations = result.evaluations

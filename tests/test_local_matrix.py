@@ -107,8 +107,9 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
 
     import torch
 
+    from ccpo_cli.arms import load_arm
     from ccpo_cli.backends.local.checkpoints import checkpoint_path, default_run_dir
-    from ccpo_cli.backends.local.trainer import train_arm
+    from ccpo_cli.backends.local.trainer import TrainConfig, train_arm
     from ccpo_cli.errors import InvalidInput
 
     db_path = tmp_path / "runs.db"
@@ -137,7 +138,7 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
     assert rollouts("w-grpo-seed0")[3] == rollouts("w-return-hard-seed0")[3]
 
     # Forking the first arm from its own warm-up is the uninterrupted run, weight for weight.
-    train_arm("grpo", "straight", db_path, seed=0, eval_from=2, **options, **game_dirs)
+    train_arm(load_arm("grpo"), "straight", db_path, TrainConfig(seed=0, eval_from=2, **options, **game_dirs))
     final = [torch.load(checkpoint_path(default_run_dir(db_path, name), 4), weights_only=False)["model"]
              for name in ("straight", "w-grpo-seed0")]
     assert all(torch.equal(final[0][key], final[1][key]) for key in final[0])
@@ -145,7 +146,7 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
 
     start = str(checkpoint_path(default_run_dir(db_path, "w-warmup-grpo-seed0"), 2))
     with pytest.raises(InvalidInput, match="seed 0, not 1"):
-        train_arm("gigpo", "other-seed", db_path, seed=1, start_from=start, **options, **game_dirs)
+        train_arm(load_arm("gigpo"), "other-seed", db_path, TrainConfig(seed=1, start_from=start, **options, **game_dirs))
     with pytest.raises(UsageError, match="--warm-start"):
         run_matrix(db_path, ["grpo", "gigpo"], [0], 30.0, prefix="x", warm_start=3, window_start=2, **options, **game_dirs)
     with pytest.raises(UsageError, match="below --steps"):

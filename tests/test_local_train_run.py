@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ccpo_cli.arms import load_arm
-from ccpo_cli.backends.local import train_arm
+from ccpo_cli.backends.local import TrainConfig, train_arm
 from ccpo_cli.backends.local.trainer import latest_checkpoint, load_policy
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
@@ -35,7 +35,7 @@ def game_dirs():
 def short_run(game_dirs, tmp_path_factory):
     """`--steps 2 --tasks 2 --group 2 --eval-every 1` for return-hard, seed 0."""
     db_path = tmp_path_factory.mktemp("db") / "runs.db"
-    result = train_arm("return-hard", "rh-s0", db_path, seed=0, workers=2, dump_batches=True, **SHORT, **game_dirs)
+    result = train_arm(load_arm("return-hard"), "rh-s0", db_path, TrainConfig(seed=0, workers=2, dump_batches=True, **SHORT, **game_dirs))
     return db_path, result
 
 
@@ -125,9 +125,9 @@ def test_dumped_batch_is_the_estimate_schema_and_ccpo_estimate_reproduces_its_ad
 def test_step1_rollouts_are_identical_across_arms_and_differ_across_seeds(short_run, game_dirs, tmp_path):
     _, rh = short_run
     one_step = dict(SHORT, steps=1, eval_every=0)
-    grpo = train_arm("grpo", "grpo-s0", tmp_path / "a.db", seed=0, workers=0, **one_step, **game_dirs)
-    fbjw = train_arm("return-hard-fbjw", "fbjw-s0", tmp_path / "a.db", seed=0, workers=2, **one_step, **game_dirs)
-    other = train_arm("grpo", "grpo-s1", tmp_path / "a.db", seed=1, workers=2, **one_step, **game_dirs)
+    grpo = train_arm(load_arm("grpo"), "grpo-s0", tmp_path / "a.db", TrainConfig(seed=0, workers=0, **one_step, **game_dirs))
+    fbjw = train_arm(load_arm("return-hard-fbjw"), "fbjw-s0", tmp_path / "a.db", TrainConfig(seed=0, workers=2, **one_step, **game_dirs))
+    other = train_arm(load_arm("grpo"), "grpo-s1", tmp_path / "a.db", TrainConfig(seed=1, workers=2, **one_step, **game_dirs))
     assert grpo.step1_rollout_hash == rh.step1_rollout_hash == fbjw.step1_rollout_hash
     assert other.step1_rollout_hash != rh.step1_rollout_hash
 
@@ -135,14 +135,15 @@ def test_step1_rollouts_are_identical_across_arms_and_differ_across_seeds(short_
 def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(short_run, game_dirs, tmp_path):
     _, uninterrupted = short_run
     db_path = tmp_path / "resume.db"
-    first = train_arm("return-hard", "rh-resume", db_path, seed=0, workers=2, **dict(SHORT, steps=1), **game_dirs)
+    first = train_arm(load_arm("return-hard"), "rh-resume", db_path, TrainConfig(seed=0, workers=2, **dict(SHORT, steps=1), **game_dirs))
     assert first.last_step == 1
     with pytest.raises(InvalidInput, match="resume"):
-        train_arm("return-hard", "rh-resume", db_path, seed=0, workers=2, **SHORT, **game_dirs)
-    with pytest.raises(InvalidInput, match="arm"):
-        train_arm("grpo", "rh-resume-other", db_path, seed=0, workers=2, resume=True, run_dir=first.run_dir,
-                  **SHORT, **game_dirs)
-    second = train_arm("return-hard", "rh-resume", db_path, seed=0, workers=2, resume=True, **SHORT, **game_dirs)
+        train_arm(load_arm("return-hard"), "rh-resume", db_path, TrainConfig(seed=0, workers=2, **SHORT, **game_dirs))
+    with pytest.raises(InvalidInput, match="belongs to run 'rh-resume'"):
+        train_arm(load_arm("grpo"), "rh-resume-other", db_path, TrainConfig(seed=0, workers=2, **SHORT, **game_dirs), resume=True, run_dir=first.run_dir)
+    with pytest.raises(InvalidInput, match="arm: return-hard .* recorded, grpo"):
+        train_arm(load_arm("grpo"), "rh-resume", db_path, TrainConfig(seed=0, workers=2, **SHORT, **game_dirs), resume=True)
+    second = train_arm(load_arm("return-hard"), "rh-resume", db_path, TrainConfig(seed=0, workers=2, **SHORT, **game_dirs), resume=True)
     assert second.last_step == 2
     resumed_step2 = _metrics(second.run_dir)[-1]
     assert resumed_step2["step"] == 2
@@ -168,17 +169,19 @@ def test_bad_options_are_usage_errors(game_dirs, tmp_path):
     from ccpo_cli.errors import UsageError
 
     with pytest.raises(UsageError, match="--group"):
-        train_arm("grpo", "bad", tmp_path / "b.db", seed=0, **dict(SHORT, group=0), **game_dirs)
-    with pytest.raises(UsageError, match="unknown"):
-        train_arm("grpo", "bad", tmp_path / "b.db", seed=0, colour="blue", **SHORT, **game_dirs)
+        train_arm(load_arm("grpo"), "bad", tmp_path / "b.db", TrainConfig(seed=0, **dict(SHORT, group=0), **game_dirs))
+    with pytest.raises(UsageError, match="takes an Arm"):
+        train_arm("grpo", "bad", tmp_path / "b.db", TrainConfig(seed=0, **SHORT, **game_dirs))
+    with pytest.raises(UsageError, match="takes a TrainConfig"):
+        train_arm(load_arm("grpo"), "bad", tmp_path / "b.db", dict(seed=0, **SHORT, **game_dirs))
     with pytest.raises(UsageError, match="--eval-from"):
-        train_arm("grpo", "bad", tmp_path / "b.db", seed=0, eval_from=3, **SHORT, **game_dirs)
+        train_arm(load_arm("grpo"), "bad", tmp_path / "b.db", TrainConfig(seed=0, eval_from=3, **SHORT, **game_dirs))
 
 
 def test_evaluations_can_start_later_and_always_include_the_last_step(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     schedule = dict(SHORT, steps=5, eval_every=2, eval_from=2)
-    result = train_arm("grpo", "late", db_path, seed=1, workers=0, **schedule, **game_dirs)
+    result = train_arm(load_arm("grpo"), "late", db_path, TrainConfig(seed=1, workers=0, **schedule, **game_dirs))
     assert [e["step"] for e in run_evaluations(open_db(db_path), "late")] == [2, 4, 5]
     assert [e["step"] for e in result.evaluations] == [2, 4, 5]
 

@@ -11,6 +11,7 @@ from ccpo_cli.arms import load_arm, parse_set_options
 from ccpo_cli.batch_io import load_batch, result_document, write_result
 from ccpo_cli.cli.common import SetOption, emit_json, handle_errors, info
 from ccpo_cli.estimators import compute_advantages
+from ccpo_cli.estimators.compute import require_finite
 
 
 @handle_errors
@@ -26,7 +27,7 @@ def estimate_command(
     """Advantages for one rollout batch: n x L tensor plus per-row terms, rows in input order."""
     arm = load_arm(arm_name, parse_set_options(assignments))
     batch = load_batch(input_path)
-    result = compute_advantages(batch, arm)
+    result = require_finite(compute_advantages(batch, arm), str(input_path))
     if output_path is None:
         emit_json(result_document(result))
         return

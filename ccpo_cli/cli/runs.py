@@ -17,6 +17,7 @@ from ccpo_cli.store import (
     run_evaluations,
     run_publications,
 )
+from ccpo_cli.store.liveness import annotate_runs
 
 runs_app = typer.Typer(help="Runs recorded in the database.", no_args_is_help=True)
 
@@ -28,7 +29,8 @@ def list_command(
     as_json: JsonOption = False,
 ) -> None:
     """Every run with its arm, seed, status, last step and number of evaluations."""
-    runs = list_runs(open_db(settings(ctx).db, must_exist=True))
+    db = open_db(settings(ctx).db, must_exist=True)
+    runs = annotate_runs(db, list_runs(db))  # a run whose trainer died shows as interrupted
     if as_json:
         emit_json({"runs": runs})
     else:
@@ -47,7 +49,7 @@ def show_command(
 
     db = open_db(settings(ctx).db, must_exist=True)
     document = {
-        "run": get_run(db, run),
+        "run": annotate_runs(db, [get_run(db, run)])[0],
         "identity": run_identity(db, run).as_dict(),
         "evaluations": run_evaluations(db, run, split=None),
         "conflicts": run_conflicts(db, run),
@@ -59,3 +61,8 @@ def show_command(
     else:
         for table in run_detail_tables(document):
             stdout_console.print(table)
+        shown = document["run"]
+        if shown.get("interrupted_because"):
+            stdout_console.print(f"interrupted: {shown['interrupted_because']}", markup=False)
+        if shown.get("failure"):
+            stdout_console.print(f"failed: {shown['failure']['message']}", markup=False)

@@ -89,7 +89,7 @@ def train(
     eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Turn limit per episode.")] = None,
     set_flags: SetOption = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run folder.")] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve and print the run; start nothing.")] = False,
     as_json: JsonOption = False,
     # local backend
@@ -128,8 +128,10 @@ def train(
     if chosen == "local":
         from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
 
+        # Resuming without --seed/--seeds continues the run with the seed it recorded.
+        local_seeds = () if resume is not None and seed is None and seeds is None else seed_values
         local_runs = train_local(LocalTrainRequest(
-            arm=arm, seeds=seed_values, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
+            arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
             eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
             time_budget_s=None if time_budget is None else time_budget * 60.0,
         ), log)

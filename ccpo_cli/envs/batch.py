@@ -105,6 +105,8 @@ def _worker_main(receiver: Connection, sender: Connection, max_steps: int, walkt
             sender.send(("ok", result))
         except InvalidInput as error:
             sender.send(("invalid", str(error)))
+        except CcpoError as error:  # a failure the engine layer already put in one line
+            sender.send(("failed", str(error)))
         except Exception:  # noqa: BLE001 - reported to the parent, which raises
             sender.send(("error", traceback.format_exc()))
 
@@ -113,6 +115,8 @@ def _unwrap(reply: tuple[str, Any]) -> Any:
     status, payload = reply
     if status == "invalid":
         raise InvalidInput(payload)
+    if status == "failed":
+        raise CcpoError(payload)
     if status == "error":
         raise CcpoError(f"ALFWorld worker failed:\n{payload}")
     return payload

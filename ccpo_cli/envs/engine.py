@@ -17,10 +17,12 @@ Engine quirks handled here (docs/alfworld-games.md, "Engine quirks ccpo works ar
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +83,16 @@ def engine_assets() -> tuple[str, str]:
     return Path(ALFRED_PDDL_PATH).read_text(), Path(ALFRED_TWL2_PATH).read_text()
 
 
+def engine_copy_failure(error: OSError) -> str:
+    """Why a new engine shell could not start: each one first copies Fast Downward's library
+    (about 34 MB) into a temporary folder, which a full disk or a file-size limit refuses."""
+    reason = error.strerror or str(error)
+    hint = "the file-size limit (ulimit -f) is below the library's size" if error.errno == errno.EFBIG \
+        else f"check the free space in {tempfile.gettempdir()} (TMPDIR)"
+    return (f"the ALFWorld engine could not copy its planner library into a temporary folder ({reason}): "
+            f"{hint}; nothing was played")
+
+
 def game_id(game_path: str | os.PathLike) -> str:
     """A machine-independent id: `<task folder>/<trial folder>` of a `game.tw-pddl` path (the
     ALFWorld json_2.1.1 layout), so the same game has the same id wherever it is stored."""
@@ -129,7 +141,10 @@ class GameSession:
         self.want_walkthrough = walkthrough
         infos = textworld.EnvInfos(admissible_commands=True, won=True,
                                    extras=["walkthrough"] if walkthrough else [])
-        self._env = AlfredInfos(AlfredDemangler(PddlEnv(infos)))
+        try:
+            self._env = AlfredInfos(AlfredDemangler(PddlEnv(infos)))
+        except OSError as error:  # Fast Downward copies its library into a temp folder first
+            raise CcpoError(engine_copy_failure(error)) from None
         self.game_path = ""
         self._steps = 0
         self._done = True

@@ -161,4 +161,30 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
     return AdvantageResult(arm=arm, advantages=advantages, per_row=per_row)
 
 
-__all__ = ["AdvantageResult", "compute_advantages"]
+# The outputs that must be finite in every row. The diagnostic columns (target, baselines, lam)
+# hold NaN by design in rows they do not apply to.
+FINITE_OUTPUTS = ("final", "episode_term", "step_term")
+
+
+def non_finite_output(result: AdvantageResult) -> str | None:
+    """Where the first non-finite value of a result is (`final, row 3 = nan`), or None."""
+    checks = [("advantages", result.advantages)] + [(key, result.per_row[key]) for key in FINITE_OUTPUTS
+                                                   if key in result.per_row]
+    for name, values in checks:
+        bad = np.argwhere(~np.isfinite(values))
+        if bad.size:
+            row = int(bad[0][0])
+            return f"{name}, row {row} = {values[tuple(bad[0])]!r}"
+    return None
+
+
+def require_finite(result: AdvantageResult, source: str) -> AdvantageResult:
+    """`result`, or InvalidInput when an advantage is not finite: the input or the flags overflow."""
+    where = non_finite_output(result)
+    if where is not None:
+        raise InvalidInput(f"{source}: arm '{result.arm.name}' gives a non-finite output ({where}); "
+                           "the batch's values or the arm's flags overflow")
+    return result
+
+
+__all__ = ["AdvantageResult", "compute_advantages", "non_finite_output", "require_finite"]

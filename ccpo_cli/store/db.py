@@ -198,6 +198,40 @@ def m004_run_identity(db: sqlite_utils.Database) -> None:
     runs.create_index(["uid"], unique=True)
 
 
+@MIGRATIONS()
+def m006_run_liveness(db: sqlite_utils.Database) -> None:
+    # Whether a run's trainer still lives (store/liveness.py): the process that trains it now
+    # and its heartbeat, so a killed trainer shows as interrupted instead of running for ever;
+    # and why a run failed (the step and the quantity that went non-finite, or the error).
+    db.executescript(
+        """
+        CREATE TABLE run_liveness (
+            run_id INTEGER PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+            session TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            boot_id TEXT,
+            start_ticks INTEGER,
+            started_at TEXT NOT NULL,
+            heartbeat_at TEXT NOT NULL,
+            heartbeat_every_s REAL NOT NULL,
+            ended_at TEXT
+        );
+        CREATE TABLE run_failures (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            session TEXT,
+            step INTEGER,
+            quantity TEXT,
+            value TEXT,
+            message TEXT NOT NULL,
+            recorded_at TEXT NOT NULL
+        );
+        CREATE INDEX run_failures_run ON run_failures (run_id, id);
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlite_utils
-import yaml
 
+from ccpo_cli.bounded_yaml import YamlSyntaxError, load_yaml, read_bounded_text
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import utc_now
 
@@ -78,8 +78,8 @@ def _command_overrides(text: str) -> dict[str, Any]:
 def _scalar(text: str) -> Any:
     """A command-line value as YAML reads it, and `1e-6` as the number Hydra makes of it."""
     try:
-        value = yaml.safe_load(text) if text else None
-    except yaml.YAMLError:
+        value = load_yaml(text, "a key=value override") if text else None
+    except InvalidInput:  # not YAML, or a value too large to build: keep the words as written
         return text
     if isinstance(value, str):
         try:
@@ -94,13 +94,13 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     holding the launch command with `key=value` overrides. InvalidInput when neither."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded_text(path)
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInput(f"{path}: cannot read the run config ({error})") from None
     try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        document = None
+        document = load_yaml(text, str(path))
+    except YamlSyntaxError:
+        document = None  # not YAML: maybe a launch command
     flat = flatten(document) if isinstance(document, Mapping) else _command_overrides(text)
     if not flat:
         raise InvalidInput(f"{path}: neither a Hydra config nor a launch command with key=value overrides")

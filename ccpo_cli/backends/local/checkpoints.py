@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,8 @@ def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest:
 
 def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm: Arm, config: TrainConfig,
                     train_wall_s: float, step1_rollout_hash: str | None = None) -> None:
-    partial = path.with_suffix(".partial")
+    # One partial file per writer: two processes never write into the same one.
+    partial = path.with_suffix(f".{os.getpid()}.partial")
     document = {
         "format": CHECKPOINT_FORMAT,
         "step": step,
@@ -66,7 +68,7 @@ def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm:
         "step1_rollout_hash": step1_rollout_hash,
     }
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(exist_ok=True)  # never the run folder itself: a removed one stays removed
         torch.save(document, partial)
         partial.replace(path)  # a crash never leaves a half-written checkpoint under the real name
     except (OSError, RuntimeError) as error:  # torch reports a full disk as a RuntimeError
@@ -84,7 +86,8 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     try:
         saved = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # torch raises several types for a damaged file
-        raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint ({error})") from None
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint ({reason})") from None
     if not isinstance(saved, dict) or saved.get("format") != CHECKPOINT_FORMAT:
         raise InvalidInput(f"{path}: not a ccpo local-policy checkpoint")
     return saved

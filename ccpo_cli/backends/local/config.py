@@ -1,51 +1,146 @@
 """The local trainer's hyper-parameters: one typed, frozen dataclass, recorded as the run's config.
 
-Read top to bottom it is the whole recipe of a local run; `train_arm` keywords override fields,
-and the PPO update's own settings sit in `UpdateConfig` (ppo.py).
+Read top to bottom it is the whole recipe of a local run; the PPO update's own settings sit in
+`UpdateConfig` (ppo.py). `train_arm` takes a `TrainConfig`, built by the caller (the CLI's
+`LocalTrainRequest`, the matrix, scripts, tests).
+
+Each field also says what a resume may do with it (`RESUME_RULE` metadata), the one place that
+decides it:
+- `protocol`: what the run measures (the games, the group, the turn limit, the evaluation, the
+  update, the seed). A resume must keep it, or the run would mix two experiments under one name.
+- `grow`: the number of steps. A resume may extend it, never shorten it (a finished 4-step run
+  resumed with 2 steps would be recorded as "4/2").
+- `free`: how the run is executed (workers, threads, batch dumps, the time budget). A resume may
+  change it; the change is recorded with the step it took effect at.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ccpo_cli.backends.local.ppo import UpdateConfig
 from ccpo_cli.backends.local.workers import default_workers
 
+PROTOCOL, GROW, FREE = "protocol", "grow", "free"
+
+
+def _setting(default: Any = dataclasses.MISSING, *, resume: str, factory: Any = dataclasses.MISSING) -> Any:
+    return field(default=default, default_factory=factory, metadata={"resume": resume})
+
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Everything that defines a local training run (recorded as the run's config)."""
 
-    seed: int = 0
-    steps: int = 200
-    tasks: int = 8
-    group: int = 8
-    max_steps: int = 50
-    temperature: float = 1.0
-    eval_every: int = 10
+    seed: int = _setting(0, resume=PROTOCOL)
+    steps: int = _setting(200, resume=GROW)
+    tasks: int = _setting(8, resume=PROTOCOL)
+    group: int = _setting(8, resume=PROTOCOL)
+    max_steps: int = _setting(50, resume=PROTOCOL)
+    temperature: float = _setting(1.0, resume=PROTOCOL)
+    eval_every: int = _setting(10, resume=PROTOCOL)
     # First evaluated step; later evaluations every `eval_every` steps from it. 0 includes the
     # untrained policy; a matrix starts at its window, since earlier evaluations are not compared.
-    eval_from: int = 0
+    eval_from: int = _setting(0, resume=PROTOCOL)
     # None: the whole held-out panel; N: a fixed, type-balanced subset of N panel games.
-    eval_games: int | None = None
+    eval_games: int | None = _setting(None, resume=PROTOCOL)
     # Game folders (ALFWorld json_2.1.1 layout) instead of the shipped pool / panel.
-    train_games_dir: str | None = None
-    eval_games_dir: str | None = None
-    eval_episodes: int = 1
-    eval_temperature: float = 0.4
-    eval_seed: int = 0
-    eval_max_steps: int = 50
-    workers: int = field(default_factory=default_workers)
-    torch_threads: int = 1
-    update: UpdateConfig = field(default_factory=UpdateConfig)
-    model: dict = field(default_factory=lambda: {"dim": 32, "hidden": 64, "init_std": 0.3})
-    dump_batches: bool = False
+    train_games_dir: str | None = _setting(None, resume=PROTOCOL)
+    eval_games_dir: str | None = _setting(None, resume=PROTOCOL)
+    eval_episodes: int = _setting(1, resume=PROTOCOL)
+    eval_temperature: float = _setting(0.4, resume=PROTOCOL)
+    eval_seed: int = _setting(0, resume=PROTOCOL)
+    eval_max_steps: int = _setting(50, resume=PROTOCOL)
+    workers: int = _setting(resume=FREE, factory=default_workers)
+    torch_threads: int = _setting(1, resume=FREE)
+    update: UpdateConfig = _setting(resume=PROTOCOL, factory=UpdateConfig)
+    model: dict = _setting(resume=PROTOCOL, factory=lambda: {"dim": 32, "hidden": 64, "init_std": 0.3})
+    dump_batches: bool = _setting(False, resume=FREE)
     # Stop once this much training wall time (evaluation excluded) has passed.
-    time_budget_s: float | None = None
+    time_budget_s: float | None = _setting(None, resume=FREE)
     # A checkpoint of another run with this seed to fork from (a matrix's shared warm start):
     # its weights, optimizer state and step carry over, so the run continues that one's history.
-    start_from: str | None = None
+    start_from: str | None = _setting(None, resume=PROTOCOL)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, recorded: Mapping[str, Any]) -> TrainConfig:
+        """The config a run recorded (`as_dict()` form, e.g. config.json's `train`); fields it
+        does not hold (an older ccpo wrote it) keep their defaults."""
+        known = {spec.name for spec in dataclasses.fields(cls)}
+        values = {key: value for key, value in recorded.items() if key in known}
+        if isinstance(values.get("update"), Mapping):
+            update_fields = {spec.name for spec in dataclasses.fields(UpdateConfig)}
+            values["update"] = UpdateConfig(**{k: v for k, v in values["update"].items() if k in update_fields})
+        elif "update" in values:
+            del values["update"]
+        return cls(**values)
+
+
+RESUME_RULE: dict[str, str] = {spec.name: spec.metadata["resume"] for spec in dataclasses.fields(TrainConfig)}
+
+
+def resume_base(recorded: Mapping[str, Any]) -> TrainConfig:
+    """What a resume's options mean when left out: the recorded value of everything the run
+    measures and of its length, the trainer's default for how it is executed (a time budget the
+    run already spent is not carried over, nor a worker count of another machine)."""
+    restored = TrainConfig.from_record(recorded)
+    fresh = TrainConfig()
+    return dataclasses.replace(restored, **{name: getattr(fresh, name) for name, rule in RESUME_RULE.items()
+                                            if rule == FREE})
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    """How a resume's config differs from the recorded one, by rule."""
+
+    refused: tuple[str, ...]  # one phrase per difference, e.g. "eval_games: 8 recorded, 16 now"
+    allowed: dict[str, dict[str, Any]]  # field -> {"from": recorded, "to": new}
+    not_recorded: tuple[str, ...]  # fields the record does not hold (an older ccpo wrote it)
+
+
+def _leaves(value: Any, prefix: str) -> dict[str, Any]:
+    """A nested config value as {"update.learning_rate": 0.01, ...}; other values as they are."""
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for key in sorted(value):
+            flat.update(_leaves(value[key], f"{prefix}.{key}"))
+        return flat
+    return {prefix: value}
+
+
+def resume_check(recorded: Mapping[str, Any], config: TrainConfig, recorded_total_steps: int | None = None) -> ResumeCheck:
+    """Compare a resume's `config` with the run's recorded config (`runs.config["train"]`).
+
+    `recorded_total_steps` (the runs table's total, which a time budget may have cut) is what
+    `steps` may not go below; without it, the recorded `steps`."""
+    refused: list[str] = []
+    allowed: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    new = config.as_dict()
+    for name, rule in RESUME_RULE.items():
+        if name not in recorded:
+            missing.append(name)
+            continue
+        before, after = recorded[name], new[name]
+        if rule == GROW:
+            floor = recorded_total_steps if recorded_total_steps is not None else before
+            if after < floor:
+                refused.append(f"{name}: {floor} recorded, {after} now (a resume may add steps, never remove them)")
+            elif after != before:
+                allowed[name] = {"from": before, "to": after}
+        elif rule == FREE:
+            if after != before:
+                allowed[name] = {"from": before, "to": after}
+        else:
+            old_leaves, new_leaves = _leaves(before, name), _leaves(after, name)
+            for key in sorted(set(old_leaves) | set(new_leaves)):
+                if old_leaves.get(key, "not recorded") != new_leaves.get(key, "not recorded"):
+                    refused.append(f"{key}: {old_leaves.get(key, 'not recorded')!r} recorded, "
+                                   f"{new_leaves.get(key, 'not given')!r} now")
+    return ResumeCheck(tuple(refused), allowed, tuple(missing))

@@ -85,8 +85,10 @@ class MatrixResult:
     block_seconds: list[float] = field(default_factory=list)
 
 
-def _shared_start(db, db_path, arm, prefix: str, seed: int, warm_start: int, log, train_options: dict) -> str | None:
+def _shared_start(db, db_path, arm, prefix: str, seed: int, warm_start: int, log, base) -> str | None:
     """The checkpoint every arm of `seed` forks from (trained here unless already finished)."""
+    from dataclasses import replace
+
     from ccpo_cli.backends.local.checkpoints import checkpoint_path, default_run_dir
     from ccpo_cli.backends.local.trainer import train_arm
 
@@ -94,7 +96,7 @@ def _shared_start(db, db_path, arm, prefix: str, seed: int, warm_start: int, log
         return None
     name = warmup_run_name(prefix, arm.name, seed)
     if not _finished(db, name):
-        train_arm(arm, name, db_path, seed=seed, steps=warm_start, eval_every=0, resume=True, log=log, **train_options)
+        train_arm(arm, name, db_path, replace(base, seed=seed, steps=warm_start, eval_every=0), resume=True, log=log)
     return str(checkpoint_path(default_run_dir(db_path, name), warm_start))
 
 
@@ -140,14 +142,17 @@ def run_matrix(
 ) -> MatrixResult:
     """Train `arms` × `seeds` seed-major within `minutes` and compare the complete blocks.
 
-    `train_options` go to `train_arm` (tasks, group, workers, eval_temperature, ...). The
+    `train_options` are `TrainConfig` fields (tasks, group, workers, eval_temperature, ...). The
     window of the comparison starts at `window_start` (default: the end of the warm start, or
     half of `steps` without one), and so do the evaluations unless `eval_from` says otherwise:
     earlier ones are never compared. With `warm_start` K > 0 every run of a seed forks from
     that seed's K-step run of the first arm; K may not pass the window start, so the window is
     trained by the arms themselves.
     """
+    from dataclasses import replace
+
     from ccpo_cli.arms import load_arm
+    from ccpo_cli.backends.local.config import TrainConfig
     from ccpo_cli.backends.local.trainer import train_arm
     from ccpo_cli.report.compare import compare_runs
     from ccpo_cli.store import open_db
@@ -159,6 +164,10 @@ def run_matrix(
     if not seeds or len(set(seeds)) != len(seeds):
         raise UsageError("a matrix needs distinct seeds")
     loaded = [load_arm(arm) for arm in arms]  # every arm checked before anything trains
+    try:
+        base = TrainConfig(**train_options)
+    except TypeError as error:
+        raise UsageError(f"unknown local training option ({error})") from None
     window = (warm_start or steps // 2) if window_start is None else window_start
     if warm_start >= steps:
         raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")
@@ -186,12 +195,12 @@ def run_matrix(
         block_started = clock()
         names = [run_name(prefix, arm.name, seed) for arm in loaded]
         try:
-            start_from = _shared_start(db, db_path, loaded[0], prefix, seed, warm_start, log, train_options)
+            start_from = _shared_start(db, db_path, loaded[0], prefix, seed, warm_start, log, base)
             for arm, name in zip(loaded, names):
                 if not _finished(db, name):
-                    train_arm(arm, name, db_path, seed=seed, steps=steps, eval_every=eval_every,
-                              eval_from=first_evaluation, eval_games=eval_games, resume=True, log=log,
-                              start_from=start_from, **train_options)
+                    config = replace(base, seed=seed, steps=steps, eval_every=eval_every, eval_from=first_evaluation,
+                                     eval_games=eval_games, start_from=start_from)
+                    train_arm(arm, name, db_path, config, resume=True, log=log)
                 done += 1
                 if name != names[-1]:  # a block's last run is reported with the new power below
                     progress(progress_line(done, total, clock() - started, budget_s, power))

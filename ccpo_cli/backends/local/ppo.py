@@ -7,11 +7,22 @@ Every decision is one "token", so the token-mean of verl is the mean over decisi
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
 
 from ccpo_cli.backends.local.policy import CommandScorer, PackedDecisions, entropy
+from ccpo_cli.errors import CcpoError
+
+
+class NonFiniteTraining(CcpoError):
+    """A training quantity (advantage, loss, gradient) is NaN or infinite: the update is not applied."""
+
+    def __init__(self, quantity: str, value: float, where: str = ""):
+        self.quantity, self.value = quantity, value
+        super().__init__(f"non-finite {quantity} ({value!r}{', ' + where if where else ''}); "
+                         "it was not applied")
 
 
 @dataclass(frozen=True)
@@ -88,11 +99,16 @@ def update(
     ref_log_probs = chosen_log_probs(reference, packed, actions)
     stats: dict[str, float] = {}
     model.train()
-    for _ in range(config.epochs):
+    for epoch in range(config.epochs):
         optimizer.zero_grad(set_to_none=True)
         loss, stats = ppo_loss(model, packed, actions, old_log_probs, ref_log_probs, advantages, config)
+        if not torch.isfinite(loss):
+            raise NonFiniteTraining("loss", float(loss.detach()), f"epoch {epoch + 1}")
         loss.backward()
+        # The norm before clipping: a non-finite one would make every clipped gradient NaN.
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+        if not math.isfinite(stats["grad_norm"]):
+            raise NonFiniteTraining("gradient norm", stats["grad_norm"], f"epoch {epoch + 1}")
         optimizer.step()
     model.eval()
     return stats

@@ -12,21 +12,28 @@ right after it.
 Randomness is derived from (seed, step, ...) rather than carried along, so a resumed run
 continues exactly as an uninterrupted one would, and every arm with the same seed plays the
 same step-1 rollouts (the policy is uniform and identical until the first update).
+
+A run owns its folder (ownership.py: `run.json` says whose it is, `trainer.lock` who trains it
+now); a resume is a continuation and nothing else (config.py decides which settings it may
+change); the trainer's process is recorded in runs.db with a heartbeat (store/liveness.py), so a
+killed run shows as interrupted; and the first non-finite advantage, loss or gradient stops the
+run before it is applied, recording the run as failed with the step and the quantity.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from ccpo_cli.arms import Arm, load_arm
+from ccpo_cli.arms import Arm
 from ccpo_cli.backends.local import games as game_sets
 from ccpo_cli.backends.local.advantages import advantages_for
 from ccpo_cli.backends.local.checkpoints import (
@@ -39,9 +46,10 @@ from ccpo_cli.backends.local.checkpoints import (
     read_checkpoint,
     save_checkpoint,
 )
-from ccpo_cli.backends.local.config import TrainConfig
+from ccpo_cli.backends.local.config import TrainConfig, resume_check
+from ccpo_cli.backends.local.ownership import IDENTITY_FILE, RunLock, check_folder, write_identity
 from ccpo_cli.backends.local.policy import build_model, frozen_copy, pack
-from ccpo_cli.backends.local.ppo import UpdateConfig, make_optimizer, update
+from ccpo_cli.backends.local.ppo import NonFiniteTraining, make_optimizer, update
 from ccpo_cli.backends.local.provenance import git_state, hardware, package_versions
 from ccpo_cli.backends.local.rollouts import (
     estimate_batch,
@@ -50,17 +58,28 @@ from ccpo_cli.backends.local.rollouts import (
     save_npz,
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
-from ccpo_cli.errors import InvalidInput, UsageError
+from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.store import (
     best_evaluation,
     ensure_run,
+    get_run,
     open_db,
     record_checkpoint,
     record_evaluation,
     run_evaluations,
     update_run_state,
 )
+from ccpo_cli.store.db import utc_now
 from ccpo_cli.store.facts import record_run_facts
+from ccpo_cli.store.liveness import (
+    HEARTBEAT_EVERY_S,
+    Heartbeat,
+    ProcessOwner,
+    end_session,
+    owner_is_stale,
+    record_failure,
+    start_session,
+)
 
 BACKEND = "local"
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
@@ -98,6 +117,8 @@ class _Run:
         self.train_wall_s = 0.0
         self.evaluations: list[dict[str, Any]] = []
         self.step1_hash: str | None = None
+        # Each time this run record was continued: at which step, and which free settings changed.
+        self.resumes: list[dict[str, Any]] = []
         self.start = self._start_document(Path(config.start_from)) if config.start_from is not None else None
 
     def _start_document(self, checkpoint: Path) -> dict[str, Any]:
@@ -113,6 +134,7 @@ class _Run:
     def provenance_config(self) -> dict[str, Any]:
         return {
             "backend": BACKEND,
+            "resumes": list(self.resumes),
             "train": self.config.as_dict(),
             "arm": {"name": self.arm.name, "fingerprint": self.arm.fingerprint, "flags": self.arm.flags()},
             "training_pool": {"games": len(self.pool_games), "source": game_sets.describe_training(self.config.train_games_dir)},
@@ -121,7 +143,7 @@ class _Run:
         } | ({"start": {"arm": self.start.get("arm"), "step": int(self.start["step"])}}
              if self.start is not None else {})
 
-    def record_provenance(self) -> None:
+    def record_provenance(self, db_path: str | Path) -> None:
         commit, dirty = git_state()
         ensure_run(
             self.db,
@@ -144,14 +166,41 @@ class _Run:
             "split": "heldout", "temperature": self.config.eval_temperature, "seed": self.config.seed,
             "episodes": len(self.panel) * self.config.eval_episodes, "max_steps": self.config.eval_max_steps,
         }, source="ccpo train --backend local")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(self.provenance_config(), indent=2, sort_keys=True))
+        write_identity(self.run_dir, self.run_name, get_run(self.db, self.run_name)["uid"], db_path, BACKEND)
+        self.write_file("config.json", json.dumps(self.provenance_config(), indent=2, sort_keys=True))
+
+    def check_folder(self, step: int) -> None:
+        """Stop (exit 1) when the run folder went away while the run trained: writing on would
+        make a new folder that no record names."""
+        if not (self.run_dir / IDENTITY_FILE).is_file():
+            raise CcpoError(f"{self.run_dir} was removed while run {self.run_name!r} trained (at step {step}); "
+                            "the run is recorded as failed, its evaluations in runs.db are kept")
+
+    def write_file(self, name: str, text: str) -> None:
+        partial = self.run_dir / f".{name}.{os.getpid()}.partial"
+        try:
+            partial.write_text(text)
+            partial.replace(self.run_dir / name)
+        except OSError as error:
+            raise CcpoError(f"could not write {self.run_dir / name} ({error.strerror or error})") from None
+
+    def append_metrics(self, metrics: dict[str, Any]) -> None:
+        self.check_folder(metrics["step"])
+        try:
+            with open(self.run_dir / "metrics.jsonl", "a") as handle:
+                handle.write(json.dumps(metrics) + "\n")
+        except OSError as error:
+            raise CcpoError(f"could not append to {self.run_dir / 'metrics.jsonl'} ({error.strerror or error}); "
+                            "the run is recorded as failed") from None
 
     def resume(self) -> bool:
         path = latest_checkpoint(self.run_dir)
         if path is None:
             return False
-        saved = torch.load(path, map_location="cpu", weights_only=False)
+        try:
+            saved = read_checkpoint(path)
+        except InvalidInput as error:
+            raise InvalidInput(f"{error}; move it out of {path.parent} to resume from the checkpoint before it") from None
         if saved.get("arm_fingerprint") != self.arm.fingerprint:
             raise InvalidInput(
                 f"{path} was trained with arm {saved.get('arm')} ({saved.get('arm_fingerprint')}), "
@@ -217,6 +266,9 @@ class _Run:
             phi = self.reference.state_vector(packed).numpy()
         batch = estimate_batch(trajectories, phi)
         advantages = advantages_for(batch, self.arm)
+        bad = np.flatnonzero(~np.isfinite(advantages))
+        if bad.size:
+            raise NonFiniteTraining("advantage", float(advantages[bad[0]]), f"row {int(bad[0])} of the batch")
         if self.config.dump_batches:
             dump_dir = self.run_dir / "batches"
             dump_dir.mkdir(parents=True, exist_ok=True)
@@ -289,6 +341,7 @@ class _Run:
         return result
 
     def checkpoint(self, step: int) -> None:
+        self.check_folder(step)
         path = checkpoint_path(self.run_dir, step)
         save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s,
                         self.step1_hash)
@@ -315,66 +368,121 @@ def _validate(config: TrainConfig) -> None:
 
 
 def train_arm(
-    arm: Arm | str,
+    arm: Arm,
     run_name: str,
     db_path: str | Path,
-    seed: int = 0,
-    steps: int = 200,
-    tasks: int = 8,
-    group: int = 8,
-    eval_every: int = 10,
+    config: TrainConfig,
     *,
     resume: bool = False,
     run_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
-    **options: Any,
 ) -> TrainResult:
-    """Train one arm with the local backend; evaluations land in `db_path` as they happen.
+    """Train `arm` with the local backend as `config` says; evaluations land in `db_path` as they happen.
 
-    `arm` is an `Arm` or an arm name. Other options are `TrainConfig` fields (`max_steps`,
-    `eval_games`, `eval_episodes`, `workers`, `dump_batches`, `time_budget_s`, ...) plus the
-    `UpdateConfig` fields (`learning_rate`, `kl_coef`, ...). With `resume=True` the run continues
-    from its latest checkpoint (the arm and seed must match); otherwise an existing checkpoint
-    folder for this run name is refused.
+    The run's folder is `run_dir`, by default `ccpo-runs/<run_name>` beside the database. With
+    `resume=True` the run continues from its latest checkpoint: a `run_dir` named explicitly
+    must exist, while the default folder may be absent (a matrix restarting starts the runs it
+    has not begun). A folder of another run is refused (ownership.py), as is a second trainer of
+    the same run, and a resume that would change what the run measures (config.py lists what
+    may change). Without `resume`, an existing checkpoint folder for this run name is refused.
+    A non-finite advantage, loss or gradient stops the run (CcpoError, exit 1) with the run
+    recorded as failed, the step and the quantity in `run_failures`.
     """
-    if isinstance(arm, str):
-        arm = load_arm(arm)
-    update_fields = {k: options.pop(k) for k in list(options) if k in UpdateConfig.__dataclass_fields__}
-    unknown = set(options) - set(TrainConfig.__dataclass_fields__)
-    if unknown:
-        raise UsageError(f"unknown local training option(s): {', '.join(sorted(unknown))}")
-    options = {k: v for k, v in options.items() if v is not None or k in ("eval_games", "time_budget_s")}
-    config = TrainConfig(seed=seed, steps=steps, tasks=tasks, group=group, eval_every=eval_every, **options)
-    if update_fields:
-        config = replace(config, update=replace(config.update, **update_fields))
+    if not isinstance(arm, Arm):
+        raise UsageError(f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}")
+    if not isinstance(config, TrainConfig):
+        raise UsageError(f"train_arm takes a TrainConfig, not {type(config).__name__}")
     _validate(config)
     log = log or (lambda message: None)
+    folder = Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)
+    if resume and run_dir is not None and not folder.is_dir():
+        raise InvalidInput(f"--resume {folder}: no such run folder (nothing was started; check the path)")
+    db = open_db(db_path)
+    _refuse_what_is_not_a_continuation(db, db_path, folder, run_name, arm, config, resume)  # touching nothing
     torch.set_num_threads(config.torch_threads)
-    folder = Path(run_dir) if run_dir else default_run_dir(db_path, run_name)
+    owner = ProcessOwner.this_process()
+    with RunLock(folder, run_name, owner, log=log, gone_elsewhere=lambda other: owner_is_stale(db, run_name, other)):
+        # Again, now that no other trainer can change the folder or the record.
+        recorded, allowed = _refuse_what_is_not_a_continuation(db, db_path, folder, run_name, arm, config, resume)
+        run = _Run(arm, run_name, db, config, folder, log)
+        resumed = resume and run.resume()
+        if recorded is not None:
+            run.resumes = _resume_history(recorded, run.step, resumed, allowed)
+        run.record_provenance(db_path)
+        if not resumed and run.start is not None:
+            run.fork()
+        _drop_metrics_after(folder / "metrics.jsonl", run.step)
+        start_session(db, run_name, owner, HEARTBEAT_EVERY_S)
+        try:
+            return _train(run, db_path, owner)
+        finally:
+            end_session(db, run_name, owner.session)
+
+
+def _refuse_what_is_not_a_continuation(db, db_path: str | Path, folder: Path, run_name: str, arm: Arm,
+                                       config: TrainConfig, resume: bool) -> tuple[dict[str, Any] | None, dict | None]:
+    """InvalidInput when this start would touch a folder of another run, restart a run that has
+    checkpoints without `resume`, or change what a recorded run measures; else the recorded run
+    and the settings it may change."""
+    recorded = _recorded_run(db, run_name)
+    check_folder(folder, run_name, db_path, recorded)
     if not resume and latest_checkpoint(folder) is not None:
         raise InvalidInput(f"run {run_name!r} already has checkpoints in {folder}; pass --resume or a new --run")
+    allowed = _continuation_changes(recorded, run_name, arm, config) if recorded is not None else None
+    return recorded, allowed
 
-    db = open_db(db_path)
-    run = _Run(arm, run_name, db, config, folder, log)
-    resumed = resume and run.resume()
-    run.record_provenance()
-    if not resumed and run.start is not None:
-        run.fork()
-    metrics_path = folder / "metrics.jsonl"
-    _drop_metrics_after(metrics_path, run.step)
+
+def _recorded_run(db, run_name: str) -> dict[str, Any] | None:
+    try:
+        return get_run(db, run_name)
+    except InvalidInput:
+        return None
+
+
+def _continuation_changes(recorded: dict[str, Any], run_name: str, arm: Arm, config: TrainConfig) -> dict[str, Any]:
+    """The settings this start of a recorded run changes that it may change (more steps, other
+    workers...); InvalidInput listing every difference that would change what the run measures."""
+    if recorded.get("backend") not in (None, BACKEND) or recorded.get("kind") not in (None, "training"):
+        raise InvalidInput(f"run {run_name!r} is recorded as a {recorded.get('kind') or 'training'} run of backend "
+                           f"{recorded.get('backend')}, not a local training run; use a new --run name")
+    differences = []
+    if recorded.get("arm_fingerprint") not in (None, arm.fingerprint):
+        differences.append(f"arm: {recorded.get('arm')} ({str(recorded['arm_fingerprint'])[:12]}) recorded, "
+                           f"{arm.name} ({arm.fingerprint[:12]}) now")
+    recorded_config = recorded.get("config") if isinstance(recorded.get("config"), dict) else {}
+    train = recorded_config.get("train")
+    check = resume_check(train, config, recorded.get("total_steps")) if isinstance(train, dict) else None
+    if check is not None:
+        differences.extend(check.refused)
+    if differences:
+        raise InvalidInput(f"run {run_name!r} is recorded with other settings, and continuing it may not change "
+                           f"what it measures: {'; '.join(differences)}; train a new --run to change them")
+    return {} if check is None else check.allowed
+
+
+def _resume_history(recorded: dict[str, Any], step: int, resumed: bool, changed: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The run's record of its starts, with this one added (the step it continues from, and what changed)."""
+    recorded_config = recorded.get("config") if isinstance(recorded.get("config"), dict) else {}
+    history = list(recorded_config.get("resumes") or [])
+    history.append({"at_step": step, "from_checkpoint": bool(resumed), "at": utc_now(), "changed": changed or {}})
+    return history
+
+
+def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
+    config, db, run_name, log = run.config, run.db, run.run_name, run.log
     status = "failed"
-    with RolloutPool(run.model, config.workers) as rollout_pool:
+    with RolloutPool(run.model, config.workers) as rollout_pool, Heartbeat(db_path, run_name, owner.session):
+        step = run.step
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
-            step = run.step
             while step < config.steps:
                 step += 1
+                run.check_folder(step)
                 metrics = run.train_step(rollout_pool, step)
                 run.step = step
                 metrics["wall_time"] = time.time()
-                with open(metrics_path, "a") as handle:
-                    handle.write(json.dumps(metrics) + "\n")
+                run.append_metrics(metrics)
                 update_run_state(db, run_name, last_step=step)
                 log(
                     f"step {step:4d}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
@@ -396,20 +504,38 @@ def train_arm(
             if run.step < config.steps:
                 # The time budget ended the run as planned: its length is what it reached.
                 ensure_run(db, run_name, total_steps=run.step)
+        except NonFiniteTraining as error:
+            message = (f"run {run_name!r} stopped at step {step}: {error}; recorded as failed, with its evaluations "
+                       f"(ccpo runs show {run_name})")
+            record_failure(db, run_name, message, step=step, quantity=error.quantity, value=error.value,
+                           session=owner.session)
+            raise CcpoError(message) from None
+        except CcpoError as error:
+            record_failure(db, run_name, str(error), step=step, session=owner.session)
+            raise
         except KeyboardInterrupt:
             status = "stopped"
             raise
         finally:
             update_run_state(db, run_name, status=status)
-    return TrainResult(run_name, folder, run.step, run.train_wall_s, run.evaluations, run.step1_hash)
+    return TrainResult(run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash)
 
 
 def _drop_metrics_after(path: Path, step: int) -> None:
-    """Forget metric lines of steps after the checkpoint a run restarts from (they are redone)."""
+    """Forget metric lines of steps after the checkpoint a run restarts from (they are redone),
+    and a line cut short by a kill; line by line into a new file that replaces the old one."""
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-    path.write_text("".join(line + "\n" for line in kept))
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with open(path, encoding="utf-8", errors="replace") as source, open(partial, "w", encoding="utf-8") as kept:
+        for line in source:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+                kept.write(line if line.endswith("\n") else line + "\n")
+    partial.replace(path)
 
 
 def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from ccpo_cli.bounded_yaml import read_yaml_file
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.paths import configs_dir
 
@@ -41,10 +40,9 @@ def load_protocol(name: str = "alfworld") -> Protocol:
     path = configs_dir() / "protocol" / f"{name}.yaml"
     if not path.is_file():
         raise InvalidInput(f"no protocol named {name!r} ({path} does not exist)")
-    try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        raise InvalidInput(f"{path}: not valid YAML ({error})") from None
+    document = read_yaml_file(path)
+    if not isinstance(document, dict):
+        raise InvalidInput(f"{path}: expected a mapping with 'entrypoint' and 'overrides'")
     for key in ("entrypoint", "overrides"):
         if key not in document:
             raise InvalidInput(f"{path}: missing field {key!r}")
