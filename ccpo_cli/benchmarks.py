@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -245,7 +245,7 @@ def _read_benchmark(path: Path) -> Benchmark:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _loaded(name: str) -> Benchmark:
     return _read_benchmark(benchmarks_dir() / f"{name}.yaml")
 

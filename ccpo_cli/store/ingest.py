@@ -31,11 +31,22 @@ from typing import Any
 
 import sqlite_utils
 
-from ccpo_cli.benchmarks import Benchmark, benchmark_for_env_name, detect_benchmark, list_benchmarks, load_benchmark
+from ccpo_cli.benchmarks import (
+    Benchmark,
+    benchmark_for_env_name,
+    detect_benchmark,
+    list_benchmarks,
+    load_benchmark,
+)
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
-from ccpo_cli.store.facts import facts_from_log, flat_config, reconcile_total_steps, record_ingest_facts
+from ccpo_cli.store.facts import (
+    facts_from_log,
+    flat_config,
+    reconcile_total_steps,
+    record_ingest_facts,
+)
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
