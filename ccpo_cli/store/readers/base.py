@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from ccpo_cli.errors import InvalidInput
 
 # One physical line longer than this is skipped (and reported) instead of being held in memory.
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -103,3 +106,13 @@ def whole_number(value: Any, field: str, *, what: str = "a whole number") -> int
 
 def step_number(value: Any) -> int:
     return whole_number(value, "step")
+
+
+def refuse_link_out_of(folder: Path, path: Path) -> Path:
+    """`path`, a file found inside the ingested `folder`; InvalidInput when it is, or passes
+    through, a symbolic link that leads out of the folder: a run folder's files are read,
+    nothing they point to elsewhere (a link to /etc/passwd is not followed)."""
+    root, target = folder.resolve(), path.resolve()
+    if target != root and root not in target.parents:
+        raise InvalidInput(f"{path}: a symbolic link out of the folder being ingested (to {target}); not followed")
+    return path
