@@ -274,8 +274,8 @@ class _BenchmarkChoice:
             self.current, self.evidence = load_benchmark(name), evidence
         elif self.current.name != name:
             raise InvalidInput(
-                f"{self.path}: {evidence} say benchmark {name!r}, but {self.evidence} says "
-                f"{self.current.name!r}; refusing the file (known benchmarks: {', '.join(list_benchmarks())})"
+                f"{self.path}: benchmark {name!r} by {evidence}, but {self.current.name!r} by {self.evidence}; "
+                "refusing the file (a run is of one benchmark; docs/benchmarks.md)"
             )
 
 

@@ -81,8 +81,8 @@ class ConfigBlock:
         self.depth += _depth_change(body)
         if len(self.parts) > MAX_CONFIG_LINES or self.chars > MAX_CONFIG_CHARS:
             self.done = True
-            return f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or " \
-                   f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read"
+            return (f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
+                    f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read")
         if self.depth > 0:
             return None
         self.done = True
