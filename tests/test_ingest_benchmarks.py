@@ -117,6 +117,14 @@ def test_a_benchmark_the_metric_names_cannot_show_is_taken_as_stated(tmp_path):
     report = document(ingest(tmp_path / "runs.db", path, run="unnamed"))
     assert report["benchmark"] is None and get_run(open_db(tmp_path / "runs.db"), "unnamed")["benchmark"] is None
     assert any("benchmark not recorded" in warning and "--benchmark" in warning for warning in report["warnings"])
+    # A run that already records its benchmark keeps it, and the benchmark's split default applies.
+    csv = tmp_path / "val.csv"
+    csv.write_text("step,val/success_rate\n0,0.25\n5,0.5\n")
+    report = document(ingest(tmp_path / "runs.db", csv, run="sk"))
+    assert report["benchmark"] == "sokoban" and report["benchmark_evidence"] == "run 'sk''s record"
+    document(ingest(tmp_path / "runs.db", csv, "--benchmark", "alfworld", run="alf"))
+    document(ingest(tmp_path / "runs.db", csv, run="alf"))
+    assert facts_of(tmp_path / "runs.db", "alf")["split"] == "valid_seen"
 
 
 def test_a_webshop_log_into_a_run_recorded_as_alfworld_is_refused_and_changes_nothing(tmp_path):

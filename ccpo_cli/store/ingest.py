@@ -318,10 +318,11 @@ def ingest_file(
     written; `ended` says the run will not continue (a run short of its total is then stopped).
 
     `benchmark` names the run's benchmark (InvalidInput naming the known ones for any other
-    name); without it the benchmark is the one the metric names, the printed config or the
-    config's `env.env_name` identify, and it is left unrecorded when none does. Evidence that
-    contradicts the benchmark (metric names of another, another env.env_name, a run recorded
-    with another) refuses the file with InvalidInput, the database unchanged.
+    name); without it the benchmark is the one the run is recorded with, or the one the metric
+    names, the printed config or the config's `env.env_name` identify, and it is left
+    unrecorded when none does. Evidence that contradicts the benchmark (metric names of
+    another, another env.env_name, a run recorded with another) refuses the file with
+    InvalidInput, the database unchanged.
     """
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -334,6 +335,8 @@ def ingest_file(
     stated: list[StatedConfig] = []
     with write_transaction(db):
         source = str(path.resolve())
+        recorded = next(db["runs"].rows_where("name = ?", [run], select="benchmark"), None)
+        choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
             db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
             total_steps=_reconcile_total(db, run, total_steps, source, report), backend=backend,
@@ -399,15 +402,10 @@ def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _Bench
 
 
 def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report: IngestReport) -> None:
-    """Record the benchmark chosen (a run recorded with another one refuses the file), or say
-    that none is recorded."""
+    """Record the benchmark chosen, or say that none is recorded."""
     if choice.current is not None:
         ensure_run(db, run, benchmark=choice.current.name)
         report.benchmark, report.benchmark_evidence = choice.current.name, choice.evidence
-        return
-    recorded = next(db["runs"].rows_where("name = ?", [run], select="benchmark"))["benchmark"]
-    if recorded is not None:
-        report.benchmark, report.benchmark_evidence = recorded, "recorded with the run"
         return
     report.warnings.append(
         f"{path}: benchmark not recorded: nothing in the file names one (every benchmark logs val/success_rate); "
