@@ -64,8 +64,12 @@ NOTES: dict[str, str] = {
     "`--merged-dir`): merged by verl-agent's own merger, verified and recorded first, its evaluations "
     "recorded at its step, and a `checkpoint` key in the JSON (docs/verl-checkpoints.md).",
     "games generate": "Added: `--room`, `--workers`, `--json`.",
-    "ingest": "Added: `--json`. A missing, empty, binary or non-UTF-8 file exits 3. NaN success rates "
-    "and changed results for a recorded step exit 0 with a warning, and the conflict is recorded.",
+    "ingest": "Added: `--json`, `--benchmark` (an unknown name, or one the file contradicts, exits 3; "
+    "docs/benchmarks.md). A missing, empty, binary or non-UTF-8 file exits 3, and so do a CSV of more "
+    "than 10,000 columns and a run folder whose files link out of it. NaN success rates and changed "
+    "results for a recorded step exit 0 with a warning, and the conflict is recorded. Extra JSON keys: "
+    "`benchmark`, `benchmark_evidence`, `stated_facts`, `unused_metric_keys`, `unused_metric_key_count`, "
+    "`unused_metric_keys_capped`.",
     "compare": "Extra JSON keys: per run `single_eval_interval`, `window_task_types`, `evaluations`, "
     "`arm_flags`; per arm `iqm`, per-seed means, `resolved`; at the top level pairwise `comparisons` "
     "(Welch's t-test, probability of improvement), and `power`: per arm pair the test (paired t where "
