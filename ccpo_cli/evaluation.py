@@ -19,6 +19,7 @@ from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
 
+BENCHMARK = "alfworld"  # `ccpo eval` plays ALFWorld games with the real engine
 DEFAULT_TEMPERATURE = 0.4  # verl-agent's validation sampling temperature
 HELDOUT_PANEL = "heldout-panel"
 # agents whose actions are sampled from a policy at a temperature
@@ -147,7 +148,7 @@ def run_eval(
 
     def record(result: SeedEvaluation) -> None:
         # The run is created with its first result: a failed evaluation leaves no empty run behind.
-        ensure_run(db, options.run, kind=kind)
+        ensure_run(db, options.run, kind=kind, benchmark=BENCHMARK)
         facts = {"split": options.split, "episodes": len(result.episodes), "max_steps": options.max_steps,
                  "temperature": recorded_temperature}
         if kind == "evaluation":

@@ -71,8 +71,12 @@ NOTES: dict[str, str] = {
     "`--merged-dir`): merged by verl-agent's own merger, verified and recorded first, its evaluations "
     "recorded at its step, and a `checkpoint` key in the JSON (docs/verl-checkpoints.md).",
     "games generate": "Added: `--room`, `--workers`, `--json`.",
-    "ingest": "Added: `--json`. A missing, empty, binary or non-UTF-8 file exits 3. NaN success rates "
-    "and changed results for a recorded step exit 0 with a warning, and the conflict is recorded.",
+    "ingest": "Added: `--json`, `--benchmark` (an unknown name, or one the file contradicts, exits 3; "
+    "docs/benchmarks.md). A missing, empty, binary or non-UTF-8 file exits 3, and so do a CSV of more "
+    "than 10,000 columns and a run folder whose files link out of it. NaN success rates and changed "
+    "results for a recorded step exit 0 with a warning, and the conflict is recorded. Extra JSON keys: "
+    "`benchmark`, `benchmark_evidence`, `stated_facts`, `unused_metric_keys`, `unused_metric_key_count`, "
+    "`unused_metric_keys_capped`.",
     "compare": "An arm is a comparison unit: runs are pooled only when they share arm fingerprint, "
     "base model, backend, benchmark and evaluation protocol (an arm trained with `--set` is its own "
     "arm, labelled with its overrides), and `n_seeds` counts distinct recorded seeds (repeated runs of "

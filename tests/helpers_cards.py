@@ -44,7 +44,7 @@ def add_run(db, name: str, arm: str, *, mean: float, sd: float, n: int, best: fl
             last_step: int = 119, seed: int = 0, total_steps: int = TOTAL_STEPS,
             config: dict | None = None, hardware: str = "8xH100", best_types: dict | None = None,
             episodes: int | None = 128, base_model: str = BASE_MODEL) -> None:
-    store.ensure_run(db, name, arm=arm, seed=seed, base_model=base_model, total_steps=total_steps,
+    store.ensure_run(db, name, arm=arm, seed=seed, base_model=base_model, total_steps=total_steps, benchmark="alfworld",
                      hardware=hardware, backend="verl", data_order_seed=0,
                      config=config if config is not None else SHARED_CONFIG)
     store.update_run_state(db, name, status="running", last_step=last_step, step1_rollout_hash="abc123")

@@ -52,7 +52,7 @@ SUCCESS = {0: 0.0, 10: 16.7, 20: 33.3, 30: 50.0, 40: 33.3, 50: 66.7}  # window (
 def local_db(tmp_path):
     path = tmp_path / "runs.db"
     db = store.open_db(path)
-    store.ensure_run(db, "local-rh", arm="return-hard", seed=0, base_model=LOCAL_MODEL, total_steps=50,
+    store.ensure_run(db, "local-rh", arm="return-hard", seed=0, base_model=LOCAL_MODEL, total_steps=50, benchmark="alfworld",
                      hardware="x86_64 cpu x2 (Linux)", backend="local", data_order_seed=0, config=LOCAL_CONFIG)
     store.update_run_state(db, "local-rh", status="finished", last_step=50, step1_rollout_hash="abc")
     for step, rate in SUCCESS.items():

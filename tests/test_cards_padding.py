@@ -40,7 +40,7 @@ def test_a_return_hard_card_states_the_inert_rule(tmp_path):
 
 def test_a_local_card_says_the_rule_changes_nothing_there(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "local-rh", arm="return-hard", seed=0, base_model=LOCAL_MODEL, total_steps=50,
+    store.ensure_run(db, "local-rh", arm="return-hard", seed=0, base_model=LOCAL_MODEL, total_steps=50, benchmark="alfworld",
                      hardware="x86_64 cpu x2 (Linux)", backend="local", data_order_seed=0, config=LOCAL_CONFIG)
     store.update_run_state(db, "local-rh", status="finished", last_step=50, step1_rollout_hash="abc")
     for step in range(0, 60, 10):

@@ -155,10 +155,10 @@ def test_multi_seed_arms_drop_the_replication_warning(tmp_path):
 
 def test_published_rows_are_comparable_only_on_the_same_backbone_and_protocol():
     data = load_baseline_data()
-    same = published_comparison("Qwen/Qwen2.5-1.5B-Instruct", "hgpo-table1", data)
+    same = published_comparison("Qwen/Qwen2.5-1.5B-Instruct", "hgpo-table1", data, benchmark="alfworld")
     assert [row["comparable"] for row in same["rows"] if row["backbone"] == "Qwen2.5-1.5B-Instruct"] == ["yes"] * 3
     assert "GRPO 72.8 (HGPO paper, Table 1, K=2)" in same["comparable"]
-    other_protocol = published_comparison("Qwen/Qwen2.5-1.5B-Instruct", "ccpo-alfworld-150", data)
+    other_protocol = published_comparison("Qwen/Qwen2.5-1.5B-Instruct", "ccpo-alfworld-150", data, benchmark="alfworld")
     assert {row["comparable"] for row in other_protocol["rows"]} == {"no: different protocol", "no: different backbone"}
     assert other_protocol["comparable"] == ""
 

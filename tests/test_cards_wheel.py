@@ -23,6 +23,7 @@ import json, sys
 from pathlib import Path
 import ccpo_cli
 from ccpo_cli.paths import templates_dir, configs_dir
+from ccpo_cli.benchmarks import list_benchmarks
 from ccpo_cli.cards import build_card_context, render_card, lint_card
 from ccpo_cli.cards.render import template_path
 from helpers_cards import seed_card_db
@@ -31,7 +32,8 @@ db = seed_card_db(Path(sys.argv[1]) / "runs.db")
 text = render_card(build_card_context(db, "return-hard", repo_id="tester/wheel-card"))
 print(json.dumps({"package": ccpo_cli.__file__, "template": str(template_path()),
                   "templates_dir": str(templates_dir()), "configs_dir": str(configs_dir()),
-                  "lint": lint_card(text), "has_window": "| held-out success | 83.5% |" in text}))
+                  "lint": lint_card(text), "has_window": "| held-out success | 83.5% |" in text,
+                  "benchmarks": list_benchmarks()}))
 """
 
 
@@ -47,6 +49,9 @@ def test_template_ships_in_the_wheel_and_renders_from_the_installed_package(tmp_
     names = zipfile.ZipFile(wheel).namelist()
     assert "ccpo_cli/templates/ccpo_model_card.md" in names
     assert "ccpo_cli/configs/published_baselines.yaml" in names
+    # Every benchmark file travels too: task types, cards' baselines and ingest's detection read them.
+    shipped = {path.name for path in (REPO_ROOT / "configs" / "benchmarks").glob("*.yaml")}
+    assert shipped and {f"ccpo_cli/configs/benchmarks/{name}" for name in shipped} <= set(names)
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
         check=True, capture_output=True, timeout=300,
@@ -63,3 +68,4 @@ def test_template_ships_in_the_wheel_and_renders_from_the_installed_package(tmp_
     assert report["template"] == str(target / "ccpo_cli" / "templates" / "ccpo_model_card.md")
     assert report["configs_dir"] == str(target / "ccpo_cli" / "configs")
     assert report["lint"] == [] and report["has_window"] is True
+    assert "webshop" in report["benchmarks"] and "alfworld" in report["benchmarks"]

@@ -16,7 +16,7 @@ from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_st
 
 runner = CliRunner()
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
-SHARED = dict(base_model="Qwen/Qwen2.5-7B-Instruct", hardware="8xH100", backend="verl", total_steps=150,
+SHARED = dict(base_model="Qwen/Qwen2.5-7B-Instruct", benchmark="alfworld", hardware="8xH100", backend="verl", total_steps=150,
               data_order_seed=0)
 CONFIG = {"data": {"train_batch_size": 16}, "env": {"rollout": {"n": 8}}, "algorithm": {"gamma": 0.95}}
 

@@ -8,7 +8,8 @@ from ccpo_cli import stats
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
 
-SHARED = {"base_model": "Qwen/Qwen2.5-7B-Instruct", "hardware": "8xH100", "backend": "verl", "total_steps": 150,
+SHARED = {"base_model": "Qwen/Qwen2.5-7B-Instruct", "benchmark": "alfworld", "hardware": "8xH100", "backend": "verl",
+          "total_steps": 150,
           "data_order_seed": 0, "config": {"data": {"train_batch_size": 16}}}
 
 

@@ -20,6 +20,7 @@ from ccpo_cli.cards import build_card_context, lint_card, render_card
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.compare import compare_runs
+from ccpo_cli.store.facts import record_run_facts
 from ccpo_cli.store.identity import infer_episodes, run_identity
 
 runner = CliRunner()
@@ -115,10 +116,13 @@ def test_five_runs_of_seed_zero_are_one_seed_and_not_resolved(tmp_path):
     rows = [{"step": 70 + 5 * i, "val/success_rate": (100 + i) / 128} for i in range(6)]
     log.write_text("".join(json.dumps(row) + "\n" for row in rows))
     for name in ("a", "b"):  # the same log ingested twice under two names
-        ingest_json(db_path, "ingest", str(log), "--run", name, "--arm", "gigpo", "--seed", "0",
-                    "--base-model", MODEL_7B, "--total-steps", "150", "--episodes", "128", "--temperature", "0.4")
+        ingest_json(db_path, "ingest", str(log), "--run", name, "--arm", "gigpo", "--seed", "0", "--benchmark",
+                    "alfworld", "--base-model", MODEL_7B, "--total-steps", "150", "--episodes", "128",
+                    "--temperature", "0.4", "--split", "heldout")
     for index, name in enumerate(("c", "d", "e")):
-        store.ensure_run(db, name, arm=load_arm("gigpo"), seed=0, base_model=MODEL_7B, total_steps=150)
+        store.ensure_run(db, name, arm=load_arm("gigpo"), seed=0, base_model=MODEL_7B, total_steps=150,
+                         benchmark="alfworld")
+        record_run_facts(db, name, {"split": "heldout"}, source="test")
         record_series(db, name, [100 * (90 + index + i) / 128 for i in range(5)], episodes=128)
     arm = compare_runs(db, None)["arms"][0]
     assert arm["n_seeds"] == 1 and arm["seeds"] == [0] and not arm["resolved"]
@@ -271,3 +275,55 @@ def test_a_card_for_an_unknown_run_kind_says_what_it_needs(tmp_path):
     record_series(db, "bare", [50.0, 51.0, 52.0, 53.0, 54.0], episodes=128)
     with pytest.raises(InvalidInput, match="records no arm; ingest it with --arm"):
         build_card_context(db, "bare")
+
+
+# ---- benchmarks as data, and what the run printed -------------------------------------------
+
+
+def _ingest_webshop(tmp_path, name, **options):
+    from helpers_benchmarks import write_webshop_console
+
+    log, validations = write_webshop_console(tmp_path / f"{name}.log", **options)
+    db_path = tmp_path / "runs.db"
+    ingest_json(db_path, "ingest", str(log), "--run", name, "--arm", "gigpo", "--seed", "0",
+                "--base-model", "Qwen/Qwen2.5-1.5B-Instruct")
+    return store.open_db(db_path), validations
+
+
+def test_a_webshop_card_names_webshop_its_episodes_its_noise_and_no_alfworld_baseline(tmp_path):
+    db, _ = _ingest_webshop(tmp_path, "ws", total_steps=150, test_freq=10)
+    identity = run_identity(db, "ws")
+    assert identity.benchmark == "webshop" and identity.protocol.episodes == 64
+    text = render_card(build_card_context(db, "ws", status="final", repo_id="me/ws-gigpo"))
+    # Everything the card says, less the verbatim recorded configuration (verl's own defaults
+    # there name ALFWorld keys whatever the environment).
+    body = re.sub(r"<details>\n<summary>Recorded run configuration.*?</details>", "", text.split("---", 2)[2],
+                  flags=re.S)
+    assert "WebShop" in body and "ALFWorld" not in body and "alfworld" not in body.lower()
+    assert "Held-out evaluation on 64 WebShop episodes per evaluation" in body
+    interval = compare_runs(db, None)["runs"][0]["single_eval_interval"]
+    assert interval["episodes"] == 64 and f"±{interval['half_width']:.1f} points" in body
+    assert "GiGPO paper, Table 1" in body and "HGPO paper, Table 1, K=2" not in body  # WebShop rows only
+    assert "Pick" not in body.split("Best single evaluation")[1].split("\n\n")[1]  # no ALFWorld task types
+    assert "shopping" in body  # the WebShop prompt, not the ALFWorld one
+    assert lint_card(text) == []
+
+
+def test_a_webshop_log_that_never_states_its_episodes_gets_them_from_its_rates(tmp_path):
+    db, _ = _ingest_webshop(tmp_path, "silent", total_steps=40, test_freq=2, state_episodes=False)
+    protocol = run_identity(db, "silent").protocol
+    assert protocol.episodes == 64 and protocol.episodes_basis == "inferred: every rate is a multiple of 1/64"
+
+
+def test_the_flags_the_log_printed_replace_the_arm_files_and_the_contradiction_is_stated(tmp_path):
+    db, _ = _ingest_webshop(tmp_path, "ws", total_steps=150, test_freq=10)
+    identity = run_identity(db, "ws")
+    registry = load_arm("gigpo")
+    assert registry.adv_mode == "mean_std_norm"
+    assert identity.arm.flags["adv_mode"] == "mean_norm"  # the log printed mean_norm
+    assert identity.arm.contradictions["adv_mode"] == ("mean_norm", "mean_std_norm")
+    assert identity.arm.fingerprint == load_arm("gigpo", {"adv_mode": "mean_norm"}).fingerprint
+    assert identity.arm.recorded_fingerprint == registry.fingerprint
+    text = render_card(build_card_context(db, "ws", status="final"))
+    assert re.search(r"^\| adv_mode \| mean_norm \|", text, re.MULTILINE)
+    assert "`adv_mode = mean_norm` where ccpo's arm file `gigpo` says `mean_std_norm`" in text

@@ -77,10 +77,12 @@ def test_ensure_run_creates_updates_and_guards_identity(db):
     with pytest.raises(InvalidInput, match="status"):
         ensure_run(db, "rh-0", status="exploded")
     assert get_run(db, "rh-0")["arm_fingerprint"] == "f1"
-    # The default benchmark applies to new runs only; it never contradicts a recorded one.
+    # A benchmark is never assumed: a run records one only when it is given, and keeps it.
     ensure_run(db, "shop", benchmark="webshop")
     ensure_run(db, "shop", status="running")
-    assert (get_run(db, "shop")["benchmark"], get_run(db, "rh-0")["benchmark"]) == ("webshop", "alfworld")
+    assert (get_run(db, "shop")["benchmark"], get_run(db, "rh-0")["benchmark"]) == ("webshop", None)
+    with pytest.raises(InvalidInput, match="benchmark"):
+        ensure_run(db, "shop", benchmark="alfworld")
     # A run created without a fingerprint gets one later, once.
     ensure_run(db, "plain")
     ensure_run(db, "plain", arm="gigpo", arm_fingerprint="g")

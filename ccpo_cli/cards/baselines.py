@@ -1,9 +1,10 @@
-"""Published ALFWorld numbers a card may cite, and whether each is comparable to a run.
+"""Published numbers a card may cite, and whether each is comparable to a run.
 
-The numbers live in configs/published_baselines.yaml (with their sources); this module only
-reads them and decides comparability: a published row is comparable only when it was measured
-on the same backbone *and* under the same protocol as the run. Everything else is printed as
-not comparable, with the reason.
+The numbers live with their benchmark, in configs/benchmarks/<name>.yaml (with their sources,
+read by ccpo_cli/benchmarks.py); base-model licenses in configs/published_baselines.yaml. This
+module only reads them and decides comparability: a published row is shown only for the run's
+own benchmark, and is comparable only when it was measured on the same backbone *and* under the
+same protocol as the run. Everything else is printed as not comparable, with the reason.
 """
 
 from __future__ import annotations
@@ -14,62 +15,36 @@ from pathlib import Path
 
 import yaml
 
+from ccpo_cli.benchmarks import PublishedBaseline, all_benchmarks
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.paths import configs_dir
 
 BASELINES_FILE = "published_baselines.yaml"
 
-
-@dataclass(frozen=True)
-class PublishedBaseline:
-    method: str
-    backbone: str
-    success: float
-    protocol: str
-    source: str
-    on_card: bool
+__all__ = ["BaselineData", "PublishedBaseline", "inherited_license", "load_baseline_data", "published_comparison"]
 
 
 @dataclass(frozen=True)
 class BaselineData:
-    baselines: tuple[PublishedBaseline, ...]
-    protocols: dict[str, str]  # protocol id -> one-line description
+    baselines: tuple[PublishedBaseline, ...]  # every benchmark's, each row naming its benchmark
+    protocols: dict[tuple[str, str], str]  # (benchmark, protocol id) -> one-line description
     base_model_licenses: dict[str, str]
-
-
-def _require(entry: dict, key: str, where: str):
-    if key not in entry:
-        raise InvalidInput(f"{where}: missing field {key!r}")
-    return entry[key]
 
 
 @lru_cache(maxsize=4)
 def load_baseline_data(path: Path | None = None) -> BaselineData:
-    """Read the published-baselines file (the shipped one unless `path` is given)."""
+    """Every benchmark's published rows and protocols, and the base-model licenses (from the
+    shipped licenses file unless `path` is given)."""
     path = path or configs_dir() / BASELINES_FILE
     try:
         document = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as error:
-        raise InvalidInput(f"{path}: cannot read published baselines ({error})") from None
-    rows = []
-    for index, entry in enumerate(document.get("baselines") or [], start=1):
-        where = f"{path}: baselines[{index}]"
-        rows.append(
-            PublishedBaseline(
-                method=str(_require(entry, "method", where)),
-                backbone=str(_require(entry, "backbone", where)),
-                success=float(_require(entry, "success", where)),
-                protocol=str(_require(entry, "protocol", where)),
-                source=str(_require(entry, "source", where)),
-                on_card=bool(entry.get("on_card", False)),
-            )
-        )
-    protocols = {
-        str(name): str((spec or {}).get("description", name))
-        for name, spec in (document.get("protocols") or {}).items()
-    }
+        raise InvalidInput(f"{path}: cannot read base-model licenses ({error})") from None
+    benchmarks = all_benchmarks()
+    rows = tuple(row for benchmark in benchmarks for row in benchmark.published_baselines)
+    protocols = {(benchmark.name, key): text for benchmark in benchmarks for key, text in benchmark.protocols.items()}
     licenses = {str(k): str(v) for k, v in (document.get("base_model_licenses") or {}).items()}
-    return BaselineData(tuple(rows), protocols, licenses)
+    return BaselineData(rows, protocols, licenses)
 
 
 def inherited_license(base_model: str | None, data: BaselineData | None = None) -> str | None:
@@ -85,16 +60,18 @@ def _short_backbone(backbone: str) -> str:
 
 
 def published_comparison(base_model: str, protocol: str | None, data: BaselineData | None = None,
-                         *, from_scratch: bool = False) -> dict:
-    """The card's published-results block: rows with a comparability verdict, and the prose
-    groups of rows that are not comparable (by source and backbone, with the reason).
+                         *, benchmark: str | None, from_scratch: bool = False) -> dict:
+    """The card's published-results block for a run of `benchmark`: that benchmark's rows with
+    a comparability verdict, and the prose groups of rows that are not comparable (by source
+    and backbone, with the reason). A run whose benchmark is not recorded (None) is compared
+    with nothing: no benchmark's numbers are shown beside it.
 
     A policy trained from scratch (the local CPU backend) is compared with none of them: the
     published rows are language models fine-tuned under the papers' protocols."""
     data = data or load_baseline_data()
     rows, groups, comparable, sources = [], {}, [], []
     for baseline in data.baselines:
-        if not baseline.on_card:
+        if not baseline.on_card or baseline.benchmark != benchmark:
             continue
         same_backbone = not from_scratch and baseline.backbone == base_model
         same_protocol = not from_scratch and protocol is not None and baseline.protocol == protocol
@@ -112,7 +89,7 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
                 verdict = "no: different backbone"
                 reason = f"a different backbone from this run's {_short_backbone(base_model)}"
             else:
-                description = data.protocols.get(baseline.protocol, baseline.protocol)
+                description = data.protocols.get((baseline.benchmark, baseline.protocol), baseline.protocol)
                 verdict = "no: different protocol"
                 reason = (
                     f"the same backbone, but a different protocol ({description})"
@@ -135,6 +112,8 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
                 "source": baseline.source,
                 "comparable": verdict,
                 "protocol": baseline.protocol,
+                "benchmark": baseline.benchmark,
+                "score": None if baseline.score is None else f"{baseline.score:g}",
             }
         )
     incomparable = [dict(group, numbers=", ".join(group["numbers"])) for group in groups.values()]

@@ -62,17 +62,14 @@ from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.stats import TOO_FEW_FOR_TREND
-from ccpo_cli.store.identity import FLAGS_RECORDED, RunIdentity
-from ccpo_cli.task_types import TASK_TYPES
+from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 
 SUMMARY_PATH = "results/ccpo_summary.json"
 PLOT_PATH = "results/learning_curve.png"
-BASE_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "verl-agent")
-LOCAL_TAGS = ("ccpo", "alfworld", "reinforcement-learning", "ccpo-local", FROM_SCRATCH_TAG)
+BASE_TAGS = ("ccpo", "reinforcement-learning", "verl-agent")
+LOCAL_TAGS = ("ccpo", "reinforcement-learning", "ccpo-local", FROM_SCRATCH_TAG)
 
 __all__ = ["PLOT_PATH", "STATUSES", "SUMMARY_PATH", "CardContext", "build_card_context"]
-# Column titles of ALFWorld's six task types on the card's best row, in the seed card's order.
-TASK_TYPE_TITLES = {"pick": "Pick", "look": "Look", "clean": "Clean", "heat": "Heat", "cool": "Cool", "pick2": "Pick2"}
 
 
 @dataclass
@@ -182,31 +179,45 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
             for name, value in arm.flags.items()
         ],
         "flags_known": bool(arm.flags),
+        "contradictions": [
+            f"`{flag} = {format_flag_value(printed)}` where ccpo's arm file `{arm.name}` says "
+            f"`{format_flag_value(other)}`" + (" (inert in this arm)" if flag in arm.inert else "")
+            for flag, (printed, other) in arm.contradictions.items()
+        ],
+        "recorded_fingerprint": arm.recorded_fingerprint or "",
+        "flags_printed": arm.flags_source == FLAGS_STATED,
         "flags_source": "" if arm.flags_source == FLAGS_RECORDED else arm.flags_source,
         "fingerprint": arm.fingerprint or "not recorded",
         "padding": padding_rule(arm.flags, pads=not facts.from_scratch),
     }
 
 
-def task_type_columns(best: Mapping[str, Any]) -> list[str]:
-    """The task types of the card's best row: ALFWorld's six when the run reports them, else its own."""
-    keys = task_type_keys([{"task_types": best.get("task_types") or {}}])
-    if not keys or set(keys) <= set(TASK_TYPES):
-        return list(TASK_TYPES) if keys else []
-    return keys
+def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(key, column title) of the card's best row: the run's benchmark's own task types when it
+    declares them (all of them, a missing one said to be not recorded), else those the run reports."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.errors import CcpoError
+
+    try:
+        declared = load_benchmark(identity.benchmark).task_types if identity.benchmark else ()
+    except CcpoError:
+        declared = ()
+    if declared:
+        return [(task.key, task.label) for task in declared]
+    return [(key, key) for key in task_type_keys([{"task_types": best.get("task_types") or {}}])]
 
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
     best, window = facts.this["best"], facts.this["window"]
-    columns = task_type_columns(best)
-    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key in columns]
+    columns = task_type_columns(facts.identity, best)
+    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
     first_with_turns = next(
         (point for point in facts.this.get("evaluations", []) if point.get("mean_turns") is not None), None)
     return {
         "step": best["step"],
         "success": fmt(best["success"]),
         "turns": fmt(best.get("mean_turns")) if best.get("mean_turns") is not None else "not recorded",
-        "task_type_titles": [TASK_TYPE_TITLES.get(key, key) for key in columns],
+        "task_type_titles": [title for _, title in columns],
         "task_types": [fmt(value) if value is not None else "not recorded" for value in per_type],
         "train_success": fmt(best["train_success_rate"]) if best.get("train_success_rate") is not None else "",
         "bias_sd": fmt(best["expected_max_bias_sd"]),
@@ -220,8 +231,21 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
 
 
 def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
-    name = identity.benchmark or "not recorded"
-    return {"name": name, "title": "ALFWorld" if name == "alfworld" else name, "is_alfworld": name == "alfworld"}
+    """What the card says of the run's benchmark, from its declaration (docs/benchmarks.md)."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.errors import CcpoError
+
+    if identity.benchmark is None:
+        return {"name": None, "title": "an unrecorded benchmark's", "known": False, "is_alfworld": False,
+                "description": "", "prompt": "", "task_types": 0}
+    try:
+        benchmark = load_benchmark(identity.benchmark)
+    except CcpoError:
+        return {"name": identity.benchmark, "title": identity.benchmark, "known": False, "is_alfworld": False,
+                "description": "", "prompt": "", "task_types": 0}
+    return {"name": benchmark.name, "title": benchmark.display_name, "known": True,
+            "is_alfworld": benchmark.name == "alfworld", "description": " ".join(benchmark.description.split()),
+            "prompt": " ".join(benchmark.prompt_description.split()), "task_types": len(benchmark.task_types)}
 
 
 def reference_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -306,7 +330,8 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
 
 def _metadata(facts: _Facts) -> dict[str, Any]:
     window, interim = facts.this["window"], facts.status == "interim"
-    tags = [*(LOCAL_TAGS if facts.from_scratch else BASE_TAGS), _arm_tag(facts.this_arm.name)]
+    benchmark_tag = [facts.identity.benchmark] if facts.identity.benchmark else []
+    tags = [*(LOCAL_TAGS if facts.from_scratch else BASE_TAGS), *benchmark_tag, _arm_tag(facts.this_arm.name)]
     tags += ["interim"] if interim else []
     base_model = facts.run_row.get("base_model")
     lineage = {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
@@ -325,6 +350,7 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
             + {False: ", not converged", None: f", {TOO_FEW_FOR_TREND}", True: ""}[window.get("converged")]
         ),
         "split": facts.protocol["split"],
+        "benchmark": benchmark_vars(facts.identity),
     }
 
 
@@ -396,7 +422,7 @@ def build_card_context(
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,
-        load_baseline_data(), from_scratch=facts.from_scratch,
+        load_baseline_data(), benchmark=facts.identity.benchmark, from_scratch=facts.from_scratch,
     )
     return CardContext(
         run=facts.run_row["name"],

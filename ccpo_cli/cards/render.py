@@ -24,14 +24,15 @@ def card_data(context: CardContext) -> ModelCardData:
     """The YAML header: lineage, license, tags, and a model-index whose only value is the
     converged-window mean (never the best point)."""
     meta = context.metadata
+    benchmark = meta["benchmark"]
     # The source link needs a Hub id; a card rendered for a bare run name carries no link.
     source_url = (f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}"
                   if context.repo_id and "/" in context.repo_id else None)
     result = EvalResult(
         task_type=meta["pipeline_tag"],
-        task_name="ALFWorld held-out success",
-        dataset_type="alfworld",
-        dataset_name="ALFWorld",
+        task_name=f"{benchmark['title'] if benchmark['known'] else 'Held-out'} success",
+        dataset_type=benchmark["name"] or "not-recorded",
+        dataset_name=benchmark["title"] if benchmark["known"] else "benchmark not recorded",
         dataset_split=meta.get("split"),
         metric_type="success_rate",
         metric_value=meta["headline_value"],

@@ -112,6 +112,8 @@ class ResolvedArm:
     inert: dict[str, str]  # flag -> why it cannot change this arm's advantages
     overrides: dict[str, Any]
     flags_source: str
+    contradictions: dict[str, tuple[Any, Any]]  # flag -> (the run's log printed, the arm file says)
+    recorded_fingerprint: str | None
 
 
 def resolve_arm(arm: ArmIdentity, unit_label: str | None = None) -> ResolvedArm:
@@ -126,7 +128,8 @@ def resolve_arm(arm: ArmIdentity, unit_label: str | None = None) -> ResolvedArm:
     if arm.overrides:
         label = f"{label} with {', '.join(f'{key}={value}' for key, value in sorted(arm.overrides.items()))}"
     return ResolvedArm(arm.name, label, unit_label or arm.label, flags, arm.fingerprint, inert,
-                       dict(arm.overrides), arm.flags_source if arm.flags else FLAGS_NOT_RECORDED)
+                       dict(arm.overrides), arm.flags_source if arm.flags else FLAGS_NOT_RECORDED,
+                       dict(arm.contradictions), arm.recorded_fingerprint)
 
 
 def resolve_document_arm(arm_entry: Mapping[str, Any]) -> ResolvedArm | None:

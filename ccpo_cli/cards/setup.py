@@ -35,6 +35,21 @@ VERL_SETUP_KEYS = {
 NOT_RECORDED = "not recorded"
 
 
+def benchmark_row(name: str | None) -> str:
+    """The setup table's benchmark cell: the declared display name and its task types."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.errors import CcpoError
+
+    if name is None:
+        return NOT_RECORDED
+    try:
+        benchmark = load_benchmark(name)
+    except CcpoError:
+        return f"{name} (not a benchmark this ccpo declares)"
+    types = len(benchmark.task_types)
+    return f"{benchmark.display_name}, " + (f"{types} task types" if types else "no task types")
+
+
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
@@ -116,9 +131,8 @@ def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
     for name in FACT_ROWS:
         if value[name] is None:
             value[name] = facts.get(name)
-    benchmark = run_row.get("benchmark") or NOT_RECORDED
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
-    rows.append(("benchmark", "ALFWorld (AlfredTWEnv), 6 task types" if benchmark == "alfworld" else benchmark))
+    rows.append(("benchmark", benchmark_row(run_row.get("benchmark"))))
     if value["batch"] is not None and value["group"] is not None:
         episodes = int(value["batch"]) * int(value["group"])
         rows.append(("batch", f"{value['batch']} tasks x {value['group']} rollouts = {episodes} episodes/step"))

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
+from ccpo_cli.benchmarks import load_benchmark
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.errors import UsageError
 from ccpo_cli.names import check_run_name
@@ -41,6 +42,10 @@ def ingest(
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
     fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
+    benchmark: Annotated[str | None, typer.Option("--benchmark", help=(
+        "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
+        "or the printed config identify; a file that contradicts it is refused."
+    ))] = None,
     split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
     episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
@@ -66,13 +71,19 @@ def ingest(
     options = settings(ctx)
     resolved_arm = _arm(arm)
     check_run_name(run)  # before open_db, like the file check below
+    if benchmark is not None:
+        load_benchmark(benchmark)  # an unknown name exits 3, naming the known ones
     flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
                                         total_steps=total_steps)
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
     show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    kwargs = dict(fmt=fmt, arm=resolved_arm, seed=facts.get("seed"), base_model=base_model,
+    # --arm is the user's word for which arm the log trained: its name and fingerprint are recorded,
+    # and the flags the log itself printed (facts) stand beside them (store/identity.py).
+    kwargs = dict(fmt=fmt, benchmark=benchmark, arm=None if resolved_arm is None else resolved_arm.name,
+                  arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
+                  seed=facts.get("seed"), base_model=base_model,
                   total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
                   strict=strict, metric=metric, source_run=source_run)
     if show_bar:
@@ -97,5 +108,6 @@ def ingest(
         ctx,
         f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
         f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
-        f"{report.skipped} lines skipped (run {run}, last step {report.last_step})",
+        f"{report.skipped} lines skipped (run {run}, benchmark {report.benchmark or 'not recorded'}, "
+        f"last step {report.last_step})",
     )

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ccpo_cli.benchmarks import task_type_keys
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.task_types import TASK_TYPES, short_key
 
@@ -75,6 +76,14 @@ def non_negative_int(value: Any, field: str) -> int | None:
     return int(value)
 
 
+def task_type_key(name: str) -> str:
+    """The short key of a task type: any benchmark's key as it is (`pick`, `nq`), else an
+    ALFWorld task-type name, game folder or path. KeyError for anything else."""
+    if name in task_type_keys():
+        return name
+    return short_key(name)
+
+
 def normalise_episodes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     known = {"game_id", "task_type", "won", "turns", "invalid_turns", "reward", "episode_index"}
     episodes = []
@@ -84,7 +93,7 @@ def normalise_episodes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
         task_type = row.get("task_type")
         if task_type is not None:
             try:
-                task_type = short_key(str(task_type))
+                task_type = task_type_key(str(task_type))
             except KeyError as error:
                 raise InvalidInput(f"episode {index}: {error.args[0]}") from None
         extra = {key: value for key, value in row.items() if key not in known}
@@ -109,7 +118,7 @@ def normalise_task_types(
     result: dict[str, dict[str, Any]] = {}
     for name, value in (task_types or {}).items():
         try:
-            key = short_key(name)
+            key = task_type_key(name)
         except KeyError as error:
             raise InvalidInput(error.args[0]) from None
         if isinstance(value, Mapping):

@@ -1,18 +1,23 @@
-"""One step's logged metrics → the fields of one evaluation (rates as percent)."""
+"""One step's logged metrics → the fields of one evaluation (rates as percent).
+
+Per-type rates are those of the log's benchmark (ccpo_cli/benchmarks.py): ALFWorld's six
+types, Search's data sources; a benchmark without task types, or one not known, has none.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+from ccpo_cli.benchmarks import Benchmark
 from ccpo_cli.store.readers.base import BadRecord, MetricRecord, whole_number
 from ccpo_cli.store.readers.metric_names import (
     EPISODES_KEY,
     MEAN_TURNS_KEY,
     OVERALL_KEY,
     SUCCESSES_KEY,
-    TASK_TYPE_KEYS,
     TRAIN_SUCCESS_KEY,
+    task_type_keys,
 )
 
 
@@ -44,13 +49,16 @@ def _optional_count(value: Any, key: str) -> int | None:
     return whole_number(value, key, what="a whole number of episodes")
 
 
-def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str]) -> dict[str, Any] | None:
+def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str],
+                            benchmark: Benchmark | None = None) -> dict[str, Any] | None:
     """The `record_evaluation` keyword arguments one step's metrics describe, or None when
-    the step has no held-out evaluation. NaN/null values are left out with a warning; a value
-    that cannot be recorded raises BadRecord with the reason."""
+    the step has no held-out evaluation. Per-type rates are `benchmark`'s (none without one).
+    NaN/null values are left out with a warning; a value that cannot be recorded raises
+    BadRecord with the reason."""
     metrics = record.metrics
+    per_type = task_type_keys(benchmark)
     if OVERALL_KEY not in metrics:
-        if any(key in metrics for key in TASK_TYPE_KEYS):
+        if any(key in metrics for key in per_type):
             warnings.append(f"{where}: step {record.step} has per-type rates but no {OVERALL_KEY}; skipped")
         return None
     overall = _rate_percent(metrics[OVERALL_KEY], OVERALL_KEY)
@@ -58,7 +66,7 @@ def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str
         warnings.append(f"{where}: step {record.step}: {OVERALL_KEY} is NaN or missing; evaluation not recorded")
         return None
     task_types = {}
-    for metric_key, short in TASK_TYPE_KEYS.items():
+    for metric_key, short in per_type.items():
         if metric_key in metrics:
             rate = _rate_percent(metrics[metric_key], metric_key)
             if rate is None:

@@ -7,36 +7,48 @@ key stands, and a different value recorded later is kept beside it as a conflict
 change. `total_steps` lives in the runs table; a re-ingest that names another total is recorded
 here as a conflict of that key (`reconcile_total_steps`).
 
-Split names: verl-agent's ALFWorld validation runs on `env.alfworld.eval_dataset`, by default
-`eval_in_distribution`, ALFWorld's `valid_seen` games, so an ingested verl-agent run's split is
-`valid_seen` unless told otherwise; `eval_out_of_distribution` is `valid_unseen` (docs/runs-db.md).
+Split names are the benchmark's (configs/benchmarks/<name>.yaml): verl-agent's ALFWorld
+validation runs on `env.alfworld.eval_dataset`, by default `eval_in_distribution`, ALFWorld's
+`valid_seen` games, so an ingested verl-agent ALFWorld run's split is `valid_seen` unless told
+otherwise; `eval_out_of_distribution` is `valid_unseen`. A benchmark that declares no split
+(or a log whose benchmark is not known) gets none (docs/runs-db.md).
+
+What a log printed about its own run (`facts_from_log`: verl's resolved config, the traced
+launch and data-preparation commands) is recorded the same way, before the options given to
+ingest, so a contradiction between the two is kept as a conflict. `stated_arm_flags` turns the
+recorded facts into ccpo arm-flag names, for comparing what a run says it trained with what
+the arm registry says.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
+from ccpo_cli.arms import FLAG_NAMES, FLAG_SPECS, coerce_flag
+from ccpo_cli.benchmarks import all_benchmarks, benchmark_for_env_name, load_benchmark
 from ccpo_cli.bounded_yaml import YamlSyntaxError, load_yaml, read_bounded_text
-from ccpo_cli.errors import InvalidInput
+from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.store.db import utc_now
+from ccpo_cli.store.readers.base import StatedConfig
 
 FACT_KEYS = ("split", "temperature", "episodes", "seed", "hardware", "model", "estimator", "batch", "group",
-             "max_steps", "gamma", "lr", "kl", "total_steps", "agent")
-VERL_AGENT_DEFAULT_SPLIT = "valid_seen"
-VERL_SPLITS = {"eval_in_distribution": "valid_seen", "eval_out_of_distribution": "valid_unseen"}
-# The one verl-agent Hydra key each fact is read from (verl/trainer/config/ppo_trainer.yaml).
+             "max_steps", "gamma", "lr", "kl", "total_steps", "adv_mode", "step_advantage_w", "invalid_penalty",
+             "arm_flags", "agent")
+# The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
+# The split (ALFWorld's key is named here for the card's evidence), the estimator's own
+# settings and the facts a switch can cancel are read by `facts_from_config` below.
 VERL_CONFIG_KEYS = {
     "split": "env.alfworld.eval_dataset",
     "temperature": "actor_rollout_ref.rollout.val_kwargs.temperature",
     "seed": "env.seed",
     "model": "actor_rollout_ref.model.path",
-    "estimator": "algorithm.adv_estimator",
     "batch": "data.train_batch_size",
     "group": "env.rollout.n",
     "max_steps": "env.max_steps",
@@ -46,6 +58,26 @@ VERL_CONFIG_KEYS = {
     "total_steps": "trainer.total_training_steps",
 }
 HARDWARE_KEYS = ("trainer.nnodes", "trainer.n_gpus_per_node")
+# ALFWorld's verl-agent split names -> ccpo's (configs/benchmarks/alfworld.yaml).
+VERL_SPLITS = dict(load_benchmark("alfworld").evaluation_split.values)
+# Switches that cancel a stated value: greedy validation has temperature 0 whatever
+# val_kwargs.temperature says; without the KL loss or the invalid-action penalty their
+# coefficients are not applied.
+_CANCELLED_BY = {
+    "temperature": "actor_rollout_ref.rollout.val_kwargs.do_sample",
+    "kl": "actor_rollout_ref.actor.use_kl_loss",
+    "invalid_penalty": "actor_rollout_ref.actor.use_invalid_action_penalty",
+}
+ESTIMATOR_KEY = "algorithm.adv_estimator"
+# ccpo's verl launcher names the arm's own flags under this prefix (`+algorithm.ccpo.<flag>`)
+# and sets algorithm.adv_estimator to ccpo whatever the arm's estimator.
+CCPO_FLAG_PREFIX = "algorithm.ccpo."
+# Facts that are arm flags under another name (or the same one): fact -> Arm flag.
+FACT_FLAGS = {"estimator": "estimator", "adv_mode": "adv_mode", "gamma": "gamma", "invalid_penalty": "invalid_penalty",
+              "step_advantage_w": "step_advantage_w"}
+_RECORDED_FORM = {spec.name: spec for spec in FLAG_SPECS}
+# verl-agent's data preparation: the placeholder rows one epoch and one validation read.
+_PREPARE_SIZE = re.compile(r"--(?P<which>train|val)_data_size[ =](?P<rows>\d+)\b")
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -107,17 +139,140 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return flat
 
 
+def _split_from_config(flat: Mapping[str, Any]) -> str | None:
+    """The split the config states, in the benchmark's names: from the benchmark env.env_name
+    names, else from whichever benchmark's split key the config sets."""
+    named = benchmark_for_env_name(flat.get("env.env_name"))
+    candidates = [load_benchmark(named)] if named else list(all_benchmarks())
+    for benchmark in candidates:
+        if benchmark.evaluation_split is not None:
+            split = benchmark.evaluation_split.from_config(flat)
+            if split is not None:
+                return split
+    return None
+
+
+def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The estimator a run trained and the settings of it the config states. A ccpo launch
+    names the arm's flags under algorithm.ccpo (its adv_estimator is always ccpo); verl-agent's
+    own GRPO normalises by the group's std when algorithm.norm_adv_by_std_in_grpo is true, its
+    GiGPO by algorithm.gigpo.mode."""
+    arm_flags = {key[len(CCPO_FLAG_PREFIX):]: value for key, value in flat.items()
+                 if key.startswith(CCPO_FLAG_PREFIX) and key[len(CCPO_FLAG_PREFIX):] in FLAG_NAMES}
+    facts: dict[str, Any] = {}
+    estimator = arm_flags.get("estimator", flat.get(ESTIMATOR_KEY))
+    if estimator is not None:
+        facts["estimator"] = estimator
+    if arm_flags:
+        facts["arm_flags"] = dict(sorted(arm_flags.items()))
+        for flag in ("adv_mode", "step_advantage_w"):
+            if arm_flags.get(flag) is not None:
+                facts[flag] = arm_flags[flag]
+    elif estimator == "grpo" and flat.get("algorithm.norm_adv_by_std_in_grpo") is not None:
+        facts["adv_mode"] = "mean_std_norm" if _true(flat["algorithm.norm_adv_by_std_in_grpo"]) else "mean_norm"
+    elif estimator == "gigpo":
+        if flat.get("algorithm.gigpo.mode") is not None:
+            facts["adv_mode"] = flat["algorithm.gigpo.mode"]
+        if flat.get("algorithm.gigpo.step_advantage_w") is not None:
+            facts["step_advantage_w"] = flat["algorithm.gigpo.step_advantage_w"]
+    return facts
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1")
+
+
 def facts_from_config(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """The facts a flattened verl configuration gives (`VERL_CONFIG_KEYS`)."""
-    facts = {name: flat[key] for name, key in VERL_CONFIG_KEYS.items() if flat.get(key) is not None}
-    if "split" in facts:
-        facts["split"] = VERL_SPLITS.get(str(facts["split"]), str(facts["split"]))
+    """The facts a flattened verl configuration gives (`VERL_CONFIG_KEYS`, the split, the
+    estimator and its settings, the GPUs), only those it states."""
+    facts = {name: flat[key] for name, key in VERL_CONFIG_KEYS.items() if name != "split" and flat.get(key) is not None}
+    coefficient = flat.get("actor_rollout_ref.actor.invalid_action_penalty_coef")
+    if coefficient is not None:
+        facts["invalid_penalty"] = coefficient
+    for fact, switch in _CANCELLED_BY.items():
+        if fact in facts and flat.get(switch) is not None and not _true(flat[switch]):
+            facts[fact] = 0.0
+    split = _split_from_config(flat)
+    if split is not None:
+        facts["split"] = split
+    facts.update(_estimator_settings(flat))
     if facts.get("total_steps") is not None and int(facts["total_steps"]) <= 0:
         del facts["total_steps"]  # verl's "-1 / null: derived from epochs", not a number of steps
     nodes, gpus = (flat.get(key) for key in HARDWARE_KEYS)
     if gpus:
         facts["hardware"] = f"{int(nodes or 1)} node(s) x {int(gpus)} GPUs"
     return facts
+
+
+def flat_config(event: StatedConfig) -> dict[str, Any] | None:
+    """The flattened config a printed config or a traced launch command states; None for other
+    events and for a command that does not split."""
+    if event.kind == "resolved":
+        return flatten(event.value)
+    if event.kind == "launch":
+        try:
+            return _command_overrides(event.value)
+        except InvalidInput:
+            return None
+    return None
+
+
+def facts_from_log(stated: Sequence[StatedConfig]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """What a log printed about its own run, as (the flattened resolved config or None, facts).
+
+    The resolved config verl prints wins over the traced launch command (it is what the
+    command resolved to). The data-preparation command gives the validation's episodes (its
+    `--val_data_size` rows, each played `val_kwargs.n` times, when the config states n) and,
+    when `trainer.total_training_steps` is not set, the total steps verl derives: total_epochs
+    x (train rows // train batch size), its dataloader dropping the last partial batch."""
+    resolved = next((flatten(item.value) for item in stated if item.kind == "resolved"), None)
+    launched: dict[str, Any] = {}
+    for item in stated:
+        if item.kind == "launch":
+            launched.update(flat_config(item) or {})  # a traced line that does not split states nothing
+    flat = dict(launched, **(resolved or {}))
+    facts = facts_from_config(flat) if flat else {}
+    rows: dict[str, int] = {}
+    for item in stated:
+        if item.kind == "prepare":
+            for match in _PREPARE_SIZE.finditer(item.value):
+                rows.setdefault(match.group("which"), int(match.group("rows")))
+    repeats = flat.get("actor_rollout_ref.rollout.val_kwargs.n")
+    if "val" in rows and isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1:
+        facts["episodes"] = rows["val"] * repeats
+    epochs, batch = flat.get("trainer.total_epochs"), flat.get("data.train_batch_size")
+    if "total_steps" not in facts and "train" in rows and _positive_int(epochs) and _positive_int(batch):
+        steps = int(epochs) * (rows["train"] // int(batch))
+        if steps > 0:
+            facts["total_steps"] = steps
+    return resolved, facts
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def stated_arm_flags(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The arm flags a run's recorded facts state, by ccpo flag name (`ccpo_cli.arms.FLAG_NAMES`)
+    and in the recorded form of `Arm.flags()`, so they compare directly with the registry's.
+
+    Only stated flags appear: a flag the run did not state is absent, never filled in. The
+    plain facts give estimator, adv_mode, gamma, invalid_penalty and step_advantage_w; a ccpo
+    launch's `arm_flags` give every flag it named and win over the plain facts. A stated
+    value that is not a valid value of its flag is returned as it was recorded (it still
+    differs from the registry's). Whether a difference matters (an inert flag) is for
+    `ccpo_cli.arms.inert_flags` to say."""
+    stated: dict[str, Any] = {flag: facts[fact] for fact, flag in FACT_FLAGS.items() if facts.get(fact) is not None}
+    arm_flags = facts.get("arm_flags")
+    if isinstance(arm_flags, Mapping):
+        stated.update({flag: value for flag, value in arm_flags.items() if flag in FLAG_NAMES})
+    recorded = {}
+    for flag, value in stated.items():
+        try:
+            recorded[flag] = _RECORDED_FORM[flag].recorded(coerce_flag(flag, value, source="recorded fact"))
+        except CcpoError:
+            recorded[flag] = value
+    return {flag: recorded[flag] for flag in FLAG_NAMES if flag in recorded}
 
 
 def _encode(value: Any) -> str:
@@ -199,17 +354,21 @@ def derived_status(last_step: int | None, total_steps: list[int], ended: bool) -
 
 
 def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], *,
-                        config: Mapping[str, Any] | None = None, verl_log: bool = False,
-                        ended: bool = False, source: str | None = None) -> list[dict]:
-    """After an ingest: record the facts given (a verl-agent log gets split `valid_seen` unless
-    told otherwise), keep the config when the run has none, and set the status from the data.
-    Returns the fact conflicts this created."""
+                        config: Mapping[str, Any] | None = None, default_split: tuple[str, str] | None = None,
+                        ended: bool = False, source: str | None = None,
+                        stated: Mapping[str, Any] | None = None, stated_source: str | None = None) -> list[dict]:
+    """After an ingest: record what the log stated (`stated`, first), then the facts given; a
+    run with no split gets `default_split` (value, reason: the benchmark's verl-agent default);
+    keep the config when the run has none, and set the status from the data. Returns the fact
+    conflicts this created."""
     row = _run_row(db, run)
     facts = {key: value for key, value in facts.items() if value is not None}
-    if verl_log and "split" not in facts and "split" not in run_facts(db, row["id"])["values"]:
-        _record(db, row["id"], "split", VERL_AGENT_DEFAULT_SPLIT,
-                "default: verl-agent validates on eval_in_distribution (valid_seen)")
-    conflicts = record_facts(db, row["id"], facts, source)
+    stated = {key: value for key, value in (stated or {}).items() if value is not None}
+    conflicts = record_facts(db, row["id"], stated, stated_source) if stated else []
+    if (default_split is not None and "split" not in facts and "split" not in stated
+            and "split" not in run_facts(db, row["id"])["values"]):
+        _record(db, row["id"], "split", default_split[0], default_split[1])
+    conflicts += record_facts(db, row["id"], facts, source)
     changes: dict[str, Any] = {}
     if config and not row["config"]:
         changes["config"] = json.dumps(dict(config), sort_keys=True, separators=(",", ":"))

@@ -30,7 +30,7 @@ import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import sqlite_utils
@@ -43,6 +43,7 @@ FLAGS_RECORDED = "recorded by the run"
 FLAGS_REGISTRY = "ccpo's arm file (it computes the fingerprint the run recorded)"
 FLAGS_REGISTRY_UNCHECKED = "ccpo's arm file (the run recorded no fingerprint to check it against)"
 FLAGS_COMPLETED = "the run's record, completed from ccpo's arm file"
+FLAGS_STATED = "ccpo's arm file, with the flags the run's own log printed in its place"
 FLAGS_NOT_RECORDED = "not recorded"
 EPISODES_RECORDED = "recorded"
 EPISODES_NOT_RECORDED = "not recorded"
@@ -66,6 +67,9 @@ class ArmIdentity:
     overrides: Mapping[str, Any]
     flags_source: str
     description: str = ""
+    # Flags the run's log printed that contradict the arm file: flag -> (printed, arm file's).
+    contradictions: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
+    recorded_fingerprint: str | None = None  # what the run recorded, when the printed flags change it
 
     @property
     def label(self) -> str:
@@ -77,7 +81,10 @@ class ArmIdentity:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "label": self.label, "fingerprint": self.fingerprint,
                 "flags": None if self.flags is None else dict(self.flags), "overrides": dict(self.overrides),
-                "flags_source": self.flags_source}
+                "flags_source": self.flags_source,
+                "contradictions": {flag: {"printed": printed, "arm_file": other}
+                                   for flag, (printed, other) in self.contradictions.items()},
+                "recorded_fingerprint": self.recorded_fingerprint}
 
 
 @dataclass(frozen=True)
@@ -216,6 +223,31 @@ def _registry_arm(name: str, overrides: tuple[tuple[str, Any], ...]) -> Any:
 def _registry_flags(name: str) -> Mapping[str, Any] | None:
     arm = _registry_arm(name, ())
     return None if arm is None else arm.flags()
+
+
+def _with_stated_flags(arm: ArmIdentity, facts: Mapping[str, Any]) -> ArmIdentity:
+    """What the run's log printed beats what ccpo's arm file says: flags the log states replace the
+    arm file's (and so the fingerprint: it is another arm that ran), and each contradiction is kept
+    for the card. Flags the run recorded itself (a ccpo trainer) stand; a contradiction with them
+    is kept as well."""
+    from ccpo_cli.store.facts import stated_arm_flags
+
+    stated = stated_arm_flags(facts)
+    if not stated or arm.flags is None:
+        return arm
+    contradictions = {flag: (value, arm.flags[flag]) for flag, value in stated.items()
+                      if flag in arm.flags and arm.flags[flag] != value}
+    if not contradictions:
+        return arm
+    if arm.flags_source == FLAGS_RECORDED:
+        return replace(arm, contradictions=contradictions)
+    from ccpo_cli import arms
+
+    flags = {**arm.flags, **{flag: printed for flag, (printed, _) in contradictions.items()}}
+    typed = arms.arm_from_flags(arm.name, flags, arm.description)
+    return replace(arm, flags=flags, flags_source=FLAGS_STATED, contradictions=contradictions,
+                   fingerprint=typed.fingerprint if typed is not None else None,
+                   recorded_fingerprint=arm.fingerprint)
 
 
 def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
@@ -381,7 +413,8 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
         start = _mapping(row.get("config")).get("start")
         identities[row["name"]] = RunIdentity(
             run=row["name"], run_id=identifier, uid=row.get("uid"), host=row.get("host"), kind=_kind(row),
-            arm=_arm_identity(row), seed=row.get("seed"), base_model=row.get("base_model"),
+            arm=None if (arm := _arm_identity(row)) is None else _with_stated_flags(arm, run_facts),
+            seed=row.get("seed"), base_model=row.get("base_model"),
             backend=row.get("backend"), benchmark=row.get("benchmark"),
             protocol=_protocol(run_facts, counts.get(identifier, Counter()), rates.get(identifier, [])),
             total_steps=row.get("total_steps"), agent=run_facts.get("agent"),

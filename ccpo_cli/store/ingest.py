@@ -5,9 +5,15 @@ per-step records; this module turns each record into an evaluation and writes it
 inside one transaction: memory does not grow with the file, and a refused file leaves the
 database exactly as it was.
 
-`val/success_rate` (a fraction) becomes an evaluation in percent, `val/<type>_success_rate`
-its task-type rows, `val/episode_length/mean` its mean turns and `episode/success_rate` the
-training success rate at that step.
+`val/success_rate` (a fraction) becomes an evaluation in percent, the benchmark's per-type
+rates (`val/<type>_success_rate`) its task-type rows, `val/episode_length/mean` its mean turns
+and `episode/success_rate` the training success rate at that step. Every other metric name is
+counted and listed in the report as unused.
+
+The benchmark (ccpo_cli/benchmarks.py) is the one `--benchmark` names, else the one the metric
+names or the printed config's `env.env_name` identify; evidence that contradicts it refuses the
+file. What the log printed about its run (verl's resolved config, traced commands) is recorded
+as run facts (store/facts.py).
 
 Ingest is tolerant by default: a line or record that cannot be read (cut, garbled, binary, a
 value that cannot be recorded) is skipped and reported with its line number, NUL bytes are
@@ -26,10 +32,22 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.arms import Arm
+from ccpo_cli.benchmarks import (
+    Benchmark,
+    benchmark_for_env_name,
+    detect_benchmark,
+    list_benchmarks,
+    load_benchmark,
+)
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
-from ccpo_cli.store.facts import reconcile_total_steps, record_ingest_facts
+from ccpo_cli.store.facts import (
+    facts_from_log,
+    flat_config,
+    reconcile_total_steps,
+    record_ingest_facts,
+)
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -43,6 +61,8 @@ from ccpo_cli.store.readers import (
     detect_format,
     read_events,
 )
+from ccpo_cli.store.readers.base import MAX_DROPPED_KEYS, StatedConfig
+from ccpo_cli.store.readers.metric_names import evaluation_keys
 from ccpo_cli.store.records import (
     ensure_run,
     record_evaluation_outcome,
@@ -58,6 +78,12 @@ __all__ = [
 REPORTED_LINES = 10_000
 # Skipped lines named one by one in the warning on stderr; the rest are in --json.
 WARNED_LINES = 10
+# Unused metric names: at most MAX_DROPPED_KEYS distinct ones are counted, the first
+# REPORTED_KEYS (sorted) go to --json and WARNED_KEYS to the warning line.
+REPORTED_KEYS = 1_000
+WARNED_KEYS = 8
+# A log restarted into the same file prints its config again; more than this many are not kept.
+MAX_STATED_CONFIGS = 16
 
 ProgressCallback = Callable[[int], None]
 
@@ -83,11 +109,25 @@ class IngestReport:
     cleaned: int = 0
     cleaned_lines: list[int] = field(default_factory=list)
     fact_conflicts: list[dict[str, Any]] = field(default_factory=list)  # protocol facts (store/facts.py)
+    benchmark: str | None = None
+    benchmark_evidence: str | None = None
+    stated_facts: dict[str, Any] = field(default_factory=dict)  # what the log printed (store/facts.py)
+    unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
         if len(self.skipped_lines) < REPORTED_LINES:
             self.skipped_lines.append({"line": event.line, "reason": event.reason})
+
+    def note_unused(self, keys) -> None:
+        for key in keys:
+            if len(self.unused_keys) >= MAX_DROPPED_KEYS:
+                return
+            self.unused_keys.add(key)
+
+    @property
+    def unused_metric_keys(self) -> list[str]:
+        return sorted(self.unused_keys)[:REPORTED_KEYS]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -97,6 +137,10 @@ class IngestReport:
             "incomplete_tail_line": self.incomplete_tail_line, "skipped": self.skipped,
             "skipped_lines": self.skipped_lines, "cleaned": self.cleaned, "cleaned_lines": self.cleaned_lines,
             "fact_conflicts": self.fact_conflicts,
+            "benchmark": self.benchmark, "benchmark_evidence": self.benchmark_evidence,
+            "stated_facts": self.stated_facts,
+            "unused_metric_keys": self.unused_metric_keys, "unused_metric_key_count": len(self.unused_keys),
+            "unused_metric_keys_capped": len(self.unused_keys) >= MAX_DROPPED_KEYS,
         }
 
 
@@ -121,13 +165,13 @@ def _where(path: Path | str, line: int | None) -> str:
 
 def _events(path: Path, fmt: str, stats: ReadStats, report: IngestReport, strict: bool,
             metric: str | None, source_run: str | None):
-    """The records of the file, with skips, cleaned lines and the tail noted in `report`
-    (raised at once under `strict`)."""
+    """The records of the file and what it stated about its run, with skips, cleaned lines and
+    the tail noted in `report` (raised at once under `strict`)."""
     report.format, events = read_events(
         path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
     )
     for event in events:
-        if isinstance(event, MetricRecord):
+        if isinstance(event, (MetricRecord, StatedConfig)):
             yield event
         elif isinstance(event, IncompleteTail):
             report.incomplete_tail_line = event.line
@@ -164,7 +208,8 @@ def parse_metrics_file(path: str | Path, fmt: str = "auto", progress: ProgressCa
     path = require_metrics_file(path)
     stats = ReadStats(progress)
     report = IngestReport(path=str(path), format=fmt, run="")
-    records = list(_events(path, fmt, stats, report, strict, metric, source_run))
+    records = [event for event in _events(path, fmt, stats, report, strict, metric, source_run)
+               if isinstance(event, MetricRecord)]
     return ParsedFile(path, report.format, records, stats.lines, report.incomplete_tail_line, report.skipped_lines)
 
 
@@ -206,6 +251,38 @@ def _summarise(path: Path, report: IngestReport) -> None:
             f"{path}: no validation in its {report.steps} step(s) (no val/success_rate value): "
             f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
         )
+    if report.unused_keys:
+        count = len(report.unused_keys)
+        named = ", ".join(sorted(report.unused_keys)[:WARNED_KEYS])
+        more = f" and {count - WARNED_KEYS}{'+' if count >= MAX_DROPPED_KEYS else ''} more (all in --json)" \
+            if count > WARNED_KEYS else ""
+        report.warnings.append(f"{path}: {count} metric key(s) not recorded (runs.db has no place for them): {named}{more}")
+
+
+class _BenchmarkChoice:
+    """The benchmark of the file being read: stated, or taken from the first evidence that
+    names one; any later evidence naming another refuses the file."""
+
+    def __init__(self, path: Path, stated: Benchmark | None):
+        self.path = path
+        self.current = stated
+        self.evidence = "--benchmark" if stated is not None else None
+
+    def see(self, name: str | None, evidence: str) -> None:
+        if name is None:
+            return
+        if self.current is None:
+            self.current, self.evidence = load_benchmark(name), evidence
+        elif self.current.name != name:
+            raise InvalidInput(
+                f"{self.path}: benchmark {name!r} by {evidence}, but {self.current.name!r} by {self.evidence}; "
+                "refusing the file (a run is of one benchmark; docs/benchmarks.md)"
+            )
+
+
+def _identifying_metric(names, benchmark: str) -> str:
+    identifying = load_benchmark(benchmark).identifying_metrics
+    return next(name for name in names if name in identifying)
 
 
 def ingest_file(
@@ -220,6 +297,7 @@ def ingest_file(
     base_model: str | None = None,
     total_steps: int | None = None,
     backend: str | None = None,
+    benchmark: str | None = None,
     facts: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
     ended: bool = False,
@@ -239,37 +317,60 @@ def ingest_file(
     as evaluations are recorded. `facts` and `config` are the run's protocol facts and verl config
     (store/facts.py); a total steps different from the recorded one is kept as a conflict, not
     written; `ended` says the run will not continue (a run short of its total is then stopped).
+
+    `benchmark` names the run's benchmark (InvalidInput naming the known ones for any other
+    name); without it the benchmark is the one the run is recorded with, or the one the metric
+    names, the printed config or the config's `env.env_name` identify, and it is left
+    unrecorded when none does. Evidence that contradicts the benchmark (metric names of
+    another, another env.env_name, a run recorded with another) refuses the file with
+    InvalidInput, the database unchanged.
     """
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    stated_benchmark = load_benchmark(benchmark) if benchmark is not None else None
     path = require_metrics_file(path)
     report = IngestReport(path=str(path), format=fmt, run=run)
     stats = ReadStats(progress)
+    choice = _BenchmarkChoice(path, stated_benchmark)
+    choice.see(benchmark_for_env_name((config or {}).get("env.env_name")), "the --config file's env.env_name")
+    stated: list[StatedConfig] = []
     with write_transaction(db):
         source = str(path.resolve())
-        total_steps, total_conflict = reconcile_total_steps(db, run, total_steps, source)
-        if total_conflict is not None:
-            report.fact_conflicts.append(total_conflict)
-            report.warnings.append(
-                f"run {run!r} is recorded with {total_conflict['recorded']} total steps; kept that and recorded "
-                f"{total_conflict['given']} as a conflict (a final card needs evaluations up to the larger total)"
-            )
+        recorded = next(db["runs"].rows_where("name = ?", [run], select="benchmark"), None)
+        choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
             db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
-            total_steps=total_steps, backend=backend,
+            total_steps=_reconcile_total(db, run, total_steps, source, report), backend=backend,
+            benchmark=None if choice.current is None else choice.current.name,
         )
-        for record in _events(path, fmt, stats, report, strict, metric, source_run):
-            if _record_one(db, run, path, source, record, report, strict):
+        for event in _events(path, fmt, stats, report, strict, metric, source_run):
+            if isinstance(event, StatedConfig):
+                _note_stated(event, stated, choice)
+                continue
+            detected = detect_benchmark(event.metrics)
+            if detected is not None:
+                choice.see(detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})")
+            report.note_unused(key for key in event.metrics if key not in evaluation_keys(choice.current))
+            if _record_one(db, run, path, source, event, report, strict, choice.current):
                 report.steps += 1
-                report.last_step = record.step if report.last_step is None else max(report.last_step, record.step)
+                report.last_step = event.step if report.last_step is None else max(report.last_step, event.step)
             if write_progress is not None:
                 write_progress(report.evaluations_found, None)
         report.lines = stats.lines
+        report.note_unused(stats.dropped_keys)
         _refuse_if_nothing_read(path, report)
         if report.last_step is not None:
             update_run_state(db, run, last_step=report.last_step)
-        conflicts = record_ingest_facts(db, run, facts or {}, config=config, verl_log=report.format != "ccpo",
-                                        ended=ended, source=source)
+        printed_config, report.stated_facts = facts_from_log(stated)
+        stated_facts = dict(report.stated_facts)
+        stated_total = stated_facts.pop("total_steps", None)  # a runs column, not a fact
+        if stated_total is not None and total_steps is None:
+            ensure_run(db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report))
+        _record_benchmark(db, run, path, choice, report)
+        conflicts = record_ingest_facts(
+            db, run, facts or {}, config=config or printed_config, default_split=_default_split(choice.current, report),
+            ended=ended, source=source, stated=stated_facts, stated_source=f"{source} (printed by the run)",
+        )
         report.fact_conflicts.extend(conflicts)
         report.warnings.extend(
             f"run {run!r} has {c['key']} {c['recorded']!r} on record; kept it and recorded {c['given']!r} as a conflict"
@@ -279,11 +380,56 @@ def ingest_file(
     return report
 
 
-def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, report: IngestReport, strict: bool) -> bool:
+def _reconcile_total(db, run: str, total_steps: int | None, source: str, report: IngestReport) -> int | None:
+    """The total steps to write for the run, or None with a different one kept as a conflict
+    (store/facts.py)."""
+    total_steps, conflict = reconcile_total_steps(db, run, total_steps, source)
+    if conflict is not None:
+        report.fact_conflicts.append(conflict)
+        report.warnings.append(
+            f"run {run!r} is recorded with {conflict['recorded']} total steps; kept that and recorded "
+            f"{conflict['given']} as a conflict (a final card needs evaluations up to the larger total)"
+        )
+    return total_steps
+
+
+def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice) -> None:
+    if len(stated) < MAX_STATED_CONFIGS:
+        stated.append(event)
+    if event.kind in ("resolved", "launch"):
+        env_name = (flat_config(event) or {}).get("env.env_name")
+        what = "the printed config's" if event.kind == "resolved" else "the traced launch command's"
+        choice.see(benchmark_for_env_name(env_name), f"{what} env.env_name {env_name!r} (line {event.line})")
+
+
+def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report: IngestReport) -> None:
+    """Record the benchmark chosen, or say that none is recorded."""
+    if choice.current is not None:
+        ensure_run(db, run, benchmark=choice.current.name)
+        report.benchmark, report.benchmark_evidence = choice.current.name, choice.evidence
+        return
+    report.warnings.append(
+        f"{path}: benchmark not recorded: nothing in the file names one (every benchmark logs val/success_rate); "
+        f"pass --benchmark NAME ({', '.join(list_benchmarks())})"
+    )
+
+
+def _default_split(benchmark: Benchmark | None, report: IngestReport) -> tuple[str, str] | None:
+    """A verl log of a benchmark with a known validation split gets that split unless told."""
+    if benchmark is None or report.format == "ccpo" or benchmark.evaluation_split is None:
+        return None
+    split = benchmark.evaluation_split
+    if split.default is None:
+        return None
+    return split.default, split.default_reason or f"default of {benchmark.display_name} under verl-agent"
+
+
+def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, report: IngestReport, strict: bool,
+                benchmark: Benchmark | None) -> bool:
     """Record the step's evaluation, if it has one; False when the record was skipped."""
     where = _where(path, record.line)
     try:
-        evaluation = evaluation_from_metrics(record, where, report.warnings)
+        evaluation = evaluation_from_metrics(record, where, report.warnings, benchmark)
         if evaluation is None:
             return True
         outcome = record_evaluation_outcome(db, run, source_file=source, source_line=record.line, **evaluation)

@@ -35,8 +35,6 @@ IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", 
 # (`ccpo eval` of the oracle, the random agent or a checkpoint under a new run name).
 RUN_KINDS = ("training", "evaluation")
 RUN_STATUSES = ("created", "running", "finished", "failed", "stopped")
-DEFAULT_BENCHMARK = "alfworld"
-_UNSET: Any = object()  # "not given": a new run gets the default, an existing one keeps its value
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ def ensure_run(
     kind: str | None = None,
     seed: int | None = None,
     base_model: str | None = None,
-    benchmark: str | None = _UNSET,
+    benchmark: str | None = None,
     backend: str | None = None,
     total_steps: int | None = None,
     status: str | None = None,
@@ -118,7 +116,7 @@ def ensure_run(
     flags and overrides, kind, seed, base model, benchmark, data-order seed) may be filled in
     once but never changed: a different value raises InvalidInput (exit 3), e.g. ingesting a
     GiGPO log into a return-hard run. `config` and `package_versions` are stored as JSON.
-    `benchmark` defaults to "alfworld" for a new run. A new run gets its global id (`uid`) and
+    A benchmark is never assumed: a run records one only when it is given. A new run gets its global id (`uid`) and
     the host that created it.
     """
     check_run_name(name)
@@ -131,7 +129,7 @@ def ensure_run(
         "kind": kind,
         "seed": seed,
         "base_model": base_model,
-        "benchmark": None if benchmark is _UNSET else benchmark,
+        "benchmark": benchmark,
         "data_order_seed": data_order_seed,
         "backend": backend,
         "total_steps": total_steps,
@@ -151,8 +149,6 @@ def ensure_run(
             row = dict(given, name=name, uid=new_run_uid(), host=this_host(), created_at=now, updated_at=now)
             row.setdefault("status", "created")
             row.setdefault("kind", "training")
-            if benchmark is _UNSET:
-                row["benchmark"] = DEFAULT_BENCHMARK
             return int(runs.insert(row).last_pk)
         for field in IDENTITY_FIELDS:
             if field in given and recorded[field] is not None and recorded[field] != given[field]:

@@ -82,6 +82,7 @@ from ccpo_cli.store.liveness import (
 )
 
 BACKEND = "local"
+BENCHMARK = "alfworld"  # the trainer plays the real ALFWorld engine's games
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
 
 
@@ -149,6 +150,7 @@ class _Run:
             self.db,
             self.run_name,
             arm=self.arm,
+            benchmark=BENCHMARK,
             seed=self.config.seed,
             base_model=BASE_MODEL,
             backend=BACKEND,

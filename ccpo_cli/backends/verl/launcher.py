@@ -111,6 +111,13 @@ class VerlLaunch:
         return self.request.arm.flags()
 
     @property
+    def benchmark(self) -> str | None:
+        """The benchmark the launch trains on, named by its `env.env_name` (docs/benchmarks.md)."""
+        from ccpo_cli.benchmarks import benchmark_for_env_name
+
+        return benchmark_for_env_name(self.overrides.get("env.env_name"))
+
+    @property
     def warnings(self) -> list[str]:
         warning = self.verl_agent_source.get("warning")
         return [warning] if warning else []

@@ -4,6 +4,11 @@
 progress bars redrawn with carriage returns, and long lines wrapped onto the next ones.
 Everything that is not a metrics line is noise and passes silently; a metrics record that
 does not split into numeric key:value segments (cut mid-record, garbled) is skipped.
+
+Metric names may hold spaces (verl-agent's WebShop logs `val/webshop_task_score (not
+success_rate)`): a key is anything without a colon that does not start or end with a space;
+values never hold one. The resolved config and the traced commands a log prints are read by
+`console_config` and passed on as `StatedConfig` events.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from ccpo_cli.store.readers.base import (
     ReadEvent,
     ReadStats,
     Skipped,
+    StatedConfig,
     step_number,
 )
+from ccpo_cli.store.readers.console_config import ConfigBlock, command_event, config_starts
 from ccpo_cli.store.readers.lines import Line, read_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -30,7 +37,8 @@ RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?
 STEP_START = re.compile(r"^\s*step:\d")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int)\d*\((.*)\)")
-_KEY = re.compile(r"[^\s:]+")
+# A metric name: no colon, no space at either end (spaces inside, as in WebShop's score).
+_KEY = re.compile(r"[^\s:](?:[^:\t\r\n]*[^\s:])?")
 _PARTIAL_VALUE = re.compile(
     r"[-+]?\d*\.?\d*(?:[eE][-+]?\d*)?|[-+]?(?:n|na|nan|i|in|inf|infi|infin|infini|infinit|infinity)", re.IGNORECASE
 )
@@ -38,13 +46,26 @@ _PARTIAL_VALUE = re.compile(
 WANDB_LINE_LIMIT = 4096
 
 
+def _has_space(text: str) -> bool:
+    return any(char.isspace() for char in text)
+
+
 def _continues_record(body: str) -> bool:
-    """Whether a line reads as the rest of a wrapped `key:value - key:value` record: whitespace
-    only inside ` - ` separators (or cut ones at its ends). Linear time, unlike a regex over
-    16 MiB lines."""
-    return not any(
-        any(char.isspace() for char in piece) for piece in body.strip(" -").split(" - ")
-    )
+    """Whether a line reads as the rest of a wrapped `key:value - key:value` record: pieces
+    between ` - ` separators whose values hold no whitespace. Spaces may sit inside a key, so
+    in a piece with a colon only the value is checked; a first piece without one is the cut
+    tail of a value (no spaces), a last one the cut head of a key (spaces allowed). Linear
+    time, unlike a regex over 16 MiB lines."""
+    pieces = body.strip(" -").split(" - ")
+    for position, piece in enumerate(pieces):
+        key, colon, value = piece.partition(":")
+        name = key.strip(" ")
+        if colon:
+            if _has_space(value.strip()) or (name and not _KEY.fullmatch(name)):
+                return False
+        elif position == 0 and _has_space(name):
+            return False
+    return True
 
 
 def _value(text: str) -> Any:
@@ -141,13 +162,27 @@ class _Pending:
         return parse_record(self.body) is None and self.body.rstrip().endswith(("/", "_"))
 
 
+def _feed(config: ConfigBlock, line: Line, body: str) -> Iterator[ReadEvent]:
+    """One more line of a printed config: its event once it reads, a skip once it is given up."""
+    outcome = config.add(body)
+    if isinstance(outcome, StatedConfig):
+        yield outcome
+    elif outcome is not None:
+        yield Skipped(line.number, outcome)
+
+
 def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     pending: _Pending | None = None
+    config: ConfigBlock | None = None
     for item in _physical_lines(path, stats):
         if not isinstance(item, tuple):
             yield item
             continue
         line, prefix, body = item
+        if config is not None and prefix == config.prefix and STEP_START.match(body) is None:
+            yield from _feed(config, line, body)
+            config = None if config.done else config
+            continue
         if not line.terminated:
             # Still being written. If it would continue the pending record, that record is
             # incomplete too; both wait for the next ingest.
@@ -173,5 +208,13 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         if pending is not None:
             yield pending.complete()
             pending = None
+        # A noise line may still say something about the run: a printed config opens here,
+        # or a traced command names its settings.
+        if config_starts(body):
+            config = ConfigBlock(line.number, prefix)
+            yield from _feed(config, line, body)
+            config = None if config.done else config
+        elif (command := command_event(line.number, body)) is not None:
+            yield command
     if pending is not None:
         yield pending.complete()

@@ -17,6 +17,7 @@ from ccpo_cli.store.readers.base import (
     BadRecord,
     MetricRecord,
     ReadEvent,
+    ReadStats,
     Skipped,
     step_number,
 )
@@ -30,7 +31,8 @@ def is_long_header(cells: list[str]) -> bool:
     return {"step", "tag", "value"} <= names
 
 
-def read_long(path: Path, rows, header: list[str], source_run: str | None) -> Iterator[ReadEvent]:
+def read_long(path: Path, rows, header: list[str], source_run: str | None,
+              stats: ReadStats | None = None) -> Iterator[ReadEvent]:
     names = [cell.strip().lower() for cell in header]
     step_at, tag_at, value_at = names.index("step"), names.index("tag"), names.index("value")
     run_at = next((names.index(name) for name in RUN_COLUMNS if name in names), None)
@@ -51,6 +53,8 @@ def read_long(path: Path, rows, header: list[str], source_run: str | None) -> It
                     continue
             tag = cells[tag_at].strip()
             if tag not in KNOWN_KEYS:
+                if stats is not None:
+                    stats.drop_key(tag)  # named in the ingest report as unused
                 continue
             step = step_number(float(cells[step_at]))
             by_step[step][tag] = float(cells[value_at])

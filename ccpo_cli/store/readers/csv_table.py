@@ -11,7 +11,13 @@ Understood layouts:
 * a long table, one scalar per row (`step,tag,value`, tbparse's layout), in `csv_long`.
 
 Empty cells are metrics not logged at that step. Success-rate columns may hold fractions or
-percent: a column whose values go above 1 is read as percent (and said so).
+percent: a column whose values go above 1 is read as percent (and said so). A column that is
+none of the metrics ingest records and holds text (a `source_log` path, a note) is ignored and
+named in the report; a recorded metric's column with a text cell skips that row, as before.
+
+Width is bounded: a header of more than MAX_CSV_COLUMNS columns refuses the file before any
+per-column structure is built (its cells are counted, not split), and a wider data row is
+skipped; memory then does not grow with the width beyond that bound.
 """
 
 from __future__ import annotations
@@ -33,15 +39,37 @@ from ccpo_cli.store.readers.base import (
 )
 from ccpo_cli.store.readers.csv_long import is_long_header, read_long
 from ccpo_cli.store.readers.lines import Line, read_lines
-from ccpo_cli.store.readers.metric_names import RATE_KEYS, known_metric_from_tag
+from ccpo_cli.store.readers.metric_names import KNOWN_KEYS, RATE_KEYS, known_metric_from_tag
 
 STEP_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
+# verl-agent logs a few hundred metrics; a wandb panel export of many runs a few thousand columns.
+MAX_CSV_COLUMNS = 10_000
+_QUOTE_OR_COMMA = re.compile(r'[",]')
+# A step column among the cells of a header too wide to split.
+_STEP_CELL = re.compile(r'(?:^|,)\s*"?(?:' + "|".join(map(re.escape, STEP_COLUMNS)) + r')"?\s*(?:,|$)', re.IGNORECASE)
 _SINGLE_SCALAR = ("wall time", "step", "value")
 _BAND_SUFFIX = re.compile(r"__(MIN|MAX)$")
 _TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.IGNORECASE)
 
 
+def cell_count(text: str, limit: int = MAX_CSV_COLUMNS) -> int:
+    """The cells of one CSV line, counted without splitting it; the count stops at limit + 1."""
+    if '"' not in text:
+        return min(text.count(",") + 1, limit + 1)
+    count, quoted = 1, False
+    for match in _QUOTE_OR_COMMA.finditer(text):
+        if match.group() == '"':
+            quoted = not quoted  # a doubled quote inside a quoted cell toggles twice
+        elif not quoted:
+            count += 1
+            if count > limit:
+                break
+    return count
+
+
 def is_csv_header(text: str) -> bool:
+    if cell_count(text) > MAX_CSV_COLUMNS:
+        return _STEP_CELL.search(text) is not None  # too wide to split; read_csv refuses it
     cells = _cells(text)
     return len(cells) >= 2 and any(cell.strip().lower() in STEP_COLUMNS for cell in cells)
 
@@ -90,29 +118,57 @@ def _columns(path: Path, header: list[str], metric: str | None, source_run: str 
 
 
 def _rows(path: Path, stats: ReadStats | None) -> Iterator[Line | ReadEvent | tuple[int, list[str]]]:
+    """(line number, cells) of every non-blank line; the first one (the header) wider than
+    MAX_CSV_COLUMNS refuses the file, a wider data row is skipped, both before splitting."""
+    header_seen = False
     for item in read_lines(path, stats):
         if not isinstance(item, Line):
             yield item
-        elif item.text.strip():
-            yield item.number, _cells(item.text)
+            continue
+        if not item.text.strip():
+            continue
+        if cell_count(item.text) > MAX_CSV_COLUMNS:
+            if not header_seen:
+                raise InvalidInput(
+                    f"{path}:{item.number}: a CSV header of more than {MAX_CSV_COLUMNS:,} columns; a per-step "
+                    "export has one column per metric (export fewer metrics or one run per file)"
+                )
+            yield Skipped(item.number, f"row of more than {MAX_CSV_COLUMNS:,} cells")
+            continue
+        header_seen = True
+        yield item.number, _cells(item.text)
 
 
-def _percent_columns(path: Path, step_index: int, columns: dict[int, str]) -> dict[int, float]:
-    """{column: largest value} of the success-rate columns that hold percent (a first pass)."""
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell)
+    except ValueError:
+        return None
+
+
+def _survey_columns(path: Path, columns: dict[int, str]) -> tuple[dict[int, float], dict[int, str]]:
+    """A first pass over the rows: ({column: largest value} of the success-rate columns that
+    hold percent, {column: a text cell} of the columns ingest does not record that hold text)."""
     largest: dict[int, float] = {}
+    text: dict[int, str] = {}
     rates = {index for index, key in columns.items() if key in RATE_KEYS}
+    others = {index for index, key in columns.items() if key not in KNOWN_KEYS}
     rows = _rows(path, None)
     next((row for row in rows if isinstance(row, tuple)), None)  # the header
     for row in rows:
         if not isinstance(row, tuple):
             continue
+        cells = row[1]
         for index in rates:
-            try:
-                value = float(row[1][index])
-            except (IndexError, ValueError):
-                continue
-            largest[index] = max(largest.get(index, value), value)
-    return {index: value for index, value in largest.items() if 1.0 < value <= 100.0}
+            value = _number(cells[index]) if index < len(cells) else None
+            if value is not None:
+                largest[index] = max(largest.get(index, value), value)
+        for index in others - text.keys():
+            cell = cells[index].strip() if index < len(cells) else ""
+            if cell and _number(cell) is None:
+                text[index] = cell
+    percent = {index: value for index, value in largest.items() if 1.0 < value <= 100.0}
+    return percent, text
 
 
 def read_csv(
@@ -129,13 +185,19 @@ def read_csv(
     if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header[1]):
         raise InvalidInput(f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})")
     if is_long_header(header[1]):
-        yield from read_long(path, rows, header[1], source_run)
+        yield from read_long(path, rows, header[1], source_run, stats)
         return
     step_index, columns = _columns(path, header[1], metric, source_run)
-    percent = _percent_columns(path, step_index, columns)
+    percent, text = _survey_columns(path, columns)
     for index, value in percent.items():
         if notes is not None:
             notes.append(f"{path}: column {columns[index]!r} read as percent (values up to {value:g})")
+    if text:
+        if notes is not None:
+            named = "; ".join(f"{columns[index]!r} (e.g. {cell[:40]!r})" for index, cell in sorted(text.items())[:10])
+            more = f"; and {len(text) - 10} more" if len(text) > 10 else ""
+            notes.append(f"{path}: {len(text)} text column(s) ignored (not numbers): {named}{more}")
+        columns = {index: key for index, key in columns.items() if index not in text}
     for row in rows:
         if not isinstance(row, tuple):
             yield row

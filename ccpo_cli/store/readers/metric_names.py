@@ -1,19 +1,41 @@
-"""verl-agent's metric names that become evaluations, named once for every reader."""
+"""The metric names that become evaluations, named once for every reader and for ingest.
+
+Every benchmark verl-agent ships logs `val/success_rate`; per-type rates and other names are
+the benchmark's own (ccpo_cli/benchmarks.py). A reader does not know the benchmark yet, so
+the names it must keep are those of every benchmark; ingest keeps the ones of the benchmark
+the log turns out to be (`evaluation_keys`).
+"""
 
 from __future__ import annotations
 
-from ccpo_cli.task_types import VERL_METRIC_NAMES
+from ccpo_cli.benchmarks import Benchmark, all_benchmarks
 
 OVERALL_KEY = "val/success_rate"
 MEAN_TURNS_KEY = "val/episode_length/mean"
 TRAIN_SUCCESS_KEY = "episode/success_rate"
-TASK_TYPE_KEYS = {f"val/{name}_success_rate": key for key, name in VERL_METRIC_NAMES.items()}
 # Optional exact counts a ccpo metrics file may carry beside the rate.
 EPISODES_KEY = "val/episodes"
 SUCCESSES_KEY = "val/successes"
+COMMON_KEYS = frozenset({OVERALL_KEY, MEAN_TURNS_KEY, TRAIN_SUCCESS_KEY, EPISODES_KEY, SUCCESSES_KEY})
 
-RATE_KEYS = frozenset({OVERALL_KEY, TRAIN_SUCCESS_KEY, *TASK_TYPE_KEYS})
-KNOWN_KEYS = RATE_KEYS | {MEAN_TURNS_KEY, EPISODES_KEY, SUCCESSES_KEY}
+_BENCHMARKS = all_benchmarks()
+# Success-rate columns (fractions, or percent in some CSV exports) of any benchmark.
+RATE_KEYS = frozenset(
+    {OVERALL_KEY, TRAIN_SUCCESS_KEY}
+    | {task.metric for benchmark in _BENCHMARKS for task in benchmark.task_types}
+)
+# Everything a reader keeps: the rates and counts, and the names that identify a benchmark.
+KNOWN_KEYS = RATE_KEYS | COMMON_KEYS | {metric for benchmark in _BENCHMARKS for metric in benchmark.identifying_metrics}
+
+
+def task_type_keys(benchmark: Benchmark | None) -> dict[str, str]:
+    """{validation metric: short key} of the benchmark's task types (none when not known)."""
+    return benchmark.task_type_metrics if benchmark is not None else {}
+
+
+def evaluation_keys(benchmark: Benchmark | None) -> frozenset[str]:
+    """The metric names an evaluation of `benchmark` records; every other name goes unused."""
+    return COMMON_KEYS | frozenset(task_type_keys(benchmark))
 
 
 def known_metric_from_tag(tag: str) -> str | None:

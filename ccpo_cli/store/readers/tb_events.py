@@ -2,23 +2,33 @@
 TensorBoard's own `EventAccumulator` (the `tensorboard` package, an optional dependency).
 
 verl's tensorboard logger writes every metric as a scalar at the global step; scalars of one
-step become one record. Event files hold no lines, so records carry none.
+step become one record. Event files hold no lines, so records carry none. A folder is walked
+without following symbolic links to folders, and an event file that is a link out of the
+folder refuses it (EventAccumulator would read it).
 """
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.readers.base import MetricRecord, ReadEvent, ReadStats
+from ccpo_cli.store.readers.base import MetricRecord, ReadEvent, ReadStats, refuse_link_out_of
 
 EVENT_FILE_MARK = "tfevents"
 
 
 def event_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob(f"*{EVENT_FILE_MARK}*") if p.is_file())
+    found = []
+    for directory, _, names in os.walk(folder, followlinks=False):
+        for name in names:
+            if EVENT_FILE_MARK in name:
+                path = refuse_link_out_of(folder, Path(directory) / name)
+                if path.is_file():
+                    found.append(path)
+    return sorted(found)
 
 
 def _run_folder(path: Path) -> Path:

@@ -5,7 +5,8 @@ A local run folder (`wandb/run-<date>-<id>/`, or its `files/` folder) keeps the 
 `files/wandb-history.jsonl` (one flat JSON object per logged step, the step under `_step`),
 which is preferred when present. Newer versions keep history only inside the binary
 `run-<id>.wandb` file: for those, ingest `files/output.log` or export the history from
-wandb.ai (docs/runs-db.md).
+wandb.ai (docs/runs-db.md). A file of the folder that is a symbolic link out of it is refused,
+not followed.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.readers.base import ReadEvent, ReadStats
+from ccpo_cli.store.readers.base import ReadEvent, ReadStats, refuse_link_out_of
 from ccpo_cli.store.readers.console import read_console
 from ccpo_cli.store.readers.jsonl import read_json_lines
 
@@ -30,8 +31,9 @@ def wandb_source(folder: Path) -> Path | None:
     """The file of a wandb run folder that holds its metrics, or None if it is not one."""
     files = _files_folder(folder)
     for name in (HISTORY, CONSOLE):
-        if (files / name).is_file():
-            return files / name
+        candidate = files / name
+        if candidate.is_file():
+            return refuse_link_out_of(folder, candidate)
     return None
 
 

@@ -1,0 +1,98 @@
+"""What a verl console log says about its own run, besides its metrics.
+
+verl's `main_ppo` pretty-prints the resolved config (a Python dict literal over many lines,
+each with the Ray prefix) before training; a script run under `set -x` traces the commands it
+runs, among them verl-agent's data preparation (`--val_data_size N`: the tasks one validation
+plays) and the `main_ppo` launch with its `key=value` overrides. These become `StatedConfig`
+events; ingest turns them into run facts (store/facts.py).
+
+A printed config is read with `ast.literal_eval` once its brackets close, never executed. It
+is bounded: past MAX_CONFIG_LINES lines or MAX_CONFIG_CHARS characters, or at a line that
+cannot belong to it, the block is dropped and said so.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Mapping
+
+from ccpo_cli.store.readers.base import StatedConfig
+
+MAX_CONFIG_LINES = 20_000
+MAX_CONFIG_CHARS = 4 * 1024 * 1024
+# Top-level sections of verl's config: a printed dict with none of them is not the run's config.
+CONFIG_SECTIONS = frozenset({"actor_rollout_ref", "algorithm", "data", "env", "trainer"})
+_PREPARE = re.compile(r"(?:^|[\s+])-m\s+examples\.data_preprocess\.prepare\b")
+_LAUNCH = re.compile(r"(?:^|[\s+])-m\s+(?:verl\.trainer\.main_ppo|recipe\.[\w.]+\.main_\w+)\b")
+_OPENERS, _CLOSERS = "{[(", "}])"
+
+
+def config_starts(body: str) -> bool:
+    """Whether a console line opens a pretty-printed dict (`{'actor_rollout_ref': ...`)."""
+    return body.startswith("{'")
+
+
+def command_event(number: int, body: str) -> StatedConfig | None:
+    """A traced data-preparation or launch command, as an event; None for any other line."""
+    text = body.strip()
+    if _PREPARE.search(text):
+        return StatedConfig(number, "prepare", text)
+    if _LAUNCH.search(text) and "=" in text:
+        return StatedConfig(number, "launch", text)
+    return None
+
+
+def _depth_change(text: str) -> int:
+    """Brackets opened minus closed on one line, outside quoted strings (repr's quoting)."""
+    depth, quote, escaped = 0, None, False
+    for char in text:
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == quote:
+                quote = None
+        elif char in "'\"":
+            quote = char
+        elif char in _OPENERS:
+            depth += 1
+        elif char in _CLOSERS:
+            depth -= 1
+    return depth
+
+
+class ConfigBlock:
+    """A pretty-printed config being collected, line by line, from one Ray actor's lines."""
+
+    def __init__(self, number: int, prefix: str | None):
+        self.line, self.prefix = number, prefix
+        self.parts: list[str] = []
+        self.chars = 0
+        self.depth = 0
+        self.done = False
+
+    def add(self, body: str) -> StatedConfig | str | None:
+        """Take one more line. The event once the dict closes and reads; a reason (text) when
+        the block is given up; None while it is still open."""
+        self.parts.append(body)
+        self.chars += len(body) + 1
+        self.depth += _depth_change(body)
+        if len(self.parts) > MAX_CONFIG_LINES or self.chars > MAX_CONFIG_CHARS:
+            self.done = True
+            return (f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
+                    f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read")
+        if self.depth > 0:
+            return None
+        self.done = True
+        return self._read()
+
+    def _read(self) -> StatedConfig | str | None:
+        try:
+            value = ast.literal_eval("\n".join(self.parts))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return f"printed config from line {self.line} does not read as a Python literal; not read"
+        if not isinstance(value, Mapping) or not CONFIG_SECTIONS & set(value):
+            return None  # some other dict the run printed
+        return StatedConfig(self.line, "resolved", value)
