@@ -327,3 +327,18 @@ def test_the_flags_the_log_printed_replace_the_arm_files_and_the_contradiction_i
     text = render_card(build_card_context(db, "ws", status="final"))
     assert re.search(r"^\| adv_mode \| mean_norm \|", text, re.MULTILINE)
     assert "`adv_mode = mean_norm` where ccpo's arm file `gigpo` says `mean_std_norm`" in text
+
+
+def test_a_failed_run_is_left_out_of_compare_unless_asked_for(tmp_path):
+    from ccpo_cli.store.liveness import record_failure
+
+    db = store.open_db(tmp_path / "runs.db")
+    for name, seed in (("ok", 0), ("nan", 1)):
+        store.ensure_run(db, name, arm=load_arm("grpo"), seed=seed, base_model=MODEL_7B, total_steps=150)
+        record_series(db, name, [60.0, 62.0, 61.0, 63.0, 60.0], episodes=128)
+    store.update_run_state(db, "nan", status="failed")
+    record_failure(db, "nan", "advantage is not finite", step=3, quantity="advantage", value="nan")
+    document = compare_runs(db, None)
+    assert document["arms"][0]["runs"] == ["ok"] and "nan" in document["left_out"]
+    assert "at step 3 (advantage not finite)" in document["left_out"]["nan"]
+    assert compare_runs(db, None, include_failed=True)["arms"][0]["runs"] == ["nan", "ok"]

@@ -32,6 +32,7 @@ from ccpo_cli.report.power import power_report
 from ccpo_cli.report.window import run_state, task_type_keys, window_entry
 from ccpo_cli.store.facts import run_facts
 from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
+from ccpo_cli.store.liveness import annotate_runs
 from ccpo_cli.store.queries import evaluations_for_runs, list_runs, run_conflicts
 
 MIN_SEEDS_RESOLVED = 3
@@ -329,7 +330,8 @@ def compare_runs(
     not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
     `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable.
     """
-    all_runs = list_runs(db)
+    # The status to show: a running run whose trainer is gone is interrupted (store/liveness.py).
+    all_runs = annotate_runs(db, list_runs(db))
     wanted = list(runs or [])
     if wanted:
         by_name = {run["name"]: run for run in all_runs}
@@ -355,7 +357,8 @@ def compare_runs(
             start, basis = default_window_start(run["total_steps"], run["last_step"])
         run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
     entries_by_run = {entry["run"]: entry for entry in run_entries}
-    left_out = {entry["run"]: "the run failed (status failed); compare it with --include-failed"
+    failures = {run["name"]: run.get("failure") for run in chosen}
+    left_out = {entry["run"]: _failed_reason(failures.get(entry["run"]))
                 for entry in run_entries if entry["status"] == "failed" and not include_failed}
     references = [_reference_entry(entry, identities[entry["run"]]) for entry in run_entries
                   if identities[entry["run"]].is_reference and entry["run"] not in left_out]
@@ -406,6 +409,15 @@ def compare_runs(
                               {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
         "unit_differences": _unit_difference_lines(trained, identities),
     }
+
+
+def _failed_reason(failure: dict | None) -> str:
+    where = ""
+    if failure:
+        where = f" at step {failure.get('step')}" if failure.get("step") is not None else ""
+        if failure.get("quantity"):
+            where += f" ({failure['quantity']} not finite)"
+    return f"the run failed{where}; compare it with --include-failed"
 
 
 def _unit_difference_lines(trained: list[dict], identities: dict[str, RunIdentity]) -> dict[str, list[str]]:
