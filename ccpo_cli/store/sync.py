@@ -107,7 +107,9 @@ def item_key(table: str, row: dict[str, Any]) -> str:
         return f"run:{row['uid']}:{run_snapshot_digest(row)}"
     uid = row["run_uid"]
     if table in ("evaluations", "conflicts"):
-        return f"{table[:-1]}:{uid}:{row['content_hash']}"
+        # One result, kept or in conflict: which of two differing results a database keeps
+        # depends on which it saw first, and either way the dataset holds both.
+        return f"result:{uid}:{row['content_hash']}"
     if table == "facts":
         return f"fact:{uid}:{_digest(row['key'], row['value'])}"
     return f"publication:{uid}:{_digest(*(row.get(name) for name in ('repo_id', 'revision', 'commit_id', 'card_hash', 'status', 'checkpoint_step', 'url', 'published_at')))}"
@@ -488,8 +490,15 @@ def merge_rows(db: sqlite_utils.Database, table: str, rows: Iterable[dict[str, A
     counts = counts if counts is not None else MergeCounts()
     with write_transaction(db):
         for row in rows:
+            derived_key = None
             if table == "runs":
+                before = next(db["runs"].rows_where("uid = ?", [row.get("uid")], limit=1), None)
                 local, outcome = _merge_run(db, row, where)
+                # A run that held nothing unpushed is, once merged, what the dataset itself gives:
+                # its merged snapshot need not be pushed back. One with local changes still is.
+                if origin is not None and outcome == "updated" and _known(
+                        db, origin.repo_id, [item_key("runs", _run_export_row(before))]):
+                    derived_key = item_key("runs", _run_export_row(local))
             else:
                 local = _local_run(db, row.get("run_uid"), where)
                 if table in ("evaluations", "conflicts"):
@@ -500,10 +509,10 @@ def merge_rows(db: sqlite_utils.Database, table: str, rows: Iterable[dict[str, A
                     outcome = _merge_publication(db, row, local["id"])
             counts.add(table, outcome)
             if origin is not None:
-                db["sync_items"].insert(
-                    {"repo_id": origin.repo_id, "item_key": item_key(table, row), "run_id": local["id"],
-                     "direction": "pull", "commit_id": origin.commit_id, "part": origin.part,
-                     "recorded_at": utc_now()}, ignore=True)
+                db["sync_items"].insert_all(
+                    ({"repo_id": origin.repo_id, "item_key": key, "run_id": local["id"], "direction": "pull",
+                      "commit_id": origin.commit_id, "part": origin.part, "recorded_at": utc_now()}
+                     for key in (item_key(table, row), derived_key) if key is not None), ignore=True)
     return counts
 
 
