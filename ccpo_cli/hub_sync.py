@@ -33,7 +33,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import __version__
-from ccpo_cli.errors import InvalidInput, RemoteError
+from ccpo_cli.errors import CcpoError, InvalidInput, RemoteError
 from ccpo_cli.hub_access import (
     HubTimeouts,
     hub_timeouts,
@@ -162,6 +162,11 @@ class _Hub:
                 failure = error
             except (*transport_errors(), OSError) as error:
                 status, failure = None, error
+            except CcpoError:
+                raise
+            except Exception as error:  # an answer of another shape than the Hub's (issue 21 item 7)
+                raise RemoteError(f"{self.repo_id}: {what} failed: the Hub's answer was not understood "
+                                  f"({type(error).__name__}: {scrub(str(error), self.token)[:200]})") from None
             retryable = status in RETRYABLE_STATUS or (status is None and (is_timeout(failure) or isinstance(
                 failure, (*transport_errors(), OSError))))
             if not retryable or attempt + 1 >= self.retry.attempts:
@@ -318,11 +323,17 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
                           "cannot read it (check --repo, --revision and the token)")
 
     info = hub.call("reading the dataset", lambda: hub.api.dataset_info(repo_id, revision=revision), not_found=missing)
-    commit_id = info.sha
+    commit_id = getattr(info, "sha", None)
+    if not isinstance(commit_id, str) or not commit_id:
+        raise RemoteError(f"{repo_id}: the Hub named no commit for {revision or 'main'}; nothing was merged")
     listing = hub.call("listing the dataset's parts", lambda: list(islice(
         hub.api.list_repo_tree(repo_id, path_in_repo="data", recursive=True, revision=commit_id, repo_type=REPO_TYPE),
         limits.max_parts + 1)), not_found=lambda: [])
-    parts = [entry for entry in listing if isinstance(entry, RepoFile) and part_table(entry.path)]
+    parts = [entry for entry in listing if isinstance(entry, RepoFile) and isinstance(entry.path, str)
+             and part_table(entry.path)]
+    shapeless = [entry.path for entry in parts if not isinstance(entry.size, int) or entry.size < 0]
+    if shapeless:
+        raise RemoteError(f"{repo_id}: the Hub listed {shapeless[0]} without a size; nothing was merged")
     if len(listing) > limits.max_parts:
         raise InvalidInput(f"{repo_id}: the dataset lists more than {limits.max_parts} entries under data/; refused")
     new = sorted((entry for entry in parts if not part_already_merged(db, repo_id, entry.path, entry.blob_id)),

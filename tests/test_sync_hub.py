@@ -223,3 +223,16 @@ def test_a_download_is_bounded_in_bytes_and_every_call_in_time(tmp_path):
     assert time.monotonic() - started < 10
     assert RetryPolicy(first_delay_s=1.0, max_delay_s=30.0).wait(10) < 45  # capped, with jitter
     assert 0.5 <= RetryPolicy(first_delay_s=1.0).wait(0, retry_after=1.0) < 1.5
+
+
+def test_an_answer_of_another_shape_is_one_remote_error_line():
+    from ccpo_cli.hub_sync import _Deadline, _Hub
+
+    hub = _Hub(api=None, token="hf_secret_x", repo_id=REPO, deadline=_Deadline(30, REPO), retry=FAST, timeouts=None)
+
+    def wrong_shape():
+        raise KeyError("path of hf_secret_x")  # what a tree entry without "path" gives
+
+    with pytest.raises(RemoteError, match="answer was not understood") as caught:
+        hub.call("listing the dataset's parts", wrong_shape)
+    assert "hf_secret_x" not in str(caught.value)

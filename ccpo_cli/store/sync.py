@@ -54,8 +54,9 @@ RUN_COLUMNS = ("uid", "host", "name", "kind", "arm", "arm_fingerprint", "arm_fla
                "data_order_seed", "git_commit", "git_dirty", "package_versions", "config",
                "step1_rollout_hash", "created_at", "updated_at")
 _RUN_INTEGERS = {"seed", "total_steps", "last_step", "data_order_seed", "git_dirty"}
-# Fixed when the run is made; another value elsewhere is a conflict, not an update.
-RUN_IDENTITY = (*IDENTITY_FIELDS, "host")
+# Fixed when the run is made (the step-1 hash once step 1 is done); another value elsewhere is
+# a conflict, not an update.
+RUN_IDENTITY = (*IDENTITY_FIELDS, "host", "step1_rollout_hash")
 # Progress and settings: a newer snapshot replaces them.
 RUN_PROGRESS = tuple(column for column in RUN_COLUMNS
                      if column not in {*RUN_IDENTITY, "uid", "name", "last_step", "created_at", "updated_at"})
