@@ -125,3 +125,22 @@ def test_a_block_trained_twice_changes_nothing(tiny_design, tmp_path):
     assert (table_snapshot(db_path), evidence(db_path)) == before
     runs_after = {run["uid"]: {k: v for k, v in run.items() if k != "updated_at"} for run in open_db(db_path)["runs"].rows}
     assert runs_after == runs_before
+
+
+@pytest.mark.slow
+def test_a_budget_cut_on_ray_leaves_every_arm_the_same_seeds(tiny_design, tmp_path):
+    import os
+
+    # A budget shorter than any block: the first block of each slot starts, no further one does.
+    seeds = tuple(range(4))
+    short = MatrixDesign(ARMS, seeds, 0.001, recipe=tiny_design.recipe, prefix="cut", warm_start=0)
+    result = run_matrix(tmp_path / "runs.db", short, ray_address="local")
+    slots = min(len(seeds), os.cpu_count() or 1)  # a local instance has a CPU per core, a block asks for one
+    assert result.seeds_compared == list(seeds[:slots])
+    assert result.seeds_not_started == list(seeds[slots:])
+    if slots < len(seeds):
+        assert result.stopped_reason.startswith(f"stopped before seed {slots}:")
+    compared = {arm: sorted(entry["seed"] for entry in result.comparison["runs"] if entry["arm"] == arm) for arm in ARMS}
+    assert compared == {arm: list(seeds[:slots]) for arm in ARMS}
+    # Nothing of the blocks that did not start was created.
+    assert not [run for run in list_runs(open_db(tmp_path / "runs.db")) if run["seed"] is not None and run["seed"] >= slots]
