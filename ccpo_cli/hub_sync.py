@@ -199,7 +199,7 @@ class _Hub:
 
         def fetch() -> None:
             session = get_session()
-            if hasattr(session, "stream"):  # httpx (huggingface_hub 1.x/2.x)
+            if callable(getattr(session, "stream", None)):  # httpx (huggingface_hub 1.x/2.x); requests has a flag
                 with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
                     _store(response.status_code, response.headers, response.iter_bytes(1 << 16), target, cap, path_in_repo)
             else:  # requests (huggingface_hub 0.3x)
@@ -236,6 +236,9 @@ def _hub(repo_id: str, *, token: str | None, endpoint: str, timeouts: HubTimeout
          retry: RetryPolicy) -> _Hub:
     from huggingface_hub import HfApi
 
+    from ccpo_cli.hub import check_endpoint_supported
+
+    check_endpoint_supported(endpoint)  # huggingface_hub 0.3x takes the address from HF_ENDPOINT only
     if not token:
         raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)

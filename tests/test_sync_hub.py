@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 from fakehub import FakeHub
-from helpers_sync import copy_database, full_run, machine, record_step, table_snapshot
+from helpers_sync import (
+    copy_database,
+    full_run,
+    hub_started_at,
+    machine,
+    record_step,
+    table_snapshot,
+)
 from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app
@@ -24,8 +31,9 @@ FAST = RetryPolicy(attempts=8, first_delay_s=0.05, max_delay_s=0.4)
 
 
 @pytest.fixture
-def hub(hub_env, loopback_only):
+def hub(hub_env, loopback_only, monkeypatch):
     with FakeHub(token=TOKEN) as fake:
+        hub_started_at(monkeypatch, fake.endpoint)
         yield fake
     assert loopback_only == [], f"sync tried to leave the machine: {loopback_only}"
 
