@@ -184,3 +184,19 @@ def test_a_rerun_of_a_prefix_with_other_settings_is_refused(game_dirs, tmp_path)
     # Another number of rollout workers measures the same thing: the finished runs are reused.
     again = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="p", workers=1))
     assert again.run_names == first.run_names and again.stopped_reason == "all seeds done"
+
+
+def test_runs_created_for_a_ray_task_that_never_returned_do_not_block_a_restart(tmp_path):
+    from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.experiments.matrix import _plan, check_rerun
+    from ccpo_cli.store import ensure_run
+
+    db_path = tmp_path / "runs.db"
+    plan = _plan(MatrixDesign(("grpo", "gigpo"), (0,), 30.0, recipe=default_recipe(**TINY), warm_start=0), db_path)
+    db = open_db(db_path)
+    for run in plan.blocks[0].runs():
+        ensure_run(db, run.name)  # what the Ray driver does before it sends a block
+    check_rerun(db, plan)
+    ensure_run(db, plan.blocks[0].run_names[0], config={"train": {**plan.blocks[0].recipe.as_dict(), "steps": 9}})
+    with pytest.raises(InvalidInput, match=r"steps 9 \(now 2\)"):
+        check_rerun(db, plan)

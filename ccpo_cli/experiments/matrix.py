@@ -183,6 +183,8 @@ def check_rerun(db, plan: _Plan) -> None:
                 recorded = get_run(db, run.name)
             except InvalidInput:
                 continue
+            if recorded.get("config") is None and recorded["status"] == "created" and not recorded["n_evaluations"]:
+                continue  # created for a Ray task that never came back: nothing was trained under this name
             differences = protocol_differences((recorded.get("config") or {}).get("train"), run.config)
             if recorded.get("arm_fingerprint") not in (None, run.arm.fingerprint):
                 differences.insert(0, f"arm fingerprint {recorded['arm_fingerprint']} (now {run.arm.fingerprint})")
