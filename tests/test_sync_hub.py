@@ -225,10 +225,10 @@ def test_a_download_is_bounded_in_bytes_and_every_call_in_time(tmp_path):
     target = tmp_path / "part.parquet"
     with pytest.raises(RemoteError, match="more than the 15 bytes expected"):
         _store(200, {}, iter([b"x" * 10, b"y" * 10]), target, 15, "data/a/r/runs-1-2.parquet")
-    started = time.monotonic()
+    # A Hub that never finishes answering: without the deadline the call would return after 30 s
+    # without an error.
     with pytest.raises(RemoteError, match="deadline of 0.2 s passed"):
-        _within(_Deadline(0.2, REPO), "listing", lambda: time.sleep(30))  # a Hub that never finishes answering
-    assert time.monotonic() - started < 10
+        _within(_Deadline(0.2, REPO), "listing", lambda: time.sleep(30))
     assert RetryPolicy(first_delay_s=1.0, max_delay_s=30.0).wait(10) < 45  # capped, with jitter
     assert 0.5 <= RetryPolicy(first_delay_s=1.0).wait(0, retry_after=1.0) < 1.5
 
