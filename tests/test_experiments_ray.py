@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 from helpers_sync import table_snapshot
@@ -77,6 +78,13 @@ def test_a_local_ray_instance_records_the_same_window_means(tiny_design, without
         hashes = {get_run(open_db(db_path), f"r-{arm}-seed{seed}")["step1_rollout_hash"] for arm in ARMS}
         assert len(hashes) == 1 and None not in hashes
     assert all(run["status"] == "finished" for run in list_runs(open_db(db_path)))
+    # The checkpoint rows came back too, naming the same files as without Ray.
+    def checkpoints(path):
+        db = open_db(path)
+        names = {run["id"]: run["name"] for run in db["runs"].rows}
+        return sorted((names[row["run_id"]], row["step"], Path(row["path"]).relative_to(path.parent).as_posix())
+                      for row in db["checkpoints"].rows)
+    assert checkpoints(db_path) == checkpoints(plain_db) != []
     assert sum(result.nodes.values()) == 2 and lines[-1].startswith("runs 4/4 on 1 node ·")
     # The runs' folders are where the matrix without Ray puts them, next to the runs database.
     assert (tmp_path / "ccpo-runs" / "r-grpo-seed0" / "metrics.jsonl").is_file()
@@ -115,6 +123,7 @@ def test_a_block_trained_twice_changes_nothing(tiny_design, tmp_path):
     merged = merge_chunks(open_db(db_path), first.chunks, where="first attempt")
     assert merged.by_table["evaluations"]["new"] == 2 * len(ARMS)
     before = table_snapshot(db_path), evidence(db_path)
+    checkpoints_before = [dict(row) for row in open_db(db_path)["checkpoints"].rows]
     runs_before = {run["uid"]: {k: v for k, v in run.items() if k != "updated_at"} for run in open_db(db_path)["runs"].rows}
     for run in block.runs():
         shutil.rmtree(block.run_dir(run.name))  # the second node has none of the first one's files
@@ -122,7 +131,11 @@ def test_a_block_trained_twice_changes_nothing(tiny_design, tmp_path):
     again = merge_chunks(open_db(db_path), second.chunks, where="second attempt")
     assert again.total("new") == 0 and again.total("conflict") == 0
     assert again.by_table["evaluations"]["duplicate"] == 2 * len(ARMS)
+    # The second attempt wrote its checkpoints again (the files record the wall time): the rows
+    # of the first stand.
+    assert sum(again.by_table["checkpoints"].values()) == merged.by_table["checkpoints"]["new"] > 0
     assert (table_snapshot(db_path), evidence(db_path)) == before
+    assert [dict(row) for row in open_db(db_path)["checkpoints"].rows] == checkpoints_before
     runs_after = {run["uid"]: {k: v for k, v in run.items() if k != "updated_at"} for run in open_db(db_path)["runs"].rows}
     assert runs_after == runs_before
 

@@ -8,8 +8,8 @@ Each block is one task asking for as many CPUs as the run has rollout workers (R
 task's OMP_NUM_THREADS to that number; the trainer uses one torch thread of its own). A task
 trains its block into a database of its own on its node, `RUN_ROOT/_blocks/PREFIX-seedN-ID.db`,
 first seeded with the driver's rows of those runs (so a run stopped half-way resumes from its
-checkpoint), and returns every row of the block's runs. Only the driver writes the matrix's
-runs.db, merging what a task returns with the store's rules (store/sync.py): the rows are
+checkpoint), and returns every row of the block's runs, checkpoint rows included (they name
+files on that node). Only the driver writes the matrix's runs.db, merging what a task returns with the store's rules (store/sync.py): the rows are
 content-keyed and the runs are matched by the global ids the driver created, so a task that ran
 twice (Ray retries a task whose worker died) changes nothing. The block's database stays on
 the node, so a retry there returns what the first attempt recorded.
@@ -87,7 +87,7 @@ def run_block_task(block: Block, driver_rows: list[Chunk], database: str) -> Blo
     merge_chunks(db, driver_rows, where=f"the driver's rows of seed {block.seed}")
     train_block(block, database)
     ids = [run_id(db, run.name) for run in block.runs()]
-    return BlockReturn(block.seed, list(export_chunks(db, ids)), _node_label())
+    return BlockReturn(block.seed, list(export_chunks(db, ids, checkpoints=True)), _node_label())
 
 
 def _node_label() -> str:

@@ -165,7 +165,7 @@ def _table_rows(db: sqlite_utils.Database, table: str, run: dict[str, Any]) -> I
         yield [_run_export_row(run)]
         return
     source = {"evaluations": "evaluations", "conflicts": "conflicts", "facts": "run_facts",
-              "publications": "publications"}[table]
+              "publications": "publications", "checkpoints": "checkpoints"}[table]
     last_id = 0
     while True:
         batch = list(db[source].rows_where("run_id = ? AND id > ?", [run["id"], last_id], order_by="id",
@@ -182,6 +182,8 @@ def _table_rows(db: sqlite_utils.Database, table: str, run: dict[str, Any]) -> I
         elif table == "facts":
             yield [dict({key: row[key] for key in ("key", "value", "source", "recorded_at")}, run_uid=uid)
                    for row in batch]
+        elif table == "checkpoints":
+            yield [dict({key: row[key] for key in _CHECKPOINT_COLUMNS}, run_uid=uid) for row in batch]
         else:
             yield [dict({key: row[key] for key in ("repo_id", "revision", "commit_id", "card_hash", "status",
                                                     "checkpoint_step", "url", "published_at")}, run_uid=uid)
@@ -200,13 +202,15 @@ def _runs(db: sqlite_utils.Database, run_ids: Iterable[int] | None) -> Iterator[
 
 
 def export_chunks(db: sqlite_utils.Database, run_ids: Iterable[int] | None = None, *,
-                  repo_id: str | None = None) -> Iterator[Chunk]:
+                  repo_id: str | None = None, checkpoints: bool = False) -> Iterator[Chunk]:
     """The rows of these runs (every run when None), run by run and table by table (`TABLES`).
 
     With `repo_id`, only rows not yet known to be in that dataset: never pushed from here and
-    never merged from it."""
+    never merged from it. `checkpoints` adds the checkpoint rows, which name files on this
+    machine: for a Ray task's return to a driver that shares the files' filesystem or at least
+    their paths, never for a dataset."""
     for run in _runs(db, run_ids):
-        for table in TABLES:
+        for table in TABLES + (("checkpoints",) if checkpoints else ()):
             for rows in _table_rows(db, table, run):
                 if repo_id is not None:
                     known = _known(db, repo_id, [item_key(table, row) for row in rows])
@@ -470,6 +474,20 @@ def _merge_fact(db: sqlite_utils.Database, row: dict[str, Any], run_id: int, whe
     return "conflict" if conflicts else "new"
 
 
+_CHECKPOINT_COLUMNS = ("step", "path", "sha256", "size_bytes", "created_at")
+
+
+def _merge_checkpoint(db: sqlite_utils.Database, row: dict[str, Any], run_id: int) -> str:
+    """A checkpoint row once per (run, step, path). A retried task writes the file again, and its
+    bytes differ (the file records the wall time); the row of the first stands, counted `rewritten`."""
+    same = next(db["checkpoints"].rows_where("run_id = ? AND step = ? AND path = ?", [run_id, row["step"], row["path"]],
+                                             limit=1), None)
+    if same is None:
+        db["checkpoints"].insert(dict({key: row[key] for key in _CHECKPOINT_COLUMNS}, run_id=run_id))
+        return "new"
+    return "duplicate" if same["sha256"] in (None, row["sha256"]) else "rewritten"
+
+
 _PUBLICATION_COLUMNS = ("repo_id", "revision", "commit_id", "card_hash", "status", "checkpoint_step", "url",
                         "published_at")
 
@@ -506,8 +524,12 @@ def merge_rows(db: sqlite_utils.Database, table: str, rows: Iterable[dict[str, A
                     outcome = _merge_evaluation(db, table, row, local["id"], where)
                 elif table == "facts":
                     outcome = _merge_fact(db, row, local["id"], where)
-                else:
+                elif table == "checkpoints" and origin is None:
+                    outcome = _merge_checkpoint(db, row, local["id"])
+                elif table == "publications":
                     outcome = _merge_publication(db, row, local["id"])
+                else:
+                    raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
             counts.add(table, outcome)
             if origin is not None:
                 db["sync_items"].insert_all(
@@ -518,8 +540,10 @@ def merge_rows(db: sqlite_utils.Database, table: str, rows: Iterable[dict[str, A
 
 
 def merge_chunks(db: sqlite_utils.Database, chunks: Iterable[Chunk], *, where: str) -> MergeCounts:
-    """Merge exported chunks (a Ray task's records) in `TABLES` order, all in one transaction."""
-    ordered = sorted(chunks, key=lambda chunk: TABLES.index(chunk.table))
+    """Merge exported chunks (a Ray task's records, checkpoints included) in `TABLES` order, all
+    in one transaction."""
+    order = (*TABLES, "checkpoints")
+    ordered = sorted(chunks, key=lambda chunk: order.index(chunk.table))
     counts = MergeCounts()
     with write_transaction(db):
         for chunk in ordered:
