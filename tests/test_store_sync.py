@@ -162,3 +162,19 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
     not_parquet.write_bytes(b"PAR1 nothing")
     with pytest.raises(InvalidInput, match="not a readable parquet part"):
         read_part(not_parquet, "data/x/r/runs-1-2.parquet")
+
+
+def test_without_pyarrow_parts_are_one_clear_error(tmp_path, monkeypatch):
+    import sys
+
+    from ccpo_cli.errors import CcpoError
+
+    a = machine(tmp_path, "node-a", monkeypatch)
+    full_run(a, "r1")
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    with pytest.raises(CcpoError, match=r"pip install 'ccpo\[sync\]'"):
+        write_parts(open_db(a), tmp_path / "out", "node-a", repo_id=REPO)
+    # The Ray path moves rows without parquet: it does not need pyarrow.
+    assert merge_chunks(open_db(machine(tmp_path, "driver", monkeypatch)), list(export_chunks(open_db(a))),
+                        where="block").by_table["evaluations"]["new"] == 2

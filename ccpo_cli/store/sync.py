@@ -35,7 +35,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ccpo_cli.errors import InvalidInput
+from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.names import check_run_name, host_label, qualified_run_name
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
@@ -63,8 +63,18 @@ RUN_PROGRESS = tuple(column for column in RUN_COLUMNS
 _EPISODE_FIELDS = ("episode_index", "game_id", "task_type", "won", "turns", "invalid_turns", "reward")
 
 
+def _pyarrow():
+    """pyarrow and its parquet module, or one line saying how to install them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise CcpoError("parquet parts need pyarrow, which is not installed (pip install 'ccpo[sync]')") from None
+    return pyarrow, pyarrow.parquet
+
+
 def _schemas() -> dict[str, Any]:
-    import pyarrow as pa
+    pa, _ = _pyarrow()
 
     text, integer, real = pa.string(), pa.int64(), pa.float64()
     task_type = pa.struct([("task_type", text), ("episodes", integer), ("successes", integer), ("success_rate", real)])
@@ -241,9 +251,7 @@ def write_parts(db: sqlite_utils.Database, folder: Path, host: str, *, repo_id: 
                 run_ids: Iterable[int] | None = None) -> list[PartFile]:
     """Write the rows `export_chunks` gives as parquet parts in `folder` (local file names are
     numbers; the dataset path is `part_path`). One part per run and table."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    pa, pq = _pyarrow()
     schemas = _schemas()
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[PartFile] = []
@@ -282,9 +290,7 @@ def part_table(path_in_repo: str) -> str | None:
 def read_part(local_path: Path, path_in_repo: str) -> tuple[str, Iterator[list[dict[str, Any]]]]:
     """The table and the rows (CHUNK_ROWS at a time) of a downloaded part; InvalidInput naming the
     part when it is not a ccpo part of a format this ccpo reads."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    pa, pq = _pyarrow()
     try:
         parquet = pq.ParquetFile(local_path)
     except (pa.ArrowException, OSError) as error:
