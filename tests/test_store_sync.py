@@ -158,6 +158,13 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
         merge_part(open_db(c), evaluations.local_path, evaluations.path_in_repo, Origin(REPO, "c1", evaluations.path_in_repo))
     assert open_db(c)["evaluations"].count == 0
     assert not part_already_merged(open_db(c), REPO, evaluations.path_in_repo, None)
+    # Right columns, wrong contents: an episode's extra fields that are not JSON.
+    rows = table.to_pylist()
+    rows[0]["episode_rows"][0]["extra"] = "{not json"
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), evaluations.local_path)
+    with pytest.raises(InvalidInput, match="a row of evaluations that ccpo cannot read"):
+        merge_part(open_db(c), evaluations.local_path, evaluations.path_in_repo, Origin(REPO, "c1", evaluations.path_in_repo))
+    assert open_db(c)["evaluations"].count == 0
     not_parquet = tmp_path / "junk.parquet"
     not_parquet.write_bytes(b"PAR1 nothing")
     with pytest.raises(InvalidInput, match="not a readable parquet part"):

@@ -515,34 +515,45 @@ def merge_rows(db: sqlite_utils.Database, table: str, rows: Iterable[dict[str, A
     counts = counts if counts is not None else MergeCounts()
     with write_transaction(db):
         for row in rows:
-            derived_key = None
-            if table == "runs":
-                before = next(db["runs"].rows_where("uid = ?", [row.get("uid")], limit=1), None)
-                local, outcome = _merge_run(db, row, where)
-                # A run that held nothing unpushed is, once merged, what the dataset itself gives:
-                # its merged snapshot need not be pushed back. One with local changes still is.
-                if origin is not None and outcome == "updated" and _known(
-                        db, origin.repo_id, [item_key("runs", _run_export_row(before))]):
-                    derived_key = item_key("runs", _run_export_row(local))
-            else:
-                local = _local_run(db, row.get("run_uid"), where)
-                if table in ("evaluations", "conflicts"):
-                    outcome = _merge_evaluation(db, table, row, local["id"], where)
-                elif table == "facts":
-                    outcome = _merge_fact(db, row, local["id"], where)
-                elif table == "checkpoints" and origin is None:
-                    outcome = _merge_checkpoint(db, row, local["id"])
-                elif table == "publications":
-                    outcome = _merge_publication(db, row, local["id"])
-                else:
-                    raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
-            counts.add(table, outcome)
-            if origin is not None:
-                db["sync_items"].insert_all(
-                    ({"repo_id": origin.repo_id, "item_key": key, "run_id": local["id"], "direction": "pull",
-                      "commit_id": origin.commit_id, "part": origin.part, "recorded_at": utc_now()}
-                     for key in (item_key(table, row), derived_key) if key is not None), ignore=True)
+            try:
+                _merge_one(db, table, row, where, origin, counts)
+            except (TypeError, ValueError, KeyError, AttributeError) as error:
+                # A row of the right columns holding something else (hand-made or damaged): refused,
+                # and the transaction leaves nothing of the part behind.
+                raise InvalidInput(f"{where}: a row of {table} that ccpo cannot read ({type(error).__name__}: "
+                                   f"{' '.join(str(error).split())[:200]})") from None
     return counts
+
+
+def _merge_one(db: sqlite_utils.Database, table: str, row: dict[str, Any], where: str, origin: Origin | None,
+               counts: MergeCounts) -> None:
+    derived_key = None
+    if table == "runs":
+        before = next(db["runs"].rows_where("uid = ?", [row.get("uid")], limit=1), None)
+        local, outcome = _merge_run(db, row, where)
+        # A run that held nothing unpushed is, once merged, what the dataset itself gives:
+        # its merged snapshot need not be pushed back. One with local changes still is.
+        if origin is not None and outcome == "updated" and _known(
+                db, origin.repo_id, [item_key("runs", _run_export_row(before))]):
+            derived_key = item_key("runs", _run_export_row(local))
+    else:
+        local = _local_run(db, row.get("run_uid"), where)
+        if table in ("evaluations", "conflicts"):
+            outcome = _merge_evaluation(db, table, row, local["id"], where)
+        elif table == "facts":
+            outcome = _merge_fact(db, row, local["id"], where)
+        elif table == "checkpoints" and origin is None:
+            outcome = _merge_checkpoint(db, row, local["id"])
+        elif table == "publications":
+            outcome = _merge_publication(db, row, local["id"])
+        else:
+            raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
+    counts.add(table, outcome)
+    if origin is not None:
+        db["sync_items"].insert_all(
+            ({"repo_id": origin.repo_id, "item_key": key, "run_id": local["id"], "direction": "pull",
+              "commit_id": origin.commit_id, "part": origin.part, "recorded_at": utc_now()}
+             for key in (item_key(table, row), derived_key) if key is not None), ignore=True)
 
 
 def merge_chunks(db: sqlite_utils.Database, chunks: Iterable[Chunk], *, where: str) -> MergeCounts:
