@@ -24,6 +24,8 @@ DEFAULT_TEMPERATURE = 0.4  # verl-agent's validation sampling temperature
 HELDOUT_PANEL = "heldout-panel"
 # agents whose actions are sampled from a policy at a temperature
 SAMPLING_AGENTS = {"hf", "vllm", "local"}
+# The local backend's policy as an agent: named here, below the backends, never by the agents.
+registry.register_lazy_agent("local", "ccpo_cli.backends.local.agent:make_local_agent")
 
 
 def resolve_games(games: Path | None) -> tuple[list[str], str]:

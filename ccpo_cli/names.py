@@ -10,6 +10,11 @@ card, publish):
   no spaces, no control characters, no newline: the whole name must match, not a prefix);
 - no `..` anywhere.
 
+A run pulled from another machine whose name is already taken here by a different run (another
+global id) is stored as `NAME@HOST`, HOST being the machine that created it (`ccpo sync pull`,
+docs/sync.md): the rule above for NAME, then one `@` and a host label (`host_label`: ASCII
+letters, digits, `.` and `-`, at most `HOST_LABEL_MAX` characters).
+
 Repository ids follow the Hub's own rule, checked by huggingface_hub's `validate_repo_id`
 (the same function in the 0.3x and 1.x/2.x lines), and must name an owner: `owner/name`.
 """
@@ -23,12 +28,34 @@ from ccpo_cli.errors import InvalidInput
 
 RUN_NAME_MAX = 100
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+HOST_LABEL_MAX = 64
+HOST_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
+
+
+def host_label(text: str | None) -> str:
+    """A machine name as ccpo records it: runs of other characters become `-`, at most
+    HOST_LABEL_MAX characters, `unknown-host` when nothing is left."""
+    label = re.sub(r"[^A-Za-z0-9.-]+", "-", str(text or "")).strip(".-")[:HOST_LABEL_MAX].strip(".-")
+    label = re.sub(r"\.{2,}", ".", label)
+    return label if label and HOST_LABEL.fullmatch(label) else "unknown-host"
+
+
+def qualified_run_name(name: str, host: str) -> str:
+    """`NAME@HOST`: how a run of another machine is shown when NAME is taken here."""
+    return check_run_name(f"{name.partition('@')[0]}@{host_label(host)}")
 
 
 def check_run_name(name: str, option: str = "--run") -> str:
     """The name unchanged, or InvalidInput (exit 3) saying which part of the rule it breaks."""
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"{option}: a run name is needed")
+    base, at, host = name.partition("@")
+    if at:
+        if not HOST_LABEL.fullmatch(host) or len(host) > HOST_LABEL_MAX or ".." in host:
+            raise InvalidInput(f"{option} {name!r}: after '@' comes the host label of the machine that "
+                               f"created the run (letters, digits, '.' and '-', at most {HOST_LABEL_MAX})")
+        check_run_name(base, option)
+        return name
     if len(name) > RUN_NAME_MAX:
         raise InvalidInput(f"{option}: run name is {len(name)} characters long; at most {RUN_NAME_MAX}")
     if not RUN_NAME.fullmatch(name) or ".." in name:

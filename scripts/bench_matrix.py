@@ -1,7 +1,18 @@
-"""Runs per hour and seconds per environment step of a matrix run: 10b371c's defaults against
-today's levers, side by side in one process.
+"""What a matrix run costs on this machine, measured side by side in one process.
 
-The variants:
+Two comparisons (`--compare`):
+
+* `executors` (the default): the same matrix (same arms, seeds and recipe, by default the
+  `ccpo matrix` defaults) run twice, once as the matrix runs without Ray (one block at a time,
+  its rollouts on a process pool of `--pool-workers` forked workers) and once with
+  `--ray-address local` (each block a Ray task with `--ray-workers` rollout workers, as many
+  blocks at once as the machine's cores allow). It prints runs per hour of each (wall time
+  including Ray's start-up), checks that both recorded the same evaluations, and projects
+  runs per hour and the minimum detectable difference (MDD, `ccpo_cli.report.power.paired_mdd`)
+  of a 30-minute matrix on `--cores` cores from the measured cost of a block.
+* `engine`: 10b371c's engine defaults against today's levers (below).
+
+The engine variants:
 - "10b371c defaults": transition cache on (60 000 edges), 48 loaded games per worker,
   evaluations every 5 steps from step 0;
 - "engine levers": transition cache off, 320 loaded games per worker (the whole panel stays
@@ -12,13 +23,15 @@ The variants:
   window on (`--eval-from`): the untrained policy and the early steps fail most games, so their
   evaluations are the longest and are never compared.
 
-Each variant trains the same short runs (same arm, same seeds) with the local backend; the
+Each engine variant trains the same short runs (same arm, same seeds) with the local backend; the
 variants alternate run by run so that a change in machine load hits all alike. Training is the
 same in every variant, so each run's rollouts and its evaluations at the steps the variants share
 must be identical; the script checks that and says so.
 
-    python scripts/bench_matrix.py                      # 2 runs x 20 steps per variant, whole panel
-    python scripts/bench_matrix.py --runs 3 --steps 10 --eval-games 32   # a quicker look
+    python scripts/bench_matrix.py                                   # pool vs local Ray, 2 seeds, matrix defaults
+    python scripts/bench_matrix.py --seeds 2 --steps 6 --warm-start 2 --eval-games 32   # a quicker look
+    python scripts/bench_matrix.py --compare engine                  # 2 runs x 20 steps per variant, whole panel
+    python scripts/bench_matrix.py --compare engine --runs 3 --steps 10 --eval-games 32
 
 Runs per hour counts a run's whole wall time (worker start-up, training, evaluations,
 checkpoints); seconds per env step divide rollout and evaluation time by the engine steps taken.
@@ -54,15 +67,31 @@ VARIANTS = (
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--arm", default="return-hard")
-    parser.add_argument("--runs", type=int, default=2, help="runs per variant (seeds 0..runs-1)")
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--compare", choices=("executors", "engine"), default="executors")
+    parser.add_argument("--arm", default="return-hard", help="engine: the arm trained")
+    parser.add_argument("--arms", default="grpo,return-hard", help="executors: the matrix's arms")
+    parser.add_argument("--runs", type=int, default=2, help="engine: runs per variant (seeds 0..runs-1)")
+    parser.add_argument("--seeds", type=int, default=2, help="executors: seeds of the matrix (0..seeds-1)")
+    parser.add_argument("--steps", type=int, default=None, help="default: 20 (engine), the matrix's 16 (executors)")
+    parser.add_argument("--warm-start", type=int, default=None, help="executors: default the matrix's 10")
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
-    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--eval-every", type=int, default=None, help="default: 5 (engine), the matrix's 2 (executors)")
     parser.add_argument("--eval-games", type=int, default=None, help="default: the whole 128-game panel")
-    parser.add_argument("--workers", type=int, default=2)
-    return parser.parse_args(argv)
+    parser.add_argument("--workers", type=int, default=2, help="engine: rollout workers")
+    parser.add_argument("--pool-workers", type=int, default=2, help="executors: rollout workers of the matrix without Ray")
+    parser.add_argument("--ray-workers", type=int, default=1, help="executors: rollout workers (= CPUs) of each Ray task")
+    parser.add_argument("--cores", type=int, default=64, help="executors: cores of the projected machine")
+    parser.add_argument("--minutes", type=float, default=30.0, help="executors: budget of the projected matrix")
+    parser.add_argument("--paired-sd", type=float, default=5.20,
+                        help="executors: sd of the paired per-seed differences used for the projected MDD "
+                             "(default: the m30x matrix, docs/local-backend.md)")
+    args = parser.parse_args(argv)
+    if args.steps is None:
+        args.steps = 20 if args.compare == "engine" else None
+    if args.eval_every is None:
+        args.eval_every = 5 if args.compare == "engine" else None
+    return args
 
 
 def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, variant: Variant) -> dict:
@@ -125,8 +154,74 @@ def summarize(runs: list[dict]) -> dict:
     }
 
 
+def executor_matrix(args: argparse.Namespace, folder: Path, label: str, workers: int, ray_address: str | None) -> dict:
+    from ccpo_cli.experiments.matrix import MatrixDesign, default_recipe, run_matrix
+    from ccpo_cli.store import open_db, run_evaluations
+
+    given = {"steps": args.steps, "eval_every": args.eval_every, "eval_games": args.eval_games,
+             "tasks": args.tasks, "group": args.group, "workers": workers}
+    recipe = default_recipe(**{key: value for key, value in given.items() if value is not None})
+    extra = {} if args.warm_start is None else {"warm_start": args.warm_start}
+    design = MatrixDesign(tuple(args.arms.split(",")), tuple(range(args.seeds)), 10_000.0, recipe=recipe,
+                          prefix="bench", **extra)
+    db_path = folder / label.replace(" ", "-") / "runs.db"
+    db_path.parent.mkdir(parents=True)
+    started = time.perf_counter()
+    result = run_matrix(db_path, design, ray_address=ray_address,
+                        progress=lambda line: print(f"[{label}] {line}", file=sys.stderr, flush=True))
+    wall = time.perf_counter() - started
+    db = open_db(db_path)
+    evaluations = {name: [(row["step"], row["content_hash"]) for row in run_evaluations(db, name)]
+                   for name in result.run_names}
+    return {"label": label, "wall_s": wall, "matrix_s": result.elapsed_s, "runs": len(result.run_names),
+            "blocks": len(result.seeds_compared), "block_s": result.block_seconds, "evaluations": evaluations,
+            "window_means": {entry["run"]: entry["window"]["mean"] for entry in result.comparison["runs"]},
+            "nodes": result.nodes, "arms": len(design.arms)}
+
+
+def compare_executors(args: argparse.Namespace) -> int:
+    import os
+
+    from ccpo_cli.report.power import paired_mdd
+
+    cores_here = os.cpu_count() or 1
+    with tempfile.TemporaryDirectory(prefix="ccpo-bench-executors-") as tmp:
+        pool = executor_matrix(args, Path(tmp), "process pool", args.pool_workers, None)
+        ray = executor_matrix(args, Path(tmp), "local Ray", args.ray_workers, "local")
+    identical = pool["evaluations"] == ray["evaluations"] and pool["window_means"] == ray["window_means"]
+    slots_here = max(1, cores_here // max(1, args.ray_workers))
+    print(f"{args.seeds} seeds x arms {args.arms}; recipe: steps {args.steps or 'matrix default'}, warm start "
+          f"{'matrix default' if args.warm_start is None else args.warm_start}, {args.tasks} tasks x {args.group} "
+          f"rollouts, {args.eval_games or 'whole-panel'} evaluations; this machine: {cores_here} cores")
+    print(f"{'':44}{'runs/hour':>10}{'wall':>9}{'per block':>11}")
+    for row, how in ((pool, f"1 block at a time, {args.pool_workers} workers"),
+                     (ray, f"{slots_here} blocks at a time, {args.ray_workers} worker(s)")):
+        per_block = sum(row["block_s"]) / len(row["block_s"])
+        print(f"{row['label'] + ' (' + how + ')':44}{3600 * row['runs'] / row['wall_s']:10.1f}{row['wall_s']:8.0f}s"
+              f"{per_block:10.0f}s")
+    print(f"{'ratio: local Ray / process pool':44}{pool['wall_s'] / ray['wall_s']:9.2f}x")
+    print(f"identical evaluations and window means in both: {'yes' if identical else 'NO'}")
+    # Projection: a block is one core's work with one rollout worker; on `cores` cores, that many
+    # blocks run at once. The matrix starts a block only if it can end within the budget.
+    block_s = sum(ray["block_s"]) / len(ray["block_s"])
+    block_core_s = block_s * max(1, args.ray_workers)
+    slots = max(1, args.cores // max(1, args.ray_workers))
+    waves = max(1, int(args.minutes * 60 // block_s))
+    pairs = slots * waves
+    runs_per_hour = 3600 * slots * ray["arms"] / block_s
+    print(f"projection for {args.cores} cores, from the local Ray blocks here ({block_s:.0f} s each, "
+          f"{block_core_s:.0f} core-s; assumes blocks scale with cores and memory for {slots} blocks): "
+          f"{runs_per_hour:.0f} runs/hour; a {args.minutes:g}-minute matrix of {ray['arms']} arms completes "
+          f"{waves} wave(s) of {slots} blocks = {pairs} pairs, MDD {paired_mdd(args.paired_sd, pairs):.2f} points at a "
+          f"paired sd of {args.paired_sd:g} (this machine's {args.minutes:g} minutes: "
+          f"{max(1, int(args.minutes * 60 // (sum(pool['block_s']) / len(pool['block_s']))))} pairs)")
+    return 0 if identical else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.compare == "executors":
+        return compare_executors(args)
     results: dict[str, list[dict]] = {variant.label: [] for variant in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="ccpo-bench-matrix-") as tmp:
         folder = Path(tmp)

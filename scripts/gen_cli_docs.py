@@ -98,7 +98,19 @@ NOTES: dict[str, str] = {
     "starts that would end past `--minutes`, so every arm keeps the same seeds; progress (runs done, "
     "time left, current minimum detectable difference) on stderr; ends with `ccpo compare` on the "
     "complete blocks (`--json`: `{\"matrix\": ..., \"compare\": ...}`). Finished runs are reused on "
-    "a restart. See docs/local-backend.md.",
+    "a restart, and only when they recorded the same training settings: a rerun of a prefix with "
+    "other settings exits 3 naming the differences. `--ray-address ADDRESS|local` runs each seed "
+    "block as a Ray task (progress counts nodes; `--json` adds `nodes` and `incomplete_blocks`); "
+    "without it Ray is never touched. See docs/local-backend.md.",
+    "sync push": "Added command: one commit of parquet parts (`data/HOST/RUN/...`) without "
+    "`parent_commit`, retried on 409/429/5xx with backoff and jitter within `--deadline`; a new "
+    "dataset is private; an existing public one needs `--public` (else exit 3). Hub failures exit 4. "
+    "See docs/sync.md.",
+    "sync pull": "Added command: merges one pinned dataset commit with the store's rules (runs "
+    "matched by their global id, `NAME@HOST` when the name is taken here; identical results once, "
+    "different ones a recorded conflict); parts already merged are skipped, so a second pull "
+    "changes nothing. `--json`: per table counts of new, duplicate and conflicting rows, and the "
+    "commit. See docs/sync.md.",
     "runs list": "A run whose trainer is gone (its process ended, or another host's trainer stopped "
     "its heartbeat) is shown as `interrupted`, with its last step; the JSON keeps `recorded_status` "
     "and says why in `interrupted_because`; a failed run carries `failure` (step, quantity, message). "

@@ -60,8 +60,8 @@ def split_variance(values: list[float], eval_variances: list[float]) -> dict:
 
 
 def decompose(db_path: str, arm_a: str, arm_b: str, prefix: str, window_start: int) -> dict:
-    from ccpo_cli.backends.local.matrix import run_name
     from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.experiments.matrix import run_name
     from ccpo_cli.report.power import paired_mdd, paired_seeds_needed
     from ccpo_cli.store import open_db, run_evaluations
 

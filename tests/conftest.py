@@ -17,6 +17,8 @@ from hypothesis import settings as hypothesis_settings
 os.environ.setdefault("ALFWORLD_DATA", tempfile.mkdtemp(prefix="ccpo-alfworld-data-"))
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Ray instances the tests start listen on 127.0.0.1 only (read by Ray when it is imported).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Shipped game sets are regenerated from their manifests into this cache, once per test session.
 os.environ.setdefault("CCPO_CACHE_DIR", tempfile.mkdtemp(prefix="ccpo-cache-"))

@@ -2,7 +2,10 @@
 
 It answers the endpoints huggingface_hub 2.x calls when ccpo publishes (see
 docs/contributing.md, "Tests"): whoami, repos/create, validate-yaml, preupload, commit,
-branch, model info and file resolve. Repositories are kept in memory as a linear history of
+branch, model info and file resolve; and, for `ccpo sync`, dataset repositories (create, info,
+tree, preupload, commit, resolve; see "Dataset repositories" below), whose commits are
+serialised as the Hub does: a commit arriving while another is being applied gets 409.
+Repositories are kept in memory as a linear history of
 snapshots per branch, so a test can read back exactly what was committed, and every request is
 recorded (method, path, query, headers, body) so a test can assert the sequence, the auth header
 and the payloads. The real huggingface_hub client talks to it over HTTP: nothing is mocked.
@@ -14,6 +17,7 @@ import base64
 import hashlib
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -73,6 +77,15 @@ class FakeHub:
         self.truncate_paths: set[str] = set()
         self._lock = threading.Lock()
         self._commit_counter = 0
+        # Dataset repositories (`ccpo sync`), kept apart from the model repositories above.
+        self.datasets: dict[str, Repo] = {}
+        # Seconds a dataset commit holds its repository: a commit arriving meanwhile gets 409.
+        self.dataset_commit_seconds = 0.0
+        # Statuses answered to the next dataset commits instead of applying them (e.g. [429, 503]).
+        self.dataset_commit_failures: list[int] = []
+        # The status of every dataset commit answered, in order.
+        self.dataset_commit_answers: list[int] = []
+        self._datasets_committing: set[str] = set()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -198,14 +211,20 @@ def _make_handler(hub: FakeHub):
 
         def do_GET(self):
             path, query, _ = self._record()
+            if _dataset_get(self, hub, path, query):
+                return
             self._route_get(path, query)
 
         def do_HEAD(self):
             path, query, _ = self._record()
+            if _dataset_get(self, hub, path, query):
+                return
             self._route_get(path, query)
 
         def do_POST(self):
             path, query, body = self._record()
+            if _dataset_post(self, hub, path, query, body):
+                return
             if path == "/api/validate-yaml":
                 return self._validate_yaml(body)
             if not self._authorized():
@@ -373,3 +392,144 @@ def _make_handler(hub: FakeHub):
             self._send(200, {})
 
     return Handler
+
+
+# --- Dataset repositories (`ccpo sync`) ---------------------------------------------------
+#
+# The routes huggingface_hub calls for repo_type="dataset": /api/repos/create with type
+# "dataset", /api/datasets/NS/NAME[/revision/REV], .../tree/REV/PATH, .../preupload/REV,
+# .../commit/REV, and /datasets/NS/NAME/resolve/REV/PATH. A commit takes its repository for
+# `hub.dataset_commit_seconds`; another commit arriving meanwhile is answered 409, as the Hub
+# answers a commit racing another, and the client is expected to retry.
+
+CONCURRENT_COMMIT_MESSAGE = "A commit is already being applied to this repository; retry the commit."
+
+
+def _dataset_get(handler, hub: FakeHub, path: str, query: dict) -> bool:
+    parts = path.strip("/").split("/")
+    if len(parts) >= 5 and parts[0] == "datasets" and parts[3] == "resolve":
+        _dataset_resolve(handler, hub, f"{parts[1]}/{parts[2]}", parts[4], "/".join(parts[5:]))
+        return True
+    if len(parts) < 4 or parts[:2] != ["api", "datasets"]:
+        return False
+    repo_id = f"{parts[2]}/{parts[3]}"
+    repo = hub.datasets.get(repo_id)
+    if not handler._visible(repo):
+        handler._error(404, "Repository not found", "RepoNotFound")
+        return True
+    if len(parts) >= 6 and parts[4] == "tree":
+        commit = repo.head(parts[5])
+        if commit is None:
+            handler._error(404, f"Invalid rev id: {parts[5]}", "RevisionNotFound")
+            return True
+        folder = "/".join(parts[6:]).strip("/")
+        prefix = f"{folder}/" if folder else ""
+        handler._send(200, [{"type": "file", "path": name, "size": len(content), "oid": hashlib.sha1(content).hexdigest()}
+                            for name, content in sorted(commit.files.items()) if name.startswith(prefix)])
+        return True
+    revision = "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
+    commit = repo.head(revision)
+    if commit is None:
+        handler._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
+        return True
+    siblings = [{"rfilename": name, "size": len(content)} for name, content in sorted(commit.files.items())]
+    handler._send(200, {"id": repo_id, "sha": commit.oid, "private": repo.private, "siblings": siblings,
+                        "tags": [], "downloads": 0, "likes": 0})
+    return True
+
+
+def _dataset_resolve(handler, hub: FakeHub, repo_id: str, revision: str, file_path: str) -> None:
+    repo = hub.datasets.get(repo_id)
+    if not handler._visible(repo):
+        return handler._error(404, "Repository not found", "RepoNotFound")
+    commit = repo.head(unquote(revision))
+    if commit is None:
+        return handler._error(404, "Invalid rev id", "RevisionNotFound")
+    if file_path not in commit.files:
+        return handler._error(404, "Entry not found", "EntryNotFound")
+    content = commit.files[file_path]
+    handler._send(200, raw=content, headers={"ETag": f'"{hashlib.sha1(content).hexdigest()}"',
+                                             "X-Repo-Commit": commit.oid, "Content-Type": "application/octet-stream"})
+
+
+def _dataset_post(handler, hub: FakeHub, path: str, query: dict, body: bytes) -> bool:
+    parts = path.strip("/").split("/")
+    is_create = path == "/api/repos/create" and json.loads(body or b"{}").get("type") == "dataset"
+    if not is_create and not (len(parts) >= 6 and parts[:2] == ["api", "datasets"]):
+        return False
+    if not handler._authorized():
+        handler._error(401, "Invalid credentials in Authorization header")
+        return True
+    if is_create:
+        payload = json.loads(body)
+        repo_id = f"{payload.get('organization') or hub.user}/{payload['name']}"
+        url = f"{hub.endpoint}/datasets/{repo_id}"
+        repo = Repo(repo_id=repo_id, private=payload.get("visibility") == "private" or bool(payload.get("private")))
+        repo.branches["main"] = [Commit(hub.new_oid(repo_id), "initial commit",
+                                        {".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"})]
+        with hub._lock:
+            exists = repo_id in hub.datasets
+            hub.datasets.setdefault(repo_id, repo)
+        if exists:
+            handler._send(409, {"error": "You already created this dataset repo", "url": url})
+            return True
+        handler._send(200, {"url": url, "name": repo_id, "id": repo_id})
+        return True
+    repo_id, action, revision = f"{parts[2]}/{parts[3]}", parts[4], "/".join(parts[5:])
+    repo = hub.datasets.get(repo_id)
+    if repo is None:
+        handler._error(404, "Repository not found", "RepoNotFound")
+    elif action == "preupload":
+        handler._preupload(json.loads(body or b"{}"))
+    elif action == "commit":
+        _dataset_commit(handler, hub, repo, revision, body)
+    else:
+        handler._error(404, f"no such endpoint: POST {path}")
+    return True
+
+
+def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: bytes) -> None:
+    def answer(status: int, *args, **kwargs) -> None:
+        with hub._lock:
+            hub.dataset_commit_answers.append(status)
+        (handler._send if status == 200 else handler._error)(status, *args, **kwargs)
+
+    def fail(status: int) -> None:
+        with hub._lock:
+            hub.dataset_commit_answers.append(status)
+        message = "Too many requests, slow down" if status == 429 else "Service temporarily unavailable"
+        handler._send(status, {"error": message}, headers={"X-Error-Message": message, "Retry-After": "1"})
+
+    with hub._lock:
+        failure = hub.dataset_commit_failures.pop(0) if hub.dataset_commit_failures else None
+        busy = failure is None and repo.repo_id in hub._datasets_committing
+        if failure is None and not busy:
+            hub._datasets_committing.add(repo.repo_id)
+    if failure is not None:
+        return fail(failure)
+    if busy:
+        return answer(409, CONCURRENT_COMMIT_MESSAGE)
+    refusal = None
+    try:
+        time.sleep(hub.dataset_commit_seconds)
+        decoded = decode_commit_payload(body)
+        with hub._lock:
+            head = repo.branches[revision][-1] if revision in repo.branches else None
+            parent = decoded["header"].get("parentCommit")
+            if head is None:
+                refusal = (404, f"Invalid rev id: {revision}", "RevisionNotFound")
+            elif parent is not None and parent != head.oid:
+                refusal = (412, CONFLICT_MESSAGE)
+            else:
+                tree = dict(head.files)
+                tree.update(decoded["files"])
+                summary = decoded["header"].get("summary", "")
+                oid = hashlib.sha1(f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[revision])}".encode()).hexdigest()
+                repo.branches[revision].append(Commit(oid, summary, tree))
+    finally:
+        with hub._lock:
+            hub._datasets_committing.discard(repo.repo_id)
+    if refusal is not None:
+        return answer(*refusal)
+    answer(200, {"commitUrl": f"{hub.endpoint}/datasets/{repo.repo_id}/commit/{oid}", "commitOid": oid,
+                 "pullRequestUrl": None})

@@ -1,7 +1,10 @@
 """Agent kinds by name: `make_agent("oracle" | "random" | "hf" | "vllm" | "local", ...)`.
 
-Built-in kinds, the local CPU policy included, are imported lazily (so `oracle` never imports
-torch and `vllm` is only needed when asked for). Other kinds register a factory:
+Built-in kinds are imported lazily (so `oracle` never imports torch and `vllm` is only needed
+when asked for). The `local` kind, the CPU policy of the local backend, lives a layer below the
+agents (docs/architecture.md §1), so the agents never name it: `ccpo_cli.evaluation`, which
+may import the backends, registers it lazily with `register_lazy_agent`. Other kinds register a
+factory:
 
     from ccpo_cli.agents.registry import register_agent
     register_agent("mine", make_my_agent)
@@ -26,13 +29,12 @@ AGENT_FACTORIES: dict[str, AgentFactory] = {}
 
 AGENT_KINDS = ("oracle", "random", "hf", "vllm", "local")
 
-# built-in kinds: "module:function" resolved on first use
+# built-in kinds: "module:function" resolved on first use (`local` is added by register_lazy_agent)
 _BUILTIN_FACTORIES = {
     "oracle": "ccpo_cli.agents.registry:make_oracle_agent",
     "random": "ccpo_cli.agents.registry:make_random_agent",
     "hf": "ccpo_cli.agents.hf:make_hf_agent",
     "vllm": "ccpo_cli.agents.vllm_agent:make_vllm_agent",
-    "local": "ccpo_cli.backends.local.agent:make_local_agent",
 }
 NEEDS_MODEL = {"hf", "vllm"}
 
@@ -53,6 +55,11 @@ def make_random_agent(model: str | None = None, *, seed: int = 0, **_: Any) -> A
 
 def register_agent(kind: str, factory: AgentFactory) -> None:
     AGENT_FACTORIES[kind] = factory
+
+
+def register_lazy_agent(kind: str, target: str) -> None:
+    """A kind whose factory ("module:function") is imported on first use, as the built-ins are."""
+    _BUILTIN_FACTORIES.setdefault(kind, target)
 
 
 def _resolve(kind: str) -> AgentFactory:

@@ -12,7 +12,19 @@ from typing import Annotated
 import typer
 
 from ccpo_cli import __version__
-from ccpo_cli.cli import arms, card, compare, estimate, games, ingest, matrix, publish, runs, train
+from ccpo_cli.cli import (
+    arms,
+    card,
+    compare,
+    estimate,
+    games,
+    ingest,
+    matrix,
+    publish,
+    runs,
+    sync,
+    train,
+)
 from ccpo_cli.cli import eval as eval_
 from ccpo_cli.cli.common import Settings
 
@@ -55,6 +67,7 @@ app.command("compare")(compare.compare)
 app.command("matrix")(matrix.matrix)
 app.command("card")(card.card)
 app.command("publish")(publish.publish)
+app.add_typer(sync.sync_app, name="sync")
 
 
 def main() -> None:

@@ -31,6 +31,12 @@ WindowStartOption = Annotated[int | None, typer.Option(
 SeedsOption = Annotated[
     str | None, typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
 ]
+# How a command reaches the Hub (`ccpo sync`; the same flags and words as `ccpo publish`).
+HubRepoOption = Annotated[str, typer.Option("--repo", help="Hub repository id (owner/name).")]
+HubTokenOption = Annotated[str | None, typer.Option("--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine (ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)]
+HubTokenFileOption = Annotated[Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")]
+HubTimeoutOption = Annotated[str | None, typer.Option("--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ (default: CCPO_HUB_TIMEOUT, else 10,300).")]
+HubEndpointOption = Annotated[str | None, typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
 
 
 def parse_seeds(text: str) -> list[int]:

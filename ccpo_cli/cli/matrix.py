@@ -7,13 +7,8 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.backends.local.matrix import (
-    DEFAULT_EVAL_EVERY,
-    DEFAULT_EVAL_GAMES,
-    DEFAULT_STEPS,
-    DEFAULT_WARM_START,
-)
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.experiments.matrix import DEFAULT_EVAL_EVERY, DEFAULT_STEPS, DEFAULT_WARM_START
 
 
 @handle_errors
@@ -34,26 +29,31 @@ def matrix(
     warm_start: Annotated[int, typer.Option("--warm-start", help="Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off.")] = DEFAULT_WARM_START,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
+    ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDRESS|local", help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""
-    from ccpo_cli.backends.local.matrix import parse_arm_list, parse_seed_list, run_matrix
     from ccpo_cli.errors import UsageError
+    from ccpo_cli.experiments.matrix import (
+        MatrixDesign,
+        default_recipe,
+        parse_arm_list,
+        parse_seed_list,
+        run_matrix,
+    )
     from ccpo_cli.report.tables import comparison_renderables
 
     if not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    options = {key: value for key, value in {"tasks": tasks, "group": group, "workers": workers}.items()
-               if value is not None}
-    result = run_matrix(
-        settings(ctx).db, parse_arm_list(arms), parse_seed_list(seeds), minutes, prefix=prefix,
-        steps=DEFAULT_STEPS if steps is None else steps,
-        eval_every=DEFAULT_EVAL_EVERY if eval_every is None else eval_every,
-        eval_games=DEFAULT_EVAL_GAMES if eval_games is None else eval_games,
-        eval_from=eval_from, window_start=window_start, detect=detect,
-        warm_start=warm_start,
-        progress=lambda line: info(ctx, f"[matrix] {line}"), **options,
+    given = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "eval_games": eval_games,
+             "workers": workers}
+    design = MatrixDesign(
+        tuple(parse_arm_list(arms)), tuple(parse_seed_list(seeds)), minutes,
+        recipe=default_recipe(**{key: value for key, value in given.items() if value is not None}),
+        prefix=prefix, eval_from=eval_from, window_start=window_start, warm_start=warm_start, detect=detect,
     )
+    result = run_matrix(settings(ctx).db, design, ray_address=ray_address,
+                        progress=lambda line: info(ctx, f"[matrix] {line}"))
     info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
               f"in {result.elapsed_s / 60:.1f} min")
     if plot is not None and result.comparison:
@@ -65,12 +65,13 @@ def matrix(
         "runs": result.run_names, "seeds_compared": result.seeds_compared,
         "incomplete_block": result.incomplete_block, "seeds_not_started": result.seeds_not_started,
         "elapsed_s": result.elapsed_s, "block_seconds": result.block_seconds,
-        "stopped_reason": result.stopped_reason,
+        "stopped_reason": result.stopped_reason, "incomplete_blocks": result.incomplete_blocks,
+        "nodes": result.nodes,
     }
     if as_json:
         emit_json({"matrix": summary, "compare": result.comparison})
     elif result.comparison:
         for renderable in comparison_renderables(result.comparison):
             stdout_console.print(renderable)
-    if result.incomplete_block is not None:
+    if result.incomplete_blocks:
         raise typer.Exit(130)

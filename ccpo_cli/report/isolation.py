@@ -36,7 +36,7 @@ ESTIMATOR_KEY_PARTS = {"arm", "ccpo", "adv_estimator", "arm_flags", "arm_fingerp
 RUN_LOCAL_KEY_PARTS = {
     "run", "run_name", "name", "experiment_name", "default_local_dir", "run_dir", "metrics_file",
     "metrics_path", "output_dir", "checkpoint_dir", "resume", "resume_mode", "resume_from_path",
-    "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time",
+    "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time", "resumes",
 }
 VERDICTS = ("passes", "fails", "unverifiable")
 

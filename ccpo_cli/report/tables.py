@@ -50,6 +50,21 @@ def runs_table(runs: list[dict]) -> Table:
     return table
 
 
+def sync_table(counts: dict[str, dict[str, int]]) -> Table:
+    """What a `ccpo sync pull` merged, per table: new rows, rows already here, conflicts, ..."""
+    outcomes = sorted({outcome for table in counts.values() for outcome in table},
+                      key=lambda name: ("new", "updated", "same", "duplicate", "conflict").index(name)
+                      if name in ("new", "updated", "same", "duplicate", "conflict") else 9)
+    table = _table("merged rows")
+    table.add_column("table", no_wrap=True)
+    for outcome in outcomes:
+        table.add_column(outcome, justify="right")
+    for name in ("runs", "evaluations", "conflicts", "facts", "publications"):
+        if name in counts:
+            table.add_row(name, *(str(counts[name].get(outcome, 0)) for outcome in outcomes))
+    return table
+
+
 def run_detail_tables(document: dict) -> list[Table]:
     run = document["run"]
     settings_table = _table(f"run {run['name']}", show_header=False)

@@ -232,6 +232,65 @@ def m006_run_liveness(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m007_sync(db: sqlite_utils.Database) -> None:
+    # Sharing runs through a Hub dataset (store/sync.py, docs/sync.md). sync_items: what this
+    # database knows to be in a dataset (pushed from here or merged from it), one row per item
+    # (a run snapshot, an evaluation, a fact, a conflict, a publication), so a push sends only
+    # the rest and a card can name the dataset commit its pulled rows came from. sync_parts: the
+    # part files already merged or pushed (a pull skips them). sync_log: every push and pull,
+    # with the dataset commit. sync_run_conflicts: a run's identity field recorded with another
+    # value by another machine (both kept; the local one stands).
+    db.executescript(
+        """
+        CREATE TABLE sync_items (
+            id INTEGER PRIMARY KEY,
+            repo_id TEXT NOT NULL,
+            item_key TEXT NOT NULL,
+            run_id INTEGER REFERENCES runs(id) ON DELETE CASCADE,
+            direction TEXT NOT NULL,
+            commit_id TEXT,
+            part TEXT,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (repo_id, item_key)
+        );
+        CREATE INDEX sync_items_run ON sync_items (run_id, direction);
+        CREATE TABLE sync_parts (
+            repo_id TEXT NOT NULL,
+            path TEXT NOT NULL,
+            blob_id TEXT,
+            size_bytes INTEGER,
+            direction TEXT NOT NULL,
+            commit_id TEXT,
+            recorded_at TEXT NOT NULL,
+            PRIMARY KEY (repo_id, path)
+        );
+        CREATE TABLE sync_log (
+            id INTEGER PRIMARY KEY,
+            repo_id TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            commit_id TEXT,
+            revision TEXT,
+            parts INTEGER NOT NULL,
+            rows_new INTEGER NOT NULL,
+            rows_duplicate INTEGER NOT NULL,
+            rows_conflict INTEGER NOT NULL,
+            recorded_at TEXT NOT NULL
+        );
+        CREATE TABLE sync_run_conflicts (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            field TEXT NOT NULL,
+            local_value TEXT,
+            remote_value TEXT,
+            origin TEXT,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (run_id, field, remote_value)
+        );
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

@@ -11,6 +11,7 @@ Rows go in and out through sqlite-utils' table API (`insert`, `insert_all`, `upd
 from __future__ import annotations
 
 import json
+import os
 import socket
 import uuid
 from collections.abc import Mapping, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.names import check_run_name
+from ccpo_cli.names import check_run_name, host_label
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
 
@@ -35,6 +36,9 @@ IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", 
 # (`ccpo eval` of the oracle, the random agent or a checkpoint under a new run name).
 RUN_KINDS = ("training", "evaluation")
 RUN_STATUSES = ("created", "running", "finished", "failed", "stopped")
+# The machine name recorded with the runs this machine creates; cluster jobs whose host names
+# change from job to job set it to one stable name.
+HOST_ENV = "CCPO_HOST"
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,8 @@ def new_run_uid() -> str:
 
 
 def this_host() -> str:
-    return socket.gethostname() or "unknown-host"
+    """$CCPO_HOST, else the host name, as a host label (ccpo_cli/names.py)."""
+    return host_label(os.environ.get(HOST_ENV) or socket.gethostname())
 
 
 def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str, Any]:

@@ -466,7 +466,10 @@ def _resume_history(recorded: dict[str, Any], step: int, resumed: bool, changed:
     """The run's record of its starts, with this one added (the step it continues from, and what changed)."""
     recorded_config = recorded.get("config") if isinstance(recorded.get("config"), dict) else {}
     history = list(recorded_config.get("resumes") or [])
-    history.append({"at_step": step, "from_checkpoint": bool(resumed), "at": utc_now(), "changed": changed or {}})
+    # Only a continuation from a checkpoint, or a change of free settings, is a resume: a run
+    # recorded ahead of its training (a matrix's plan) that starts fresh is not.
+    if resumed or changed:
+        history.append({"at_step": step, "from_checkpoint": bool(resumed), "at": utc_now(), "changed": changed or {}})
     return history
 
 

@@ -1,4 +1,4 @@
-"""`ccpo matrix`: seed-major paired runs within a budget, complete blocks compared, end to end on
+"""`ccpo matrix` (ccpo_cli/experiments/): seed-major paired runs within a budget, complete blocks compared, end to end on
 the real engine with a tiny design (2 arms × 2 seeds × 2 steps, 4-game evaluations)."""
 
 from __future__ import annotations
@@ -6,14 +6,26 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from ccpo_cli.backends.local.matrix import parse_seed_list, progress_line, run_matrix
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import UsageError
+from ccpo_cli.experiments.matrix import (
+    MatrixDesign,
+    default_recipe,
+    parse_seed_list,
+    progress_line,
+    run_matrix,
+)
 from ccpo_cli.store import get_run, list_runs, open_db, run_evaluations
 
 runner = CliRunner()
-TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0,
-            warm_start=0)
+TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0)
+
+
+def design(arms, seeds, minutes, game_dirs, *, warm_start=0, **fields):
+    """A matrix of the tiny recipe; `fields` are MatrixDesign fields or recipe fields."""
+    design_fields = {key: fields.pop(key) for key in list(fields) if key in MatrixDesign.__dataclass_fields__}
+    return MatrixDesign(tuple(arms), tuple(seeds), minutes, recipe=default_recipe(**{**TINY, **game_dirs, **fields}),
+                        warm_start=warm_start, **design_fields)
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +56,8 @@ def test_progress_line_shows_runs_time_left_and_mdd():
 def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     lines: list[str] = []
-    result = run_matrix(db_path, ["grpo", "return-hard"], [0, 1], 30.0, prefix="m", detect=5.0,
-                        progress=lines.append, **TINY, **game_dirs)
+    result = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m", detect=5.0),
+                        progress=lines.append)
     db = open_db(db_path)
     assert result.seeds_compared == [0, 1] and result.incomplete_block is None and result.seeds_not_started == []
     assert result.run_names == ["m-grpo-seed0", "m-return-hard-seed0", "m-grpo-seed1", "m-return-hard-seed1"]
@@ -61,7 +73,7 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     assert sorted(row["step"] for row in run_evaluations(db, "m-grpo-seed0")) == [1, 2]
     assert lines[0].startswith("runs 1/4") and lines[-1].startswith("runs 4/4") and "MDD grpo vs return-hard" in lines[-1]
     # A restarted matrix reuses the finished runs instead of training them again.
-    again = run_matrix(db_path, ["grpo", "return-hard"], [0, 1], 30.0, prefix="m", **TINY, **game_dirs)
+    again = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m"))
     assert again.run_names == result.run_names and again.elapsed_s < result.elapsed_s / 2
 
 
@@ -69,7 +81,7 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
 def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     # A budget smaller than one block: the first block runs, the next does not start.
-    cut = run_matrix(db_path, ["grpo", "gigpo"], [0, 1, 2], 0.001, prefix="c", **TINY, **game_dirs)
+    cut = run_matrix(db_path, design(["grpo", "gigpo"], [0, 1, 2], 0.001, game_dirs, prefix="c"))
     assert cut.seeds_compared == [0] and cut.seeds_not_started == [1, 2]
     assert "stopped before seed 1" in cut.stopped_reason
     assert cut.comparison["power"]["pairs"][0]["note"] == "needs ≥ 2 seeds"
@@ -84,8 +96,8 @@ def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_p
             if first_steps[0] == 2:
                 raise KeyboardInterrupt
 
-    stopped = run_matrix(db_path, ["grpo", "gigpo"], [0, 1, 2], 30.0, prefix="c",
-                         log=interrupt_second_arm_of_seed_1, **TINY, **game_dirs)
+    stopped = run_matrix(db_path, design(["grpo", "gigpo"], [0, 1, 2], 30.0, game_dirs, prefix="c"),
+                         log=interrupt_second_arm_of_seed_1)
     assert stopped.incomplete_block is not None and stopped.incomplete_block["seed"] == 1
     assert stopped.seeds_compared == [0] and stopped.seeds_not_started == [2]
     assert stopped.run_names == ["c-grpo-seed0", "c-gigpo-seed0"]
@@ -113,8 +125,8 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
     from ccpo_cli.errors import InvalidInput
 
     db_path = tmp_path / "runs.db"
-    options = {key: value for key, value in TINY.items() if key != "warm_start"} | {"steps": 4}
-    result = run_matrix(db_path, ["grpo", "return-hard"], [0], 30.0, prefix="w", warm_start=2, **options, **game_dirs)
+    options = TINY | {"steps": 4}
+    result = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="w", warm_start=2, steps=4))
     db = open_db(db_path)
     warmup = get_run(db, "w-warmup-grpo-seed0")
     assert warmup["status"] == "finished" and run_evaluations(db, "w-warmup-grpo-seed0") == []
@@ -148,6 +160,44 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
     with pytest.raises(InvalidInput, match="seed 0, not 1"):
         train_arm(load_arm("gigpo"), "other-seed", db_path, TrainConfig(seed=1, start_from=start, **options, **game_dirs))
     with pytest.raises(UsageError, match="--warm-start"):
-        run_matrix(db_path, ["grpo", "gigpo"], [0], 30.0, prefix="x", warm_start=3, window_start=2, **options, **game_dirs)
+        run_matrix(db_path, design(["grpo", "gigpo"], [0], 30.0, game_dirs, prefix="x", warm_start=3, window_start=2, steps=4))
     with pytest.raises(UsageError, match="below --steps"):
-        run_matrix(db_path, ["grpo", "gigpo"], [0], 30.0, prefix="x", warm_start=4, **options, **game_dirs)
+        run_matrix(db_path, design(["grpo", "gigpo"], [0], 30.0, game_dirs, prefix="x", warm_start=4, steps=4))
+
+
+@pytest.mark.slow
+def test_a_rerun_of_a_prefix_with_other_settings_is_refused(game_dirs, tmp_path):
+    """Issue 21, item 3: a matrix rerun with the same prefix and new --steps/--eval-games reused the
+    old runs ("all seeds done"). It is refused, naming the differences; other speeds are allowed."""
+    db_path = tmp_path / "runs.db"
+    first = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="p"))
+    assert first.seeds_compared == [0]
+    before = [(run["name"], run["updated_at"]) for run in list_runs(open_db(db_path))]
+    for changed in (["--steps", "3"], ["--eval-games", "8"]):
+        rerun = runner.invoke(app, ["--db", str(db_path), "matrix", "--arms", "grpo,return-hard", "--seeds", "0",
+                                    "--prefix", "p", "--warm-start", "0", "--eval-every", "1", "--tasks", "2",
+                                    "--group", "2", "--workers", "0", "--steps", "2", "--eval-games", "4", *changed])
+        assert rerun.exit_code == 3, rerun.output
+        option = changed[0].lstrip("-").replace("-", "_")
+        assert f"{option} {2 if option == 'steps' else 4} (now {changed[1]})" in rerun.output
+        assert "new --prefix" in rerun.output and "Traceback" not in rerun.output
+    assert [(run["name"], run["updated_at"]) for run in list_runs(open_db(db_path))] == before
+    # Another number of rollout workers measures the same thing: the finished runs are reused.
+    again = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="p", workers=1))
+    assert again.run_names == first.run_names and again.stopped_reason == "all seeds done"
+
+
+def test_runs_created_for_a_ray_task_that_never_returned_do_not_block_a_restart(tmp_path):
+    from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.experiments.matrix import _plan, check_rerun
+    from ccpo_cli.store import ensure_run
+
+    db_path = tmp_path / "runs.db"
+    plan = _plan(MatrixDesign(("grpo", "gigpo"), (0,), 30.0, recipe=default_recipe(**TINY), warm_start=0), db_path)
+    db = open_db(db_path)
+    for run in plan.blocks[0].runs():
+        ensure_run(db, run.name)  # what the Ray driver does before it sends a block
+    check_rerun(db, plan)
+    ensure_run(db, plan.blocks[0].run_names[0], config={"train": {**plan.blocks[0].recipe.as_dict(), "steps": 9}})
+    with pytest.raises(InvalidInput, match=r"steps 9 \(now 2\)"):
+        check_rerun(db, plan)

@@ -1,0 +1,101 @@
+"""`ccpo sync push` / `ccpo sync pull`: share runs with other machines through a Hub dataset."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from ccpo_cli.cli.common import (
+    HubEndpointOption,
+    HubRepoOption,
+    HubTimeoutOption,
+    HubTokenFileOption,
+    HubTokenOption,
+    JsonOption,
+    emit_json,
+    handle_errors,
+    info,
+    settings,
+    stdout_console,
+)
+
+sync_app = typer.Typer(
+    help="Share runs between machines through a private Hub dataset: push this database's new rows, pull everyone's.",
+    no_args_is_help=True,
+)
+
+DeadlineOption = Annotated[float, typer.Option("--deadline", help="Seconds the whole push or pull may take, retries included.")]
+
+
+def _limits(deadline: float, max_mb: float | None, push: bool):
+    from ccpo_cli.errors import UsageError
+    from ccpo_cli.hub_sync import SyncLimits
+
+    if not deadline > 0:
+        raise UsageError(f"--deadline must be a positive number of seconds, got {deadline}")
+    if max_mb is None:
+        return SyncLimits(deadline_s=deadline)
+    if not max_mb > 0:
+        raise UsageError(f"--max-mb must be positive, got {max_mb}")
+    size = int(max_mb * (1 << 20))
+    return SyncLimits(deadline_s=deadline, **({"max_push_bytes": size} if push else {"max_pull_bytes": size}))
+
+
+@sync_app.command("push")
+@handle_errors
+def push_command(
+    ctx: typer.Context,
+    repo: HubRepoOption,
+    public: Annotated[bool, typer.Option("--public", help="Create the dataset public, or push to an existing public one (default: private only).")] = False,
+    token: HubTokenOption = None,
+    token_file: HubTokenFileOption = None,
+    timeout: HubTimeoutOption = None,
+    endpoint: HubEndpointOption = None,
+    deadline: DeadlineOption = 900.0,
+    max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit."""
+    from ccpo_cli.hub_sync import sync_push
+    from ccpo_cli.store import open_db
+
+    result = sync_push(open_db(settings(ctx).db, must_exist=True), repo, token=token, token_file=token_file,
+                       timeout=timeout, endpoint=endpoint, public=public, limits=_limits(deadline, max_mb, push=True))
+    if as_json:
+        emit_json({"push": result})
+    elif not result["pushed"]:
+        info(ctx, result["note"])
+    else:
+        info(ctx, f"pushed {result['rows']} row(s) of {result['runs']} run(s) in {result['parts']} part(s) "
+                  f"({result['bytes'] / 1024:.1f} KiB) to {result['repo_id']} as {result['host']}")
+        stdout_console.print(result["commit_url"], markup=False)
+
+
+@sync_app.command("pull")
+@handle_errors
+def pull_command(
+    ctx: typer.Context,
+    repo: HubRepoOption,
+    revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="The dataset commit (or branch) to merge (default: main's head when the pull starts).")] = None,
+    token: HubTokenOption = None,
+    token_file: HubTokenFileOption = None,
+    timeout: HubTimeoutOption = None,
+    endpoint: HubEndpointOption = None,
+    deadline: DeadlineOption = 900.0,
+    max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192).")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before)."""
+    from ccpo_cli.hub_sync import sync_pull
+    from ccpo_cli.report.tables import sync_table
+    from ccpo_cli.store import open_db
+
+    result = sync_pull(open_db(settings(ctx).db), repo, revision=revision, token=token, token_file=token_file,
+                       timeout=timeout, endpoint=endpoint, limits=_limits(deadline, max_mb, push=False))
+    if as_json:
+        emit_json({"pull": result})
+        return
+    info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
+              f"{result['commit_id']}")
+    stdout_console.print(sync_table(result["counts"]))
