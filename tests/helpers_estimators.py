@@ -196,9 +196,12 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
                     elif arm.wmode == "hard":
                         w = (D[a, other] <= tau * (1 + 1e-6)).astype(float)
                     else:
-                        w = np.maximum(F[other] @ F[a] / np.maximum(np.linalg.norm(F[a]) * np.maximum(np.linalg.norm(F[other], axis=1), 1e-12), 1e-12), 0)
+                        cos = F[other] @ F[a] / np.maximum(np.linalg.norm(F[a]) * np.maximum(np.linalg.norm(F[other], axis=1), 1e-12), 1e-12)
+                        w = np.where(cos > 5e-5, cos, 0.0)  # a cosine within 5e-5 of 0 is rounding
                     if arm.wmode != "soft" and w.sum() <= 0:
-                        w[int(np.argmin(D[a, other]))] = 1.0
+                        # every nearest other-trajectory row, squared distances within 1e-4 counting as equal
+                        d2 = D[a, other] ** 2
+                        w = (d2 <= d2.min() + 1e-4).astype(float)
                     bK = float((w * Yo).sum() / max(w.sum(), 1e-12))
                     alpha = defaultdict(float)
                     for k, b in enumerate(other):

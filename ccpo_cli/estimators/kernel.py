@@ -25,6 +25,13 @@ HARD_WINDOW_SLACK = 1.0 + 1e-6
 # bucket's median distance and so its kernel width.
 SQUARED_DISTANCE_RESOLUTION = 1e-4
 
+# The same resolution on the Gram entries themselves (‖a − b‖² = 2 − 2·a·b for unit rows): a
+# cosine weight is 0 at or below it, since a cosine that close to 0 is rounding, not similarity
+# (two rows exactly orthogonal by construction come out at ±6e-8). Taken as a weight, such a
+# residue either becomes the whole baseline (its ratio to itself) or, under the 1e-12 floor on
+# the weight sum, shrinks the baseline towards 0, depending on its sign and size.
+COSINE_RESOLUTION = SQUARED_DISTANCE_RESOLUTION / 2
+
 
 def pair_distances(gram: np.ndarray, squared_norms: np.ndarray) -> np.ndarray:
     """‖a − b‖ from the Gram matrix: sqrt(max(‖a‖² + ‖b‖² − 2 a·b, 0)), rounding residue → 0."""
@@ -52,8 +59,11 @@ def neighbour_weights(
 ) -> np.ndarray:
     """(credited × bucket) weights, zero on the row's own trajectory.
 
-    soft: exp(−D/τ). hard: 1 within τ, else 0. cos: cosine similarity clipped at 0. In hard and
-    cos modes a row whose every neighbour gets weight 0 keeps its nearest other-trajectory row.
+    soft: exp(−D/τ). hard: 1 within τ, else 0. cos: the cosine similarity where it exceeds
+    COSINE_RESOLUTION, else 0. In hard and cos modes a row whose every neighbour gets weight 0
+    keeps its nearest other-trajectory rows, weight 1 each: every one whose squared distance is
+    within SQUARED_DISTANCE_RESOLUTION of the smallest, so that a tie is not broken by row order
+    (which is trajectory-name order) or by rounding.
     """
     near = distances[credited]
     if wmode == "soft":
@@ -65,14 +75,15 @@ def neighbour_weights(
     else:
         norms = np.sqrt(np.maximum(squared_norms, 0.0))
         denominator = norms[credited][:, None] * np.maximum(norms, 1e-12)[None, :]
-        weights = np.maximum(gram[credited] / np.maximum(denominator, 1e-12), 0.0)
+        cosine = gram[credited] / np.maximum(denominator, 1e-12)
+        weights = np.where(cosine > COSINE_RESOLUTION, cosine, 0.0)
     weights = np.where(others, weights, 0.0)
     if wmode != "soft":
         empty = weights.sum(axis=1) <= 0.0
         if empty.any():
-            nearest = np.argmin(np.where(others, near, np.inf), axis=1)
-            rows = np.flatnonzero(empty)
-            weights[rows, nearest[rows]] = 1.0
+            squared = np.where(others[empty], near[empty] ** 2, np.inf)
+            nearest = squared <= squared.min(axis=1, keepdims=True) + SQUARED_DISTANCE_RESOLUTION
+            weights[empty] = nearest.astype(np.float64)
     return weights
 
 
