@@ -80,7 +80,9 @@ def test_default_and_configured_timeouts(monkeypatch):
     assert resolve_timeouts() == HubTimeouts(DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT)
     assert resolve_timeouts("5,60") == HubTimeouts(5.0, 60.0)
     monkeypatch.setenv("CCPO_HUB_TIMEOUT", "2")
-    assert resolve_timeouts() == HubTimeouts(2.0, 2.0)
+    assert resolve_timeouts() == HubTimeouts(2.0, 2.0, metadata=2.0)
+    monkeypatch.setenv("CCPO_HUB_DEADLINE", "7")
+    assert resolve_timeouts().deadline == 7.0 and resolve_timeouts(deadline="3").deadline == 3.0
 
 
 def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only, silent, tmp_path):

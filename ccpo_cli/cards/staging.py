@@ -115,6 +115,16 @@ def stage_card(
     )
 
 
+def cite_weights(staged: StagedCard, weights: dict) -> None:
+    """Add the Hub commit of the weights the card describes to the staged summary
+    (results/ccpo_summary.json, key `weights`: repo_id, commit, revision, step), written
+    atomically; the summary in `staged.context` says the same."""
+    staged.context.summary["weights"] = dict(weights)
+    path = staged.files[SUMMARY_PATH]
+    text = json.dumps(staged.context.summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    _write_all({path: lambda tmp: tmp.write_text(text, encoding="utf-8")})
+
+
 def _existing_readme(readme: Path) -> str | None:
     if readme.is_dir():
         raise InvalidInput(f"{readme}: is a folder; give the path of the README file to write")

@@ -13,6 +13,7 @@ from typing import Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends.observer import TrainingObserver
 
 BACKEND = "local"
 
@@ -37,6 +38,8 @@ class LocalTrainRequest:
     workers: int | None = None
     dump_batches: bool | None = None
     time_budget_s: float | None = None
+    # Told of each run's start, evaluations and end (the Hub publisher of --push-to-hub).
+    observer: TrainingObserver | None = None
 
     def run_name(self, seed: int) -> str:
         return seed_run_name(self.run, seed, len(self.seeds) > 1) or f"{self.arm.name}-seed{seed}"
@@ -66,7 +69,7 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
             runs.append({**identity, "options": request.train_options(), "resume": resume})
             continue
         result = train_arm(request.arm, name, request.db_path, seed=seed, resume=request.resume is not None,
-                           run_dir=request.resume, log=log, **request.train_options())
+                           run_dir=request.resume, log=log, observer=request.observer, **request.train_options())
         runs.append({
             **identity, "run": result.run, "run_dir": str(result.run_dir), "last_step": result.last_step,
             "train_wall_s": result.train_wall_s, "evaluations": result.evaluations,

@@ -16,6 +16,7 @@ same step-1 rollouts (the policy is uniform and identical until the first update
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ from ccpo_cli.backends.local.rollouts import (
     save_npz,
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
+from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.store import (
     best_evaluation,
@@ -326,6 +328,7 @@ def train_arm(
     resume: bool = False,
     run_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
+    observer: TrainingObserver | None = None,
     **options: Any,
 ) -> TrainResult:
     """Train one arm with the local backend; evaluations land in `db_path` as they happen.
@@ -334,7 +337,8 @@ def train_arm(
     `eval_games`, `eval_episodes`, `workers`, `dump_batches`, `time_budget_s`, ...) plus the
     `UpdateConfig` fields (`learning_rate`, `kl_coef`, ...). With `resume=True` the run continues
     from its latest checkpoint (the arm and seed must match); otherwise an existing checkpoint
-    folder for this run name is refused.
+    folder for this run name is refused. An `observer` (e.g. the Hub publisher of --push-to-hub)
+    hears of the start, every evaluation and the end; it never changes the run's numbers or status.
     """
     if isinstance(arm, str):
         arm = load_arm(arm)
@@ -361,11 +365,15 @@ def train_arm(
         run.fork()
     metrics_path = folder / "metrics.jsonl"
     _drop_metrics_after(metrics_path, run.step)
+    if observer is not None:
+        notify(log, lambda: observer.started(run_name, folder))
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool:
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
+                if observer is not None:
+                    notify(log, lambda: observer.evaluated(0))
             step = run.step
             while step < config.steps:
                 step += 1
@@ -379,6 +387,7 @@ def train_arm(
                     f"step {step:4d}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
                     f"entropy {metrics['actor/entropy']:.2f}  clip {metrics['actor/clip_fraction']:.2f}  "
                     f"{metrics['timing/step_s']:.1f}s  (train clock {run.train_wall_s / 60:.1f} min)"
+                    + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else "")
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
@@ -386,6 +395,8 @@ def train_arm(
                                                    and (step - config.eval_from) % config.eval_every == 0)):
                     _report_eval(log, run.evaluate(rollout_pool, step, metrics["train/success_rate"]))
                     run.checkpoint(step)
+                    if observer is not None:
+                        notify(log, functools.partial(observer.evaluated, step))
                 elif last:
                     run.checkpoint(step)
                 if out_of_time:
@@ -400,6 +411,8 @@ def train_arm(
             raise
         finally:
             update_run_state(db, run_name, status=status)
+            if observer is not None:
+                notify(log, lambda: observer.finished(status, run.step, checkpoint_path(folder, run.step)))
     return TrainResult(run_name, folder, run.step, run.train_wall_s, run.evaluations, run.step1_hash)
 
 
