@@ -47,9 +47,11 @@ DEFAULT_READ_TIMEOUT = 300.0
 # never answers costs one call of at most this, so `ccpo publish` ends well within 90 s.
 DEFAULT_DEADLINE = 60.0
 # One metadata answer (a repository's file list, a page of commits) is far below this.
-DEFAULT_ANSWER_CAP = 32 * 1024 * 1024
+DEFAULT_ANSWER_CAP = 8 * 1024 * 1024
 # The slowest upload or download ccpo waits for: a transfer's deadline grows by its bytes at this rate.
 DEFAULT_MIN_RATE = 1024 * 1024
+# A model download's whole deadline (its size is not known up front; every read is bounded anyway).
+DOWNLOAD_DEADLINE = 86_400.0
 # Backoff: attempts per call, the first wait, the longest wait, and the longest Retry-After
 # honoured in place (a longer one ends the call: the caller decides when to come back).
 RETRY_ATTEMPTS = 4

@@ -80,7 +80,6 @@ class _Budget:
     deadline: float  # time.monotonic() value
     answer_cap: int  # one metadata answer
     transfer_cap: int | None  # one transfer answer (a download); None: bounded by the deadline only
-    retry_statuses: frozenset[int]
     expired: bool = False
     sockets: list[socket.socket] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -127,8 +126,7 @@ _CURRENT: _Budget | None = None
 
 @contextlib.contextmanager
 def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_cap: int | None = None,
-                 transfer_cap: int | None = None,
-                 retry_statuses: frozenset[int] = RETRY_STATUSES) -> Iterator[_Budget]:
+                 transfer_cap: int | None = None) -> Iterator[_Budget]:
     """Hold every request inside the block to `limits` (with this call's own deadline and answer
     caps when given: `answer_cap` for metadata answers, `transfer_cap` for downloads). Needs
     `install_limits` to have run."""
@@ -136,7 +134,7 @@ def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_ca
     seconds = limits.deadline if deadline is None else deadline
     now = time.monotonic()
     budget = _Budget(limits, now, now + seconds, limits.answer_cap if answer_cap is None else answer_cap,
-                     transfer_cap, retry_statuses)
+                     transfer_cap)
     budget.timer = threading.Timer(max(seconds, 0.0), budget.expire)
     budget.timer.daemon = True
     budget.timer.start()
@@ -190,7 +188,7 @@ def _check_answer(status: int, headers: Any, method: str, path: str) -> None:
     if budget is None:
         return
     cap = budget.cap_for(method, path)
-    statuses = budget.retry_statuses if "/commit/" in path else budget.retry_statuses - {409}
+    statuses = COMMIT_RETRY_STATUSES if method == "POST" and "/commit/" in path else RETRY_STATUSES
     if status in statuses:
         detail = str(headers.get("X-Error-Message") or headers.get("x-error-message") or "")[:300]
         raise RetryableAnswer(status, _retry_after(headers.get("Retry-After") or headers.get("retry-after")), detail)

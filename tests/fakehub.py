@@ -42,7 +42,7 @@ class Commit:
     message: str
     files: dict[str, bytes]  # the whole tree after this commit
     description: str = ""
-    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).isoformat())
+    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
 
 
 @dataclass
@@ -69,7 +69,8 @@ class Fault:
     """One injected failure: requests whose method and path match get `kind` instead of (or,
     for `lost`, after) the normal answer, `times` times.
 
-    kinds: `status` (answer `status`, with `Retry-After` when given), `lost` (the commit is
+    kinds: `status` (answer `status`, with `Retry-After` when given), `answer` (a 200 whose JSON
+    body is `body`, e.g. a wrong-shaped one), `lost` (the commit is
     applied, then the answer is a 502, or with `status=None` the connection drops), `silent`
     (the connection stays open, unanswered, for `seconds`), `endless` (a 200 whose body never
     ends), `trickle` (a 200 whose body comes one byte every `interval` seconds)."""
@@ -83,6 +84,7 @@ class Fault:
     seconds: float = 120.0
     interval: float = 0.5
     message: str = "Internal Error - We're working hard to fix this as soon as possible!"
+    body: object = None
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -265,10 +267,12 @@ def _make_handler(hub: FakeHub):
 
         def _fault(self, path: str) -> bool:
             """Answer with an injected fault, if one matches; True when it did."""
-            fault = hub.take_fault(self.command, path, ("status", "silent", "endless", "trickle"))
+            fault = hub.take_fault(self.command, path, ("status", "answer", "silent", "endless", "trickle"))
             if fault is None:
                 return False
-            if fault.kind == "status":
+            if fault.kind == "answer":
+                self._send(200, fault.body)
+            elif fault.kind == "status":
                 headers = {"X-Error-Message": fault.message}
                 if fault.retry_after is not None:
                     headers["Retry-After"] = fault.retry_after

@@ -42,7 +42,10 @@ def show_command(
     run: Annotated[str, typer.Argument(help="Run name.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
+    """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications and
+    every Hub publication it asked for (pending, done, failed, skipped and why, with its attempts)."""
+    from ccpo_cli.store.outbox import run_outbox
+
     db = open_db(settings(ctx).db, must_exist=True)
     document = {
         "run": get_run(db, run),
@@ -50,9 +53,14 @@ def show_command(
         "conflicts": run_conflicts(db, run),
         "checkpoints": run_checkpoints(db, run),
         "publications": run_publications(db, run),
+        "publication_outbox": run_outbox(db, run),
     }
     if as_json:
         emit_json(document)
     else:
         for table in run_detail_tables(document):
             stdout_console.print(table)
+        if document["publication_outbox"]:
+            from ccpo_cli.publishing.status import outbox_table
+
+            stdout_console.print(outbox_table(document["publication_outbox"]))
