@@ -66,8 +66,11 @@ class BackgroundPublisher:
         self.process.stdin.flush()
 
     def _close_input(self) -> None:
+        from ccpo_cli.publishing.uploader import FINISHED
+
         if self.process is not None and self.process.stdin is not None and not self.process.stdin.closed:
             try:
+                self.process.stdin.write(FINISHED + "\n")
                 self.process.stdin.close()
             except OSError:
                 pass

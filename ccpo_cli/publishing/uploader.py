@@ -44,6 +44,8 @@ from ccpo_cli.store.outbox import (
     start_attempt,
 )
 
+# The line a trainer writes to the uploader's input when training is over.
+FINISHED = "training-finished"
 RETRYABLE_KINDS = ("retryable", "timeout", "deadline", "unreachable", "too_large", "shape")
 
 
@@ -258,12 +260,23 @@ def main(argv: list[str] | None = None) -> int:
     token = sys.stdin.readline().strip()
     target = PushTarget.from_json(sys.stdin.readline())
     trainer_done = threading.Event()
+    parent = os.getppid()
 
     def watch_stdin() -> None:
-        sys.stdin.read()  # returns at EOF: the trainer closed it, or died
+        # "finished" from the trainer, or the end of the input: the trainer closed it or died
+        # (its forked rollout workers may hold the pipe open, hence the explicit line too).
+        for line in sys.stdin:
+            if line.strip() == FINISHED:
+                break
         trainer_done.set()
 
+    def watch_parent() -> None:
+        while not trainer_done.wait(1.0):
+            if os.getppid() != parent:  # the trainer died: this process was handed to init
+                trainer_done.set()
+
     threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=watch_parent, daemon=True).start()
 
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
