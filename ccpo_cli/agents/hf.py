@@ -53,7 +53,13 @@ def download_model(repo_id: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import validate_repo_id
 
-    from ccpo_cli.hub_access import DOWNLOAD_DEADLINE, call_errors, hub_timeouts, remote_error, resolve_timeouts
+    from ccpo_cli.hub_access import (
+        DOWNLOAD_DEADLINE,
+        call_errors,
+        hub_timeouts,
+        remote_error,
+        resolve_timeouts,
+    )
 
     try:
         validate_repo_id(repo_id)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import sqlite_utils
 
+from ccpo_cli.backends.verl.checkpoint import DEFAULT_MERGED_NAME
 from ccpo_cli.publishing.target import PushTarget
 from ccpo_cli.store import best_evaluation, run_evaluations
 from ccpo_cli.store.outbox import OutboxEntry, enqueue, entries
@@ -51,6 +52,9 @@ def source_hash(path: Path) -> str:
                 digest.update(block)
         return digest.hexdigest()
     for item in sorted(p for p in path.rglob("*") if p.is_file()):
+        parts = item.relative_to(path).parts
+        if parts[0] == DEFAULT_MERGED_NAME or any(part.startswith(".") for part in parts):
+            continue  # ccpo's own merge inside a verl checkpoint, and hidden files, are not its content
         stat = item.stat()
         digest.update(f"{item.relative_to(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
@@ -108,7 +112,8 @@ def note_end(db: sqlite_utils.Database, run: str, target: PushTarget, *, last_st
              run_dir: Path | None = None) -> list[OutboxEntry]:
     """Enqueue the final weights (when the last step's checkpoint exists) and the final card."""
     new: list[OutboxEntry] = []
-    if checkpoint is not None and checkpoint.exists():
+    queued = any(e.kind == "checkpoint" and e.step == last_step for e in entries(db, run, target.repo_id))
+    if checkpoint is not None and checkpoint.exists() and not queued:
         kept = freeze(checkpoint, run_dir)
         entry, created = _enqueue(db, run, target, kind="checkpoint", role="final", step=last_step,
                                   content_hash=source_hash(kept), source=str(kept))

@@ -1,0 +1,85 @@
+"""Benchmark the training overhead of `--push-to-hub` on the local backend (target < 3 %),
+side by side against plain training, in one process, alternating the two so drift hits both.
+
+    python scripts/bench_push.py [--steps 20] [--eval-every 5] [--pairs 2] [--tasks 4] [--group 4]
+
+Each pair trains the same arm and seed twice: plain, and pushing to the loopback fake Hub of
+tests/fakehub.py (real huggingface_hub client, real uploader process). Printed per run and as
+ratios of the medians:
+  - train clock: the trainer's own training time (rollouts and updates, evaluations excluded),
+    the number the target is about;
+  - wall: the whole call, evaluations and the bounded wait for uploads at the end included.
+Everything is written to a temporary folder; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+from fakehub import FakeHub  # noqa: E402
+
+from ccpo_cli.backends.local import train_arm  # noqa: E402
+from ccpo_cli.publishing.background import publisher_for  # noqa: E402
+
+TOKEN = "hf_bench_token"
+TARGET = 0.03
+
+
+def one_run(folder: Path, options: dict, hub: FakeHub | None) -> dict:
+    db_path = folder / "runs.db"
+    observer = None
+    if hub is not None:
+        observer = publisher_for(db_path, "bench/push", backend="local", endpoint=hub.endpoint, token=TOKEN,
+                                 window_start=0)
+    started = time.perf_counter()
+    result = train_arm("return-hard", "bench", db_path, seed=0, observer=observer, **options)
+    return {"train_s": result.train_wall_s, "wall_s": time.perf_counter() - started,
+            "commits": len(hub.commits_by_ccpo("bench/push")) if hub is not None else 0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--eval-games", type=int, default=8)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    options = dict(steps=args.steps, eval_every=args.eval_every, tasks=args.tasks, group=args.group,
+                   eval_games=args.eval_games, max_steps=20, eval_max_steps=20, workers=args.workers)
+    plain, pushed = [], []
+    with tempfile.TemporaryDirectory(prefix="ccpo-bench-push-") as root, FakeHub(token=TOKEN) as hub:
+        os.environ["HF_HOME"] = str(Path(root) / "hf-home")
+        os.environ["HF_ENDPOINT"] = hub.endpoint
+        for pair in range(args.pairs):
+            for kind, sink in (("plain", plain), ("push", pushed)) if pair % 2 == 0 else (("push", pushed), ("plain", plain)):
+                folder = Path(root) / f"{kind}-{pair}"
+                folder.mkdir()
+                measured = one_run(folder, options, hub if kind == "push" else None)
+                sink.append(measured)
+                print(f"pair {pair} {kind:5s}: train clock {measured['train_s']:7.2f} s, wall {measured['wall_s']:7.2f} s"
+                      + (f", {measured['commits']} commit(s) sent" if kind == "push" else ""), flush=True)
+            hub.repos.clear()
+            hub.requests.clear()
+    train_ratio = statistics.median(r["train_s"] for r in pushed) / statistics.median(r["train_s"] for r in plain)
+    wall_ratio = statistics.median(r["wall_s"] for r in pushed) / statistics.median(r["wall_s"] for r in plain)
+    print(f"push/plain train clock ratio {train_ratio:.3f} (overhead {100 * (train_ratio - 1):+.1f} %, "
+          f"target < {100 * TARGET:.0f} %: {'met' if train_ratio - 1 < TARGET else 'NOT met'})")
+    print(f"push/plain wall ratio        {wall_ratio:.3f} (evaluations and the end wait included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
