@@ -44,7 +44,8 @@ def follow(db_path, run_dir, hub, *extra):
                                     "--license", "apache-2.0", "--once", "--json", *extra])
 
 
-def test_follow_a_growing_verl_run_folder(tmp_path, hub, stand_in_home):
+@pytest.mark.usefixtures("stand_in_home")
+def test_follow_a_growing_verl_run_folder(tmp_path, hub):
     arm = load_arm("return-hard")
     checkpoint = step_folder(tmp_path, step=4)
     run_dir = checkpoint.parent.parent

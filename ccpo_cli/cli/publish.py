@@ -35,8 +35,8 @@ from ccpo_cli.store import open_db
 @handle_errors
 def publish(
     ctx: typer.Context,
-    repo: Annotated[str, typer.Option("--repo", help="Hub repository id (owner/name).")],
-    run: Annotated[str | None, typer.Option("--run", help="The run to publish.")] = None,
+    run: Annotated[str | None, typer.Option("--run", help="The run to publish (or --follow RUN).")] = None,
+    repo: Annotated[str | None, typer.Option("--repo", help="Hub repository id (owner/name).")] = None,
     follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="--follow: the run folder (default: the one runs.db records).")] = None,
     poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
@@ -62,6 +62,8 @@ def publish(
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit."""
     if (run is None) == (follow is None):
         raise UsageError("give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither")
+    if repo is None:
+        raise UsageError("--repo OWNER/NAME is required")
     if follow is not None:
         _follow(ctx, follow, repo, run_dir=run_dir, poll=poll, once=once, private=private, token=token,
                 token_file=token_file, timeout=timeout, deadline=deadline, endpoint=endpoint, revision=revision,
