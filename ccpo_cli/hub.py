@@ -40,6 +40,7 @@ from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this 
     resolve_timeouts,
     resolve_token,
 )
+from ccpo_cli.hub_transport import uses_httpx
 from ccpo_cli.names import check_repo_id, check_run_name
 
 PUBLIC_ENDPOINT = "https://huggingface.co"
@@ -358,7 +359,7 @@ def _download_sha256(client: HubClient, path: str, revision: str) -> str:
     headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
     digest = hashlib.sha256()
     session = get_session()
-    if hasattr(session, "stream"):  # huggingface_hub 1.x/2.x: httpx
+    if uses_httpx():  # huggingface_hub 1.x/2.x: httpx (a requests session's `stream` is a flag)
         with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
             hf_raise_for_status(response)
             for block in response.iter_bytes():

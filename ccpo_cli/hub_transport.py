@@ -327,7 +327,8 @@ def _requests_session():
 # --- installing ---------------------------------------------------------------------------
 
 
-def _uses_httpx() -> bool:
+def uses_httpx() -> bool:
+    """Whether this huggingface_hub talks httpx (1.x/2.x) rather than requests (0.3x)."""
     import huggingface_hub.utils as hf_utils
 
     return hasattr(hf_utils, "set_client_factory")
@@ -337,7 +338,7 @@ def install_limits() -> None:
     """Route huggingface_hub's requests through ccpo's limits (they apply inside `limited_call`)."""
     import huggingface_hub.utils as hf_utils
 
-    if _uses_httpx():
+    if uses_httpx():
         hf_utils.set_client_factory(_httpx_client_factory)
     else:
         hf_utils.configure_http_backend(backend_factory=_requests_session)
@@ -347,7 +348,7 @@ def remove_limits() -> None:
     """Give huggingface_hub its default client back (other users in the process)."""
     import huggingface_hub.utils as hf_utils
 
-    if _uses_httpx():
+    if uses_httpx():
         from huggingface_hub.utils import _http
 
         hf_utils.set_client_factory(_http.default_client_factory)
