@@ -44,6 +44,8 @@ from ccpo_cli.store.outbox import (
     start_attempt,
 )
 
+# How much lower than the trainer the uploader runs (os.nice).
+UPLOADER_NICENESS = 10
 # The line a trainer writes to the uploader's input when training is over.
 FINISHED = "training-finished"
 RETRYABLE_KINDS = ("retryable", "timeout", "deadline", "unreachable", "too_large", "shape")
@@ -257,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", required=True)
     parser.add_argument("--verl-agent-home")
     args = parser.parse_args(argv)
+    try:  # uploads are background work: training keeps the cores when they are scarce
+        os.nice(UPLOADER_NICENESS)
+    except OSError:
+        pass
     token = sys.stdin.readline().strip()
     target = PushTarget.from_json(sys.stdin.readline())
     trainer_done = threading.Event()
