@@ -2,14 +2,20 @@
 
 One card publish is one `create_commit` holding README.md, results/ccpo_summary.json and the
 learning curve, made with `parent_commit` set to the revision ccpo read: if someone edits the
-repository in between, the Hub answers 412 and ccpo stops (exit 4) instead of overwriting the
-edit. A README that a person edited by hand keeps everything outside ccpo's fenced regions. A
-checkpoint goes up in its own commit first and is verified (file list and sizes) before the
-card that describes it is committed. `--dry-run` stages the same files and writes the commit
-plan without touching the network.
+repository in between, the Hub answers 412, and ccpo reads the head again and merges its card
+into the new README (never the checkpoint again), a few times before it stops (exit 4). A
+README that a person edited by hand keeps everything outside ccpo's fenced regions. A
+checkpoint goes up in its own commit first, is verified at the commit the Hub returned (every
+file's size and sha256) and tagged `step-N` before the card that describes it, and cites it,
+is committed; a final card's commit is tagged `final`. Every commit carries its publication key
+in the description, so after an error the history is read before anything is sent again and a
+commit whose answer was lost is recognised, not duplicated. New repositories are private unless
+asked otherwise; an existing one's visibility is read back and reported, never changed.
+`--dry-run` stages the same files and writes the commit plan without touching the network.
 
 The token is only ever handed to huggingface_hub; it is never printed, logged or stored, and
-any error text is scrubbed of it before it reaches the user.
+any error text is scrubbed of it before it reaches the user. How the Hub is reached (limits,
+backoff, error messages) is hub_access.py; docs/publishing.md tells the whole story.
 """
 
 from __future__ import annotations

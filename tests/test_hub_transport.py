@@ -165,7 +165,11 @@ def test_a_wrong_shaped_answer_is_one_line_and_exit_4(db_path, hub, tmp_path):
 
 
 def test_the_limits_apply_only_while_publishing(db_path, hub, tmp_path):
-    from ccpo_cli.hub_transport import limits_installed
+    from ccpo_cli.hub_transport import install_limits, limits_installed, remove_limits
+
+    install_limits()
+    assert limits_installed()  # the check sees them when they are there
+    remove_limits()
 
     hub.inject("status", method="POST", path="/commit/", status=500)
     assert publish(db_path, hub, tmp_path / "s").exit_code == 0
