@@ -240,7 +240,7 @@ def test_a_backed_up_queue_makes_one_card_commit(tmp_path, hub):
                for e in outbox.entries(db, "return-hard", state="skipped"))
 
 
-def test_push_options_need_push_to_hub_and_a_token(tmp_path, hub_env):
+def test_push_options_need_push_to_hub_and_a_token(tmp_path, hub_env, monkeypatch):
     result = invoke("--db", tmp_path / "runs.db", "train", "--arm", "return-hard", "--backend", "local",
                     "--token-file", tmp_path / "t")
     assert result.exit_code == 2 and "only apply with --push-to-hub" in result.output
@@ -249,7 +249,7 @@ def test_push_options_need_push_to_hub_and_a_token(tmp_path, hub_env):
     assert result.exit_code == 3 and "owner/name" in result.output
     from huggingface_hub import constants
 
-    constants.HF_TOKEN_PATH = str(tmp_path / "no-token")
+    monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     result = invoke("--db", tmp_path / "runs.db", "train", "--arm", "return-hard", "--backend", "local",
                     "--push-to-hub", REPO, "--endpoint", "http://127.0.0.1:9")
     assert result.exit_code == 4 and "no Hugging Face token" in result.output
