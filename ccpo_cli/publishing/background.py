@@ -100,11 +100,16 @@ class BackgroundPublisher:
         self._ensure_uploader()
 
     def progress(self) -> str | None:
-        last = last_push(self._db, self.run) if self._db is not None else None
-        if last is None:
+        """The last push (and how many wait), for the trainer's progress line."""
+        if self._db is None:
             return None
+        last = last_push(self._db, self.run)
+        pending = counts(self._db, self.run)["pending"]
+        waiting = f" ({pending} pending)" if pending else ""
+        if last is None:
+            return f"push: {pending} pending" if pending else None
         commit = f" {last['commit_id'][:8]}" if last["commit_id"] else ""
-        return f"push: {last['role']} {last['kind']} step {last['step']} {last['outcome']}{commit}"
+        return f"push: {last['role']} {last['kind']} step {last['step']} {last['outcome']}{commit}{waiting}"
 
     def finished(self, status: str, last_step: int, checkpoint: Path | None) -> None:
         if self._db is None:
