@@ -62,7 +62,11 @@ NOTES: dict[str, str] = {
     "recorded values): another run's folder, a missing folder, a second trainer of the run and "
     "settings that change what the run measures are refused (exit 3), more steps and other workers "
     "are recorded; a non-finite loss, gradient or advantage ends the run as failed (exit 1). See "
-    "docs/local-backend.md.",
+    "docs/local-backend.md. Added: `--push-to-hub OWNER/NAME` with publish's "
+    "Hub options, `--window-start` and `--push-wait`: interim card per evaluation, best checkpoint "
+    "(verified, tagged `step-N`), final weights and card (tagged `final`), uploaded by a separate "
+    "process from an outbox in runs.db; Hub options without `--push-to-hub` are refused (exit 2) "
+    "(docs/publishing.md).",
     "eval": "Added: `--step`, `--split`, `--max-steps`, `--max-new-tokens`. Extra JSON keys per "
     "evaluation: `wilson_95`, `invalid_turn_rate`, `evaluation_id`, `recorded` (new, duplicate or "
     "conflict); at the top level: `model`, `games`, `step`, `split`, `temperature`, `n_seeds`, "
@@ -123,7 +127,11 @@ NOTES: dict[str, str] = {
     "`--checkpoint` also takes a verl `global_step_N` folder (added: `--verl-agent-home`, "
     "`--merged-dir`): the merged, verified folder goes up with its `ccpo-merge.json`, the card's "
     "checkpoint step is the checkpoint's, and the plan and result carry `checkpoint_source` "
-    "(docs/verl-checkpoints.md).",
+    "(docs/verl-checkpoints.md). Added: `--deadline` (per Hub call), `--follow RUN` (instead of "
+    "`--run`; with `--run-dir`, `--poll`, `--once`). New repositories are private unless "
+    "`--public`, final cards included; a checkpoint is verified by sha256 and tagged `step-N`, a "
+    "final card's commit `final`; a concurrent edit (412) is merged after reading the head again, and "
+    "a commit whose answer was lost is recognised, not repeated (docs/publishing.md).",
 }
 
 

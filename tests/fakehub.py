@@ -2,18 +2,24 @@
 
 It answers the endpoints huggingface_hub 2.x calls when ccpo publishes (see
 docs/contributing.md, "Tests"): whoami, repos/create, validate-yaml, preupload, commit,
-branch, model info and file resolve; and, for `ccpo sync`, dataset repositories (create, info,
-tree, preupload, commit, resolve; see "Dataset repositories" below), whose commits are
-serialised as the Hub does: a commit arriving while another is being applied gets 409.
-Repositories are kept in memory as a linear history of
+branch, tag, refs, commit listing, model info (with visibility) and file resolve; and, for
+`ccpo sync`, dataset repositories (create, info, tree, preupload, commit, resolve; see "Dataset
+repositories" below), whose commits are serialised as the Hub does: a commit arriving while
+another is being applied gets 409. Repositories are kept in memory as a linear history of
 snapshots per branch, so a test can read back exactly what was committed, and every request is
 recorded (method, path, query, headers, body) so a test can assert the sequence, the auth header
 and the payloads. The real huggingface_hub client talks to it over HTTP: nothing is mocked.
+
+It can also fail the way the real Hub does (`FakeHub.inject`, the fault table consulted at the
+top of every request): an HTTP status (500, 429 with Retry-After, 409, 412), a commit whose
+answer is lost after it landed, a silent endpoint, an endless answer and a trickling one. Every
+fault is bounded in time and stops with the server.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime
 import hashlib
 import json
 import threading
@@ -27,11 +33,18 @@ import yaml
 CONFLICT_MESSAGE = "A commit has happened since. Please refresh and try again."
 
 
+def git_blob_id(content: bytes) -> str:
+    """The id git (and the Hub's `blobId`) gives a file's content."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
 @dataclass
 class Commit:
     oid: str
     message: str
     files: dict[str, bytes]  # the whole tree after this commit
+    description: str = ""
+    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
 
 
 @dataclass
@@ -39,15 +52,45 @@ class Repo:
     repo_id: str
     private: bool
     branches: dict[str, list[Commit]] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)  # tag -> commit oid
 
     def head(self, revision: str) -> Commit | None:
         if revision in self.branches:
             return self.branches[revision][-1]
+        if revision in self.tags:
+            revision = self.tags[revision]
         for history in self.branches.values():
             for commit in history:
                 if commit.oid == revision:
                     return commit
         return None
+
+
+@dataclass
+class Fault:
+    """One injected failure: requests whose method and path match get `kind` instead of (or,
+    for `lost`, after) the normal answer, `times` times.
+
+    kinds: `status` (answer `status`, with `Retry-After` when given), `answer` (a 200 whose JSON
+    body is `body`, e.g. a wrong-shaped one), `lost` (the commit is
+    applied, then the answer is a 502, or with `status=None` the connection drops), `silent`
+    (the connection stays open, unanswered, for `seconds`), `endless` (a 200 whose body never
+    ends), `trickle` (a 200 whose body comes one byte every `interval` seconds)."""
+
+    kind: str
+    method: str | None = None
+    path: str = ""
+    times: int = 1
+    status: int | None = 500
+    retry_after: str | None = None
+    seconds: float = 120.0
+    interval: float = 0.5
+    message: str = "Internal Error - We're working hard to fix this as soon as possible!"
+    body: object = None
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.times > 0 and (self.method is None or self.method == method) and self.path in path
 
 
 @dataclass
@@ -75,6 +118,9 @@ class FakeHub:
         # the repository), and files whose stored copy loses its last byte (a broken upload).
         self.before_next_commit = None
         self.truncate_paths: set[str] = set()
+        self.corrupt_paths: set[str] = set()  # stored with one byte flipped (same size, other content)
+        self.faults: list[Fault] = []
+        self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._commit_counter = 0
         # Dataset repositories (`ccpo sync`), kept apart from the model repositories above.
@@ -99,11 +145,32 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.stopping.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
 
     # --- helpers for tests -------------------------------------------------------------
+
+    def inject(self, kind: str, *, method: str | None = None, path: str = "", times: int = 1, **options) -> Fault:
+        """Fail the next `times` requests matching `method` and `path` (a fragment) with `kind`
+        (see `Fault`). Faults are consulted in the order they were injected."""
+        fault = Fault(kind, method=method, path=path, times=times, **options)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def take_fault(self, method: str, path: str, kinds: tuple[str, ...]) -> Fault | None:
+        with self._lock:
+            for fault in self.faults:
+                if fault.kind in kinds and fault.matches(method, path):
+                    fault.times -= 1
+                    fault.hits += 1
+                    return fault
+        return None
+
+    def history(self, repo_id: str, branch: str = "main") -> list[Commit]:
+        return list(self.repos[repo_id].branches[branch])
 
     def new_oid(self, seed: str) -> str:
         with self._lock:
@@ -207,23 +274,75 @@ def _make_handler(hub: FakeHub):
         def _authorized(self) -> bool:
             return self.headers.get("Authorization") == f"Bearer {hub.token}"
 
+        # --- faults (consulted first by every verb) ----------------------------------
+
+        def _fault(self, path: str) -> bool:
+            """Answer with an injected fault, if one matches; True when it did."""
+            fault = hub.take_fault(self.command, path, ("status", "answer", "silent", "endless", "trickle"))
+            if fault is None:
+                return False
+            if fault.kind == "answer":
+                self._send(200, fault.body)
+            elif fault.kind == "status":
+                headers = {"X-Error-Message": fault.message}
+                if fault.retry_after is not None:
+                    headers["Retry-After"] = fault.retry_after
+                self._send(fault.status, {"error": fault.message}, headers)
+            elif fault.kind == "silent":
+                hub.stopping.wait(fault.seconds)
+                self.close_connection = True
+            elif fault.kind == "endless":
+                self._stream_forever(fault)
+            else:
+                self._trickle(fault)
+            return True
+
+        def _stream_forever(self, fault: Fault):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            block = b"[" + b'{"rfilename": "x"},' * 3000
+            chunk = b"%x\r\n%s\r\n" % (len(block), block)
+            ends = time.monotonic() + fault.seconds
+            try:
+                while time.monotonic() < ends and not hub.stopping.is_set():
+                    self.wfile.write(chunk)
+            except OSError:
+                pass  # the client gave up: that is the point
+            self.close_connection = True
+
+        def _trickle(self, fault: Fault):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "100000")
+            self.end_headers()
+            ends = time.monotonic() + fault.seconds
+            try:
+                while time.monotonic() < ends and not hub.stopping.wait(fault.interval):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+            except OSError:
+                pass
+            self.close_connection = True
+
         # --- verbs -------------------------------------------------------------------
 
         def do_GET(self):
             path, query, _ = self._record()
-            if _dataset_get(self, hub, path, query):
+            if self._fault(path) or _dataset_get(self, hub, path, query):
                 return
             self._route_get(path, query)
 
         def do_HEAD(self):
             path, query, _ = self._record()
-            if _dataset_get(self, hub, path, query):
+            if self._fault(path) or _dataset_get(self, hub, path, query):
                 return
             self._route_get(path, query)
 
         def do_POST(self):
             path, query, body = self._record()
-            if _dataset_post(self, hub, path, query, body):
+            if self._fault(path) or _dataset_post(self, hub, path, query, body):
                 return
             if path == "/api/validate-yaml":
                 return self._validate_yaml(body)
@@ -245,6 +364,8 @@ def _make_handler(hub: FakeHub):
                     return self._commit(repo, revision, body, query)
                 if action == "branch":
                     return self._branch(repo, revision, json.loads(body or b"{}"))
+                if action == "tag":
+                    return self._tag(repo, revision, json.loads(body or b"{}"))
             self._error(404, f"no such endpoint: POST {path}")
 
         # --- GET routes --------------------------------------------------------------
@@ -258,6 +379,10 @@ def _make_handler(hub: FakeHub):
             parts = path.strip("/").split("/")
             if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "tree":
                 return self._tree(f"{parts[2]}/{parts[3]}", unquote(parts[5]), "/".join(parts[6:]))
+            if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "commits":
+                return self._commits(f"{parts[2]}/{parts[3]}", unquote("/".join(parts[5:])))
+            if len(parts) == 5 and parts[0] == "api" and parts[1] == "models" and parts[4] == "refs":
+                return self._refs(f"{parts[2]}/{parts[3]}")
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 repo_id = f"{parts[2]}/{parts[3]}"
                 revision = "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
@@ -291,10 +416,33 @@ def _make_handler(hub: FakeHub):
                 sibling = {"rfilename": name}
                 if with_sizes:
                     sibling["size"] = len(content)
-                    sibling["blobId"] = hashlib.sha1(content).hexdigest()
+                    sibling["blobId"] = git_blob_id(content)
                 siblings.append(sibling)
             self._send(200, {"id": repo_id, "modelId": repo_id, "sha": commit.oid, "private": repo.private,
                              "siblings": siblings, "tags": [], "downloads": 0, "likes": 0})
+
+        def _commits(self, repo_id: str, revision: str):
+            """The history of `revision`, newest first, as `list_repo_commits` reads it."""
+            repo, commit = self._visible_commit(repo_id, revision)
+            if commit is None:
+                return
+            history = next((h for h in repo.branches.values() if commit in h), [commit])
+            upto = history[: history.index(commit) + 1]
+            self._send(200, [{"id": c.oid, "title": c.message, "message": c.description,
+                              "authors": [{"user": hub.user}], "date": c.date} for c in reversed(upto)])
+
+        def _refs(self, repo_id: str):
+            repo = hub.repos.get(repo_id)
+            if not self._visible(repo):
+                return self._error(404, "Repository not found", "RepoNotFound")
+            self._send(200, {
+                "branches": [{"name": name, "ref": f"refs/heads/{name}", "targetCommit": history[-1].oid}
+                             for name, history in repo.branches.items() if not name.startswith("refs/")],
+                "converts": [],
+                "tags": [{"name": name, "ref": f"refs/tags/{name}", "targetCommit": oid}
+                         for name, oid in sorted(repo.tags.items())],
+                "pullRequests": [],
+            })
 
         def _tree(self, repo_id: str, revision: str, folder: str):
             """The files under `folder` (recursive), as snapshot downloads list them first."""
@@ -356,6 +504,9 @@ def _make_handler(hub: FakeHub):
                 hook(repo)
             for path in hub.truncate_paths & set(decoded["files"]):
                 decoded["files"][path] = decoded["files"][path][:-1]
+            for path in hub.corrupt_paths & set(decoded["files"]):
+                content = decoded["files"][path]
+                decoded["files"][path] = content[:-1] + bytes([content[-1] ^ 0xFF])
             create_pr = query.get("create_pr") == ["1"]
             with hub._lock:
                 if create_pr:
@@ -377,10 +528,28 @@ def _make_handler(hub: FakeHub):
                 tree.update(decoded["files"])
                 summary = decoded["header"].get("summary", "")
                 oid = hashlib.sha1(f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[branch])}".encode()).hexdigest()
-                repo.branches[branch].append(Commit(oid, summary, tree))
+                repo.branches[branch].append(Commit(oid, summary, tree, decoded["header"].get("description", "")))
+            lost = hub.take_fault(self.command, self.path, ("lost",))
+            if lost is not None:  # the commit landed; its answer does not reach the client
+                if lost.status is None:
+                    self.close_connection = True
+                    return None
+                return self._send(lost.status, {"error": lost.message}, {"X-Error-Message": lost.message})
             pr_url = f"{hub.endpoint}/{repo.repo_id}/discussions/{branch.rsplit('/', 1)[-1]}" if create_pr else None
             self._send(200, {"commitUrl": f"{hub.endpoint}/{repo.repo_id}/commit/{oid}", "commitOid": oid,
                              "pullRequestUrl": pr_url})
+
+        def _tag(self, repo: Repo, revision: str, payload: dict):
+            name = payload.get("tag")
+            if not name:
+                return self._error(400, "tag is required")
+            if name in repo.tags:
+                return self._error(409, f"Tag {name} already exists")
+            target = repo.head(unquote(revision))
+            if target is None:
+                return self._error(404, "Invalid rev id", "RevisionNotFound")
+            repo.tags[name] = target.oid
+            self._send(200, {})
 
         def _branch(self, repo: Repo, branch: str, payload: dict):
             if branch in repo.branches:

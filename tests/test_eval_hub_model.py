@@ -92,3 +92,14 @@ def test_a_hub_that_never_answers_is_exit_4_within_the_timeout(hub_env, loopback
 def test_neither_a_folder_nor_a_hub_id_is_exit_3(hub_env, tmp_path, games):
     assert_refused(eval_hub_model(tmp_path, games, str(tmp_path / "missing" / "model")), 3,
                    "no such folder, and not a Hub model id")
+
+
+def test_a_wrong_shaped_hub_answer_is_one_line_and_exit_4(hub_env, loopback_only, monkeypatch, tmp_path, games):
+    """Issue 21, item 7: `siblings` as a string in the repository's info gave a traceback."""
+    with FakeHub() as hub:
+        hub.seed_repo(MODEL_REPO, {"config.json": b"{}"})
+        hub.inject("answer", method="GET", path=f"/api/models/{MODEL_REPO}", times=10,
+                   body={"id": MODEL_REPO, "sha": "0" * 40, "siblings": "config.json"})
+        point_hub_at(monkeypatch, hub.endpoint, hub_env / "hub-cache")
+        result = eval_hub_model(tmp_path, games)
+    assert_refused(result, 4, MODEL_REPO, "not of the shape ccpo expects")

@@ -127,17 +127,31 @@ def test_hand_written_readme_without_ccpo_regions_is_not_overwritten(db_path, hu
     assert head_files(hub)["README.md"] == original
 
 
-def test_concurrent_edit_fails_with_exit_4_and_is_not_overwritten(db_path, hub, tmp_path):
+def test_a_concurrent_edit_is_merged_after_reading_the_head_again(db_path, hub, tmp_path):
+    """412 (issue 20): ccpo re-reads the head and re-renders the card only; the edit survives."""
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
     hub.before_next_commit = lambda repo: hub.push_external_commit(REPO, {"NOTES.md": b"edited meanwhile\n"})
+    result = publish(db_path, hub, tmp_path / "second", "--json")
+    assert result.exit_code == 0, result.output
+    assert head_files(hub)["NOTES.md"] == b"edited meanwhile\n"
+    history = hub.history(REPO)
+    assert history[-2].message == "edit on the website" and history[-1].message.startswith("ccpo: interim card")
+    card_commits = hub.commits_by_ccpo(REPO)
+    assert len(card_commits) == 3  # first publish, the refused one, the one after reading the head again
+    assert card_commits[-1]["header"]["parentCommit"] == history[-2].oid
+    assert len(store.run_publications(store.open_db(db_path), "return-hard")) == 2
+
+
+def test_a_repository_that_keeps_changing_ends_in_exit_4_and_is_not_overwritten(db_path, hub, tmp_path):
+    assert publish(db_path, hub, tmp_path / "first").exit_code == 0
+    before = hub.history(REPO)
+    hub.inject("status", method="POST", path="/commit/", status=412, times=5, message=CONFLICT_MESSAGE)
     result = publish(db_path, hub, tmp_path / "second")
     assert result.exit_code == 4
     assert "412" in result.output and "nothing was overwritten" in result.output
     assert "Traceback" not in result.output
-    assert head_files(hub)["NOTES.md"] == b"edited meanwhile\n"
-    assert hub.repos[REPO].branches["main"][-1].message == "edit on the website"
+    assert hub.history(REPO) == before
     assert len(store.run_publications(store.open_db(db_path), "return-hard")) == 1
-    assert CONFLICT_MESSAGE  # the fake answers with the Hub's own wording
 
 
 def test_publish_to_a_branch_leaves_main_alone(db_path, hub, tmp_path):
@@ -170,12 +184,29 @@ def test_checkpoint_is_uploaded_then_verified(db_path, hub, tmp_path):
         {"README.md", "results/ccpo_summary.json", "results/learning_curve.png"},
     ]
     document = json.loads(result.stdout)
-    assert document["checkpoint"]["verified_files"] == 3
+    assert document["checkpoint"]["verified_files"] == 3 and document["checkpoint"]["verified_by"] == "sha256"
     assert document["checkpoint"]["bytes"] == 10240 + len('{"model_type": "qwen2"}\n') + 3
-    blobs = hub.requests_to(f"/api/models/{REPO}/revision/", "GET")[0].query.get("blobs")
-    assert [value.lower() for value in blobs] == ["true"]  # 0.3x sends "True"
+    listed = [r for r in hub.requests_to(f"/api/models/{REPO}/revision/", "GET") if "blobs" in r.query]
+    assert [value.lower() for value in listed[0].query["blobs"]] == ["true"]  # 0.3x sends "True"
+    weights_commit = hub.history(REPO)[-2].oid
+    assert document["checkpoint"]["commit_id"] == weights_commit and hub.repos[REPO].tags == {"step-115": weights_commit}
+    summary = json.loads(head_files(hub)["results/ccpo_summary.json"])
+    assert summary["weights"] == {"repo_id": REPO, "commit": weights_commit, "revision": "step-115", "step": 115}
+    # The card itself cites the weights it describes, and its snippet loads exactly them.
+    readme = head_files(hub)["README.md"].decode() if isinstance(head_files(hub)["README.md"], bytes) else head_files(hub)["README.md"]
+    assert f"(step 115, revision `step-115`, commit `{weights_commit[:12]}`)" in readme
+    assert 'revision = "step-115"' in readme
     [publication] = store.run_publications(store.open_db(db_path), "return-hard")
     assert publication["checkpoint_step"] == 115
+
+
+def test_checkpoint_verification_is_by_sha256_not_only_size(db_path, hub, tmp_path):
+    checkpoint = make_checkpoint(tmp_path / "ckpt")
+    hub.corrupt_paths = {"model.safetensors"}
+    result = publish(db_path, hub, tmp_path / "staging", "--checkpoint", str(checkpoint))
+    assert result.exit_code == 4
+    assert "sha256 differs: model.safetensors" in result.output
+    assert len(hub.commits_by_ccpo(REPO)) == 1 and hub.repos[REPO].tags == {}
 
 
 def test_checkpoint_verification_catches_a_broken_upload(db_path, hub, tmp_path):
@@ -256,20 +287,36 @@ def test_bad_repo_id_is_exit_3(db_path, hub_env, tmp_path):
     assert result.exit_code == 3 and "owner/name" in result.output
 
 
-def test_final_card_goes_to_a_public_repo_unless_told_otherwise(hub, tmp_path):
+@pytest.mark.parametrize("flag", [None, "--public"])
+def test_a_final_card_is_private_too_unless_public_is_asked(hub, tmp_path, flag):
+    """Issue 20, item 5: private by default, final cards included; the final commit is tagged."""
     from helpers_cards import add_run
 
     path = tmp_path / "done.db"
     add_run(store.open_db(path), "return-hard", "return-hard", mean=85.0, sd=4.0, n=10, best=92.0, last_step=150)
-    result = publish(path, hub, tmp_path / "staging", "--status", "final")
+    result = publish(path, hub, tmp_path / "staging", "--status", "final", *([flag] if flag else []))
     assert result.exit_code == 0, result.output
     [create] = hub.requests_to("/api/repos/create", "POST")
     body = json.loads(create.body)  # 1.x sends "visibility", 0.3x "private"
-    assert body.get("visibility", "private" if body.get("private") else "public") == "public"
+    wanted = "public" if flag else "private"
+    assert body.get("visibility", "private" if body.get("private") else "public") == wanted
+    assert hub.repos[REPO].private is (flag is None)
     card = ModelCard(head_files(hub)["README.md"].decode())
     assert "interim" not in card.data.tags and "Final." in card.text
+    assert hub.repos[REPO].tags == {"final": hub.history(REPO)[-1].oid}
     [publication] = store.run_publications(store.open_db(path), "return-hard")
     assert publication["status"] == "final"
+
+
+def test_an_existing_repository_keeps_its_visibility_and_ccpo_says_so(db_path, hub, tmp_path):
+    hub.seed_repo(REPO, private=False)
+    result = publish(db_path, hub, tmp_path / "staging", "--json")
+    assert result.exit_code == 0, result.output
+    assert hub.repos[REPO].private is False
+    visibility = json.loads(result.stdout)["visibility"]
+    assert visibility["private"] is False and visibility["requested_private"] is True
+    assert "public on the Hub, not private as asked" in visibility["visibility_note"]
+    assert "public on the Hub, not private as asked" in result.stderr
 
 
 def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(db_path, hub_env, tmp_path):

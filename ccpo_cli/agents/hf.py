@@ -51,21 +51,27 @@ def download_model(repo_id: str) -> Path:
     refuses or never answers is exit 4. PyTorch `.bin` weights are fetched only when the
     repository has no safetensors."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError
     from huggingface_hub.utils import validate_repo_id
 
-    from ccpo_cli.hub_access import hub_timeouts, remote_error, resolve_timeouts, transport_errors
+    from ccpo_cli.hub_access import (
+        DOWNLOAD_DEADLINE,
+        call_errors,
+        hub_timeouts,
+        remote_error,
+        resolve_timeouts,
+    )
 
     try:
         validate_repo_id(repo_id)
     except ValueError:
         raise InvalidInput(f"--model {repo_id}: no such folder, and not a Hub model id either") from None
     try:
-        with hub_timeouts(resolve_timeouts()):
+        # One call of unknown size: each read is bounded (metadata answers also in size), the whole by a day.
+        with hub_timeouts(resolve_timeouts(), whole_block={"deadline": DOWNLOAD_DEADLINE}):
             folder = Path(snapshot_download(repo_id, allow_patterns=list(MODEL_FILE_PATTERNS)))
             if not any(folder.glob("*.safetensors")):
                 folder = Path(snapshot_download(repo_id, allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"]))
-    except (HfHubHTTPError, *transport_errors(), OSError) as error:
+    except call_errors() as error:  # includes a wrong-shaped answer (issue 21): one line, exit 4
         raise remote_error(error, None, repo_id, "downloading the model") from None
     return folder
 

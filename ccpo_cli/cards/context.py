@@ -230,6 +230,14 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
     }
 
 
+def _weights_vars(weights: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The published weights the card cites: the revision to load and the commit it points at."""
+    if not weights or not weights.get("commit"):
+        return {"known": False}
+    commit = str(weights["commit"])
+    return {"known": True, "commit": commit, "short": commit[:12], "revision": str(weights.get("revision") or commit)}
+
+
 def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
     """What the card says of the run's benchmark, from its declaration (docs/benchmarks.md)."""
     from ccpo_cli.benchmarks import load_benchmark
@@ -406,16 +414,21 @@ def build_card_context(
     window_start: int | None = None,
     license: str | None = None,
     checkpoint_step: int | None = None,
+    weights: Mapping[str, Any] | None = None,
 ) -> CardContext:
     """Everything the card states about `run`, from the database (see the module docstring).
 
     `repo_id` is the Hub repository the card is published to (its usage snippet names it; without
     one the snippet is left out). `window_start` None gives the run's default window (7/15 of its
     total steps). `checkpoint_step` is the checkpoint a publish sends; without it the card names a
-    checkpoint only when runs.db records one at the step it would publish. Raises InvalidInput
+    checkpoint only when runs.db records one at the step it would publish. `weights` cites the Hub
+    commit of those weights (`repo_id`, `commit`, `revision`, `step`): the card and its summary
+    name it, and the usage snippet loads that revision. Raises InvalidInput
     (exit 3) for a final card of an unfinished run, a run without evaluations in the window, a
     reference (evaluation-only) run, and a run without arm, base model or license.
     """
+    if weights is not None and checkpoint_step is None:
+        checkpoint_step = weights.get("step")
     facts = _gather(db, run, status, repo_id, window_start, license, checkpoint_step)
     arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
     grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, facts.this["window"]["mean"])
@@ -428,8 +441,9 @@ def build_card_context(
         run=facts.run_row["name"],
         status=status,
         repo_id=facts.repo_id,
-        template_vars=_template_vars(facts, arms_table, grpo, published),
+        template_vars=dict(_template_vars(facts, arms_table, grpo, published), weights=_weights_vars(weights)),
         metadata=_metadata(facts),
-        summary=_summary(facts, arms_table, grpo, published),
+        summary=dict(_summary(facts, arms_table, grpo, published),
+                     **({"weights": dict(weights)} if weights is not None else {})),
         comparison=facts.document,
     )

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlite_utils
 
@@ -56,6 +58,7 @@ def stage_card(
     window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
+    weights: Mapping[str, Any] | None = None,
     force: bool = False,
     merge_existing: bool = False,
     clobber_hint: str = "--force to replace it",
@@ -68,7 +71,7 @@ def stage_card(
     if repo_id is not None:
         check_repo_id(repo_id, "--repo-id")
     context = build_card_context(
-        db, run, status=status, repo_id=repo_id, window_start=window_start,
+        db, run, status=status, repo_id=repo_id, window_start=window_start, weights=weights,
         license=license, checkpoint_step=checkpoint_step,
     )
     text = render_card(context)

@@ -39,6 +39,27 @@ HubTimeoutOption = Annotated[str | None, typer.Option("--timeout", help="Hub tim
 HubEndpointOption = Annotated[str | None, typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
 
 
+# The Hub options of `ccpo publish` and `ccpo train --push-to-hub`, declared once.
+HubTokenOption = Annotated[str | None, typer.Option(
+    "--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine "
+    "(ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)]
+HubTokenFileOption = Annotated[Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")]
+HubTimeoutOption = Annotated[str | None, typer.Option(
+    "--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ: READ bounds one read of a transfer, and of a "
+    "metadata answer when below 20 (default: CCPO_HUB_TIMEOUT, else 10,300).")]
+HubDeadlineOption = Annotated[float | None, typer.Option(
+    "--deadline", help="Overall deadline of one Hub call in seconds, however slowly its answer comes; a transfer adds "
+    "its size at 1 MiB/s (default: CCPO_HUB_DEADLINE, else 60).")]
+HubEndpointOption = Annotated[str | None, typer.Option(
+    "--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
+HubPrivateOption = Annotated[bool | None, typer.Option(
+    "--private/--public", help="Visibility of a new repository (default: private, final cards included); an "
+    "existing repository keeps its own, and ccpo says when it differs.")]
+HubRevisionOption = Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")]
+LicenseOption = Annotated[str | None, typer.Option(
+    "--license", help="License id, when neither the run nor its base model records one.")]
+
+
 def parse_seeds(text: str) -> list[int]:
     """'0,1,2' -> [0, 1, 2]. A malformed list is invalid input (exit 3): empty, not integers,
     negative, or a seed twice (each seed is one run or one evaluation)."""

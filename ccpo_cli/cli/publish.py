@@ -1,4 +1,5 @@
-"""`ccpo publish`: push a run's card (and a checkpoint) to the Hugging Face Hub in one commit."""
+"""`ccpo publish`: push a run's card (and a checkpoint) to the Hugging Face Hub, or follow a run
+that trains elsewhere and push it as it grows (`--follow RUN`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import typer
 
 from ccpo_cli.cli.card import CardStatus
 from ccpo_cli.cli.common import (
+    HubDeadlineOption,
+    HubEndpointOption,
+    HubPrivateOption,
+    HubRevisionOption,
+    HubTimeoutOption,
+    HubTokenFileOption,
+    HubTokenOption,
     JsonOption,
+    LicenseOption,
     WindowStartOption,
     emit_json,
     handle_errors,
@@ -17,6 +26,7 @@ from ccpo_cli.cli.common import (
     settings,
     stdout_console,
 )
+from ccpo_cli.errors import UsageError
 from ccpo_cli.names import default_folder, require_inside
 from ccpo_cli.store import open_db
 
@@ -24,26 +34,41 @@ from ccpo_cli.store import open_db
 @handle_errors
 def publish(
     ctx: typer.Context,
-    run: Annotated[str, typer.Option("--run", help="The run to publish.")],
-    repo: Annotated[str, typer.Option("--repo", help="Hub repository id (owner/name).")],
+    run: Annotated[str | None, typer.Option("--run", help="The run to publish (or --follow RUN).")] = None,
+    repo: Annotated[str | None, typer.Option("--repo", help="Hub repository id (owner/name).")] = None,
+    follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="--follow: the run folder (default: the one runs.db records).")] = None,
+    poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
+    once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload), then exit.")] = False,
     status: Annotated[CardStatus, typer.Option("--status", help="interim or final.")] = CardStatus.interim,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Model folder to upload (then verified) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
+    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
     verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).")] = None,
     merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the staging folder and commit plan; no network call.")] = False,
-    private: Annotated[bool | None, typer.Option("--private/--public", help="Visibility of a new repository (default: private for interim cards).")] = None,
-    token: Annotated[str | None, typer.Option("--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine (ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)] = None,
-    token_file: Annotated[Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")] = None,
-    timeout: Annotated[str | None, typer.Option("--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ (default: CCPO_HUB_TIMEOUT, else 10,300).")] = None,
-    endpoint: Annotated[str | None, typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")] = None,
-    revision: Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")] = "main",
+    private: HubPrivateOption = None,
+    token: HubTokenOption = None,
+    token_file: HubTokenFileOption = None,
+    timeout: HubTimeoutOption = None,
+    deadline: HubDeadlineOption = None,
+    endpoint: HubEndpointOption = None,
+    revision: HubRevisionOption = "main",
     staging: Annotated[Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")] = None,
     window_start: WindowStartOption = None,
-    license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
+    license: LicenseOption = None,  # noqa: A002
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the published checkpoint (default: best so far for interim, last for final).")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit."""
+    if (run is None) == (follow is None):
+        raise UsageError("give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither")
+    if repo is None:
+        raise UsageError("--repo OWNER/NAME is required")
+    if follow is not None:
+        _follow(ctx, follow, repo, run_dir=run_dir, poll=poll, once=once, private=private, token=token,
+                token_file=token_file, timeout=timeout, deadline=deadline, endpoint=endpoint, revision=revision,
+                staging=staging, window_start=window_start, license=license, verl_agent_home=verl_agent_home,
+                as_json=as_json)
+        return
     from ccpo_cli.hub import publish_run
 
     result = publish_run(
@@ -51,7 +76,8 @@ def publish(
         staging=staging or require_inside(default_folder("ccpo-publish", run), Path.cwd(), "--run"), revision=revision, private=private, token=token,
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
-        verl_agent_home=verl_agent_home, merged_dir=merged_dir,
+        verl_agent_home=verl_agent_home, merged_dir=merged_dir, deadline=deadline,
+        log=lambda message: info(ctx, message),
     )
     if as_json:
         emit_json(result)
@@ -63,3 +89,26 @@ def publish(
     else:
         info(ctx, f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})")
         stdout_console.print(result["commit_url"], markup=False)
+
+
+def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, private, token, token_file, timeout,
+            deadline, endpoint, revision, staging, window_start, license, verl_agent_home, as_json) -> None:  # noqa: A002
+    from ccpo_cli.hub_access import resolve_token
+    from ccpo_cli.publishing.follow import follow_run
+    from ccpo_cli.publishing.target import push_target
+
+    target = push_target(repo, endpoint=endpoint, private=private, timeout=timeout, deadline=deadline,
+                         revision=revision, window_start=window_start, license=license, staging=staging)
+    secret = resolve_token(token, token_file)
+    if not secret:
+        from ccpo_cli.errors import RemoteError
+
+        raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+    result = follow_run(settings(ctx).db, run, target, secret, run_dir=run_dir, verl_agent_home=verl_agent_home,
+                        poll_s=poll, once=once, log=lambda message: info(ctx, message))
+    if as_json:
+        emit_json(result)
+        return
+    outbox = result["outbox"]
+    stdout_console.print(f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
+                         f"{outbox['failed']} failed, {outbox['skipped']} skipped", markup=False)

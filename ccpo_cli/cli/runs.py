@@ -44,8 +44,10 @@ def show_command(
     run: Annotated[str, typer.Argument(help="Run name.")],
     as_json: JsonOption = False,
 ) -> None:
-    """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications."""
+    """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications and
+    every Hub publication it asked for (pending, done, failed, skipped and why, with its attempts)."""
     from ccpo_cli.store.identity import run_identity
+    from ccpo_cli.store.outbox import run_outbox
 
     db = open_db(settings(ctx).db, must_exist=True)
     document = {
@@ -55,6 +57,7 @@ def show_command(
         "conflicts": run_conflicts(db, run),
         "checkpoints": run_checkpoints(db, run),
         "publications": run_publications(db, run),
+        "publication_outbox": run_outbox(db, run),
     }
     if as_json:
         emit_json(document)
@@ -66,3 +69,7 @@ def show_command(
             stdout_console.print(f"interrupted: {shown['interrupted_because']}", markup=False)
         if shown.get("failure"):
             stdout_console.print(f"failed: {shown['failure']['message']}", markup=False)
+        if document["publication_outbox"]:
+            from ccpo_cli.publishing.status import outbox_table
+
+            stdout_console.print(outbox_table(document["publication_outbox"]))

@@ -16,6 +16,12 @@ from typing import Annotated, Any
 import typer
 
 from ccpo_cli.cli.common import (
+    HubDeadlineOption,
+    HubEndpointOption,
+    HubPrivateOption,
+    HubTimeoutOption,
+    HubTokenFileOption,
+    HubTokenOption,
     JsonOption,
     SeedsOption,
     SetOption,
@@ -106,6 +112,16 @@ def train(
     verl_agent: Annotated[Path | None, typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
     host_profile: Annotated[str, typer.Option("--host-profile", help="verl: host profile of the protocol (reference, lean).")] = "reference",
     save_every: Annotated[int | None, typer.Option("--save-every", help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.")] = None,
+    # publishing while training
+    push_to_hub: Annotated[str | None, typer.Option("--push-to-hub", metavar="OWNER/NAME", help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.")] = None,
+    push_wait: Annotated[float | None, typer.Option("--push-wait", help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.")] = None,
+    window_start: Annotated[int | None, typer.Option("--window-start", help="--push-to-hub: first step of the window the cards report (default: 7/15 of the run's total steps).")] = None,
+    private: HubPrivateOption = None,
+    token: HubTokenOption = None,
+    token_file: HubTokenFileOption = None,
+    timeout: HubTimeoutOption = None,
+    deadline: HubDeadlineOption = None,
+    endpoint: HubEndpointOption = None,
 ) -> None:
     """Train one arm; evaluations land in the database as they happen."""
     from ccpo_cli.arms import load_arm, parse_set_options
@@ -120,6 +136,23 @@ def train(
         "--host-profile": None if host_profile == "reference" else host_profile, "--save-every": save_every,
     }, {"--eval-games": eval_games, "--eval-from": eval_from, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
     db_path = settings(ctx).db
+    hub_options = {"--push-wait": push_wait, "--window-start": window_start, "--private/--public": private,
+                   "--token": token, "--token-file": token_file, "--timeout": timeout, "--deadline": deadline,
+                   "--endpoint": endpoint}
+    observer = None
+    if push_to_hub is None:
+        stray = [name for name, value in hub_options.items() if value is not None]
+        if stray:
+            raise UsageError(f"{', '.join(stray)} only apply with --push-to-hub")
+    elif not dry_run:
+        if len(seed_values) > 1:
+            raise UsageError("--push-to-hub publishes one run: give one --seed (a repository per seed)")
+        from ccpo_cli.publishing.background import publisher_for
+
+        observer = publisher_for(db_path, push_to_hub, backend=chosen, endpoint=endpoint, private=private,
+                                 token=token, token_file=token_file, timeout=timeout, deadline=deadline,
+                                 end_wait_s=push_wait, window_start=window_start, verl_agent=verl_agent,
+                                 log=lambda message: info(ctx, message))
     schedule = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps}
 
     def log(message: str) -> None:
@@ -133,7 +166,7 @@ def train(
         local_runs = train_local(LocalTrainRequest(
             arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
             eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
-            time_budget_s=None if time_budget is None else time_budget * 60.0,
+            time_budget_s=None if time_budget is None else time_budget * 60.0, observer=observer,
         ), log)
         if as_json:
             emit_json({"dry_run": dry_run, "runs": local_runs})
@@ -146,7 +179,7 @@ def train(
     result = train_verl(VerlTrainRequest(
         arm=arm, seeds=seed_values, db_path=db_path, model=model, gpus=gpus, nnodes=nnodes, run=run,
         resume=resume, dry_run=dry_run, **schedule, ray_address=ray_address,
-        verl_agent=verl_agent, host_profile=host_profile, save_every=save_every,
+        verl_agent=verl_agent, host_profile=host_profile, save_every=save_every, observer=observer,
     ), log)
     if as_json:
         emit_json({"dry_run": dry_run, "runs": result.runs})

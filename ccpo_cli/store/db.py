@@ -291,6 +291,52 @@ def m007_sync(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m005_publication_outbox(db: sqlite_utils.Database) -> None:
+    # Hub publications waiting, done, failed or skipped (store/outbox.py): one row per (run,
+    # repository, kind, step, content hash), so a killed trainer or uploader resumes the queue
+    # and a repeated request is the same row; and one row per attempt at one of them.
+    db.executescript(
+        """
+        CREATE TABLE publication_outbox (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            repo_id TEXT NOT NULL,
+            revision TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            role TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            content_hash TEXT NOT NULL,
+            source TEXT,
+            private INTEGER NOT NULL,
+            endpoint TEXT NOT NULL,
+            state TEXT NOT NULL,
+            reason TEXT,
+            commit_id TEXT,
+            tag TEXT,
+            base_commit TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (run_id, repo_id, kind, step, content_hash)
+        );
+        CREATE INDEX publication_outbox_state ON publication_outbox (run_id, state);
+        CREATE TABLE publication_attempts (
+            id INTEGER PRIMARY KEY,
+            outbox_id INTEGER NOT NULL REFERENCES publication_outbox(id) ON DELETE CASCADE,
+            started_at TEXT NOT NULL,
+            finished_at TEXT,
+            outcome TEXT,
+            reason TEXT,
+            commit_id TEXT,
+            pid INTEGER
+        );
+        CREATE INDEX publication_attempts_outbox ON publication_attempts (outbox_id);
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

@@ -22,6 +22,7 @@ run before it is applied, recording the run as failed with the step and the quan
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -58,6 +59,7 @@ from ccpo_cli.backends.local.rollouts import (
     save_npz,
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
+from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.store import (
     best_evaluation,
@@ -378,6 +380,7 @@ def train_arm(
     resume: bool = False,
     run_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
+    observer: TrainingObserver | None = None,
 ) -> TrainResult:
     """Train `arm` with the local backend as `config` says; evaluations land in `db_path` as they happen.
 
@@ -388,7 +391,9 @@ def train_arm(
     the same run, and a resume that would change what the run measures (config.py lists what
     may change). Without `resume`, an existing checkpoint folder for this run name is refused.
     A non-finite advantage, loss or gradient stops the run (CcpoError, exit 1) with the run
-    recorded as failed, the step and the quantity in `run_failures`.
+    recorded as failed, the step and the quantity in `run_failures`. An `observer` (the Hub
+    publisher of --push-to-hub) hears of the start, every evaluation and the end; it never changes
+    the run's numbers or status.
     """
     if not isinstance(arm, Arm):
         raise UsageError(f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}")
@@ -415,8 +420,10 @@ def train_arm(
             run.fork()
         _drop_metrics_after(folder / "metrics.jsonl", run.step)
         start_session(db, run_name, owner, HEARTBEAT_EVERY_S)
+        if observer is not None:
+            notify(log, lambda: observer.started(run_name, folder))
         try:
-            return _train(run, db_path, owner)
+            return _train(run, db_path, owner, observer)
         finally:
             end_session(db, run_name, owner.session)
 
@@ -473,7 +480,7 @@ def _resume_history(recorded: dict[str, Any], step: int, resumed: bool, changed:
     return history
 
 
-def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
+def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: TrainingObserver | None) -> TrainResult:
     config, db, run_name, log = run.config, run.db, run.run_name, run.log
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool, Heartbeat(db_path, run_name, owner.session):
@@ -481,6 +488,8 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
+                if observer is not None:
+                    notify(log, lambda: observer.evaluated(0))
             while step < config.steps:
                 step += 1
                 run.check_folder(step)
@@ -493,6 +502,7 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
                     f"step {step:4d}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
                     f"entropy {metrics['actor/entropy']:.2f}  clip {metrics['actor/clip_fraction']:.2f}  "
                     f"{metrics['timing/step_s']:.1f}s  (train clock {run.train_wall_s / 60:.1f} min)"
+                    + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else "")
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
@@ -500,6 +510,8 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
                                                    and (step - config.eval_from) % config.eval_every == 0)):
                     _report_eval(log, run.evaluate(rollout_pool, step, metrics["train/success_rate"]))
                     run.checkpoint(step)
+                    if observer is not None:
+                        notify(log, functools.partial(observer.evaluated, step))
                 elif last:
                     run.checkpoint(step)
                 if out_of_time:
@@ -523,6 +535,8 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner) -> TrainResult:
             raise
         finally:
             update_run_state(db, run_name, status=status)
+            if observer is not None:
+                notify(log, lambda: observer.finished(status, run.step, checkpoint_path(run.run_dir, run.step)))
     return TrainResult(run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash)
 
 

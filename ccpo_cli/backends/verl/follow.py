@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.backends.verl import checkout, preflight, run_folder
 from ccpo_cli.backends.verl.launcher import BACKEND, VerlLaunch
 from ccpo_cli.errors import CcpoError, InvalidInput
@@ -84,6 +85,7 @@ def start(
     *,
     poll_seconds: float = 30.0,
     log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    observer: TrainingObserver | None = None,
 ) -> int:
     """Launch run.sh, ingest its metrics while it runs, and return its exit code.
 
@@ -115,18 +117,28 @@ def start(
     run_folder.mark_launched(launch, process.pid)
     update_run_state(db, launch.run, status="running")
     log(f"run {launch.run}: started pid {process.pid}; log {log_path}; metrics {launch.metrics_path}")
+    if observer is not None:
+        notify(log, lambda: observer.started(launch.run, launch.run_dir))
     while True:
         try:
             code = process.wait(timeout=poll_seconds)
             break
         except subprocess.TimeoutExpired:
-            _ingest_progress(db, launch, log)
-    _ingest_progress(db, launch, log)
-    update_run_state(db, launch.run, status="finished" if code == 0 else "failed")
+            _ingest_progress(db, launch, log, observer)
+    _ingest_progress(db, launch, log, observer)
+    status = "finished" if code == 0 else "failed"
+    update_run_state(db, launch.run, status=status)
+    if observer is not None:
+        from ccpo_cli.store import get_run
+
+        last = get_run(db, launch.run).get("last_step") or 0
+        folder = launch.run_dir / "checkpoints" / f"global_step_{last}"
+        notify(log, lambda: observer.finished(status, last, folder if folder.is_dir() else None))
     return code
 
 
-def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
+def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None],
+                     observer: TrainingObserver | None = None) -> None:
     try:
         report = ingest_metrics(db, launch)
     except InvalidInput as error:  # reported, and read again at the next poll
@@ -134,13 +146,22 @@ def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None]) ->
         return
     if report is not None and report.new:
         log(f"run {launch.run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
+        if observer is not None:
+            notify(log, lambda: observer.evaluated(report.last_step))
+            pushed = notify(log, observer.progress)
+            if pushed:
+                log(f"run {launch.run}: {pushed}")
     _keep_newest_and_best(db, launch, log)
 
 
 def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None]) -> None:
     from ccpo_cli.store import best_evaluation, run_evaluations
+    from ccpo_cli.store.outbox import entries
 
     best = best_evaluation(run_evaluations(db, launch.run))
-    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"])
+    # A checkpoint waiting for its upload (--push-to-hub) stays until it is up.
+    waiting = {entry.step for entry in entries(db, launch.run, state="pending") if entry.kind == "checkpoint"}
+    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"],
+                                          keep=frozenset(waiting))
     if removed:
         log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")

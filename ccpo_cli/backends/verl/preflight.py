@@ -82,9 +82,10 @@ def _step_of(folder: Path) -> int | None:
     return int(tail) if folder.name.startswith("global_step_") and tail.isdigit() else None
 
 
-def prune_checkpoints(root: Path, best_step: int | None) -> list[Path]:
-    """Delete `global_step_N` folders other than the newest complete one, the best-evaluated one
-    and any newer than the tracker (a save in progress); returns what was deleted."""
+def prune_checkpoints(root: Path, best_step: int | None, keep: frozenset[int] = frozenset()) -> list[Path]:
+    """Delete `global_step_N` folders other than the newest complete one, the best-evaluated one,
+    those in `keep` (waiting for an upload) and any newer than the tracker (a save in progress);
+    returns what was deleted."""
     root = Path(root)
     tracker = root / TRACKER_FILE
     if not tracker.is_file():
@@ -96,7 +97,7 @@ def prune_checkpoints(root: Path, best_step: int | None) -> list[Path]:
     removed = []
     for folder in sorted(root.glob("global_step_*")):
         step = _step_of(folder)
-        if step is None or step >= newest or step == best_step or not folder.is_dir():
+        if step is None or step >= newest or step == best_step or step in keep or not folder.is_dir():
             continue
         shutil.rmtree(folder)
         removed.append(folder)

@@ -14,6 +14,7 @@ from typing import Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends.observer import TrainingObserver
 from ccpo_cli.backends.verl.follow import start
 from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
 from ccpo_cli.backends.verl.run_folder import prepare_run_folder
@@ -42,6 +43,8 @@ class VerlTrainRequest:
     verl_agent: Path | None = None
     host_profile: str = "reference"
     save_every: int | None = None  # trainer.save_freq; None: at every evaluation
+    # Told of each launch's start, ingested evaluations and end (the Hub publisher of --push-to-hub).
+    observer: TrainingObserver | None = None
 
     @property
     def runs_root(self) -> Path:
@@ -81,7 +84,7 @@ def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTra
     db = open_db(request.db_path)
     results = []
     for launch in launches:
-        code = start(launch, db, log=log)
+        code = start(launch, db, log=log, observer=request.observer)
         results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
         if code != 0:
             raise CcpoError(f"run {launch.run}: verl-agent exited with code {code}; see {launch.run_dir / 'train.log'}")

@@ -1,0 +1,160 @@
+"""`--push-to-hub` beside a trainer: the outbox is filled in the trainer's process (a few rows in
+runs.db per evaluation), the uploads run in a separate process, so a slow, failing or silent
+Hub never blocks a training step, never changes the trainer's numbers or exit status, and at
+the very end costs at most `PushTarget.end_wait_s` of waiting.
+
+The uploader is `python -m ccpo_cli.publishing.uploader`; the token and the target reach it on
+its standard input (never its command line), and closing that input tells it training is over.
+If the uploader dies it is started again at the next evaluation; if the trainer dies, the
+uploader sees its input close, empties the outbox and exits; whatever is left pending is taken
+up by the next `ccpo train --resume ... --push-to-hub` or `ccpo publish --follow`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ccpo_cli.publishing.plan import CheckpointFinder, local_checkpoints, note_end, note_evaluations
+from ccpo_cli.publishing.target import PushTarget
+from ccpo_cli.store import open_db
+from ccpo_cli.store.outbox import counts, last_push
+
+UPLOADER_MODULE = "ccpo_cli.publishing.uploader"
+
+
+class BackgroundPublisher:
+    """A TrainingObserver (backends/observer.py) that pushes a run to the Hub while it trains."""
+
+    def __init__(self, db_path: str | Path, target: PushTarget, token: str, *,
+                 log: Callable[[str], None] = lambda message: None,
+                 checkpoints: Callable[[object, str, Path], CheckpointFinder] | None = None,
+                 verl_agent_home: Path | None = None):
+        self.db_path = Path(db_path)
+        self.target = target
+        self._token = token
+        self.log = log
+        self._finder = checkpoints or (lambda db, run, run_dir: local_checkpoints(db, run))
+        self.verl_agent_home = verl_agent_home
+        self.run: str | None = None
+        self.run_dir: Path | None = None
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self._db = None
+
+    # -- the uploader process ---------------------------------------------------------------
+    def _ensure_uploader(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        if self.process is not None:
+            self.log(f"publishing: the uploader exited ({self.process.returncode}); starting it again")
+        command = [sys.executable, "-m", UPLOADER_MODULE, "--db", str(self.db_path), "--run", self.run]
+        if self.verl_agent_home is not None:
+            command += ["--verl-agent-home", str(self.verl_agent_home)]
+        # huggingface_hub 0.3x reads the Hub address only from HF_ENDPOINT at start-up.
+        env = {**os.environ, "HF_ENDPOINT": self.target.endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        self.log_path = self.target.staging_for(self.db_path, self.run) / "uploader.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log_file:
+            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log_file, stderr=log_file,
+                                            env=env, text=True)
+        self.process.stdin.write(self._token + "\n" + self.target.to_json() + "\n")
+        self.process.stdin.flush()
+
+    def _close_input(self) -> None:
+        from ccpo_cli.publishing.uploader import FINISHED
+
+        if self.process is not None and self.process.stdin is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.write(FINISHED + "\n")
+                self.process.stdin.close()
+            except OSError:
+                pass
+
+    def _stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    # -- TrainingObserver ---------------------------------------------------------------------
+    def started(self, run: str, run_dir: Path) -> None:
+        self.run, self.run_dir = run, Path(run_dir)
+        self._db = open_db(self.db_path)
+        pending = counts(self._db, run)["pending"]
+        if pending:
+            self.log(f"publishing: {pending} pending publication(s) of {run} from before; resuming them")
+        self._ensure_uploader()
+
+    def evaluated(self, step: int) -> None:
+        note_evaluations(self._db, self.run, self.target, checkpoint_for=self._finder(self._db, self.run, self.run_dir),
+                         run_dir=self.run_dir)
+        self._ensure_uploader()
+
+    def progress(self) -> str | None:
+        """The last push (and how many wait), for the trainer's progress line."""
+        if self._db is None:
+            return None
+        last = last_push(self._db, self.run)
+        pending = counts(self._db, self.run)["pending"]
+        waiting = f" ({pending} pending)" if pending else ""
+        if last is None:
+            return f"push: {pending} pending" if pending else None
+        commit = f" {last['commit_id'][:8]}" if last["commit_id"] else ""
+        return f"push: {last['role']} {last['kind']} step {last['step']} {last['outcome']}{commit}{waiting}"
+
+    def finished(self, status: str, last_step: int, checkpoint: Path | None) -> None:
+        if self._db is None:
+            return
+        if status == "finished":
+            note_end(self._db, self.run, self.target, last_step=last_step, checkpoint=checkpoint, run_dir=self.run_dir)
+            self._ensure_uploader()
+        elif status != "stopped":
+            self.evaluated(last_step)
+        self._close_input()
+        if status == "stopped":  # Ctrl-C: leave at once, the outbox keeps what is pending
+            self._stop()
+            return
+        started = time.monotonic()
+        try:
+            self.process.wait(timeout=self.target.end_wait_s)
+        except subprocess.TimeoutExpired:
+            self._stop()
+        waited = time.monotonic() - started
+        left = counts(self._db, self.run)
+        if left["pending"]:
+            self.log(f"publishing: {left['pending']} publication(s) still pending after waiting {waited:.0f} s "
+                     f"(--push-wait); `ccpo publish --follow {self.run} --repo {self.target.repo_id}` resumes them")
+        self.log(f"publishing: {left['done']} done, {left['failed']} failed, {left['skipped']} skipped "
+                 f"(`ccpo runs show {self.run}` lists every attempt; uploader log {self.log_path})")
+
+
+def publisher_for(db_path: str | Path, repo_id: str, *, backend: str, endpoint: str | None = None,
+                  private: bool | None = None, token: str | None = None, token_file: Path | None = None,
+                  timeout: str | None = None, deadline: float | None = None, end_wait_s: float | None = None,
+                  window_start: int | None = None, verl_agent: Path | None = None,
+                  log: Callable[[str], None] = lambda message: None) -> BackgroundPublisher:
+    """The publisher `ccpo train --push-to-hub` hands its backend, every option checked (and the
+    token found) before training starts."""
+    from ccpo_cli.errors import RemoteError
+    from ccpo_cli.hub_access import resolve_token
+    from ccpo_cli.publishing.plan import verl_checkpoints
+    from ccpo_cli.publishing.target import push_target
+
+    target = push_target(repo_id, endpoint=endpoint, private=private, timeout=timeout, deadline=deadline,
+                         window_start=window_start,
+                         end_wait_s=end_wait_s)
+    secret = resolve_token(token, token_file)
+    if not secret:
+        raise RemoteError("--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
+                          "`hf auth login`")
+    finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == "verl" else None
+    return BackgroundPublisher(db_path, target, secret, log=log, checkpoints=finder, verl_agent_home=verl_agent)

@@ -1,0 +1,139 @@
+"""`ccpo publish --follow RUN`: push a run that trains elsewhere, as its log and checkpoints grow.
+
+Each round: a verl run's `metrics.jsonl` is ingested (idempotent, safe while it grows), the
+recorded evaluations are turned into outbox entries exactly as `ccpo train --push-to-hub`
+does (publishing/plan.py; new `global_step_N` folders are merged by verl-agent's merger when
+their entry is uploaded), and the outbox is worked in this process. A local run's evaluations
+and checkpoints are already in runs.db. Following ends when the run has finished and nothing is
+pending (or after one round with `once`); the outbox is durable, so following again resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.publishing.plan import local_checkpoints, note_end, note_evaluations, verl_checkpoints
+from ccpo_cli.publishing.target import PushTarget
+from ccpo_cli.publishing.uploader import Uploader
+from ccpo_cli.store import get_run, open_db
+from ccpo_cli.store.outbox import counts, entries
+
+DEFAULT_POLL_S = 30.0
+
+
+def _run_folder(run: dict[str, Any], explicit: Path | None) -> Path | None:
+    if explicit is not None:
+        if not Path(explicit).is_dir():
+            raise InvalidInput(f"--run-dir {explicit}: not a folder")
+        return Path(explicit)
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    for key in ("run_dir",):
+        if config.get(key):
+            return Path(config[key])
+    if config.get("metrics_file"):
+        return Path(config["metrics_file"]).parent
+    return None
+
+
+def _verl_record(run_dir: Path) -> dict[str, Any]:
+    """The launch record of a verl run folder (its config.json)."""
+    path = run_dir / "config.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InvalidInput(f"{path}: no readable verl launch record (config.json) in the run folder") from None
+    if not isinstance(document, dict) or document.get("backend") != "verl":
+        raise InvalidInput(f"{path}: not the launch record of a verl run")
+    return document
+
+
+def ingest_verl(db, run: str, run_dir: Path, log: Callable[[str], None]) -> None:
+    """Bring a verl run folder's grown metrics file into runs.db (a partial last line waits)."""
+    from ccpo_cli.store.ingest import ingest_file
+
+    record = _verl_record(run_dir)
+    metrics = Path(record.get("metrics_file") or run_dir / "metrics.jsonl")
+    if not metrics.is_file() or metrics.stat().st_size == 0:
+        return
+    arm = record.get("arm") or {}
+    try:
+        report = ingest_file(db, metrics, run, fmt="ccpo", arm=arm.get("name"), arm_fingerprint=arm.get("fingerprint"),
+                             seed=record.get("seed"), base_model=record.get("model"),
+                             total_steps=record.get("total_steps"), backend="verl")
+    except InvalidInput as error:  # read again next round
+        log(f"follow {run}: metrics not ingested yet ({error})")
+        return
+    if report.new:
+        log(f"follow {run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
+
+
+def _ended(run: dict[str, Any], kind: str | None) -> bool:
+    """Whether the run will not grow any more: its status says so, or (a verl log followed from
+    afar, whose trainer cannot update runs.db) it reached its planned last step."""
+    if run.get("status") in ("finished", "failed", "stopped"):
+        return True
+    return kind == "verl" and bool(run.get("total_steps")) and (run.get("last_step") or 0) >= run["total_steps"]
+
+
+def follow_run(
+    db_path: str | Path,
+    run: str,
+    target: PushTarget,
+    token: str,
+    *,
+    run_dir: Path | None = None,
+    backend: str | None = None,
+    verl_agent_home: Path | None = None,
+    poll_s: float = DEFAULT_POLL_S,
+    once: bool = False,
+    log: Callable[[str], None] = lambda message: None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any]:
+    """Follow `run` until it has ended and its outbox is empty; what was published."""
+    db = open_db(db_path)
+    recorded = _known_run(db, run)
+    kind = backend or (recorded or {}).get("backend")
+    folder = _run_folder(recorded or {}, run_dir)
+    if kind is None and folder is not None and (folder / "config.json").is_file():
+        kind = _verl_record(folder).get("backend")
+    if recorded is None and kind != "verl":
+        raise InvalidInput(f"no run named {run!r} in the database; give --run-dir of a verl run folder to follow it")
+    if kind == "verl" and folder is None:
+        raise InvalidInput(f"run {run!r}: which run folder to follow? give --run-dir")
+    uploader = Uploader(db, Path(db_path), run, target, token, log=log, verl_agent_home=verl_agent_home, sleep=sleep)
+    ended_noted = False
+    while True:
+        if kind == "verl":
+            ingest_verl(db, run, folder, log)
+        current = get_run(db, run)
+        finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run)
+        note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
+        ended = _ended(current, kind)
+        if ended and current.get("status") in ("finished", None, "running", "created") and not ended_noted:
+            last = current.get("last_step") or 0
+            if current.get("status") != "finished" and kind == "verl":
+                from ccpo_cli.store import update_run_state
+
+                update_run_state(db, run, status="finished")  # the log reached its planned last step
+            note_end(db, run, target, last_step=last, checkpoint=finder(last),
+                     run_dir=folder if kind != "verl" else None)
+            ended_noted = True
+        uploader.drain()
+        if once or (ended and not entries(db, run, target.repo_id, state="pending")):
+            break
+        sleep(poll_s)
+    return {"run": run, "repo_id": target.repo_id, "ended": ended, "outbox": counts(db, run),
+            "done": [{"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
+                     for e in uploader.done]}
+
+
+def _known_run(db, run: str) -> dict[str, Any] | None:
+    try:
+        return get_run(db, run)
+    except InvalidInput:
+        return None

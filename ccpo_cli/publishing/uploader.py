@@ -1,0 +1,304 @@
+"""The uploader: takes a run's outbox entries one at a time and makes them true on the Hub.
+
+Order and coalescing: checkpoints go before the cards that name them; of several pending
+best-so-far checkpoints only the newest is still the best (the others are skipped, with the
+reason); of several pending cards only the newest is committed (the others are skipped as
+coalesced into it), so a queue that backed up still makes at most one card commit per
+evaluation. Each attempt is recorded. An attempt that fails in a way worth retrying puts the
+entry back with a backoff (the Hub's Retry-After when it gave one); a definite refusal fails it.
+
+Before an entry that was tried before is sent again, the remote history is searched for its
+publication key: a commit whose answer was lost is recognised as landed, never made twice.
+
+`python -m ccpo_cli.publishing.uploader --db DB --run RUN` is the background process the
+trainer starts: it reads the token and then the target (JSON) from its standard input, and
+when the input closes (the trainer finished, or died) it empties the outbox and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ccpo_cli.errors import CcpoError, InvalidInput, RemoteError
+from ccpo_cli.hub_access import HubCallError, backoff_wait, hub_timeouts
+from ccpo_cli.publishing.target import POLL_S, PushTarget
+from ccpo_cli.store import best_evaluation, get_run, open_db, record_publication, run_evaluations
+from ccpo_cli.store.outbox import (
+    OutboxEntry,
+    entries,
+    finish_attempt,
+    is_ready,
+    seconds_until_ready,
+    set_base_commit,
+    skip,
+    start_attempt,
+)
+
+# How much lower than the trainer the uploader runs (os.nice).
+UPLOADER_NICENESS = 10
+# The line a trainer writes to the uploader's input when training is over.
+FINISHED = "training-finished"
+RETRYABLE_KINDS = ("retryable", "timeout", "deadline", "unreachable", "too_large", "shape")
+
+
+@dataclass
+class Uploader:
+    """One run's uploads to one repository."""
+
+    db: sqlite_utils.Database
+    db_path: Path
+    run: str
+    target: PushTarget
+    token: str
+    log: Callable[[str], None] = lambda message: None
+    verl_agent_home: Path | None = None
+    sleep: Callable[[float], None] = time.sleep
+    _session: Any = None
+    _repo: dict[str, Any] | None = None
+    done: list[OutboxEntry] = field(default_factory=list)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def next_entry(self) -> OutboxEntry | None:
+        """The entry to work on now (after coalescing what the queue holds); None when none is ready."""
+        pending = entries(self.db, self.run, self.target.repo_id, state="pending")
+        checkpoints = [e for e in pending if e.kind == "checkpoint"]
+        best = [e for e in checkpoints if e.role == "best"]
+        for older in best[:-1]:
+            skip(self.db, older, f"superseded by the best checkpoint of step {best[-1].step}")
+        checkpoints = [e for e in checkpoints if e.role == "final" or e is best[-1]] if best else checkpoints
+        ready = [e for e in checkpoints if is_ready(e)]
+        if ready:
+            return ready[0]
+        cards = [e for e in pending if e.kind == "card"]
+        if not cards:
+            return None
+        newest = max(cards, key=lambda e: (e.role == "final", e.step, e.id))
+        if any(e.step <= newest.step for e in checkpoints):
+            return None  # its checkpoint goes first (waiting for a retry)
+        for older in cards:
+            if older.id != newest.id:
+                skip(self.db, older, f"coalesced into the {newest.role} card of step {newest.step}")
+        return newest if is_ready(newest) else None
+
+    def wait_hint(self) -> float | None:
+        """Seconds until some pending entry is ready; None when nothing is pending."""
+        pending = entries(self.db, self.run, self.target.repo_id, state="pending")
+        return min((seconds_until_ready(e) for e in pending), default=None)
+
+    def drain(self, *, keep_going: Callable[[], bool] = lambda: False, until: float | None = None) -> None:
+        """Work the outbox until nothing is pending and `keep_going()` is false (or `until`, a
+        time.monotonic() value, passes)."""
+        with hub_timeouts(self.target.timeouts):
+            while until is None or time.monotonic() < until:
+                entry = self.next_entry()
+                if entry is not None:
+                    self.process(entry)
+                    continue
+                wait = self.wait_hint()
+                if wait is None and not keep_going():
+                    return
+                pause = POLL_S if wait is None else min(max(wait, 0.05), POLL_S * 4)
+                if until is not None:
+                    pause = min(pause, max(until - time.monotonic(), 0.0))
+                self.sleep(pause)
+
+    # -- one entry --------------------------------------------------------------------------
+    def session(self):
+        from ccpo_cli.hub import open_session
+
+        if self._session is None:
+            self._session = open_session(self.target.repo_id, token=self.token, endpoint=self.target.endpoint,
+                                         timeouts=self.target.timeouts, revision=self.target.revision, log=self.log)
+        if self._repo is None:
+            self._repo = self._session.ensure_repo(self.target.private)
+        return self._session
+
+    def process(self, entry: OutboxEntry) -> OutboxEntry:
+        attempt = start_attempt(self.db, entry)
+        try:
+            if entry.kind == "checkpoint":
+                outcome = self._checkpoint(entry)
+            else:
+                outcome = self._card(entry)
+        except HubCallError as failure:
+            if failure.kind in RETRYABLE_KINDS:
+                wait = max(backoff_wait(entry.attempts, None), failure.retry_after or 0.0)
+                return self._finish(entry, attempt, "retry", reason=str(failure), retry_in_s=wait)
+            if failure.status in (401, 403):
+                self._session = self._repo = None
+            return self._finish(entry, attempt, "failed", reason=str(failure))
+        except RemoteError as failure:  # e.g. verification found another file: worth another upload
+            return self._finish(entry, attempt, "retry", reason=str(failure),
+                                retry_in_s=backoff_wait(entry.attempts, None))
+        except InvalidInput as refused:
+            return self._finish(entry, attempt, "skipped", reason=str(refused))
+        except CcpoError as failure:
+            return self._finish(entry, attempt, "failed", reason=str(failure))
+        return self._finish(entry, attempt, "done", **outcome)
+
+    def _finish(self, entry: OutboxEntry, attempt: int, outcome: str, **fields: Any) -> OutboxEntry:
+        now = finish_attempt(self.db, entry, attempt, outcome, **fields)
+        label = {"done": f"done {str(now.commit_id)[:12]}", "retry": "failed, will retry",
+                 "failed": "failed", "skipped": "skipped"}[outcome]
+        self.log(f"push {entry.describe()} to {self.target.repo_id}: {label}"
+                 + (f" ({fields['reason']})" if fields.get("reason") and outcome != "done" else ""))
+        if outcome == "done":
+            self.done.append(now)
+        return now
+
+    def _landed(self, entry: OutboxEntry, key: str) -> str | None:
+        """An entry tried before may have landed although its answer was lost."""
+        if entry.attempts == 0:
+            return None
+        return self.session().find_landed(key, entry.base_commit)
+
+    def _key(self, entry: OutboxEntry) -> str:
+        from ccpo_cli.hub import publication_key
+
+        uid = get_run(self.db, self.run).get("uid") or self.run
+        return publication_key(uid, entry.kind, entry.role, entry.step, entry.content_hash)
+
+    def _checkpoint(self, entry: OutboxEntry) -> dict[str, Any]:
+        if entry.role == "best":
+            best = best_evaluation(run_evaluations(self.db, self.run))
+            if best is not None and best["step"] != entry.step:
+                raise InvalidInput(f"step {best['step']} is the best recorded evaluation "
+                                   f"({best['success_rate']:.1f}%), not step {entry.step}; its checkpoint is not published as the best")
+        files = self._checkpoint_files(entry)
+        session = self.session()
+        key = self._key(entry)
+        tag = f"step-{entry.step}"
+        message = f"ccpo: {'final weights' if entry.role == 'final' else 'best checkpoint so far'} of {self.run} at step {entry.step}"
+        landed = self._landed(entry, key)
+        if landed is not None:
+            session.verify(landed, files)
+            return {"commit_id": landed, "tag": session.tag(tag, landed, message)["tag"],
+                    "reason": "found on the Hub: an earlier attempt landed although its answer was lost"}
+        if entry.base_commit is None:
+            set_base_commit(self.db, entry, session.head_sha())
+        result = session.upload_checkpoint(files, message=message, key=key, tag=tag)
+        return {"commit_id": result["commit_id"], "tag": result["tag"]["tag"] if result["tag"].get("created")
+                or result["tag"]["commit_id"] == result["commit_id"] else None,
+                "reason": result["tag"].get("note") or ("found on the Hub after a lost answer" if result["found_landed"] else None)}
+
+    def _checkpoint_files(self, entry: OutboxEntry) -> dict[str, Path]:
+        from ccpo_cli.hub import checkpoint_files
+
+        source = Path(entry.source or "")
+        if not source.exists():
+            raise CcpoError(f"{source}: the checkpoint to publish is gone")
+        if source.is_file():
+            return {f"checkpoints/{source.name}": source}
+        from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, merge_checkpoint
+
+        verl = find_verl_checkpoint(source)
+        if verl is None:
+            return checkpoint_files(source)
+        merged = merge_checkpoint(verl, verl_agent_home=self.verl_agent_home, log=self.log)
+        return checkpoint_files(merged.folder)
+
+    def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
+        """The published checkpoint a card names: for a final card the weights of its last step
+        (None when they are not up), else the newest published best-so-far checkpoint."""
+        done = [e for e in entries(self.db, self.run, self.target.repo_id, state="done") if e.kind == "checkpoint"]
+        if card.role == "final":
+            return next((e for e in reversed(done) if e.step == card.step), None)
+        best = [e for e in done if e.role == "best"]
+        return best[-1] if best else None
+
+    def _card(self, entry: OutboxEntry) -> dict[str, Any]:
+        from ccpo_cli.cards.staging import README_PATH, stage_card
+        from ccpo_cli.hub import commit_card
+
+        weights = self._weights(entry)
+        folder = self.target.staging_for(self.db_path, self.run) / f"{entry.role}-step-{entry.step}"
+        cited = None if weights is None else {"repo_id": self.target.repo_id, "commit": weights.commit_id,
+                                               "revision": weights.tag or weights.commit_id, "step": weights.step}
+        staged = stage_card(self.db, self.run, folder / README_PATH, status=entry.role, repo_id=self.target.repo_id,
+                            window_start=self.target.window_start, license=self.target.license,
+                            checkpoint_step=None if weights is None else weights.step, weights=cited,
+                            clobber_hint="remove the staging folder")
+        session = self.session()
+        key = self._key(entry)
+        landed = self._landed(entry, key)
+        message = (f"ccpo: final card for {self.run}" if entry.role == "final"
+                   else f"ccpo: interim card for {self.run} (step {entry.step})")
+        if landed is not None:
+            result = {"commit_id": landed, "card_hash": staged.card_hash, "commit_url": None,
+                      "reason": "found on the Hub: an earlier attempt landed although its answer was lost"}
+        else:
+            if entry.base_commit is None:
+                set_base_commit(self.db, entry, session.head_sha())
+            result = commit_card(session, staged, key=key, message=message)
+            result["reason"] = "found on the Hub after a lost answer" if result["found_landed"] else None
+        tag = session.tag("final", result["commit_id"], message)["tag"] if entry.role == "final" else None
+        record_publication(self.db, self.run, self.target.repo_id, revision=self.target.revision,
+                           commit_id=result["commit_id"], card_hash=result["card_hash"], status=entry.role,
+                           checkpoint_step=None if weights is None else weights.step, url=result.get("commit_url"))
+        return {"commit_id": result["commit_id"], "tag": tag, "reason": result["reason"]}
+
+
+# --- the background process -------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The uploader process a trainer starts (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="ccpo-uploader")
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--run", required=True)
+    parser.add_argument("--verl-agent-home")
+    args = parser.parse_args(argv)
+    try:  # uploads are background work: training keeps the cores when they are scarce
+        os.nice(UPLOADER_NICENESS)
+    except OSError:
+        pass
+    token = sys.stdin.readline().strip()
+    target = PushTarget.from_json(sys.stdin.readline())
+    trainer_done = threading.Event()
+    parent = os.getppid()
+
+    def watch_stdin() -> None:
+        # "finished" from the trainer, or the end of the input: the trainer closed it or died
+        # (its forked rollout workers may hold the pipe open, hence the explicit line too).
+        for line in sys.stdin:
+            if line.strip() == FINISHED:
+                break
+        trainer_done.set()
+
+    def watch_parent() -> None:
+        while not trainer_done.wait(1.0):
+            if os.getppid() != parent:  # the trainer died: this process was handed to init
+                trainer_done.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=watch_parent, daemon=True).start()
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    db = open_db(args.db)
+    uploader = Uploader(db, Path(args.db), args.run, target, token, log=log,
+                        verl_agent_home=Path(args.verl_agent_home) if args.verl_agent_home else None)
+    try:
+        uploader.drain(keep_going=lambda: not trainer_done.is_set())
+    except KeyboardInterrupt:
+        return 130
+    except CcpoError as error:
+        log(f"uploader: {error}")
+        return error.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    sys.exit(main())
