@@ -377,8 +377,7 @@ def compare_runs(
     by_name = {run["name"]: run for run in chosen}
 
     def isolation_of(names: list[str]) -> dict:
-        return isolation_check([by_name[name] for name in names], unit_of,
-                               {name: entries_by_run[name]["window"]["protocol"] for name in names})
+        return isolation_check([by_name[name] for name in names], identities, unit_of)
 
     comparisons, not_compared = _arm_comparisons(arms, isolation_of)
     trained_names = [entry["run"] for entry in trained]

@@ -12,21 +12,25 @@ from __future__ import annotations
 import functools
 import json
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from ccpo_cli.store.facts import flatten
+from ccpo_cli.store.identity import RunIdentity
 
-# Run fields that must agree between every compared run for the comparison to isolate the
-# estimator, and fields that must agree between runs of the same seed across arms.
-SHARED_RUN_FIELDS = ("base_model", "benchmark", "hardware", "backend", "total_steps")
+# Fields of a run's recorded identity (store/identity.py) that must agree between every compared
+# run for the comparison to isolate the estimator; the hardware is provenance, read from the run;
+# and fields that must agree between runs of the same seed across arms.
+SHARED_IDENTITY_FIELDS = ("base_model", "benchmark", "backend", "total_steps")
+SHARED_RUN_FIELDS = ("hardware",)
 PER_SEED_RUN_FIELDS = ("data_order_seed", "step1_rollout_hash")
 # Config keys that differ between seeds by design but must agree within one: the checkpoint a
 # matrix's shared warm start forks every arm of a seed from.
 PER_SEED_CONFIG_KEYS = ("train.start_from",)
 # Recorded facts (store/facts.py) compared like the shared fields; the estimator and the seed
 # may differ, and split / temperature / episodes are compared as the evaluation protocol.
-SHARED_FACTS = ("model", "batch", "group", "max_steps", "gamma", "lr", "kl")
-PROTOCOL_FIELDS = ("split", "temperature", "episodes")
+SHARED_FACTS = ("model", "batch", "group", "gamma", "lr", "kl")
+PROTOCOL_FIELDS = ("split", "temperature", "episodes", "turn_limit")
 # Config keys that belong to the estimator (allowed to differ between arms): any key under an
 # `arm` or `ccpo` namespace, the estimator selector, and any key named like an arm flag (Hydra
 # `+algorithm.ccpo.<flag>`, `algorithm.gamma`). Environment variables ccpo sets for its Ray
@@ -122,13 +126,14 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
                 _field_check(label, values, differences, not_recorded)
 
 
-def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[str, dict]) -> dict:
-    """The isolation document of `ccpo compare --json` for `runs` (rows of list_runs, each with
-    its recorded facts under "facts"); `arm_of` names each run's arm (its comparison unit, so two
-    fingerprints under one arm name are two arms), `protocols` gives each run's
-    window protocol {split, temperature, episodes}. Keys: verdict, estimator_only (verdict
-    passes), compared_runs, differences, not_recorded, seeds_by_arm, note."""
+def isolation_check(runs: list[dict], identities: Mapping[str, RunIdentity], arm_of: dict[str, str]) -> dict:
+    """The isolation document of `ccpo compare --json` for `runs` (rows of list_runs: provenance,
+    config, per-seed evidence); what each run is (model, benchmark, backend, seed, evaluation
+    protocol, facts) is read from its recorded identity in `identities`; `arm_of` names each run's
+    arm (its comparison unit, so two fingerprints under one arm name are two arms). Keys: verdict,
+    estimator_only (verdict passes), compared_runs, differences, not_recorded, seeds_by_arm, note."""
     names = [run["name"] for run in runs]
+    runs = [dict(run, seed=identities[run["name"]].seed) for run in runs]
     seeds_by_arm: dict[str, list] = defaultdict(list)
     for run in runs:
         seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
@@ -138,16 +143,20 @@ def isolation_check(runs: list[dict], arm_of: dict[str, str], protocols: dict[st
                 "note": "one run: nothing to compare" if runs else "no runs: nothing to compare"}
     differences: list[str] = []
     not_recorded: list[str] = []
+    for field in SHARED_IDENTITY_FIELDS:
+        _field_check(field, {name: getattr(identities[name], field) for name in names}, differences, not_recorded)
     for field in SHARED_RUN_FIELDS:
         _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
     _seed_differences(runs, arm_of, differences, not_recorded)
     _config_differences(runs, differences, not_recorded)
     for fact in SHARED_FACTS:
-        values = {run["name"]: (run.get("facts") or {}).get(fact) for run in runs}
+        values = {name: identities[name].facts.get(fact) for name in names}
         if any(value is not None for value in values.values()):
             _field_check(f"fact {fact}", values, differences, not_recorded)
     for field in PROTOCOL_FIELDS:
-        values = {name: (protocols.get(name) or {}).get(field) for name in names}
+        values = {name: getattr(identities[name].protocol, field) for name in names}
+        if field == "turn_limit" and all(value is None for value in values.values()):
+            continue  # no run states its turn limit; a recorded difference is still caught
         if field == "split" and all(value is None for value in values.values()):
             continue  # no run names a dataset split; every evaluation is of the held-out role
         _field_check(f"evaluation {field}", values, differences, not_recorded)
