@@ -48,6 +48,7 @@ from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this 
 )
 from ccpo_cli.hub_transport import uses_httpx
 from ccpo_cli.names import check_repo_id, check_run_name
+from ccpo_cli.paths import file_sha256
 
 PUBLIC_ENDPOINT = "https://huggingface.co"
 PLAN_FILE = "commit_plan.json"
@@ -72,11 +73,7 @@ def default_private(status: str, explicit: bool | None) -> bool:
 
 
 def _file_entry(path_in_repo: str, local: Path, source: str) -> dict[str, Any]:
-    digest = hashlib.sha256()
-    with open(local, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return {"path_in_repo": path_in_repo, "size": local.stat().st_size, "sha256": digest.hexdigest(),
+    return {"path_in_repo": path_in_repo, "size": local.stat().st_size, "sha256": file_sha256(local),
             "source": source}
 
 
@@ -182,14 +179,6 @@ def check_endpoint_supported(endpoint: str) -> None:
             f"--endpoint {endpoint}: huggingface_hub {huggingface_hub.__version__} takes the Hub address only from "
             f"HF_ENDPOINT at start-up; run with HF_ENDPOINT={endpoint} instead"
         )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @dataclass

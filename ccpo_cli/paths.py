@@ -1,9 +1,10 @@
-"""Where the shipped data (configs/, templates/) lives.
+"""Where the shipped data (configs/, templates/) lives, and the one digest of a file's bytes.
 
 In a wheel they sit inside the package (force-included by the build); in a source checkout
 or an editable install they sit at the repository root.
 """
 
+import hashlib
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -22,3 +23,12 @@ def configs_dir() -> Path:
 
 def templates_dir() -> Path:
     return _shipped("templates")
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (checkpoints run to gigabytes)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()

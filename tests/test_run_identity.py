@@ -21,9 +21,22 @@ from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store.facts import record_run_facts
-from ccpo_cli.store.identity import infer_episodes, run_identity
 
 runner = CliRunner()
+
+
+def run_identity(db, run):
+    from ccpo_cli.store.identity import run_identity as read  # imported here: the module is new
+
+    return read(db, run)
+
+
+def infer_episodes(rates):
+    from ccpo_cli.store.identity import infer_episodes as infer
+
+    return infer(rates)
+
+
 MODEL_7B = "Qwen/Qwen2.5-7B-Instruct"
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import sqlite_utils
 
 from ccpo_cli.backends.verl.checkpoint import DEFAULT_MERGED_NAME
+from ccpo_cli.paths import file_sha256
 from ccpo_cli.publishing.target import PushTarget
 from ccpo_cli.store import best_evaluation, run_evaluations
 from ccpo_cli.store.outbox import OutboxEntry, enqueue, entries
@@ -45,12 +46,9 @@ def card_content_hash(evaluations: list[dict], step: int, role: str) -> str:
 def source_hash(path: Path) -> str:
     """sha256 of a checkpoint file, or of a folder's file names, sizes and modification times
     (a verl checkpoint of many gigabytes is identified without reading it)."""
-    digest = hashlib.sha256()
     if path.is_file():
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        return digest.hexdigest()
+        return file_sha256(path)
+    digest = hashlib.sha256()
     for item in sorted(p for p in path.rglob("*") if p.is_file()):
         parts = item.relative_to(path).parts
         if parts[0] == DEFAULT_MERGED_NAME or any(part.startswith(".") for part in parts):

@@ -4,7 +4,6 @@ and which ones a run keeps."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -22,14 +21,6 @@ CHECKPOINT_KEEP = 2  # newest ones kept, besides the best-evaluated one
 
 def default_run_dir(db_path: str | Path, run_name: str) -> Path:
     return Path(db_path).resolve().parent / "ccpo-runs" / run_name
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def checkpoint_path(run_dir: Path, step: int) -> Path:

@@ -41,7 +41,6 @@ from ccpo_cli.backends.local.checkpoints import (
     checkpoint_path,
     checkpoints_to_remove,
     default_run_dir,
-    file_sha256,
     latest_checkpoint,
     load_policy,
     read_checkpoint,
@@ -61,6 +60,7 @@ from ccpo_cli.backends.local.rollouts import (
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
 from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+from ccpo_cli.paths import file_sha256
 from ccpo_cli.store import (
     best_evaluation,
     ensure_run,

@@ -16,7 +16,6 @@ path, its record and what is tested where: docs/verl-checkpoints.md.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from typing import Any
 
 from ccpo_cli.backends.verl.checkout import VERL_AGENT_HOME, VERL_PYTHON, read_commit
 from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.paths import file_sha256
 
 MERGE_RECORD = "ccpo-merge.json"
 RECORD_FORMAT = "ccpo-merge/1"
@@ -259,14 +259,6 @@ def run_merger(checkpoint: VerlCheckpoint, home: Path, target: Path, log_path: P
 # --- the record ------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _shard_stamps(checkpoint: VerlCheckpoint) -> list[dict[str, Any]]:
     return [{"file": path.name, "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
             for path in checkpoint.shards]
@@ -288,7 +280,7 @@ def recorded_run(checkpoint: VerlCheckpoint) -> dict[str, Any]:
 
 def build_record(checkpoint: VerlCheckpoint, merger: dict[str, Any], verl_agent: dict[str, Any],
                  verification: dict[str, Any]) -> dict[str, Any]:
-    shards = [dict(stamp, sha256=_sha256(path)) for stamp, path in zip(_shard_stamps(checkpoint), checkpoint.shards)]
+    shards = [dict(stamp, sha256=file_sha256(path)) for stamp, path in zip(_shard_stamps(checkpoint), checkpoint.shards)]
     return {
         "format": RECORD_FORMAT,
         **recorded_run(checkpoint),
