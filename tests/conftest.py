@@ -85,3 +85,16 @@ def hub_env(monkeypatch, tmp_path):
     # (huggingface_hub 0.3x has no such registry; setting the name there is harmless)
     monkeypatch.setattr(constants, "AGENT_HARNESSES_PATH", str(registry), raising=False)
     yield tmp_path
+
+
+@pytest.fixture
+def hub(hub_env, loopback_only, monkeypatch):
+    """The loopback fake Hub (tests/fakehub.py) with huggingface_hub pointed at it; the test fails
+    if anything tried to reach another host."""
+    from fakehub import FakeHub
+    from helpers_hub import TOKEN, started_with
+
+    with FakeHub(token=TOKEN) as fake:
+        started_with(monkeypatch, fake.endpoint)
+        yield fake
+    assert loopback_only == [], f"the Hub client tried to leave the machine: {loopback_only}"

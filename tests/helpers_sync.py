@@ -35,20 +35,6 @@ def machine(root: Path, host: str, monkeypatch) -> Path:
     return folder / "runs.db"
 
 
-def hub_started_at(monkeypatch, endpoint: str) -> None:
-    """On huggingface_hub 0.3x, what HF_ENDPOINT set before start-up does: that line parses the
-    URLs the Hub returns against the address it read at import (hub.check_endpoint_supported)."""
-    import huggingface_hub
-    import huggingface_hub.file_download
-    from huggingface_hub import constants
-
-    if int(huggingface_hub.__version__.split(".")[0]) < 1:
-        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-        template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-        monkeypatch.setattr(huggingface_hub.file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-
-
 def copy_database(source: Path, target: Path) -> None:
     """`cp runs.db` of a database nobody is writing: its WAL checkpointed into the file first."""
     import shutil

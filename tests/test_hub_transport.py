@@ -15,21 +15,13 @@ import sys
 import time
 
 import pytest
-from fakehub import FakeHub
 from helpers_cards import seed_card_db
 from helpers_hostile import REPO_ROOT, assert_refused, db_state, invoke
-from test_publish_hub import REPO, TOKEN, head_files, started_with
+from helpers_hub import TOKEN
+from test_publish_hub import REPO, head_files
 
 from ccpo_cli import store
 from ccpo_cli.hub import KEY_PREFIX
-
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        started_with(monkeypatch, fake.endpoint)
-        yield fake
-    assert loopback_only == [], f"publishing tried to leave the machine: {loopback_only}"
 
 
 @pytest.fixture

@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from fakehub import FakeHub
-from test_publish_hub import TOKEN, started_with
+from helpers_hub import TOKEN
 from test_verl_checkpoint import merger_calls, stand_in_home, step_folder, tiny_model  # noqa: F401 - fixtures
 from typer.testing import CliRunner
 
@@ -23,13 +22,6 @@ from ccpo_cli.store import outbox
 REPO = "tester/ccpo-verl-follow"
 RUN = "verl-run"
 
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        started_with(monkeypatch, fake.endpoint)
-        yield fake
-    assert loopback_only == []
 
 
 def append_metrics(path, rows):

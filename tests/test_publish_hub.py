@@ -6,11 +6,10 @@ import json
 import logging
 from pathlib import Path
 
-import huggingface_hub
-import huggingface_hub.file_download
 import pytest
 from fakehub import CONFLICT_MESSAGE, FakeHub
 from helpers_cards import seed_card_db
+from helpers_hub import HUB_0X, TOKEN, started_with
 from huggingface_hub import ModelCard, constants
 from typer.testing import CliRunner
 
@@ -19,27 +18,7 @@ from ccpo_cli.cli.app import app
 from ccpo_cli.hub import resolve_endpoint, resolve_token
 
 REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
-TOKEN = "hf_fake_token_for_tests_9f3a1c"
 
-
-HUB_0X = int(huggingface_hub.__version__.split(".")[0]) < 1
-
-
-def started_with(monkeypatch, endpoint: str) -> None:
-    """On huggingface_hub 0.3x: what HF_ENDPOINT set before start-up does (see check_endpoint_supported)."""
-    if HUB_0X:
-        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-        template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-        monkeypatch.setattr(huggingface_hub.file_download, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        started_with(monkeypatch, fake.endpoint)
-        yield fake
-    assert loopback_only == [], f"publishing tried to leave the machine: {loopback_only}"
 
 
 @pytest.fixture

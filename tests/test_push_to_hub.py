@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from fakehub import FakeHub
 from helpers_hostile import invoke
-from test_publish_hub import TOKEN, started_with
+from helpers_hub import TOKEN
 
 from ccpo_cli import store
 from ccpo_cli.hub import KEY_PREFIX
@@ -35,13 +35,6 @@ def game_dirs():
     local path, which the card lint refuses)."""
     return {}
 
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        started_with(monkeypatch, fake.endpoint)
-        yield fake
-    assert loopback_only == [], f"publishing tried to leave the machine: {loopback_only}"
 
 
 def publisher(db_path: Path, hub: FakeHub, **options):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from fakehub import FakeHub
+from helpers_hub import TOKEN
 from helpers_sync import (
     copy_database,
     full_run,
-    hub_started_at,
     machine,
     record_step,
     table_snapshot,
@@ -26,16 +26,8 @@ from ccpo_cli.store import get_run, list_runs, open_db, run_conflicts, run_evalu
 from ccpo_cli.store.sync import dataset_sources, sync_history
 
 REPO = "tester/ccpo-results"
-TOKEN = "hf_fake_token_for_sync_tests_41c7"
 FAST = RetryPolicy(attempts=8, first_delay_s=0.05, max_delay_s=0.4)
 
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        hub_started_at(monkeypatch, fake.endpoint)
-        yield fake
-    assert loopback_only == [], f"sync tried to leave the machine: {loopback_only}"
 
 
 def _push(db_path: Path, hub: FakeHub, host: str, **options):

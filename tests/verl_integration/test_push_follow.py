@@ -17,10 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from fakehub import FakeHub
+from helpers_hub import TOKEN
 from helpers_tiny_lm import save_tiny_lm
-from test_publish_hub import TOKEN, started_with
 
 from ccpo_cli import store
 from ccpo_cli.arms import load_arm
@@ -48,12 +46,6 @@ def append_metrics(path: Path, rows: list[tuple[int, float]]) -> None:
         for step, rate in rows:
             handle.write(json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate}) + "\n")
 
-
-@pytest.fixture
-def hub(hub_env, loopback_only, monkeypatch):
-    with FakeHub(token=TOKEN) as fake:
-        started_with(monkeypatch, fake.endpoint)
-        yield fake
 
 
 def test_follow_ingests_merges_with_verls_merger_and_publishes(tmp_path, hub, verl_home, monkeypatch):
