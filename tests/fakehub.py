@@ -454,8 +454,8 @@ def _make_handler(hub: FakeHub):
                               "oid": hashlib.sha1(content).hexdigest()}
                              for name, content in sorted(commit.files.items()) if name.startswith(prefix)])
 
-        def _resolve(self, repo_id: str, revision: str, file_path: str):
-            repo = hub.repos.get(repo_id)
+        def _resolve(self, repo_id: str, revision: str, file_path: str, repos: dict | None = None):
+            repo = (hub.repos if repos is None else repos).get(repo_id)
             if not self._visible(repo):
                 return self._error(404, "Repository not found", "RepoNotFound")
             commit = repo.head(unquote(revision))
@@ -608,17 +608,7 @@ def _dataset_get(handler, hub: FakeHub, path: str, query: dict) -> bool:
 
 
 def _dataset_resolve(handler, hub: FakeHub, repo_id: str, revision: str, file_path: str) -> None:
-    repo = hub.datasets.get(repo_id)
-    if not handler._visible(repo):
-        return handler._error(404, "Repository not found", "RepoNotFound")
-    commit = repo.head(unquote(revision))
-    if commit is None:
-        return handler._error(404, "Invalid rev id", "RevisionNotFound")
-    if file_path not in commit.files:
-        return handler._error(404, "Entry not found", "EntryNotFound")
-    content = commit.files[file_path]
-    handler._send(200, raw=content, headers={"ETag": f'"{hashlib.sha1(content).hexdigest()}"',
-                                             "X-Repo-Commit": commit.oid, "Content-Type": "application/octet-stream"})
+    handler._resolve(repo_id, revision, file_path, repos=hub.datasets)
 
 
 def _dataset_post(handler, hub: FakeHub, path: str, query: dict, body: bytes) -> bool:
