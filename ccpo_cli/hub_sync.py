@@ -287,11 +287,23 @@ def _push(db, repo_id: str, parts, rows: int, host: str, *, token, endpoint, pub
     runs = len({part.run_uid for part in parts})
     message = f"ccpo sync: {rows} row(s) of {runs} run(s) from {host}"
 
-    def commit():
-        operations = [CommitOperationAdd(part.path_in_repo, str(part.local_path)) for part in parts]
-        return hub.api.create_commit(repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision="main")
+    paths = {part.path_in_repo for part in parts}
+    tries = 0
 
-    return hub.call(f"committing {len(parts)} part(s)", commit).oid
+    def commit() -> str:
+        nonlocal tries
+        tries += 1
+        if tries > 1:
+            # A failed attempt may have landed with its answer lost: its part files (unique names)
+            # are then in the dataset already, and sending them again would make a second commit.
+            landed = hub.api.dataset_info(repo_id)
+            if paths <= {sibling.rfilename for sibling in landed.siblings or []}:
+                return landed.sha
+        operations = [CommitOperationAdd(part.path_in_repo, str(part.local_path)) for part in parts]
+        return hub.api.create_commit(repo_id, operations, commit_message=message, repo_type=REPO_TYPE,
+                                     revision="main").oid
+
+    return hub.call(f"committing {len(parts)} part(s)", commit)
 
 
 def pull(db: sqlite_utils.Database, repo_id: str, *, revision: str | None = None, token: str | None,

@@ -690,5 +690,11 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
             hub._datasets_committing.discard(repo.repo_id)
     if refusal is not None:
         return answer(*refusal)
+    lost = hub.take_fault(handler.command, handler.path, ("lost",))
+    if lost is not None:  # the commit landed; its answer does not reach the client
+        if lost.status is None:
+            handler.close_connection = True
+            return None
+        return handler._send(lost.status, {"error": lost.message}, {"X-Error-Message": lost.message})
     answer(200, {"commitUrl": f"{hub.endpoint}/datasets/{repo.repo_id}/commit/{oid}", "commitOid": oid,
                  "pullRequestUrl": None})

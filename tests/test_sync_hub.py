@@ -169,6 +169,16 @@ def test_rate_limits_and_server_errors_are_retried_then_reported(two_machines, h
     assert _push(a, hub, "node-a")["rows"] >= 1
 
 
+@pytest.mark.parametrize("status", [502, None])
+def test_a_push_whose_commit_landed_but_whose_answer_was_lost_is_not_committed_twice(two_machines, hub, status):
+    a, _ = two_machines
+    hub.inject("lost", method="POST", path=f"/api/datasets/{REPO}/commit/", status=status)
+    done = _push(a, hub, "node-a")
+    commits = [commit for commit in hub.datasets[REPO].branches["main"] if commit.message.startswith("ccpo sync")]
+    assert done["pushed"] and len(commits) == 1 and done["commit_id"] == commits[0].oid
+    assert _push(a, hub, "node-a")["pushed"] is False  # the rows are known to be there
+
+
 def test_a_public_dataset_needs_public_and_limits_bound_the_work(two_machines, hub, tmp_path, monkeypatch):
     a, _ = two_machines
     hub.datasets.clear()
