@@ -355,3 +355,20 @@ def test_a_failed_run_is_left_out_of_compare_unless_asked_for(tmp_path):
     assert document["arms"][0]["runs"] == ["ok"] and "nan" in document["left_out"]
     assert "at step 3 (advantage not finite)" in document["left_out"]["nan"]
     assert compare_runs(db, None, include_failed=True)["arms"][0]["runs"] == ["nan", "ok"]
+
+
+def test_a_run_trained_on_a_local_game_folder_can_be_carded_without_its_path(tmp_path):
+    """The card lint refuses local paths; the setup table used to print the training folder's."""
+    db = store.open_db(tmp_path / "runs.db")
+    games = str(tmp_path / "my-games" / "train")
+    config = {"backend": "local", "training_pool": {"games": 6, "source": games},
+              "eval_panel": {"games": 4, "panel_games": 6, "source": str(tmp_path / "my-games" / "heldout")},
+              "train": {"tasks": 2, "group": 2, "train_games_dir": games}}
+    store.ensure_run(db, "local-folder", arm=load_arm("return-hard"), seed=0, base_model="ccpo-local-hashed-ngram-policy",
+                     backend="local", benchmark="alfworld", total_steps=10, config=config)
+    for step in range(0, 11, 2):
+        store.record_evaluation(db, "local-folder", step, success_rate=40.0 + step, episodes=4, temperature=0.4)
+    store.update_run_state(db, "local-folder", status="finished", last_step=10)
+    text = render_card(build_card_context(db, "local-folder", status="final"))
+    assert str(tmp_path) not in text and lint_card(text) == []
+    assert re.search(r"^\| training games \| 6, \(local path, not published\) \|$", text, re.MULTILINE)

@@ -83,7 +83,8 @@ def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) ->
              + (f" ({size})" if size else "") + "; no pretrained base model")]
     rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
     if pool.get("games") is not None:
-        rows.append(("training games", f"{pool['games']}" + (f", {pool['source']}" if pool.get("source") else "")))
+        source = redact_paths(pool.get("source"))
+        rows.append(("training games", f"{pool['games']}" + (f", {source}" if source else "")))
     tasks, group = train.get("tasks"), train.get("group")
     if tasks is not None and group is not None:
         rows.append(("batch", f"{tasks} tasks x {group} rollouts = {int(tasks) * int(group)} episodes/step"))
