@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccpo_cli.errors import UsageError
-from ccpo_cli.task_types import TASK_TYPES
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -327,15 +326,25 @@ def games_check_table(folder: str, by_type: dict[str, dict[str, int]]) -> TableD
     return table
 
 
+def _task_types() -> tuple[str, ...]:
+    # Imported here: the benchmark files are read only by the tables with per-type columns
+    # (`ccpo runs list` shows none of them and should not pay for the YAML reader).
+    from ccpo_cli.task_types import TASK_TYPES
+
+    return tuple(TASK_TYPES)
+
+
 def _evaluation_cells(row: dict[str, Any], with_split: bool) -> list[Cell]:
+    task_keys = _task_types()
     cells = [txt(row["split"])] if with_split else []
     cells += [num(row["step"]), num(row["success_rate"]), num(row["episodes"]), num(row["mean_turns"])]
-    cells += [num(row["task_types"][key]["success"]) if key in row["task_types"] else num(None) for key in TASK_TYPES]
+    cells += [num(row["task_types"][key]["success"]) if key in row["task_types"] else num(None) for key in task_keys]
     return cells
 
 
 def run_detail_tables(document: dict) -> list[Any]:
     """`ccpo runs show`: settings, evaluations (retracted ones marked), conflicts, corrections."""
+    task_keys = _task_types()
     run = document["run"]
     settings_table = TableData("settings", f"run {run['name']}", [name_column("field"), text_column("value")],
                                show_header=False)
@@ -362,7 +371,7 @@ def run_detail_tables(document: dict) -> list[Any]:
     splits = sorted({row["split"] for row in document["evaluations"]})
     with_split = len(splits) > 1
     columns = ([name_column("split")] if with_split else []) + [
-        Column("step"), Column("success"), Column("eps"), Column("turns"), *(Column(key) for key in TASK_TYPES),
+        Column("step"), Column("success"), Column("eps"), Column("turns"), *(Column(key) for key in task_keys),
         Column("retracted", TEXT, "left")]
     evaluations = TableData("evaluations", "evaluations (success %; sources and ids in --json)", columns)
     for row in document["evaluations"]:
@@ -454,14 +463,15 @@ def per_run_table(document: dict) -> TableData:
 
 def best_rows_table(document: dict) -> TableData:
     """The card's "best single evaluation" row for every run (biased upward; see the bias)."""
+    task_keys = _task_types()
     table = TableData("best", "best single evaluation per run (not the result: see the window)", [
-        name_column("run"), Column("step"), Column("held-out"), Column("turns"), *(Column(key) for key in TASK_TYPES)])
+        name_column("run"), Column("step"), Column("held-out"), Column("turns"), *(Column(key) for key in task_keys)])
     for run in document["runs"]:
         best = run["best"]
         if best is None:
             continue
         table.add(txt(run["run"]), num(best["step"]), num(best["success"]), num(best["mean_turns"]),
-                  *[num(best["task_types"].get(key)) for key in TASK_TYPES])
+                  *[num(best["task_types"].get(key)) for key in task_keys])
     return table
 
 
@@ -538,6 +548,7 @@ def comparison_tables(document: dict) -> list[Any]:
 
 def eval_tables(document: dict) -> list[Any]:
     """`ccpo eval`: the model line, per seed, per task type, and the summary line."""
+    task_keys = _task_types()
     items: list[Any] = []
     checkpoint = document.get("checkpoint")
     if checkpoint:
@@ -556,7 +567,7 @@ def eval_tables(document: dict) -> list[Any]:
     types = TableData("task_types", "per task type (success %)", [
         name_column("type"), Column("episodes/seed"), *(Column(f"seed {seed}") for seed in seed_numbers),
         Column("mean ± sd", fields=("mean", "sd"))])
-    for key in TASK_TYPES:
+    for key in task_keys:
         if key not in document["task_types"]:
             continue
         cells = [row["task_types"].get(key) for row in document["evaluations"]]
