@@ -340,7 +340,8 @@ def m005_publication_outbox(db: sqlite_utils.Database) -> None:
 @MIGRATIONS()
 def m008_retractions(db: sqlite_utils.Database) -> None:
     # Correcting the record without losing it (store/retractions.py): a retraction marks a whole
-    # run (evaluation_id NULL) or one evaluation as wrong, with why, who and when; a conflict
+    # run (evaluation_id NULL) or one evaluation as wrong, with why, who and when (and the
+    # resolution that superseded it, when a settled conflict kept another result); a conflict
     # resolution records the value kept for one run, step, split and seed, and settled_conflicts
     # the conflicts it settles (each at most once). All three are append-only.
     db.executescript(
@@ -352,7 +353,8 @@ def m008_retractions(db: sqlite_utils.Database) -> None:
             step INTEGER,
             reason TEXT NOT NULL,
             retracted_by TEXT NOT NULL,
-            recorded_at TEXT NOT NULL
+            recorded_at TEXT NOT NULL,
+            resolution_id INTEGER REFERENCES conflict_resolutions(id)
         );
         CREATE INDEX retractions_run ON retractions (run_id, evaluation_id);
         CREATE UNIQUE INDEX retractions_evaluation ON retractions (evaluation_id) WHERE evaluation_id IS NOT NULL;

@@ -210,9 +210,8 @@ def _earlier_resolution(db: sqlite_utils.Database, identifier: int, run: str, st
                 eval_seed is not None and row["eval_seed"] != eval_seed):
             continue
         if _matches(float(row["kept_value"]), value, decimals):
-            superseded = [int(item["evaluation_id"]) for item in db.query(
-                "SELECT evaluation_id FROM retractions WHERE run_id = ? AND reason LIKE ? ORDER BY id",
-                [identifier, f"%(resolution {row['id']})"])]
+            superseded = [int(item["evaluation_id"]) for item in db["retractions"].rows_where(
+                "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id")]
             return Resolution(int(row["id"]), run, step, row["split"], row["eval_seed"], float(row["kept_value"]),
                               int(row["kept_evaluation_id"]), tuple(row["settled_conflict_ids"]), tuple(superseded),
                               already=True)
@@ -283,7 +282,8 @@ def resolve(db: sqlite_utils.Database, run: str, *, step: int, keep: str, reason
         db["retractions"].insert_all(
             {"run_id": identifier, "evaluation_id": evaluation, "step": step,
              "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
-                       f"(resolution {resolution_id})", "retracted_by": actor, "recorded_at": now}
+                       f"(resolution {resolution_id})", "retracted_by": actor, "recorded_at": now,
+             "resolution_id": resolution_id}
             for evaluation in superseded)
         return Resolution(resolution_id, run, step, group[0], group[1], kept_rate, kept_id,
                           tuple(int(row["id"]) for row in settled), tuple(superseded))
