@@ -330,7 +330,10 @@ def compare_runs(
     comparisons: arm pairs that differ only in the arm, with Welch's test on seed means, the
     probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
     not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
-    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable.
+    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable. retracted: the runs
+    left out because they were retracted ({run: reason, retracted_by, recorded_at}) and the
+    retracted evaluations of the compared runs (never part of any number here);
+    resolved_conflicts: per run, the settled conflicts (store/retractions.py).
     """
     # The status to show: a running run whose trainer is gone is interrupted (store/liveness.py).
     all_runs = annotate_runs(db, list_runs(db))
