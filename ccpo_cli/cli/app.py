@@ -12,6 +12,8 @@ list` does (the later one wins).
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Annotated
 
@@ -59,7 +61,8 @@ def _remember_quiet(ctx: Context, _param, value):
     return value
 
 
-def _global_options() -> list:
+@functools.cache
+def _global_option_templates() -> tuple:
     template = typer.Typer(add_completion=False)
     template.command()(_global_options_template)
     options = typer.main.get_command(template).params
@@ -68,7 +71,12 @@ def _global_options() -> list:
         option.callback = _remember_db if option.name == "db" else _remember_quiet
         option.rich_help_panel = GLOBAL_PANEL
         setattr(option, GLOBAL_MARK, True)
-    return options
+    return tuple(options)
+
+
+def _global_options() -> list:
+    """A copy of the two options for one command (built by Typer once)."""
+    return [copy.copy(option) for option in _global_option_templates()]
 
 
 def _without_flag_placeholders(command) -> None:

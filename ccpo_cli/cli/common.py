@@ -25,7 +25,7 @@ from rich.console import Console
 from ccpo_cli.cli import completion
 from ccpo_cli.errors import CcpoError, UsageError
 from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
-from ccpo_cli.seeds import parse_seeds
+from ccpo_cli.seeds import parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = Path("runs.db")
@@ -84,9 +84,6 @@ HubPrivateOption = Annotated[bool | None, typer.Option(
 HubRevisionOption = Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")]
 LicenseOption = Annotated[str | None, typer.Option(
     "--license", help="License id, when neither the run nor its base model records one.")]
-
-__all__ = ["parse_seeds"]  # re-exported: the seed syntax lives in ccpo_cli/seeds.py
-
 
 @dataclass
 class Settings:
