@@ -355,7 +355,8 @@ def run_detail_tables(document: dict) -> list[Any]:
     settings_table.add("arm", txt(arm.get("label") or run.get("arm")))
     for key in ("arm_fingerprint", "seed", "base_model", "benchmark", "backend", "status", "last_step",
                 "total_steps", "hardware", "data_order_seed", "step1_rollout_hash", "git_commit", "git_dirty",
-                "uid", "host", "created_at", "updated_at", "n_evaluations", "n_conflicts"):
+                "uid", "host", "created_at", "updated_at", "n_evaluations", "n_retracted", "n_conflicts",
+                "n_settled_conflicts"):
         settings_table.add(key, txt(run.get(key)))
     if protocol:
         episodes = _text(protocol.get("episodes"))
@@ -526,7 +527,8 @@ def retraction_lines(document: dict) -> list[str]:
 def comparison_tables(document: dict) -> list[Any]:
     """Everything `ccpo compare` prints, in order: tables (TableData) and lines (str)."""
     if not document["runs"]:
-        return ["no runs in the database"]
+        lines = retraction_lines(document)
+        return ["no runs to compare: every one asked for is retracted", *lines] if lines else ["no runs in the database"]
     items: list[Any] = [arms_table(document)]
     if document.get("references"):
         items.append(references_table(document))
