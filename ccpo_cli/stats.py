@@ -14,7 +14,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import integrate, stats
+
+# scipy is imported inside the functions that use it ("imported here"): half a second that
+# the commands which compute no statistic should not pay (`ccpo runs list`, `--help`).
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -46,6 +48,7 @@ def expected_max_of_normals(n: int) -> float:
     The upward bias, in standard deviations, of reporting the best of n noisy evaluations
     of the same underlying rate. 0 for n = 1.
     """
+    from scipy import integrate, stats  # imported here: see the top
     if n < 1:
         raise ValueError("n must be at least 1")
     if n == 1:
@@ -60,6 +63,7 @@ def expected_max_of_normals(n: int) -> float:
 
 @functools.lru_cache(maxsize=16)
 def _normal_quantile(probability: float) -> float:
+    from scipy import stats  # imported here: see the top
     return float(stats.norm.ppf(probability))
 
 
@@ -91,6 +95,7 @@ def welch_t_test(
     Returns {"difference", "t", "df", "p", "ci_low", "ci_high", "n_a", "n_b"}; needs at
     least two values on each side (else the statistics are None).
     """
+    from scipy import stats  # imported here: see the top
     first = np.asarray(a, dtype=float)
     second = np.asarray(b, dtype=float)
     result = {
@@ -121,6 +126,7 @@ def welch_t_test(
 
 def iqm(scores: np.ndarray | Sequence) -> float:
     """Interquartile mean: the mean of the middle 50 % of all scores (runs × tasks pooled)."""
+    from scipy import stats  # imported here: see the top
     flat = np.asarray(scores, dtype=float).ravel()
     return float(stats.trim_mean(flat, 0.25))
 
@@ -139,6 +145,7 @@ def stratified_bootstrap_iqm(
     under-covers; callers should show the per-run values beside it.
     Returns {"iqm", "ci_low", "ci_high", "reps", "seed", "n_runs", "n_tasks"}.
     """
+    from scipy import stats  # imported here: see the top
     matrix = np.asarray(scores, dtype=float)
     if matrix.ndim == 1:
         matrix = matrix[:, None]
@@ -202,6 +209,7 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
     "direction" ("rising", "falling" or "flat"), "note"}; change = slope × the window's span.
     """
+    from scipy import stats  # imported here: see the top
     x = np.asarray(steps, dtype=float)
     y = np.asarray(values, dtype=float)
     result = {"slope": None, "ci_low": None, "ci_high": None, "p": None, "n": len(x), "change": None,

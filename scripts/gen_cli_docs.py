@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "cli.md"
 # Options Typer adds to every app; they are about the shell, not about ccpo.
 SHELL_OPTIONS = {"install_completion", "show_completion"}
+# The global options every command carries as well (cli/app.py); listed once, under the root.
+GLOBAL_MARK = "_ccpo_global"
+EXAMPLE_PREFIX = "Example: "
 
 INTRO = """\
 # The `ccpo` command line
@@ -32,9 +35,22 @@ This page is the reference of every command. The names, flags, exit codes and JS
 are a contract (version 1): scripts and users rely on them. New options and keys may be added;
 a listed one changes only together with this contract.
 
-**Output.** Every command that prints a table also takes `--json`; stdout then holds exactly one
-JSON document with `"schema_version": 1`, and logs, warnings and progress go to stderr. Success
-rates in JSON are percent (0-100), unrounded; steps are integers; a missing statistic is `null`.
+**Output.** Every command that prints a table also takes `--format table|json|csv|markdown`
+and `--json` (the same as `--format json`). `json`: stdout holds exactly one JSON document with
+`"schema_version": 1`. `table` (the default) fits the terminal by wrapping text and, when it
+must, by splitting a table into parts that each repeat the row's name; a number or a name is
+never cut. `csv`: one table (`--table NAME` picks which) with the raw values, percent unrounded.
+`markdown`: every table as a pipe table, for a paper or a pull request. Logs, warnings and
+progress go to stderr (a bar in a terminal; in a log, a line every tenth of the work or 10 s).
+Success rates in JSON are percent (0-100), unrounded; steps are integers; a missing statistic is
+`null`.
+
+**Seeds.** Every `--seeds` takes the same list: seeds separated by commas, each a number or an
+inclusive range (`0-2,5` is 0, 1, 2 and 5); a seed at most once. A malformed list exits 3.
+
+**Completion.** `ccpo --install-completion` sets up the shell; TAB then offers arm names, run
+names (read from the database the command line names), benchmarks, backends and agents,
+answered without loading the libraries a command uses.
 
 **Exit codes.** `0` ok, `1` runtime failure, `2` usage error (unknown option or flag, options
 that contradict each other), `3` invalid input or data (malformed file or value, failed
@@ -42,7 +58,11 @@ validation, a refused operation such as a final card for an unfinished run), `4`
 authentication or remote conflict. An error is one line on stderr naming the input; a user never
 sees a traceback.
 
-**Global options** go before the command: `ccpo --db PATH --quiet COMMAND ...`.
+**Global options** go before or after the command: `ccpo --db PATH --quiet COMMAND ...` and
+`ccpo COMMAND ... --db PATH --quiet` are the same (given twice, the later one wins).
+
+Each command's help ends with an example; the examples below are the same, and
+tests/test_cli_docs.py checks that each one parses.
 """
 
 # What ccpo adds on top of the v1 contract, and behaviour the option list does not show.
@@ -56,8 +76,11 @@ NOTES: dict[str, str] = {
     "train": "Added: `--seeds`, `--set`, `--resume PATH`, `--max-steps`, `--json`, and the options "
     "marked local or verl. Options of the other backend are refused (exit 2), not ignored. Without "
     "`--backend`, verl is chosen when CUDA is available and local otherwise; an option left out "
-    "means that backend's default. `--backend verl --dry-run` writes the run folder and prints the "
-    "full launch (run.sh) without starting anything. Local `--resume` continues the run its "
+    "means that backend's default. A dry run writes nothing (no run folder, no database) and prints "
+    "one document: locally the JSON of the runs it would train; with `--backend verl` the launch "
+    "script (run.sh, as the run folder would hold it; several seeds: each one's in a subshell, in "
+    "turn), or with `--json` the launches' JSON. Several seeds train in turn, with a header per run "
+    "in the log. Local `--resume` continues the run its "
     "folder records (`run.json`; `--run` and `--seed` may be left out, and left-out options keep the "
     "recorded values): another run's folder, a missing folder, a second trainer of the run and "
     "settings that change what the run measures are refused (exit 3), more steps and other workers "
@@ -97,7 +120,11 @@ NOTES: dict[str, str] = {
     "pair the test (paired t where the seeds' step-1 rollouts match, else Welch), the minimum detectable "
     "difference at 80 % power and, with `--detect D`, the seeds per arm needed for D points. `--plot` "
     "draws each arm's mean over the seeds evaluated at each step with a 95 % t interval over seeds, "
-    "hollow points where seeds are missing, reference lines, and the paired differences.",
+    "hollow points where seeds are missing, reference lines, and the paired differences. "
+    "Retracted runs and evaluations (`ccpo runs retract`) are left out and listed under `retracted` "
+    "(`runs`: name -> reason, who, when; `evaluations`: run, step, evaluation id, reason, who, when); "
+    "settled conflicts are no longer conflicts and are listed under `resolved_conflicts`. "
+    "`--format csv` writes the arms table (`--table runs|best|comparisons|power|references` another).",
     "matrix": "Added command (local backend): every arm on every seed, seed-major; no block of seeds "
     "starts that would end past `--minutes`, so every arm keeps the same seeds; progress (runs done, "
     "time left, current minimum detectable difference) on stderr; ends with `ccpo compare` on the "
@@ -115,14 +142,37 @@ NOTES: dict[str, str] = {
     "different ones a recorded conflict); parts already merged are skipped, so a second pull "
     "changes nothing. `--json`: per table counts of new, duplicate and conflicting rows, and the "
     "commit. See docs/sync.md.",
-    "runs list": "A run whose trainer is gone (its process ended, or another host's trainer stopped "
+    "runs list": "`n_evaluations` counts the standing evaluations (`n_retracted` the retracted ones, "
+    "`retracted` the retraction of the whole run) and `n_conflicts` the open conflicts "
+    "(`n_settled_conflicts` those `ccpo runs resolve` settled). A run whose trainer is gone (its process ended, or another host's trainer stopped "
     "its heartbeat) is shown as `interrupted`, with its last step; the JSON keeps `recorded_status` "
     "and says why in `interrupted_because`; a failed run carries `failure` (step, quantity, message). "
     "See docs/runs-db.md.",
-    "runs show": "Status as in `runs list` (`interrupted` from the data, `failure` of a failed run).",
-    "card": "Added: `--window-start`, `--license`, `--checkpoint-step`, `--json`. The learning-curve "
-    "PNG and summary JSON go into `results/` beside the README.",
-    "publish": "Added: `--revision`, `--staging`, `--window-start`, `--license`, `--checkpoint-step`, "
+    "runs show": "Status as in `runs list` (`interrupted` from the data, `failure` of a failed run). "
+    "Every evaluation is listed, a retracted one with its `retracted` record; every conflict with "
+    "the `resolution` that settled it (null while open); `resolutions` lists the settlements.",
+    "runs retract": "Added command. Append-only: a row in `retractions` (reason, who, when); nothing is "
+    "deleted or edited. Without `--step` the whole run is retracted: `ccpo compare` leaves it out and "
+    "lists it under `retracted.runs`, and a card or a publication of it is refused (exit 3). With "
+    "`--step N` the run's standing evaluations at that step are retracted: they leave every number "
+    "(compare, cards, the best checkpoint a publication picks) and are listed under "
+    "`retracted.evaluations`; an evaluation recorded at that step afterwards is new, not a conflict. "
+    "A step without an evaluation, an empty reason or one with control characters exits 3; a second "
+    "retraction of the same rows writes nothing. See docs/runs-db.md.",
+    "runs resolve": "Added command. Settles the open conflicts of a run at a step by the success rate "
+    "to keep, as printed (`83.6` matches 83.59375); `--split` and `--eval-seed` choose among several "
+    "conflicting groups. Keeping the standing result changes no number; keeping the conflicting one "
+    "records it as an evaluation (source `ccpo runs resolve`) and retracts the one that stood. The "
+    "settlement (value, who, when, reason) is kept; compare no longer reports the step as conflicting "
+    "and lists the settlement under `resolved_conflicts`. A value no result has exits 3; asking again "
+    "for a settlement already made writes nothing. See docs/runs-db.md.",
+    "card": "Added: `--window-start`, `--license`, `--checkpoint-step`, `--json`. `--repo` is the v1 "
+    "`--repo-id` (both work). The learning-curve PNG and summary JSON go into `results/` beside the "
+    "README. Retracted runs and evaluations are left out of every number and the card says so; a card "
+    "of a retracted run is refused (exit 3).",
+    "publish": "`--repo-id` is an alias of `--repo`, and `--no-private` of `--public` (the hf CLI's word). "
+    "A retracted run is refused (exit 3); retracted evaluations never pick the published checkpoint. "
+    "Added: `--revision`, `--staging`, `--window-start`, `--license`, `--checkpoint-step`, "
     "`--json`. `--dry-run` makes no network call and writes the staging folder and the commit plan. "
     "`--checkpoint` also takes a verl `global_step_N` folder (added: `--verl-agent-home`, "
     "`--merged-dir`): the merged, verified folder goes up with its `ccpo-merge.json`, the card's "
@@ -133,6 +183,32 @@ NOTES: dict[str, str] = {
     "final card's commit `final`; a concurrent edit (412) is merged after reading the head again, and "
     "a commit whose answer was lost is recognised, not repeated (docs/publishing.md).",
 }
+
+
+def split_help(text: str) -> tuple[str, list[str]]:
+    """A command's help as (its description, its example command lines)."""
+    description, examples = [], []
+    for paragraph in text.strip().split("\n\n"):
+        if paragraph.strip().startswith(EXAMPLE_PREFIX):
+            examples += [line.strip()[len(EXAMPLE_PREFIX):] for line in paragraph.strip().splitlines()
+                         if line.strip().startswith(EXAMPLE_PREFIX)]
+        else:
+            description.append(" ".join(line.strip() for line in paragraph.strip().splitlines()))
+    return "\n\n".join(description), examples
+
+
+def examples() -> dict[str, list[str]]:
+    """Every leaf command's examples, by command path (`runs list`)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from ccpo_cli.cli.app import app
+
+    root = typer.main.get_command(app)
+    found = {}
+    for name, command in root.commands.items():
+        for sub_name, leaf in (getattr(command, "commands", None) or {None: command}).items():
+            found[name if sub_name is None else f"{name} {sub_name}"] = split_help(leaf.help or "")[1]
+    return found
 
 
 def _default(param: Any) -> str:
@@ -164,7 +240,7 @@ def _usage_names(param: Any, ctx: Any) -> str:
 def _param_rows(command: Any, ctx: Any) -> list[str]:
     rows = []
     for param in command.params:
-        if param.name in SHELL_OPTIONS or getattr(param, "hidden", False):
+        if param.name in SHELL_OPTIONS or getattr(param, "hidden", False) or getattr(param, GLOBAL_MARK, False):
             continue
         help_text = param.help or ""
         if param.envvar and param.envvar not in help_text:
@@ -179,8 +255,11 @@ def _section(path: str, command: Any, level: int) -> list[str]:
 
     ctx = Context(command, info_name=path.split(" ")[-1])
     lines = [f"{'#' * level} `ccpo {path}`".replace("ccpo (global)", "ccpo"), ""]
-    if command.help:
-        lines += [command.help.strip(), ""]
+    description, examples = split_help(command.help or "")
+    if description:
+        lines += [description, ""]
+    if examples:
+        lines += ["```", *examples, "```", ""]
     rows = _param_rows(command, ctx)
     if rows:
         lines += ["| argument / option | required | default | meaning |", "|---|---|---|---|", *rows, ""]

@@ -147,3 +147,34 @@ def test_cli_import_graph_has_no_cycle():
     # The walk saw the registrations, so an empty graph cannot pass for an acyclic one.
     assert f"{PACKAGE}.train" in graph[f"{PACKAGE}.app"]
 
+
+
+# What a command module may import at its top (issue 23): `--help` and completion import every
+# command module, so the library a command calls is imported inside its function. The light
+# ccpo modules here hold only constants and the error classes; tests/test_cli_startup.py checks
+# the modules a fresh process loads.
+TOP_LEVEL_ALLOWED = {"typer", "typer._click", "rich.console", "ccpo_cli", "ccpo_cli.cli", "ccpo_cli.errors", "ccpo_cli.seeds",
+                     "ccpo_cli.experiments.matrix"}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module != "__future__":
+            found.add(node.module)
+    return found
+
+
+def test_command_modules_import_no_library_at_the_top():
+    import sys
+
+    offending = {}
+    for path in sorted(CLI_DIR.glob("*.py")):
+        names = {name for name in _top_level_imports(path)
+                 if name.split(".")[0] not in sys.stdlib_module_names and name not in TOP_LEVEL_ALLOWED
+                 and not name.startswith("ccpo_cli.cli.")}
+        if names:
+            offending[path.name] = sorted(names)
+    assert offending == {}, f"import these inside the command that uses them: {offending}"

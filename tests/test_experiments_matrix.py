@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app
-from ccpo_cli.errors import UsageError
+from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.experiments.matrix import (
     MatrixDesign,
     default_recipe,
@@ -39,7 +39,7 @@ def test_seed_lists_parse_ranges_and_refuse_nonsense():
     assert parse_seed_list("0-3") == [0, 1, 2, 3]
     assert parse_seed_list("0-2,7") == [0, 1, 2, 7]
     for bad in ("", "3-1", "a", "0,0", "1-2,2"):
-        with pytest.raises(UsageError):
+        with pytest.raises(InvalidInput):  # a malformed value is invalid input (exit 3), as for every --seeds
             parse_seed_list(bad)
 
 
@@ -106,7 +106,8 @@ def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_p
 def test_matrix_cli_refuses_bad_input_before_training(tmp_path):
     db = str(tmp_path / "runs.db")
     bad_seeds = runner.invoke(app, ["--db", db, "matrix", "--arms", "grpo,gigpo", "--seeds", "5-1"])
-    assert bad_seeds.exit_code == 2 and "--seeds" in bad_seeds.output
+    # A malformed seed list is invalid input (exit 3) for every command (ccpo_cli/seeds.py).
+    assert bad_seeds.exit_code == 3 and "--seeds" in bad_seeds.output
     one_arm = runner.invoke(app, ["--db", db, "matrix", "--arms", "grpo"])
     assert one_arm.exit_code == 2 and "--arms" in one_arm.output
     unknown = runner.invoke(app, ["--db", db, "matrix", "--arms", "grpo,no-such-arm", "--seeds", "0"])

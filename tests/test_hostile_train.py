@@ -83,7 +83,8 @@ def test_a_non_finite_advantage_stops_the_run_before_the_update(tmp_path, game_d
 
 
 def test_estimate_refuses_a_non_finite_output(monkeypatch):
-    from ccpo_cli.cli import estimate as estimate_module
+    # `ccpo estimate` imports the estimators when it runs (cli/estimate.py): patch them there.
+    import ccpo_cli.estimators as estimate_module
 
     real = estimate_module.compute_advantages
 

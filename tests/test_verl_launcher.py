@@ -106,11 +106,14 @@ def test_dry_run_prints_the_launch_with_protocol_values_and_arm_flags(tmp_path):
         assert expected in out, expected
     assert "resume_mode=auto" not in out
     assert not db.exists()  # a dry run records nothing
-    run_dir = tmp_path / "ccpo-runs" / "return-hard-qwen2.5-7b-instruct-seed0"
-    config = json.loads((run_dir / "config.json").read_text())
+    assert not (tmp_path / "ccpo-runs").exists()  # and writes no run folder: it only prints run.sh
+    assert out.startswith("#!/usr/bin/env bash\n") and out.count("#!/usr/bin/env bash") == 1  # one document
+    as_json = runner.invoke(app, ["--db", str(db), "train", "--arm", "return-hard", "--backend", "verl",
+                                  "--model", MODEL, "--gpus", "8", "--dry-run", "--json"])
+    (config,) = json.loads(as_json.stdout)["runs"]
     assert config["arm"]["fingerprint"] == load_arm("return-hard").fingerprint
     assert "launched_at" not in config
-    assert (run_dir / "run.sh").read_text() == out  # run.sh is exactly what was printed
+    assert not (tmp_path / "ccpo-runs").exists()
 
 
 def test_arm_overrides_reach_hydra_the_workers_and_the_fingerprint(tmp_path):
@@ -191,7 +194,7 @@ def test_without_verl_agent_everything_but_the_launch_works(tmp_path, monkeypatc
     assert "Traceback" not in result.output
     dry = runner.invoke(app, ["--db", str(db), "train", "--arm", "gigpo", "--backend", "verl",
                               "--model", MODEL, "--gpus", "2", "--run", "g", "--dry-run"])
-    assert dry.exit_code == 0 and (tmp_path / "ccpo-runs" / "g" / "run.sh").is_file()
+    assert dry.exit_code == 0 and "exec " in dry.stdout and not (tmp_path / "ccpo-runs").exists()
 
 
 FAKE_MAIN_PPO = textwrap.dedent(

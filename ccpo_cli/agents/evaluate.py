@@ -255,6 +255,8 @@ def evaluate(
         if progress is not None:
             progress(finished, total)
 
+    if progress is not None:
+        progress(0, total)  # the real total before the first episode, so a bar never shows 0/?
     results = []
     with AlfworldBatchEnv(
         sorted(set(games)), workers=workers, max_steps=max_steps, memo=memo,

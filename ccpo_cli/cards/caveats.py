@@ -105,3 +105,18 @@ def conflict_lines(document: Mapping[str, Any]) -> list[str]:
             parts.append(f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})")
         lines.append(f"run `{run}`: " + "; ".join(parts))
     return lines
+
+
+def correction_lines(document: Mapping[str, Any]) -> list[str]:
+    """One sentence per correction of the record the card's numbers reflect (issue 23): retracted
+    evaluations and runs (left out of every number) and settled conflicts (the value kept)."""
+    retracted = document.get("retracted") or {}
+    lines = [f"run `{run}` was retracted ({entry['reason']}; {entry['retracted_by']}, {entry['recorded_at'][:10]})"
+             for run, entry in (retracted.get("runs") or {}).items()]
+    lines += [f"run `{entry['run']}`: the evaluation at step {entry['step']} was retracted ({entry['reason']}; "
+              f"{entry['retracted_by']}, {entry['recorded_at'][:10]})" for entry in retracted.get("evaluations") or []]
+    for run, rows in (document.get("resolved_conflicts") or {}).items():
+        lines += [f"run `{run}`: the conflict at step {row['step']} was settled keeping {fmt(row['kept_value'])} "
+                  f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
+                  for row in rows]
+    return lines

@@ -21,6 +21,7 @@ from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
 from ccpo_cli.cards.caveats import (
     arm_rows,
     conflict_lines,
+    correction_lines,
     fmt,
     grpo_caveat,
     isolation_statement,
@@ -309,6 +310,7 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "trend": _trend_vars(window),
         "stopped_early": facts.this.get("run_state") == "stopped-early",
         "conflicts": conflict_lines(facts.document),
+        "corrections": correction_lines(facts.document),  # retractions and settled conflicts (issue 23)
         "isolation": {"verdict": facts.document["isolation"]["verdict"]},
         "best": _best_vars(facts),
         "noise": {"available": facts.noise["half_width"] is not None, "half_width": fmt(facts.noise["half_width"]),
@@ -395,6 +397,9 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "references": facts.document.get("references", []),
         "isolation": facts.document["isolation"],
         "conflicts": facts.document.get("conflicts", {}),
+        # What the numbers leave out and why (`ccpo runs retract`), and the conflicts settled.
+        "retracted": facts.document.get("retracted", {}),
+        "resolved_conflicts": facts.document.get("resolved_conflicts", {}),
         "protocol": facts.protocol,
         "excluded_runs": facts.excluded,
         "grpo_comparison": grpo["present"],

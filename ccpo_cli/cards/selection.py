@@ -39,7 +39,12 @@ def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None
 def card_identity(db: sqlite_utils.Database, run: str) -> tuple[RunIdentity, dict[str, RunIdentity]]:
     """The run's identity (refused when a card cannot describe it) and every run's."""
     identities = all_identities(db)
-    name = store.get_run(db, run)["name"]
+    row = store.get_run(db, run)
+    name = row["name"]
+    if row.get("retracted"):  # `ccpo runs retract RUN`: its results are no longer claimed
+        retracted = row["retracted"]
+        raise InvalidInput(f"run {name!r} was retracted ({retracted['reason']}; {retracted['retracted_by']}, "
+                           f"{retracted['recorded_at']}): a card does not describe a retracted run")
     identity = identities[name]
     if identity.is_reference:
         raise InvalidInput(

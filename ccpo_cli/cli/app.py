@@ -1,15 +1,24 @@
 """The `ccpo` command: global options and the registry of sub-commands.
 
-Each command module owns its command function or its sub-app (`arms`, `games`, `runs`) and
-knows nothing of this one; registration happens here, so imports go one way (app -> commands).
+Each command module owns its command function or its sub-app (`arms`, `games`, `runs`, `sync`)
+and knows nothing of this one; registration happens here, so imports go one way (app ->
+commands). The command modules import only typer and `cli/common.py` at the top, so building
+the whole tree (`--help`, a TAB of completion) costs no library import.
+
+The global options `--db` and `--quiet` are the root's, and `CcpoGroup` gives every command the
+same two options as well, so `ccpo runs list --db other.db` works as `ccpo --db other.db runs
+list` does (the later one wins).
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer._click import Context
 
 from ccpo_cli import __version__
 from ccpo_cli.cli import (
@@ -26,10 +35,87 @@ from ccpo_cli.cli import (
     train,
 )
 from ccpo_cli.cli import eval as eval_
-from ccpo_cli.cli.common import Settings
+from ccpo_cli.cli.common import DEFAULT_DB, Settings, settings
+
+GLOBAL_PANEL = "Global options (also accepted before the command)"
+GLOBAL_MARK = "_ccpo_global"  # attribute set on the global options a command carries (gen_cli_docs skips them)
+
+
+def _global_options_template(
+    db: Annotated[Path | None, typer.Option("--db", metavar="PATH", help="The runs database (default: CCPO_DB, else ./runs.db).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="Only results and errors.")] = False,
+) -> None:
+    """Never called: Typer builds the two options from this signature, then every command gets a copy."""
+
+
+def _remember_db(ctx: Context, _param, value):
+    if value is not None:
+        ctx.meta["ccpo.db"] = value  # shared by the whole context chain (completion reads it)
+        settings(ctx).db = Path(value)
+    return value
+
+
+def _remember_quiet(ctx: Context, _param, value):
+    if value:
+        settings(ctx).quiet = True
+    return value
+
+
+@functools.cache
+def _global_option_templates() -> tuple:
+    template = typer.Typer(add_completion=False)
+    template.command()(_global_options_template)
+    options = typer.main.get_command(template).params
+    for option in options:
+        option.expose_value = False  # the command function never sees them: they set the Settings
+        option.callback = _remember_db if option.name == "db" else _remember_quiet
+        option.rich_help_panel = GLOBAL_PANEL
+        setattr(option, GLOBAL_MARK, True)
+    return tuple(options)
+
+
+def _global_options() -> list:
+    """A copy of the two options for one command (built by Typer once)."""
+    return [copy.copy(option) for option in _global_option_templates()]
+
+
+def _without_flag_placeholders(command) -> None:
+    # Typer 0.29's rich help prints a type for flags too (`--json <bool>`); its plain help and
+    # click do not. An empty metavar is shown as nothing.
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    help_option = command.get_help_option(Context(command))
+    if help_option is not None:
+        help_option.metavar = ""
+
+
+class CcpoGroup(typer.core.TyperGroup):
+    """The root group: every command below it also takes the global options, and no flag shows
+    a type placeholder in help."""
+
+    def __init__(self, **attrs) -> None:
+        super().__init__(**attrs)
+        _without_flag_placeholders(self)
+        for command in self.commands.values():
+            for leaf in getattr(command, "commands", {}).values() or [command]:
+                leaf.params.extend(_global_options())
+                _without_flag_placeholders(leaf)
+            if getattr(command, "commands", None):
+                _without_flag_placeholders(command)
+
+    def get_params(self, ctx):
+        # Typer adds --install-completion/--show-completion to the root after building it.
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        return params
+
 
 app = typer.Typer(
     name="ccpo",
+    cls=CcpoGroup,
     help="Reproducible credit-assignment research for LLM agents (GRPO, GiGPO, CCPO on ALFWorld).",
     no_args_is_help=True,
     rich_markup_mode="rich",
@@ -47,7 +133,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Annotated[Path, typer.Option("--db", envvar="CCPO_DB", help="The runs database.")] = Path("runs.db"),
+    db: Annotated[Path, typer.Option("--db", metavar="PATH", envvar="CCPO_DB", help="The runs database.")] = DEFAULT_DB,
     quiet: Annotated[bool, typer.Option("--quiet", help="Only results and errors.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
@@ -71,4 +157,9 @@ app.add_typer(sync.sync_app, name="sync")
 
 
 def main() -> None:
-    app()
+    from ccpo_cli.cli.startup import sqlite_utils_without_pandas
+
+    sqlite_utils_without_pandas()
+    # One name however it is started (`ccpo`, `python -m ccpo_cli`): usage lines and the shell
+    # completion variable (_CCPO_COMPLETE) follow it.
+    app(prog_name="ccpo")

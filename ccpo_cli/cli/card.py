@@ -8,17 +8,18 @@ from typing import Annotated
 
 import typer
 
+from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
+    LicenseOption,
+    OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
     handle_errors,
     info,
+    say,
     settings,
-    stdout_console,
 )
-from ccpo_cli.names import default_folder, require_inside
-from ccpo_cli.store import open_db
 
 
 class CardStatus(StrEnum):
@@ -29,22 +30,31 @@ class CardStatus(StrEnum):
 @handle_errors
 def card(
     ctx: typer.Context,
-    run: Annotated[str, typer.Option("--run", help="The run whose card to render.")],
+    run: Annotated[str, typer.Option("--run", metavar="RUN", help="The run whose card to render.",
+                                     autocompletion=completion.run_names)],
     status: Annotated[CardStatus, typer.Option("--status", help="interim (run in progress) or final (run finished).")] = CardStatus.interim,
     output: Annotated[Path | None, typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
-    repo_id: Annotated[str | None, typer.Option("--repo-id", help="Hub id the card will live at (for the title and usage snippet).")] = None,
+    repo: OptionalHubRepoOption = None,
     window_start: WindowStartOption = None,
-    license: Annotated[str | None, typer.Option("--license", help="License id, when neither the run nor its base model records one.")] = None,  # noqa: A002
+    license: LicenseOption = None,  # noqa: A002
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing README (and results/) that ccpo did not write.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Render the Hub model card of a run from the database; numbers and caveats come from data."""
+    """Render the Hub model card of a run from the database; numbers and caveats come from data.
+
+    `--repo` names the Hub id the card will live at (for the title and usage snippet).
+
+    Example: ccpo card --run grpo-seed0 --repo me/grpo-alfworld --output card/README.md
+    """
+    # Imported here: the cards pull in the comparison document (scipy) and jinja2.
     from ccpo_cli.cards.staging import stage_card
+    from ccpo_cli.names import default_folder, require_inside
+    from ccpo_cli.store import open_db
 
     readme = output or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
     staged = stage_card(
-        open_db(settings(ctx).db, must_exist=True), run, readme, status=status.value, repo_id=repo_id,
+        open_db(settings(ctx).db, must_exist=True), run, readme, status=status.value, repo_id=repo,
         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
         force=force, merge_existing=True,
     )
@@ -54,4 +64,4 @@ def card(
                    "summary": staged.context.summary})
     else:
         info(ctx, f"wrote {staged.readme} and {', '.join(str(p) for k, p in staged.files.items() if k != 'README.md')}")
-        stdout_console.print(str(staged.readme), markup=False)
+        say(str(staged.readme))

@@ -1,5 +1,10 @@
-"""Shared plumbing for the thin Typer commands: settings, errors, JSON output, consoles, and the
-option types several commands take (declared once here, so `--json` is one flag everywhere)."""
+"""Shared plumbing for the thin Typer commands: settings, errors, output formats, consoles, and
+the option types several commands take (declared once here, so `--json` is one flag everywhere).
+
+Start-up matters (`ccpo --help` and a TAB of completion build every command): this module and
+the command modules import only typer, rich's console and the standard library at the top; each
+command imports the library it calls inside its function.
+"""
 
 from __future__ import annotations
 
@@ -8,38 +13,57 @@ import json
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
-from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.cli import completion
+from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
+from ccpo_cli.seeds import parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
 
 SCHEMA_VERSION = 1
+DEFAULT_DB = Path("runs.db")
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
 
 # Option types shared by several commands: one name, one flag and one help text each.
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (the same as --format json).")]
+FormatOption = Annotated[OutputFormat | None, typer.Option(
+    "--format", help="table (for people, fitted to the terminal), json (one document), csv or markdown (for "
+    "papers and pull requests). Default: table.", show_default=False)]
+TableOption = Annotated[str | None, typer.Option(
+    "--table", metavar="NAME", help="--format csv: which of the tables to write (default: the first); "
+    "markdown and table show them all.", show_default=False)]
 SetOption = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
 ]
 WindowStartOption = Annotated[int | None, typer.Option(
     "--window-start", help="First step of the window (default: 7/15 of each run's recorded total steps, the seed card's 70 of 150).")]
-SeedsOption = Annotated[
-    str | None, typer.Option("--seeds", metavar="S1,S2", help="Seeds, comma separated (e.g. 0,1,2): one run or evaluation each.")
-]
-# How a command reaches the Hub (`ccpo sync`; the same flags and words as `ccpo publish`).
-HubRepoOption = Annotated[str, typer.Option("--repo", help="Hub repository id (owner/name).")]
-HubTokenOption = Annotated[str | None, typer.Option("--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine (ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)]
-HubTokenFileOption = Annotated[Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")]
-HubTimeoutOption = Annotated[str | None, typer.Option("--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ (default: CCPO_HUB_TIMEOUT, else 10,300).")]
-HubEndpointOption = Annotated[str | None, typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
+SeedsOption = Annotated[str | None, typer.Option(
+    "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}.")]
+ArmOption = Annotated[str, typer.Option(
+    "--arm", metavar="ARM", help="Arm name (see `ccpo arms list`).", autocompletion=completion.arm_names)]
+RunNameOption = Annotated[str, typer.Option(
+    "--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)]
 
-
-# The Hub options of `ccpo publish` and `ccpo train --push-to-hub`, declared once.
+# How a command reaches the Hub (`ccpo publish`, `ccpo card`, `ccpo sync`, `ccpo train --push-to-hub`),
+# declared once. `--repo-id` is the v1 name of `--repo` in `ccpo card`, kept as an alias everywhere.
+HubRepoOption = Annotated[str, typer.Option("--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")]
+OptionalHubRepoOption = Annotated[str | None, typer.Option(
+    "--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")]
 HubTokenOption = Annotated[str | None, typer.Option(
     "--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine "
     "(ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)]
@@ -52,42 +76,14 @@ HubDeadlineOption = Annotated[float | None, typer.Option(
     "its size at 1 MiB/s (default: CCPO_HUB_DEADLINE, else 60).")]
 HubEndpointOption = Annotated[str | None, typer.Option(
     "--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
+# `--no-private` is the hf CLI's word for `--public`; both stay. (Typer reads " /--no-private",
+# with its leading space, as a second "off" name of the flag.)
 HubPrivateOption = Annotated[bool | None, typer.Option(
-    "--private/--public", help="Visibility of a new repository (default: private, final cards included); an "
-    "existing repository keeps its own, and ccpo says when it differs.")]
+    "--private/--public", " /--no-private", help="Visibility of a new repository (default: private, final cards "
+    "included); an existing repository keeps its own, and ccpo says when it differs. --no-private is --public.")]
 HubRevisionOption = Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")]
 LicenseOption = Annotated[str | None, typer.Option(
     "--license", help="License id, when neither the run nor its base model records one.")]
-
-
-def parse_seeds(text: str) -> list[int]:
-    """'0,1,2' -> [0, 1, 2]. A malformed list is invalid input (exit 3): empty, not integers,
-    negative, or a seed twice (each seed is one run or one evaluation)."""
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInput(f"--seeds: expected integers separated by commas, got {text!r}") from None
-    if not seeds:
-        raise InvalidInput("--seeds: at least one seed is needed")
-    if len(set(seeds)) != len(seeds):
-        raise InvalidInput(f"--seeds: each seed at most once, got {text!r}")
-    if any(seed < 0 for seed in seeds):
-        raise InvalidInput(f"--seeds: seeds are non-negative, got {text!r}")
-    return seeds
-
-
-def _console(stderr: bool) -> Console:
-    # Piped into a file or a log, rich would squeeze tables into 80 columns and elide numbers;
-    # give them room instead (a terminal keeps its own width). No `file=`: the console must
-    # write to whatever sys.stdout/sys.stderr is at print time (test runners swap them).
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else int(os.environ.get("COLUMNS", 160))
-    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=width)
-
-
-stdout_console = _console(stderr=False)
-stderr_console = _console(stderr=True)
-
 
 @dataclass
 class Settings:
@@ -96,11 +92,12 @@ class Settings:
 
 
 def settings(ctx: typer.Context) -> Settings:
-    """The global options; a default when a command runs without the app callback."""
-    obj = ctx.find_root().obj
-    if isinstance(obj, Settings):
-        return obj
-    return Settings(db=Path(os.environ.get("CCPO_DB", "runs.db")))
+    """The global options (given before or after the command); a default when a command runs
+    without the app callback."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = Settings(db=Path(os.environ.get("CCPO_DB") or DEFAULT_DB))
+    return root.obj
 
 
 def handle_errors(command: Callable) -> Callable:
@@ -114,13 +111,51 @@ def handle_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except CcpoError as error:
-            stderr_console.print(f"error: {error}", markup=False)
+            stderr_console().print(f"error: {error}", markup=False)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
-            stderr_console.print("interrupted", markup=False)
+            stderr_console().print("interrupted", markup=False)
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def terminal_width(stream: Any) -> int | None:
+    """None for a terminal (rich asks it); else COLUMNS, or 160: piped into a file or a log, a
+    table gets room instead of being squeezed into 80 columns."""
+    if stream.isatty():
+        return None
+    try:
+        return max(20, int(os.environ.get("COLUMNS") or 160))
+    except ValueError:
+        return 160
+
+
+def _console(stderr: bool) -> Console:
+    # Made at print time, for whatever sys.stdout/sys.stderr is then (test runners swap them) and
+    # the width COLUMNS says then.
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, highlight=False, soft_wrap=True, width=terminal_width(stream))
+
+
+def stdout_console() -> Console:
+    return _console(stderr=False)
+
+
+def stderr_console() -> Console:
+    return _console(stderr=True)
+
+
+def say(message: str) -> None:
+    """A result line on stdout, verbatim (no console markup)."""
+    stdout_console().print(message, markup=False)
+
+
+def output_format(fmt: OutputFormat | None, as_json: bool) -> OutputFormat:
+    """--format, with --json as its alias for json; both given and different is a usage error."""
+    if as_json and fmt not in (None, OutputFormat.json):
+        raise UsageError(f"--json is --format json: give one of them, not --json with --format {fmt.value}")
+    return OutputFormat.json if as_json else (fmt or OutputFormat.table)
 
 
 def _json_safe(value: Any) -> Any:
@@ -143,7 +178,31 @@ def emit_json(document: dict) -> None:
     print(json.dumps(_json_safe(body), indent=2, allow_nan=False))
 
 
+def emit(fmt: OutputFormat, document: dict, tables: Callable[[], Iterable[Any]], *, table: str | None = None) -> None:
+    """Print a command's result in the chosen format: the JSON document, or its tables (built
+    by `tables()`, report/tables.py) as a fitted terminal table, CSV or Markdown. Lines that are
+    not tables (notes, verdicts) print with the terminal tables and the Markdown."""
+    if fmt is OutputFormat.json:
+        if table is not None:
+            raise UsageError("--table picks a table of --format csv; --format json prints the whole document")
+        emit_json(document)
+        return
+    from ccpo_cli.report import tables as formats
+
+    items = list(tables())
+    if table is not None and fmt is not OutputFormat.csv:
+        raise UsageError(f"--table picks a table of --format csv; --format {fmt.value} shows every table")
+    if fmt is OutputFormat.csv:
+        sys.stdout.write(formats.csv_text(formats.pick_table(items, table)))
+    elif fmt is OutputFormat.markdown:
+        sys.stdout.write(formats.markdown_text(items))
+    else:
+        console = stdout_console()
+        for renderable in formats.terminal_renderables(items, console.width):
+            console.print(renderable, soft_wrap=False)  # notes wrap at words to the width, as the tables do
+
+
 def info(ctx: typer.Context, message: str) -> None:
     """A log line on stderr, unless --quiet."""
     if not settings(ctx).quiet:
-        stderr_console.print(message, markup=False)
+        stderr_console().print(message, markup=False)

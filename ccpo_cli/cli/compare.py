@@ -7,14 +7,17 @@ from typing import Annotated
 
 import typer
 
+from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
+    FormatOption,
     JsonOption,
+    TableOption,
     WindowStartOption,
-    emit_json,
+    emit,
     handle_errors,
     info,
+    output_format,
     settings,
-    stdout_console,
 )
 from ccpo_cli.errors import UsageError
 
@@ -22,20 +25,30 @@ from ccpo_cli.errors import UsageError
 @handle_errors
 def compare(
     ctx: typer.Context,
-    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: all).")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(metavar="RUN", help="Runs to compare (default: all).",
+                                                     autocompletion=completion.run_names)] = None,
     window_start: WindowStartOption = None,
     as_json: JsonOption = False,
+    fmt: FormatOption = None,
+    table: TableOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
     detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
     include_failed: Annotated[bool, typer.Option("--include-failed", help="Compare runs that failed too (left out by default).")] = False,
 ) -> None:
-    """Compare arms on their held-out window (not their best point): runs are pooled only with runs of
-    the same arm fingerprint, base model, backend, benchmark and protocol, and seeds are seeds."""
+    """Compare arms on their held-out window (not their best point).
+
+    Runs are pooled only with runs of the same arm fingerprint, base model, backend, benchmark and
+    protocol, and seeds are seeds. Retracted runs and evaluations (`ccpo runs retract`) are left
+    out, and the output says so.
+
+    Example: ccpo compare --format csv --table runs
+    """
     # Imported here: scipy costs half a second that other commands should not pay.
     from ccpo_cli.report.compare import compare_runs
-    from ccpo_cli.report.tables import comparison_renderables
+    from ccpo_cli.report.tables import comparison_tables
     from ccpo_cli.store import open_db
 
+    chosen = output_format(fmt, as_json)
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
     document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start, detect=detect,
@@ -45,8 +58,4 @@ def compare(
 
         plot_learning_curves(document, plot)
         info(ctx, f"wrote {plot}")
-    if as_json:
-        emit_json(document)
-    else:
-        for renderable in comparison_renderables(document):
-            stdout_console.print(renderable)
+    emit(chosen, document, lambda: comparison_tables(document), table=table)

@@ -6,10 +6,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, stdout_console
-from ccpo_cli.task_types import TASK_TYPES
+from ccpo_cli.cli.common import (
+    FormatOption,
+    JsonOption,
+    emit,
+    emit_json,
+    handle_errors,
+    info,
+    output_format,
+    say,
+)
 
 games_app = typer.Typer(help="Generate and check ALFWorld games (the real engine's format).",
                         no_args_is_help=True)
@@ -35,9 +42,13 @@ def generate(
     workers: Annotated[int, typer.Option("--workers", help="Processes validating games.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
-    """Write N solvable games, each validated by the planner's walkthrough."""
+    """Write N solvable games, each validated by the planner's walkthrough.
+
+    Example: ccpo games generate --out games/train --split train --n 60 --seed 0
+    """
     from ccpo_cli.envs.engine import preserved_argv
     from ccpo_cli.envs.generate import generate_games
+    from ccpo_cli.task_types import TASK_TYPES
 
     with preserved_argv():
         games = generate_games(out, split, n, seed, room=room, workers=workers,
@@ -49,8 +60,7 @@ def generate(
                    "games": [{"game_id": g.game_id, "task_type": g.task_type, "sha256": g.sha256,
                               "walkthrough_steps": len(g.walkthrough)} for g in games]})
         return
-    stdout_console.print(f"wrote {len(games)} games to {out} "
-                         + " ".join(f"{key}={count}" for key, count in counts.items()))
+    say(f"wrote {len(games)} games to {out} " + " ".join(f"{key}={count}" for key, count in counts.items()))
 
 
 @games_app.command("check")
@@ -60,26 +70,24 @@ def check(
     folder: Annotated[Path, typer.Argument(help="A folder of games (json_2.1.1 layout).")],
     workers: Annotated[int, typer.Option("--workers", help="Processes checking games.")] = 1,
     as_json: JsonOption = False,
+    fmt: FormatOption = None,
 ) -> None:
-    """Load every game in the real engine and win it with the planner's walkthrough."""
+    """Load every game in the real engine and win it with the planner's walkthrough.
+
+    Example: ccpo games check games/train --workers 2
+    """
     from ccpo_cli.envs.engine import preserved_argv
     from ccpo_cli.envs.games import check_games
     from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.report.tables import games_check_table
 
+    chosen = output_format(fmt, as_json)
     with preserved_argv():
         report = check_games(folder, workers=workers, progress=_progress(ctx, "checked"))
-    if as_json:
-        emit_json({"folder": str(folder), "games": len(report.games), "ok": report.ok,
-                   "won": sum(g.ok for g in report.games), "task_types": report.by_type(),
-                   "failures": [{"game_id": g.game_id, "error": g.error} for g in report.failures]})
-    else:
-        table = Table(title=f"{folder}: planner walkthrough check")
-        for column in ("type", "games", "won"):
-            table.add_column(column, justify="right")
-        for key, row in sorted(report.by_type().items()):
-            table.add_row(key, str(row["games"]), str(row["ok"]))
-        stdout_console.print(table)
-        for failure in report.failures:
-            stdout_console.print(f"FAILED {failure.game_id}: {failure.error}", markup=False)
+    document = {"folder": str(folder), "games": len(report.games), "ok": report.ok,
+                "won": sum(g.ok for g in report.games), "task_types": report.by_type(),
+                "failures": [{"game_id": g.game_id, "error": g.error} for g in report.failures]}
+    emit(chosen, document, lambda: [games_check_table(str(folder), report.by_type()),
+                                    *(f"FAILED {failure.game_id}: {failure.error}" for failure in report.failures)])
     if not report.ok:
         raise InvalidInput(f"{len(report.failures)} of {len(report.games)} games failed the check")

@@ -6,18 +6,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 
-from ccpo_cli.benchmarks import load_benchmark
+from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
 from ccpo_cli.errors import UsageError
-from ccpo_cli.names import check_run_name
-from ccpo_cli.store import open_db
-from ccpo_cli.store.facts import protocol_facts
-from ccpo_cli.store.ingest import FORMATS, MAX_LINE_TEXT, ingest_file, require_metrics_file
 
 # Below this size an ingest finishes before a bar would be worth drawing.
 PROGRESS_MIN_BYTES = 2 * 1024 * 1024
+# store.readers.FORMATS and MAX_LINE_TEXT, written out so that --help imports no reader;
+# tests/test_cli_startup.py checks they agree.
+FORMATS_HELP = "auto | ccpo | verl-file | console | csv | tensorboard | wandb"
+LINE_LIMIT_HELP = "16 MiB"
 
 
 def _arm(name: str | None):
@@ -36,13 +35,15 @@ def ingest(
         "Metrics file or run folder: ccpo JSONL, verl file-logger JSONL, a verl console log, a per-step CSV "
         "export, TensorBoard event files, or a wandb run folder."
     ))],
-    run: Annotated[str, typer.Option("--run", help="Run name to record under (created if new).")],
-    arm: Annotated[str | None, typer.Option("--arm", help="Arm the run trained; its fingerprint must match the run's.")] = None,
+    run: Annotated[str, typer.Option("--run", metavar="RUN", help="Run name to record under (created if new).",
+                                     autocompletion=completion.run_names)],
+    arm: Annotated[str | None, typer.Option("--arm", metavar="ARM", help="Arm the run trained; its fingerprint must match the run's.",
+                                            autocompletion=completion.arm_names)] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help=" | ".join(FORMATS))] = "auto",
-    benchmark: Annotated[str | None, typer.Option("--benchmark", help=(
+    fmt: Annotated[str, typer.Option("--format", help=f"The file's format: {FORMATS_HELP}.")] = "auto",
+    benchmark: Annotated[str | None, typer.Option("--benchmark", autocompletion=completion.benchmark_names, help=(
         "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
         "or the printed config identify; a file that contradicts it is refused."
     ))] = None,
@@ -53,7 +54,7 @@ def ingest(
     ended: Annotated[bool, typer.Option("--ended", help="The run has ended: short of its total steps it is recorded as stopped early.")] = False,
     strict: Annotated[bool, typer.Option("--strict", help=(
         f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
-        f"{MAX_LINE_TEXT}) are skipped and reported, and the file is refused only when no record reads."
+        f"{LINE_LIMIT_HELP}) are skipped and reported, and the file is refused only when no record reads."
     ))] = False,
     metric: Annotated[str | None, typer.Option("--metric", help=(
         "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
@@ -65,7 +66,25 @@ def ingest(
     ))] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Record the held-out evaluations found in a training metrics file (idempotent)."""
+    """Record the held-out evaluations found in a training metrics file (idempotent).
+
+    Example: ccpo ingest logs/train.log --run grpo-seed0 --arm grpo --seed 0 --total-steps 150
+    """
+    # Imported here: the readers, sqlite-utils and the YAML config reader are for this command only.
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.names import check_run_name
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.facts import protocol_facts
+    from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
+
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
@@ -78,7 +97,8 @@ def ingest(
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
-    show_bar = stderr_console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
+    console = stderr_console()
+    show_bar = console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
     # --arm is the user's word for which arm the log trained: its name and fingerprint are recorded,
     # and the flags the log itself printed (facts) stand beside them (store/identity.py).
     kwargs = dict(fmt=fmt, benchmark=benchmark, arm=None if resolved_arm is None else resolved_arm.name,
@@ -88,7 +108,7 @@ def ingest(
                   strict=strict, metric=metric, source_run=source_run)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
-        with Progress(*columns, console=stderr_console, transient=True) as progress:
+        with Progress(*columns, console=console, transient=True) as progress:
             reading = progress.add_task(f"read {file.name}", total=size)
             recording = progress.add_task("record evaluations", total=None)
             report = ingest_file(
@@ -100,7 +120,7 @@ def ingest(
     else:
         report = ingest_file(db, file, run, **kwargs)
     for warning in report.warnings:
-        stderr_console.print(f"warning: {warning}", markup=False)
+        console.print(f"warning: {warning}", markup=False)
     if as_json:
         emit_json(report.as_dict())
         return

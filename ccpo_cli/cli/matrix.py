@@ -7,15 +7,28 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stdout_console
+from ccpo_cli.cli import completion
+from ccpo_cli.cli.common import (
+    SEED_SYNTAX,
+    FormatOption,
+    JsonOption,
+    TableOption,
+    emit,
+    handle_errors,
+    info,
+    output_format,
+    parse_seeds,
+    settings,
+)
 from ccpo_cli.experiments.matrix import DEFAULT_EVAL_EVERY, DEFAULT_STEPS, DEFAULT_WARM_START
 
 
 @handle_errors
 def matrix(
     ctx: typer.Context,
-    arms: Annotated[str, typer.Option("--arms", help="Arms to compare, e.g. grpo,gigpo,return-hard.")],
-    seeds: Annotated[str, typer.Option("--seeds", help="Seeds, e.g. 0-9 or 0,1,2; every arm runs every seed.")] = "0-9",
+    arms: Annotated[str, typer.Option("--arms", help="Arms to compare, e.g. grpo,gigpo,return-hard.",
+                                      autocompletion=completion.arm_list)],
+    seeds: Annotated[str, typer.Option("--seeds", metavar="SEEDS", help=f"Every arm runs every seed: {SEED_SYNTAX}.")] = "0-9",
     minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
     prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
     steps: Annotated[int | None, typer.Option("--steps", help=f"Training steps per run (default: {DEFAULT_STEPS}).")] = None,
@@ -31,24 +44,24 @@ def matrix(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDRESS|local", help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.")] = None,
     as_json: JsonOption = False,
+    fmt: FormatOption = None,
+    table: TableOption = None,
 ) -> None:
-    """Train every arm on every seed (seed-major, paired), within --minutes, then compare."""
-    from ccpo_cli.errors import UsageError
-    from ccpo_cli.experiments.matrix import (
-        MatrixDesign,
-        default_recipe,
-        parse_arm_list,
-        parse_seed_list,
-        run_matrix,
-    )
-    from ccpo_cli.report.tables import comparison_renderables
+    """Train every arm on every seed (seed-major, paired), within --minutes, then compare.
 
+    Example: ccpo matrix --arms grpo,return-hard --seeds 0-3 --minutes 30
+    """
+    from ccpo_cli.errors import UsageError
+    from ccpo_cli.experiments.matrix import MatrixDesign, default_recipe, parse_arm_list, run_matrix
+    from ccpo_cli.report.tables import comparison_tables
+
+    chosen = output_format(fmt, as_json)
     if not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
     given = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "eval_games": eval_games,
              "workers": workers}
     design = MatrixDesign(
-        tuple(parse_arm_list(arms)), tuple(parse_seed_list(seeds)), minutes,
+        tuple(parse_arm_list(arms)), tuple(parse_seeds(seeds)), minutes,
         recipe=default_recipe(**{key: value for key, value in given.items() if value is not None}),
         prefix=prefix, eval_from=eval_from, window_start=window_start, warm_start=warm_start, detect=detect,
     )
@@ -68,10 +81,8 @@ def matrix(
         "stopped_reason": result.stopped_reason, "incomplete_blocks": result.incomplete_blocks,
         "nodes": result.nodes,
     }
-    if as_json:
-        emit_json({"matrix": summary, "compare": result.comparison})
-    elif result.comparison:
-        for renderable in comparison_renderables(result.comparison):
-            stdout_console.print(renderable)
+    if chosen.value == "json" or result.comparison:
+        emit(chosen, {"matrix": summary, "compare": result.comparison},
+             lambda: comparison_tables(result.comparison), table=table)
     if result.incomplete_blocks:
         raise typer.Exit(130)

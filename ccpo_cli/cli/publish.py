@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import CardStatus
 from ccpo_cli.cli.common import (
     HubDeadlineOption,
@@ -19,24 +20,24 @@ from ccpo_cli.cli.common import (
     HubTokenOption,
     JsonOption,
     LicenseOption,
+    OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
     handle_errors,
     info,
+    say,
     settings,
-    stdout_console,
 )
 from ccpo_cli.errors import UsageError
-from ccpo_cli.names import default_folder, require_inside
-from ccpo_cli.store import open_db
 
 
 @handle_errors
 def publish(
     ctx: typer.Context,
-    run: Annotated[str | None, typer.Option("--run", help="The run to publish (or --follow RUN).")] = None,
-    repo: Annotated[str | None, typer.Option("--repo", help="Hub repository id (owner/name).")] = None,
-    follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
+    run: Annotated[str | None, typer.Option("--run", metavar="RUN", help="The run to publish (or --follow RUN).",
+                                            autocompletion=completion.run_names)] = None,
+    repo: OptionalHubRepoOption = None,
+    follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", autocompletion=completion.run_names, help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="--follow: the run folder (default: the one runs.db records).")] = None,
     poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload), then exit.")] = False,
@@ -58,7 +59,10 @@ def publish(
     checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the published checkpoint (default: best so far for interim, last for final).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit."""
+    """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit.
+
+    Example: ccpo publish --run grpo-seed0 --repo me/grpo-alfworld --dry-run
+    """
     if (run is None) == (follow is None):
         raise UsageError("give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither")
     if repo is None:
@@ -69,7 +73,10 @@ def publish(
                 staging=staging, window_start=window_start, license=license, verl_agent_home=verl_agent_home,
                 as_json=as_json)
         return
+    # Imported here: the Hub client and the cards load only for a publication.
     from ccpo_cli.hub import publish_run
+    from ccpo_cli.names import default_folder, require_inside
+    from ccpo_cli.store import open_db
 
     result = publish_run(
         open_db(settings(ctx).db, must_exist=True), run, repo, status=status.value,
@@ -85,10 +92,10 @@ def publish(
     if result["dry_run"]:
         files = [entry["path_in_repo"] for commit in result["commits"] for entry in commit["files"]]
         info(ctx, f"dry run: nothing was sent; staged {len(files)} file(s) in {result['staging']}")
-        stdout_console.print(result["plan_file"], markup=False)
+        say(result["plan_file"])
     else:
         info(ctx, f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})")
-        stdout_console.print(result["commit_url"], markup=False)
+        say(result["commit_url"])
 
 
 def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, private, token, token_file, timeout,
@@ -110,5 +117,5 @@ def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, pri
         emit_json(result)
         return
     outbox = result["outbox"]
-    stdout_console.print(f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
-                         f"{outbox['failed']} failed, {outbox['skipped']} skipped", markup=False)
+    say(f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
+        f"{outbox['failed']} failed, {outbox['skipped']} skipped")

@@ -1,4 +1,4 @@
-"""`ccpo runs list` / `ccpo runs show RUN`: what runs.db holds."""
+"""`ccpo runs list|show|retract|resolve`: what runs.db holds, and correcting it without losing it."""
 
 from __future__ import annotations
 
@@ -6,70 +6,168 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, settings, stdout_console
-from ccpo_cli.report.tables import run_detail_tables, runs_table
-from ccpo_cli.store import (
-    get_run,
-    list_runs,
-    open_db,
-    run_checkpoints,
-    run_conflicts,
-    run_evaluations,
-    run_publications,
+from ccpo_cli.cli import completion
+from ccpo_cli.cli.common import (
+    FormatOption,
+    JsonOption,
+    OutputFormat,
+    TableOption,
+    emit,
+    emit_json,
+    handle_errors,
+    info,
+    output_format,
+    say,
+    settings,
+    stdout_console,
 )
-from ccpo_cli.store.liveness import annotate_runs
 
-runs_app = typer.Typer(help="Runs recorded in the database.", no_args_is_help=True)
+runs_app = typer.Typer(help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True)
+
+RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", autocompletion=completion.run_names)]
+ByOption = Annotated[str | None, typer.Option(
+    "--by", metavar="WHO", help="Who makes the correction (default: the login name at this host, USER@HOST).",
+    show_default=False)]
 
 
 @runs_app.command("list")
 @handle_errors
-def list_command(
-    ctx: typer.Context,
-    as_json: JsonOption = False,
-) -> None:
-    """Every run with its arm, seed, status, last step and number of evaluations."""
+def list_command(ctx: typer.Context, as_json: JsonOption = False, fmt: FormatOption = None) -> None:
+    """Every run with its arm, seed, status, last step and number of evaluations.
+
+    Example: ccpo runs list --format csv
+    """
+    # Imported here: the store pulls in sqlite-utils, which --help and completion never need.
+    from ccpo_cli.report.tables import runs_table
+    from ccpo_cli.store import list_runs, open_db
+    from ccpo_cli.store.liveness import annotate_runs
+
     db = open_db(settings(ctx).db, must_exist=True)
     runs = annotate_runs(db, list_runs(db))  # a run whose trainer died shows as interrupted
-    if as_json:
-        emit_json({"runs": runs})
-    else:
-        stdout_console.print(runs_table(runs))
+    emit(output_format(fmt, as_json), {"runs": runs}, lambda: [runs_table(runs)])
 
 
 @runs_app.command("show")
 @handle_errors
 def show_command(
     ctx: typer.Context,
-    run: Annotated[str, typer.Argument(help="Run name.")],
+    run: RunArgument,
     as_json: JsonOption = False,
+    fmt: FormatOption = None,
+    table: TableOption = None,
 ) -> None:
-    """One run: its recorded settings, every evaluation, conflicts, checkpoints, publications and
-    every Hub publication it asked for (pending, done, failed, skipped and why, with its attempts)."""
+    """One run: its settings, evaluations, conflicts, checkpoints and publications.
+
+    Every evaluation is listed (retracted ones marked), every conflict with how it was settled,
+    and every Hub publication the run asked for (pending, done, failed, skipped and why, with
+    its attempts).
+
+    Example: ccpo runs show grpo-seed0 --format markdown
+    """
+    from ccpo_cli.report.tables import run_detail_tables
+    from ccpo_cli.store import (
+        get_run,
+        open_db,
+        run_checkpoints,
+        run_conflicts,
+        run_evaluations,
+        run_publications,
+    )
     from ccpo_cli.store.identity import run_identity
+    from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.outbox import run_outbox
+    from ccpo_cli.store.retractions import resolutions
 
     db = open_db(settings(ctx).db, must_exist=True)
+    shown = annotate_runs(db, [get_run(db, run)])[0]
     document = {
-        "run": annotate_runs(db, [get_run(db, run)])[0],
+        "run": shown,
         "identity": run_identity(db, run).as_dict(),
-        "evaluations": run_evaluations(db, run, split=None),
+        "evaluations": run_evaluations(db, run, split=None, include_retracted=True),
         "conflicts": run_conflicts(db, run),
+        "resolutions": resolutions(db, [shown["id"]]).get(shown["id"], []),
         "checkpoints": run_checkpoints(db, run),
         "publications": run_publications(db, run),
         "publication_outbox": run_outbox(db, run),
     }
-    if as_json:
-        emit_json(document)
-    else:
-        for table in run_detail_tables(document):
-            stdout_console.print(table)
-        shown = document["run"]
-        if shown.get("interrupted_because"):
-            stdout_console.print(f"interrupted: {shown['interrupted_because']}", markup=False)
-        if shown.get("failure"):
-            stdout_console.print(f"failed: {shown['failure']['message']}", markup=False)
-        if document["publication_outbox"]:
-            from ccpo_cli.publishing.status import outbox_table
 
-            stdout_console.print(outbox_table(document["publication_outbox"]))
+    def tables() -> list:
+        items = list(run_detail_tables(document))
+        if shown.get("interrupted_because"):
+            items.append(f"interrupted: {shown['interrupted_because']}")
+        if shown.get("failure"):
+            items.append(f"failed: {shown['failure']['message']}")
+        return items
+
+    chosen = output_format(fmt, as_json)
+    emit(chosen, document, tables, table=table)
+    if chosen is OutputFormat.table and document["publication_outbox"]:
+        from ccpo_cli.publishing.status import outbox_table
+
+        stdout_console().print(outbox_table(document["publication_outbox"]))
+
+
+@runs_app.command("retract")
+@handle_errors
+def retract_command(
+    ctx: typer.Context,
+    run: RunArgument,
+    reason: Annotated[str, typer.Option("--reason", metavar="TEXT", help="Why the record is wrong (kept with it).")],
+    step: Annotated[int | None, typer.Option("--step", metavar="N", help="Retract the run's evaluations at this step only (default: the whole run).")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="With --step: only the evaluations of this split (default: every split).")] = None,
+    by: ByOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Mark a run, or its evaluations at one step, as retracted (nothing is deleted).
+
+    `ccpo compare`, cards and publishing leave it out and say so; `ccpo runs show` still lists
+    it, marked. Retracting again changes nothing.
+
+    Example: ccpo runs retract grpo-seed0 --step 40 --reason "evaluated on the training games"
+    """
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.retractions import retract
+
+    result = retract(open_db(settings(ctx).db, must_exist=True), run, reason=reason, step=step, split=split, by=by)
+    if as_json:
+        emit_json({"retraction": result.as_dict()})
+        return
+    what = f"run {run}" if step is None else f"{len(result.evaluation_ids)} evaluation(s) of run {run} at step {step}"
+    say(f"{what}: {'already retracted' if result.already else 'retracted'}")
+    if not result.already:
+        info(ctx, "left out of `ccpo compare`, cards and publishing from now on; `ccpo runs show` still lists it")
+
+
+@runs_app.command("resolve")
+@handle_errors
+def resolve_command(
+    ctx: typer.Context,
+    run: RunArgument,
+    step: Annotated[int, typer.Option("--step", metavar="N", help="The step whose conflicting results to settle.")],
+    keep: Annotated[str, typer.Option("--keep", metavar="VALUE", help="The success rate (percent) of the result that stands, as `ccpo runs show` prints it (83.6 matches 83.59375).")],
+    reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="When several splits conflict at the step: which one.")] = None,
+    eval_seed: Annotated[int | None, typer.Option("--eval-seed", help="When several evaluation seeds conflict at the step: which one.")] = None,
+    by: ByOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Settle a conflict (one step recorded with two results) by keeping one value.
+
+    The settlement is recorded with who and when. Keeping the conflicting result records it as
+    the evaluation and retracts the one that stood.
+
+    Example: ccpo runs resolve grpo-seed0 --step 40 --keep 83.6 --reason "the rerun with the fixed panel"
+    """
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.retractions import resolve
+
+    result = resolve(open_db(settings(ctx).db, must_exist=True), run, step=step, keep=keep, reason=reason,
+                     split=split, eval_seed=eval_seed, by=by)
+    if as_json:
+        emit_json({"resolution": result.as_dict()})
+        return
+    settled = "already settled" if result.already else f"settled {len(result.settled_conflict_ids)} conflict(s)"
+    say(f"run {run} step {step}: {settled}, keeping {result.kept_value:g} (evaluation {result.kept_evaluation_id})")
+    if result.superseded_evaluation_ids:
+        info(ctx, f"retracted the result that stood (evaluation(s) {', '.join(map(str, result.superseded_evaluation_ids))})")
+

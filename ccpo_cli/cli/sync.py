@@ -7,17 +7,20 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli.common import (
+    FormatOption,
     HubEndpointOption,
     HubRepoOption,
     HubTimeoutOption,
     HubTokenFileOption,
     HubTokenOption,
     JsonOption,
+    emit,
     emit_json,
     handle_errors,
     info,
+    output_format,
+    say,
     settings,
-    stdout_console,
 )
 
 sync_app = typer.Typer(
@@ -47,7 +50,7 @@ def _limits(deadline: float, max_mb: float | None, push: bool):
 def push_command(
     ctx: typer.Context,
     repo: HubRepoOption,
-    public: Annotated[bool, typer.Option("--public", help="Create the dataset public, or push to an existing public one (default: private only).")] = False,
+    private: Annotated[bool, typer.Option("--private/--public", " /--no-private", help="--public: create the dataset public, or push to an existing public one (default: private only; --no-private is --public).")] = True,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
     timeout: HubTimeoutOption = None,
@@ -56,12 +59,15 @@ def push_command(
     max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048).")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit."""
+    """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit.
+
+    Example: ccpo sync push --repo me/ccpo-runs --token-file ~/.hf-token
+    """
     from ccpo_cli.hub_sync import sync_push
     from ccpo_cli.store import open_db
 
     result = sync_push(open_db(settings(ctx).db, must_exist=True), repo, token=token, token_file=token_file,
-                       timeout=timeout, endpoint=endpoint, public=public, limits=_limits(deadline, max_mb, push=True))
+                       timeout=timeout, endpoint=endpoint, public=not private, limits=_limits(deadline, max_mb, push=True))
     if as_json:
         emit_json({"push": result})
     elif not result["pushed"]:
@@ -69,7 +75,7 @@ def push_command(
     else:
         info(ctx, f"pushed {result['rows']} row(s) of {result['runs']} run(s) in {result['parts']} part(s) "
                   f"({result['bytes'] / 1024:.1f} KiB) to {result['repo_id']} as {result['host']}")
-        stdout_console.print(result["commit_url"], markup=False)
+        say(result["commit_url"])
 
 
 @sync_app.command("pull")
@@ -85,17 +91,20 @@ def pull_command(
     deadline: DeadlineOption = 900.0,
     max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192).")] = None,
     as_json: JsonOption = False,
+    fmt: FormatOption = None,
 ) -> None:
-    """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before)."""
+    """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before).
+
+    Example: ccpo sync pull --repo me/ccpo-runs --token-file ~/.hf-token
+    """
     from ccpo_cli.hub_sync import sync_pull
     from ccpo_cli.report.tables import sync_table
     from ccpo_cli.store import open_db
 
+    chosen = output_format(fmt, as_json)
     result = sync_pull(open_db(settings(ctx).db), repo, revision=revision, token=token, token_file=token_file,
                        timeout=timeout, endpoint=endpoint, limits=_limits(deadline, max_mb, push=False))
-    if as_json:
-        emit_json({"pull": result})
-        return
-    info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
-              f"{result['commit_id']}")
-    stdout_console.print(sync_table(result["counts"]))
+    if chosen.value != "json":
+        info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
+                  f"{result['commit_id']}")
+    emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])

@@ -9,13 +9,15 @@ cores, verl follows the protocol file), so an option left out means "the backend
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
+    ArmOption,
     HubDeadlineOption,
     HubEndpointOption,
     HubPrivateOption,
@@ -29,17 +31,29 @@ from ccpo_cli.cli.common import (
     handle_errors,
     info,
     parse_seeds,
+    say,
     settings,
-    stdout_console,
 )
 from ccpo_cli.errors import UsageError
 
-BACKENDS = ("local", "verl")
+BACKENDS = completion.BACKENDS
+# Where Linux shows a CUDA device (a driver's device node; WSL's GPU bridge). Without one, torch
+# cannot see a GPU either, so the CPU machine's answer needs no torch import (a second of start-up).
+_CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
+
+
+def _no_cuda_device() -> bool:
+    """True when this machine certainly has no CUDA device to offer (checked without torch)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return True
+    return os.path.isdir("/dev") and not any(os.path.exists(path) for path in _CUDA_DEVICE_FILES)
 
 
 def _gpu_available() -> bool:
+    if _no_cuda_device():
+        return False
     try:
-        import torch
+        import torch  # imported here: only a machine with a CUDA device node asks torch
     except ImportError:
         return False
     try:
@@ -53,7 +67,7 @@ def default_backend() -> str:
 
 
 def seed_list(seeds: str | None, seed: int | None) -> list[int]:
-    """--seed N (default 0) or --seeds S1,S2: never both."""
+    """--seed N (default 0) or --seeds SEEDS (lists and ranges, ccpo_cli/seeds.py): never both."""
     if seeds is None:
         return [0 if seed is None else seed]
     if seed is not None:
@@ -70,23 +84,33 @@ def _refuse_other_backend_options(backend: str, verl_only: dict[str, Any], local
         raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
 
 
-def _print_local(runs: list[dict[str, Any]], dry_run: bool) -> None:
+def _print_local(runs: list[dict[str, Any]]) -> None:
     for run in runs:
-        if dry_run:
-            stdout_console.print(json.dumps(run, indent=2, default=str), markup=False)
-        else:
-            evaluations = run.get("evaluations") or []
-            last = evaluations[-1] if evaluations else None
-            held_out = f", held-out {last['success']:.1f}% at step {last['step']}" if last else ""
-            stdout_console.print(f"{run['run']}: {run['arm']} seed {run['seed']}, {run['last_step']} steps{held_out}", markup=False)
+        evaluations = run.get("evaluations") or []
+        last = evaluations[-1] if evaluations else None
+        held_out = f", held-out {last['success']:.1f}% at step {last['step']}" if last else ""
+        say(f"{run['run']}: {run['arm']} seed {run['seed']}, {run['last_step']} steps{held_out}")
+
+
+def _dry_run_script(result) -> str:
+    """The verl dry run as one shell document: the one launch's run.sh, or each seed's run.sh in
+    a subshell of its own (each ends in `exec`), one after the other."""
+    if len(result.scripts) == 1:
+        return result.scripts[0]
+    parts = ["#!/usr/bin/env bash", f"# ccpo train --dry-run: {len(result.scripts)} launches, one per seed, run in turn;",
+             "# nothing was written or started.", "set -euo pipefail"]
+    for launch, script in zip(result.launches, result.scripts):
+        body = "\n".join(line for line in script.splitlines() if not line.startswith("#!"))
+        parts += [f"# ── run {launch.run} (seed {launch.request.seed}): {launch.run_dir}/run.sh", "(", body, ")"]
+    return "\n".join(parts) + "\n"
 
 
 @handle_errors
 def train(
     ctx: typer.Context,
-    arm_name: Annotated[str, typer.Option("--arm", help="Arm to train (see `ccpo arms list`).")],
-    run: Annotated[str | None, typer.Option("--run", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
+    arm_name: ArmOption,
+    run: Annotated[str | None, typer.Option("--run", metavar="RUN", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None,
     seeds: SeedsOption = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Training steps (policy updates).")] = None,
@@ -96,7 +120,7 @@ def train(
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Turn limit per episode.")] = None,
     set_flags: SetOption = None,
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve and print the run; start nothing.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve the runs and print them as one document; write and start nothing.")] = False,
     as_json: JsonOption = False,
     # local backend
     eval_games: Annotated[int | None, typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
@@ -123,7 +147,12 @@ def train(
     deadline: HubDeadlineOption = None,
     endpoint: HubEndpointOption = None,
 ) -> None:
-    """Train one arm; evaluations land in the database as they happen."""
+    """Train one arm; evaluations land in the database as they happen.
+
+    Several seeds train one after the other, with a header per run in the log.
+
+    Example: ccpo train --arm grpo --seeds 0-2 --steps 40 --dry-run
+    """
     from ccpo_cli.arms import load_arm, parse_set_options
 
     chosen = backend or default_backend()
@@ -168,10 +197,10 @@ def train(
             eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
             time_budget_s=None if time_budget is None else time_budget * 60.0, observer=observer,
         ), log)
-        if as_json:
+        if as_json or dry_run:  # a dry run is one JSON document, whatever the number of seeds
             emit_json({"dry_run": dry_run, "runs": local_runs})
         else:
-            _print_local(local_runs, dry_run)
+            _print_local(local_runs)
         return
 
     from ccpo_cli.backends.verl.request import VerlTrainRequest, train_verl
@@ -183,6 +212,5 @@ def train(
     ), log)
     if as_json:
         emit_json({"dry_run": dry_run, "runs": result.runs})
-    elif dry_run:
-        for launch in result.launches:  # verbatim (no console markup or emoji codes): it is a shell script
-            typer.echo((launch.run_dir / "run.sh").read_text(encoding="utf-8"), nl=False)
+    elif dry_run:  # verbatim (no console markup or emoji codes): it is a shell script
+        typer.echo(_dry_run_script(result), nl=False)

@@ -56,25 +56,10 @@ __all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT
 
 
 def parse_seed_list(text: str) -> list[int]:
-    """`0-9`, `0,1,2` or a mix (`0-3,7`) as a list of distinct seeds in the order given."""
-    seeds: list[int] = []
-    try:
-        for part in (piece.strip() for piece in text.split(",")):
-            if not part:
-                continue
-            if "-" in part[1:]:
-                first, last = part.split("-", 1) if not part.startswith("-") else (part, "")
-                low, high = int(first), int(last)
-                if high < low:
-                    raise ValueError
-                seeds.extend(range(low, high + 1))
-            else:
-                seeds.append(int(part))
-    except ValueError:
-        raise UsageError(f"--seeds {text!r}: expected a range such as 0-9 or a list such as 0,1,2") from None
-    if not seeds or len(set(seeds)) != len(seeds):
-        raise UsageError(f"--seeds {text!r}: expected distinct seeds, e.g. 0-9")
-    return seeds
+    """`0-9`, `0,1,2` or a mix (`0-3,7`): the one seed syntax of every command (ccpo_cli/seeds.py)."""
+    from ccpo_cli.seeds import parse_seeds
+
+    return parse_seeds(text)
 
 
 def parse_arm_list(text: str) -> list[str]:

@@ -34,6 +34,8 @@ from ccpo_cli.store.facts import run_facts
 from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
 from ccpo_cli.store.liveness import annotate_runs
 from ccpo_cli.store.queries import evaluations_for_runs, list_runs, run_conflicts
+from ccpo_cli.store.records import STANDING
+from ccpo_cli.store.retractions import resolutions, retracted_evaluations
 
 MIN_SEEDS_RESOLVED = 3
 UNRESOLVED_NOTE = "unresolved until replicated"
@@ -283,7 +285,7 @@ def _content_hashes(db: sqlite_utils.Database, run_ids: list[int], split: str | 
     if not run_ids:
         return {}
     marks = ", ".join("?" for _ in run_ids)
-    where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
+    where = f"run_id IN ({marks}) AND {STANDING}" + (" AND split = ?" if split is not None else "")
     found: dict[int, set] = defaultdict(set)
     for row in db.query(f"SELECT run_id, content_hash FROM evaluations WHERE {where}",
                         [*run_ids, *([split] if split is not None else [])]):
@@ -328,7 +330,10 @@ def compare_runs(
     comparisons: arm pairs that differ only in the arm, with Welch's test on seed means, the
     probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
     not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
-    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable.
+    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable. retracted: the runs
+    left out because they were retracted ({run: reason, retracted_by, recorded_at}) and the
+    retracted evaluations of the compared runs (never part of any number here);
+    resolved_conflicts: per run, the settled conflicts (store/retractions.py).
     """
     # The status to show: a running run whose trainer is gone is interrupted (store/liveness.py).
     all_runs = annotate_runs(db, list_runs(db))
@@ -341,12 +346,18 @@ def compare_runs(
         chosen = [by_name[name] for name in dict.fromkeys(wanted)]
     else:
         chosen = all_runs
+    # A retracted run (`ccpo runs retract RUN`) is left out of everything and listed under
+    # `retracted`; a retracted evaluation never reaches the readers below (store/queries.py).
+    retracted_runs = {run["name"]: run["retracted"] for run in chosen if run.get("retracted")}
+    chosen = [run for run in chosen if not run.get("retracted")]
     for run in chosen:
         recorded = run_facts(db, run["id"])
         run["facts"], run["fact_conflicts"] = recorded["values"], recorded["conflicts"]
         if run["hardware"] is None:
             run["hardware"] = run["facts"].get("hardware")  # an ingested run records it as a fact
-        run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])}) if run["n_conflicts"] else []
+        # n_conflicts counts the open conflicts; a settled one (`ccpo runs resolve`) is no longer one.
+        run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])
+                                           if row["resolution"] is None}) if run["n_conflicts"] else []
     identities = read_identities(db, chosen, split=split)
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = []
@@ -407,7 +418,27 @@ def compare_runs(
         "power": power_report(arms, comparisons,
                               {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
         "unit_differences": _unit_difference_lines(trained, identities),
+        # What was corrected: retracted runs and evaluations (left out above) and settled conflicts.
+        "retracted": _retracted_section(db, retracted_runs, [run["id"] for run in chosen]),
+        "resolved_conflicts": _resolved_section(db, chosen),
     }
+
+
+def _retracted_section(db: sqlite_utils.Database, runs: dict[str, dict], run_ids: list[int]) -> dict:
+    evaluations = retracted_evaluations(db, run_ids)
+    return {
+        "runs": {name: {key: entry[key] for key in ("reason", "retracted_by", "recorded_at")} for name, entry in runs.items()},
+        "evaluations": [{key: entry[key] for key in ("run", "evaluation_id", "step", "split", "eval_seed", "reason",
+                                                      "retracted_by", "recorded_at")} for entry in evaluations.values()],
+    }
+
+
+def _resolved_section(db: sqlite_utils.Database, runs: list[dict]) -> dict[str, list[dict]]:
+    names = {run["id"]: run["name"] for run in runs}
+    found = resolutions(db, list(names))
+    return {names[run_id]: [{key: row[key] for key in ("step", "split", "eval_seed", "kept_value", "kept_evaluation_id",
+                                                        "reason", "resolved_by", "recorded_at")} for row in rows]
+            for run_id, rows in found.items()}
 
 
 def _failed_reason(failure: dict | None) -> str:

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+
+# scipy is imported inside the functions that use it ("imported here"), as in ccpo_cli/stats.py.
 
 ALPHA = 0.05
 POWER = 0.80
@@ -35,6 +36,7 @@ WELCH = "Welch t"
 
 def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
     """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
+    from scipy import stats  # imported here: see the top
     critical = stats.t.ppf(1 - alpha / 2, df)
     # P(T < -c; nc) = P(T > c; -nc): the far tail, computed as an upper tail because scipy's
     # noncentral t cdf returns NaN far out in the lower tail at fractional df (Welch's).
@@ -63,6 +65,7 @@ def welch_power(difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int,
 
 def _smallest_detectable(power_at: Any, scale: float, power: float) -> float:
     """The difference at which `power_at(difference)` reaches `power` (power rises with it)."""
+    from scipy import optimize  # imported here: see the top
     upper = scale
     while power_at(upper) < power:
         upper *= 2
@@ -124,6 +127,7 @@ def pair_power(
     with at least two of them the paired test is used on those seeds (seeds outside them are
     left out and listed), else Welch's test on all seeds.
     """
+    from scipy import stats  # imported here: see the top
     result: dict[str, Any] = {
         "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
         "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,

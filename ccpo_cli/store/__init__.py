@@ -2,50 +2,50 @@
 
 Open it with `open_db(path)`; write with `ensure_run`, `update_run_state`, `record_evaluation`,
 `record_checkpoint`, `record_publication`; read with the functions from `queries`;
-bring in training logs with `ingest_file`.
+bring in training logs with `ingest_file`; correct the record with `store.retractions`.
+
+The names below load on first use (PEP 562): importing a light module of the store, such as
+`store.run_names` for shell completion, must not pay for sqlite-utils and numpy.
 """
 
-from ccpo_cli.store.db import open_db, write_transaction
-from ccpo_cli.store.queries import (
-    best_evaluation,
-    evaluation_episodes,
-    evaluations_for_runs,
-    get_run,
-    list_runs,
-    run_checkpoints,
-    run_conflicts,
-    run_evaluations,
-    run_publications,
-)
-from ccpo_cli.store.records import (
-    EvaluationOutcome,
-    ensure_run,
-    record_checkpoint,
-    record_evaluation,
-    record_evaluation_outcome,
-    record_publication,
-    run_id,
-    update_run_state,
-)
+from __future__ import annotations
 
-__all__ = [
-    "EvaluationOutcome",
-    "ensure_run",
-    "evaluation_episodes",
-    "evaluations_for_runs",
-    "get_run",
-    "list_runs",
-    "open_db",
-    "record_checkpoint",
-    "record_evaluation",
-    "record_evaluation_outcome",
-    "record_publication",
-    "best_evaluation",
-    "run_checkpoints",
-    "run_conflicts",
-    "run_evaluations",
-    "run_id",
-    "run_publications",
-    "update_run_state",
-    "write_transaction",
-]
+import importlib
+from typing import Any
+
+# Each exported name and the module that defines it.
+_EXPORTS = {
+    "open_db": "ccpo_cli.store.db",
+    "write_transaction": "ccpo_cli.store.db",
+    "best_evaluation": "ccpo_cli.store.queries",
+    "evaluation_episodes": "ccpo_cli.store.queries",
+    "evaluations_for_runs": "ccpo_cli.store.queries",
+    "get_run": "ccpo_cli.store.queries",
+    "list_runs": "ccpo_cli.store.queries",
+    "run_checkpoints": "ccpo_cli.store.queries",
+    "run_conflicts": "ccpo_cli.store.queries",
+    "run_evaluations": "ccpo_cli.store.queries",
+    "run_publications": "ccpo_cli.store.queries",
+    "EvaluationOutcome": "ccpo_cli.store.records",
+    "ensure_run": "ccpo_cli.store.records",
+    "record_checkpoint": "ccpo_cli.store.records",
+    "record_evaluation": "ccpo_cli.store.records",
+    "record_evaluation_outcome": "ccpo_cli.store.records",
+    "record_publication": "ccpo_cli.store.records",
+    "run_id": "ccpo_cli.store.records",
+    "update_run_state": "ccpo_cli.store.records",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later look-ups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -337,6 +337,61 @@ def m005_publication_outbox(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m008_retractions(db: sqlite_utils.Database) -> None:
+    # Correcting the record without losing it (store/retractions.py): a retraction marks a whole
+    # run (evaluation_id NULL) or one evaluation as wrong, with why, who and when (and the
+    # resolution that superseded it, when a settled conflict kept another result); a conflict
+    # resolution records the value kept for one run, step, split and seed, and settled_conflicts
+    # the conflicts it settles (each at most once). All three are append-only.
+    db.executescript(
+        """
+        CREATE TABLE retractions (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            evaluation_id INTEGER REFERENCES evaluations(id) ON DELETE CASCADE,
+            step INTEGER,
+            reason TEXT NOT NULL,
+            retracted_by TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            resolution_id INTEGER REFERENCES conflict_resolutions(id)
+        );
+        CREATE INDEX retractions_run ON retractions (run_id, evaluation_id);
+        CREATE UNIQUE INDEX retractions_evaluation ON retractions (evaluation_id) WHERE evaluation_id IS NOT NULL;
+        CREATE TABLE conflict_resolutions (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            split TEXT NOT NULL,
+            eval_seed INTEGER,
+            kept_value REAL NOT NULL,
+            kept_evaluation_id INTEGER NOT NULL REFERENCES evaluations(id),
+            kept_content_hash TEXT NOT NULL,
+            reason TEXT,
+            resolved_by TEXT NOT NULL,
+            recorded_at TEXT NOT NULL
+        );
+        CREATE INDEX conflict_resolutions_run ON conflict_resolutions (run_id, step);
+        CREATE TABLE settled_conflicts (
+            conflict_id INTEGER PRIMARY KEY REFERENCES conflicts(id) ON DELETE CASCADE,
+            resolution_id INTEGER NOT NULL REFERENCES conflict_resolutions(id) ON DELETE CASCADE
+        );
+        CREATE TRIGGER retractions_append_only BEFORE UPDATE ON retractions
+        BEGIN SELECT RAISE(ABORT, 'retractions are append-only'); END;
+        CREATE TRIGGER retractions_kept BEFORE DELETE ON retractions
+        BEGIN SELECT RAISE(ABORT, 'retractions are append-only'); END;
+        CREATE TRIGGER conflict_resolutions_append_only BEFORE UPDATE ON conflict_resolutions
+        BEGIN SELECT RAISE(ABORT, 'conflict resolutions are append-only'); END;
+        CREATE TRIGGER conflict_resolutions_kept BEFORE DELETE ON conflict_resolutions
+        BEGIN SELECT RAISE(ABORT, 'conflict resolutions are append-only'); END;
+        CREATE TRIGGER settled_conflicts_append_only BEFORE UPDATE ON settled_conflicts
+        BEGIN SELECT RAISE(ABORT, 'settled conflicts are append-only'); END;
+        CREATE TRIGGER settled_conflicts_kept BEFORE DELETE ON settled_conflicts
+        BEGIN SELECT RAISE(ABORT, 'settled conflicts are append-only'); END;
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

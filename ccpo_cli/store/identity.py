@@ -36,6 +36,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.store.queries import list_runs
+from ccpo_cli.store.records import STANDING
 
 TRAINING = "training"
 EVALUATION = "evaluation"
@@ -303,7 +304,8 @@ def _protocols_by_run(db: sqlite_utils.Database, run_ids: Sequence[int], split: 
     if not run_ids:
         return counts
     marks = ", ".join("?" for _ in run_ids)
-    where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
+    # Standing evaluations only: a retracted one (store/retractions.py) says nothing of the protocol.
+    where = f"run_id IN ({marks}) AND {STANDING}" + (" AND split = ?" if split is not None else "")
     params = [*run_ids, *([split] if split is not None else [])]
     for row in db.query(f"SELECT run_id, episodes, temperature, COUNT(*) AS n FROM evaluations WHERE {where} "
                         "GROUP BY run_id, episodes, temperature", params):
@@ -316,7 +318,7 @@ def _rates_without_episodes(db: sqlite_utils.Database, run_ids: Sequence[int], s
     if not run_ids:
         return rates
     marks = ", ".join("?" for _ in run_ids)
-    where = f"run_id IN ({marks}) AND episodes IS NULL" + (" AND split = ?" if split is not None else "")
+    where = f"run_id IN ({marks}) AND episodes IS NULL AND {STANDING}" + (" AND split = ?" if split is not None else "")
     params = [*run_ids, *([split] if split is not None else [])]
     for row in db.query(f"SELECT run_id, success_rate FROM evaluations WHERE {where}", params):
         rates[row["run_id"]].append(float(row["success_rate"]))

@@ -12,7 +12,7 @@ from typing import Any
 
 import sqlite_utils
 
-from ccpo_cli.store.records import run_id
+from ccpo_cli.store.records import STANDING, run_id
 
 _JSON_COLUMNS = ("package_versions", "config")
 
@@ -29,50 +29,72 @@ def _decode_run(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-_RUN_SUMMARY = """
+# Counts over the standing evaluations (retracted ones left out) and the open conflicts (a
+# settled one, store/retractions.py, no longer is).
+_RUN_SUMMARY = f"""
     SELECT runs.*,
-           (SELECT COUNT(*) FROM evaluations WHERE run_id = runs.id) AS n_evaluations,
-           (SELECT MAX(step) FROM evaluations WHERE run_id = runs.id) AS last_eval_step,
-           (SELECT COUNT(*) FROM conflicts WHERE run_id = runs.id) AS n_conflicts
+           (SELECT COUNT(*) FROM evaluations WHERE run_id = runs.id AND {STANDING}) AS n_evaluations,
+           (SELECT MAX(step) FROM evaluations WHERE run_id = runs.id AND {STANDING}) AS last_eval_step,
+           (SELECT COUNT(*) FROM conflicts WHERE run_id = runs.id
+                AND id NOT IN (SELECT conflict_id FROM settled_conflicts)) AS n_conflicts,
+           (SELECT COUNT(*) FROM conflicts WHERE run_id = runs.id
+                AND id IN (SELECT conflict_id FROM settled_conflicts)) AS n_settled_conflicts,
+           (SELECT COUNT(*) FROM retractions WHERE run_id = runs.id AND evaluation_id IS NOT NULL) AS n_retracted
     FROM runs
 """
 
 
+def _with_retraction(db: sqlite_utils.Database, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from ccpo_cli.store.retractions import retracted_runs
+
+    retracted = retracted_runs(db) if rows else {}
+    for row in rows:
+        row["retracted"] = retracted.get(row["id"])
+    return rows
+
+
 def list_runs(db: sqlite_utils.Database) -> list[dict[str, Any]]:
-    """Every run (all columns, JSON decoded) with n_evaluations, last_eval_step, n_conflicts,
-    ordered by name."""
-    return [_decode_run(row) for row in db.query(_RUN_SUMMARY + " ORDER BY runs.name")]
+    """Every run (all columns, JSON decoded) with n_evaluations and last_eval_step (of its standing
+    evaluations), n_conflicts (open), n_settled_conflicts, n_retracted (retracted evaluations) and
+    retracted (the retraction of the whole run, or None), ordered by name."""
+    return _with_retraction(db, [_decode_run(row) for row in db.query(_RUN_SUMMARY + " ORDER BY runs.name")])
 
 
 def get_run(db: sqlite_utils.Database, run: str | int) -> dict[str, Any]:
     """One run as a dict (as in `list_runs`); InvalidInput if it does not exist."""
     identifier = run_id(db, run)
-    return _decode_run(next(db.query(_RUN_SUMMARY + " WHERE runs.id = ?", [identifier])))
+    return _with_retraction(db, [_decode_run(next(db.query(_RUN_SUMMARY + " WHERE runs.id = ?", [identifier])))])[0]
 
 
 def run_evaluations(
-    db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout"
+    db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout", include_retracted: bool = False
 ) -> list[dict[str, Any]]:
-    """The evaluations of a run ordered by step then id, each with `task_types`
-    ({short key: {"episodes", "successes", "success"}}); `split=None` gives every split."""
+    """The standing evaluations of a run ordered by step then id, each with `task_types`
+    ({short key: {"episodes", "successes", "success"}}); `split=None` gives every split.
+    `include_retracted` adds the retracted ones, each with its `retracted` record."""
     identifier = run_id(db, run)
-    return evaluations_for_runs(db, [identifier], split=split).get(identifier, [])
+    return evaluations_for_runs(db, [identifier], split=split, include_retracted=include_retracted).get(identifier, [])
 
 
 _PROVENANCE_COLUMNS = ("source_file", "source_line", "content_hash", "recorded_at")
 
 
 def evaluations_for_runs(
-    db: sqlite_utils.Database, run_ids: list[int], *, split: str | None = "heldout", provenance: bool = True
+    db: sqlite_utils.Database, run_ids: list[int], *, split: str | None = "heldout", provenance: bool = True,
+    include_retracted: bool = False,
 ) -> dict[int, list[dict[str, Any]]]:
-    """Evaluations of many runs at once (two queries in all), keyed by run id.
+    """Standing evaluations of many runs at once (two queries in all), keyed by run id.
 
+    A retracted evaluation (`ccpo runs retract`) is left out, so no number is computed from it;
+    `include_retracted` keeps it, with its retraction under `retracted` (None on the others).
     `provenance=False` leaves out source file/line, content hash and recorded time (faster
     for summaries over many runs)."""
     if not run_ids:
         return {}
     marks = ", ".join("?" for _ in run_ids)
     where = f"run_id IN ({marks})" + (" AND split = ?" if split is not None else "")
+    if not include_retracted:
+        where += f" AND {STANDING}"
     params: list[Any] = list(run_ids) + ([split] if split is not None else [])
     columns = None if provenance else [name for name in db["evaluations"].columns_dict if name not in _PROVENANCE_COLUMNS]
     evaluations = list(
@@ -92,6 +114,14 @@ def evaluations_for_runs(
                 "successes": type_row["successes"],
                 "success": type_row["success_rate"],
             }
+    if include_retracted:
+        from ccpo_cli.store.retractions import retracted_evaluations
+
+        retracted = retracted_evaluations(db, list(run_ids))
+        for row in evaluations:
+            found = retracted.get(row["id"])
+            row["retracted"] = None if found is None else {
+                key: found[key] for key in ("id", "reason", "retracted_by", "recorded_at")}
     grouped: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in run_ids}
     for row in evaluations:
         grouped[row["run_id"]].append(row)
@@ -104,11 +134,19 @@ def evaluation_episodes(db: sqlite_utils.Database, evaluation_id: int) -> list[d
 
 
 def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
-    """Conflicting evaluation results recorded for a run (content decoded)."""
+    """Conflicting evaluation results recorded for a run (content decoded), each with the
+    `resolution` that settled it (None while it is open; store/retractions.py)."""
+    from ccpo_cli.store.retractions import resolutions
+
     identifier = run_id(db, run)
     rows = list(db["conflicts"].rows_where("run_id = ?", [identifier], order_by="step, id"))
+    settled = {conflict: resolution for resolution in resolutions(db, [identifier]).get(identifier, [])
+               for conflict in resolution["settled_conflict_ids"]}
     for row in rows:
         row["content"] = json.loads(row["content"])
+        found = settled.get(row["id"])
+        row["resolution"] = None if found is None else {
+            key: found[key] for key in ("id", "kept_value", "kept_evaluation_id", "resolved_by", "recorded_at", "reason")}
     return rows
 
 

@@ -41,6 +41,10 @@ RUN_STATUSES = ("created", "running", "finished", "failed", "stopped")
 HOST_ENV = "CCPO_HOST"
 
 
+# The WHERE condition that keeps only standing evaluations (not retracted, store/retractions.py).
+STANDING = "id NOT IN (SELECT evaluation_id FROM retractions WHERE evaluation_id IS NOT NULL)"
+
+
 @dataclass(frozen=True)
 class EvaluationOutcome:
     """What `record_evaluation_outcome` did: `new`, `duplicate` or `conflict`."""
@@ -233,8 +237,10 @@ def record_evaluation_outcome(
         same = _first(db["evaluations"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id")
         if same is not None:
             return EvaluationOutcome(int(same["id"]), "duplicate")
+        # Against the result that stands: a retracted one (store/retractions.py) no longer does, so
+        # a corrected evaluation recorded after a retraction is new, not a conflict.
         clash = _first(
-            db["evaluations"], "run_id = ? AND step = ? AND split = ? AND eval_seed IS ?",
+            db["evaluations"], f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
             [identifier, step, row["split"], row["eval_seed"]], select="id", order_by="id",
         )
         now = utc_now()
@@ -249,20 +255,37 @@ def record_evaluation_outcome(
             )
             conflict = _first(db["conflicts"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id")
             return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
-        evaluation_id = int(
-            db["evaluations"].insert(
-                dict(row, run_id=identifier, train_success_rate=checked.train_success_rate, source_file=source_file,
-                     source_line=source_line, content_hash=digest, recorded_at=now)
-            ).last_pk
-        )
-        db["task_type_results"].insert_all(
-            {"evaluation_id": evaluation_id, "task_type": key, **value} for key, value in checked.task_types.items()
-        )
-        db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in checked.episodes)
-        recorded_last = db["runs"].get(identifier)["last_step"]
-        db["runs"].update(identifier, {"last_step": step if recorded_last is None else max(recorded_last, step),
-                                       "updated_at": now})
+        evaluation_id = insert_evaluation_rows(
+            db, identifier, row, checked.task_types, checked.episodes, content_hash=digest,
+            train_success_rate=checked.train_success_rate, source_file=source_file, source_line=source_line,
+            recorded_at=now)
         return EvaluationOutcome(evaluation_id, "new")
+
+
+def insert_evaluation_rows(
+    db: sqlite_utils.Database, identifier: int, row: Mapping[str, Any], task_types: Mapping[str, Mapping[str, Any]],
+    episodes: Sequence[Mapping[str, Any]], *, content_hash: str, train_success_rate: float | None,
+    source_file: str | None, source_line: int | None, recorded_at: str,
+) -> int:
+    """Write one checked evaluation (its row, per-type rows and episodes) and move the run's
+    last step on; the caller holds the write transaction and has ruled out a duplicate. The one
+    place an evaluation row is inserted (a settled conflict's kept result comes through here too,
+    store/retractions.py)."""
+    evaluation_id = int(
+        db["evaluations"].insert(
+            dict(row, run_id=identifier, train_success_rate=train_success_rate, source_file=source_file,
+                 source_line=source_line, content_hash=content_hash, recorded_at=recorded_at)
+        ).last_pk
+    )
+    db["task_type_results"].insert_all(
+        {"evaluation_id": evaluation_id, "task_type": key, **value} for key, value in task_types.items()
+    )
+    db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in episodes)
+    step = row["step"]
+    recorded_last = db["runs"].get(identifier)["last_step"]
+    db["runs"].update(identifier, {"last_step": step if recorded_last is None else max(recorded_last, step),
+                                   "updated_at": recorded_at})
+    return evaluation_id
 
 
 def record_evaluation(db: sqlite_utils.Database, run: str | int, step: int, **fields: Any) -> int:

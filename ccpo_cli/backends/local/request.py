@@ -111,7 +111,8 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
     request.check()
     runs = []
     resume = None if request.resume is None else str(request.resume)
-    for seed in request.train_seeds():
+    seeds = request.train_seeds()
+    for index, seed in enumerate(seeds, start=1):
         name = request.run_name(seed)
         config = request.train_config(seed)
         identity = {"run": name, "backend": BACKEND, "arm": request.arm.name,
@@ -119,6 +120,8 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
         if request.dry_run:
             runs.append({**identity, "options": request.given_options(), "resume": resume, "config": config.as_dict()})
             continue
+        if len(seeds) > 1:  # a header per run, so a multi-seed log says where each run starts
+            log(f"── run {name}: {request.arm.name}, seed {seed} ({index} of {len(seeds)}) ──")
         from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
 
         result = train_arm(request.arm, name, request.db_path, config, resume=request.resume is not None,

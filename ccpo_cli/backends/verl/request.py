@@ -8,7 +8,7 @@ starts each launch and follows it, ingesting its metrics into runs.db.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from ccpo_cli.backends import seed_run_name
 from ccpo_cli.backends.observer import TrainingObserver
 from ccpo_cli.backends.verl.follow import start
 from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
-from ccpo_cli.backends.verl.run_folder import prepare_run_folder
+from ccpo_cli.backends.verl.run_folder import refuse_silent_continuation, render_run_script
 from ccpo_cli.errors import CcpoError, UsageError
 
 
@@ -69,21 +69,26 @@ class VerlTrainRequest:
 class VerlTrainResult:
     launches: list[VerlLaunch]
     runs: list[dict[str, Any]]  # dry run: each launch's config document; else run, folder, exit code
+    scripts: list[str] = field(default_factory=list)  # dry run: each launch's run.sh, as it would be written
 
 
 def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTrainResult:
-    """Build every seed's launch first (so a bad option starts nothing), then write or start them."""
+    """Build every seed's launch first (so a bad option starts nothing), then start them; a dry
+    run writes nothing and returns what each run folder would hold."""
     launches = [build_launch(request.launch_request(seed)) for seed in request.seeds]
     if request.dry_run:
         for launch in launches:
-            prepare_run_folder(launch)
-            log(f"dry run: nothing started; wrote {launch.run_dir}/config.json and run.sh")
-        return VerlTrainResult(launches, [launch.config_document() for launch in launches])
+            refuse_silent_continuation(launch)  # what the real launch would refuse, refused now
+        log(f"dry run: nothing written or started ({len(launches)} launch(es) under {request.runs_root})")
+        return VerlTrainResult(launches, [launch.config_document() for launch in launches],
+                               [render_run_script(launch) for launch in launches])
     from ccpo_cli.store import open_db
 
     db = open_db(request.db_path)
     results = []
-    for launch in launches:
+    for index, launch in enumerate(launches, start=1):
+        if len(launches) > 1:  # a header per run, so a multi-seed log says where each run starts
+            log(f"── run {launch.run}: {request.arm.name}, seed {launch.request.seed} ({index} of {len(launches)}) ──")
         code = start(launch, db, log=log, observer=request.observer)
         results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
         if code != 0:

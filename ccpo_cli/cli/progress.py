@@ -1,0 +1,97 @@
+"""Progress on stderr, for a person at a terminal or for a log.
+
+In a terminal: a Rich bar with the real total (the library reports `(0, total)` before the first
+episode), elapsed and remaining time. Written to a file or a CI log, a bar would be either
+nothing or thousands of carriage returns, so there it is one line every `every` items (a tenth of
+the total by default) or every `every_s` seconds, whichever comes first, and one at the end.
+A log line is also written when `every_s` pass without one (a slow model may take minutes per
+episode), by a timer thread that stops with the progress. `--quiet` shows neither.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+LOG_EVERY_S = 10.0
+
+
+class Progress:
+    def __init__(self, label: str, unit: str, *, console: Any, quiet: bool = False, every: int | None = None,
+                 every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic,
+                 terminal: bool | None = None, timer: bool = True):
+        self.label, self.unit, self.console, self.quiet = label, unit, console, quiet
+        self.every, self.every_s, self.clock = every, every_s, clock
+        self.terminal = console.is_terminal if terminal is None else terminal
+        self._bar: Any = None
+        self._task: Any = None
+        self._started = clock()
+        self._last_time = self._started
+        self._last_done: int | None = None
+        self._state: tuple[int, int | None] = (0, None)
+        self._seen = False
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self._with_timer = timer
+
+    def __enter__(self) -> Progress:
+        if self.terminal and not self.quiet:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            from rich.progress import (
+                Progress as Bar,
+            )
+
+            self._bar = Bar(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.unit, total=None)
+        elif not self.quiet and self.every_s > 0 and self._with_timer:
+            self._timer = threading.Thread(target=self._tick, name="ccpo-progress", daemon=True)
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(timeout=1.0)
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.every_s / 4):
+            with self._lock:
+                if self._seen and self.clock() - self._last_time >= self.every_s:
+                    self._write(*self._state)
+
+    def _write(self, done: int, total: int | None) -> None:
+        now = self.clock()
+        self._last_done, self._last_time = done, now
+        share = f" ({100 * done / total:.0f}%)" if total else ""
+        of = f"/{total}" if total else ""
+        self.console.print(f"{self.label} {done}{of} {self.unit}{share}, {now - self._started:.0f} s", markup=False)
+
+    def update(self, done: int, total: int | None) -> None:
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+            return
+        with self._lock:
+            self._state, self._seen = (done, total), True
+            # Nothing before the first item is done (a command that fails at once prints its one
+            # error line only); the timer still says where it is once `every_s` pass.
+            last = 0 if self._last_done is None else self._last_done
+            every = self.every or max(1, (total or 0) // 10)
+            finished = total is not None and done >= total
+            if done != last and (done - last >= every or finished or self.clock() - self._last_time >= self.every_s
+                                 or self._last_done is None):
+                self._write(done, total)

@@ -1,0 +1,45 @@
+"""The one syntax of a seed list, for every command that takes `--seeds` (train, eval, matrix).
+
+A list is comma-separated items, each a seed (`3`) or an inclusive range (`0-2`): `0-2,5` is
+seeds 0, 1, 2 and 5, in the order given. Seeds are non-negative integers, each at most once (a
+seed is one run or one evaluation), and a list holds at most MAX_SEEDS of them, so a typo such as
+`0-1000000000` is refused instead of filling memory. Anything else is invalid input (exit 3),
+with a message that shows the syntax.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ccpo_cli.errors import InvalidInput
+
+MAX_SEEDS = 10_000
+SYNTAX = "seeds separated by commas, each a number or a range, e.g. 0,1,2 or 0-2,5"
+
+
+def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
+    """'0-2,5' -> [0, 1, 2, 5]; InvalidInput naming `option` for anything else."""
+    seeds: list[int] = []
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item:
+            continue
+        first, dash, last = item.partition("-")
+        try:
+            low = int(first)
+            high = int(last) if dash else low
+        except ValueError:
+            raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}") from None
+        if first.strip().startswith("+") or (dash and last.strip().startswith(("+", "-"))):
+            raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}")
+        if high < low:
+            raise InvalidInput(f"{option} {text!r}: the range {item} runs backwards (write {high}-{low})")
+        if len(seeds) + high - low + 1 > MAX_SEEDS:
+            raise InvalidInput(f"{option} {text!r}: more than {MAX_SEEDS} seeds")
+        seeds.extend(range(low, high + 1))
+    if not seeds:
+        raise InvalidInput(f"{option}: at least one seed is needed ({SYNTAX})")
+    repeated = sorted(seed for seed, count in Counter(seeds).items() if count > 1)
+    if repeated:
+        raise InvalidInput(f"{option} {text!r}: each seed at most once (repeated: {', '.join(map(str, repeated))})")
+    return seeds
