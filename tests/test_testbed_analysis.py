@@ -48,6 +48,8 @@ def test_leave_one_out_t_is_t_with_n_minus_2_df_under_the_null():
 
 
 def test_binomial_and_simulated_null_ranges():
+    # Two sets tested separately: their counts add up.
+    assert testbed.null_count_range([20, 20], draws=4000)[1] >= testbed.null_count_range(20, draws=4000)[1]
     assert testbed.binomial_range(40) == (0, 5)
     low, high = testbed.binomial_range(100)
     assert stats.binom.cdf(low - 1, 100, 0.05) <= 0.025 if low else True
@@ -68,6 +70,21 @@ def test_aa_document_counts_false_positives_and_judges_them():
     broken = dict(null) | {seed: 60.0 * (-1) ** seed for seed in range(8)}
     assert testbed.aa_false_positive_rate(broken)["within_binomial_range"] is False
     assert testbed.aa_false_positive_rate({0: 1.0})["within_binomial_range"] is None
+    # Several arms' twins: each set is tested within itself, the counts pooled.
+    sets = {"gigpo": dict(list(null.items())[:20]), "grpo": {seed: 3 * value for seed, value in list(null.items())[20:]}}
+    pooled = testbed.aa_false_positive_rate(sets)
+    assert pooled["pairs"] == 40 and pooled["sets"] == {"gigpo": 20, "grpo": 20}
+    separate = [testbed.leave_one_out_p_values(list(found.values())) for found in sets.values()]
+    assert [row["p"] for row in pooled["per_pair"]] == pytest.approx(separate[0] + separate[1])
+
+
+def test_home_advantage_is_half_the_gap_between_warm_up_groups():
+    found = {0: 4.0, 1: -2.0, 2: 6.0, 3: 0.0}
+    warmed = {0: "a", 1: "b", 2: "a", 3: "b"}
+    result = testbed.home_advantage(found, warmed, "a", "b")
+    assert result["home_advantage"] == pytest.approx((5.0 - (-1.0)) / 2)
+    assert result["balanced_difference"] == pytest.approx((5.0 + (-1.0)) / 2)
+    assert result["p_home_advantage"] == pytest.approx(stats.ttest_ind([4.0, 6.0], [-2.0, 0.0], equal_var=False).pvalue)
 
 
 def _run(evaluations, step_cpu, eval_cpu, start=10, seed=0, start_from="/r/w/checkpoints/step-000010.pt"):
@@ -132,9 +149,10 @@ def test_testbed_validity_quick_runs_both_controls_and_reports(tmp_path):
     report = json.loads(done.stdout)
     assert report["design"]["arms"] == ["gigpo", "gigpo-aa = gigpo (rollout stream 1)",
                                         "gigpo-flip = gigpo [step_advantage_w=-1.0]"]
-    assert report["design"]["warm_start_arm"] == "gigpo" and report["design"]["seeds"] == [0, 1, 2, 3]
+    assert report["design"]["warm_start_arms"] == ["gigpo"] and report["design"]["seeds"] == [0, 1, 2, 3]
     aa = report["aa"]
-    assert aa["pairs"] == 4 and len(aa["per_pair"]) == 4 and all(0.0 <= row["p"] <= 1.0 for row in aa["per_pair"])
+    assert aa["pairs"] == 4 and aa["sets"] == {"gigpo": 4} and len(aa["per_pair"]) == 4
+    assert all(0.0 <= row["p"] <= 1.0 for row in aa["per_pair"])
     assert aa["binomial_range_95"] == list(testbed.binomial_range(4))
     control = report["control"]
     assert control["all_seeds"]["n"] == 4 and control["all_seeds"]["block_cpu_minutes"] > 0

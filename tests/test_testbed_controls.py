@@ -160,3 +160,18 @@ def test_a_cpu_budget_stops_before_a_block_that_would_end_past_it(game_dirs, tmp
     assert "CPU-min budget" in result.stopped_reason
     with pytest.raises(UsageError, match="--cpu-minutes"):
         run_matrix(tmp_path / "runs.db", MatrixDesign(("grpo", "gigpo"), (0,), 30.0, cpu_minutes=0.0))
+
+
+def test_matrix_cli_refuses_bad_controls_before_training(tmp_path):
+    db = str(tmp_path / "runs.db")
+    for options, expected in (
+        (["--arms", "gigpo,x", "--variant", "x=gigpo"], "--variant"),
+        (["--arms", "gigpo,x", "--variant", "x=gigpo:step_advantage_w=5000"], "step_advantage_w"),
+        (["--arms", "gigpo,grpo", "--warm-start-arms", "no-such-arm"], "no-such-arm"),
+        (["--arms", "gigpo,grpo", "--warm-start-arms", "gigpo,gigpo"], "--warm-start-arms"),
+        (["--arms", "gigpo,grpo", "--cpu-minutes", "0"], "--cpu-minutes"),
+    ):
+        result = runner.invoke(app, ["--db", db, "matrix", "--seeds", "0", *options])
+        assert result.exit_code in (2, 3), (options, result.output)
+        assert expected in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "ccpo-runs").exists()

@@ -69,6 +69,7 @@ class RunData:
     eval_cpu_s: dict[int, float] = field(default_factory=dict)
     step_decisions: dict[int, int] = field(default_factory=dict)
     eval_turns: dict[int, int] = field(default_factory=dict)
+    start_arm: str | None = None  # the arm that trained the checkpoint it forked from
 
     def window_mean(self, steps: Iterable[int], games: set[str] | None = None) -> float | None:
         """Mean success (points) over the evaluations at `steps`, each over `games` (all: None)."""
@@ -100,7 +101,7 @@ def load_run(db, name: str) -> RunData:
         eval_turns[int(evaluation["step"])] = sum(int(row["turns"] or 0) for row in episodes)
     data = RunData(name, run.get("seed"), int(train.get("rollout_stream") or 0),
                    int((config.get("start") or {}).get("step") or 0), train.get("start_from"), evaluations,
-                   eval_turns=eval_turns)
+                   eval_turns=eval_turns, start_arm=(config.get("start") or {}).get("arm"))
     folder = config.get("run_dir")
     metrics = Path(folder) / "metrics.jsonl" if folder else None
     if metrics is not None and metrics.is_file():
@@ -206,6 +207,29 @@ def differences(data: MatrixData, arm_a: str, arm_b: str, steps_after_fork: Sequ
     return found
 
 
+def home_advantage(found: Mapping[int, float], warmed_by: Mapping[int, str | None], arm_a: str, arm_b: str
+                   ) -> dict[str, Any]:
+    """The warm-start arm's effect on a − b: the per-seed differences on seeds whose warm-up a
+    trained against those b trained. Half their gap is the home advantage h (a's gain when the
+    warm-up is its own, its loss when it is b's); the mean of the two groups' means is a − b with
+    the warm-up balanced out (what `ccpo_cli.experiments.matrix.warm_start_effect` reports)."""
+    own = [value for seed, value in found.items() if warmed_by.get(seed) == arm_a]
+    other = [value for seed, value in found.items() if warmed_by.get(seed) == arm_b]
+    result: dict[str, Any] = {"n_warmup_a": len(own), "n_warmup_b": len(other),
+                              "mean_difference_warmup_a": statistics.fmean(own) if own else None,
+                              "mean_difference_warmup_b": statistics.fmean(other) if other else None}
+    if own and other:
+        result["home_advantage"] = (statistics.fmean(own) - statistics.fmean(other)) / 2
+        result["balanced_difference"] = (statistics.fmean(own) + statistics.fmean(other)) / 2
+    if len(own) >= 2 and len(other) >= 2:
+        test = stats.ttest_ind(own, other, equal_var=False)
+        result["p_home_advantage"] = float(test.pvalue)
+        # its standard error: half that of the gap between the two group means
+        result["home_advantage_se"] = 0.5 * math.sqrt(statistics.variance(own) / len(own)
+                                                      + statistics.variance(other) / len(other))
+    return result
+
+
 # ---- the A/A control ---------------------------------------------------------------------
 
 
@@ -241,46 +265,65 @@ def binomial_range(n: int, alpha: float = ALPHA, coverage: float = 0.95) -> tupl
     return low, high
 
 
-def null_count_range(n: int, alpha: float = ALPHA, draws: int = 20_000, seed: int = 0,
+def null_count_range(sizes: int | Sequence[int], alpha: float = ALPHA, draws: int = 20_000, seed: int = 0,
                      coverage: float = 0.95) -> tuple[int, int]:
     """The same range for the leave-one-out count under normal null pairs, by simulation (the
-    shared denominators make the count a little more spread than a binomial)."""
+    shared denominators make the count a little more spread than a binomial); `sizes` lists the
+    pair sets tested separately (one leave-one-out per set), whose counts add up."""
     rng = np.random.default_rng(seed)
-    samples = rng.standard_normal((draws, n))
-    totals = samples.sum(axis=1, keepdims=True)
-    squares = (samples**2).sum(axis=1, keepdims=True)
-    rest_n = n - 1
-    rest_mean = (totals - samples) / rest_n
-    rest_var = ((squares - samples**2) - rest_n * rest_mean**2) / (rest_n - 1)
-    t = np.abs(samples) / np.sqrt(rest_var)
-    critical = stats.t.isf(alpha / 2, n - 2)
-    counts = (t > critical).sum(axis=1)
+    counts = np.zeros(draws, dtype=int)
+    for n in ([sizes] if isinstance(sizes, int) else list(sizes)):
+        samples = rng.standard_normal((draws, n))
+        totals = samples.sum(axis=1, keepdims=True)
+        squares = (samples**2).sum(axis=1, keepdims=True)
+        rest_n = n - 1
+        rest_mean = (totals - samples) / rest_n
+        rest_var = ((squares - samples**2) - rest_n * rest_mean**2) / (rest_n - 1)
+        t = np.abs(samples) / np.sqrt(rest_var)
+        counts += (t > stats.t.isf(alpha / 2, n - 2)).sum(axis=1)
     tail = (1 - coverage) / 2
     return int(np.quantile(counts, tail, method="lower")), int(np.quantile(counts, 1 - tail, method="higher"))
 
 
-def aa_false_positive_rate(pair_differences: Mapping[Any, float], alpha: float = ALPHA) -> dict[str, Any]:
+def aa_false_positive_rate(pair_differences: Mapping[Any, float] | Mapping[str, Mapping[Any, float]],
+                           alpha: float = ALPHA) -> dict[str, Any]:
     """The A/A document: per-pair p-values, the count and rate below alpha, its Clopper–Pearson
-    95 % interval, the binomial and simulated null ranges of the count, and the verdict."""
-    keys = list(pair_differences)
-    values = [pair_differences[key] for key in keys]
-    p_values = leave_one_out_p_values(values)
-    n = len(p_values)
+    95 % interval, the binomial and simulated null ranges of the count, and the verdict.
+
+    `pair_differences` is {seed: difference} for one A/A pair set, or {set name: {seed:
+    difference}} for several (the twins of several arms): each set is tested leave-one-out
+    within itself, since arms may differ in their noise, and the counts are pooled."""
+    groups = (dict(pair_differences) if pair_differences and all(isinstance(value, Mapping)
+                                                                 for value in pair_differences.values())
+              else {"": dict(pair_differences)})
+    per_pair: list[dict[str, Any]] = []
+    sizes = []
+    for name, found in groups.items():
+        keys = list(found)
+        p_values = leave_one_out_p_values([found[key] for key in keys])
+        if p_values:
+            sizes.append(len(p_values))
+        per_pair.extend({**({"set": name} if name else {}), "seed": key, "difference": found[key], "p": p}
+                        for key, p in zip(keys, p_values))
+    n = len(per_pair)
     if not n:
-        return {"pairs": len(values), "note": "needs ≥ 4 A/A pairs", "within_binomial_range": None}
+        return {"pairs": sum(len(found) for found in groups.values()), "note": "needs ≥ 4 A/A pairs per set",
+                "within_binomial_range": None}
+    p_values = [row["p"] for row in per_pair]
     count = sum(p < alpha for p in p_values)
     interval = stats.binomtest(count, n, alpha).proportion_ci(0.95, method="exact")
     low, high = binomial_range(n, alpha)
-    simulated = null_count_range(n, alpha)
+    simulated = null_count_range(sizes, alpha)
     uniform = stats.kstest(p_values, "uniform")
     return {
-        "pairs": n, "alpha": alpha, "false_positives": count, "rate": count / n,
+        "pairs": n, "sets": {name or "pairs": len(found) for name, found in groups.items()}, "alpha": alpha,
+        "false_positives": count, "rate": count / n,
         "rate_interval_95": [float(interval.low), float(interval.high)],
         "binomial_range_95": [low, high], "simulated_null_range_95": list(simulated),
         "within_binomial_range": low <= count <= high,
         "ks_uniform_p": float(uniform.pvalue),
-        "whole_matrix": paired_stats(values),
-        "per_pair": [{"seed": key, "difference": value, "p": p} for key, value, p in zip(keys, values, p_values)],
+        "whole_matrix": {name or "pairs": paired_stats(list(found.values())) for name, found in groups.items()},
+        "per_pair": per_pair,
     }
 
 
@@ -486,7 +529,40 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
     }
 
 
+def step_term_overlap(paths: Iterable[Path]) -> dict[str, Any]:
+    """How much GiGPO's step term says beyond the episode term, in dumped batches: per row, the
+    episode term (the grpo arm's advantage) and the step term alone (the gigpo arm with ep_w = 0),
+    both through the estimator entry point training uses. Reported: their correlation over all
+    rows, the share of rows whose step term is 0 (a state no other trajectory of the group
+    reached, or reached with equal returns), and, where both are non-zero, how often their signs
+    agree. A step term that is mostly the episode term's sign and size adds little credit."""
+    from ccpo_cli.arms import load_arm
+    from ccpo_cli.backends.local.advantages import advantages_for
+
+    episode_arm = load_arm("grpo")
+    step_arm = load_arm("gigpo", {"ep_w": 0.0})
+    episode_terms, step_terms = [], []
+    for path in paths:
+        with np.load(path, allow_pickle=False) as stored:
+            batch = {key: stored[key] for key in stored.files if key != "advantages"}
+        episode_terms.append(advantages_for(batch, episode_arm))
+        step_terms.append(advantages_for(batch, step_arm))
+    if not episode_terms:
+        return {"batches": 0}
+    episode, step = np.concatenate(episode_terms), np.concatenate(step_terms)
+    both = (episode != 0) & (step != 0)
+    return {
+        "batches": len(episode_terms), "rows": int(len(episode)),
+        "correlation": float(np.corrcoef(episode, step)[0, 1]) if episode.std() > 0 and step.std() > 0 else None,
+        "share_step_term_zero": float(np.mean(step == 0)),
+        "share_episode_term_zero": float(np.mean(episode == 0)),
+        "sign_agreement_where_both_nonzero": float(np.mean(np.sign(episode[both]) == np.sign(step[both])))
+        if both.any() else None,
+        "mean_abs_step_term": float(np.mean(np.abs(step))), "mean_abs_episode_term": float(np.mean(np.abs(episode))),
+    }
+
+
 __all__ = ["ALPHA", "THIRTY_MINUTE_CPU_MINUTES", "CostModel", "MatrixData", "RunData", "SubDesign",
            "aa_false_positive_rate", "batch_structure", "binomial_range", "block_cpu_seconds", "design_point",
-           "differences", "fit_cost_model", "leave_one_out_p_values", "load_matrix", "load_run",
-           "null_count_range", "paired_stats", "seeds_within_budget"]
+           "differences", "fit_cost_model", "home_advantage", "leave_one_out_p_values", "load_matrix", "load_run",
+           "null_count_range", "paired_stats", "seeds_within_budget", "step_term_overlap"]
