@@ -49,13 +49,14 @@ def test_leave_one_out_t_is_t_with_n_minus_2_df_under_the_null():
 
 def test_binomial_and_simulated_null_ranges():
     # Two sets tested separately: their counts add up.
-    assert testbed.null_count_range([20, 20], draws=4000)[1] >= testbed.null_count_range(20, draws=4000)[1]
+    assert testbed.null_count_range([20, 20], draws=4000)[1] > testbed.null_count_range(20, draws=4000)[1]
     assert testbed.binomial_range(40) == (0, 5)
     low, high = testbed.binomial_range(100)
     assert stats.binom.cdf(low - 1, 100, 0.05) <= 0.025 if low else True
     assert stats.binom.sf(high, 100, 0.05) <= 0.025 < stats.binom.sf(high - 1, 100, 0.05)
     simulated = testbed.null_count_range(40, draws=4000)
-    assert simulated[0] == 0 and 4 <= simulated[1] <= 7
+    # Less spread than the binomial: one large difference makes the other pairs' rejections rarer.
+    assert simulated[0] == 0 and 3 <= simulated[1] <= testbed.binomial_range(40)[1]
 
 
 def test_aa_document_counts_false_positives_and_judges_them():

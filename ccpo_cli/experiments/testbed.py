@@ -17,8 +17,9 @@ and evaluation's CPU seconds. From them:
   an advantage of continuing the warm-up's own history) makes |t_i| larger. So N pairs give N
   per-pair p-values, uniform under the null, and the share below alpha is the false-positive
   rate, judged against the central 95 % range of Binomial(N, alpha). The t_i share their
-  denominators a little, which widens the null range of the count slightly; `null_count_range`
-  gives it by simulation, next to the binomial one.
+  denominators a little (a large d_i enlarges the others' s_(-j)), which makes the count slightly
+  less spread than a binomial; `null_count_range` gives its range by simulation, next to the
+  binomial one.
 - **Cost** (`design_cost`): the CPU seconds of a block (the warm-up and each arm's fork) as
   recorded by the trainer, for the design the runs were trained with or any design read out of
   them (a shorter horizon, fewer evaluations, a smaller panel; `SubDesign`).
@@ -268,7 +269,7 @@ def binomial_range(n: int, alpha: float = ALPHA, coverage: float = 0.95) -> tupl
 def null_count_range(sizes: int | Sequence[int], alpha: float = ALPHA, draws: int = 20_000, seed: int = 0,
                      coverage: float = 0.95) -> tuple[int, int]:
     """The same range for the leave-one-out count under normal null pairs, by simulation (the
-    shared denominators make the count a little more spread than a binomial); `sizes` lists the
+    shared denominators make the count a little less spread than a binomial); `sizes` lists the
     pair sets tested separately (one leave-one-out per set), whose counts add up."""
     rng = np.random.default_rng(seed)
     counts = np.zeros(draws, dtype=int)
