@@ -132,7 +132,12 @@ NOTES: dict[str, str] = {
     "a restart, and only when they recorded the same training settings: a rerun of a prefix with "
     "other settings exits 3 naming the differences. `--ray-address ADDRESS|local` runs each seed "
     "block as a Ray task (progress counts nodes; `--json` adds `nodes` and `incomplete_blocks`); "
-    "without it Ray is never touched. See docs/local-backend.md.",
+    "without it Ray is never touched. `--variant LABEL=ARM:KEY=VALUE` adds an arm that is an arm "
+    "file's arm with flags set (a positive control) or on another rollout stream (`stream=1`, the "
+    "A/A control's twin); the warm-up of seed s is trained by arm s mod n of `--warm-start-arms` "
+    "(default: every arm in turn) and the matrix reports what continuing its own warm-up was worth; "
+    "`--cpu-minutes` budgets the CPU time of trainers and workers beside the wall time, and `--json` "
+    "adds each block's and run's CPU seconds. See docs/local-backend.md.",
     "sync push": "Added command: one commit of parquet parts (`data/HOST/RUN/...`) without "
     "`parent_commit`, retried on 409/429/5xx with backoff and jitter within `--deadline`; a new "
     "dataset is private; an existing public one needs `--public` (else exit 3). Hub failures exit 4. "

@@ -23,6 +23,24 @@ from ccpo_cli.cli.common import (
 from ccpo_cli.experiments.matrix import DEFAULT_EVAL_EVERY, DEFAULT_STEPS, DEFAULT_WARM_START
 
 
+def warm_start_lines(effect: dict | None) -> list[str]:
+    """`warm start: grpo trained 4 seeds, gigpo 3` and per pair the home advantage."""
+    if not effect:
+        return []
+    counts = ", ".join(f"{arm} {n}" for arm, n in effect["warmups_by_arm"].items())
+    lines = [f"warm-ups trained by: {counts} seed(s)"]
+    for pair in effect["pairs"]:
+        if pair.get("home_advantage") is None:
+            lines.append(f"{pair['arm_a']} - {pair['arm_b']}: warm-start effect needs seeds with each arm's warm-up")
+            continue
+        p = pair.get("p_home_advantage")
+        lines.append(f"{pair['arm_a']} - {pair['arm_b']}: {pair['mean_difference_warmup_a']:+.1f} on {pair['n_warmup_a']} "
+                     f"seed(s) warmed by {pair['arm_a']}, {pair['mean_difference_warmup_b']:+.1f} on {pair['n_warmup_b']} "
+                     f"by {pair['arm_b']}: home advantage {pair['home_advantage']:+.1f} points"
+                     + ("" if p is None else f" (p = {p:.2f})") + f", balanced difference {pair['balanced_difference']:+.1f}")
+    return lines
+
+
 @handle_errors
 def matrix(
     ctx: typer.Context,
@@ -40,6 +58,9 @@ def matrix(
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
     window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the end of the warm start; without one, half of --steps).")] = None,
     warm_start: Annotated[int, typer.Option("--warm-start", help="Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off.")] = DEFAULT_WARM_START,
+    variant: Annotated[list[str] | None, typer.Option("--variant", metavar="LABEL=ARM:KEY=VALUE", help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.")] = None,
+    warm_start_arms: Annotated[str | None, typer.Option("--warm-start-arms", help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.")] = None,
+    cpu_minutes: Annotated[float | None, typer.Option("--cpu-minutes", help="CPU-time budget (trainers and rollout workers) beside --minutes; no block starts that would end past it. 2 cores x 30 min = 60.")] = None,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDRESS|local", help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.")] = None,
@@ -52,7 +73,7 @@ def matrix(
     Example: ccpo matrix --arms grpo,return-hard --seeds 0-3 --minutes 30
     """
     from ccpo_cli.errors import UsageError
-    from ccpo_cli.experiments.matrix import MatrixDesign, default_recipe, parse_arm_list, run_matrix
+    from ccpo_cli.experiments.matrix import MatrixDesign, default_recipe, parse_arm_list, parse_variant, run_matrix
     from ccpo_cli.report.tables import comparison_tables
 
     chosen = output_format(fmt, as_json)
@@ -64,11 +85,18 @@ def matrix(
         tuple(parse_arm_list(arms)), tuple(parse_seeds(seeds)), minutes,
         recipe=default_recipe(**{key: value for key, value in given.items() if value is not None}),
         prefix=prefix, eval_from=eval_from, window_start=window_start, warm_start=warm_start, detect=detect,
+        variants=tuple(parse_variant(spec) for spec in variant or ()),
+        warm_start_arms=tuple(parse_arm_list(warm_start_arms, minimum=1, option="--warm-start-arms"))
+        if warm_start_arms else (),
+        cpu_minutes=cpu_minutes,
     )
     result = run_matrix(settings(ctx).db, design, ray_address=ray_address,
                         progress=lambda line: info(ctx, f"[matrix] {line}"))
+    cpu = f", {sum(result.block_cpu_seconds) / 60:.1f} CPU-min" if result.block_cpu_seconds else ""
     info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
-              f"in {result.elapsed_s / 60:.1f} min")
+              f"in {result.elapsed_s / 60:.1f} min{cpu}")
+    for line in warm_start_lines(result.warm_start_effect):
+        info(ctx, f"[matrix] {line}")
     if plot is not None and result.comparison:
         from ccpo_cli.report.plot import plot_learning_curves
 
@@ -79,7 +107,10 @@ def matrix(
         "incomplete_block": result.incomplete_block, "seeds_not_started": result.seeds_not_started,
         "elapsed_s": result.elapsed_s, "block_seconds": result.block_seconds,
         "stopped_reason": result.stopped_reason, "incomplete_blocks": result.incomplete_blocks,
-        "nodes": result.nodes,
+        "nodes": result.nodes, "arms": result.arms, "block_cpu_seconds": result.block_cpu_seconds,
+        "run_cpu_seconds": result.run_cpu_seconds,
+        "warm_start_arms": {str(seed): arm for seed, arm in result.warm_start_arms.items()},
+        "warm_start_effect": result.warm_start_effect,
     }
     if chosen.value == "json" or result.comparison:
         emit(chosen, {"matrix": summary, "compare": result.comparison},

@@ -16,11 +16,23 @@ Blocks run here one after the other, or, with a Ray address, as Ray tasks on a c
 free slot (ray_blocks.py): each task trains its block into a database of its own on its node
 and returns the rows, and only this process writes the matrix's runs.db.
 
-With a warm start of K steps, each block first trains the first arm alone for K steps (the run
+With a warm start of K steps, each block first trains one arm alone for K steps (the run
 PREFIX-warmup-ARM-seedN, no evaluations) and every arm's run of that seed forks from its step-K
 checkpoint: the arms then differ only in what their estimators do after step K, and the seed's
 take-off, which the arms otherwise go through independently, is shared by the pair
-(docs/local-backend.md, "Shared warm start").
+(docs/local-backend.md, "Shared warm start"). Which arm trains it rotates with the seed over
+the warm-start arms (by default every compared arm: seed s is trained by arm s mod n), so no arm
+is favoured by continuing its own history on every seed; `warm_start_effect` estimates how much
+that continuation is worth.
+
+An arm of a matrix (`MatrixArm`) is an arm file's arm, or a variant of one: flags set on top
+(`--variant gigpo-flip=gigpo:step_advantage_w=-1`, a positive control) or another rollout
+stream (`--variant gigpo-b=gigpo:stream=1`, the A/A control's twin: the same estimator with
+independent training noise after the fork).
+
+Cost is counted in wall time (`--minutes`) and, where asked, in CPU seconds of the trainers and
+their rollout workers (`--cpu-minutes`), which other jobs on the machine do not change; each
+block's CPU is measured with getrusage and reported.
 """
 
 from __future__ import annotations
@@ -34,7 +46,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.errors import InvalidInput, UsageError
-from ccpo_cli.experiments.blocks import Block, BlockDone, run_name, train_block, warmup_run_name
+from ccpo_cli.experiments.blocks import (
+    Block,
+    BlockDone,
+    MatrixArm,
+    run_name,
+    train_block,
+    warmup_run_name,
+)
 from ccpo_cli.names import check_run_name
 
 if TYPE_CHECKING:
@@ -50,9 +69,12 @@ DEFAULT_WARM_START = 10
 # Settings a rerun may change: how fast the runs go, not what they measure.
 NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches"})
 
-__all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START", "MatrixDesign",
-           "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "progress_line", "run_matrix",
-           "run_name", "warmup_run_name"]
+# The key of a variant that picks its rollout stream rather than an arm flag.
+STREAM_KEY = "stream"
+
+__all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START", "MatrixArm",
+           "MatrixDesign", "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "parse_variant",
+           "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
 
 
 def parse_seed_list(text: str) -> list[int]:
@@ -62,11 +84,58 @@ def parse_seed_list(text: str) -> list[int]:
     return parse_seeds(text)
 
 
-def parse_arm_list(text: str) -> list[str]:
+def parse_arm_list(text: str, *, minimum: int = 2, option: str = "--arms") -> list[str]:
     arms = [part.strip() for part in text.split(",") if part.strip()]
-    if len(arms) < 2 or len(set(arms)) != len(arms):
-        raise UsageError(f"--arms {text!r}: expected at least two distinct arms, e.g. grpo,gigpo")
+    if len(arms) < minimum or len(set(arms)) != len(arms):
+        expected = "at least two distinct arms" if minimum == 2 else "distinct arms"
+        raise UsageError(f"{option} {text!r}: expected {expected}, e.g. grpo,gigpo")
     return arms
+
+
+def parse_variant(text: str) -> MatrixArm:
+    """`LABEL=ARM:KEY=VALUE[:KEY=VALUE...]` as a matrix arm: the arm file ARM with arm flags set
+    (`gigpo-flip=gigpo:step_advantage_w=-1`), and/or `stream=K`, its rollout stream
+    (`gigpo-b=gigpo:stream=1`). UsageError for a malformed one, InvalidInput for a bad value."""
+    from ccpo_cli.arms import load_arm, parse_set_options
+
+    label, equals, rest = text.partition("=")
+    label, parts = label.strip(), [part.strip() for part in rest.split(":")]
+    if not equals or not label or not parts[0] or len(parts) < 2:
+        raise UsageError(f"--variant {text!r}: expected LABEL=ARM:KEY=VALUE, e.g. "
+                         "gigpo-flip=gigpo:step_advantage_w=-1 or gigpo-b=gigpo:stream=1")
+    check_run_name(label, "--variant")
+    settings = [part for part in parts[1:] if part]
+    streams = [part for part in settings if part.partition("=")[0].strip() == STREAM_KEY]
+    stream = 0
+    for part in streams:
+        value = part.partition("=")[2].strip()
+        if not value.isdigit():
+            raise UsageError(f"--variant {text!r}: stream must be a whole number >= 0, got {value!r}")
+        stream = int(value)
+    flags = parse_set_options([part for part in settings if part not in streams])
+    arm = load_arm(parts[0], flags or None)
+    if not flags and not stream:
+        raise UsageError(f"--variant {text!r}: set a flag or a stream; an arm file's arm needs no variant")
+    return MatrixArm(label, arm, stream)
+
+
+def resolve_arms(arms: tuple[str | MatrixArm, ...], variants: tuple[MatrixArm, ...] = ()) -> tuple[MatrixArm, ...]:
+    """The matrix's arms: each name is a variant's label or an arm file."""
+    from ccpo_cli.arms import load_arm
+
+    by_label = {variant.label: variant for variant in variants}
+    resolved = tuple(arm if isinstance(arm, MatrixArm) else by_label.get(arm) or MatrixArm(arm, load_arm(arm))
+                     for arm in arms)
+    labels = [arm.label for arm in resolved]
+    if len(resolved) < 2 or len(set(labels)) != len(labels):
+        raise UsageError("a matrix needs at least two distinct arms")
+    identical = [(a.label, b.label) for i, a in enumerate(resolved) for b in resolved[i + 1:]
+                 if a.arm.fingerprint == b.arm.fingerprint and a.stream == b.stream]
+    if identical:
+        first, second = identical[0]
+        raise UsageError(f"--arms: {first} and {second} are the same arm on the same rollout stream, so their "
+                         "runs would be identical; give one of them another stream (an A/A control)")
+    return resolved
 
 
 def default_recipe(**fields: Any) -> TrainConfig:
@@ -79,12 +148,15 @@ def default_recipe(**fields: Any) -> TrainConfig:
 
 @dataclass(frozen=True)
 class MatrixDesign:
-    """What a matrix trains. `recipe` is every run's configuration (each run gets its seed, its
-    first evaluated step and, for a fork, its start checkpoint); `eval_from` None evaluates from
-    the window start; `window_start` None starts the window where the warm start ends (half of
-    the steps without one)."""
+    """What a matrix trains. `arms` are arm-file names, labels of `variants`, or `MatrixArm`s;
+    `recipe` is every run's configuration (each run gets its seed, its first evaluated step, its
+    rollout stream and, for a fork, its start checkpoint); `eval_from` None evaluates from the
+    window start; `window_start` None starts the window where the warm start ends (half of the
+    steps without one). `warm_start_arms` are the arms that train the warm-ups in turn (seed s:
+    number s mod n); empty means every compared arm. `cpu_minutes` adds a budget in CPU
+    minutes of the trainers and their workers to the wall-time one."""
 
-    arms: tuple[str, ...]
+    arms: tuple[str | MatrixArm, ...]
     seeds: tuple[int, ...]
     minutes: float
     recipe: TrainConfig = field(default_factory=default_recipe)
@@ -93,6 +165,9 @@ class MatrixDesign:
     window_start: int | None = None
     warm_start: int = DEFAULT_WARM_START
     detect: float | None = None
+    variants: tuple[MatrixArm, ...] = ()
+    warm_start_arms: tuple[str, ...] = ()
+    cpu_minutes: float | None = None
 
 
 @dataclass
@@ -107,6 +182,12 @@ class MatrixResult:
     block_seconds: list[float] = field(default_factory=list)
     incomplete_blocks: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, int] = field(default_factory=dict)  # node -> blocks it ran (Ray only)
+    # CPU seconds each complete block's runs took to train here (reused runs count 0).
+    block_cpu_seconds: list[float] = field(default_factory=list)
+    run_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    arms: list[str] = field(default_factory=list)  # each arm as `MatrixArm.described` says it
+    warm_start_arms: dict[int, str] = field(default_factory=dict)  # seed -> the arm that trained its warm-up
+    warm_start_effect: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +195,12 @@ class _Plan:
     window: int
     blocks: list[Block]
     arm_names: list[str]
+    arms: tuple[MatrixArm, ...] = ()
+
+
+def warmup_arm_for(seed: int, warm_arms: tuple[MatrixArm, ...]) -> MatrixArm:
+    """The rotation: seed s's warm-up is trained by warm-start arm number s mod n."""
+    return warm_arms[seed % len(warm_arms)]
 
 
 def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
@@ -122,24 +209,31 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
 
     if not design.minutes > 0:
         raise UsageError(f"--minutes must be positive, got {design.minutes}")
-    if len(design.arms) < 2 or len(set(design.arms)) != len(design.arms):
-        raise UsageError("a matrix needs at least two distinct arms")
+    if design.cpu_minutes is not None and not design.cpu_minutes > 0:
+        raise UsageError(f"--cpu-minutes must be positive, got {design.cpu_minutes}")
     if not design.seeds or len(set(design.seeds)) != len(design.seeds):
         raise UsageError("a matrix needs distinct seeds")
-    loaded = tuple(load_arm(arm) for arm in design.arms)  # every arm checked before anything trains
+    if any(seed < 0 for seed in design.seeds):
+        raise UsageError("seeds are whole numbers >= 0")
+    loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
     window = (warm_start or steps // 2) if design.window_start is None else design.window_start
     if warm_start >= steps:
         raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")
     if not 0 <= warm_start <= window:
         raise UsageError(f"--warm-start must be between 0 and the window start ({window}), got {warm_start}")
-    for arm in loaded:
-        check_run_name(warmup_run_name(design.prefix, arm.name, max(design.seeds)), "--prefix")
+    by_label = {arm.label: arm for arm in (*design.variants, *loaded)}
+    if len(set(design.warm_start_arms)) != len(design.warm_start_arms):
+        raise UsageError(f"--warm-start-arms {','.join(design.warm_start_arms)}: name each arm once")
+    warm_arms = tuple(by_label.get(name) or MatrixArm(name, load_arm(name)) for name in design.warm_start_arms) or loaded
+    for arm in (*loaded, *warm_arms):
+        check_run_name(warmup_run_name(design.prefix, arm.label, max(design.seeds)), "--prefix")
     first_evaluation = window if design.eval_from is None else design.eval_from
     run_root = str(Path(db_path).resolve().parent / "ccpo-runs")
     blocks = [Block(seed, design.prefix, loaded, replace(design.recipe, seed=seed, eval_from=first_evaluation),
-                    warm_start, run_root) for seed in design.seeds]
-    return _Plan(window, blocks, [arm.name for arm in loaded])
+                    warm_start, run_root, warmup_arm_for(seed, warm_arms) if warm_start else None)
+              for seed in design.seeds]
+    return _Plan(window, blocks, [arm.label for arm in loaded], loaded)
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -147,12 +241,25 @@ def _comparable(config: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in plain.items() if key not in NOT_PROTOCOL}
 
 
+def _with_later_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
+    """A recorded config with the fields added to TrainConfig since it was written at their
+    defaults (a run trained before `rollout_stream` existed trained stream 0)."""
+    from ccpo_cli.backends.local.config import TrainConfig
+
+    defaults = TrainConfig().as_dict()
+    return {**{key: defaults[key] for key in LATER_FIELDS if key not in recorded}, **recorded}
+
+
+# TrainConfig fields newer than some recorded runs, whose default is what those runs did.
+LATER_FIELDS = ("rollout_stream",)
+
+
 def protocol_differences(recorded: dict[str, Any] | None, planned: TrainConfig) -> list[str]:
     """How a recorded run's training configuration differs from the planned one, leaving out
     what does not change the protocol (`NOT_PROTOCOL`); ["not recorded"] without a record."""
     if not isinstance(recorded, dict):
         return ["its training settings are not recorded"]
-    have, want = _comparable(recorded), _comparable(planned.as_dict())
+    have, want = _comparable(_with_later_defaults(recorded)), _comparable(planned.as_dict())
     return [f"{key} {have.get(key)!r} (now {want.get(key)!r})" for key in sorted(set(have) | set(want))
             if have.get(key) != want.get(key)]
 
@@ -213,9 +320,9 @@ class InProcessBlocks:
 
     def wait_one(self, on_run: Callable[[int], None]) -> BlockDone:
         self._current = self._waiting.pop(0)
-        train_block(self._current, self.db_path, log=self.log, on_run=on_run)
+        spent = train_block(self._current, self.db_path, log=self.log, on_run=on_run)
         done, self._current = self._current, None
-        return BlockDone(done, None)
+        return BlockDone(done, None, spent)
 
     def abandon(self) -> list[Block]:
         stopped = ([self._current] if self._current is not None else []) + self._waiting
@@ -252,6 +359,7 @@ def run_matrix(
         executor = RayBlocks(ray_address, db_path, cpus_per_block=max(1, design.recipe.workers))
     arm_count = len(plan.arm_names)
     budget_s = design.minutes * 60.0
+    cpu_budget_s = None if design.cpu_minutes is None else design.cpu_minutes * 60.0
     progress = progress or (lambda message: None)
     started = clock()
     total = arm_count * len(plan.blocks)
@@ -259,10 +367,26 @@ def run_matrix(
     running: dict[int, float] = {}
     complete: set[int] = set()
     block_seconds: list[float] = []
+    block_cpu: list[float] = []
+    run_cpu: dict[str, float] = {}
     incomplete: list[Block] = []
     nodes: Counter = Counter()
     stopped_reason = "all seeds done"
     power: dict | None = None
+
+    def over_budget() -> str | None:
+        """Why the next block may not start (None: it may): it would end past a budget, by the
+        longest block so far, counting the blocks still running."""
+        predicted = max(block_seconds, default=0.0)
+        if block_seconds and clock() - started + predicted > budget_s:
+            return (f"its block (about {predicted / 60:.1f} min, the longest so far) would end past the "
+                    f"{design.minutes:g}-min budget")
+        predicted_cpu = max(block_cpu, default=0.0)
+        if cpu_budget_s is not None and block_cpu and \
+                sum(block_cpu) + predicted_cpu * (len(running) + 1) > cpu_budget_s:
+            return (f"its block (about {predicted_cpu / 60:.1f} CPU-min, the most so far) would end past the "
+                    f"{design.cpu_minutes:g} CPU-min budget")
+        return None
 
     def compared_names() -> list[str]:
         return [name for block in plan.blocks if block.seed in complete for name in block.run_names]
@@ -278,10 +402,9 @@ def run_matrix(
     try:
         while waiting or running:
             while waiting and len(running) < executor.capacity:
-                predicted = max(block_seconds, default=0.0)
-                if block_seconds and clock() - started + predicted > budget_s:
-                    stopped_reason = (f"stopped before seed {waiting[0].seed}: its block (about {predicted / 60:.1f} "
-                                      f"min, the longest so far) would end past the {design.minutes:g}-min budget")
+                reason = over_budget()
+                if reason is not None:
+                    stopped_reason = f"stopped before seed {waiting[0].seed}: {reason}"
                     waiting = []
                     break
                 block = waiting.pop(0)
@@ -291,6 +414,9 @@ def run_matrix(
                 break
             finished = executor.wait_one(report_run)
             block_seconds.append(clock() - running.pop(finished.block.seed))
+            if finished.run_cpu_s is not None:
+                block_cpu.append(finished.cpu_s)
+                run_cpu.update(finished.run_cpu_s)
             complete.add(finished.block.seed)
             if finished.node is not None:
                 nodes[finished.node] += 1
@@ -306,6 +432,57 @@ def run_matrix(
     comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else {}
     stopped = [{"seed": block.seed, "runs": block.run_names} for block in incomplete]
     seen = complete | {block.seed for block in incomplete}
-    return MatrixResult(compared, [block.seed for block in plan.blocks if block.seed in complete],
+    done_blocks = [block for block in plan.blocks if block.seed in complete]
+    warm_by_seed = {block.seed: block.trains_warmup.label for block in done_blocks if block.trains_warmup is not None}
+    return MatrixResult(compared, [block.seed for block in done_blocks],
                         stopped[0] if stopped else None, [seed for seed in design.seeds if seed not in seen],
-                        clock() - started, stopped_reason, comparison, block_seconds, stopped, dict(nodes))
+                        clock() - started, stopped_reason, comparison, block_seconds, stopped, dict(nodes),
+                        block_cpu, run_cpu, [arm.described for arm in plan.arms], warm_by_seed,
+                        warm_start_effect(comparison, warm_by_seed, done_blocks) if warm_by_seed else None)
+
+
+def warm_start_effect(comparison: dict[str, Any], warm_by_seed: dict[int, str], blocks: list[Block]) -> dict[str, Any]:
+    """What continuing its own warm-up is worth to an arm, for every pair of arms that both
+    trained warm-ups: the per-seed difference a − b (window means) on the seeds whose warm-up a
+    trained, against those b trained. Half their gap is the *home advantage* h (a gains h when
+    the warm-up is its own and loses h when it is b's); the mean of the two group means is the
+    difference with the warm-start arm balanced out. Welch's t on the two groups gives its p."""
+    from ccpo_cli.stats import welch_t_test
+
+    means: dict[str, float] = {}
+    for entry in comparison.get("runs", []):
+        if entry.get("window", {}).get("n"):
+            means[entry["run"]] = entry["window"]["mean"]
+    labels = [block.arms for block in blocks][0] if blocks else ()
+    trained = sorted(set(warm_by_seed.values()))
+    pairs = []
+    for index, first in enumerate(labels):
+        for second in labels[index + 1:]:
+            if first.label not in trained or second.label not in trained:
+                continue
+            groups: dict[str, list[float]] = {first.label: [], second.label: []}
+            for block in blocks:
+                owner = warm_by_seed.get(block.seed)
+                name_a, name_b = run_name(block.prefix, first.label, block.seed), run_name(block.prefix, second.label, block.seed)
+                if owner in groups and name_a in means and name_b in means:
+                    groups[owner].append(means[name_a] - means[name_b])
+            own, other = groups[first.label], groups[second.label]
+            entry: dict[str, Any] = {"arm_a": first.label, "arm_b": second.label, "n_warmup_a": len(own),
+                                     "n_warmup_b": len(other),
+                                     "mean_difference_warmup_a": _mean_or_none(own),
+                                     "mean_difference_warmup_b": _mean_or_none(other)}
+            if own and other:
+                entry["balanced_difference"] = (_mean_or_none(own) + _mean_or_none(other)) / 2
+                entry["home_advantage"] = (_mean_or_none(own) - _mean_or_none(other)) / 2
+            if len(own) >= 2 and len(other) >= 2:
+                test = welch_t_test(own, other)
+                entry["p_home_advantage"] = test["p"] if isinstance(test, dict) else None
+            else:
+                entry["note"] = "needs ≥ 2 seeds with each arm's warm-up"
+            pairs.append(entry)
+    counts = Counter(warm_by_seed.values())
+    return {"warmups_by_arm": dict(sorted(counts.items())), "pairs": pairs}
+
+
+def _mean_or_none(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None

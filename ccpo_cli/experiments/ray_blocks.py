@@ -69,6 +69,7 @@ class BlockReturn:
     seed: int
     chunks: list[Chunk]
     node: str
+    run_cpu_s: dict[str, float] | None = None
 
 
 def block_database(block: Block, first_uid: str) -> Path:
@@ -85,9 +86,9 @@ def run_block_task(block: Block, driver_rows: list[Chunk], database: str) -> Blo
     Path(database).parent.mkdir(parents=True, exist_ok=True)
     db = open_db(database)
     merge_chunks(db, driver_rows, where=f"the driver's rows of seed {block.seed}")
-    train_block(block, database)
+    spent = train_block(block, database)
     ids = [run_id(db, run.name) for run in block.runs()]
-    return BlockReturn(block.seed, list(export_chunks(db, ids, checkpoints=True)), _node_label())
+    return BlockReturn(block.seed, list(export_chunks(db, ids, checkpoints=True)), _node_label(), spent)
 
 
 def _node_label() -> str:
@@ -142,7 +143,7 @@ class RayBlocks:
             raise CcpoError(f"the block of seed {block.seed} was lost on the cluster ({type(error).__name__}); "
                             "run the matrix again to go on from its checkpoints") from None
         merge_chunks(open_db(self.db_path), returned.chunks, where=f"seed {block.seed}'s block from {returned.node}")
-        return BlockDone(block, returned.node)
+        return BlockDone(block, returned.node, returned.run_cpu_s)
 
     def abandon(self) -> list[Block]:
         stopped = list(self._in_flight.values())

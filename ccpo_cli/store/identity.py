@@ -147,6 +147,10 @@ class RunIdentity:
     agent: str | None = None  # the agent a reference run evaluated (oracle, random, hf, ...)
     start: Mapping[str, Any] | None = None  # a fork's start (a matrix's shared warm start)
     facts: Mapping[str, Any] = field(default_factory=dict)
+    # A local run's training-noise replicate (`train.rollout_stream`; 0 the ordinary run, None
+    # not recorded). Not part of the arm: two streams of one arm are one arm's runs, and the
+    # isolation check names the config difference, so an A/A pair is never an arm comparison.
+    rollout_stream: int | None = None
 
     @property
     def is_reference(self) -> bool:
@@ -177,6 +181,7 @@ class RunIdentity:
             "base_model": self.base_model, "backend": self.backend, "benchmark": self.benchmark,
             "protocol": self.protocol.as_dict(), "total_steps": self.total_steps, "agent": self.agent,
             "start": None if self.start is None else dict(self.start),
+            "rollout_stream": self.rollout_stream,
         }
 
 
@@ -413,6 +418,7 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
         identifier = int(row["id"])
         run_facts = facts.get(identifier, {})
         start = _mapping(row.get("config")).get("start")
+        stream = _mapping(_mapping(row.get("config")).get("train")).get("rollout_stream")
         identities[row["name"]] = RunIdentity(
             run=row["name"], run_id=identifier, uid=row.get("uid"), host=row.get("host"), kind=_kind(row),
             arm=None if (arm := _arm_identity(row)) is None else _with_stated_flags(arm, run_facts),
@@ -421,6 +427,7 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
             protocol=_protocol(run_facts, counts.get(identifier, Counter()), rates.get(identifier, [])),
             total_steps=row.get("total_steps"), agent=run_facts.get("agent"),
             start=dict(start) if isinstance(start, Mapping) else None, facts=dict(run_facts),
+            rollout_stream=stream if isinstance(stream, int) and not isinstance(stream, bool) else None,
         )
     return identities
 

@@ -64,6 +64,13 @@ class TrainConfig:
     # A checkpoint of another run with this seed to fork from (a matrix's shared warm start):
     # its weights, optimizer state and step carry over, so the run continues that one's history.
     start_from: str | None = _setting(None, resume=PROTOCOL)
+    # Training-noise replicate (an A/A control's second run, docs/local-backend.md). 0: the
+    # training rollouts' sampling numbers come from (seed, step, task, episode), as always. K > 0:
+    # every step after the run's own start (after the start checkpoint's step, or after step 1
+    # without one, so the step-1 rollouts still pair) draws from (seed, step, task, episode, K)
+    # instead; the games of each step stay those of stream 0. Not an arm flag: the arm's
+    # fingerprint is unchanged, and the run's config records it.
+    rollout_stream: int = _setting(0, resume=PROTOCOL)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

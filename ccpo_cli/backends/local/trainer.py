@@ -237,10 +237,17 @@ class _Run:
         self.step1_hash = saved.get("step1_rollout_hash")
 
     # -- one training step -----------------------------------------------------------------
+    def stream_salt(self, step: int) -> tuple[int, ...]:
+        """What `rollout_stream` adds to a training step's sampling seeds: nothing for stream 0,
+        nor for the steps the run shares with its stream-0 twin (step 1, or up to its start)."""
+        shared_until = max(1, int(self.start["step"]) if self.start is not None else 0)
+        return (self.config.rollout_stream,) if self.config.rollout_stream and step > shared_until else ()
+
     def step_jobs(self, step: int) -> list[EpisodeJob]:
         config = self.config
         rng = np.random.default_rng([config.seed, step, 0])
         chosen = rng.choice(len(self.pool_games), size=config.tasks, replace=False)
+        salt = self.stream_salt(step)
         jobs = []
         for task_index, game_index in enumerate(chosen):
             uid = f"step{step}/task{task_index}"
@@ -249,7 +256,7 @@ class _Run:
                     game_path=str(self.pool_games[int(game_index)]),
                     uid=uid,
                     traj_uids=tuple(f"{uid}/ep{episode}" for episode in range(config.group)),
-                    seeds=tuple((config.seed, step, 1, task_index, episode) for episode in range(config.group)),
+                    seeds=tuple((config.seed, step, 1, task_index, episode, *salt) for episode in range(config.group)),
                     temperature=config.temperature,
                     max_steps=config.max_steps,
                 )
@@ -257,9 +264,10 @@ class _Run:
         return jobs
 
     def train_step(self, rollout_pool: RolloutPool, step: int) -> dict[str, Any]:
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         trajectories = [t for group in rollout_pool.play(self.step_jobs(step)) for t in group]
         rollout_s = time.perf_counter() - started
+        worker_cpu_s = rollout_pool.worker_cpu_s
         digest = rollout_digest(trajectories)
         if step == 1:
             self.step1_hash = digest
@@ -283,6 +291,7 @@ class _Run:
             torch.from_numpy(advantages.astype(np.float32)), self.config.update,
         )
         elapsed = time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started + worker_cpu_s
         self.train_wall_s += elapsed
         wins = sum(t.won for t in trajectories)
         return {
@@ -298,13 +307,15 @@ class _Run:
             "rollout_sha256": digest,
             "timing/rollout_s": rollout_s,
             "timing/step_s": elapsed,
+            # CPU seconds of the trainer and its rollout workers: the step's cost under any load.
+            "cpu/step_s": cpu_s,
             "train_wall_s": self.train_wall_s,
         }
 
     # -- evaluation --------------------------------------------------------------------------
     def evaluate(self, rollout_pool: RolloutPool, step: int, train_success_rate: float | None = None) -> dict[str, Any]:
         config = self.config
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         jobs = [
             EpisodeJob(
                 game_path=str(path),
@@ -334,6 +345,7 @@ class _Run:
             "mean_turns": float(np.mean([r["turns"] for r in rows])),
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
+            "cpu_s": time.process_time() - cpu_started + rollout_pool.worker_cpu_s,
         }
         record_evaluation(
             self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
@@ -496,7 +508,6 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 metrics = run.train_step(rollout_pool, step)
                 run.step = step
                 metrics["wall_time"] = time.time()
-                run.append_metrics(metrics)
                 update_run_state(db, run_name, last_step=step)
                 log(
                     f"step {step:4d}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
@@ -506,14 +517,18 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
-                if config.eval_every and (last or (step >= config.eval_from
-                                                   and (step - config.eval_from) % config.eval_every == 0)):
-                    _report_eval(log, run.evaluate(rollout_pool, step, metrics["train/success_rate"]))
+                evaluated = config.eval_every and (last or (step >= config.eval_from
+                                                            and (step - config.eval_from) % config.eval_every == 0))
+                if evaluated:
+                    evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
+                    _report_eval(log, evaluation)
+                    # The step's line carries its evaluation's cost, so a run's CPU is its metrics' sum.
+                    metrics.update({"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]})
+                run.append_metrics(metrics)
+                if evaluated or last:
                     run.checkpoint(step)
-                    if observer is not None:
-                        notify(log, functools.partial(observer.evaluated, step))
-                elif last:
-                    run.checkpoint(step)
+                if evaluated and observer is not None:
+                    notify(log, functools.partial(observer.evaluated, step))
                 if out_of_time:
                     log(f"time budget of {config.time_budget_s / 60:.1f} min reached at step {step}")
                     break

@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -201,18 +202,27 @@ def _die_with_parent() -> None:
         pass
 
 
-def _play_in_worker(indexed_job: tuple[int, EpisodeJob]) -> tuple[int, list[Trajectory], tuple[int, int, int]]:
+def _play_in_worker(indexed_job: tuple[int, EpisodeJob]) -> tuple[int, list[Trajectory], tuple[int, int, int], float]:
+    """A job played in a worker, with the worker's CPU seconds for it (its process time: the
+    cost of the job whatever else the machine runs)."""
     index, job = indexed_job
     if _PLAYER is None:
         raise RuntimeError(_START_ERROR or "rollout worker not started")
-    return index, *_PLAYER.play_counted(job)
+    started = time.process_time()
+    trajectories, counts = _PLAYER.play_counted(job)
+    return index, trajectories, counts, time.process_time() - started
 
 
 class RolloutPool:
-    """Plays jobs in `workers` forked processes (or in this process when workers is 0)."""
+    """Plays jobs in `workers` forked processes (or in this process when workers is 0).
+
+    `worker_cpu_s` is the CPU time the worker processes spent on the last `play` (0 when the
+    jobs ran in this process, whose own process time then holds them): with the caller's
+    process time it is what a step or an evaluation cost, however loaded the machine is."""
 
     def __init__(self, model: CommandScorer, workers: int, transition_entries: int | None = None):
         self.workers = workers
+        self.worker_cpu_s = 0.0
         self._pool = None
         entries = TRANSITION_CACHE_ENTRIES if transition_entries is None else transition_entries
         if workers > 0:
@@ -231,9 +241,12 @@ class RolloutPool:
                 _add_counts(counts)
             return [trajectories for trajectories, _ in played]
         results: list[list[Trajectory] | None] = [None] * len(jobs)
+        self.worker_cpu_s = 0.0
         # Longest-first would need lengths we do not know; one job at a time balances well enough.
-        for index, trajectories, counts in self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)), chunksize=1):
+        for index, trajectories, counts, cpu_s in self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)),
+                                                                           chunksize=1):
             results[index] = trajectories
+            self.worker_cpu_s += cpu_s
             _add_counts(counts)
         return results  # type: ignore[return-value]
 
