@@ -71,6 +71,12 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     assert result.comparison["window_start"] == 1 and result.comparison["isolation"]["estimator_only"]
     # Evaluations start at the window: the untrained policy's is the same in every arm.
     assert sorted(row["step"] for row in run_evaluations(db, "m-grpo-seed0")) == [1, 2]
+    # Each run that trains opens with a header (issue 23: a header per run in matrix logs).
+    headers = [line for line in lines if line.startswith("── run ")]
+    assert headers == [f"── run m-{arm}-seed{seed}: {arm}, seed {seed} ({k} of 2 in its block) ──"
+                       for seed in (0, 1) for k, arm in enumerate(["grpo", "return-hard"], start=1)]
+    assert lines.index(headers[1]) > lines.index(next(line for line in lines if line.startswith("runs 1/4")))
+    lines = [line for line in lines if line not in headers]
     assert lines[0].startswith("runs 1/4") and lines[-1].startswith("runs 4/4") and "MDD grpo vs return-hard" in lines[-1]
     # A restarted matrix reuses the finished runs instead of training them again.
     again = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m"))

@@ -73,7 +73,13 @@ def matrix(
     Example: ccpo matrix --arms grpo,return-hard --seeds 0-3 --minutes 30
     """
     from ccpo_cli.errors import UsageError
-    from ccpo_cli.experiments.matrix import MatrixDesign, default_recipe, parse_arm_list, parse_variant, run_matrix
+    from ccpo_cli.experiments.matrix import (
+        MatrixDesign,
+        default_recipe,
+        parse_arm_list,
+        parse_variant,
+        run_matrix,
+    )
     from ccpo_cli.report.tables import comparison_tables
 
     chosen = output_format(fmt, as_json)

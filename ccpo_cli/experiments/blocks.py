@@ -151,18 +151,28 @@ def cpu_seconds() -> float:
 
 
 def train_block(block: Block, db_path: str | Path, *, log: Callable[[str], None] | None = None,
-                on_run: Callable[[int], None] | None = None) -> dict[str, float]:
+                on_run: Callable[[int], None] | None = None,
+                announce: Callable[[str], None] | None = None) -> dict[str, float]:
     """Train the runs of `block` that are not finished yet into `db_path`, and return the CPU
     seconds each took (0 for a run found finished). `on_run(k)` is called after the k-th
-    compared run (1-based) is done, trained or found finished."""
+    compared run (1-based) is done, trained or found finished; `announce` gets a header line
+    before each run that trains (and `log` gets it too, ahead of that run's own lines)."""
+    from ccpo_cli.backends.local.request import run_header
     from ccpo_cli.store import open_db
 
     db = open_db(db_path)
     compared = 0
     spent: dict[str, float] = {}
-    for run in block.runs():
+    runs = block.runs()
+    count = sum(run.compared for run in runs)
+    for run in runs:
         before = cpu_seconds()
         if not run_finished(db, run.name):
+            # A header per run, so a matrix log says where each run starts.
+            place = f"{compared + 1} of {count} in its block" if run.compared else "the block's warm-up"
+            header = run_header(run.name, run.arm.name, block.seed, place)
+            for sink in {id(sink): sink for sink in (announce, log) if sink is not None}.values():
+                sink(header)
             _train(run, db_path, block.run_dir(run.name), log)
         spent[run.name] = cpu_seconds() - before
         if run.compared:

@@ -310,8 +310,9 @@ class InProcessBlocks:
     capacity = 1
     counts_nodes = False
 
-    def __init__(self, db_path: str | Path, log: Callable[[str], None] | None):
-        self.db_path, self.log = db_path, log
+    def __init__(self, db_path: str | Path, log: Callable[[str], None] | None,
+                 announce: Callable[[str], None] | None = None):
+        self.db_path, self.log, self.announce = db_path, log, announce
         self._waiting: list[Block] = []
         self._current: Block | None = None
 
@@ -320,7 +321,7 @@ class InProcessBlocks:
 
     def wait_one(self, on_run: Callable[[int], None]) -> BlockDone:
         self._current = self._waiting.pop(0)
-        spent = train_block(self._current, self.db_path, log=self.log, on_run=on_run)
+        spent = train_block(self._current, self.db_path, log=self.log, on_run=on_run, announce=self.announce)
         done, self._current = self._current, None
         return BlockDone(done, None, spent)
 
@@ -352,7 +353,7 @@ def run_matrix(
     db = open_db(db_path)
     check_rerun(db, plan)
     if ray_address is None:
-        executor: Any = InProcessBlocks(db_path, log)
+        executor: Any = InProcessBlocks(db_path, log, progress)
     else:
         from ccpo_cli.experiments.ray_blocks import RayBlocks
 

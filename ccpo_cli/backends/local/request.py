@@ -106,6 +106,11 @@ def _recorded_train_config(folder: Path) -> TrainConfig | None:
         return None
 
 
+
+def run_header(name: str, arm: str, seed: int | None, place: str) -> str:
+    """The line that opens a run in a log of several (multi-seed train, matrix blocks)."""
+    return f"── run {name}: {arm}, seed {seed} ({place}) ──"
+
 def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Train each seed in turn (or, for a dry run, describe the runs); one summary per run."""
     request.check()
@@ -121,7 +126,7 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
             runs.append({**identity, "options": request.given_options(), "resume": resume, "config": config.as_dict()})
             continue
         if len(seeds) > 1:  # a header per run, so a multi-seed log says where each run starts
-            log(f"── run {name}: {request.arm.name}, seed {seed} ({index} of {len(seeds)}) ──")
+            log(run_header(name, request.arm.name, seed, f"{index} of {len(seeds)}"))
         from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
 
         result = train_arm(request.arm, name, request.db_path, config, resume=request.resume is not None,
