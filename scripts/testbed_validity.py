@@ -110,9 +110,11 @@ def design_of(args: argparse.Namespace):
 def window_of(design):
     """The design's window (evaluations after the fork) as a SubDesign of itself."""
     from ccpo_cli.experiments import testbed
+    from ccpo_cli.experiments.matrix import default_window_start
 
     recipe, warm = design.recipe, design.warm_start
-    window = (warm or recipe.steps // 2) if design.window_start is None else design.window_start
+    window = default_window_start(recipe.steps, warm, recipe.eval_every) if design.window_start is None \
+        else design.window_start
     first = window if design.eval_from is None else design.eval_from
     # A fork evaluates after its start only (its first own step is warm + 1), as the trainer does.
     steps = [step for step in range(max(first, warm + 1), recipe.steps + 1) if step >= window and recipe.eval_every

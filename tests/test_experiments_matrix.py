@@ -43,6 +43,21 @@ def test_seed_lists_parse_ranges_and_refuse_nonsense():
             parse_seed_list(bad)
 
 
+def test_the_default_design_evaluates_the_last_two_points_only(tmp_path):
+    # Issue 24's design curve: the evaluation two steps after the fork cost a sixth of a block and
+    # added noise, so the default window is steps 14 and 16 (it was 12, 14 and 16).
+    from ccpo_cli.experiments.matrix import _plan, default_window_start
+
+    plan = _plan(MatrixDesign(("grpo", "gigpo"), (0, 1), 30.0), tmp_path / "runs.db")
+    assert plan.window == 14 and {block.recipe.eval_from for block in plan.blocks} == {14}
+    assert default_window_start(16, 10, 2) == 14 and default_window_start(16, 0, 5) == 11
+    assert default_window_start(12, 11, 2) == 11  # never before the warm start ends
+    assert default_window_start(16, 0, 0) == 8 and default_window_start(16, 10, 0) == 10
+    # A window start given is kept, and evaluations start there.
+    given = _plan(MatrixDesign(("grpo", "gigpo"), (0,), 30.0, window_start=10), tmp_path / "runs.db")
+    assert given.window == 10 and given.blocks[0].recipe.eval_from == 10
+
+
 def test_progress_line_shows_runs_time_left_and_mdd():
     power = {"pairs": [{"arm_a": "gigpo", "arm_b": "grpo", "mdd": 12.34, "test": "paired t", "n_pairs": 3,
                         "n_a": 3, "n_b": 3, "note": None}]}

@@ -64,15 +64,21 @@ if TYPE_CHECKING:
 DEFAULT_STEPS = 16
 DEFAULT_EVAL_EVERY = 2
 DEFAULT_EVAL_GAMES: int | None = None
-# Steps of the first arm every arm of a seed forks from; the window starts where they end.
+# Steps of one arm every arm of a seed forks from.
 DEFAULT_WARM_START = 10
+# The compared window, unless --window-start or --eval-from says otherwise: the last two
+# evaluation points (steps 14 and 16 by default). Chosen by signal per CPU-minute on the
+# positive control (docs/local-backend.md, "The design, chosen by signal per CPU-minute"): an
+# evaluation two steps after the fork costs a sixth of a block and adds noise, not signal.
+DEFAULT_WINDOW_EVALUATIONS = 2
 # Settings a rerun may change: how fast the runs go, not what they measure.
 NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches"})
 
 # The key of a variant that picks its rollout stream rather than an arm flag.
 STREAM_KEY = "stream"
 
-__all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START", "MatrixArm",
+__all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START",
+           "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm",
            "MatrixDesign", "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "parse_variant",
            "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
 
@@ -151,8 +157,8 @@ class MatrixDesign:
     """What a matrix trains. `arms` are arm-file names, labels of `variants`, or `MatrixArm`s;
     `recipe` is every run's configuration (each run gets its seed, its first evaluated step, its
     rollout stream and, for a fork, its start checkpoint); `eval_from` None evaluates from the
-    window start; `window_start` None starts the window where the warm start ends (half of the
-    steps without one). `warm_start_arms` are the arms that train the warm-ups in turn (seed s:
+    window start; `window_start` None puts the window on the last DEFAULT_WINDOW_EVALUATIONS
+    evaluation points (`default_window_start`). `warm_start_arms` are the arms that train the warm-ups in turn (seed s:
     number s mod n); empty means every compared arm. `cpu_minutes` adds a budget in CPU
     minutes of the trainers and their workers to the wall-time one."""
 
@@ -198,6 +204,16 @@ class _Plan:
     arms: tuple[MatrixArm, ...] = ()
 
 
+def default_window_start(steps: int, warm_start: int, eval_every: int) -> int:
+    """The first step of the compared window when none is given: the last
+    DEFAULT_WINDOW_EVALUATIONS evaluation points (16 steps, evaluations every 2: steps 14 and 16),
+    never before the warm start ends; without evaluations, the end of the warm start (half of
+    the steps without one)."""
+    if not eval_every:
+        return warm_start or steps // 2
+    return max(warm_start, 0, steps - eval_every * (DEFAULT_WINDOW_EVALUATIONS - 1))
+
+
 def warmup_arm_for(seed: int, warm_arms: tuple[MatrixArm, ...]) -> MatrixArm:
     """The rotation: seed s's warm-up is trained by warm-start arm number s mod n."""
     return warm_arms[seed % len(warm_arms)]
@@ -217,7 +233,8 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("seeds are whole numbers >= 0")
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
-    window = (warm_start or steps // 2) if design.window_start is None else design.window_start
+    window = default_window_start(steps, warm_start, design.recipe.eval_every) if design.window_start is None \
+        else design.window_start
     if warm_start >= steps:
         raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")
     if not 0 <= warm_start <= window:
