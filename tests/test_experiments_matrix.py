@@ -43,15 +43,14 @@ def test_seed_lists_parse_ranges_and_refuse_nonsense():
             parse_seed_list(bad)
 
 
-def test_the_default_design_evaluates_the_last_two_points_only(tmp_path):
-    # Issue 24's design curve: the evaluation two steps after the fork cost a sixth of a block and
-    # added noise, so the default window is steps 14 and 16 (it was 12, 14 and 16).
+def test_the_default_design_evaluates_the_last_step_only(tmp_path):
+    # Issue 24's design curve: over 20 paired seeds the positive control's (effect/sd)² per
+    # CPU-minute was highest with the one evaluation at step 16 (the default was 12, 14 and 16).
     from ccpo_cli.experiments.matrix import _plan, default_window_start
 
     plan = _plan(MatrixDesign(("grpo", "gigpo"), (0, 1), 30.0), tmp_path / "runs.db")
-    assert plan.window == 14 and {block.recipe.eval_from for block in plan.blocks} == {14}
-    assert default_window_start(16, 10, 2) == 14 and default_window_start(16, 0, 5) == 11
-    assert default_window_start(12, 11, 2) == 11  # never before the warm start ends
+    assert plan.window == 16 and {block.recipe.eval_from for block in plan.blocks} == {16}
+    assert default_window_start(16, 10, 2) == 16 and default_window_start(20, 0, 5) == 20
     assert default_window_start(16, 0, 0) == 8 and default_window_start(16, 10, 0) == 10
     # A window start given is kept, and evaluations start there.
     given = _plan(MatrixDesign(("grpo", "gigpo"), (0,), 30.0, window_start=10), tmp_path / "runs.db")
@@ -71,8 +70,9 @@ def test_progress_line_shows_runs_time_left_and_mdd():
 def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     lines: list[str] = []
-    result = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m", detect=5.0),
-                        progress=lines.append)
+    # window_start=1: two evaluations per run (the default window is the last step alone).
+    result = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m", detect=5.0,
+                                        window_start=1), progress=lines.append)
     db = open_db(db_path)
     assert result.seeds_compared == [0, 1] and result.incomplete_block is None and result.seeds_not_started == []
     assert result.run_names == ["m-grpo-seed0", "m-return-hard-seed0", "m-grpo-seed1", "m-return-hard-seed1"]
@@ -94,7 +94,7 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
     lines = [line for line in lines if line not in headers]
     assert lines[0].startswith("runs 1/4") and lines[-1].startswith("runs 4/4") and "MDD grpo vs return-hard" in lines[-1]
     # A restarted matrix reuses the finished runs instead of training them again.
-    again = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m"))
+    again = run_matrix(db_path, design(["grpo", "return-hard"], [0, 1], 30.0, game_dirs, prefix="m", window_start=1))
     assert again.run_names == result.run_names and again.elapsed_s < result.elapsed_s / 2
 
 
@@ -148,7 +148,8 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
 
     db_path = tmp_path / "runs.db"
     options = TINY | {"steps": 4}
-    result = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="w", warm_start=2, steps=4))
+    result = run_matrix(db_path, design(["grpo", "return-hard"], [0], 30.0, game_dirs, prefix="w", warm_start=2, steps=4,
+                                        window_start=2))
     db = open_db(db_path)
     warmup = get_run(db, "w-warmup-grpo-seed0")
     assert warmup["status"] == "finished" and run_evaluations(db, "w-warmup-grpo-seed0") == []

@@ -27,7 +27,9 @@ def tiny_design():
     from helpers_local_train import generated_games
 
     games = {"train_games_dir": str(generated_games("train", 6)), "eval_games_dir": str(generated_games("heldout", 6))}
-    return MatrixDesign(ARMS, (0, 1), 30.0, recipe=default_recipe(**TINY, **games), prefix="r", warm_start=0)
+    # window_start=1: two evaluations per run, so the window means compared here average two.
+    return MatrixDesign(ARMS, (0, 1), 30.0, recipe=default_recipe(**TINY, **games), prefix="r", warm_start=0,
+                        window_start=1)
 
 
 def window_means(result) -> dict[str, float]:

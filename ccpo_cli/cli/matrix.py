@@ -56,7 +56,7 @@ def matrix(
     eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the whole panel).")] = None,
     eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the window start; 0 adds the untrained policy and the early curve).")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the last two evaluation points, steps 14 and 16 of the default 16, never before the warm start ends).")] = None,
+    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the last step alone, 16 of the default 16; a window is never before the warm start ends).")] = None,
     warm_start: Annotated[int, typer.Option("--warm-start", help="Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off.")] = DEFAULT_WARM_START,
     variant: Annotated[list[str] | None, typer.Option("--variant", metavar="LABEL=ARM:KEY=VALUE", help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.")] = None,
     warm_start_arms: Annotated[str | None, typer.Option("--warm-start-arms", help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.")] = None,
