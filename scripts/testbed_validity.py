@@ -109,6 +109,8 @@ def design_of(args: argparse.Namespace):
 
 def window_of(design):
     """The design's window (evaluations after the fork) as a SubDesign of itself."""
+    from dataclasses import replace
+
     from ccpo_cli.experiments import testbed
     from ccpo_cli.experiments.matrix import default_window_start
 
@@ -116,9 +118,10 @@ def window_of(design):
     window = default_window_start(recipe.steps, warm, recipe.eval_every) if design.window_start is None \
         else design.window_start
     first = window if design.eval_from is None else design.eval_from
-    # A fork evaluates after its start only (its first own step is warm + 1), as the trainer does.
-    steps = [step for step in range(max(first, warm + 1), recipe.steps + 1) if step >= window and recipe.eval_every
-             and ((step - first) % recipe.eval_every == 0 or step == recipe.steps)]
+    schedule = replace(recipe, eval_from=first)
+    # A fork trains (and evaluates after) its own steps only: warm + 1 onwards.
+    steps = [step for step in range(warm + 1, recipe.steps + 1)
+             if step >= window and schedule.evaluates_after(step, last=step == recipe.steps)]
     return testbed.SubDesign(warm, recipe.steps - warm, tuple(step - warm for step in steps))
 
 

@@ -72,6 +72,12 @@ class TrainConfig:
     # fingerprint is unchanged, and the run's config records it.
     rollout_stream: int = _setting(0, resume=PROTOCOL)
 
+    def evaluates_after(self, step: int, *, last: bool) -> bool:
+        """Whether training step `step` (1-based) is followed by an evaluation: every `eval_every`
+        steps from `eval_from`, and always after the run's last step (`last`)."""
+        return bool(self.eval_every) and (last or (step >= self.eval_from
+                                                   and (step - self.eval_from) % self.eval_every == 0))
+
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 

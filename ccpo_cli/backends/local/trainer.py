@@ -517,8 +517,7 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
-                evaluated = config.eval_every and (last or (step >= config.eval_from
-                                                            and (step - config.eval_from) % config.eval_every == 0))
+                evaluated = config.evaluates_after(step, last=last)
                 if evaluated:
                     evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
                     _report_eval(log, evaluation)
