@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -44,6 +45,9 @@ IDENTITY_FILE = "run.json"
 LOCK_FILE = "trainer.lock"
 FOLDER_FORMAT = "ccpo-run-folder/1"
 _MAX_RECORD_BYTES = 64 * 1024
+# A trainer writes its record just after taking the lock; one that finds the lock held but the
+# record not yet written waits this long for it, so its refusal names the holder.
+_RECORD_WAIT_S = 2.0
 
 # File descriptors of the locks this process holds; a forked child closes its copies.
 _HELD: set[int] = set()
@@ -174,6 +178,16 @@ def _try_flock(fd: int) -> bool | None:
         raise
 
 
+def _await_owner(fd: int) -> tuple[ProcessOwner | None, bool]:
+    """The record of a lock another process holds, given up to _RECORD_WAIT_S to appear."""
+    deadline = time.monotonic() + _RECORD_WAIT_S
+    owner, readable = _read_owner(fd)
+    while owner is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        owner, readable = _read_owner(fd)
+    return owner, readable
+
+
 def _read_owner(fd: int) -> tuple[ProcessOwner | None, bool]:
     """(the owner a lock file names, whether its content could be read); (None, True): empty."""
     try:
@@ -213,7 +227,7 @@ class RunLock:
         locked = None
         try:
             locked = _try_flock(fd)
-            previous, readable = _read_owner(fd)
+            previous, readable = _await_owner(fd) if locked is False else _read_owner(fd)
             if locked is False or (locked is None and not readable):
                 raise self._held_by(previous)
             if previous is not None and previous.session != self.owner.session:
