@@ -111,6 +111,11 @@ class Arm:
         "the trainer's padding copies: inert (no statistic, advantage 0) or upstream (counted and "
         "trained on as verl-agent's grpo/gigpo do; grpo and gigpo only)"
     )
+    # The step-information control of the CPU testbed (docs/estimators.md §4.1): the step term's
+    # values are kept, but each live row gets another live row's value of the same task, so the
+    # term keeps its magnitude and mean and loses what it says about the row's state.
+    step_permute: bool = flag("permute the step term among the live rows of each task (a control)",
+                              default=False)
     # (flag, recorded value) pairs applied on top of the arm file, in name order.
     overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
 
@@ -128,7 +133,13 @@ class Arm:
 
     @property
     def fingerprint(self) -> str:
-        canonical = json.dumps(self.flags(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        """sha256 of the canonical flags. A flag added after arm files were written (one with a
+        declared default) enters it only when set off that default, so every arm that computes
+        what it computed before keeps the fingerprint runs.db and published cards recorded."""
+        later_at_default = {spec.name for spec in FLAG_SPECS
+                            if not spec.required and getattr(self, spec.name) == spec.default}
+        fingerprinted = {key: value for key, value in self.flags().items() if key not in later_at_default}
+        canonical = json.dumps(fingerprinted, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Arm:
@@ -338,7 +349,7 @@ def features_active(arm: Arm) -> bool:
 
 
 _EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
-_GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w")
+_GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w", "step_permute")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 
 
@@ -365,10 +376,12 @@ def inert_flags(arm: Arm) -> dict[str, str]:
         rest = [name for name in FLAG_NAMES if name not in _EPISODE_FLAGS]
         mark(rest, "estimator = grpo ⇒ episode term only (no returns, no step term) ⇒ no effect")
         return inert
+    if arm.step_advantage_w == 0.0:
+        mark(("step_permute",), "step_advantage_w = 0 ⇒ no step term ⇒ step_permute has no effect")
     if arm.estimator == "gigpo":
         rest = [name for name in FLAG_NAMES if name not in _GIGPO_FLAGS]
         mark(rest, "estimator = gigpo ⇒ CCPO-only flag ⇒ no effect")
-        return inert
+        return {name: inert[name] for name in FLAG_NAMES if name in inert}
 
     lam = fixed_lambda(arm)
     if arm.gate == "global":

@@ -35,3 +35,7 @@ def short_key(name: str) -> str:
         if long_name in lowered:
             return key
     raise KeyError(f"not an ALFWorld task type: {name!r}")
+
+# The room sizes of generated games (ccpo_cli/envs/generate.py): "small" rooms of the shipped
+# CPU-testbed sets, "large" (search-sized) rooms with closed containers and more receptacles.
+ROOMS = ("small", "large")

@@ -49,6 +49,7 @@ def test_fingerprints_are_distinct_and_track_every_flag():
         "backoff_task": "1", "backoff_rho": "0.25", "min_traj": "3", "jweight_c": "1", "prior_kappa": "2",
         "lk_fix": "0.5", "lam_fix": "1", "phi": "hidden", "ctx_w": "0.5", "whiten": "2", "tau": "1",
         "wmode": "hard", "shrink": "mse", "std": "local", "std_floor": "0.5", "step_norm": "none", "edge_w": "0",
+        "step_permute": "1",
     }
     assert set(changed_values) | {"padding"} == set(FLAG_NAMES)
     # padding = upstream exists only for grpo and gigpo

@@ -20,7 +20,11 @@ from ccpo_cli.cli.common import (
     parse_seeds,
     settings,
 )
-from ccpo_cli.experiments.matrix import DEFAULT_EVAL_EVERY, DEFAULT_STEPS, DEFAULT_WARM_START
+from ccpo_cli.experiments.designs import DEFAULT_DESIGN, list_designs
+
+DESIGN_HELP = ("The matrix design (configs/designs/NAME.yaml): warm-up, run length, evaluations and window, "
+               "games and rollouts per step, turn limits, panel and rooms; each option below of the same name "
+               "overrides one knob, and --dry-run prints every knob. Designs: " + ", ".join(list_designs()) + ".")
 
 
 def warm_start_lines(effect: dict | None) -> list[str]:
@@ -49,19 +53,24 @@ def matrix(
     seeds: Annotated[str, typer.Option("--seeds", metavar="SEEDS", help=f"Every arm runs every seed: {SEED_SYNTAX}.")] = "0-9",
     minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
     prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
-    steps: Annotated[int | None, typer.Option("--steps", help=f"Training steps per run (default: {DEFAULT_STEPS}).")] = None,
-    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
-    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game.")] = None,
-    eval_every: Annotated[int | None, typer.Option("--eval-every", help=f"Held-out evaluation every K steps (default: {DEFAULT_EVAL_EVERY}).")] = None,
-    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the whole panel).")] = None,
-    eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the window start; 0 adds the untrained policy and the early curve).")] = None,
+    design: Annotated[str, typer.Option("--design", help=DESIGN_HELP)] = DEFAULT_DESIGN,
+    steps: Annotated[int | None, typer.Option("--steps", help="Training steps per run, the warm-up's included (default: the design's).")] = None,
+    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step (default: the design's).")] = None,
+    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game (default: the design's).")] = None,
+    turn_limit: Annotated[int | None, typer.Option("--turn-limit", help="Turns per training episode (default: the design's).")] = None,
+    eval_turn_limit: Annotated[int | None, typer.Option("--eval-turn-limit", help="Turns per held-out episode (default: the design's).")] = None,
+    room: Annotated[str | None, typer.Option("--room", help="Room size of the shipped pool and panel: small, or large (search-sized rooms; default: the design's).")] = None,
+    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps from --eval-from, and at the last step (default: the design's).")] = None,
+    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the design's; the whole panel in every shipped design).")] = None,
+    eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the design's, its window start); earlier evaluations draw the curve and are not compared.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the last step alone, 16 of the default 16; a window is never before the warm start ends).")] = None,
-    warm_start: Annotated[int, typer.Option("--warm-start", help="Train the first arm alone for K steps per seed and fork every arm's run from there; 0: off.")] = DEFAULT_WARM_START,
+    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the design's; the control design compares step 16 alone; a window is never before the warm start ends).")] = None,
+    warm_start: Annotated[int | None, typer.Option("--warm-start", help="Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off (default: the design's).")] = None,
     variant: Annotated[list[str] | None, typer.Option("--variant", metavar="LABEL=ARM:KEY=VALUE", help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.")] = None,
     warm_start_arms: Annotated[str | None, typer.Option("--warm-start-arms", help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.")] = None,
     cpu_minutes: Annotated[float | None, typer.Option("--cpu-minutes", help="CPU-time budget (trainers and rollout workers) beside --minutes; no block starts that would end past it. 2 cores x 30 min = 60.")] = None,
     detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved design (every knob), the arms and the runs; train nothing.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
     ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDRESS|local", help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.")] = None,
     as_json: JsonOption = False,
@@ -73,11 +82,12 @@ def matrix(
     Example: ccpo matrix --arms grpo,return-hard --seeds 0-3 --minutes 30
     """
     from ccpo_cli.errors import UsageError
+    from ccpo_cli.experiments.designs import load_design
     from ccpo_cli.experiments.matrix import (
-        MatrixDesign,
-        default_recipe,
+        matrix_of_design,
         parse_arm_list,
         parse_variant,
+        plan_summary,
         run_matrix,
     )
     from ccpo_cli.report.tables import comparison_tables
@@ -85,17 +95,23 @@ def matrix(
     chosen = output_format(fmt, as_json)
     if not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    given = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "eval_games": eval_games,
-             "workers": workers}
-    design = MatrixDesign(
-        tuple(parse_arm_list(arms)), tuple(parse_seeds(seeds)), minutes,
-        recipe=default_recipe(**{key: value for key, value in given.items() if value is not None}),
-        prefix=prefix, eval_from=eval_from, window_start=window_start, warm_start=warm_start, detect=detect,
-        variants=tuple(parse_variant(spec) for spec in variant or ()),
+    testbed = load_design(design).with_options(
+        steps=steps, warm_start=warm_start, window_start=window_start, eval_from=eval_from, eval_every=eval_every,
+        tasks=tasks, group=group, turn_limit=turn_limit, eval_turn_limit=eval_turn_limit, eval_games=eval_games,
+        room=room)
+    plan = matrix_of_design(
+        testbed, tuple(parse_arm_list(arms)), tuple(parse_seeds(seeds)), minutes,
+        prefix=prefix, detect=detect, variants=tuple(parse_variant(spec) for spec in variant or ()),
         warm_start_arms=tuple(parse_arm_list(warm_start_arms, minimum=1, option="--warm-start-arms"))
         if warm_start_arms else (),
-        cpu_minutes=cpu_minutes,
+        cpu_minutes=cpu_minutes, execution={} if workers is None else {"workers": workers},
     )
+    if dry_run:
+        from ccpo_cli.cli.common import emit_json
+
+        emit_json(plan_summary(plan, testbed, settings(ctx).db))
+        return
+    design = plan
     result = run_matrix(settings(ctx).db, design, ray_address=ray_address,
                         progress=lambda line: info(ctx, f"[matrix] {line}"))
     cpu = f", {sum(result.block_cpu_seconds) / 60:.1f} CPU-min" if result.block_cpu_seconds else ""

@@ -160,14 +160,20 @@ def _regenerate(target: Path, manifest: dict, manifest_file: Path) -> None:
                            f"e.g. {next(iter(wanted))}")
 
 
-def heldout_panel(cache_dir: str | os.PathLike | None = None) -> list[str]:
+def manifest_name(name: str, room: str = "small") -> str:
+    """The manifest of a shipped set in a room size: `heldout-manifest.json` for the small
+    rooms, `large-heldout-manifest.json` for the search-sized ones."""
+    return name if room == "small" else f"{room}-{name}"
+
+
+def heldout_panel(cache_dir: str | os.PathLike | None = None, room: str = "small") -> list[str]:
     """The 128-game held-out panel (balanced over the six types), as sorted game paths."""
-    return materialize(manifest_path(HELDOUT_MANIFEST), cache_dir)
+    return materialize(manifest_path(manifest_name(HELDOUT_MANIFEST, room)), cache_dir)
 
 
-def training_pool(cache_dir: str | os.PathLike | None = None) -> list[str]:
+def training_pool(cache_dir: str | os.PathLike | None = None, room: str = "small") -> list[str]:
     """The training pool (600 games, disjoint from the panel), as sorted game paths."""
-    return materialize(manifest_path(POOL_MANIFEST), cache_dir)
+    return materialize(manifest_path(manifest_name(POOL_MANIFEST, room)), cache_dir)
 
 
 # ---- checking games ------------------------------------------------------------------------

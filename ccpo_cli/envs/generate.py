@@ -30,11 +30,10 @@ from pathlib import Path
 
 from ccpo_cli.envs.engine import GameSession, engine_assets, validation_session
 from ccpo_cli.errors import InvalidInput, UsageError
-from ccpo_cli.task_types import TASK_TYPES
+from ccpo_cli.task_types import ROOMS, TASK_TYPES
 
 GENERATOR_VERSION = 1
 SPLITS = ("train", "heldout")
-ROOMS = ("small", "large")
 TYPE_ORDER = ("pick", "look", "clean", "heat", "cool", "pick2")
 MAX_ATTEMPTS = 20
 

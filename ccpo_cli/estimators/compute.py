@@ -24,6 +24,7 @@ from ccpo_cli.estimators.layout import Layout, build_layout
 from ccpo_cli.estimators.node_values import node_values
 from ccpo_cli.estimators.padding import padding_sources
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
+from ccpo_cli.estimators.permute import permute_within_tasks
 from ccpo_cli.estimators.returns import discounted_return_to_go
 
 
@@ -139,6 +140,8 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
             level=result.level,
         )
 
+    if arm.step_permute:
+        step = permute_within_tasks(step, live, layout.task[population])
     final = combine_terms(episode, step, arm)
     canonical.update(episode_term=episode, step_term=step.astype(np.float64), final=final, live=live)
     # Canonical entries go back to their batch positions: real rows, then any counted copies.

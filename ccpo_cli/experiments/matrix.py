@@ -54,34 +54,36 @@ from ccpo_cli.experiments.blocks import (
     train_block,
     warmup_run_name,
 )
+from ccpo_cli.experiments.designs import DEFAULT_DESIGN, TestbedDesign, load_design
 from ccpo_cli.names import check_run_name
 
 if TYPE_CHECKING:
     from ccpo_cli.backends.local.config import TrainConfig
 
-# Matrix defaults: short runs and more seeds, each window evaluated on the whole 128-game panel
-# (None), evaluations only from the window on (docs/local-backend.md, "Telling estimators apart").
-DEFAULT_STEPS = 16
-DEFAULT_EVAL_EVERY = 2
-DEFAULT_EVAL_GAMES: int | None = None
-# Steps of one arm every arm of a seed forks from.
-DEFAULT_WARM_START = 10
-# The compared window, unless --window-start or --eval-from says otherwise: the last
-# evaluation point only (step 16 by default). Chosen by signal per CPU-minute on the positive
-# control over 20 paired seeds (docs/local-backend.md, "The design, chosen by signal per
-# CPU-minute"): each earlier evaluation costs about a sixth of a block and, closer to the fork,
-# carries less of the effect than it adds in cost.
-DEFAULT_WINDOW_EVALUATIONS = 1
+# Matrix defaults: the control design's (configs/designs/control.yaml, chosen by signal per
+# CPU-minute on the positive control over 20 paired seeds; docs/local-backend.md, "The design,
+# chosen by signal per CPU-minute"): a 10-step shared warm-up, 16 steps, one evaluation on the
+# whole 128-game panel at step 16, which is the compared window.
+_CONTROL = load_design(DEFAULT_DESIGN)
+DEFAULT_STEPS = _CONTROL.steps
+DEFAULT_EVAL_EVERY = _CONTROL.eval_every
+DEFAULT_EVAL_GAMES: int | None = _CONTROL.eval_games
+DEFAULT_WARM_START = _CONTROL.warm_start
+# The compared window, unless a design or --window-start says otherwise: the last evaluation
+# points, as many as the control design compares (one: each earlier evaluation costs about a
+# sixth of a block and, closer to the fork, carries less of the effect than it adds in cost).
+DEFAULT_WINDOW_EVALUATIONS = len(_CONTROL.compared_evaluations)
 # Settings a rerun may change: how fast the runs go, not what they measure.
-NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches"})
+# The design's name and the compared window are labels of the runs, not settings they train with.
+NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches", "design", "window_start"})
 
 # The key of a variant that picks its rollout stream rather than an arm flag.
 STREAM_KEY = "stream"
 
 __all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START",
-           "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm",
+           "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm", "design_recipe", "matrix_of_design",
            "MatrixDesign", "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "parse_variant",
-           "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
+           "plan_summary", "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
 
 
 def parse_seed_list(text: str) -> list[int]:
@@ -151,6 +153,27 @@ def default_recipe(**fields: Any) -> TrainConfig:
 
     defaults = {"steps": DEFAULT_STEPS, "eval_every": DEFAULT_EVAL_EVERY, "eval_games": DEFAULT_EVAL_GAMES}
     return TrainConfig(**{**defaults, **fields})
+
+
+def design_recipe(testbed: TestbedDesign, **execution: Any) -> TrainConfig:
+    """Every run's training configuration under a design; `execution` sets how the runs are
+    executed (workers, torch_threads, dump_batches), which never changes what they measure."""
+    from ccpo_cli.backends.local.config import TrainConfig
+
+    return TrainConfig(steps=testbed.steps, tasks=testbed.tasks, group=testbed.group, max_steps=testbed.turn_limit,
+                       eval_max_steps=testbed.eval_turn_limit, eval_every=testbed.eval_every,
+                       eval_games=testbed.eval_games, room=testbed.room, design=testbed.name, **execution)
+
+
+def matrix_of_design(testbed: TestbedDesign, arms: tuple[str | MatrixArm, ...], seeds: tuple[int, ...],
+                     minutes: float, **matrix: Any) -> MatrixDesign:
+    """The matrix that trains `arms` × `seeds` under `testbed`; `matrix` holds the other
+    MatrixDesign fields (prefix, variants, warm_start_arms, cpu_minutes, detect) and `execution`
+    (a dict of design_recipe's execution settings)."""
+    execution = matrix.pop("execution", {})
+    return MatrixDesign(arms, seeds, minutes, recipe=design_recipe(testbed, **execution),
+                        eval_from=testbed.eval_from, window_start=testbed.window_start,
+                        warm_start=testbed.warm_start, **matrix)
 
 
 @dataclass(frozen=True)
@@ -248,10 +271,29 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         check_run_name(warmup_run_name(design.prefix, arm.label, max(design.seeds)), "--prefix")
     first_evaluation = window if design.eval_from is None else design.eval_from
     run_root = str(Path(db_path).resolve().parent / "ccpo-runs")
-    blocks = [Block(seed, design.prefix, loaded, replace(design.recipe, seed=seed, eval_from=first_evaluation),
+    blocks = [Block(seed, design.prefix, loaded, replace(design.recipe, seed=seed, eval_from=first_evaluation,
+                                                         window_start=window),
                     warm_start, run_root, warmup_arm_for(seed, warm_arms) if warm_start else None)
               for seed in design.seeds]
     return _Plan(window, blocks, [arm.label for arm in loaded], loaded)
+
+
+def plan_summary(design: MatrixDesign, testbed: TestbedDesign, db_path: str | Path) -> dict[str, Any]:
+    """What a matrix would train, as `ccpo matrix --dry-run` prints it: the resolved design with
+    every knob, its evaluated and compared steps, the arms and, per seed, the runs in training
+    order (the warm-up first) with the arm that trains the warm-up. Nothing is written."""
+    plan = _plan(design, db_path)
+    return {
+        "design": {"name": testbed.name, "description": testbed.description, **testbed.knobs(),
+                   "evaluations": list(testbed.evaluations),
+                   "compared_evaluations": list(testbed.compared_evaluations)},
+        "arms": [arm.described for arm in plan.arms],
+        "seeds": [block.seed for block in plan.blocks],
+        "window_start": plan.window,
+        "blocks": [{"seed": block.seed,
+                    "warm_up_trained_by": block.trains_warmup.label if block.trains_warmup else None,
+                    "runs": [run.name for run in block.runs()]} for block in plan.blocks],
+    }
 
 
 def _comparable(config: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +311,7 @@ def _with_later_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
 
 
 # TrainConfig fields newer than some recorded runs, whose default is what those runs did.
-LATER_FIELDS = ("rollout_stream",)
+LATER_FIELDS = ("rollout_stream", "room", "design", "window_start")
 
 
 def protocol_differences(recorded: dict[str, Any] | None, planned: TrainConfig) -> list[str]:

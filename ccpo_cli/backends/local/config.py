@@ -23,8 +23,11 @@ from typing import Any
 
 from ccpo_cli.backends.local.ppo import UpdateConfig
 from ccpo_cli.backends.local.workers import default_workers
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.task_types import ROOMS
 
 PROTOCOL, GROW, FREE = "protocol", "grow", "free"
+
 
 
 def _setting(default: Any = dataclasses.MISSING, *, resume: str, factory: Any = dataclasses.MISSING) -> Any:
@@ -50,6 +53,9 @@ class TrainConfig:
     # Game folders (ALFWorld json_2.1.1 layout) instead of the shipped pool / panel.
     train_games_dir: str | None = _setting(None, resume=PROTOCOL)
     eval_games_dir: str | None = _setting(None, resume=PROTOCOL)
+    # Room size of the shipped sets played when no folder is given: "small" (the pool and panel
+    # of configs/games/) or "large", the search-sized rooms (configs/games/large-*-manifest.json).
+    room: str = _setting("small", resume=PROTOCOL)
     eval_episodes: int = _setting(1, resume=PROTOCOL)
     eval_temperature: float = _setting(0.4, resume=PROTOCOL)
     eval_seed: int = _setting(0, resume=PROTOCOL)
@@ -71,6 +77,15 @@ class TrainConfig:
     # instead; the games of each step stay those of stream 0. Not an arm flag: the arm's
     # fingerprint is unchanged, and the run's config records it.
     rollout_stream: int = _setting(0, resume=PROTOCOL)
+    # The matrix design this run belongs to (configs/designs/<name>.yaml) and the first step of
+    # the window the matrix compares; None outside a matrix. A label and a reading rule, not a
+    # training setting, recorded so that every run says which design and window produced it.
+    design: str | None = _setting(None, resume=PROTOCOL)
+    window_start: int | None = _setting(None, resume=PROTOCOL)
+
+    def __post_init__(self) -> None:
+        if self.room not in ROOMS:
+            raise InvalidInput(f"room {self.room!r} is not one of {', '.join(ROOMS)}")
 
     def evaluates_after(self, step: int, *, last: bool) -> bool:
         """Whether training step `step` (1-based) is followed by an evaluation: every `eval_every`

@@ -1,6 +1,7 @@
 """Which games the local trainer plays: the shipped training pool and the held-out panel.
 
-Evaluation may use a fixed subset of the panel for speed: the same type-balanced games
+`room` picks the shipped sets of one room size (`small`, the default, or the search-sized
+`large` rooms of configs/games/large-*-manifest.json). Evaluation may use a fixed subset of the panel for speed: the same type-balanced games
 `ccpo eval --episodes N` plays, recorded in the run's config as such. Any folder of games in the
 ALFWorld layout can replace either set.
 """
@@ -21,38 +22,42 @@ def _games_in(folder: str) -> list[str]:
     return found
 
 
-def training_games(folder: str | None = None) -> list[str]:
+def training_games(folder: str | None = None, room: str = "small") -> list[str]:
     if folder:
         return _games_in(folder)
     from ccpo_cli.envs import training_pool
 
-    return list(training_pool())
+    return list(training_pool(room=room))
 
 
-def panel_games(folder: str | None = None) -> list[str]:
+def panel_games(folder: str | None = None, room: str = "small") -> list[str]:
     if folder:
         return _games_in(folder)
     from ccpo_cli.envs import heldout_panel
 
-    return list(heldout_panel())
+    return list(heldout_panel(room=room))
 
 
-def evaluation_games(count: int | None, folder: str | None = None) -> list[str]:
+def evaluation_games(count: int | None, folder: str | None = None, room: str = "small") -> list[str]:
     """The whole panel (None), or the same type-balanced `count` games `ccpo eval --episodes`
     would play."""
     from ccpo_cli.agents.evaluate import select_games
 
-    return select_games(panel_games(folder), count)
+    return select_games(panel_games(folder, room), count)
 
 
-def describe_training(folder: str | None = None) -> str:
-    return folder or "shipped training pool (configs/games/pool-manifest.json)"
+def describe_training(folder: str | None = None, room: str = "small") -> str:
+    from ccpo_cli.envs.games import POOL_MANIFEST, manifest_name
+
+    return folder or f"shipped training pool (configs/games/{manifest_name(POOL_MANIFEST, room)})"
 
 
-def describe_panel(games: list[str], count: int | None, folder: str | None = None) -> dict:
-    panel_size = len(panel_games(folder))
+def describe_panel(games: list[str], count: int | None, folder: str | None = None, room: str = "small") -> dict:
+    from ccpo_cli.envs.games import HELDOUT_MANIFEST, manifest_name
+
+    panel_size = len(panel_games(folder, room))
     return {
-        "source": folder or "shipped held-out panel (configs/games/heldout-manifest.json)",
+        "source": folder or f"shipped held-out panel (configs/games/{manifest_name(HELDOUT_MANIFEST, room)})",
         "games": len(games),
         "panel_games": panel_size,
         "subset": None if count is None or count == panel_size

@@ -108,8 +108,8 @@ class _Run:
         self.config = config
         self.run_dir = run_dir
         self.log = log
-        self.pool_games = game_sets.training_games(config.train_games_dir)
-        self.panel = game_sets.evaluation_games(config.eval_games, config.eval_games_dir)
+        self.pool_games = game_sets.training_games(config.train_games_dir, config.room)
+        self.panel = game_sets.evaluation_games(config.eval_games, config.eval_games_dir, config.room)
         if config.tasks > len(self.pool_games):
             raise InvalidInput(f"--tasks {config.tasks} exceeds the {len(self.pool_games)} training games")
         # The initial weights depend on the seed only; the reference is their frozen copy.
@@ -140,8 +140,10 @@ class _Run:
             "resumes": list(self.resumes),
             "train": self.config.as_dict(),
             "arm": {"name": self.arm.name, "fingerprint": self.arm.fingerprint, "flags": self.arm.flags()},
-            "training_pool": {"games": len(self.pool_games), "source": game_sets.describe_training(self.config.train_games_dir)},
-            "eval_panel": game_sets.describe_panel(self.panel, self.config.eval_games, self.config.eval_games_dir),
+            "training_pool": {"games": len(self.pool_games),
+                              "source": game_sets.describe_training(self.config.train_games_dir, self.config.room)},
+            "eval_panel": game_sets.describe_panel(self.panel, self.config.eval_games, self.config.eval_games_dir,
+                                                   self.config.room),
             "run_dir": str(self.run_dir),
         } | ({"start": {"arm": self.start.get("arm"), "step": int(self.start["step"])}}
              if self.start is not None else {})
