@@ -10,7 +10,7 @@ budget, seed blocks), reads each block's runs back from runs.db, and reports per
 - the step-information control where the block has one (gigpo − control, its own alpha);
 - the home advantage of the warm-up arm, and every seed's difference.
 
-    python scripts/testbed_confirm.py --db conf.db --preregistration docs/testbed-preregistration.md
+    python scripts/testbed_confirm.py --db conf.db --db conf2.db --preregistration docs/testbed-preregistration.md
     python scripts/testbed_confirm.py --db conf.db --preregistration docs/testbed-preregistration.md --json
 
 Nothing is trained here; a block with no runs yet is reported as not run.
@@ -86,15 +86,20 @@ def analyse_block(db, plan: dict, block: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", type=Path, required=True)
+    parser.add_argument("--db", type=Path, action="append", required=True,
+                        help="runs.db holding the blocks (repeatable: a block is read from the first that holds it)")
     parser.add_argument("--preregistration", type=Path, default=Path("docs/testbed-preregistration.md"))
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from ccpo_cli.store import open_db
 
     plan = read_preregistration(args.preregistration)
-    db = open_db(args.db, must_exist=True)
-    reports = [analyse_block(db, plan, block) for block in plan["blocks"]]
+    databases = [open_db(path, must_exist=True) for path in args.db]
+    reports = []
+    for block in plan["blocks"]:
+        holding = [db for db in databases
+                   if db.execute("select 1 from runs where name like ? limit 1", [f"{block['prefix']}-%"]).fetchone()]
+        reports.append(analyse_block((holding or databases)[0], plan, block))
     document = {"preregistration": str(args.preregistration), "design": plan["design"],
                 "endpoint": plan["endpoint"], "blocks": reports,
                 "reproduced": all(report["primary"]["meets_criterion"] for report in reports)}

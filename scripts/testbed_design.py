@@ -15,6 +15,15 @@ proportion to 1/cost), and the t expected from a 60-CPU-minute matrix (2 cores �
 
     python scripts/testbed_design.py --db exp/dense.db --matrix d10:10 --matrix d20:20 --matrix d0:0 \\
         --pair gigpo-flip50,gigpo --pair gigpo,grpo --json > docs/testbed-design.json
+
+`--tried FILE` prints instead the table of every design tried for issue 28, nulls included, from
+its record (docs/testbed-designs-tried.json): the criteria the designs were ranked by without
+looking at gigpo − grpo (the positive control's (effect/sd)² per CPU-minute, gigpo against its
+step-information control, the share of GiGPO's advantage variance GRPO's does not explain, sign
+disagreements, step-group sizes, the A/A rate) and, for the pre-registered blocks only,
+gigpo − grpo:
+
+    python scripts/testbed_design.py --tried docs/testbed-designs-tried.json
 """
 
 from __future__ import annotations
@@ -27,10 +36,12 @@ from pathlib import Path
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", type=Path, action="append", required=True, help="runs.db (repeatable)")
-    parser.add_argument("--matrix", action="append", required=True, metavar="PREFIX:K",
+    parser.add_argument("--tried", type=Path, default=None,
+                        help="print the table of every design tried from this record, and nothing else")
+    parser.add_argument("--db", type=Path, action="append", help="runs.db (repeatable)")
+    parser.add_argument("--matrix", action="append", metavar="PREFIX:K",
                         help="a dense matrix's prefix and its warm-start length (repeatable)")
-    parser.add_argument("--pair", action="append", required=True, metavar="A,B", help="arms compared, a − b")
+    parser.add_argument("--pair", action="append", metavar="A,B", help="arms compared, a − b")
     parser.add_argument("--seeds", default="0-99")
     parser.add_argument("--panels", default="128,64,32", help="panel sizes to read out (128: the whole panel)")
     parser.add_argument("--budget-cpu-minutes", type=float, default=60.0)
@@ -69,8 +80,42 @@ def sub_designs(warm_start: int, evaluated: list[int], panels: list[int | None])
     return designs
 
 
+TRIED_COLUMNS = (
+    ("design", "design", None), ("block", "block", None), ("seeds", "seeds", None),
+    ("control (e/sd)²/min", "positive_control_signal_per_cpu_minute", 2),
+    ("gigpo − perm", "gigpo_minus_step_information_control", 1), ("p", "p_step_information_control", 3),
+    ("unexplained var", "share_of_gigpo_variance_unexplained_by_grpo", 2),
+    ("opposite signs", "share_of_rows_with_opposite_signs", 3), ("step group rows", "step_group_rows_median", 0),
+    ("A/A at p<.05", "aa_false_positives", None), ("gigpo − grpo", "gigpo_minus_grpo", 1), ("p", "p_gigpo_minus_grpo", 3),
+)
+
+
+def print_tried(record: dict) -> None:
+    """One row per design and block tried, as the record holds them ("–": not measured there)."""
+    def shown(value, digits):
+        if value is None:
+            return "–"
+        return f"{value:.{digits}f}" if digits is not None and isinstance(value, (int, float)) else str(value)
+
+    rows = [[shown(entry.get(key), digits) for _, key, digits in TRIED_COLUMNS] for entry in record["designs"]]
+    headers = [title for title, _, _ in TRIED_COLUMNS]
+    widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
+    print(" | ".join(header.ljust(width) for header, width in zip(headers, widths)))
+    print("-|-".join("-" * width for width in widths))
+    for row in rows:
+        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+    for entry in record["designs"]:
+        if entry.get("note"):
+            print(f"{entry['design']} ({entry['block']}): {entry['note']}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.tried is not None:
+        print_tried(json.loads(args.tried.read_text(encoding="utf-8")))
+        return 0
+    if not (args.db and args.matrix and args.pair):
+        raise SystemExit("error: --db, --matrix and --pair are needed (or --tried FILE)")
     from ccpo_cli.experiments import testbed
     from ccpo_cli.experiments.matrix import parse_seed_list
     from ccpo_cli.store import open_db

@@ -20,7 +20,7 @@ from ccpo_cli.cli.common import (
     parse_seeds,
     settings,
 )
-from ccpo_cli.experiments.designs import DEFAULT_DESIGN, list_designs
+from ccpo_cli.experiments.matrix import DEFAULT_DESIGN, list_designs
 
 DESIGN_HELP = ("The matrix design (configs/designs/NAME.yaml): warm-up, run length, evaluations and window, "
                "games and rollouts per step, turn limits, panel and rooms; each option below of the same name "

@@ -4,7 +4,7 @@ A design is everything that decides what a matrix's numbers measure, apart from 
 seeds: the shared warm-up (K steps, then the arms fork), the run length, the evaluated and
 compared steps, the games per step and rollouts per game, the turn limits of training and of
 evaluation, the panel (whole, or a fixed subset) and the room size of the shipped games. Each
-`ccpo matrix` option of the same name overrides one field (`TestbedDesign.with_options`), and
+`ccpo matrix` option of the same name overrides one field (`Design.with_options`), and
 every run of a matrix records the design's name and its compared window in its training
 configuration (`TrainConfig.design`, `TrainConfig.window_start`).
 
@@ -28,7 +28,7 @@ DEFAULT_DESIGN = "control"
 
 
 @dataclass(frozen=True)
-class TestbedDesign:
+class Design:
     """One matrix design. Runs are evaluated every `eval_every` steps from `eval_from` and at
     their last step (`TrainConfig.evaluates_after`); the compared window is `window_start` to
     `steps`."""
@@ -86,7 +86,7 @@ class TestbedDesign:
         return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
                 if spec.name not in ("name", "description")}
 
-    def with_options(self, **given: Any) -> TestbedDesign:
+    def with_options(self, **given: Any) -> Design:
         """This design with the options a user gave (None: not given) replacing its fields. A
         window start given alone keeps the first evaluation at or before it; a new run length
         moves a window and first evaluation that sat at the old last step with it. A changed
@@ -119,19 +119,19 @@ def list_designs() -> list[str]:
     return sorted(path.stem for path in designs_dir().glob("*.yaml"))
 
 
-def load_design(name: str) -> TestbedDesign:
+def load_design(name: str) -> Design:
     """The design `name` from configs/designs (UsageError for an unknown name)."""
     path = designs_dir() / f"{name}.yaml"
     if not path.is_file():
         raise UsageError(f"unknown design '{name}' (known: {', '.join(list_designs())})")
     document = read_yaml_file(path)
-    fields = {spec.name for spec in dataclasses.fields(TestbedDesign)}
+    fields = {spec.name for spec in dataclasses.fields(Design)}
     if not isinstance(document, dict) or set(document) - fields:
         raise InvalidInput(f"{path}: expected a mapping of {', '.join(sorted(fields))}")
     values = dict(document)
     values["name"] = str(values.get("name", name))
     values["description"] = str(values.get("description", ""))
     try:
-        return TestbedDesign(**values)
+        return Design(**values)
     except TypeError as error:
         raise InvalidInput(f"{path}: {error}") from None

@@ -54,7 +54,7 @@ from ccpo_cli.experiments.blocks import (
     train_block,
     warmup_run_name,
 )
-from ccpo_cli.experiments.designs import DEFAULT_DESIGN, TestbedDesign, load_design
+from ccpo_cli.experiments.designs import DEFAULT_DESIGN, Design, list_designs, load_design
 from ccpo_cli.names import check_run_name
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches", "design", 
 STREAM_KEY = "stream"
 
 __all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START",
-           "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm", "design_recipe", "matrix_of_design",
+           "DEFAULT_DESIGN", "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm", "list_designs", "design_recipe", "matrix_of_design",
            "MatrixDesign", "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "parse_variant",
            "plan_summary", "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
 
@@ -155,7 +155,7 @@ def default_recipe(**fields: Any) -> TrainConfig:
     return TrainConfig(**{**defaults, **fields})
 
 
-def design_recipe(testbed: TestbedDesign, **execution: Any) -> TrainConfig:
+def design_recipe(testbed: Design, **execution: Any) -> TrainConfig:
     """Every run's training configuration under a design; `execution` sets how the runs are
     executed (workers, torch_threads, dump_batches), which never changes what they measure."""
     from ccpo_cli.backends.local.config import TrainConfig
@@ -165,7 +165,7 @@ def design_recipe(testbed: TestbedDesign, **execution: Any) -> TrainConfig:
                        eval_games=testbed.eval_games, room=testbed.room, design=testbed.name, **execution)
 
 
-def matrix_of_design(testbed: TestbedDesign, arms: tuple[str | MatrixArm, ...], seeds: tuple[int, ...],
+def matrix_of_design(testbed: Design, arms: tuple[str | MatrixArm, ...], seeds: tuple[int, ...],
                      minutes: float, **matrix: Any) -> MatrixDesign:
     """The matrix that trains `arms` × `seeds` under `testbed`; `matrix` holds the other
     MatrixDesign fields (prefix, variants, warm_start_arms, cpu_minutes, detect) and `execution`
@@ -278,7 +278,7 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
     return _Plan(window, blocks, [arm.label for arm in loaded], loaded)
 
 
-def plan_summary(design: MatrixDesign, testbed: TestbedDesign, db_path: str | Path) -> dict[str, Any]:
+def plan_summary(design: MatrixDesign, testbed: Design, db_path: str | Path) -> dict[str, Any]:
     """What a matrix would train, as `ccpo matrix --dry-run` prints it: the resolved design with
     every knob, its evaluated and compared steps, the arms and, per seed, the runs in training
     order (the warm-up first) with the arm that trains the warm-up. Nothing is written."""

@@ -26,7 +26,7 @@ and evaluation's CPU seconds. From them:
 - **Signal per CPU-minute**: a paired t grows as (effect/sd)·√pairs, and a budget of B
   CPU-minutes buys B/c pairs of blocks costing c, so (effect/sd)²/c is what a design earns per
   CPU-minute, and (effect/sd)·√(B/c) is the t a matrix of B CPU-minutes is expected to reach.
-- **Batch structure** (`batch_structure`): from dumped training batches, how often GiGPO's step
+- **Batch structure** (`batch_structure`, in batch_diagnostics.py): from dumped training batches, how often GiGPO's step
   groups form (a (task, observation) state reached by two or more trajectories of a group),
   the horizon, and how sparse the reward is.
 
@@ -465,105 +465,10 @@ def seeds_within_budget(data: MatrixData, labels: Sequence[str], design: SubDesi
     return kept, spent / 60
 
 
-# ---- what the batches say ----------------------------------------------------------------
-
-
-def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
-    """Revisits, horizon and reward sparsity of dumped training batches (`--dump-batches`).
-
-    A *group* is one game of a step (its `uid`) played by several trajectories; a GiGPO *step
-    group* is a (group, observation) state; it carries a step-level signal only when two or more
-    distinct trajectories reach it. Reported over all batches: the share of decisions in such
-    states, the same without each episode's first turn (which every trajectory of a group
-    shares), the mean number of trajectories per revisited state, the horizon (turns per
-    episode), the success rate, the share of decisions with a non-zero reward, and the share of
-    groups whose episodes all end alike (all won or all lost: GRPO's episode term is 0 there)."""
-    decisions = shared = shared_later = later = 0
-    state_sizes: list[int] = []
-    lengths: list[int] = []
-    rewarded = 0
-    groups = uniform_groups = 0
-    wins = episodes = 0
-    batches = 0
-    for path in paths:
-        with np.load(path, allow_pickle=False) as batch:
-            uid, traj, anchor = batch["uid"], batch["traj_uid"], batch["anchor_obs"]
-            step_index, reward, episode_reward = batch["step_index"], batch["env_reward"], batch["episode_reward"]
-        batches += 1
-        decisions += len(uid)
-        rewarded += int(np.count_nonzero(reward))
-        trajectories: dict[str, set[str]] = defaultdict(set)
-        for key, trajectory, observation in zip(uid, traj, anchor):
-            trajectories[(str(key), str(observation))].add(str(trajectory))
-        for key, observation, index in zip(uid, anchor, step_index):
-            size = len(trajectories[(str(key), str(observation))])
-            if size >= 2:
-                shared += 1
-            if index > 0:
-                later += 1
-                if size >= 2:
-                    shared_later += 1
-        state_sizes.extend(len(members) for members in trajectories.values() if len(members) >= 2)
-        per_episode: dict[str, tuple[str, int, float]] = {}
-        for key, trajectory, index, total in zip(uid, traj, step_index, episode_reward):
-            previous = per_episode.get(str(trajectory))
-            per_episode[str(trajectory)] = (str(key), max(int(index) + 1, previous[1] if previous else 0), float(total))
-        by_group: dict[str, list[float]] = defaultdict(list)
-        for key, length, total in per_episode.values():
-            lengths.append(length)
-            by_group[key].append(total)
-            episodes += 1
-            wins += total > 0
-        for totals in by_group.values():
-            groups += 1
-            uniform_groups += len(set(totals)) == 1
-    if not batches:
-        return {"batches": 0}
-    return {
-        "batches": batches, "decisions": decisions, "episodes": episodes,
-        "share_of_decisions_in_revisited_states": shared / decisions,
-        "share_without_first_turn": shared_later / later if later else None,
-        "trajectories_per_revisited_state": statistics.fmean(state_sizes) if state_sizes else None,
-        "horizon_mean_turns": statistics.fmean(lengths), "horizon_median_turns": statistics.median(lengths),
-        "success_rate": wins / episodes, "share_of_decisions_rewarded": rewarded / decisions,
-        "share_of_groups_all_alike": uniform_groups / groups,
-    }
-
-
-def step_term_overlap(paths: Iterable[Path]) -> dict[str, Any]:
-    """How much GiGPO's step term says beyond the episode term, in dumped batches: per row, the
-    episode term (the grpo arm's advantage) and the step term alone (the gigpo arm with ep_w = 0),
-    both through the estimator entry point training uses. Reported: their correlation over all
-    rows, the share of rows whose step term is 0 (a state no other trajectory of the group
-    reached, or reached with equal returns), and, where both are non-zero, how often their signs
-    agree. A step term that is mostly the episode term's sign and size adds little credit."""
-    from ccpo_cli.arms import load_arm
-    from ccpo_cli.backends.local.advantages import advantages_for
-
-    episode_arm = load_arm("grpo")
-    step_arm = load_arm("gigpo", {"ep_w": 0.0})
-    episode_terms, step_terms = [], []
-    for path in paths:
-        with np.load(path, allow_pickle=False) as stored:
-            batch = {key: stored[key] for key in stored.files if key != "advantages"}
-        episode_terms.append(advantages_for(batch, episode_arm))
-        step_terms.append(advantages_for(batch, step_arm))
-    if not episode_terms:
-        return {"batches": 0}
-    episode, step = np.concatenate(episode_terms), np.concatenate(step_terms)
-    both = (episode != 0) & (step != 0)
-    return {
-        "batches": len(episode_terms), "rows": int(len(episode)),
-        "correlation": float(np.corrcoef(episode, step)[0, 1]) if episode.std() > 0 and step.std() > 0 else None,
-        "share_step_term_zero": float(np.mean(step == 0)),
-        "share_episode_term_zero": float(np.mean(episode == 0)),
-        "sign_agreement_where_both_nonzero": float(np.mean(np.sign(episode[both]) == np.sign(step[both])))
-        if both.any() else None,
-        "mean_abs_step_term": float(np.mean(np.abs(step))), "mean_abs_episode_term": float(np.mean(np.abs(episode))),
-    }
-
-
 __all__ = ["ALPHA", "THIRTY_MINUTE_CPU_MINUTES", "CostModel", "MatrixData", "RunData", "SubDesign",
            "aa_false_positive_rate", "batch_structure", "binomial_range", "block_cpu_seconds", "design_point",
            "differences", "fit_cost_model", "home_advantage", "leave_one_out_p_values", "load_matrix", "load_run",
            "null_count_range", "paired_stats", "seeds_within_budget", "step_term_overlap"]
+
+# The batches' diagnostics live in batch_diagnostics.py; kept importable from here.
+from ccpo_cli.experiments.batch_diagnostics import batch_structure, step_term_overlap  # noqa: E402
