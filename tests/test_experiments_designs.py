@@ -103,3 +103,30 @@ def test_a_design_through_the_cli_records_what_the_library_records(tmp_path):
         rates = [(e["step"], e["success_rate"], e["episodes"]) for e in run_evaluations(open_db(cli_db), name)]
         assert rates == [(e["step"], e["success_rate"], e["episodes"]) for e in run_evaluations(open_db(lib_db), name)]
         assert [step for step, _, _ in rates] == [3]
+
+
+HIDE_TORCH = """
+import sys
+class HideTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("torch is hidden in this test")
+sys.meta_path.insert(0, HideTorch())
+from ccpo_cli.cli.app import main
+sys.argv = ["ccpo"] + sys.argv[1:]
+main()
+"""
+
+
+def test_a_matrix_plan_and_a_run_recipe_need_no_torch(tmp_path):
+    # The training recipe (TrainConfig, UpdateConfig) is torch-free and the backend package loads
+    # its torch parts on first use, so a dry run works where the 'local' extra is missing.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", HIDE_TORCH, "--db", str(tmp_path / "runs.db"), "matrix",
+                           "--design", "early-fork", "--arms", "gigpo,grpo", "--seeds", "0", "--dry-run"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["design"]["name"] == "early-fork"
+    assert "Traceback" not in done.stderr

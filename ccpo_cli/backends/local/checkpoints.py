@@ -1,19 +1,20 @@
 """Local-policy checkpoints: where they live, how they are written (atomically) and read back,
-and which ones a run keeps."""
+and which ones a run keeps. Where a checkpoint lives needs no torch (a matrix plans its forks'
+start checkpoints without it); writing and reading one import torch when they run."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends.local.config import TrainConfig
-from ccpo_cli.backends.local.policy import CommandScorer
 from ccpo_cli.errors import CcpoError, InvalidInput
+
+if TYPE_CHECKING:
+    from ccpo_cli.backends.local.policy import CommandScorer
 
 CHECKPOINT_FORMAT = "ccpo-local-policy/1"
 CHECKPOINT_KEEP = 2  # newest ones kept, besides the best-evaluated one
@@ -58,6 +59,8 @@ def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm:
         # A run forked from this checkpoint inherits the rollouts of its step 1.
         "step1_rollout_hash": step1_rollout_hash,
     }
+    import torch
+
     try:
         path.parent.mkdir(exist_ok=True)  # never the run folder itself: a removed one stays removed
         torch.save(document, partial)
@@ -75,6 +78,8 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise InvalidInput(f"{path}: no such checkpoint")
     try:
+        import torch
+
         saved = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as error:  # torch raises several types for a damaged file
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -93,6 +98,8 @@ def load_policy(checkpoint: str | Path) -> tuple[CommandScorer, dict[str, Any]]:
             raise InvalidInput(f"{path}: no checkpoints/step-*.pt in this folder")
         path = found
     saved = read_checkpoint(path)
+    from ccpo_cli.backends.local.policy import CommandScorer
+
     model = CommandScorer(**saved["model_config"])
     model.load_state_dict(saved["model"])
     model.eval()

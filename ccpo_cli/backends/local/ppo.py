@@ -8,10 +8,10 @@ Every decision is one "token", so the token-mean of verl is the mean over decisi
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 
+from ccpo_cli.backends.local.config import UpdateConfig
 from ccpo_cli.backends.local.policy import CommandScorer, PackedDecisions, entropy
 from ccpo_cli.errors import CcpoError
 
@@ -23,22 +23,6 @@ class NonFiniteTraining(CcpoError):
         self.quantity, self.value = quantity, value
         super().__init__(f"non-finite {quantity} ({value!r}{', ' + where if where else ''}); "
                          "it was not applied")
-
-
-@dataclass(frozen=True)
-class UpdateConfig:
-    # Measured on this testbed (return-hard, seed 0, 36 held-out games): the prototype's
-    # lr 3e-2 / entropy 1e-3 peaked near 60 % and then collapsed (entropy 0.08, held-out
-    # 33-44 %); lr 1e-2 / entropy 1e-2 reached 72-92 % by step 20-40 with entropy ~0.6.
-    learning_rate: float = 1e-2
-    clip_ratio: float = 0.2
-    kl_coef: float = 0.01
-    entropy_coef: float = 1e-2
-    epochs: int = 2
-    max_grad_norm: float = 1.0
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def low_variance_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:

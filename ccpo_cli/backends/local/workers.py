@@ -14,7 +14,6 @@ episode), so the same seed gives the same rollouts whichever worker plays them.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 import time
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ccpo_cli.backends.local.config import default_workers  # noqa: F401 - the rollout workers' default, kept importable here
 from ccpo_cli.backends.local.features import Featurizer, Turn, task_sentence
 from ccpo_cli.backends.local.policy import CommandScorer, pack
 from ccpo_cli.backends.local.rollouts import Decision, Trajectory
@@ -265,5 +265,3 @@ class RolloutPool:
         self.close()
 
 
-def default_workers() -> int:
-    return max(1, min(2, os.cpu_count() or 1))
