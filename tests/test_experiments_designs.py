@@ -130,3 +130,17 @@ def test_a_matrix_plan_and_a_run_recipe_need_no_torch(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["design"]["name"] == "early-fork"
     assert "Traceback" not in done.stderr
+
+
+def test_the_search_sized_rooms_ship_their_own_pool_and_panel():
+    from ccpo_cli.envs.games import HELDOUT_MANIFEST, POOL_MANIFEST, load_manifest, manifest_name, manifest_path
+
+    pool = load_manifest(manifest_path(manifest_name(POOL_MANIFEST, "large")))
+    panel = load_manifest(manifest_path(manifest_name(HELDOUT_MANIFEST, "large")))
+    assert (pool["room"], pool["n"], len(pool["games"])) == ("large", 600, 600)
+    assert (panel["room"], panel["n"], len(panel["games"])) == ("large", 128, 128)
+    assert not {game["game_id"] for game in pool["games"]} & {game["game_id"] for game in panel["games"]}
+    small = load_manifest(manifest_path(HELDOUT_MANIFEST))
+    # Larger rooms: longer planner walkthroughs on average than the small-room panel's.
+    mean = lambda games: sum(len(game["walkthrough"]) for game in games) / len(games)  # noqa: E731
+    assert mean(panel["games"]) > mean(small["games"])
