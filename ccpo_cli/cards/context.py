@@ -41,13 +41,17 @@ from ccpo_cli.cards.guards import (
 )
 from ccpo_cli.cards.lint import FROM_SCRATCH_TAG
 from ccpo_cli.cards.method import (
+    EXTERNAL,
+    EXTERNAL_INERT,
     METHOD_NAMES,
     METHOD_PARAGRAPHS,
     METHOD_SHORT_NAMES,
     describe_arm,
     distinguishing_flags,
     estimator_family,
+    external_method,
     format_flag_value,
+    is_external,
     padding_rule,
 )
 from ccpo_cli.cards.selection import (
@@ -61,6 +65,8 @@ from ccpo_cli.cards.selection import (
 )
 from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.report.compare import MIN_SEEDS_RESOLVED
+from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.stats import TOO_FEW_FOR_TREND
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
@@ -176,7 +182,7 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
         "overrides": ", ".join(f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())),
         "flags": [
             {"name": name, "value": format_flag_value(value),
-             "inert": arm.inert.get(name, "live: can change the advantages")}
+             "inert": EXTERNAL_INERT if is_external(arm.name) else arm.inert.get(name, "live: can change the advantages")}
             for name, value in arm.flags.items()
         ],
         "flags_known": bool(arm.flags),
@@ -293,8 +299,10 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "run_name": run_row["name"],
         "ccpo_version": __version__,
         "code_reference": f"commit {run_row['git_commit']}" if run_row.get("git_commit") else "",
-        "method": {"family": family, "name": METHOD_NAMES[family], "short": METHOD_SHORT_NAMES[family],
-                   "paragraph": METHOD_PARAGRAPHS[family]},
+        "method": external_method(facts.this_arm.name, facts.this_arm.flags) if family == EXTERNAL
+        or is_external(facts.this_arm.name) else
+        {"family": family, "name": METHOD_NAMES[family], "short": METHOD_SHORT_NAMES[family],
+         "paragraph": METHOD_PARAGRAPHS[family]},
         "arm": _arm_vars(facts),
         "protocol": {
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
@@ -322,8 +330,13 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "this_n_seeds": own["n_seeds"] if own else 0,
         "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
         "excluded_runs": "; ".join(
-            f"`{name}` ({'; '.join(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
+            f"`{name}` ({shown_differences(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
         ),
+        # The window above is the run's own; the arm's level is over its seeds' means (report/compare.py).
+        "arm_level": {"mean": own["mean"], "sd": own["sd"], "n": own["n"],
+                      "sd_over": own["raw"].get("sd_over") or "evaluations"} if own else None,
+        "min_seeds_resolved": MIN_SEEDS_RESOLVED,
+        "under_replicated_arms": ", ".join(row["label"] for row in arms_table if row["n_seeds"] < MIN_SEEDS_RESOLVED),
         "grpo": grpo,
         "published": published,
         "any_single_seed": bool(single_seed),
@@ -436,7 +449,10 @@ def build_card_context(
         checkpoint_step = weights.get("step")
     facts = _gather(db, run, status, repo_id, window_start, license, checkpoint_step)
     arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
-    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, facts.this["window"]["mean"])
+    own = next((row for row in arms_table if row["this"]), None)
+    # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
+    level = own["raw"]["mean"] if own is not None and own["raw"].get("mean") is not None else facts.this["window"]["mean"]
+    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, level)
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,

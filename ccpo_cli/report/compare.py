@@ -143,7 +143,8 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
     seeds, unseeded = _seed_groups(members)
     seed_means = [_mean(entry["window"]["mean"] for entry in runs) for runs in seeds.values()]
     n_seeds = len(seeds)
-    with_window = [entry for runs in seeds.values() for entry in runs] + unseeded
+    # Runs without a recorded seed are no seed: they enter an arm's level only when it has no seed at all.
+    with_window = [entry for runs in seeds.values() for entry in runs] or unseeded
     if n_seeds >= 2:
         summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
     elif with_window:
@@ -214,7 +215,13 @@ def _comparable(first: dict, second: dict) -> bool:
 
 def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]) -> tuple[list[dict], list[dict]]:
     comparisons, not_compared = [], []
-    for first, second in combinations([arm for arm in arms if arm["n_seeds"]], 2):
+    for first, second in combinations(arms, 2):
+        unseeded = [arm["arm"] for arm in (first, second) if not arm["n_seeds"]]
+        if unseeded:
+            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": [],
+                                 "note": f"not compared: {' and '.join(unseeded)} "
+                                         f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed"})
+            continue
         if not _comparable(first, second):
             differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
                        if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)]
