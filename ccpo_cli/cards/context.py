@@ -275,6 +275,8 @@ def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
         return {"tested": False, "converged": None, "text": trend.get("note") or "no trend test"}
     per_100 = f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval " \
               f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
+    if trend["converged"] is None and trend.get("note"):
+        per_100 += f": {trend['note']}"
     return {"tested": True, "converged": trend["converged"], "direction": trend["direction"],
             "change": fmt(trend["change"]), "text": per_100}
 
@@ -370,7 +372,8 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "headline_name": (
             f"Success rate (%), {'converged-window' if window.get('converged') is True else 'window'} mean over "
             f"{window['n']} evaluations (step >= {facts.window_start})"
-            + {False: ", not converged", None: f", {TOO_FEW_FOR_TREND}", True: ""}[window.get("converged")]
+            + {False: ", not converged", True: ""}.get(
+                window.get("converged"), f", {(window.get('trend') or {}).get('note') or TOO_FEW_FOR_TREND}")
         ),
         "split": facts.protocol["split"],
         "benchmark": benchmark_vars(facts.identity),
