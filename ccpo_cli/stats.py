@@ -216,18 +216,20 @@ def mean_sd_n(values: Sequence[float]) -> dict:
 # interval anywhere (-333 to +528 points per 100 steps was seen), or give it zero width.
 MIN_TREND_POINTS = 5
 TOO_FEW_FOR_TREND = "too few evaluations to judge convergence"
-# A converged window's slope interval covers 0 and is at most this wide, in the values' units per
-# step (percent points: 0.2 per step is 20 points per 100 steps). An interval of -51 to +153
-# points per 100 steps covers 0 because it is wide, which shows nothing settled.
-CONVERGED_MAX_WIDTH = 0.2
+# A converged window's slope interval covers 0 and is narrow: its width times the window's span
+# (the spread of changes over the window it allows) is at most this, in the values' units
+# (percent points for the report). An interval of -51 to +153 points per 100 steps over 20 steps
+# (41 points) covers 0 because it is wide, which shows nothing settled.
+CONVERGED_MAX_WIDTH = 15.0
 
 
 def trend_test(steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> dict:
     """Ordinary least-squares slope of values against steps, with its t interval (n - 2 df).
 
     A window whose slope interval excludes 0 still rises or falls beyond its own noise: it is
-    not converged. One whose interval covers 0 is converged only when the interval is at most
-    CONVERGED_MAX_WIDTH wide; a wider one is too uncertain to say (`converged` None, `note`). `residual_sd` is the sd of the values around the fitted line (ddof 2), the
+    not converged. One whose interval covers 0 is converged only when the interval, over the
+    window's span, is at most CONVERGED_MAX_WIDTH wide; a wider one is too uncertain to say
+    (`converged` None, `note`). `residual_sd` is the sd of the values around the fitted line (ddof 2), the
     noise of the window with the trend taken out. Below MIN_TREND_POINTS points (or with every
     point at one step) there is no interval, and `converged` is None with the reason in `note`.
     Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
@@ -253,11 +255,12 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
     low, high = float(fit.slope - half), float(fit.slope + half)
     covers_zero = bool(low <= 0.0 <= high)
-    converged: bool | None = covers_zero and high - low <= CONVERGED_MAX_WIDTH
+    allowed = (high - low) * float(np.ptp(x))
+    converged: bool | None = covers_zero and allowed <= CONVERGED_MAX_WIDTH
     if covers_zero and not converged:
         converged = None  # neither rising nor settled: too uncertain to say
-        result["note"] = (f"the slope's interval is {100 * (high - low):.1f} points per 100 steps wide, wider than "
-                          f"the {100 * CONVERGED_MAX_WIDTH:g} a converged window needs")
+        result["note"] = (f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
+                          f"the {CONVERGED_MAX_WIDTH:g} a converged window may span")
     direction = "flat" if converged else ("uncertain" if covers_zero else "rising" if fit.slope > 0 else "falling")
     result.update(slope=float(fit.slope), ci_low=low, ci_high=high,
                   p=float(fit.pvalue) if math.isfinite(fit.pvalue) else None,
