@@ -101,3 +101,16 @@ def test_an_external_arm_pair_is_compared_like_ccpos_arms(tmp_path):
     assert {"verl-agent:hgae", "verl-agent:gae"} <= labels
     listed = document["comparisons"] + document["not_compared"]
     assert len(listed) == 1 and {listed[0]["arm_a"], listed[0]["arm_b"]} == {"verl-agent:hgae", "verl-agent:gae"}
+
+
+def test_a_failed_run_gets_no_card_that_promises_final_numbers(tmp_path):
+    import pytest
+
+    from ccpo_cli.errors import InvalidInput
+    from helpers_cards import seed_card_db
+
+    db = seed_card_db(tmp_path / "runs.db", arms=1)
+    update_run_state(db, "return-hard", status="failed")
+    for status in ("interim", "final"):
+        with pytest.raises(InvalidInput, match="failed"):
+            build_card_context(db, "return-hard", status=status)
