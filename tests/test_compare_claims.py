@@ -105,12 +105,22 @@ def test_an_external_arm_pair_is_compared_like_ccpos_arms(tmp_path):
 
 def test_a_failed_run_gets_no_card_that_promises_final_numbers(tmp_path):
     import pytest
+    from helpers_cards import seed_card_db
 
     from ccpo_cli.errors import InvalidInput
-    from helpers_cards import seed_card_db
 
     db = seed_card_db(tmp_path / "runs.db", arms=1)
     update_run_state(db, "return-hard", status="failed")
     for status in ("interim", "final"):
         with pytest.raises(InvalidInput, match="failed"):
             build_card_context(db, "return-hard", status=status)
+
+
+def test_windows_over_different_steps_are_said_to_be_so(tmp_path):
+    db = open_db(tmp_path / "runs.db")
+    for seed in (0, 1):
+        add_run(db, f"rh-{seed}", "return-hard", {step: 60.0 + seed + step % 3 for step in range(5, 30, 5)}, seed=seed)
+        add_run(db, f"gg-{seed}", "gigpo", {step: 70.0 + seed + step % 3 for step in range(65, 150, 10)}, seed=seed)
+    text = render_card(build_card_context(db, "rh-0", status="final", window_start=5))
+    assert "The arms' windows cover different stretches of training" in text
+    assert "steps 5-25" in text and "steps 65-145" in text

@@ -122,3 +122,27 @@ def correction_lines(document: Mapping[str, Any]) -> list[str]:
                   f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
                   for row in rows]
     return lines
+
+
+def _step_range(document: Mapping[str, Any], arm: str) -> tuple[int, int] | None:
+    steps = [step for entry in document["runs"] if entry.get("arm_label") == arm
+             for step in (entry.get("window") or {}).get("steps") or []]
+    return (min(steps), max(steps)) if steps else None
+
+
+def window_steps_note(document: Mapping[str, Any], arms_rows: list[dict]) -> str:
+    """When the arms' windows cover different training steps (a resumed log's 65-145 beside a
+    5-25), the sentence that says so; empty when every pair overlaps over at least half of the
+    steps the two span together."""
+    ranges = {row["label"]: _step_range(document, row["raw"]["arm"]) for row in arms_rows}
+    known = {label: span for label, span in ranges.items() if span is not None}
+    spans = list(known.values())
+    comparable = all(
+        min(a[1], b[1]) - max(a[0], b[0]) >= 0.5 * (max(a[1], b[1]) - min(a[0], b[0]))
+        for index, a in enumerate(spans) for b in spans[index + 1:]
+    )
+    if comparable:
+        return ""
+    listed = "; ".join(f"{label}: steps {low}-{high}" for label, (low, high) in known.items())
+    return (f"The arms' windows cover different stretches of training ({listed}), so their means are of "
+            "different training: they are set side by side, not compared.")

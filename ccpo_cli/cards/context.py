@@ -25,6 +25,7 @@ from ccpo_cli.cards.caveats import (
     fmt,
     grpo_caveat,
     isolation_statement,
+    window_steps_note,
 )
 from ccpo_cli.cards.evidence import (
     evaluation_protocol,
@@ -328,6 +329,7 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
         "arms_table": arms_table,
+        "window_steps_note": window_steps_note(facts.document, arms_table) if len(arms_table) > 1 else "",
         "references": reference_rows(facts.document),
         "this_n_seeds": own["n_seeds"] if own else 0,
         "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
