@@ -124,3 +124,14 @@ def test_windows_over_different_steps_are_said_to_be_so(tmp_path):
     text = render_card(build_card_context(db, "rh-0", status="final", window_start=5))
     assert "The arms' windows cover different stretches of training" in text
     assert "steps 5-25" in text and "steps 65-145" in text
+
+
+def test_a_log_ingested_twice_is_one_run_not_two_averaged(tmp_path):
+    db = open_db(tmp_path / "runs.db")
+    add_run(db, "rh-a", "return-hard", plateau(80), seed=0)
+    add_run(db, "rh-b", "return-hard", plateau(80), seed=0)
+    arm = compare_runs(db, None)["arms"][0]
+    window = compare_runs(db, ["rh-a"])["runs"][0]["window"]
+    assert arm["n"] == window["n"] and arm["identical_runs"] == [["rh-a", "rh-b"]]
+    assert any("one log recorded 2 times" in note for note in arm["seed_notes"])
+    assert not any("averaged" in note for note in arm["seed_notes"])

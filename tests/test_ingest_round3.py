@@ -228,3 +228,13 @@ def test_a_resumed_log_records_where_it_resumed(tmp_path):
     document = ingest(tmp_path / "r.db", path, "p", "--benchmark", "sokoban")
     assert document["resumed_from"] == 60 and document["first_step"] == 61
     assert all_identities(open_db(tmp_path / "r.db"))["p"].facts["resumed_from"] == 60
+
+
+def test_a_split_the_log_does_not_name_is_said_to_be_assumed(tmp_path):
+    db_path = tmp_path / "r.db"
+    ingest(db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "assumed")
+    ingest(db_path, ROUND3 / "jonp07hiper_ppo_alfworld_seed5_1_5b.txt", "printed")
+    identities = all_identities(open_db(db_path))
+    assert identities["assumed"].protocol.split == "valid_seen"
+    assert "verl-agent validates on eval_in_distribution" in identities["assumed"].protocol.split_assumed
+    assert identities["printed"].protocol.split == "valid_seen" and identities["printed"].protocol.split_assumed is None

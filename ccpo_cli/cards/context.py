@@ -312,6 +312,7 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
             "episodes_known": bool(protocol["episodes"]),
             "episodes_basis": protocol["episodes_basis"],
             "split": protocol["split"],
+            "split_assumed": protocol.get("split_assumed"),
             "temperature": protocol["temperature"],
             "mixed": protocol["mixed"],
             "left_out": protocol["left_out"],

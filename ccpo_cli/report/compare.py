@@ -141,6 +141,11 @@ def _identical_runs(entries: list[dict], hashes: dict[int, frozenset]) -> list[l
 def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bootstrap_reps: int,
                bootstrap_seed: int) -> dict:
     seeds, unseeded = _seed_groups(members)
+    # One log recorded under two names is one run: its copies add no evaluation and no seed.
+    identical = _identical_runs([entry for runs in seeds.values() for entry in runs] + unseeded, hashes)
+    copies = {name for group in identical for name in group[1:]}
+    seeds = {seed: kept for seed, runs in seeds.items() if (kept := [entry for entry in runs if entry["run"] not in copies])}
+    unseeded = [entry for entry in unseeded if entry["run"] not in copies]
     seed_means = [_mean(entry["window"]["mean"] for entry in runs) for runs in seeds.values()]
     n_seeds = len(seeds)
     # Runs without a recorded seed are no seed: they enter an arm's level only when it has no seed at all.
@@ -157,6 +162,9 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
     first = members[0]
     repeated = {seed: [entry["run"] for entry in runs] for seed, runs in seeds.items() if len(runs) > 1}
     notes = []
+    for group in identical:
+        notes.append(f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
+                     "counted once")
     if repeated:
         notes.append("; ".join(f"seed {seed}: {len(runs)} runs averaged as one seed" for seed, runs in repeated.items()))
     if unseeded:
@@ -183,7 +191,7 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "seed_window_means": seed_means,
         "repeated_seeds": repeated,
         "unseeded_runs": [entry["run"] for entry in unseeded],
-        "identical_runs": _identical_runs(with_window, hashes),
+        "identical_runs": identical,
         "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
         "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
         "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),

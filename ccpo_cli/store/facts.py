@@ -181,6 +181,9 @@ def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
 # A value a launch script never expanded (`key=$train_data_size`, Hydra's `${oc.env:X}`).
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][\w.:]*)")
 VAL_ONLY_KEY = "trainer.val_only"
+# The source of a split the log did not name, given by the benchmark's verl-agent default: a
+# reader tells it from a recorded split by this prefix (store/identity.py).
+ASSUMED_SPLIT_SOURCE = "assumed (the log names no split): "
 ALGORITHM_PREFIX = "algorithm."
 
 
@@ -405,7 +408,7 @@ def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str,
     conflicts = record_facts(db, row["id"], stated, stated_source) if stated else []
     if (default_split is not None and "split" not in facts and "split" not in stated
             and "split" not in run_facts(db, row["id"])["values"]):
-        _record(db, row["id"], "split", default_split[0], default_split[1])
+        _record(db, row["id"], "split", default_split[0], f"{ASSUMED_SPLIT_SOURCE}{default_split[1]}")
     conflicts += record_facts(db, row["id"], facts, source)
     changes: dict[str, Any] = {}
     if config and not row["config"]:

@@ -110,6 +110,8 @@ class EvaluationProtocol:
     episodes_basis: str
     turn_limit: int | None
     mixed: bool = False  # the run's evaluations used more than one (episodes, temperature)
+    # How the split is known: None when recorded, else why it is assumed (a benchmark's default).
+    split_assumed: str | None = None
     # The (episodes, temperature) pair as the protocol's evaluation rows recorded it (None where a
     # row did not): the rows a window averages are those with exactly this pair.
     evaluation_key: tuple = (None, None)
@@ -123,7 +125,8 @@ class EvaluationProtocol:
 
     def as_dict(self) -> dict[str, Any]:
         return {"split": self.split, "temperature": self.temperature, "episodes": self.episodes,
-                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed}
+                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed,
+                "split_assumed": self.split_assumed}
 
 
 @dataclass(frozen=True)
@@ -337,13 +340,22 @@ def _run_arm(row: Mapping[str, Any], facts: Mapping[str, Any]) -> ArmIdentity | 
     return external_arm(algorithm) if isinstance(algorithm, Mapping) else None
 
 
+# Beside a run's facts while they are read: why its split is assumed (None: recorded).
+SPLIT_ASSUMED_KEY = "_split_assumed"
+_ASSUMED = "assumed (the log names no split): "  # store.facts.ASSUMED_SPLIT_SOURCE, without the import
+
+
 def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     facts: dict[int, dict[str, Any]] = defaultdict(dict)
     if not run_ids or "run_facts" not in db.table_names():
         return facts
     marks = ", ".join("?" for _ in run_ids)
-    for row in db.query(f"SELECT run_id, key, value FROM run_facts WHERE run_id IN ({marks}) ORDER BY id", list(run_ids)):
+    for row in db.query(f"SELECT run_id, key, value, source FROM run_facts WHERE run_id IN ({marks}) ORDER BY id",
+                        list(run_ids)):
         facts[row["run_id"]].setdefault(row["key"], _json(row["value"]))  # the first value recorded stands
+        if row["key"] == "split" and SPLIT_ASSUMED_KEY not in facts[row["run_id"]]:
+            source = row["source"] or ""
+            facts[row["run_id"]][SPLIT_ASSUMED_KEY] = source[len(_ASSUMED):] if source.startswith(_ASSUMED) else None
     return facts
 
 
@@ -438,6 +450,7 @@ def _protocol(facts: Mapping[str, Any], counts: Counter, rates: list[float]) -> 
         turn_limit=None if turn_limit is None else int(turn_limit),
         mixed=mixed,
         evaluation_key=evaluation_key,
+        split_assumed=facts.get(SPLIT_ASSUMED_KEY),
     )
 
 
@@ -461,6 +474,7 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
     for row in run_rows:
         identifier = int(row["id"])
         run_facts = facts.get(identifier, {})
+        split_assumed = run_facts.pop(SPLIT_ASSUMED_KEY, None)
         start = _mapping(row.get("config")).get("start")
         stream = _mapping(_mapping(row.get("config")).get("train")).get("rollout_stream")
         identities[row["name"]] = RunIdentity(
@@ -468,7 +482,8 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
             arm=_run_arm(row, run_facts),
             seed=row.get("seed"), base_model=row.get("base_model"),
             backend=row.get("backend"), benchmark=row.get("benchmark"),
-            protocol=_protocol(run_facts, counts.get(identifier, Counter()), rates.get(identifier, [])),
+            protocol=_protocol({**run_facts, SPLIT_ASSUMED_KEY: split_assumed}, counts.get(identifier, Counter()),
+                               rates.get(identifier, [])),
             total_steps=row.get("total_steps"), agent=run_facts.get("agent"),
             start=dict(start) if isinstance(start, Mapping) else None, facts=dict(run_facts),
             rollout_stream=stream if isinstance(stream, int) and not isinstance(stream, bool) else None,
