@@ -141,8 +141,9 @@ def _identical_runs(entries: list[dict], hashes: dict[int, frozenset]) -> list[l
 def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bootstrap_reps: int,
                bootstrap_seed: int) -> dict:
     seeds, unseeded = _seed_groups(members)
-    # One log recorded under two names is one run: its copies add no evaluation and no seed.
-    identical = _identical_runs([entry for runs in seeds.values() for entry in runs] + unseeded, hashes)
+    # One log recorded twice under one seed is one run: its copies add no evaluation. (Two seeds
+    # whose rows happen to agree stay two seeds.)
+    identical = [group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)]
     copies = {name for group in identical for name in group[1:]}
     seeds = {seed: kept for seed, runs in seeds.items() if (kept := [entry for entry in runs if entry["run"] not in copies])}
     unseeded = [entry for entry in unseeded if entry["run"] not in copies]
