@@ -110,8 +110,8 @@ def welch_t_test(
     }
     if len(first) < 2 or len(second) < 2:
         return result
-    if first.var(ddof=1) == 0 and second.var(ddof=1) == 0:
-        return result  # no spread at all: the t statistic is undefined
+    if no_spread(first) and no_spread(second):
+        return result  # no spread at all (rounding noise is none): the t statistic is undefined
     test = stats.ttest_ind(first, second, equal_var=False)
     interval = test.confidence_interval(confidence)
     result.update(
@@ -122,6 +122,22 @@ def welch_t_test(
         ci_high=float(interval.high),
     )
     return result
+
+
+# Values closer than this, relative to their size, are one value: window means computed along
+# two paths differ by float rounding (1e-13), which is neither spread nor an improvement.
+RELATIVE_TIE = 1e-9
+
+
+def _tolerance(*arrays: np.ndarray) -> float:
+    largest = max((float(np.max(np.abs(array))) for array in arrays if array.size), default=0.0)
+    return RELATIVE_TIE * max(1.0, largest)
+
+
+def no_spread(values: Sequence[float] | np.ndarray) -> bool:
+    """Whether values are all one value, up to float rounding (RELATIVE_TIE)."""
+    array = np.asarray(values, dtype=float)
+    return bool(array.size == 0 or float(np.ptp(array)) <= _tolerance(array))
 
 
 def iqm(scores: np.ndarray | Sequence) -> float:
@@ -169,7 +185,7 @@ def stratified_bootstrap_iqm(
 
 def probability_of_improvement(x: np.ndarray | Sequence, y: np.ndarray | Sequence) -> float:
     """P(X > Y): for each task, the Mann-Whitney U of runs of x against runs of y divided by
-    n_x · n_y (ties count one half), averaged over tasks. Inputs are (runs × tasks) or 1-D."""
+    n_x · n_y (ties, equal up to float rounding, count one half), averaged over tasks. Inputs are (runs × tasks) or 1-D."""
     first = np.asarray(x, dtype=float)
     second = np.asarray(y, dtype=float)
     if first.ndim == 1:
@@ -178,8 +194,11 @@ def probability_of_improvement(x: np.ndarray | Sequence, y: np.ndarray | Sequenc
         second = second[:, None]
     if first.shape[1] != second.shape[1]:
         raise ValueError("x and y must have the same tasks (columns)")
-    greater = (first[:, None, :] > second[None, :, :]).mean(axis=(0, 1))
-    ties = (first[:, None, :] == second[None, :, :]).mean(axis=(0, 1))
+    # Exact ties: values equal up to float rounding tie (count one half), never decided by noise.
+    gap = first[:, None, :] - second[None, :, :]
+    tolerance = _tolerance(first, second)
+    greater = (gap > tolerance).mean(axis=(0, 1))
+    ties = (np.abs(gap) <= tolerance).mean(axis=(0, 1))
     return float(np.mean(greater + 0.5 * ties))
 
 
@@ -197,13 +216,20 @@ def mean_sd_n(values: Sequence[float]) -> dict:
 # interval anywhere (-333 to +528 points per 100 steps was seen), or give it zero width.
 MIN_TREND_POINTS = 5
 TOO_FEW_FOR_TREND = "too few evaluations to judge convergence"
+# A converged window's slope interval covers 0 and is narrow: its width times the window's span
+# (the spread of changes over the window it allows) is at most this, in the values' units
+# (percent points for the report). An interval of -51 to +153 points per 100 steps over 20 steps
+# (41 points) covers 0 because it is wide, which shows nothing settled.
+CONVERGED_MAX_WIDTH = 15.0
 
 
 def trend_test(steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> dict:
     """Ordinary least-squares slope of values against steps, with its t interval (n - 2 df).
 
     A window whose slope interval excludes 0 still rises or falls beyond its own noise: it is
-    not converged. `residual_sd` is the sd of the values around the fitted line (ddof 2), the
+    not converged. One whose interval covers 0 is converged only when the interval, over the
+    window's span, is at most CONVERGED_MAX_WIDTH wide; a wider one is too uncertain to say
+    (`converged` None, `note`). `residual_sd` is the sd of the values around the fitted line (ddof 2), the
     noise of the window with the trend taken out. Below MIN_TREND_POINTS points (or with every
     point at one step) there is no interval, and `converged` is None with the reason in `note`.
     Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
@@ -228,8 +254,14 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     stderr = float(fit.stderr) if math.isfinite(fit.stderr) else 0.0
     half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
     low, high = float(fit.slope - half), float(fit.slope + half)
-    converged = bool(low <= 0.0 <= high)
-    direction = "flat" if converged else ("rising" if fit.slope > 0 else "falling")
+    covers_zero = bool(low <= 0.0 <= high)
+    allowed = (high - low) * float(np.ptp(x))
+    converged: bool | None = covers_zero and allowed <= CONVERGED_MAX_WIDTH
+    if covers_zero and not converged:
+        converged = None  # neither rising nor settled: too uncertain to say
+        result["note"] = (f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
+                          f"the {CONVERGED_MAX_WIDTH:g} a converged window may span")
+    direction = "flat" if converged else ("uncertain" if covers_zero else "rising" if fit.slope > 0 else "falling")
     result.update(slope=float(fit.slope), ci_low=low, ci_high=high,
                   p=float(fit.pvalue) if math.isfinite(fit.pvalue) else None,
                   change=float(fit.slope * np.ptp(x)), residual_sd=residual_sd, converged=converged,

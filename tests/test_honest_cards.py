@@ -148,7 +148,8 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
     facts = facts_from_config(read_config_file(config))
     assert facts == {"split": "valid_seen", "temperature": 0.4, "seed": 0, "model": "Qwen/Qwen2.5-7B-Instruct",
                      "estimator": "grpo", "batch": 16, "group": 8, "max_steps": 50, "gamma": 0.95, "lr": 1e-6,
-                     "kl": 0.01, "total_steps": 150, "hardware": "1 node(s) x 8 GPUs"}
+                     "kl": 0.01, "total_steps": 150, "hardware": "1 node(s) x 8 GPUs",
+                     "algorithm": {"adv_estimator": "grpo", "gamma": 0.95}}
     db_path = tmp_path / "runs.db"
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
     result = ingest(db_path, log, "--config", str(config), "--episodes", "128", "--temperature", "0.6")
@@ -183,7 +184,8 @@ def test_a_launch_command_fills_what_it_can_and_a_verl_log_defaults_to_valid_see
     command.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=gigpo data.train_batch_size=16 \\\n"
                        "  env.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 +env.seed=2 trainer.n_gpus_per_node=4\n")
     assert facts_from_config(read_config_file(command)) == {
-        "estimator": "gigpo", "batch": 16, "group": 8, "lr": 1e-6, "seed": 2, "hardware": "1 node(s) x 4 GPUs"}
+        "estimator": "gigpo", "batch": 16, "group": 8, "lr": 1e-6, "seed": 2, "hardware": "1 node(s) x 4 GPUs",
+        "algorithm": {"adv_estimator": "gigpo"}}
     db_path = tmp_path / "runs.db"
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
     assert ingest(db_path, log).exit_code == 0

@@ -139,9 +139,11 @@ def test_five_runs_of_seed_zero_are_one_seed_and_not_resolved(tmp_path):
         record_series(db, name, [100 * (90 + index + i) / 128 for i in range(5)], episodes=128)
     arm = compare_runs(db, None)["arms"][0]
     assert arm["n_seeds"] == 1 and arm["seeds"] == [0] and not arm["resolved"]
-    assert arm["sd_over"] == "evaluations" and arm["repeated_seeds"] == {0: ["a", "b", "c", "d", "e"]}
+    # The log ingested twice is one run (issue 29), not two runs averaged.
+    assert arm["sd_over"] == "evaluations" and arm["repeated_seeds"] == {0: ["a", "c", "d", "e"]}
     assert arm["identical_runs"] == [["a", "b"]]
-    assert "seed 0: 5 runs averaged as one seed" in arm["seed_notes"][0]
+    assert "runs a, b hold the same evaluations (one log recorded 2 times)" in arm["seed_notes"][0]
+    assert "seed 0: 4 runs averaged as one seed" in arm["seed_notes"][1]
     text = render_card(build_card_context(db, "c"))
     assert "at least two seeds" not in text and "one recorded seed" in text
 

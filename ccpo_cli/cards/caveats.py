@@ -9,6 +9,7 @@ from typing import Any
 
 from ccpo_cli.cards.method import estimator_family
 from ccpo_cli.cards.selection import ResolvedArm
+from ccpo_cli.report.isolation import shown_differences
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -41,16 +42,17 @@ def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str)
 
 
 def grpo_caveat(
-    arms_rows: list[dict], excluded: Mapping[str, list[str]], identities: Mapping[str, Any], window_mean: float
+    arms_rows: list[dict], excluded: Mapping[str, list[str]], identities: Mapping[str, Any], arm_mean: float
 ) -> dict[str, Any]:
-    """A claim against GRPO needs an isolated GRPO run; without one, say why there is none."""
+    """A claim against GRPO needs an isolated GRPO run; without one, say why there is none. The
+    difference is arm minus arm: `arm_mean` is this run's arm level, never the run's own window."""
     grpo_rows = [row for row in arms_rows if row["family"] == "grpo" and not row["this"]]
     if grpo_rows:
         row = grpo_rows[0]
         return {
             "present": True, "label": row["label"], "mean": row["mean"], "sd": row["sd"], "n": row["n"],
             "n_seeds": f"{row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''}",
-            "difference": f"{window_mean - row['raw']['mean']:+.1f}",
+            "difference": f"{arm_mean - row['raw']['mean']:+.1f}", "this_mean": fmt(arm_mean),
         }
     rejected = [
         name for name in excluded
@@ -58,7 +60,7 @@ def grpo_caveat(
         and estimator_family(identities[name].arm.name, identities[name].arm.flags or {}) == "grpo"
     ]
     if rejected:
-        return {"present": False, "rejected": f"run `{rejected[0]}`", "rejected_reason": "; ".join(excluded[rejected[0]])}
+        return {"present": False, "rejected": f"run `{rejected[0]}`", "rejected_reason": shown_differences(excluded[rejected[0]])}
     return {"present": False}
 
 
@@ -120,3 +122,27 @@ def correction_lines(document: Mapping[str, Any]) -> list[str]:
                   f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
                   for row in rows]
     return lines
+
+
+def _step_range(document: Mapping[str, Any], arm: str) -> tuple[int, int] | None:
+    steps = [step for entry in document["runs"] if entry.get("arm_label") == arm
+             for step in (entry.get("window") or {}).get("steps") or []]
+    return (min(steps), max(steps)) if steps else None
+
+
+def window_steps_note(document: Mapping[str, Any], arms_rows: list[dict]) -> str:
+    """When the arms' windows cover different training steps (a resumed log's 65-145 beside a
+    5-25), the sentence that says so; empty when every pair overlaps over at least half of the
+    steps the two span together."""
+    ranges = {row["label"]: _step_range(document, row["raw"]["arm"]) for row in arms_rows}
+    known = {label: span for label, span in ranges.items() if span is not None}
+    spans = list(known.values())
+    comparable = all(
+        min(a[1], b[1]) - max(a[0], b[0]) >= 0.5 * (max(a[1], b[1]) - min(a[0], b[0]))
+        for index, a in enumerate(spans) for b in spans[index + 1:]
+    )
+    if comparable:
+        return ""
+    listed = "; ".join(f"{label}: steps {low}-{high}" for label, (low, high) in known.items())
+    return (f"The arms' windows cover different stretches of training ({listed}), so their means are of "
+            "different training: they are set side by side, not compared.")

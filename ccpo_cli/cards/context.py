@@ -25,6 +25,7 @@ from ccpo_cli.cards.caveats import (
     fmt,
     grpo_caveat,
     isolation_statement,
+    window_steps_note,
 )
 from ccpo_cli.cards.evidence import (
     evaluation_protocol,
@@ -41,13 +42,17 @@ from ccpo_cli.cards.guards import (
 )
 from ccpo_cli.cards.lint import FROM_SCRATCH_TAG
 from ccpo_cli.cards.method import (
+    EXTERNAL,
+    EXTERNAL_INERT,
     METHOD_NAMES,
     METHOD_PARAGRAPHS,
     METHOD_SHORT_NAMES,
     describe_arm,
     distinguishing_flags,
     estimator_family,
+    external_method,
     format_flag_value,
+    is_external,
     padding_rule,
 )
 from ccpo_cli.cards.selection import (
@@ -61,6 +66,8 @@ from ccpo_cli.cards.selection import (
 )
 from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.report.compare import MIN_SEEDS_RESOLVED
+from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.stats import TOO_FEW_FOR_TREND
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
@@ -176,7 +183,7 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
         "overrides": ", ".join(f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())),
         "flags": [
             {"name": name, "value": format_flag_value(value),
-             "inert": arm.inert.get(name, "live: can change the advantages")}
+             "inert": EXTERNAL_INERT if is_external(arm.name) else arm.inert.get(name, "live: can change the advantages")}
             for name, value in arm.flags.items()
         ],
         "flags_known": bool(arm.flags),
@@ -269,6 +276,8 @@ def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
         return {"tested": False, "converged": None, "text": trend.get("note") or "no trend test"}
     per_100 = f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval " \
               f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
+    if trend["converged"] is None and trend.get("note"):
+        per_100 += f": {trend['note']}"
     return {"tested": True, "converged": trend["converged"], "direction": trend["direction"],
             "change": fmt(trend["change"]), "text": per_100}
 
@@ -293,14 +302,17 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "run_name": run_row["name"],
         "ccpo_version": __version__,
         "code_reference": f"commit {run_row['git_commit']}" if run_row.get("git_commit") else "",
-        "method": {"family": family, "name": METHOD_NAMES[family], "short": METHOD_SHORT_NAMES[family],
-                   "paragraph": METHOD_PARAGRAPHS[family]},
+        "method": external_method(facts.this_arm.name, facts.this_arm.flags) if family == EXTERNAL
+        or is_external(facts.this_arm.name) else
+        {"family": family, "name": METHOD_NAMES[family], "short": METHOD_SHORT_NAMES[family],
+         "paragraph": METHOD_PARAGRAPHS[family]},
         "arm": _arm_vars(facts),
         "protocol": {
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
             "episodes_known": bool(protocol["episodes"]),
             "episodes_basis": protocol["episodes_basis"],
             "split": protocol["split"],
+            "split_assumed": protocol.get("split_assumed"),
             "temperature": protocol["temperature"],
             "mixed": protocol["mixed"],
             "left_out": protocol["left_out"],
@@ -318,12 +330,18 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
         "arms_table": arms_table,
+        "window_steps_note": window_steps_note(facts.document, arms_table) if len(arms_table) > 1 else "",
         "references": reference_rows(facts.document),
         "this_n_seeds": own["n_seeds"] if own else 0,
         "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
         "excluded_runs": "; ".join(
-            f"`{name}` ({'; '.join(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
+            f"`{name}` ({shown_differences(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
         ),
+        # The window above is the run's own; the arm's level is over its seeds' means (report/compare.py).
+        "arm_level": {"mean": own["mean"], "sd": own["sd"], "n": own["n"],
+                      "sd_over": own["raw"].get("sd_over") or "evaluations"} if own else None,
+        "min_seeds_resolved": MIN_SEEDS_RESOLVED,
+        "under_replicated_arms": ", ".join(row["label"] for row in arms_table if row["n_seeds"] < MIN_SEEDS_RESOLVED),
         "grpo": grpo,
         "published": published,
         "any_single_seed": bool(single_seed),
@@ -357,7 +375,8 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "headline_name": (
             f"Success rate (%), {'converged-window' if window.get('converged') is True else 'window'} mean over "
             f"{window['n']} evaluations (step >= {facts.window_start})"
-            + {False: ", not converged", None: f", {TOO_FEW_FOR_TREND}", True: ""}[window.get("converged")]
+            + {False: ", not converged", True: ""}.get(
+                window.get("converged"), f", {(window.get('trend') or {}).get('note') or TOO_FEW_FOR_TREND}")
         ),
         "split": facts.protocol["split"],
         "benchmark": benchmark_vars(facts.identity),
@@ -436,7 +455,10 @@ def build_card_context(
         checkpoint_step = weights.get("step")
     facts = _gather(db, run, status, repo_id, window_start, license, checkpoint_step)
     arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
-    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, facts.this["window"]["mean"])
+    own = next((row for row in arms_table if row["this"]), None)
+    # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
+    level = own["raw"]["mean"] if own is not None and own["raw"].get("mean") is not None else facts.this["window"]["mean"]
+    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, level)
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,

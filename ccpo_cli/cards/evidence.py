@@ -21,6 +21,7 @@ def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any])
         "episodes_basis": protocol.episodes_basis,
         "temperature": protocol.temperature,
         "split": protocol.split,
+        "split_assumed": protocol.split_assumed,
         "turn_limit": protocol.turn_limit,
         "mixed": bool(window.get("protocol_mixed")),
         "left_out": len(window.get("left_out_evaluation_ids") or []),

@@ -19,9 +19,17 @@ PROJECT_LICENSE = "apache-2.0"
 def check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
     """A final card needs the run to have reached the largest total steps ever recorded for it (a
     re-ingest with a smaller total is a conflict, not a shortcut); an interim card of a finished
-    run would promise numbers that will never change, so it is refused."""
+    run would promise numbers that will never change, so it is refused, and so is any card of a
+    failed run."""
     if status not in STATUSES:
         raise InvalidInput(f"card status {status!r} is not one of {', '.join(STATUSES)}")
+    if this.get("run_state") == "failed":
+        # An interim card would promise final numbers that will never come; a final one would
+        # present a failed run's numbers as a result. Refused, with the failure named.
+        raise InvalidInput(
+            f"run {run!r} failed (last step {this.get('last_step')}): no card is rendered for a failed run; "
+            "its evaluations stay in `ccpo compare --include-failed`"
+        )
     totals = this.get("total_steps_recorded") or []
     last_step = this.get("last_step")
     if status == "final":

@@ -19,6 +19,12 @@ METHOD_NAMES = {
 }
 
 METHOD_SHORT_NAMES = {"ccpo": "CCPO", "gigpo": "GiGPO", "grpo": "GRPO"}
+# What a card says of a flag of an external arm: ccpo cannot tell which of them are inert.
+EXTERNAL_INERT = "not assessed: ccpo does not implement this estimator"
+# An estimator known only from a run's log (store/identity.py `external_arm`): named by the
+# estimator the log printed, never described as one of ccpo's.
+EXTERNAL = "external"
+EXTERNAL_ARM_PREFIX = "verl-agent:"
 
 METHOD_PARAGRAPHS = {
     "ccpo": (
@@ -60,8 +66,32 @@ def padding_rule(flags: Mapping[str, Any], *, pads: bool) -> str:
 _FAMILY_KEYS = ("estimator", "adv_estimator", "method", "family")
 
 
+def is_external(arm_name: str | None) -> bool:
+    return (arm_name or "").startswith(EXTERNAL_ARM_PREFIX)
+
+
+def external_estimator(arm_name: str | None, flags: Mapping[str, Any]) -> str:
+    """The estimator an external arm's log printed (`algorithm.adv_estimator`)."""
+    value = flags.get("adv_estimator")
+    return str(value) if value else (arm_name or "")[len(EXTERNAL_ARM_PREFIX):]
+
+
+def external_method(arm_name: str | None, flags: Mapping[str, Any]) -> dict[str, str]:
+    """The method variables of a card for an external arm: its own estimator, not ccpo's words."""
+    estimator = external_estimator(arm_name, flags)
+    return {"family": estimator_family(arm_name, flags), "name": f"verl-agent's `{estimator}` estimator",
+            "short": {"grpo": "GRPO", "gigpo": "GiGPO"}.get(estimator, estimator.upper()),
+            "paragraph": (f"The run trained verl-agent's `{estimator}` advantage estimator (`algorithm.adv_estimator="
+                          f"{estimator}`). ccpo does not implement it: the arm is known by the `algorithm.*` settings "
+                          "the run's log printed, listed below, and its fingerprint is theirs.")}
+
+
 def estimator_family(arm_name: str | None, flags: Mapping[str, Any]) -> str:
-    """`ccpo`, `gigpo` or `grpo` (the family whose method paragraph the card prints)."""
+    """`ccpo`, `gigpo` or `grpo` (the family whose method paragraph the card prints), or
+    `external` for an estimator of another family known only from a run's log."""
+    if is_external(arm_name):
+        estimator = external_estimator(arm_name, flags).lower()
+        return estimator if estimator in ("gigpo", "grpo") else EXTERNAL
     for key in _FAMILY_KEYS:
         value = flags.get(key)
         if isinstance(value, str) and value.lower() in METHOD_NAMES:
@@ -109,6 +139,9 @@ def describe_ccpo_flags(flags: Mapping[str, Any]) -> str:
 
 
 def describe_arm(arm_name: str, flags: Mapping[str, Any]) -> str:
+    if is_external(arm_name):
+        return (f"verl-agent's `{external_estimator(arm_name, flags)}` estimator with the `algorithm.*` settings its "
+                "log printed (not one of ccpo's arm files)")
     family = estimator_family(arm_name, flags)
     if family == "ccpo":
         return describe_ccpo_flags(flags)

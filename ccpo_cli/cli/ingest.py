@@ -58,7 +58,8 @@ def ingest(
     ))] = False,
     metric: Annotated[str | None, typer.Option("--metric", help=(
         "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
-        "read from its file name when it has one."
+        "read from its file name when it has one. FROM=TO reads a metric the log names FROM as TO, e.g. "
+        "val/val/success_rate=val/success_rate for a fork that renamed it."
     ))] = None,
     source_run: Annotated[str | None, typer.Option("--source-run", help=(
         "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
@@ -84,10 +85,13 @@ def ingest(
     from ccpo_cli.store import open_db
     from ccpo_cli.store.facts import protocol_facts
     from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
+    from ccpo_cli.store.readers.metric_names import MetricRename
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
     options = settings(ctx)
+    rename = MetricRename.parse(metric) if metric is not None and "=" in metric else None
+    metric = None if rename is not None else metric
     resolved_arm = _arm(arm)
     check_run_name(run)  # before open_db, like the file check below
     if benchmark is not None:
@@ -105,7 +109,7 @@ def ingest(
                   arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
                   seed=facts.get("seed"), base_model=base_model,
                   total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
-                  strict=strict, metric=metric, source_run=source_run)
+                  strict=strict, metric=metric, source_run=source_run, rename=rename)
     if show_bar:
         columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console, transient=True) as progress:

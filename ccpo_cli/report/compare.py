@@ -141,9 +141,16 @@ def _identical_runs(entries: list[dict], hashes: dict[int, frozenset]) -> list[l
 def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bootstrap_reps: int,
                bootstrap_seed: int) -> dict:
     seeds, unseeded = _seed_groups(members)
+    # One log recorded twice under one seed is one run: its copies add no evaluation. (Two seeds
+    # whose rows happen to agree stay two seeds.)
+    identical = [group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)]
+    copies = {name for group in identical for name in group[1:]}
+    seeds = {seed: kept for seed, runs in seeds.items() if (kept := [entry for entry in runs if entry["run"] not in copies])}
+    unseeded = [entry for entry in unseeded if entry["run"] not in copies]
     seed_means = [_mean(entry["window"]["mean"] for entry in runs) for runs in seeds.values()]
     n_seeds = len(seeds)
-    with_window = [entry for runs in seeds.values() for entry in runs] + unseeded
+    # Runs without a recorded seed are no seed: they enter an arm's level only when it has no seed at all.
+    with_window = [entry for runs in seeds.values() for entry in runs] or unseeded
     if n_seeds >= 2:
         summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
     elif with_window:
@@ -156,6 +163,9 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
     first = members[0]
     repeated = {seed: [entry["run"] for entry in runs] for seed, runs in seeds.items() if len(runs) > 1}
     notes = []
+    for group in identical:
+        notes.append(f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
+                     "counted once")
     if repeated:
         notes.append("; ".join(f"seed {seed}: {len(runs)} runs averaged as one seed" for seed, runs in repeated.items()))
     if unseeded:
@@ -182,7 +192,7 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "seed_window_means": seed_means,
         "repeated_seeds": repeated,
         "unseeded_runs": [entry["run"] for entry in unseeded],
-        "identical_runs": _identical_runs(with_window, hashes),
+        "identical_runs": identical,
         "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
         "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
         "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
@@ -214,7 +224,13 @@ def _comparable(first: dict, second: dict) -> bool:
 
 def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]) -> tuple[list[dict], list[dict]]:
     comparisons, not_compared = [], []
-    for first, second in combinations([arm for arm in arms if arm["n_seeds"]], 2):
+    for first, second in combinations(arms, 2):
+        unseeded = [arm["arm"] for arm in (first, second) if not arm["n_seeds"]]
+        if unseeded:
+            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": [],
+                                 "note": f"not compared: {' and '.join(unseeded)} "
+                                         f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed"})
+            continue
         if not _comparable(first, second):
             differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
                        if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)]

@@ -54,6 +54,8 @@ def _arm_flag_names() -> frozenset[str]:
 
 def _is_estimator_or_local(key: str) -> bool:
     parts = [part.lstrip("+") for part in key.split(".")]
+    if parts[0] == "algorithm":
+        return True  # verl's estimator section: what an arm is (an external arm's flags, store/identity.py)
     if any(part.startswith("CCPO_") for part in parts):
         return True
     if ESTIMATOR_KEY_PARTS.intersection(parts) or parts[-1] in _arm_flag_names():
@@ -99,9 +101,14 @@ def _config_differences(runs: list[dict], differences: list[str], not_recorded: 
 
 def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: list[str],
                       not_recorded: list[str]) -> None:
+    # A run without a recorded seed is no seed: it enters no seed set, and is named as not recorded.
     seeds_by_arm: dict[str, set] = defaultdict(set)
     for run in runs:
-        seeds_by_arm[arm_of[run["name"]]].add(run["seed"])
+        if run["seed"] is not None:
+            seeds_by_arm[arm_of[run["name"]]].add(run["seed"])
+    unseeded = sorted(run["name"] for run in runs if run["seed"] is None)
+    if unseeded:
+        not_recorded.append(f"seed (for {', '.join(unseeded)})")
     # Seeds within one arm are replicates; arms run on different seed sets are not paired.
     if len(seeds_by_arm) > 1 and len({frozenset(seeds) for seeds in seeds_by_arm.values()}) > 1:
         differences.append(
@@ -109,7 +116,8 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
         )
     by_seed: dict[Any, list[dict]] = defaultdict(list)
     for run in runs:
-        by_seed[run["seed"]].append(run)
+        if run["seed"] is not None:
+            by_seed[run["seed"]].append(run)
     for field in PER_SEED_RUN_FIELDS:
         for seed, members in by_seed.items():
             label = field if len(by_seed) == 1 else f"{field} (seed {seed})"
@@ -136,7 +144,8 @@ def isolation_check(runs: list[dict], identities: Mapping[str, RunIdentity], arm
     runs = [dict(run, seed=identities[run["name"]].seed) for run in runs]
     seeds_by_arm: dict[str, list] = defaultdict(list)
     for run in runs:
-        seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
+        if run["seed"] is not None:
+            seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
     if len(runs) < 2:
         return {"verdict": "passes", "estimator_only": True, "compared_runs": names, "differences": [],
                 "not_recorded": [], "seeds_by_arm": dict(seeds_by_arm),
@@ -172,10 +181,29 @@ def isolation_check(runs: list[dict], identities: Mapping[str, RunIdentity], arm
     }
 
 
+# A verdict's line names this many differences; the rest are counted (all are in the document).
+SHOWN_DIFFERENCES = 3
+
+
+def shown_differences(differences: list[str]) -> str:
+    """The first SHOWN_DIFFERENCES differences, the rest counted: a line, not a list of kilobytes.
+    A config difference is named by its key: its values (paths, often) are in the document."""
+    shown = "; ".join(_config_key_only(text) for text in differences[:SHOWN_DIFFERENCES])
+    more = len(differences) - SHOWN_DIFFERENCES
+    return shown + (f"; and {more} more difference{'s' if more != 1 else ''} (ccpo compare --json lists them)"
+                    if more > 0 else "")
+
+
+def _config_key_only(difference: str) -> str:
+    if not difference.startswith("config "):
+        return difference
+    return f"{difference.split(': ', 1)[0]} differs"
+
+
 def describe_verdict(isolation: dict) -> str:
     """One line: passes / fails (which) / unverifiable (what was not recorded)."""
     if isolation["verdict"] == "fails":
-        return "fails: " + "; ".join(isolation["differences"])
+        return "fails: " + shown_differences(isolation["differences"])
     if isolation["verdict"] == "unverifiable":
         return "unverifiable: not recorded: " + ", ".join(isolation["not_recorded"])
     return "passes"

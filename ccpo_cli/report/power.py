@@ -110,7 +110,12 @@ def _first_n(enough: Any) -> int | None:
 
 
 def _sd(values: Sequence[float]) -> float | None:
-    return float(np.std(np.asarray(values, dtype=float), ddof=1)) if len(values) >= 2 else None
+    """The sd (ddof 1); 0.0 for values that differ only by float rounding (1e-13 is no spread)."""
+    if len(values) < 2:
+        return None
+    from ccpo_cli.stats import no_spread
+
+    return 0.0 if no_spread(values) else float(np.std(np.asarray(values, dtype=float), ddof=1))
 
 
 def pair_power(

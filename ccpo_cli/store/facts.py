@@ -40,7 +40,7 @@ from ccpo_cli.store.readers.base import StatedConfig
 
 FACT_KEYS = ("split", "temperature", "episodes", "seed", "hardware", "model", "estimator", "batch", "group",
              "max_steps", "gamma", "lr", "kl", "total_steps", "adv_mode", "step_advantage_w", "invalid_penalty",
-             "arm_flags", "agent")
+             "arm_flags", "agent", "resumed_from", "algorithm")
 # The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
 # The split (ALFWorld's key is named here for the card's evidence), the estimator's own
 # settings and the facts a switch can cancel are read by `facts_from_config` below.
@@ -178,13 +178,47 @@ def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
     return facts
 
 
+# A value a launch script never expanded (`key=$train_data_size`, Hydra's `${oc.env:X}`).
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][\w.:]*)")
+VAL_ONLY_KEY = "trainer.val_only"
+# The source of a split the log did not name, given by the benchmark's verl-agent default: a
+# reader tells it from a recorded split by this prefix (store/identity.py).
+ASSUMED_SPLIT_SOURCE = "assumed (the log names no split): "
+ALGORITHM_PREFIX = "algorithm."
+
+
+def unexpanded_variables(flat: Mapping[str, Any] | None) -> dict[str, str]:
+    """{config key: the variable its value names} for values that are a shell or Hydra
+    variable, not a value: they are never facts (the script's variable is not what ran)."""
+    found = {}
+    for key, value in (flat or {}).items():
+        if isinstance(value, str) and (match := _VARIABLE.search(value)):
+            found[key] = match.group(1)
+    return found
+
+
+def states_val_only(flat: Mapping[str, Any] | None) -> bool:
+    """Whether a config says the run only validated (verl's `trainer.val_only=True`)."""
+    return flat is not None and flat.get(VAL_ONLY_KEY) is not None and _true(flat[VAL_ONLY_KEY])
+
+
+def algorithm_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Every `algorithm.*` key the config states, as printed, by its name under `algorithm.`:
+    what an estimator ccpo does not implement is known by (store/identity.py)."""
+    return {key[len(ALGORITHM_PREFIX):]: value for key, value in sorted(flat.items())
+            if key.startswith(ALGORITHM_PREFIX) and not key.startswith(CCPO_FLAG_PREFIX)}
+
+
 def _true(value: Any) -> bool:
     return value is True or str(value).strip().lower() in ("true", "1")
 
 
 def facts_from_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     """The facts a flattened verl configuration gives (`VERL_CONFIG_KEYS`, the split, the
-    estimator and its settings, the GPUs), only those it states."""
+    estimator and its settings, the GPUs), only those it states. A value that is an unexpanded
+    variable (`unexpanded_variables`) states nothing."""
+    variables = unexpanded_variables(flat)
+    flat = {key: value for key, value in flat.items() if key not in variables}
     facts = {name: flat[key] for name, key in VERL_CONFIG_KEYS.items() if name != "split" and flat.get(key) is not None}
     coefficient = flat.get("actor_rollout_ref.actor.invalid_action_penalty_coef")
     if coefficient is not None:
@@ -201,6 +235,9 @@ def facts_from_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     nodes, gpus = (flat.get(key) for key in HARDWARE_KEYS)
     if gpus:
         facts["hardware"] = f"{int(nodes or 1)} node(s) x {int(gpus)} GPUs"
+    algorithm = algorithm_settings(flat)
+    if algorithm.get("adv_estimator") is not None:
+        facts["algorithm"] = algorithm
     return facts
 
 
@@ -232,6 +269,9 @@ def facts_from_log(stated: Sequence[StatedConfig]) -> tuple[dict[str, Any] | Non
             launched.update(flat_config(item) or {})  # a traced line that does not split states nothing
     flat = dict(launched, **(resolved or {}))
     facts = facts_from_config(flat) if flat else {}
+    resumed = [item.value for item in stated if item.kind == "resume"]
+    if resumed:
+        facts["resumed_from"] = resumed[0]  # where this log's training starts again
     rows: dict[str, int] = {}
     for item in stated:
         if item.kind == "prepare":
@@ -344,10 +384,11 @@ def reconcile_total_steps(db: sqlite_utils.Database, run: str, given: int | None
 
 
 def derived_status(last_step: int | None, total_steps: list[int], ended: bool) -> str | None:
-    """The run status the data gives: finished at or past the largest recorded total; below it,
-    stopped when the caller says the run has ended (an explicit marker), else running."""
+    """The run status the data gives: finished at or past the largest recorded total; below it
+    (or before any step), stopped when the caller says the run has ended (an explicit marker),
+    else running."""
     if last_step is None:
-        return None
+        return "stopped" if ended else None
     if total_steps and last_step >= max(total_steps):
         return "finished"
     return "stopped" if ended else "running"
@@ -367,7 +408,7 @@ def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str,
     conflicts = record_facts(db, row["id"], stated, stated_source) if stated else []
     if (default_split is not None and "split" not in facts and "split" not in stated
             and "split" not in run_facts(db, row["id"])["values"]):
-        _record(db, row["id"], "split", default_split[0], default_split[1])
+        _record(db, row["id"], "split", default_split[0], f"{ASSUMED_SPLIT_SOURCE}{default_split[1]}")
     conflicts += record_facts(db, row["id"], facts, source)
     changes: dict[str, Any] = {}
     if config and not row["config"]:
@@ -375,6 +416,8 @@ def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str,
     totals = [int(value) for value in [row["total_steps"], *run_facts(db, row["id"])["conflicts"].get("total_steps", [])]
               if value is not None]
     status = derived_status(row["last_step"], totals, ended)
+    if status == "running" and row["status"] in ("stopped", "failed"):
+        status = None  # an ingest without --ended never undoes the word that the run has ended
     if status is not None and status != row["status"]:
         changes["status"] = status
     if changes:

@@ -16,6 +16,10 @@ Where each part comes from, first source that has it:
 - protocol: the evaluations' own episodes and temperature (the most common pair; a run that used
   more than one is `mixed`), else the run's facts; episodes never recorded are inferred from the
   rates' common denominator when that is unambiguous, else stay not recorded;
+- external arm: a run with no arm whose log printed verl's `algorithm.*` keys (the fact
+  `algorithm`) trained an estimator by its own name, which ccpo need not implement (PPO/GAE,
+  HGAE, RLOO, GiGPO's mean_norm, ...): a named external arm whose flags are the keys as printed
+  and whose fingerprint is theirs (`external_arm`), so two logs of one setting are one arm;
 - kind: `evaluation` for a reference run that only evaluated an agent (`ccpo eval` under a new
   run name), `training` otherwise.
 
@@ -26,6 +30,7 @@ same arm fingerprint, base model, backend, benchmark and protocol.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 from collections import Counter, defaultdict
@@ -46,6 +51,8 @@ FLAGS_REGISTRY_UNCHECKED = "ccpo's arm file (the run recorded no fingerprint to 
 FLAGS_COMPLETED = "the run's record, completed from ccpo's arm file"
 FLAGS_STATED = "ccpo's arm file, with the flags the run's own log printed in its place"
 FLAGS_NOT_RECORDED = "not recorded"
+FLAGS_EXTERNAL = "the run's log (verl's algorithm.* keys as printed; an estimator outside ccpo's arm files)"
+EXTERNAL_PREFIX = "verl-agent:"
 EPISODES_RECORDED = "recorded"
 EPISODES_NOT_RECORDED = "not recorded"
 # Rates beyond this many episodes are read as exact fractions only with full precision.
@@ -73,6 +80,11 @@ class ArmIdentity:
     recorded_fingerprint: str | None = None  # what the run recorded, when the printed flags change it
 
     @property
+    def is_external(self) -> bool:
+        """An estimator known only from the run's log (`external_arm`), not from ccpo's arm files."""
+        return self.flags_source == FLAGS_EXTERNAL
+
+    @property
     def label(self) -> str:
         """The arm's name, with the flags set on top of its arm file: an override arm is its own arm."""
         if not self.overrides:
@@ -98,16 +110,23 @@ class EvaluationProtocol:
     episodes_basis: str
     turn_limit: int | None
     mixed: bool = False  # the run's evaluations used more than one (episodes, temperature)
+    # How the split is known: None when recorded, else why it is assumed (a benchmark's default).
+    split_assumed: str | None = None
     # The (episodes, temperature) pair as the protocol's evaluation rows recorded it (None where a
     # row did not): the rows a window averages are those with exactly this pair.
     evaluation_key: tuple = (None, None)
 
     def key(self) -> tuple:
-        return (self.split, self.temperature, self.episodes, self.turn_limit)
+        """What must agree for runs to be pooled. Episodes count only when recorded: a count
+        inferred from one run's rates (a common factor of its success counts) or not recorded
+        at all says nothing that splits one arm's seeds apart."""
+        episodes = self.episodes if self.episodes_basis == EPISODES_RECORDED else None
+        return (self.split, self.temperature, episodes, self.turn_limit)
 
     def as_dict(self) -> dict[str, Any]:
         return {"split": self.split, "temperature": self.temperature, "episodes": self.episodes,
-                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed}
+                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed,
+                "split_assumed": self.split_assumed}
 
 
 @dataclass(frozen=True)
@@ -293,13 +312,50 @@ def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
     return ArmIdentity(str(name), fingerprint, None if flags is None else dict(flags), overrides, source, description)
 
 
+def external_arm(algorithm: Mapping[str, Any]) -> ArmIdentity | None:
+    """The arm of a log that printed verl's `algorithm.*` keys (by their names under
+    `algorithm.`) and named no ccpo arm: `verl-agent:<adv_estimator>`, with the estimator's
+    own mode where it has one (`verl-agent:gigpo(mean_norm)`; GRPO's std normalisation), the
+    keys as flags, and the sha256 of their canonical JSON as fingerprint: every printed key
+    that differs makes another arm, and two logs printing the same keys share it."""
+    estimator = algorithm.get("adv_estimator")
+    if not isinstance(estimator, str) or not estimator:
+        return None
+    mode = algorithm.get(f"{estimator}.mode")
+    if estimator == "grpo" and algorithm.get("norm_adv_by_std_in_grpo") is not None:
+        mode = "mean_std_norm" if str(algorithm["norm_adv_by_std_in_grpo"]).lower() in ("true", "1") else "mean_norm"
+    name = f"{EXTERNAL_PREFIX}{estimator}" + (f"({mode})" if isinstance(mode, str) and mode else "")
+    flags = dict(sorted(algorithm.items()))
+    canonical = json.dumps({"external": "verl-agent", "algorithm": flags}, sort_keys=True, separators=(",", ":"),
+                           default=str)
+    return ArmIdentity(name, hashlib.sha256(canonical.encode()).hexdigest(), flags, {}, FLAGS_EXTERNAL,
+                       f"verl-agent's {estimator} estimator, as the run's log printed it")
+
+
+def _run_arm(row: Mapping[str, Any], facts: Mapping[str, Any]) -> ArmIdentity | None:
+    arm = _arm_identity(row)
+    if arm is not None:
+        return _with_stated_flags(arm, facts)
+    algorithm = facts.get("algorithm")
+    return external_arm(algorithm) if isinstance(algorithm, Mapping) else None
+
+
+# Beside a run's facts while they are read: why its split is assumed (None: recorded).
+SPLIT_ASSUMED_KEY = "_split_assumed"
+_ASSUMED = "assumed (the log names no split): "  # store.facts.ASSUMED_SPLIT_SOURCE, without the import
+
+
 def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
     facts: dict[int, dict[str, Any]] = defaultdict(dict)
     if not run_ids or "run_facts" not in db.table_names():
         return facts
     marks = ", ".join("?" for _ in run_ids)
-    for row in db.query(f"SELECT run_id, key, value FROM run_facts WHERE run_id IN ({marks}) ORDER BY id", list(run_ids)):
+    for row in db.query(f"SELECT run_id, key, value, source FROM run_facts WHERE run_id IN ({marks}) ORDER BY id",
+                        list(run_ids)):
         facts[row["run_id"]].setdefault(row["key"], _json(row["value"]))  # the first value recorded stands
+        if row["key"] == "split" and SPLIT_ASSUMED_KEY not in facts[row["run_id"]]:
+            source = row["source"] or ""
+            facts[row["run_id"]][SPLIT_ASSUMED_KEY] = source[len(_ASSUMED):] if source.startswith(_ASSUMED) else None
     return facts
 
 
@@ -394,6 +450,7 @@ def _protocol(facts: Mapping[str, Any], counts: Counter, rates: list[float]) -> 
         turn_limit=None if turn_limit is None else int(turn_limit),
         mixed=mixed,
         evaluation_key=evaluation_key,
+        split_assumed=facts.get(SPLIT_ASSUMED_KEY),
     )
 
 
@@ -417,14 +474,16 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
     for row in run_rows:
         identifier = int(row["id"])
         run_facts = facts.get(identifier, {})
+        split_assumed = run_facts.pop(SPLIT_ASSUMED_KEY, None)
         start = _mapping(row.get("config")).get("start")
         stream = _mapping(_mapping(row.get("config")).get("train")).get("rollout_stream")
         identities[row["name"]] = RunIdentity(
             run=row["name"], run_id=identifier, uid=row.get("uid"), host=row.get("host"), kind=_kind(row),
-            arm=None if (arm := _arm_identity(row)) is None else _with_stated_flags(arm, run_facts),
+            arm=_run_arm(row, run_facts),
             seed=row.get("seed"), base_model=row.get("base_model"),
             backend=row.get("backend"), benchmark=row.get("benchmark"),
-            protocol=_protocol(run_facts, counts.get(identifier, Counter()), rates.get(identifier, [])),
+            protocol=_protocol({**run_facts, SPLIT_ASSUMED_KEY: split_assumed}, counts.get(identifier, Counter()),
+                               rates.get(identifier, [])),
             total_steps=row.get("total_steps"), agent=run_facts.get("agent"),
             start=dict(start) if isinstance(start, Mapping) else None, facts=dict(run_facts),
             rollout_stream=stream if isinstance(stream, int) and not isinstance(stream, bool) else None,

@@ -47,6 +47,8 @@ from ccpo_cli.store.facts import (
     flat_config,
     reconcile_total_steps,
     record_ingest_facts,
+    states_val_only,
+    unexpanded_variables,
 )
 from ccpo_cli.store.readers import (
     FORMATS,
@@ -62,9 +64,17 @@ from ccpo_cli.store.readers import (
     read_events,
 )
 from ccpo_cli.store.readers.base import MAX_DROPPED_KEYS, StatedConfig
-from ccpo_cli.store.readers.metric_names import evaluation_keys
+from ccpo_cli.store.readers.metric_names import (
+    OVERALL_KEY,
+    MetricRename,
+    evaluation_keys,
+    renamed_candidates,
+)
 from ccpo_cli.store.records import (
+    agree_at_precision,
     ensure_run,
+    latest_standing_evaluation,
+    mark_new_run_reference,
     record_evaluation_outcome,
     update_run_state,
 )
@@ -113,6 +123,10 @@ class IngestReport:
     benchmark_evidence: str | None = None
     stated_facts: dict[str, Any] = field(default_factory=dict)  # what the log printed (store/facts.py)
     unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
+    kind: str | None = None  # "evaluation" for a log that only validated (trainer.val_only)
+    first_step: int | None = None
+    config_left_out_lines: list[int] = field(default_factory=list)  # other output inside a printed config
+    summary_not_placed: bool = False  # a wandb summary's validation whose step is not known
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
@@ -138,7 +152,9 @@ class IngestReport:
             "skipped_lines": self.skipped_lines, "cleaned": self.cleaned, "cleaned_lines": self.cleaned_lines,
             "fact_conflicts": self.fact_conflicts,
             "benchmark": self.benchmark, "benchmark_evidence": self.benchmark_evidence,
-            "stated_facts": self.stated_facts,
+            "stated_facts": self.stated_facts, "kind": self.kind, "first_step": self.first_step,
+            "resumed_from": self.stated_facts.get("resumed_from"),
+            "config_left_out_lines": self.config_left_out_lines,
             "unused_metric_keys": self.unused_metric_keys, "unused_metric_key_count": len(self.unused_keys),
             "unused_metric_keys_capped": len(self.unused_keys) >= MAX_DROPPED_KEYS,
         }
@@ -164,14 +180,16 @@ def _where(path: Path | str, line: int | None) -> str:
 
 
 def _events(path: Path, fmt: str, stats: ReadStats, report: IngestReport, strict: bool,
-            metric: str | None, source_run: str | None):
+            metric: str | None, source_run: str | None, rename: MetricRename | None = None):
     """The records of the file and what it stated about its run, with skips, cleaned lines and
-    the tail noted in `report` (raised at once under `strict`)."""
+    the tail noted in `report` (raised at once under `strict`); `rename` applied to each record."""
     report.format, events = read_events(
         path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
     )
     for event in events:
-        if isinstance(event, (MetricRecord, StatedConfig)):
+        if isinstance(event, MetricRecord):
+            yield event if rename is None else rename.applied(event)
+        elif isinstance(event, StatedConfig):
             yield event
         elif isinstance(event, IncompleteTail):
             report.incomplete_tail_line = event.line
@@ -213,8 +231,15 @@ def parse_metrics_file(path: str | Path, fmt: str = "auto", progress: ProgressCa
     return ParsedFile(path, report.format, records, stats.lines, report.incomplete_tail_line, report.skipped_lines)
 
 
-def _refuse_if_nothing_read(path: Path, report: IngestReport) -> None:
+def _refuse_if_nothing_read(path: Path, report: IngestReport, stated: list[StatedConfig]) -> None:
     if report.steps:
+        return
+    if stated and not report.skipped:
+        # A run that stopped before its first step still printed what it was going to be.
+        report.warnings.append(
+            f"{path}: no step record: the run stopped before its first step; what it printed about "
+            "itself (config, launch command) is recorded, no evaluation"
+        )
         return
     if report.skipped:
         first = report.skipped_lines[0]
@@ -246,11 +271,19 @@ def _summarise(path: Path, report: IngestReport) -> None:
             f"{path}:{report.incomplete_tail_line}: incomplete last line (file still being written?); "
             "not ingested yet, run ingest again later"
         )
-    if report.steps and not report.evaluations_found:
-        report.warnings.append(
-            f"{path}: no validation in its {report.steps} step(s) (no val/success_rate value): "
-            f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
-        )
+    if report.steps and not report.evaluations_found and not report.summary_not_placed:
+        renamed = renamed_candidates(report.unused_keys)
+        if renamed:
+            report.warnings.append(
+                f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs {', '.join(renamed)}: "
+                f"if that is the validation success rate under another name, ingest again with "
+                f"--metric {renamed[0]}={OVERALL_KEY}"
+            )
+        else:
+            report.warnings.append(
+                f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
+                f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
+            )
     if report.unused_keys:
         count = len(report.unused_keys)
         named = ", ".join(sorted(report.unused_keys)[:WARNED_KEYS])
@@ -304,6 +337,7 @@ def ingest_file(
     strict: bool = False,
     metric: str | None = None,
     source_run: str | None = None,
+    rename: MetricRename | None = None,
     progress: ProgressCallback | None = None,
     write_progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestReport:
@@ -324,6 +358,13 @@ def ingest_file(
     unrecorded when none does. Evidence that contradicts the benchmark (metric names of
     another, another env.env_name, a run recorded with another) refuses the file with
     InvalidInput, the database unchanged.
+
+    What the log prints about its run is part of its record: the printed model and seed fill in
+    the run's base model and seed (options given win; a difference is kept as a fact conflict),
+    a log that only validated (`trainer.val_only=True`) makes a new run a reference run, and the
+    checkpoint a resumed log starts from is the fact `resumed_from`. `rename` reads a metric
+    logged under another name as the name ingest knows (`--metric FROM=TO`). A wandb summary's
+    validation is placed at the step it was measured at (`_summary_evaluation`).
     """
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
@@ -337,20 +378,25 @@ def ingest_file(
     with write_transaction(db):
         source = str(path.resolve())
         recorded = next(db["runs"].rows_where("name = ?", [run], select="benchmark"), None)
+        run_is_new = recorded is None
         choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
             db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
             total_steps=_reconcile_total(db, run, total_steps, source, report), backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
-        for event in _events(path, fmt, stats, report, strict, metric, source_run):
+        for event in _events(path, fmt, stats, report, strict, metric, source_run, rename):
             if isinstance(event, StatedConfig):
-                _note_stated(event, stated, choice)
+                _note_stated(event, stated, choice, report)
                 continue
+            if not event.summary:
+                report.first_step = event.step if report.first_step is None else min(report.first_step, event.step)
             detected = detect_benchmark(event.metrics)
             if detected is not None:
                 choice.see(detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})")
             report.note_unused(key for key in event.metrics if key not in evaluation_keys(choice.current))
+            if event.summary:
+                event = _summary_evaluation(db, run, path, event, report)
             if _record_one(db, run, path, source, event, report, strict, choice.current):
                 report.steps += 1
                 report.last_step = event.step if report.last_step is None else max(report.last_step, event.step)
@@ -358,19 +404,27 @@ def ingest_file(
                 write_progress(report.evaluations_found, None)
         report.lines = stats.lines
         report.note_unused(stats.dropped_keys)
-        _refuse_if_nothing_read(path, report)
+        _refuse_if_nothing_read(path, report, stated)
         if report.last_step is not None:
             update_run_state(db, run, last_step=report.last_step)
         printed_config, report.stated_facts = facts_from_log(stated)
         stated_facts = dict(report.stated_facts)
         stated_total = stated_facts.pop("total_steps", None)  # a runs column, not a fact
-        if stated_total is not None and total_steps is None:
+        val_only = states_val_only(config) or any(states_val_only(flat_config(item)) for item in stated)
+        if val_only:
+            stated_total = None  # an evaluation-only log trains no step
+            _mark_reference(db, run, path, run_is_new, report)
+        elif stated_total is not None and total_steps is None:
             ensure_run(db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report))
+        _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
+        _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
         conflicts = record_ingest_facts(
             db, run, facts or {}, config=config or printed_config, default_split=_default_split(choice.current, report),
             ended=ended, source=source, stated=stated_facts, stated_source=f"{source} (printed by the run)",
         )
+        if report.kind == "evaluation":
+            update_run_state(db, run, status="finished")  # it validated; it was never to train
         report.fact_conflicts.extend(conflicts)
         report.warnings.extend(
             f"run {run!r} has {c['key']} {c['recorded']!r} on record; kept it and recorded {c['given']!r} as a conflict"
@@ -393,13 +447,93 @@ def _reconcile_total(db, run: str, total_steps: int | None, source: str, report:
     return total_steps
 
 
-def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice) -> None:
+def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice,
+                 report: IngestReport) -> None:
     if len(stated) < MAX_STATED_CONFIGS:
         stated.append(event)
+    if event.left_out_count:
+        report.config_left_out_lines.extend(event.left_out[:REPORTED_LINES - len(report.config_left_out_lines)])
+        shown = ", ".join(str(number) for number in event.left_out[:WARNED_LINES])
+        more = f" and {event.left_out_count - WARNED_LINES} more (all in --json)" \
+            if event.left_out_count > WARNED_LINES else ""
+        report.warnings.append(
+            f"{report.path}:{event.line}: the printed config was read around {event.left_out_count} line(s) of other "
+            f"output interleaved with it (lines {shown}{more}); those lines are not part of the config"
+        )
     if event.kind in ("resolved", "launch"):
         env_name = (flat_config(event) or {}).get("env.env_name")
         what = "the printed config's" if event.kind == "resolved" else "the traced launch command's"
         choice.see(benchmark_for_env_name(env_name), f"{what} env.env_name {env_name!r} (line {event.line})")
+
+
+def _mark_reference(db, run: str, path: Path, run_is_new: bool, report: IngestReport) -> None:
+    """A log that only validated is a reference run (kind evaluation), not a training run."""
+    if mark_new_run_reference(db, run, run_is_new):
+        report.kind = "evaluation"
+        return
+    report.warnings.append(
+        f"{path}: the log says trainer.val_only=True (it only validated), but run {run!r} is recorded as a training "
+        "run; kept that (ingest an evaluation-only log under a new --run name)"
+    )
+
+
+def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None, base_model: str | None) -> None:
+    """The printed seed and model become the run's seed and base model where neither an option
+    nor an earlier record gave one (a different printed value stays a fact conflict)."""
+    row = next(db["runs"].rows_where("name = ?", [run], select="seed, base_model"))
+    fill: dict[str, Any] = {}
+    printed_seed = stated.get("seed")
+    if seed is None and row["seed"] is None and isinstance(printed_seed, (int, float)) \
+            and not isinstance(printed_seed, bool) and float(printed_seed).is_integer():
+        fill["seed"] = int(printed_seed)
+    if base_model is None and row["base_model"] is None and isinstance(stated.get("model"), str):
+        fill["base_model"] = stated["model"]
+    if fill:
+        ensure_run(db, run, **fill)
+
+
+def _warn_unexpanded(path: Path, config: Mapping[str, Any] | None, stated: list[StatedConfig],
+                     report: IngestReport) -> None:
+    """Name the settings whose value is a variable the script never expanded (not recorded)."""
+    found = dict(unexpanded_variables(config))
+    for item in stated:
+        found.update(unexpanded_variables(flat_config(item)))
+    if found:
+        named = ", ".join(f"{key}=${variable}" for key, variable in sorted(found.items())[:WARNED_KEYS])
+        more = f" and {len(found) - WARNED_KEYS} more" if len(found) > WARNED_KEYS else ""
+        report.warnings.append(
+            f"{path}: not recorded as facts, their values are variables the launch script never expanded: "
+            f"{named}{more}; give the values the run used as options (--episodes, --seed, ...)"
+        )
+
+
+def _summary_evaluation(db, run: str, path: Path, record: MetricRecord, report: IngestReport) -> MetricRecord:
+    """A wandb summary's record, its validation placed at the step it was measured at.
+
+    The summary keeps the last value of `val/success_rate` and the last step logged (`_step`),
+    not the step of that validation. It is the run's latest validation at or before `_step`
+    that is already recorded (the run's console log or history, ingested first), when the two
+    agree at the precision of the coarser one; the summary's validation then confirms it.
+    Otherwise the step is not known, and the validation is not recorded (said so)."""
+    metrics = dict(record.metrics)
+    validation = {key: metrics.pop(key) for key in list(metrics) if key.startswith("val/")}
+    training = MetricRecord(record.step, metrics, record.line)
+    if OVERALL_KEY not in validation:
+        return training
+    latest = latest_standing_evaluation(db, run, at_most=record.step)
+    value = validation[OVERALL_KEY]
+    if latest is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and agree_at_precision(latest["success_rate"], 100.0 * value):
+        return MetricRecord(latest["step"], validation, record.line)
+    report.summary_not_placed = True
+    why = (f"it differs from the run's latest recorded validation (step {latest['step']}, "
+           f"{latest['success_rate']:g} %)") if latest is not None else "the run has no validation recorded yet"
+    report.warnings.append(
+        f"{path}: a wandb summary keeps {OVERALL_KEY} {value!r} without the step it was measured at (its _step "
+        f"{record.step} is the last step logged) and {why}: not recorded; ingest the run's output.log or "
+        "history first"
+    )
+    return training
 
 
 def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report: IngestReport) -> None:

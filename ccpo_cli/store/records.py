@@ -241,9 +241,12 @@ def record_evaluation_outcome(
         # a corrected evaluation recorded after a retraction is new, not a conflict.
         clash = _first(
             db["evaluations"], f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
-            [identifier, step, row["split"], row["eval_seed"]], select="id", order_by="id",
+            [identifier, step, row["split"], row["eval_seed"]], order_by="id",
         )
         now = utc_now()
+        if clash is not None and _same_at_precision(db, clash, row, checked.task_types):
+            # One result written at two precisions (the console's 0.477, the summary's 0.4765625).
+            return EvaluationOutcome(int(clash["id"]), "duplicate")
         if clash is not None:
             # The conflict path: the same differing content seen twice is one conflict row
             # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
@@ -260,6 +263,60 @@ def record_evaluation_outcome(
             train_success_rate=checked.train_success_rate, source_file=source_file, source_line=source_line,
             recorded_at=now)
         return EvaluationOutcome(evaluation_id, "new")
+
+
+# The fields of an evaluation compared when one result may be written at another precision.
+_COMPARED_FIELDS = ("episodes", "successes", "success_rate", "mean_turns", "temperature")
+
+
+def _decimals(value: float) -> int:
+    text = repr(round(float(value), 9))
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 9
+
+
+def agree_at_precision(first: float, second: float) -> bool:
+    """Whether two numbers are one value written at two precisions: the finer one rounds to the
+    coarser one at the coarser one's decimals (47.7 and 47.65625; never 47.7 and 47.6)."""
+    coarse, fine = (first, second) if _decimals(first) <= _decimals(second) else (second, first)
+    return abs(float(fine) - float(coarse)) <= 0.5 * 10.0 ** -_decimals(coarse) + 1e-9
+
+
+def _same_at_precision(db: sqlite_utils.Database, recorded: Mapping[str, Any], row: Mapping[str, Any],
+                       task_types: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether a new evaluation says what a recorded one says, each number at the coarser of the
+    two precisions: same fields given, same task types, every value agreeing."""
+    for name in _COMPARED_FIELDS:
+        mine, theirs = row.get(name), recorded.get(name)
+        if (mine is None) != (theirs is None):
+            return False
+        if mine is not None and not agree_at_precision(float(mine), float(theirs)):
+            return False
+    recorded_types = {item["task_type"]: item["success_rate"]
+                      for item in db["task_type_results"].rows_where("evaluation_id = ?", [recorded["id"]])}
+    new_types = {key: value.get("success_rate") for key, value in task_types.items()}
+    if set(recorded_types) != set(new_types):
+        return False
+    return all(recorded_types[key] is not None and new_types[key] is not None
+               and agree_at_precision(float(recorded_types[key]), float(new_types[key])) for key in new_types)
+
+
+def latest_standing_evaluation(db: sqlite_utils.Database, run: str | int, *, at_most: int,
+                               split: str = "heldout") -> dict[str, Any] | None:
+    """The run's standing evaluation of the latest step not after `at_most` (its step and rate)."""
+    return _first(db["evaluations"], f"run_id = ? AND step <= ? AND split = ? AND {STANDING}",
+                  [run_id(db, run), int(at_most), split], select="id, step, success_rate", order_by="step DESC, id")
+
+
+def mark_new_run_reference(db: sqlite_utils.Database, run: str, run_is_new: bool) -> bool:
+    """Make a run created by this ingest a reference run (kind evaluation); True when it is one.
+    A run recorded as a training run before is never changed (kind is part of its identity)."""
+    row = _first(db["runs"], "name = ?", [run], select="id, kind")
+    if row["kind"] == "evaluation":
+        return True
+    if not run_is_new:
+        return False
+    db["runs"].update(row["id"], {"kind": "evaluation", "updated_at": utc_now()})
+    return True
 
 
 def insert_evaluation_rows(

@@ -33,6 +33,9 @@ class MetricRecord:
     step: int
     metrics: dict[str, Any]
     line: int | None = None
+    # A run summary (wandb-summary.json): the latest value of every key, `step` the last step
+    # logged, which is not the step each value was measured at.
+    summary: bool = False
 
 
 @dataclass
@@ -58,11 +61,15 @@ class StatedConfig:
     """Configuration a log printed about its own run: `resolved` is verl's resolved config as
     main_ppo pretty-prints it (a nested mapping), `launch` the text of a traced
     `python -m verl.trainer.main_ppo key=value ...` command, `prepare` the text of verl-agent's
-    traced data preparation command (`examples.data_preprocess.prepare --val_data_size N`)."""
+    traced data preparation command (`examples.data_preprocess.prepare --val_data_size N`),
+    `resume` the step of the checkpoint verl says it resumed from. `left_out` names the lines of other output found inside a printed config (Ray interleaves
+    them) and read around; `left_out_count` counts them all."""
 
     line: int
     kind: str
     value: Any
+    left_out: tuple[int, ...] = ()
+    left_out_count: int = 0
 
 
 ReadEvent = MetricRecord | Skipped | Cleaned | IncompleteTail | StatedConfig

@@ -33,7 +33,9 @@ from ccpo_cli.store.readers.console_config import ConfigBlock, command_event, co
 from ccpo_cli.store.readers.lines import Line, read_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-RAY_PREFIX = re.compile(r"^\((?P<actor>[^\s()]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
+RAY_PREFIX = re.compile(r"^\((?:(?P<actor>[^\s()]+) )?pid=(?P<pid>\d+)(?:, ip=[^)]*)?\) ?")
+# A Ray prefix inside a line: another actor's output glued to the line without its newline.
+_GLUED_PREFIX = re.compile(r"(?<=\S)(?=\((?:[^\s()]+ )?pid=\d+(?:, ip=[^)]*)?\) )")
 STEP_START = re.compile(r"^\s*step:\d")
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int)\d*\((.*)\)")
@@ -104,19 +106,48 @@ def parse_record(body: str, *, partial_tail: bool = False) -> tuple[str, dict[st
     return head[5:], metrics
 
 
+def _logical_pieces(text: str) -> list[str]:
+    """The pieces of one physical line that were printed as lines of their own.
+
+    A progress bar redraws with carriage returns: of the pieces between them, the last one is
+    what a terminal shows, but a metrics record printed before a redraw is a line of its own
+    too (`step:1 - ...\rTraining Progress: ...`). Output of another actor glued on without its
+    newline starts at its Ray prefix (`... - timing_s/total:38.304(TaskRunner pid=1) Training`)."""
+    pieces = [piece for piece in text.split("\r") if piece.strip()]
+    kept = [piece for position, piece in enumerate(pieces)
+            if position == len(pieces) - 1 or STEP_START.match(_without_prefix(piece))]
+    return [part for piece in kept for part in _GLUED_PREFIX.split(piece) if part.strip()] or [""]
+
+
+def _without_prefix(text: str) -> str:
+    prefix = RAY_PREFIX.match(text)
+    return text[prefix.end():] if prefix else text
+
+
 def _physical_lines(path: Path, stats: ReadStats) -> Iterator[ReadEvent | tuple[Line, str | None, str]]:
     for item in read_lines(path, stats):
         if not isinstance(item, Line):
             yield item
             continue
-        text = ANSI.sub("", item.text)
-        # Progress bars redraw with carriage returns; what was printed last is what remains.
-        pieces = [piece for piece in text.split("\r") if piece.strip()]
-        text = pieces[-1] if pieces else ""
-        prefix_match = RAY_PREFIX.match(text)
-        prefix = prefix_match.group(0).strip() if prefix_match else None
-        body = text[prefix_match.end():] if prefix_match else text
-        yield item, prefix, body
+        pieces = _logical_pieces(ANSI.sub("", item.text))
+        for position, text in enumerate(pieces):
+            # Only the last piece of an unterminated line is still being written.
+            line = item if position == len(pieces) - 1 else item._replace(terminated=True)
+            prefix_match = RAY_PREFIX.match(text)
+            prefix = prefix_match.group(0).strip() if prefix_match else None
+            body = text[prefix_match.end():] if prefix_match else text
+            yield line, prefix, body
+
+
+class _MaybeCut:
+    """A record whose last line is exactly WANDB_LINE_LIMIT characters long: cut by wandb when
+    the file is a wandb output.log (no line of it is longer), whole otherwise."""
+
+    def __init__(self, result: MetricRecord | Skipped, line: int):
+        self.result, self.line = result, line
+
+    def cut(self) -> Skipped:
+        return Skipped(self.line, f"line cut at {WANDB_LINE_LIMIT} characters (wandb's output.log limit)")
 
 
 class _Pending:
@@ -141,20 +172,20 @@ class _Pending:
         self.last_length = len(line.text)
         return True
 
-    def complete(self) -> MetricRecord | Skipped:
-        if self.last_length == WANDB_LINE_LIMIT:
-            return Skipped(self.line, f"line cut at {WANDB_LINE_LIMIT} characters (wandb's output.log limit)")
+    def complete(self) -> MetricRecord | Skipped | _MaybeCut:
         parsed = parse_record(self.body)
         if parsed is None:
-            return Skipped(
+            result: MetricRecord | Skipped = Skipped(
                 self.line,
                 f"malformed metrics line (expected 'step:N - key:value - ...' with numeric values): {self.body[:120]!r}",
             )
-        try:
-            step = step_number(int(parsed[0]))
-        except (BadRecord, ValueError) as error:
-            return Skipped(self.line, str(error) if isinstance(error, BadRecord) else f"field 'step' is out of range: {error}")
-        return MetricRecord(step, parsed[1], self.line)
+        else:
+            try:
+                result = MetricRecord(step_number(int(parsed[0])), parsed[1], self.line)
+            except (BadRecord, ValueError) as error:
+                result = Skipped(self.line, str(error) if isinstance(error, BadRecord)
+                                 else f"field 'step' is out of range: {error}")
+        return _MaybeCut(result, self.line) if self.last_length == WANDB_LINE_LIMIT else result
 
     def cut_mid_key(self) -> bool:
         """True when the record so far ends inside a key that a following `step:` line may
@@ -164,7 +195,7 @@ class _Pending:
 
 def _feed(config: ConfigBlock, line: Line, body: str) -> Iterator[ReadEvent]:
     """One more line of a printed config: its event once it reads, a skip once it is given up."""
-    outcome = config.add(body)
+    outcome = config.add(body, line.number)
     if isinstance(outcome, StatedConfig):
         yield outcome
     elif outcome is not None:
@@ -172,30 +203,82 @@ def _feed(config: ConfigBlock, line: Line, body: str) -> Iterator[ReadEvent]:
 
 
 def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
+    """The events of a console log. A record ending on a line of exactly WANDB_LINE_LIMIT
+    characters is held until the file shows whether wandb cut it: a line longer than the limit
+    means no line was cut (a plain stdout capture), the end of the file without one that every
+    such line was (wandb's output.log)."""
+    held: list[_MaybeCut] = []
+    longer_line_seen = False
+    for event in _read_console(path, stats):
+        if isinstance(event, _LongerLine):
+            longer_line_seen = True
+            yield from (maybe.result for maybe in held)
+            held.clear()
+        elif isinstance(event, _MaybeCut):
+            if longer_line_seen:
+                yield event.result
+            else:
+                held.append(event)
+        else:
+            yield event
+    yield from (maybe.cut() for maybe in held)
+
+
+class _LongerLine:
+    """A physical line longer than WANDB_LINE_LIMIT: the file was not cut by wandb."""
+
+
+def _covers(record: MetricRecord | Skipped | _MaybeCut, previous_last_key: str | None) -> bool:
+    """Whether an unterminated last line is a whole record: it reads, and it ends with the key
+    the record before it ended with (verl prints a step's metrics in one line, in one order, so
+    a line still being written stops short of it). wandb's output.log never ends with a
+    newline, so a finished run's last record is such a line."""
+    if not isinstance(record, MetricRecord) or previous_last_key is None or not record.metrics:
+        return False
+    return next(reversed(record.metrics)) == previous_last_key
+
+
+def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCut | _LongerLine]:
     pending: _Pending | None = None
     config: ConfigBlock | None = None
+    previous_last_key: str | None = None
+    longer_line_seen = False
+
+    def completed(record: _Pending) -> MetricRecord | Skipped | _MaybeCut:
+        nonlocal previous_last_key
+        result = record.complete()
+        if isinstance(result, MetricRecord) and result.metrics:
+            previous_last_key = next(reversed(result.metrics))
+        return result
+
     for item in _physical_lines(path, stats):
         if not isinstance(item, tuple):
             yield item
             continue
         line, prefix, body = item
+        if not longer_line_seen and len(line.text) > WANDB_LINE_LIMIT:
+            longer_line_seen = True
+            yield _LongerLine()
         if config is not None and prefix == config.prefix and STEP_START.match(body) is None:
             yield from _feed(config, line, body)
             config = None if config.done else config
             continue
         if not line.terminated:
-            # Still being written. If it would continue the pending record, that record is
-            # incomplete too; both wait for the next ingest.
+            # Still being written, unless it is a whole record (see _covers). If it would
+            # continue the pending record, that record is incomplete too; both wait for the
+            # next ingest.
             if pending is not None and STEP_START.match(body) is None and _continues_record(body):
                 yield IncompleteTail(pending.line)
                 return
             if pending is not None:
-                yield pending.complete()
-            yield IncompleteTail(line.number)
-            return
+                yield completed(pending)
+            if STEP_START.match(body):
+                tail = _Pending(line, prefix, body).complete()
+                yield tail if _covers(tail, previous_last_key) else IncompleteTail(line.number)
+            return  # an unterminated line of other output holds no record
         if STEP_START.match(body) and not (pending is not None and pending.cut_mid_key()):
             if pending is not None:
-                yield pending.complete()
+                yield completed(pending)
             pending = _Pending(line, prefix, body)
             continue
         # A wrapped line continues the record when the two still read as key:value segments
@@ -206,7 +289,7 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         ):
             continue
         if pending is not None:
-            yield pending.complete()
+            yield completed(pending)
             pending = None
         # A noise line may still say something about the run: a printed config opens here,
         # or a traced command names its settings.
@@ -217,4 +300,4 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         elif (command := command_event(line.number, body)) is not None:
             yield command
     if pending is not None:
-        yield pending.complete()
+        yield completed(pending)

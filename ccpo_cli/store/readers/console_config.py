@@ -9,6 +9,11 @@ events; ingest turns them into run facts (store/facts.py).
 A printed config is read with `ast.literal_eval` once its brackets close, never executed. It
 is bounded: past MAX_CONFIG_LINES lines or MAX_CONFIG_CHARS characters, or at a line that
 cannot belong to it, the block is dropped and said so.
+
+Ray interleaves the output of the same actor (a warning, a progress bar) with the printed
+lines. pprint indents every line after the first and starts it with an element (a quoted
+key or string, a number, a bracket, True/False/None); a line of the actor that does not is
+not part of the literal: it is left out, and the lines left out are named in the event.
 """
 
 from __future__ import annotations
@@ -25,7 +30,13 @@ MAX_CONFIG_CHARS = 4 * 1024 * 1024
 CONFIG_SECTIONS = frozenset({"actor_rollout_ref", "algorithm", "data", "env", "trainer"})
 _PREPARE = re.compile(r"(?:^|[\s+])-m\s+examples\.data_preprocess\.prepare\b")
 _LAUNCH = re.compile(r"(?:^|[\s+])-m\s+(?:verl\.trainer\.main_ppo|recipe\.[\w.]+\.main_\w+)\b")
+# verl's trainer, resuming: `Resuming from <folder>/global_step_60` (a fresh run prints none).
+_RESUME = re.compile(r"^Resuming from\s+(?P<folder>\S*global_step_(?P<step>\d+))\S*\s*$")
 _OPENERS, _CLOSERS = "{[(", "}])"
+# A pprint continuation line: indented, starting with an element of a literal.
+_LITERAL_LINE = re.compile(r"\s+(?:['\"{\[(\d-]|True\b|False\b|None\b)")
+# At most this many left-out line numbers are kept (the count is exact).
+MAX_NAMED_INTERLEAVED = 1_000
 
 
 def config_starts(body: str) -> bool:
@@ -34,8 +45,11 @@ def config_starts(body: str) -> bool:
 
 
 def command_event(number: int, body: str) -> StatedConfig | None:
-    """A traced data-preparation or launch command, as an event; None for any other line."""
+    """A traced data-preparation or launch command, or the checkpoint a run resumed from
+    (value: its step), as an event; None for any other line."""
     text = body.strip()
+    if (resume := _RESUME.match(text)) is not None:
+        return StatedConfig(number, "resume", int(resume.group("step")))
     if _PREPARE.search(text):
         return StatedConfig(number, "prepare", text)
     if _LAUNCH.search(text) and "=" in text:
@@ -72,21 +86,34 @@ class ConfigBlock:
         self.chars = 0
         self.depth = 0
         self.done = False
+        self.interleaved: list[int] = []  # lines of other output inside the block, left out
+        self.interleaved_count = 0
 
-    def add(self, body: str) -> StatedConfig | str | None:
-        """Take one more line. The event once the dict closes and reads; a reason (text) when
-        the block is given up; None while it is still open."""
+    def add(self, body: str, number: int | None = None) -> StatedConfig | str | None:
+        """Take one more line (`number` its line in the file). The event once the dict closes
+        and reads; a reason (text) when the block is given up; None while it is still open.
+        A line after the first that is not a pprint continuation is other output: left out."""
+        if self.parts and not _LITERAL_LINE.match(body):
+            self.interleaved_count += 1
+            if number is not None and len(self.interleaved) < MAX_NAMED_INTERLEAVED:
+                self.interleaved.append(number)
+            return self._too_long()
         self.parts.append(body)
         self.chars += len(body) + 1
         self.depth += _depth_change(body)
-        if len(self.parts) > MAX_CONFIG_LINES or self.chars > MAX_CONFIG_CHARS:
-            self.done = True
-            return (f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
-                    f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read")
+        if (too_long := self._too_long()) is not None:
+            return too_long
         if self.depth > 0:
             return None
         self.done = True
         return self._read()
+
+    def _too_long(self) -> str | None:
+        if len(self.parts) + self.interleaved_count <= MAX_CONFIG_LINES and self.chars <= MAX_CONFIG_CHARS:
+            return None
+        self.done = True
+        return (f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
+                f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read")
 
     def _read(self) -> StatedConfig | str | None:
         try:
@@ -95,4 +122,4 @@ class ConfigBlock:
             return f"printed config from line {self.line} does not read as a Python literal; not read"
         if not isinstance(value, Mapping) or not CONFIG_SECTIONS & set(value):
             return None  # some other dict the run printed
-        return StatedConfig(self.line, "resolved", value)
+        return StatedConfig(self.line, "resolved", value, tuple(self.interleaved), self.interleaved_count)

@@ -18,7 +18,7 @@ from ccpo_cli.store.readers.console import ANSI, RAY_PREFIX, STEP_START
 from ccpo_cli.store.readers.csv_table import is_csv_header
 from ccpo_cli.store.readers.lines import Line, read_lines
 from ccpo_cli.store.readers.tb_events import EVENT_FILE_MARK, event_files
-from ccpo_cli.store.readers.wandb_run import wandb_source
+from ccpo_cli.store.readers.wandb_run import MAX_SUMMARY_BYTES, SUMMARY_SUFFIX, wandb_source
 
 # A console log may print this many lines of setup before its first metrics line.
 MAX_LINES_TO_DECIDE = 200_000
@@ -35,7 +35,20 @@ def detect_format(path: Path) -> str:
         )
     if EVENT_FILE_MARK in path.name:
         return "tensorboard"
+    if path.suffix == SUMMARY_SUFFIX and _summary_object(path):
+        return "wandb"
     return _detect_text(path)
+
+
+def _summary_object(path: Path) -> bool:
+    """Whether a .json file is one object with wandb's `_step` and `_runtime` (a run summary)."""
+    if path.stat().st_size > MAX_SUMMARY_BYTES:
+        return False
+    try:
+        obj = json.loads(path.read_bytes().decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(obj, dict) and "_step" in obj and "_runtime" in obj
 
 
 def _detect_text(path: Path) -> str:

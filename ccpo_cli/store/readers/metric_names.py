@@ -8,7 +8,11 @@ the log turns out to be (`evaluation_keys`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ccpo_cli.benchmarks import Benchmark, all_benchmarks
+from ccpo_cli.errors import UsageError
+from ccpo_cli.store.readers.base import MetricRecord
 
 OVERALL_KEY = "val/success_rate"
 MEAN_TURNS_KEY = "val/episode_length/mean"
@@ -42,3 +46,36 @@ def known_metric_from_tag(tag: str) -> str | None:
     """The metric a TensorBoard export's file-name tag stands for (it writes `/` as `_`)."""
     flattened = tag.replace("/", "_")
     return next((key for key in sorted(KNOWN_KEYS) if key.replace("/", "_") == flattened), None)
+
+
+def renamed_candidates(names) -> list[str]:
+    """Metric names that look like the validation success rate logged under another name
+    (a fork's `val/val/success_rate`), sorted: offered by name when `val/success_rate` is missing."""
+    return sorted(name for name in names if name != OVERALL_KEY and name.startswith("val/")
+                  and name.rsplit("/", 1)[-1] in ("success_rate", "success"))
+
+
+@dataclass(frozen=True)
+class MetricRename:
+    """`--metric FROM=TO`: the metric a log writes as `source` is read as `target`, a name
+    ingest records (`val/success_rate`, a per-type rate, ...)."""
+
+    source: str
+    target: str
+
+    @classmethod
+    def parse(cls, text: str) -> MetricRename:
+        source, _, target = text.partition("=")
+        source, target = source.strip(), target.strip()
+        if not source or not target:
+            raise UsageError(f"--metric {text!r}: write FROM=TO, e.g. val/val/success_rate={OVERALL_KEY}")
+        if target not in KNOWN_KEYS:
+            raise UsageError(f"--metric {text!r}: {target!r} is no metric ingest records; e.g. {OVERALL_KEY}")
+        return cls(source, target)
+
+    def applied(self, record: MetricRecord) -> MetricRecord:
+        """The record with `source` read as `target`; a record that logs both keeps its own `target`."""
+        if self.source not in record.metrics or self.target in record.metrics:
+            return record
+        metrics = {(self.target if key == self.source else key): value for key, value in record.metrics.items()}
+        return MetricRecord(record.step, metrics, record.line, record.summary)
