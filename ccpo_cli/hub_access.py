@@ -266,12 +266,12 @@ def call_errors() -> tuple[type[BaseException], ...]:
 
 
 # What a failure is, for the one rule below: worth another attempt now (the Hub said "not now",
-# or could not be reached); worth coming back to later (also: it did not answer in time, so a
-# call is not repeated into the same silence, and the outbox tries the entry again after a
-# wait); or final (a refusal, an answer too large or of another shape: the same request would
-# get the same answer).
+# or could not be reached); worth coming back to later, after a wait, but not in the same
+# command (it did not answer in time, answered endlessly or in another shape: the same request
+# now would meet the same fault; the outbox tries the entry again later); or final (a refusal:
+# 4xx but 408/409/429, which only a changed token, repository or input fixes, `--retry-failed`).
 TRANSIENT_KINDS = frozenset({"retryable", "unreachable"})
-LATER_KINDS = TRANSIENT_KINDS | {"timeout", "deadline"}
+LATER_KINDS = TRANSIENT_KINDS | {"timeout", "deadline", "too_large", "shape"}
 
 
 @dataclass(frozen=True)
