@@ -133,6 +133,7 @@ def push(db: sqlite_utils.Database, repo_id: str, *, token: str | None, endpoint
          limits: SyncLimits = SyncLimits(), rule: RetryRule = DEFAULT_RULE) -> dict[str, Any]:
     """Push the rows of `db` the dataset `repo_id` lacks, as one commit. Returns what was done."""
     from ccpo_cli.store.records import this_host
+    from ccpo_cli.store.sync import TABLES as SYNCED_TABLES
     from ccpo_cli.store.sync import log_sync, mark_pushed, write_parts
 
     check_repo_id(repo_id)
@@ -145,7 +146,8 @@ def push(db: sqlite_utils.Database, repo_id: str, *, token: str | None, endpoint
                                   "bytes": sum(part.size_bytes for part in parts), "commit_id": None,
                                   "runs": len({part.run_uid for part in parts})}
         if not parts:
-            return dict(result, pushed=False, note="nothing new to push: the dataset holds every row of this database")
+            return dict(result, pushed=False, note="nothing new to push: the dataset holds every row ccpo sync carries from this database "
+                        f"({', '.join(SYNCED_TABLES)}; checkpoints, liveness and the outbox stay on this machine)")
         if result["bytes"] > limits.max_push_bytes:
             raise InvalidInput(f"{repo_id}: {result['bytes'] / _MIB:.1f} MiB to push, over the limit of "
                                f"{limits.max_push_bytes / _MIB:.0f} MiB (--max-mb); nothing was sent")

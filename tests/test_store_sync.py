@@ -13,6 +13,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.store import get_run, list_runs, open_db, run_conflicts, run_evaluations
 from ccpo_cli.store.sync import (
+    TABLES,
     Origin,
     dataset_sources,
     export_chunks,
@@ -37,7 +38,7 @@ def _push_to_folder(db_path: Path, folder: Path, host: str, commit: str) -> list
 def _pull_from_folder(db_path: Path, parts: list, commit: str):
     db = open_db(db_path)
     totals = []
-    for part in sorted(parts, key=lambda p: (["runs", "evaluations", "conflicts", "facts", "publications"].index(p.table), p.path_in_repo)):
+    for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
         if not part_already_merged(db, REPO, part.path_in_repo, None):
             totals.append(merge_part(db, part.local_path, part.path_in_repo, Origin(REPO, commit, part.path_in_repo)))
     return totals

@@ -37,15 +37,17 @@ import sqlite_utils
 
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.names import check_run_name, host_label, qualified_run_name
+from ccpo_cli.store import sync_corrections
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
 from ccpo_cli.store.records import IDENTITY_FIELDS, record_evaluation_outcome
+from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 
 PART_FORMAT = "1"
 # Merge order: a run before the rows that belong to it, evaluations before the conflicts
 # recorded against them.
-TABLES = ("runs", "evaluations", "conflicts", "facts", "publications")
+TABLES = ("runs", "evaluations", "conflicts", "facts", "publications", *CORRECTION_TABLES)
 # Rows per parquet row group and per merged batch: memory stays flat whatever the run's size.
 CHUNK_ROWS = 256
 
@@ -95,6 +97,7 @@ def _schemas() -> dict[str, Any]:
         "publications": [("run_uid", text), ("repo_id", text), ("revision", text), ("commit_id", text),
                          ("card_hash", text), ("status", text), ("checkpoint_step", integer), ("url", text),
                          ("published_at", text)],
+        **sync_corrections.schemas(pa),
     }
     return {table: pa.schema(fields, metadata={"ccpo_table": table, "ccpo_part_format": PART_FORMAT})
             for table, fields in columns.items()}
@@ -123,6 +126,8 @@ def item_key(table: str, row: dict[str, Any]) -> str:
         return f"result:{uid}:{row['content_hash']}"
     if table == "facts":
         return f"fact:{uid}:{_digest(row['key'], row['value'])}"
+    if table in CORRECTION_TABLES:
+        return f"{table}:{uid}:{_digest(*sync_corrections.item_parts(table, row))}"
     return f"publication:{uid}:{_digest(*(row.get(name) for name in ('repo_id', 'revision', 'commit_id', 'card_hash', 'status', 'checkpoint_step', 'url', 'published_at')))}"
 
 
@@ -173,6 +178,9 @@ def _table_rows(db: sqlite_utils.Database, table: str, run: dict[str, Any]) -> I
     uid = run["uid"]
     if table == "runs":
         yield [_run_export_row(run)]
+        return
+    if table in CORRECTION_TABLES:
+        yield from sync_corrections.export_rows(db, table, run)
         return
     source = {"evaluations": "evaluations", "conflicts": "conflicts", "facts": "run_facts",
               "publications": "publications", "checkpoints": "checkpoints"}[table]
@@ -546,6 +554,8 @@ def _merge_one(db: sqlite_utils.Database, table: str, row: dict[str, Any], where
             outcome = _merge_checkpoint(db, row, local["id"])
         elif table == "publications":
             outcome = _merge_publication(db, row, local["id"])
+        elif table in CORRECTION_TABLES:
+            outcome = sync_corrections.merge_row(db, table, row, local, where)
         else:
             raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
     counts.add(table, outcome)
