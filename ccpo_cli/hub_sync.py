@@ -211,6 +211,7 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
         merge_part,
         part_already_merged,
         part_table,
+        record_refused_part,
     )
 
     hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
@@ -252,18 +253,26 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
         raise InvalidInput(f"{repo_id}: {total / _MIB:.1f} MiB of new parts, over the limit of "
                            f"{limits.max_pull_bytes / _MIB:.0f} MiB (--max-mb); nothing was merged")
     counts = MergeCounts()
+    refused: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-pull-") as scratch:
         local = Path(scratch) / "part.parquet"
         for entry in new:
             download_part(hub, entry.path, commit_id, local, entry.size, limits)
             if hub.deadline.remaining() <= 0:
                 raise hub.deadline.failure(repo_id, f"merging {entry.path}")
-            counts.update(merge_part(db, local, entry.path, Origin(repo_id, commit_id, entry.path),
-                                     blob_id=entry.blob_id, size_bytes=entry.size))
+            origin = Origin(repo_id, commit_id, entry.path)
+            try:
+                counts.update(merge_part(db, local, entry.path, origin, blob_id=entry.blob_id, size_bytes=entry.size))
+            except InvalidInput as error:
+                # One bad part (hand-made, damaged, of a newer ccpo) is named, skipped and recorded, so
+                # it never blocks the rest of this pull or any later one; nothing of it was merged.
+                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+                refused.append({"part": entry.path, "reason": str(error)})
             local.unlink()
     log_sync(db, repo_id, "pull", commit_id, revision=revision or "main", parts=len(new), counts=counts)
     return {"repo_id": repo_id, "commit_id": commit_id, "revision": revision or "main", "parts": len(parts),
-            "parts_merged": len(new), "bytes": total, "counts": counts.as_dict(),
+            "parts_merged": len(new) - len(refused), "parts_refused": refused, "bytes": total,
+            "counts": counts.as_dict(),
             "rows_new": counts.total("new"), "rows_conflict": counts.total("conflict")}
 
 

@@ -111,7 +111,10 @@ def handle_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except CcpoError as error:
-            stderr_console().print(f"error: {error}", markup=False)
+            # A name or key from a file may hold control characters: escaped before the terminal.
+            from ccpo_cli.terminal_text import escape_control
+
+            stderr_console().print(f"error: {escape_control(error)}", markup=False)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             stderr_console().print("interrupted", markup=False)

@@ -79,6 +79,7 @@ def publish(
     from ccpo_cli.hub import publish_run
     from ccpo_cli.names import default_folder, require_inside
     from ccpo_cli.store import open_db
+    from ccpo_cli.terminal_text import escape_control
 
     result = publish_run(
         open_db(settings(ctx).db, must_exist=True), run, repo, status=status.value,
@@ -86,7 +87,7 @@ def publish(
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
         verl_agent_home=verl_agent_home, merged_dir=merged_dir, deadline=deadline,
-        log=lambda message: info(ctx, message),
+        log=lambda message: info(ctx, escape_control(message)),
     )
     if as_json:
         emit_json(result)
@@ -124,8 +125,12 @@ def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, ret
         from ccpo_cli.errors import RemoteError
 
         raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+    from ccpo_cli.terminal_text import escape_control
+
+    # The uploader's lines carry the Hub's words and names from files: escaped for the terminal.
     result = follow_run(settings(ctx).db, run, target, secret, run_dir=run_dir, verl_agent_home=verl_agent_home,
-                        poll_s=poll, once=once, retry_failed=retry_failed, log=lambda message: info(ctx, message))
+                        poll_s=poll, once=once, retry_failed=retry_failed,
+                        log=lambda message: info(ctx, escape_control(message)))
     if as_json:
         emit_json(result)
         return

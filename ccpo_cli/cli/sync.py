@@ -105,6 +105,11 @@ def pull_command(
     result = sync_pull(open_db(settings(ctx).db), repo, revision=revision, token=token, token_file=token_file,
                        timeout=timeout, endpoint=endpoint, limits=_limits(deadline, max_mb, push=False))
     if chosen.value != "json":
+        from ccpo_cli.terminal_text import escape_control
+
+        for refused in result["parts_refused"]:  # names and reasons come from the dataset: escaped
+            info(ctx, f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
+                      f"{escape_control(refused['reason'])}")
         info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
                   f"{result['commit_id']}")
     emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])
