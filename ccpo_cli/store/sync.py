@@ -471,9 +471,10 @@ def _step_within(value: Any, recorded: int | None, what: str, where: str) -> Non
 
 def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str,
                host_folder: str | None = None) -> tuple[dict[str, Any], str]:
-    """A run snapshot. Only a snapshot from the run's own host folder can replace its progress
-    (a part in another machine's folder may fill in what is missing here, and where it differs
-    it is recorded as a conflict: a foreign snapshot of this machine's run never replaces it)."""
+    """A run snapshot. Only a snapshot from the run's own host folder changes a run known here;
+    one in another machine's folder changes nothing and is recorded where it differs (in
+    `sync_run_conflicts`): a foreign snapshot of this machine's run is a conflict, never a
+    replacement. A run not known here is taken from whichever folder holds it."""
     uid = row.get("uid")
     if not isinstance(uid, str) or not 8 <= len(uid) <= 64 or not uid.isalnum():
         raise InvalidInput(f"{where}: a run without a usable global id ({uid!r})")
@@ -492,6 +493,12 @@ def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str,
         new["name"] = _free_name(db, name, row.get("host"), uid)
         db["runs"].insert(new)
         return next(db["runs"].rows_where("uid = ?", [uid], limit=1)), "new"
+    if not own:  # another machine's folder: it changes nothing of the run here, only says where it differs
+        differing = [column for column in (*RUN_IDENTITY, *RUN_PROGRESS, "last_step")
+                     if row.get(column) is not None and row.get(column) != local[column]]
+        for column in differing:
+            _field_conflict(db, local, column, row.get(column), where)
+        return local, "conflict" if differing else "same"
     changes: dict[str, Any] = {}
     for column in RUN_IDENTITY:
         remote = row.get(column)
@@ -501,17 +508,13 @@ def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str,
             changes[column] = remote
         else:
             _field_conflict(db, local, column, remote, where)
-    newer = own and updated > _local_time(local["updated_at"])
+    newer = updated > _local_time(local["updated_at"])
     for column in RUN_PROGRESS:
         remote = row.get(column)
-        if remote is None or remote == local[column]:
-            continue
-        if local[column] is None or newer:
+        if remote is not None and remote != local[column] and (local[column] is None or newer):
             changes[column] = remote
-        elif not own:
-            _field_conflict(db, local, column, remote, where)
     steps = [step for step in (local["last_step"], row.get("last_step")) if step is not None]
-    if own and steps and max(steps) != local["last_step"]:
+    if steps and max(steps) != local["last_step"]:
         changes["last_step"] = max(steps)
     if created < _local_time(local["created_at"], default=created):
         changes["created_at"] = row["created_at"]
