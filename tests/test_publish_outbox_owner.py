@@ -148,3 +148,14 @@ def test_a_bad_poll_is_one_line_before_any_network(db_path, hub, poll):
     result = follow(db_path, hub.endpoint, "--poll", poll)
     assert_refused(result, 3, "--poll")
     assert hub.requests == []
+
+
+def test_train_push_to_hub_into_an_existing_public_repository_is_refused_before_training(hub, tmp_path):
+    hub.seed_repo(REPO, private=False)
+    db_path = tmp_path / "train.db"
+    result = CliRunner().invoke(app, ["--db", str(db_path), "train", "--arm", "return-hard", "--backend", "local",
+                                      "--run", "pub", "--steps", "2", "--push-to-hub", REPO, "--endpoint",
+                                      hub.endpoint, "--token", TOKEN])
+    assert_refused(result, 3, "is public on the Hub", "--public")
+    assert hub.commits_by_ccpo(REPO) == []
+    assert not db_path.exists() or open_db(db_path)["runs"].count == 0
