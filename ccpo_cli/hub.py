@@ -37,11 +37,11 @@ from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_c
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (  # noqa: F401 - resolve_token is part of this module's API
     DEFAULT_ANSWER_CAP,
-    RETRY_AFTER_MAX_S,
+    DEFAULT_RULE,
     HubCallError,
     HubClient,
     HubTimeouts,
-    backoff_wait,
+    RetryRule,
     hub_timeouts,
     resolve_timeouts,
     resolve_token,
@@ -205,14 +205,19 @@ class RepoSession:
     # -- the repository ---------------------------------------------------------------------
     def ensure_repo(self, private: bool) -> dict[str, Any]:
         """Create the repository (private unless asked otherwise) or find it; read its
-        visibility back and say when it is not the one asked for (ccpo never changes it)."""
+        visibility back. An existing public one is refused unless --public was asked (nothing
+        is uploaded: a checkpoint there would be public); an existing private one asked public
+        is said, never changed."""
         url = self.client.call("creating the repository", self.api.create_repo, self.repo_id, private=private,
                                exist_ok=True)
+        info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
+        actual = getattr(info, "private", None)
+        if private and actual is not True:
+            raise InvalidInput(f"{self.repo_id} is {'public' if actual is False else 'of unknown visibility'} on the "
+                               "Hub; ccpo uploads to a public repository only with --public (nothing was uploaded)")
         if self.revision != "main":
             self.client.call(f"creating branch {self.revision}", self.api.create_branch, self.repo_id,
                              branch=self.revision, exist_ok=True)
-        info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
-        actual = getattr(info, "private", None)
         result: dict[str, Any] = {"url": str(url), "private": actual, "requested_private": private}
         if actual is not None and bool(actual) != private:
             result["visibility_note"] = (
@@ -247,35 +252,17 @@ class RepoSession:
     # -- commits ----------------------------------------------------------------------------
     def commit(self, what: str, operations: list, *, message: str, key: str, since: str | None,
                parent: str | None = None, size_bytes: int = 0) -> tuple[str, bool]:
-        """Make one commit; (its id, whether it was found landed after an error). After any error
-        but a definite refusal the remote history is read before the commit is sent again, so a
-        commit whose answer was lost is recognised, not duplicated."""
-        attempts = self.client.attempts
-        for attempt in range(attempts):
-            try:
-                info = self.client.call(what, self.api.create_commit, self.repo_id, operations, commit_message=message,
-                                        commit_description=KEY_PREFIX + key, revision=self.revision,
-                                        parent_commit=parent, transfer_bytes=size_bytes, retry=False)
-                oid = getattr(info, "oid", None)
-                if not isinstance(oid, str) or not oid:
-                    raise HubCallError(f"{self.repo_id}: {what} failed: the Hub's answer names no commit", kind="shape")
-                return oid, False
-            except HubCallError as failure:
-                if failure.answered:
-                    raise
-                landed = self.find_landed(key, since)
-                if landed is not None:
-                    self.note(f"{self.repo_id}: {what}: the answer was lost, but the commit landed ({landed[:12]})")
-                    return landed, True
-                if attempt + 1 == attempts or failure.kind not in ("retryable", "timeout", "deadline", "unreachable"):
-                    raise
-                wait = backoff_wait(attempt, failure.retry_after)
-                if wait > RETRY_AFTER_MAX_S:
-                    raise
-                self.note(f"{self.repo_id}: {what}: {failure.kind}"
-                          f"{f' (HTTP {failure.status})' if failure.status else ''}; sending again in {wait:.1f} s")
-                self.client.sleep(wait)
-        raise AssertionError("unreachable")
+        """Make one commit; (its id, whether it was found landed after an error). The landed
+        check of a model repository is its history: the commit carrying publication `key` after
+        `since`. A 412 (the head moved) goes back to the caller, who merges."""
+
+        def send() -> str:
+            info = self.api.create_commit(self.repo_id, operations, commit_message=message,
+                                          commit_description=KEY_PREFIX + key, revision=self.revision,
+                                          parent_commit=parent)
+            return getattr(info, "oid", None)
+
+        return self.client.commit(what, send, lambda: self.find_landed(key, since), size_bytes=size_bytes)
 
     def tag(self, name: str, commit_id: str, message: str) -> dict[str, Any]:
         """Tag `commit_id`; an existing tag is never moved (ccpo deletes nothing)."""
@@ -371,12 +358,13 @@ def _download_sha256(client: HubClient, path: str, revision: str) -> str:
 
 
 def open_session(repo_id: str, *, token: str, endpoint: str, timeouts: HubTimeouts, revision: str = "main",
-                 log: Callable[[str], None] | None = None, sleep: Callable[[float], None] | None = None) -> RepoSession:
+                 log: Callable[[str], None] | None = None, sleep: Callable[[float], None] | None = None,
+                 rule: RetryRule = DEFAULT_RULE) -> RepoSession:
     from huggingface_hub import HfApi
 
     check_endpoint_supported(endpoint)
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
-    client = HubClient(api, token, repo_id, timeouts, log=log)
+    client = HubClient(api, token, repo_id, timeouts, rule=rule, log=log)
     if sleep is not None:
         client.sleep = sleep
     return RepoSession(client, revision, log)

@@ -26,6 +26,7 @@ from typing import Any
 
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_transport import (
+    COMMIT_RETRY_STATUSES,
     RETRY_STATUSES,
     AnswerTooLarge,
     CallLimits,
@@ -50,14 +51,9 @@ DEFAULT_DEADLINE = 60.0
 DEFAULT_ANSWER_CAP = 8 * 1024 * 1024
 # The slowest upload or download ccpo waits for: a transfer's deadline grows by its bytes at this rate.
 DEFAULT_MIN_RATE = 1024 * 1024
-# A model download's whole deadline (its size is not known up front; every read is bounded anyway).
-DOWNLOAD_DEADLINE = 86_400.0
-# Backoff: attempts per call, the first wait, the longest wait, and the longest Retry-After
-# honoured in place (a longer one ends the call: the caller decides when to come back).
-RETRY_ATTEMPTS = 4
-RETRY_BASE_S = 1.0
-RETRY_MAX_WAIT_S = 30.0
-RETRY_AFTER_MAX_S = 60.0
+# The whole of one command's Hub work (a publish, a sync, a model download, one outbox entry,
+# one `--once` round), retries and waits included, when --deadline / CCPO_HUB_DEADLINE do not say.
+DEFAULT_COMMAND_DEADLINE = 900.0
 
 
 def resolve_token(explicit: str | None = None, token_file: Path | None = None) -> str | None:
@@ -94,8 +90,10 @@ class HubTimeouts:
     `connect` bounds opening a connection; `metadata` one read of a small answer (repository
     info, commit lists, refs); `read` one read during a transfer (a commit's upload, a file
     download); `deadline` a whole metadata call, however many requests it makes and however
-    slowly its answer arrives; a transfer call gets `deadline` plus its bytes at `min_rate`.
-    `answer_cap` bounds the size of one metadata answer."""
+    slowly its answer arrives; a transfer call gets `deadline` plus its bytes at `min_rate`;
+    `command` the whole command (every call, retry and wait; a transfer adds its bytes at
+    `min_rate`). `answer_cap` bounds the size of every answer but a file download's (a
+    commit's answer is small JSON too)."""
 
     connect: float
     read: float
@@ -103,6 +101,7 @@ class HubTimeouts:
     deadline: float = DEFAULT_DEADLINE
     answer_cap: int = DEFAULT_ANSWER_CAP
     min_rate: float = DEFAULT_MIN_RATE
+    command: float = DEFAULT_COMMAND_DEADLINE
 
     def limits(self) -> CallLimits:
         return CallLimits(connect=self.connect, metadata_read=self.metadata, transfer_read=self.read,
@@ -125,40 +124,38 @@ def _seconds(text: str, where: str, shape: str) -> list[float]:
 
 def resolve_timeouts(explicit: str | None = None, deadline: str | float | None = None) -> HubTimeouts:
     """--timeout, else $CCPO_HUB_TIMEOUT, else 10 s connect / 20 s metadata read / 300 s transfer
-    read; --deadline, else $CCPO_HUB_DEADLINE, else 60 s per call. The timeout text is either
-    READ or CONNECT,READ in seconds; a READ below the metadata default lowers that one too."""
-    seconds = DEFAULT_DEADLINE
-    per_call = deadline if deadline is not None else os.environ.get(DEADLINE_ENV)
-    if per_call is not None and str(per_call).strip():
-        values = _seconds(str(per_call), "--deadline" if deadline is not None else DEADLINE_ENV, "one number of")
+    read; --deadline, else $CCPO_HUB_DEADLINE, else 900 s for the whole command (and 60 s, or
+    the command's deadline when shorter, for one metadata call). The timeout text is either READ
+    or CONNECT,READ in seconds; a READ below the metadata default lowers that one too."""
+    command = DEFAULT_COMMAND_DEADLINE
+    given = deadline if deadline is not None else os.environ.get(DEADLINE_ENV)
+    if given is not None and str(given).strip():
+        where = "--deadline" if deadline is not None else DEADLINE_ENV
+        values = _seconds(str(given), where, "one number of")
         if len(values) != 1:
-            raise InvalidInput(f"--deadline {per_call!r}: expected one number of seconds (in (0, 86400])")
-        seconds = values[0]
+            raise InvalidInput(f"{where} {given!r}: expected one number of seconds (in (0, 86400])")
+        command = values[0]
+    per_call = min(DEFAULT_DEADLINE, command)
     text = explicit if explicit is not None else os.environ.get(TIMEOUT_ENV)
     if text is None or not str(text).strip():
-        return HubTimeouts(DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, deadline=seconds)
+        return HubTimeouts(DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, deadline=per_call, command=command)
     where = "--timeout" if explicit is not None else TIMEOUT_ENV
     values = _seconds(str(text), where, "READ or CONNECT,READ")
     if len(values) > 2:
         raise InvalidInput(f"{where} {text!r}: expected READ or CONNECT,READ seconds (each in (0, 86400])")
     read = values[-1]
     connect = values[0] if len(values) == 2 else min(DEFAULT_CONNECT_TIMEOUT, read)
-    return HubTimeouts(connect, read, metadata=min(DEFAULT_METADATA_TIMEOUT, read), deadline=seconds)
+    return HubTimeouts(connect, read, metadata=min(DEFAULT_METADATA_TIMEOUT, read), deadline=per_call, command=command)
 
 
 @contextlib.contextmanager
-def hub_timeouts(timeouts: HubTimeouts, *, whole_block: dict[str, Any] | None = None) -> Iterator[None]:
-    """Every request huggingface_hub sends inside the block is held to these limits (see
-    hub_transport.py); afterwards the library has its default client back. With `whole_block`
-    (keywords of `limited_call`: deadline, answer_cap) the block is one call under them; without
-    it, each `HubClient.call` inside sets its own."""
+def hub_timeouts(timeouts: HubTimeouts) -> Iterator[None]:
+    """Every request huggingface_hub sends inside the block is held to ccpo's limits (see
+    hub_transport.py; each `HubClient.call` inside sets its own); afterwards the library has its
+    default client back."""
     install_limits()
     try:
-        if whole_block is None:
-            yield
-        else:
-            with limited_call(timeouts.limits(), **whole_block):
-                yield
+        yield
     finally:
         remove_limits()
 
@@ -268,49 +265,183 @@ def call_errors() -> tuple[type[BaseException], ...]:
     return (HfHubHTTPError, TransportLimit, *transport_errors(), OSError, ValueError, *SHAPE_ERRORS)
 
 
-def backoff_wait(attempt: int, retry_after: float | None) -> float:
-    """Seconds before attempt `attempt + 1`: the Hub's Retry-After when it gave one, else an
-    exponential wait with full jitter (so many uploaders do not retry in step)."""
-    if retry_after is not None:
-        return retry_after + random.uniform(0, 0.5)
-    return random.uniform(0.5, 1.0) * min(RETRY_MAX_WAIT_S, RETRY_BASE_S * 2 ** attempt)
+# What a failure is, for the one rule below: worth another attempt now (the Hub said "not now",
+# or could not be reached); worth coming back to later, after a wait, but not in the same
+# command (it did not answer in time, answered endlessly or in another shape: the same request
+# now would meet the same fault; the outbox tries the entry again later); or final (a refusal:
+# 4xx but 408/409/429, which only a changed token, repository or input fixes, `--retry-failed`).
+TRANSIENT_KINDS = frozenset({"retryable", "unreachable"})
+LATER_KINDS = TRANSIENT_KINDS | {"timeout", "deadline", "too_large", "shape"}
+
+
+@dataclass(frozen=True)
+class RetryRule:
+    """The one retry rule of every Hub call ccpo makes (publish, sync, model download, outbox).
+
+    Statuses worth another attempt are `statuses` (and 409 on a commit: another commit was being
+    applied); a call is tried at most `attempts` times; the n-th wait is `first_wait_s` · 2^n (at
+    most `max_wait_s`) times a random factor in [0.5, 1), or the Hub's Retry-After when it sends
+    one, honoured up to `retry_after_max_s` (a longer one ends the call: the caller decides when
+    to come back). No wait reaches past the command's deadline."""
+
+    statuses: frozenset[int] = RETRY_STATUSES
+    commit_statuses: frozenset[int] = COMMIT_RETRY_STATUSES
+    attempts: int = 5
+    first_wait_s: float = 1.0
+    max_wait_s: float = 30.0
+    retry_after_max_s: float = 60.0
+
+    def transient(self, failure: HubCallError) -> bool:
+        """Whether `failure` is worth another attempt now (the one answer every path uses)."""
+        return failure.kind in TRANSIENT_KINDS
+
+    def retry_later(self, failure: HubCallError) -> bool:
+        """Whether a queued publication that failed so is tried again after a wait (the outbox)."""
+        return failure.kind in LATER_KINDS
+
+    def wait(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds before attempt `attempt + 1` (full jitter, so many clients do not retry in step)."""
+        if retry_after is not None:
+            return retry_after + random.uniform(0, 0.5)
+        return random.uniform(0.5, 1.0) * min(self.max_wait_s, self.first_wait_s * 2 ** attempt)
+
+
+DEFAULT_RULE = RetryRule()
+
+
+def backoff_wait(attempt: int, retry_after: float | None, rule: RetryRule = DEFAULT_RULE) -> float:
+    """Seconds before attempt `attempt + 1` under `rule`."""
+    return rule.wait(attempt, retry_after)
+
+
+def _gave_up(failure: HubCallError, attempts: int) -> HubCallError:
+    return HubCallError(f"{failure}; gave up after {attempts} attempts", kind=failure.kind, status=failure.status,
+                        retry_after=failure.retry_after)
+
+
+class Deadline:
+    """The end of one command's Hub work (time.monotonic()); a transfer moves it out by its bytes
+    at the slowest rate ccpo waits for."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def extend(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.end += seconds
+
+    def failure(self, repo_id: str, what: str) -> HubCallError:
+        return HubCallError(f"{repo_id}: {what}: the command's deadline of {self.seconds:.0f} s passed; raise "
+                            f"--deadline / {DEADLINE_ENV} for a slow connection", kind="deadline")
 
 
 @dataclass
 class HubClient:
     """One repository on one Hub, reached under ccpo's limits. `call` runs one library call
-    with the right deadline and answer cap, retrying answers worth retrying; everything else
-    becomes a HubCallError."""
+    with the right deadline and answer cap, retrying what `rule` calls transient; `commit` makes
+    one commit that a lost answer cannot double; everything else becomes a HubCallError. Every
+    call and wait ends by the command's `deadline`."""
 
     api: Any
     token: str | None
     repo_id: str
     timeouts: HubTimeouts
-    attempts: int = RETRY_ATTEMPTS
+    rule: RetryRule = DEFAULT_RULE
     sleep: Callable[[float], None] = time.sleep
     log: Callable[[str], None] | None = None
+    deadline: Deadline | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline is None:
+            self.deadline = Deadline(self.timeouts.command)
+
+    @property
+    def attempts(self) -> int:
+        return self.rule.attempts
+
+    def restart(self) -> None:
+        """A new command begins (the next outbox entry, the next follow round): a fresh deadline."""
+        self.deadline = Deadline(self.timeouts.command)
+
+    def _pause(self, what: str, attempt: int, failure: HubCallError) -> None:
+        """Wait before attempt `attempt + 1`, or raise `failure` when the wait is too long."""
+        wait = self.rule.wait(attempt, failure.retry_after)
+        if wait > self.rule.retry_after_max_s:
+            raise failure
+        if wait >= self.deadline.remaining():
+            raise HubCallError(f"{failure}; not trying again: the wait of {wait:.0f} s would pass the command's "
+                               f"deadline of {self.deadline.seconds:.0f} s", kind=failure.kind,
+                               status=failure.status, retry_after=failure.retry_after)
+        if self.log is not None:
+            self.log(f"{self.repo_id}: {what}: {failure.kind}{f' (HTTP {failure.status})' if failure.status else ''}"
+                     f"; sending again in {wait:.1f} s")
+        self.sleep(wait)
+
+    def _once(self, what: str, function: Callable, args: tuple, kwargs: dict, *, deadline: float,
+              answer_cap: int | None, transfer_cap: int | None) -> Any:
+        left = self.deadline.remaining()
+        if left <= 0:
+            raise self.deadline.failure(self.repo_id, what)
+        try:
+            with limited_call(self.timeouts.limits(), deadline=min(deadline, left), answer_cap=answer_cap,
+                              transfer_cap=transfer_cap):
+                return function(*args, **kwargs)
+        except call_errors() as error:
+            raise remote_error(error, self.token, self.repo_id, what) from None
 
     def call(self, what: str, function: Callable, *args: Any, transfer_bytes: int | None = None,
              answer_cap: int | None = None, transfer_cap: int | None = None, retry: bool = True,
-             **kwargs: Any) -> Any:
+             whole_deadline: bool = False, **kwargs: Any) -> Any:
         """`function(*args, **kwargs)` as one Hub call: a metadata call under the metadata deadline,
-        or (`transfer_bytes` given) a transfer whose deadline grows with its size; `transfer_cap`
-        bounds a download's answer. `retry=False` leaves retrying to the caller (commits)."""
-        deadline = None if transfer_bytes is None else self.timeouts.transfer_deadline(transfer_bytes)
-        for attempt in range(self.attempts):
+        or (`transfer_bytes` given) a transfer whose deadline grows with its size, or
+        (`whole_deadline`, a download of unknown size) one under what is left of the command's;
+        `transfer_cap` bounds a download's answer. `retry=False` leaves retrying to the caller."""
+        deadline = math.inf if whole_deadline else self.timeouts.deadline
+        if transfer_bytes is not None:
+            deadline = self.timeouts.transfer_deadline(transfer_bytes)
+            self.deadline.extend(max(transfer_bytes, 0) / self.timeouts.min_rate)
+        for attempt in range(self.rule.attempts):
             try:
-                with limited_call(self.timeouts.limits(), deadline=deadline, answer_cap=answer_cap,
-                                  transfer_cap=transfer_cap):
-                    return function(*args, **kwargs)
-            except call_errors() as error:
-                failure = remote_error(error, self.token, self.repo_id, what)
-            if not (retry and failure.kind == "retryable" and attempt + 1 < self.attempts):
-                raise failure
-            wait = backoff_wait(attempt, failure.retry_after)
-            if wait > RETRY_AFTER_MAX_S:
-                raise failure
-            if self.log is not None:
-                self.log(f"{self.repo_id}: {what}: HTTP {failure.status}, trying again in {wait:.1f} s")
-            self.sleep(wait)
+                return self._once(what, function, args, kwargs, deadline=deadline, answer_cap=answer_cap,
+                                  transfer_cap=transfer_cap)
+            except HubCallError as failure:
+                if not (retry and self.rule.transient(failure)):
+                    raise
+                if attempt + 1 == self.rule.attempts:
+                    raise _gave_up(failure, attempt + 1) from None
+                self._pause(what, attempt, failure)
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    def commit(self, what: str, send: Callable[[], str], landed: Callable[[], str | None], *,
+               size_bytes: int = 0, refused: Callable[[HubCallError], bool] | None = None) -> tuple[str, bool]:
+        """One commit: `send()` makes it and returns its id; after any failure but a definite
+        refusal, `landed()` (the check of this kind of repository: a publication key in the
+        history, part files in the dataset) is asked before it is sent again, so a commit whose
+        answer was lost is recognised, not made twice. (The commit id, whether found landed.)
+        `refused(failure)` may end the loop at once (a 412 the caller merges)."""
+        deadline = self.timeouts.transfer_deadline(size_bytes)
+        self.deadline.extend(max(size_bytes, 0) / self.timeouts.min_rate)
+        for attempt in range(self.rule.attempts):
+            try:
+                oid = self._once(what, send, (), {}, deadline=deadline, answer_cap=None, transfer_cap=None)
+                if not isinstance(oid, str) or not oid:
+                    raise HubCallError(f"{self.repo_id}: {what} failed: the Hub's answer names no commit", kind="shape")
+                return oid, False
+            except HubCallError as failure:
+                if failure.answered or (refused is not None and refused(failure)):
+                    raise
+                found = landed()
+                if found is not None:
+                    if self.log is not None:
+                        self.log(f"{self.repo_id}: {what}: the answer was lost, but the commit landed ({found[:12]})")
+                    return found, True
+                if not self.rule.transient(failure):
+                    raise
+                if attempt + 1 == self.rule.attempts:
+                    raise _gave_up(failure, attempt + 1) from None
+                self._pause(what, attempt, failure)
+        raise AssertionError("unreachable")

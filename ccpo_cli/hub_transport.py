@@ -7,7 +7,9 @@ A Hub call (one `HfApi` method, one download) runs inside `limited_call`, which 
 - an overall deadline for the whole call, however many requests the library makes inside it
   and however slowly an answer trickles in: when it passes, every connection the call opened is
   shut and the call ends with `DeadlineExceeded`;
-- a size cap on each answer (`AnswerTooLarge`), so an endless answer never fills memory;
+- a size cap on each answer (`AnswerTooLarge`), so an endless answer never fills memory: the
+  metadata cap for every answer but a file download's (commits included), the call's own for a
+  download;
 - no silent retries inside the library: an answer ccpo retries itself (408, 429, 5xx, and 409 on
   a commit) ends the request with `RetryableAnswer`, carrying the status and `Retry-After`, so
   the caller decides whether to wait, re-read the remote head, or give up.
@@ -86,7 +88,9 @@ class _Budget:
     timer: threading.Timer | None = None
 
     def cap_for(self, method: str, path: str) -> int | None:
-        return self.transfer_cap if _is_transfer(method, path) else self.answer_cap
+        # Only a download's answer is large: a commit's or an upload's answer is small JSON, so
+        # an endless answer to one is cut at the metadata cap, not read until memory fills.
+        return self.transfer_cap if _is_download(path) else self.answer_cap
 
     def remaining(self) -> float:
         return self.deadline - time.monotonic()
@@ -153,6 +157,10 @@ def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_ca
 
 def _is_transfer(method: str, path: str) -> bool:
     return method == "PUT" or (method == "POST" and "/commit/" in path) or "/resolve/" in path
+
+
+def _is_download(path: str) -> bool:
+    return "/resolve/" in path
 
 
 def _request_timeouts(method: str, path: str) -> tuple[float, float] | None:

@@ -75,7 +75,10 @@ class Fault:
     body is `body`, e.g. a wrong-shaped one), `lost` (the commit is
     applied, then the answer is a 502, or with `status=None` the connection drops), `silent`
     (the connection stays open, unanswered, for `seconds`), `endless` (a 200 whose body never
-    ends), `trickle` (a 200 whose body comes one byte every `interval` seconds)."""
+    ends), `trickle` (a 200 whose body comes one byte every `interval` seconds; with
+    `length=False` without a Content-Length), `delay` (the normal answer, after `seconds`), `raw`
+    (an answer of `status` whose body is the bytes `raw`, as they are); `lost` with `silence`
+    (the commit applied, then no answer for `seconds`)."""
 
     kind: str
     method: str | None = None
@@ -87,6 +90,9 @@ class Fault:
     interval: float = 0.5
     message: str = "Internal Error - We're working hard to fix this as soon as possible!"
     body: object = None
+    length: bool = True  # trickle: announce a Content-Length (False: the body ends when the connection does)
+    silence: bool = False  # lost: after the commit landed, the connection stays silent for `seconds`, then drops
+    raw: bytes = b""  # raw: the bytes of the answer's body, as they are
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
@@ -278,9 +284,16 @@ def _make_handler(hub: FakeHub):
 
         def _fault(self, path: str) -> bool:
             """Answer with an injected fault, if one matches; True when it did."""
-            fault = hub.take_fault(self.command, path, ("status", "answer", "silent", "endless", "trickle"))
+            fault = hub.take_fault(self.command, path, ("status", "answer", "silent", "endless", "trickle", "delay",
+                                                        "raw"))
             if fault is None:
                 return False
+            if fault.kind == "delay":
+                hub.stopping.wait(fault.seconds)
+                return False  # then the normal answer
+            if fault.kind == "raw":
+                self._send(fault.status or 200, raw=fault.raw)
+                return True
             if fault.kind == "answer":
                 self._send(200, fault.body)
             elif fault.kind == "status":
@@ -315,7 +328,10 @@ def _make_handler(hub: FakeHub):
         def _trickle(self, fault: Fault):
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", "100000")
+            if fault.length:
+                self.send_header("Content-Length", "100000")
+            else:
+                self.send_header("Connection", "close")
             self.end_headers()
             ends = time.monotonic() + fault.seconds
             try:
@@ -531,6 +547,8 @@ def _make_handler(hub: FakeHub):
                 repo.branches[branch].append(Commit(oid, summary, tree, decoded["header"].get("description", "")))
             lost = hub.take_fault(self.command, self.path, ("lost",))
             if lost is not None:  # the commit landed; its answer does not reach the client
+                if lost.silence:
+                    hub.stopping.wait(lost.seconds)
                 if lost.status is None:
                     self.close_connection = True
                     return None
@@ -684,7 +702,7 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
                 tree.update(decoded["files"])
                 summary = decoded["header"].get("summary", "")
                 oid = hashlib.sha1(f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[revision])}".encode()).hexdigest()
-                repo.branches[revision].append(Commit(oid, summary, tree))
+                repo.branches[revision].append(Commit(oid, summary, tree, decoded["header"].get("description", "")))
     finally:
         with hub._lock:
             hub._datasets_committing.discard(repo.repo_id)
@@ -692,6 +710,8 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
         return answer(*refusal)
     lost = hub.take_fault(handler.command, handler.path, ("lost",))
     if lost is not None:  # the commit landed; its answer does not reach the client
+        if lost.silence:
+            hub.stopping.wait(lost.seconds)
         if lost.status is None:
             handler.close_connection = True
             return None

@@ -55,6 +55,17 @@ def test_connect_never_guesses_a_cluster():
             connect(address)
 
 
+def test_an_address_nothing_answers_on_fails_at_once_in_one_line():
+    """`matrix --ray-address 127.0.0.1:1` used to hang in ray.init; now it is exit 4 within
+    ray_blocks.CONNECT_TIMEOUT_S (a refused port answers at once), before Ray is asked."""
+    from ccpo_cli.errors import RemoteError
+
+    with pytest.raises(RemoteError, match="nothing answers there"):
+        connect("127.0.0.1:1")
+    with pytest.raises(UsageError, match="HOST:PORT"):
+        connect("127.0.0.1:port")
+
+
 @pytest.mark.slow
 def test_without_an_address_the_matrix_never_imports_ray(tiny_design, tmp_path, monkeypatch):
     # A cluster named by the environment, and Ray itself unimportable: neither may matter.

@@ -287,15 +287,23 @@ def test_a_final_card_is_private_too_unless_public_is_asked(hub, tmp_path, flag)
     assert publication["status"] == "final"
 
 
-def test_an_existing_repository_keeps_its_visibility_and_ccpo_says_so(db_path, hub, tmp_path):
+def test_an_existing_public_repository_is_refused_unless_public_is_asked(db_path, hub, tmp_path):
     hub.seed_repo(REPO, private=False)
-    result = publish(db_path, hub, tmp_path / "staging", "--json")
+    refused = publish(db_path, hub, tmp_path / "staging")
+    assert refused.exit_code == 3 and "is public on the Hub" in refused.stderr and "--public" in refused.stderr
+    assert hub.commits_by_ccpo(REPO) == [] and hub.repos[REPO].private is False
+    result = publish(db_path, hub, tmp_path / "staging2", "--public", "--json")
     assert result.exit_code == 0, result.output
-    assert hub.repos[REPO].private is False
     visibility = json.loads(result.stdout)["visibility"]
-    assert visibility["private"] is False and visibility["requested_private"] is True
-    assert "public on the Hub, not private as asked" in visibility["visibility_note"]
-    assert "public on the Hub, not private as asked" in result.stderr
+    assert visibility["private"] is False and visibility["requested_private"] is False
+
+
+def test_an_existing_private_repository_asked_public_keeps_its_visibility_and_ccpo_says_so(db_path, hub, tmp_path):
+    hub.seed_repo(REPO, private=True)
+    result = publish(db_path, hub, tmp_path / "staging", "--public", "--json")
+    assert result.exit_code == 0, result.output
+    assert hub.repos[REPO].private is True
+    assert "private on the Hub, not public as asked" in json.loads(result.stdout)["visibility"]["visibility_note"]
 
 
 def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(db_path, hub_env, tmp_path):

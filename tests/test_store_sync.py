@@ -13,6 +13,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.store import get_run, list_runs, open_db, run_conflicts, run_evaluations
 from ccpo_cli.store.sync import (
+    TABLES,
     Origin,
     dataset_sources,
     export_chunks,
@@ -37,7 +38,7 @@ def _push_to_folder(db_path: Path, folder: Path, host: str, commit: str) -> list
 def _pull_from_folder(db_path: Path, parts: list, commit: str):
     db = open_db(db_path)
     totals = []
-    for part in sorted(parts, key=lambda p: (["runs", "evaluations", "conflicts", "facts", "publications"].index(p.table), p.path_in_repo)):
+    for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
         if not part_already_merged(db, REPO, part.path_in_repo, None):
             totals.append(merge_part(db, part.local_path, part.path_in_repo, Origin(REPO, commit, part.path_in_repo)))
     return totals
@@ -114,12 +115,17 @@ def test_a_copied_database_is_the_same_run_and_a_different_result_is_a_conflict(
     parts_b = _push_to_folder(b, tmp_path / "hub", "node-b", "c2")
     # B's push leaves out what both had before the copy only if A's push is known to B; here it
     # is not, so both send the shared rows, and the pull keeps each once.
+    # B's rows of A's run sit in B's folder: B's snapshot cannot move the run on (only the run's
+    # own machine does), so B's evaluation past the run's recorded steps is refused with its part.
     c = machine(tmp_path, "node-c", monkeypatch)
-    _pull_from_folder(c, parts_a + parts_b, "c2")
+    _pull_from_folder(c, parts_a, "c1")
+    with pytest.raises(InvalidInput, match="past the run's recorded steps"):
+        _pull_from_folder(c, [part for part in parts_b if part.table == "evaluations"], "c2")
+    _pull_from_folder(c, [part for part in parts_b if part.table != "evaluations"], "c2")
     (run,) = list_runs(open_db(c))
-    assert run["name"] == "r1" and run["last_step"] == 6
+    assert run["name"] == "r1" and run["last_step"] == 4
     steps = sorted(row["step"] for row in run_evaluations(open_db(c), "r1"))
-    assert steps == [2, 4, 6]
+    assert steps == [2, 4]
     conflicts = run_conflicts(open_db(c), "r1")
     assert sorted(row["step"] for row in conflicts) == [2, 4]  # the copy's conflict, and A's new one
     _pull_from_folder(b, parts_a, "c2")

@@ -21,21 +21,22 @@ from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput, RemoteError
-from ccpo_cli.hub_sync import RetryPolicy, SyncLimits, pull, push
+from ccpo_cli.hub_access import RetryRule
+from ccpo_cli.hub_sync import SyncLimits, pull, push
 from ccpo_cli.store import get_run, list_runs, open_db, run_conflicts, run_evaluations
 from ccpo_cli.store.sync import dataset_sources, sync_history
 
 REPO = "tester/ccpo-results"
-FAST = RetryPolicy(attempts=8, first_delay_s=0.05, max_delay_s=0.4)
+FAST = RetryRule(attempts=8, first_wait_s=0.05, max_wait_s=0.4)
 
 
 
 def _push(db_path: Path, hub: FakeHub, host: str, **options):
-    return push(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, host=host, **{"retry": FAST, **options})
+    return push(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, host=host, **{"rule": FAST, **options})
 
 
 def _pull(db_path: Path, hub: FakeHub, **options):
-    return pull(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"retry": FAST, **options})
+    return pull(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"rule": FAST, **options})
 
 
 def _evidence(*db_paths: Path) -> set[tuple]:
@@ -163,7 +164,7 @@ def test_rate_limits_and_server_errors_are_retried_then_reported(two_machines, h
     record_step(open_db(a), "r1", 10, 2)
     hub.dataset_commit_failures = [503] * 10
     with pytest.raises(RemoteError, match="HTTP 503.*gave up after 3 attempts"):
-        _push(a, hub, "node-a", retry=RetryPolicy(attempts=3, first_delay_s=0.01, max_delay_s=0.02))
+        _push(a, hub, "node-a", rule=RetryRule(attempts=3, first_wait_s=0.01, max_wait_s=0.02))
     # Nothing was marked as pushed: the next push sends the row again.
     hub.dataset_commit_failures = []
     assert _push(a, hub, "node-a")["rows"] >= 1
@@ -219,30 +220,19 @@ def test_sync_commands_print_one_line_and_the_contract_exit_codes(two_machines, 
     assert missing_revision.exit_code == 4 and "no such dataset revision" in missing_revision.output
 
 
-def test_a_download_is_bounded_in_bytes_and_every_call_in_time(tmp_path):
-    import time
-
-    from ccpo_cli.hub_sync import _Deadline, _store, _within
-
-    target = tmp_path / "part.parquet"
-    with pytest.raises(RemoteError, match="more than the 15 bytes expected"):
-        _store(200, {}, iter([b"x" * 10, b"y" * 10]), target, 15, "data/a/r/runs-1-2.parquet")
-    # A Hub that never finishes answering: without the deadline the call would return after 30 s
-    # without an error.
-    with pytest.raises(RemoteError, match="deadline of 0.2 s passed"):
-        _within(_Deadline(0.2, REPO), "listing", lambda: time.sleep(30))
-    assert RetryPolicy(first_delay_s=1.0, max_delay_s=30.0).wait(10) < 45  # capped, with jitter
-    assert 0.5 <= RetryPolicy(first_delay_s=1.0).wait(0, retry_after=1.0) < 1.5
+def test_the_retry_rule_waits_are_capped_and_jittered():
+    assert RetryRule(first_wait_s=1.0, max_wait_s=30.0).wait(10, None) <= 30  # capped, with jitter
+    assert 1.0 <= RetryRule(first_wait_s=1.0).wait(0, retry_after=1.0) < 1.5
 
 
 def test_an_answer_of_another_shape_is_one_remote_error_line():
-    from ccpo_cli.hub_sync import _Deadline, _Hub
+    from ccpo_cli.hub_access import HubClient, resolve_timeouts
 
-    hub = _Hub(api=None, token="hf_secret_x", repo_id=REPO, deadline=_Deadline(30, REPO), retry=FAST, timeouts=None)
+    hub = HubClient(api=None, token="hf_secret_x", repo_id=REPO, timeouts=resolve_timeouts(), rule=FAST)
 
     def wrong_shape():
         raise KeyError("path of hf_secret_x")  # what a tree entry without "path" gives
 
-    with pytest.raises(RemoteError, match="answer was not understood") as caught:
+    with pytest.raises(RemoteError, match="not of the shape ccpo expects") as caught:
         hub.call("listing the dataset's parts", wrong_shape)
     assert "hf_secret_x" not in str(caught.value)

@@ -46,33 +46,29 @@ MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoke
 
 
 def download_model(repo_id: str) -> Path:
-    """Fetch a Hub model's config, tokenizer and weights into the Hugging Face cache, every request
-    under ccpo's Hub timeouts (CCPO_HUB_TIMEOUT, else 10 s connect / 300 s read); a Hub that fails,
-    refuses or never answers is exit 4. PyTorch `.bin` weights are fetched only when the
-    repository has no safetensors."""
+    """Fetch a Hub model's config, tokenizer and weights into the Hugging Face cache through
+    ccpo's one Hub client (hub_access.py): every request under its timeouts, transient answers
+    (408, 429, 5xx, a timeout) tried again by the one retry rule, the whole download within the
+    Hub deadline (CCPO_HUB_DEADLINE, else 900 s: a model's size is not known up front). A Hub that fails, refuses or never answers is exit 4. PyTorch `.bin` weights are fetched
+    only when the repository has no safetensors."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import validate_repo_id
 
-    from ccpo_cli.hub_access import (
-        DOWNLOAD_DEADLINE,
-        call_errors,
-        hub_timeouts,
-        remote_error,
-        resolve_timeouts,
-    )
+    from ccpo_cli.hub_access import HubClient, hub_timeouts, resolve_timeouts
 
     try:
         validate_repo_id(repo_id)
     except ValueError:
         raise InvalidInput(f"--model {repo_id}: no such folder, and not a Hub model id either") from None
-    try:
-        # One call of unknown size: each read is bounded (metadata answers also in size), the whole by a day.
-        with hub_timeouts(resolve_timeouts(), whole_block={"deadline": DOWNLOAD_DEADLINE}):
-            folder = Path(snapshot_download(repo_id, allow_patterns=list(MODEL_FILE_PATTERNS)))
-            if not any(folder.glob("*.safetensors")):
-                folder = Path(snapshot_download(repo_id, allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"]))
-    except call_errors() as error:  # includes a wrong-shaped answer (issue 21): one line, exit 4
-        raise remote_error(error, None, repo_id, "downloading the model") from None
+    timeouts = resolve_timeouts()
+    client = HubClient(None, None, repo_id, timeouts)
+    # One call of unknown size: every read is bounded, the whole by the command's deadline.
+    with hub_timeouts(timeouts):
+        folder = Path(client.call("downloading the model", snapshot_download, repo_id,
+                                  allow_patterns=list(MODEL_FILE_PATTERNS), whole_deadline=True))
+        if not any(folder.glob("*.safetensors")):
+            folder = Path(client.call("downloading the model", snapshot_download, repo_id,
+                                      allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"], whole_deadline=True))
     return folder
 
 

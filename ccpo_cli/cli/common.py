@@ -72,8 +72,9 @@ HubTimeoutOption = Annotated[str | None, typer.Option(
     "--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ: READ bounds one read of a transfer, and of a "
     "metadata answer when below 20 (default: CCPO_HUB_TIMEOUT, else 10,300).")]
 HubDeadlineOption = Annotated[float | None, typer.Option(
-    "--deadline", help="Overall deadline of one Hub call in seconds, however slowly its answer comes; a transfer adds "
-    "its size at 1 MiB/s (default: CCPO_HUB_DEADLINE, else 60).")]
+    "--deadline", help="Deadline of the whole command's Hub work in seconds (of each upload for --push-to-hub, of each "
+    "round for --follow), retries and waits included, however slowly answers come; a transfer adds its size at 1 MiB/s "
+    "(default: CCPO_HUB_DEADLINE, else 900; one metadata call at most 60).")]
 HubEndpointOption = Annotated[str | None, typer.Option(
     "--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
 # `--no-private` is the hf CLI's word for `--public`; both stay. (Typer reads " /--no-private",
@@ -111,7 +112,10 @@ def handle_errors(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except CcpoError as error:
-            stderr_console().print(f"error: {error}", markup=False)
+            # A name or key from a file may hold control characters: escaped before the terminal.
+            from ccpo_cli.terminal_text import escape_control
+
+            stderr_console().print(f"error: {escape_control(error)}", markup=False)
             raise typer.Exit(error.exit_code) from None
         except KeyboardInterrupt:
             stderr_console().print("interrupted", markup=False)

@@ -40,12 +40,13 @@ def publish(
     follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", autocompletion=completion.run_names, help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
     run_dir: Annotated[Path | None, typer.Option("--run-dir", help="--follow: the run folder (default: the one runs.db records).")] = None,
     poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
-    once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload), then exit.")] = False,
+    once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.")] = False,
+    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).")] = False,
     status: Annotated[CardStatus, typer.Option("--status", help="interim or final.")] = CardStatus.interim,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
     verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).")] = None,
     merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the staging folder and commit plan; no network call.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the staging folder and commit plan (--follow: list what would be published); no network call.")] = False,
     private: HubPrivateOption = None,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
@@ -68,7 +69,8 @@ def publish(
     if repo is None:
         raise UsageError("--repo OWNER/NAME is required")
     if follow is not None:
-        _follow(ctx, follow, repo, run_dir=run_dir, poll=poll, once=once, private=private, token=token,
+        _follow(ctx, follow, repo, run_dir=run_dir, poll=poll, once=once, retry_failed=retry_failed,
+                dry_run=dry_run, private=private, token=token,
                 token_file=token_file, timeout=timeout, deadline=deadline, endpoint=endpoint, revision=revision,
                 staging=staging, window_start=window_start, license=license, verl_agent_home=verl_agent_home,
                 as_json=as_json)
@@ -77,6 +79,7 @@ def publish(
     from ccpo_cli.hub import publish_run
     from ccpo_cli.names import default_folder, require_inside
     from ccpo_cli.store import open_db
+    from ccpo_cli.terminal_text import escape_control
 
     result = publish_run(
         open_db(settings(ctx).db, must_exist=True), run, repo, status=status.value,
@@ -84,7 +87,7 @@ def publish(
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
         verl_agent_home=verl_agent_home, merged_dir=merged_dir, deadline=deadline,
-        log=lambda message: info(ctx, message),
+        log=lambda message: info(ctx, escape_control(message)),
     )
     if as_json:
         emit_json(result)
@@ -98,21 +101,36 @@ def publish(
         say(result["commit_url"])
 
 
-def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, private, token, token_file, timeout,
-            deadline, endpoint, revision, staging, window_start, license, verl_agent_home, as_json) -> None:  # noqa: A002
+def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, retry_failed, dry_run, private, token,
+            token_file, timeout, deadline, endpoint, revision, staging, window_start, license, verl_agent_home,
+            as_json) -> None:  # noqa: A002
     from ccpo_cli.hub_access import resolve_token
-    from ccpo_cli.publishing.follow import follow_run
+    from ccpo_cli.publishing.follow import check_poll, follow_run, plan_follow
     from ccpo_cli.publishing.target import push_target
 
+    check_poll(poll)
     target = push_target(repo, endpoint=endpoint, private=private, timeout=timeout, deadline=deadline,
                          revision=revision, window_start=window_start, license=license, staging=staging)
+    if dry_run:  # no token, no lock, no network: what the outbox would publish now
+        result = plan_follow(settings(ctx).db, run, target, run_dir=run_dir)
+        if as_json:
+            emit_json(result)
+            return
+        info(ctx, f"dry run: nothing was sent; {len(result['would_publish'])} publication(s) pending")
+        for entry in result["would_publish"]:
+            say(f"{entry['role']} {entry['kind']} of step {entry['step']}")
+        return
     secret = resolve_token(token, token_file)
     if not secret:
         from ccpo_cli.errors import RemoteError
 
         raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+    from ccpo_cli.terminal_text import escape_control
+
+    # The uploader's lines carry the Hub's words and names from files: escaped for the terminal.
     result = follow_run(settings(ctx).db, run, target, secret, run_dir=run_dir, verl_agent_home=verl_agent_home,
-                        poll_s=poll, once=once, log=lambda message: info(ctx, message))
+                        poll_s=poll, once=once, retry_failed=retry_failed,
+                        log=lambda message: info(ctx, escape_control(message)))
     if as_json:
         emit_json(result)
         return

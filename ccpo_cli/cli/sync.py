@@ -32,15 +32,17 @@ DeadlineOption = Annotated[float, typer.Option("--deadline", help="Seconds the w
 
 
 def _limits(deadline: float, max_mb: float | None, push: bool):
+    import math
+
     from ccpo_cli.errors import UsageError
     from ccpo_cli.hub_sync import SyncLimits
 
-    if not deadline > 0:
-        raise UsageError(f"--deadline must be a positive number of seconds, got {deadline}")
+    if not (math.isfinite(deadline) and 0 < deadline <= 86_400):
+        raise UsageError(f"--deadline must be seconds in (0, 86400], got {deadline}")
     if max_mb is None:
         return SyncLimits(deadline_s=deadline)
-    if not max_mb > 0:
-        raise UsageError(f"--max-mb must be positive, got {max_mb}")
+    if not (math.isfinite(max_mb) and 0 < max_mb <= 1 << 20):
+        raise UsageError(f"--max-mb must be a positive number of MiB (at most {1 << 20}), got {max_mb}")
     size = int(max_mb * (1 << 20))
     return SyncLimits(deadline_s=deadline, **({"max_push_bytes": size} if push else {"max_pull_bytes": size}))
 
@@ -105,6 +107,11 @@ def pull_command(
     result = sync_pull(open_db(settings(ctx).db), repo, revision=revision, token=token, token_file=token_file,
                        timeout=timeout, endpoint=endpoint, limits=_limits(deadline, max_mb, push=False))
     if chosen.value != "json":
+        from ccpo_cli.terminal_text import escape_control
+
+        for refused in result["parts_refused"]:  # names and reasons come from the dataset: escaped
+            info(ctx, f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
+                      f"{escape_control(refused['reason'])}")
         info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
                   f"{result['commit_id']}")
     emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])

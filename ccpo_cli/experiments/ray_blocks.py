@@ -34,6 +34,8 @@ LOCAL = "local"
 _LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # A task whose worker died is run again this many times (its block then changes nothing twice).
 TASK_RETRIES = 2
+# The longest ccpo waits for a cluster address to accept a connection.
+CONNECT_TIMEOUT_S = 10.0
 
 
 def connect(address: str):
@@ -47,6 +49,8 @@ def connect(address: str):
                          "address, or 'local'")
     if address == LOCAL and "ray" not in sys.modules:
         os.environ.setdefault(_LOOPBACK_ONLY_ENV, "0")
+    if address != LOCAL:
+        _reachable(address)
     try:
         import ray
     except ImportError:
@@ -60,6 +64,23 @@ def connect(address: str):
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as error:
         raise RemoteError(f"--ray-address {address}: cannot connect to Ray ({' '.join(str(error).split())[:300]})") from None
     return ray
+
+
+def _reachable(address: str) -> None:
+    """A cluster address that nothing answers on fails within CONNECT_TIMEOUT_S, before Ray is
+    asked (ray.init waits on an address that refuses or drops connections for minutes)."""
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--ray-address {address}: expected HOST:PORT, ray://HOST:PORT or 'local'")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as error:
+        raise RemoteError(f"--ray-address {address}: nothing answers there within {CONNECT_TIMEOUT_S:.0f} s "
+                          f"({error.strerror or type(error).__name__}); is the cluster up?") from None
 
 
 @dataclass(frozen=True)

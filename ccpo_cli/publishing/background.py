@@ -156,5 +156,36 @@ def publisher_for(db_path: str | Path, repo_id: str, *, backend: str, endpoint: 
     if not secret:
         raise RemoteError("--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
                           "`hf auth login`")
+    check_visibility(target, secret, log)
     finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == "verl" else None
     return BackgroundPublisher(db_path, target, secret, log=log, checkpoints=finder, verl_agent_home=verl_agent)
+
+
+def check_visibility(target: PushTarget, token: str, log: Callable[[str], None]) -> None:
+    """Before training starts: an existing public repository is refused unless --public was
+    given (the uploader would refuse every upload, and say so only in its own log); with
+    --public it is named on the trainer's own output. A Hub that cannot be asked now is said
+    and left to the uploader, which checks again before its first upload."""
+    from dataclasses import replace
+
+    from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.hub import open_session
+    from ccpo_cli.hub_access import HubCallError, hub_timeouts
+
+    timeouts = replace(target.timeouts, command=min(target.timeouts.command, 30.0))
+    try:
+        with hub_timeouts(timeouts):
+            session = open_session(target.repo_id, token=token, endpoint=target.endpoint, timeouts=timeouts)
+            info = session.client.call("reading the repository", session.api.model_info, target.repo_id)
+    except HubCallError as failure:
+        if failure.status != 404:  # 404: a new repository, created private unless --public
+            log(f"publishing: could not read {target.repo_id}'s visibility now ({failure}); the uploader checks "
+                "before its first upload")
+        return
+    public = getattr(info, "private", None) is False
+    if public and target.private:
+        raise InvalidInput(f"--push-to-hub {target.repo_id}: the repository is public on the Hub; ccpo uploads "
+                           "checkpoints and cards to a public repository only with --public (nothing was trained "
+                           "or uploaded)")
+    if public:
+        log(f"publishing: {target.repo_id} is a PUBLIC repository: every checkpoint and card goes up publicly")

@@ -11,6 +11,7 @@ pending (or after one round with `once`); the outbox is durable, so following ag
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -73,11 +74,18 @@ def ingest_verl(db, run: str, run_dir: Path, log: Callable[[str], None]) -> None
 
 
 def _ended(run: dict[str, Any], kind: str | None) -> bool:
-    """Whether the run will not grow any more: its status says so, or (a verl log followed from
-    afar, whose trainer cannot update runs.db) it reached its planned last step."""
-    if run.get("status") in ("finished", "failed", "stopped"):
+    """Whether the run will not grow any more: its status says so, its trainer is gone
+    (liveness, not the recorded status: a killed trainer leaves `running` behind), or (a verl log
+    followed from afar, whose trainer cannot update runs.db) it reached its planned last step."""
+    if run.get("status") in ("finished", "failed", "stopped", "interrupted"):
         return True
     return kind == "verl" and bool(run.get("total_steps")) and (run.get("last_step") or 0) >= run["total_steps"]
+
+
+def _current(db, run: str) -> dict[str, Any]:
+    from ccpo_cli.store.liveness import annotate_runs
+
+    return annotate_runs(db, [get_run(db, run)])[0]
 
 
 def follow_run(
@@ -91,11 +99,34 @@ def follow_run(
     verl_agent_home: Path | None = None,
     poll_s: float = DEFAULT_POLL_S,
     once: bool = False,
+    retry_failed: bool = False,
     log: Callable[[str], None] = lambda message: None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
-    """Follow `run` until it has ended and its outbox is empty; what was published."""
+    """Follow `run` until it has ended and its outbox is empty; what was published. The outbox
+    is worked under its lock (publishing/owner.py): a second follower is refused (exit 3).
+    `retry_failed` queues failed entries again first. When entries were tried and none could be
+    published, RemoteError (exit 4) after the outbox is recorded."""
+    from ccpo_cli.publishing.owner import outbox_lock
+
+    check_poll(poll_s)
     db = open_db(db_path)
+    kind, folder = _what_to_follow(db, run, run_dir, backend)
+    lock = outbox_lock(target.staging_for(Path(db_path), run), run, log=log).acquire()
+    try:
+        return _follow(db, Path(db_path), run, target, token, kind=kind, folder=folder,
+                       verl_agent_home=verl_agent_home, poll_s=poll_s, once=once, retry_failed=retry_failed,
+                       log=log, sleep=sleep)
+    finally:
+        lock.release()
+
+
+def check_poll(poll_s: float) -> None:
+    if not (math.isfinite(poll_s) and 0 < poll_s <= 86_400):
+        raise InvalidInput(f"--poll {poll_s}: expected seconds in (0, 86400]")
+
+
+def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None) -> tuple[str | None, Path | None]:
     recorded = _known_run(db, run)
     kind = backend or (recorded or {}).get("backend")
     folder = _run_folder(recorded or {}, run_dir)
@@ -105,15 +136,47 @@ def follow_run(
         raise InvalidInput(f"no run named {run!r} in the database; give --run-dir of a verl run folder to follow it")
     if kind == "verl" and folder is None:
         raise InvalidInput(f"run {run!r}: which run folder to follow? give --run-dir")
-    uploader = Uploader(db, Path(db_path), run, target, token, log=log, verl_agent_home=verl_agent_home, sleep=sleep)
+    return kind, folder
+
+
+def plan_follow(db_path: str | Path, run: str, target: PushTarget, *, run_dir: Path | None = None,
+                backend: str | None = None) -> dict[str, Any]:
+    """`--follow --dry-run`: one round of reading the run and queueing what its evaluations ask
+    for, without any network call; the entries that would be published."""
+    db = open_db(db_path)
+    kind, folder = _what_to_follow(db, run, run_dir, backend)
+    if kind == "verl":
+        ingest_verl(db, run, folder, lambda message: None)
+    finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run)
+    note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
+    pending = entries(db, run, target.repo_id, state="pending")
+    return {"dry_run": True, "run": run, "repo_id": target.repo_id,
+            "would_publish": [{"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in pending]}
+
+
+def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind, folder, verl_agent_home, poll_s,
+            once, retry_failed, log, sleep) -> dict[str, Any]:
+    from ccpo_cli.errors import RemoteError
+    from ccpo_cli.store.outbox import retry_failed as queue_failed_again
+
+    if retry_failed and _known_run(db, run) is not None:
+        again = queue_failed_again(db, run, target.repo_id)
+        if again:
+            log(f"follow {run}: {len(again)} failed publication(s) queued again (--retry-failed)")
+    uploader = Uploader(db, db_path, run, target, token, log=log, verl_agent_home=verl_agent_home, sleep=sleep)
     ended_noted = False
+    attempted = 0
     while True:
         if kind == "verl":
             ingest_verl(db, run, folder, log)
-        current = get_run(db, run)
+        current = _current(db, run)
         finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run)
         note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
         ended = _ended(current, kind)
+        if current.get("status") == "interrupted" and not ended_noted:
+            log(f"follow {run}: its trainer is gone ({current.get('interrupted_because')}); publishing what is "
+                "pending, then stopping (no final card: the run did not finish)")
+            ended_noted = True
         if ended and current.get("status") in ("finished", None, "running", "created") and not ended_noted:
             last = current.get("last_step") or 0
             if current.get("status") != "finished" and kind == "verl":
@@ -123,13 +186,25 @@ def follow_run(
             note_end(db, run, target, last_step=last, checkpoint=finder(last),
                      run_dir=folder if kind != "verl" else None)
             ended_noted = True
-        uploader.drain()
+        before = len(entries(db, run, target.repo_id, state="pending"))
+        if once:  # one bounded round: what is ready now, within the command's deadline
+            uploader.drain(until=time.monotonic() + target.timeouts.command, wait_for_retries=False)
+        else:
+            uploader.drain()
+        attempted += before
         if once or (ended and not entries(db, run, target.repo_id, state="pending")):
             break
         sleep(poll_s)
-    return {"run": run, "repo_id": target.repo_id, "ended": ended, "outbox": counts(db, run),
-            "done": [{"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
-                     for e in uploader.done]}
+    outbox = counts(db, run)
+    result = {"run": run, "repo_id": target.repo_id, "ended": ended, "outbox": outbox,
+              "done": [{"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
+                       for e in uploader.done]}
+    if attempted and not uploader.done and outbox["failed"] + outbox["pending"] > 0:
+        failed = entries(db, run, target.repo_id, state="failed") or entries(db, run, target.repo_id, state="pending")
+        raise RemoteError(f"{run} -> {target.repo_id}: nothing could be published ({outbox['failed']} failed, "
+                          f"{outbox['pending']} pending; last reason: {failed[-1].reason or 'not recorded'}); "
+                          f"`ccpo publish --follow {run} --repo {target.repo_id} --retry-failed` tries again")
+    return result
 
 
 def _known_run(db, run: str) -> dict[str, Any] | None:

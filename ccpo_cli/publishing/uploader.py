@@ -30,7 +30,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import CcpoError, InvalidInput, RemoteError
-from ccpo_cli.hub_access import HubCallError, backoff_wait, hub_timeouts
+from ccpo_cli.hub_access import DEFAULT_RULE, HubCallError, RetryRule, hub_timeouts
 from ccpo_cli.publishing.target import POLL_S, PushTarget
 from ccpo_cli.store import best_evaluation, get_run, open_db, record_publication, run_evaluations
 from ccpo_cli.store.outbox import (
@@ -42,13 +42,13 @@ from ccpo_cli.store.outbox import (
     set_base_commit,
     skip,
     start_attempt,
+    was_attempted,
 )
 
 # How much lower than the trainer the uploader runs (os.nice).
 UPLOADER_NICENESS = 10
 # The line a trainer writes to the uploader's input when training is over.
 FINISHED = "training-finished"
-RETRYABLE_KINDS = ("retryable", "timeout", "deadline", "unreachable", "too_large", "shape")
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Uploader:
     log: Callable[[str], None] = lambda message: None
     verl_agent_home: Path | None = None
     sleep: Callable[[float], None] = time.sleep
+    rule: RetryRule = DEFAULT_RULE
+    _tried_before: bool = False
     _session: Any = None
     _repo: dict[str, Any] | None = None
     done: list[OutboxEntry] = field(default_factory=list)
@@ -95,9 +97,11 @@ class Uploader:
         pending = entries(self.db, self.run, self.target.repo_id, state="pending")
         return min((seconds_until_ready(e) for e in pending), default=None)
 
-    def drain(self, *, keep_going: Callable[[], bool] = lambda: False, until: float | None = None) -> None:
+    def drain(self, *, keep_going: Callable[[], bool] = lambda: False, until: float | None = None,
+              wait_for_retries: bool = True) -> None:
         """Work the outbox until nothing is pending and `keep_going()` is false (or `until`, a
-        time.monotonic() value, passes)."""
+        time.monotonic() value, passes). Without `wait_for_retries` (one bounded round, `--once`)
+        it returns as soon as nothing is ready now: an entry waiting for its retry stays pending."""
         with hub_timeouts(self.target.timeouts):
             while until is None or time.monotonic() < until:
                 entry = self.next_entry()
@@ -105,7 +109,7 @@ class Uploader:
                     self.process(entry)
                     continue
                 wait = self.wait_hint()
-                if wait is None and not keep_going():
+                if (wait is None or not wait_for_retries) and not keep_going():
                     return
                 pause = POLL_S if wait is None else min(max(wait, 0.05), POLL_S * 4)
                 if until is not None:
@@ -118,28 +122,32 @@ class Uploader:
 
         if self._session is None:
             self._session = open_session(self.target.repo_id, token=self.token, endpoint=self.target.endpoint,
-                                         timeouts=self.target.timeouts, revision=self.target.revision, log=self.log)
+                                         timeouts=self.target.timeouts, revision=self.target.revision, log=self.log,
+                                         rule=self.rule)
         if self._repo is None:
             self._repo = self._session.ensure_repo(self.target.private)
         return self._session
 
     def process(self, entry: OutboxEntry) -> OutboxEntry:
+        self._tried_before = was_attempted(self.db, entry)
         attempt = start_attempt(self.db, entry)
+        if self._session is not None:
+            self._session.client.restart()  # each entry is one command: its own deadline
         try:
             if entry.kind == "checkpoint":
                 outcome = self._checkpoint(entry)
             else:
                 outcome = self._card(entry)
         except HubCallError as failure:
-            if failure.kind in RETRYABLE_KINDS:
-                wait = max(backoff_wait(entry.attempts, None), failure.retry_after or 0.0)
+            if self.rule.retry_later(failure):  # the one rule: the same answer as every Hub path
+                wait = max(self.rule.wait(entry.attempts, None), failure.retry_after or 0.0)
                 return self._finish(entry, attempt, "retry", reason=str(failure), retry_in_s=wait)
             if failure.status in (401, 403):
                 self._session = self._repo = None
             return self._finish(entry, attempt, "failed", reason=str(failure))
         except RemoteError as failure:  # e.g. verification found another file: worth another upload
             return self._finish(entry, attempt, "retry", reason=str(failure),
-                                retry_in_s=backoff_wait(entry.attempts, None))
+                                retry_in_s=self.rule.wait(entry.attempts, None))
         except InvalidInput as refused:
             return self._finish(entry, attempt, "skipped", reason=str(refused))
         except CcpoError as failure:
@@ -157,8 +165,9 @@ class Uploader:
         return now
 
     def _landed(self, entry: OutboxEntry, key: str) -> str | None:
-        """An entry tried before may have landed although its answer was lost."""
-        if entry.attempts == 0:
+        """An entry tried before (an attempt killed mid-commit included) may have landed although
+        its answer was lost."""
+        if not self._tried_before:
             return None
         return self.session().find_landed(key, entry.base_commit)
 
@@ -221,13 +230,15 @@ class Uploader:
         from ccpo_cli.hub import commit_card
 
         weights = self._weights(entry)
-        folder = self.target.staging_for(self.db_path, self.run) / f"{entry.role}-step-{entry.step}"
+        # Per process: two processes never write one staging folder (one uploader owns the
+        # outbox at a time, but a killed one may have left its folder half-written).
+        folder = self.target.staging_for(self.db_path, self.run) / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
         cited = None if weights is None else {"repo_id": self.target.repo_id, "commit": weights.commit_id,
                                                "revision": weights.tag or weights.commit_id, "step": weights.step}
         staged = stage_card(self.db, self.run, folder / README_PATH, status=entry.role, repo_id=self.target.repo_id,
                             window_start=self.target.window_start, license=self.target.license,
                             checkpoint_step=None if weights is None else weights.step, weights=cited,
-                            clobber_hint="remove the staging folder")
+                            force=True)
         session = self.session()
         key = self._key(entry)
         landed = self._landed(entry, key)
@@ -286,11 +297,22 @@ def main(argv: list[str] | None = None) -> int:
     def log(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
+    from ccpo_cli.publishing.owner import acquire_waiting, outbox_lock
+
     db = open_db(args.db)
     uploader = Uploader(db, Path(args.db), args.run, target, token, log=log,
                         verl_agent_home=Path(args.verl_agent_home) if args.verl_agent_home else None)
     try:
-        uploader.drain(keep_going=lambda: not trainer_done.is_set())
+        # A killed trainer's uploader may still be draining: wait for it, never work beside it.
+        lock = acquire_waiting(outbox_lock(target.staging_for(Path(args.db), args.run), args.run, log=log),
+                               give_up=trainer_done.is_set)
+        if lock is None:
+            log(f"uploader: another uploader works the outbox of {args.run}; it publishes what is pending")
+            return 0
+        try:
+            uploader.drain(keep_going=lambda: not trainer_done.is_set())
+        finally:
+            lock.release()
     except KeyboardInterrupt:
         return 130
     except CcpoError as error:

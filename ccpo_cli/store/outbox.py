@@ -22,6 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.hub_access import DEFAULT_RULE
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.records import run_id
 
@@ -30,8 +31,9 @@ KINDS = ("checkpoint", "card")
 ROLES = {"checkpoint": ("best", "final"), "card": ("interim", "final")}
 STATES = ("pending", "done", "failed", "skipped")
 ATTEMPT_OUTCOMES = ("done", "retry", "failed", "skipped")
-# Attempts before an entry that keeps failing is given up (each one waits longer first).
-MAX_ATTEMPTS = 5
+# Attempts before an entry that keeps failing is given up (each one waits longer first): the
+# one retry rule's (hub_access.RetryRule), as for every Hub call.
+MAX_ATTEMPTS = DEFAULT_RULE.attempts
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,25 @@ def finish_attempt(
                                                        "commit_id": commit_id})
         db["publication_outbox"].update(entry.id, change)
         return _entry(db, entry.id)
+
+
+def was_attempted(db: sqlite_utils.Database, entry: OutboxEntry) -> bool:
+    """Whether any attempt at `entry` was started, finished or not: an attempt whose process was
+    killed mid-commit is not counted in `attempts`, and its commit may have landed."""
+    return entry.attempts > 0 or db["publication_attempts"].count_where("outbox_id = ?", [entry.id]) > 0
+
+
+def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[OutboxEntry]:
+    """Put a run's failed entries back in the queue (`--retry-failed`: the token was fixed, the
+    disk freed), with a fresh count of attempts; their attempt log stays. The entries moved."""
+    moved = []
+    with write_transaction(db):
+        for entry in entries(db, run, repo_id, state="failed"):
+            db["publication_outbox"].update(entry.id, {"state": "pending", "attempts": 0, "next_attempt_at": None,
+                                                       "reason": f"queued again by --retry-failed (was: {entry.reason})",
+                                                       "updated_at": utc_now()})
+            moved.append(_entry(db, entry.id))
+    return moved
 
 
 def skip(db: sqlite_utils.Database, entry: OutboxEntry, reason: str) -> OutboxEntry:

@@ -263,30 +263,61 @@ def resolve(db: sqlite_utils.Database, run: str, *, step: int, keep: str, reason
                                f"({', '.join(str(candidate[2]['id']) for candidate in matching)}); write the value "
                                "with more decimals")
         chosen = (standing_match or matching)[0]
-        settled = [row for row in conflicts if (row["split"], row["eval_seed"]) == group]
-        now = utc_now()
-        superseded: list[int] = []
-        if chosen[1] == "standing":
-            kept_id, kept_hash, kept_rate = int(chosen[2]["id"]), chosen[2]["content_hash"], float(chosen[3])
-        else:
-            conflict = chosen[2]
-            kept_id = _insert_conflict_result(db, identifier, conflict)
-            kept_hash, kept_rate = conflict["content_hash"], float(chosen[3])
-            superseded = [int(row["id"]) for row in _standing(db, identifier, step, *group) if int(row["id"]) != kept_id]
-        resolution_id = int(db["conflict_resolutions"].insert({
-            "run_id": identifier, "step": step, "split": group[0], "eval_seed": group[1], "kept_value": kept_rate,
-            "kept_evaluation_id": kept_id, "kept_content_hash": kept_hash, "reason": reason_text,
-            "resolved_by": actor, "recorded_at": now}).last_pk)
-        db["settled_conflicts"].insert_all(
-            {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled)
-        db["retractions"].insert_all(
-            {"run_id": identifier, "evaluation_id": evaluation, "step": step,
-             "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
-                       f"(resolution {resolution_id})", "retracted_by": actor, "recorded_at": now,
-             "resolution_id": resolution_id}
-            for evaluation in superseded)
-        return Resolution(resolution_id, run, step, group[0], group[1], kept_rate, kept_id,
-                          tuple(int(row["id"]) for row in settled), tuple(superseded))
+        return _settle(db, identifier, run, step, group, conflicts, chosen[1], chosen[2], float(chosen[3]),
+                       reason_text, actor)
+
+
+def _settle(db: sqlite_utils.Database, identifier: int, run: str, step: int, group: tuple[str, int | None],
+            conflicts: list[dict[str, Any]], kind: str, chosen: dict[str, Any], kept_rate: float,
+            reason_text: str | None, actor: str) -> Resolution:
+    """Keep `chosen` (the standing evaluation, or a conflicting result) for `group` at `step`:
+    the resolution row, the conflicts it settles, the evaluations it supersedes."""
+    settled = [row for row in conflicts if (row["split"], row["eval_seed"]) == group]
+    now = utc_now()
+    superseded: list[int] = []
+    if kind == "standing":
+        kept_id, kept_hash = int(chosen["id"]), chosen["content_hash"]
+    else:
+        kept_id = _insert_conflict_result(db, identifier, chosen)
+        kept_hash = chosen["content_hash"]
+        superseded = [int(row["id"]) for row in _standing(db, identifier, step, *group) if int(row["id"]) != kept_id]
+    resolution_id = int(db["conflict_resolutions"].insert({
+        "run_id": identifier, "step": step, "split": group[0], "eval_seed": group[1], "kept_value": kept_rate,
+        "kept_evaluation_id": kept_id, "kept_content_hash": kept_hash, "reason": reason_text,
+        "resolved_by": actor, "recorded_at": now}).last_pk)
+    db["settled_conflicts"].insert_all(
+        {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled)
+    db["retractions"].insert_all(
+        {"run_id": identifier, "evaluation_id": evaluation, "step": step,
+         "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
+                   f"(resolution {resolution_id})", "retracted_by": actor, "recorded_at": now,
+         "resolution_id": resolution_id}
+        for evaluation in superseded)
+    return Resolution(resolution_id, run, step, group[0], group[1], kept_rate, kept_id,
+                      tuple(int(row["id"]) for row in settled), tuple(superseded))
+
+
+def resolve_by_content(db: sqlite_utils.Database, run: str, identifier: int, *, step: int, split: str,
+                       eval_seed: int | None, kept_content_hash: str, reason: str | None,
+                       by: str) -> Resolution | None:
+    """Settle the open conflicts of one group as another machine settled them, keeping the
+    result with `kept_content_hash` (`ccpo sync`, store/sync_corrections.py); None when nothing
+    here is open for it, or the kept result is not here. Inside the caller's transaction."""
+    reason_text = _checked_text(reason or "", "a synced resolution's reason", required=False)
+    actor = _checked_text(by, "a synced resolution's author", required=True)
+    conflicts = [row for row in _open_conflicts(db, identifier, step)
+                 if row["split"] == split and row["eval_seed"] == eval_seed]
+    if not conflicts:
+        return None
+    for standing in _standing(db, identifier, step, split, eval_seed):
+        if standing["content_hash"] == kept_content_hash:
+            return _settle(db, identifier, run, step, (split, eval_seed), conflicts, "standing", standing,
+                           float(standing["success_rate"]), reason_text, actor)
+    for conflict in conflicts:
+        if conflict["content_hash"] == kept_content_hash and conflict["content"].get("success_rate") is not None:
+            return _settle(db, identifier, run, step, (split, eval_seed), conflicts, "conflict", conflict,
+                           float(conflict["content"]["success_rate"]), reason_text, actor)
+    return None
 
 
 def resolutions(db: sqlite_utils.Database, run_ids: list[int] | None = None) -> dict[int, list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ the dataset commit it was merged from, which `dataset_sources` reads back for a 
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import time
@@ -37,15 +38,17 @@ import sqlite_utils
 
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.names import check_run_name, host_label, qualified_run_name
+from ccpo_cli.store import sync_corrections
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
 from ccpo_cli.store.records import IDENTITY_FIELDS, record_evaluation_outcome
+from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 
 PART_FORMAT = "1"
 # Merge order: a run before the rows that belong to it, evaluations before the conflicts
 # recorded against them.
-TABLES = ("runs", "evaluations", "conflicts", "facts", "publications")
+TABLES = ("runs", "evaluations", "conflicts", "facts", "publications", *CORRECTION_TABLES)
 # Rows per parquet row group and per merged batch: memory stays flat whatever the run's size.
 CHUNK_ROWS = 256
 
@@ -95,6 +98,7 @@ def _schemas() -> dict[str, Any]:
         "publications": [("run_uid", text), ("repo_id", text), ("revision", text), ("commit_id", text),
                          ("card_hash", text), ("status", text), ("checkpoint_step", integer), ("url", text),
                          ("published_at", text)],
+        **sync_corrections.schemas(pa),
     }
     return {table: pa.schema(fields, metadata={"ccpo_table": table, "ccpo_part_format": PART_FORMAT})
             for table, fields in columns.items()}
@@ -123,6 +127,8 @@ def item_key(table: str, row: dict[str, Any]) -> str:
         return f"result:{uid}:{row['content_hash']}"
     if table == "facts":
         return f"fact:{uid}:{_digest(row['key'], row['value'])}"
+    if table in CORRECTION_TABLES:
+        return f"{table}:{uid}:{_digest(*sync_corrections.item_parts(table, row))}"
     return f"publication:{uid}:{_digest(*(row.get(name) for name in ('repo_id', 'revision', 'commit_id', 'card_hash', 'status', 'checkpoint_step', 'url', 'published_at')))}"
 
 
@@ -173,6 +179,9 @@ def _table_rows(db: sqlite_utils.Database, table: str, run: dict[str, Any]) -> I
     uid = run["uid"]
     if table == "runs":
         yield [_run_export_row(run)]
+        return
+    if table in CORRECTION_TABLES:
+        yield from sync_corrections.export_rows(db, table, run)
         return
     source = {"evaluations": "evaluations", "conflicts": "conflicts", "facts": "run_facts",
               "publications": "publications", "checkpoints": "checkpoints"}[table]
@@ -287,6 +296,46 @@ def part_table(path_in_repo: str) -> str | None:
     return table if name.endswith(".parquet") and table in TABLES else None
 
 
+# Bounds of one part as decoded, whatever its compressed size (a 21 KB part once inflated to
+# 2.6 GB): its rows, its pages uncompressed (from the part's own metadata, before anything is
+# decoded), what its rows decode to (checked batch by batch of READ_ROWS rows), the length of
+# any one text and of any one list.
+MAX_PART_ROWS = 1_000_000
+MAX_UNCOMPRESSED_BYTES = 256 << 20
+MAX_DECODED_BYTES = 512 << 20
+MAX_TEXT_CHARS = 1 << 20
+MAX_LIST_ITEMS = 100_000
+READ_ROWS = 32
+
+
+def _check_sizes(parquet: Any, path_in_repo: str) -> None:
+    metadata = parquet.metadata
+    if metadata.num_rows > MAX_PART_ROWS:
+        raise InvalidInput(f"{path_in_repo}: {metadata.num_rows} rows, over the {MAX_PART_ROWS} a part may hold")
+    pages = sum(metadata.row_group(group).column(column).total_uncompressed_size
+                for group in range(metadata.num_row_groups) for column in range(metadata.num_columns))
+    if pages > MAX_UNCOMPRESSED_BYTES:
+        raise InvalidInput(f"{path_in_repo}: {pages >> 20} MiB uncompressed, over the {MAX_UNCOMPRESSED_BYTES >> 20} MiB "
+                           "a part may hold; refused")
+
+
+def _check_values(value: Any, path_in_repo: str, depth: int = 0) -> None:
+    """Every text and list of a decoded row within its bound (rows are at most three levels deep)."""
+    if isinstance(value, str):
+        if len(value) > MAX_TEXT_CHARS:
+            raise InvalidInput(f"{path_in_repo}: a text of {len(value)} characters, over the {MAX_TEXT_CHARS} a "
+                               "value may hold; refused")
+    elif isinstance(value, dict) and depth < 4:
+        for item in value.values():
+            _check_values(item, path_in_repo, depth + 1)
+    elif isinstance(value, list) and depth < 4:
+        if len(value) > MAX_LIST_ITEMS:
+            raise InvalidInput(f"{path_in_repo}: a list of {len(value)} items, over the {MAX_LIST_ITEMS} a value "
+                               "may hold; refused")
+        for item in value:
+            _check_values(item, path_in_repo, depth + 1)
+
+
 def read_part(local_path: Path, path_in_repo: str) -> tuple[str, Iterator[list[dict[str, Any]]]]:
     """The table and the rows (CHUNK_ROWS at a time) of a downloaded part; InvalidInput naming the
     part when it is not a ccpo part of a format this ccpo reads."""
@@ -307,10 +356,19 @@ def read_part(local_path: Path, path_in_repo: str) -> tuple[str, Iterator[list[d
     if missing:
         raise InvalidInput(f"{path_in_repo}: part lacks column(s) {', '.join(missing)}")
 
+    _check_sizes(parquet, path_in_repo)
+
     def batches() -> Iterator[list[dict[str, Any]]]:
+        decoded = 0
         try:
-            for batch in parquet.iter_batches(batch_size=CHUNK_ROWS, columns=expected.names):
-                yield batch.to_pylist()
+            for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=expected.names):
+                decoded += batch.nbytes
+                if decoded > MAX_DECODED_BYTES:
+                    raise InvalidInput(f"{path_in_repo}: decodes to more than {MAX_DECODED_BYTES >> 20} MiB; refused")
+                rows = batch.to_pylist()
+                for row in rows:
+                    _check_values(row, path_in_repo)
+                yield rows
         except (pa.ArrowException, OSError) as error:
             raise InvalidInput(f"{path_in_repo}: damaged parquet part ({error})") from None
 
@@ -369,19 +427,78 @@ def _free_name(db: sqlite_utils.Database, name: str, host: str | None, uid: str)
     raise InvalidInput(f"run {name!r} of {host}: every name ccpo would give it here is taken")
 
 
-def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str) -> tuple[dict[str, Any], str]:
+# How far in the future a synced time may lie (another machine's clock running ahead): beyond
+# it the row is refused, so a forged `9999-...` never wins "newer" for good.
+CLOCK_SKEW_S = 3600.0
+
+
+def _time(value: Any, what: str, where: str) -> datetime.datetime:
+    """A synced timestamp as a time (compared as times, never as strings)."""
+    try:
+        when = datetime.datetime.fromisoformat(value) if isinstance(value, str) and len(value) <= 40 else None
+    except ValueError:
+        when = None
+    if when is None:
+        raise InvalidInput(f"{where}: {what} {str(value)[:40]!r} is not a time")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    if when > datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=CLOCK_SKEW_S):
+        raise InvalidInput(f"{where}: {what} {value} lies in the future (more than {CLOCK_SKEW_S:.0f} s ahead of "
+                           "this machine's clock)")
+    return when
+
+
+def folder_host(path_in_repo: str | None) -> str | None:
+    """The host folder a dataset part sits in (`data/HOST/RUN/...`); None outside a dataset."""
+    parts = (path_in_repo or "").split("/")
+    return parts[1] if len(parts) >= 4 and parts[0] == "data" else None
+
+
+# No run ccpo records has more steps than this: a step past it is not a step (a forged 2^62).
+MAX_STEP = 10_000_000
+
+
+def _step_within(value: Any, recorded: int | None, what: str, where: str) -> None:
+    """A step a part names must be a step (0 to MAX_STEP) and, when `recorded` is given, one the
+    run has reached as recorded here."""
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_STEP:
+        raise InvalidInput(f"{where}: {what} {value!r} is not a step")
+    if recorded is not None and value > recorded:
+        raise InvalidInput(f"{where}: {what} {value} is past the run's recorded steps ({recorded}); refused")
+
+
+def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str,
+               host_folder: str | None = None) -> tuple[dict[str, Any], str]:
+    """A run snapshot. Only a snapshot from the run's own host folder changes a run known here;
+    one in another machine's folder changes nothing and is recorded where it differs (in
+    `sync_run_conflicts`): a foreign snapshot of this machine's run is a conflict, never a
+    replacement. A run not known here is taken from whichever folder holds it."""
     uid = row.get("uid")
     if not isinstance(uid, str) or not 8 <= len(uid) <= 64 or not uid.isalnum():
         raise InvalidInput(f"{where}: a run without a usable global id ({uid!r})")
     name = check_run_name(row.get("name"), f"{where}: run name")
     if not row.get("created_at") or not row.get("updated_at"):
         raise InvalidInput(f"{where}: run {name!r} lacks its created/updated times")
+    created, updated = _time(row["created_at"], "created_at", where), _time(row["updated_at"], "updated_at", where)
+    total = row.get("total_steps")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+        raise InvalidInput(f"{where}: run {name!r}: total_steps {total!r} is not a number of steps")
     local = next(db["runs"].rows_where("uid = ?", [uid], limit=1), None)
+    _step_within(row.get("last_step"), None, "last_step", where)
+    own = host_folder is None or host_label(row.get("host") or "") == host_folder
     if local is None:
         new = {column: row.get(column) for column in RUN_COLUMNS}
         new["name"] = _free_name(db, name, row.get("host"), uid)
         db["runs"].insert(new)
         return next(db["runs"].rows_where("uid = ?", [uid], limit=1)), "new"
+    if not own:  # another machine's folder: it changes nothing of the run here, only says where it differs
+        differing = [column for column in (*RUN_IDENTITY, *RUN_PROGRESS, "last_step")
+                     if row.get(column) is not None and row.get(column) != local[column]]
+        for column in differing:
+            _field_conflict(db, local, column, row.get(column), where)
+        return local, "conflict" if differing else "same"
     changes: dict[str, Any] = {}
     for column in RUN_IDENTITY:
         remote = row.get(column)
@@ -390,10 +507,8 @@ def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str) -> tu
         if local[column] is None:
             changes[column] = remote
         else:
-            db["sync_run_conflicts"].insert(
-                {"run_id": local["id"], "field": column, "local_value": str(local[column]), "remote_value": str(remote),
-                 "origin": where, "recorded_at": utc_now()}, ignore=True)
-    newer = row["updated_at"] > (local["updated_at"] or "")
+            _field_conflict(db, local, column, remote, where)
+    newer = updated > _local_time(local["updated_at"])
     for column in RUN_PROGRESS:
         remote = row.get(column)
         if remote is not None and remote != local[column] and (local[column] is None or newer):
@@ -401,7 +516,7 @@ def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str) -> tu
     steps = [step for step in (local["last_step"], row.get("last_step")) if step is not None]
     if steps and max(steps) != local["last_step"]:
         changes["last_step"] = max(steps)
-    if row["created_at"] < (local["created_at"] or row["created_at"]):
+    if created < _local_time(local["created_at"], default=created):
         changes["created_at"] = row["created_at"]
     if newer:
         changes["updated_at"] = row["updated_at"]
@@ -409,6 +524,19 @@ def _merge_run(db: sqlite_utils.Database, row: dict[str, Any], where: str) -> tu
         db["runs"].update(local["id"], changes)
         return db["runs"].get(local["id"]), "updated"
     return local, "same"
+
+
+def _local_time(value: str | None, default: datetime.datetime | None = None) -> datetime.datetime:
+    if not value:
+        return default or datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    when = datetime.datetime.fromisoformat(value)
+    return when if when.tzinfo is not None else when.replace(tzinfo=datetime.UTC)
+
+
+def _field_conflict(db: sqlite_utils.Database, local: dict[str, Any], column: str, remote: Any, where: str) -> None:
+    db["sync_run_conflicts"].insert(
+        {"run_id": local["id"], "field": column, "local_value": str(local[column])[:2000],
+         "remote_value": str(remote)[:2000], "origin": where, "recorded_at": utc_now()}, ignore=True)
 
 
 def _episode_argument(episode: dict[str, Any]) -> dict[str, Any]:
@@ -443,6 +571,12 @@ def _conflict_arguments(row: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _merge_evaluation(db: sqlite_utils.Database, table: str, row: dict[str, Any], run_id: int, where: str) -> str:
+    run = db["runs"].get(run_id)
+    # Past the steps recorded here (total and last step; only the run's own machine moves them
+    # forward) an evaluation is refused: an injected step 7 of a 4-step run once became its best.
+    reached = max(step for step in (run["total_steps"], run["last_step"], 0) if isinstance(step, int))
+    _step_within(row["step"], reached, "an evaluation at step", where)
+    _time(row["recorded_at"], "recorded_at", where)
     if table == "evaluations":
         arguments = _evaluation_arguments(row)
         try:
@@ -530,7 +664,7 @@ def _merge_one(db: sqlite_utils.Database, table: str, row: dict[str, Any], where
     derived_key = None
     if table == "runs":
         before = next(db["runs"].rows_where("uid = ?", [row.get("uid")], limit=1), None)
-        local, outcome = _merge_run(db, row, where)
+        local, outcome = _merge_run(db, row, where, folder_host(origin.part if origin else None))
         # A run that held nothing unpushed is, once merged, what the dataset itself gives:
         # its merged snapshot need not be pushed back. One with local changes still is.
         if origin is not None and outcome == "updated" and _known(
@@ -546,6 +680,8 @@ def _merge_one(db: sqlite_utils.Database, table: str, row: dict[str, Any], where
             outcome = _merge_checkpoint(db, row, local["id"])
         elif table == "publications":
             outcome = _merge_publication(db, row, local["id"])
+        elif table in CORRECTION_TABLES:
+            outcome = sync_corrections.merge_row(db, table, row, local, where)
         else:
             raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
     counts.add(table, outcome)
@@ -589,6 +725,15 @@ def merge_part(db: sqlite_utils.Database, local_path: Path, path_in_repo: str, o
                                  "size_bytes": size_bytes, "direction": "pull", "commit_id": origin.commit_id,
                                  "recorded_at": utc_now()}, replace=True)
     return counts
+
+
+def record_refused_part(db: sqlite_utils.Database, origin: Origin, *, blob_id: str | None,
+                        size_bytes: int | None) -> None:
+    """Note a part a pull refused (direction `refused`): later pulls skip it, nothing of it is merged."""
+    with write_transaction(db):
+        db["sync_parts"].insert({"repo_id": origin.repo_id, "path": origin.part, "blob_id": blob_id,
+                                 "size_bytes": size_bytes, "direction": "refused", "commit_id": origin.commit_id,
+                                 "recorded_at": utc_now()}, replace=True)
 
 
 def mark_pushed(db: sqlite_utils.Database, repo_id: str, commit_id: str, parts: Sequence[PartFile]) -> int:

@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -206,11 +207,18 @@ def _read_owner(fd: int) -> tuple[ProcessOwner | None, bool]:
 class RunLock:
     """The exclusive right to train one run in its folder (see the module docstring)."""
 
+    # What the lock guards, for its messages: the trainer's lock; a subclass names another
+    # (the publication outbox's uploader lock, publishing/owner.py).
+    lock_file = LOCK_FILE
+    holder = "trainer"
+    doing = "being trained"
+    twice = "refusing to train it twice: wait for that trainer or stop it"
+
     def __init__(self, folder: Path, run: str, owner: ProcessOwner, *, log: Callable[[str], None],
                  gone_elsewhere: Callable[[ProcessOwner], bool] = lambda owner: False):
         self.folder, self.run, self.owner, self.log = folder, run, owner, log
         self.gone_elsewhere = gone_elsewhere
-        self.path = folder / LOCK_FILE
+        self.path = folder / self.lock_file
         self._fd: int | None = None
 
     def _held_by(self, previous: ProcessOwner | None) -> InvalidInput:
@@ -218,12 +226,30 @@ class RunLock:
             who = previous.describe()
         else:
             who = "another process (its lock record is being written or unreadable)"
-        return InvalidInput(f"run {self.run!r} is being trained by {who} (lock {self.path}); "
-                            "refusing to train it twice: wait for that trainer or stop it")
+        return InvalidInput(f"run {self.run!r} is {self.doing} by {who} (lock {self.path}); {self.twice}")
+
+    def _open(self) -> int:
+        """The lock file, never through a link (a symlinked lock would empty the file it names)
+        and only when it is a regular file: anything else is refused, nothing touched."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+        except OSError as error:
+            kind = "a symbolic link" if error.errno == errno.ELOOP else (error.strerror or type(error).__name__)
+            raise InvalidInput(f"lock {self.path}: not a regular file ({kind}); refusing to use it "
+                               "(remove it if nothing else needs it)") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InvalidInput(f"lock {self.path}: not a regular file; refusing to use it "
+                               "(remove it if nothing else needs it)")
+        return fd
 
     def acquire(self) -> RunLock:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise InvalidInput(f"{self.folder}: cannot create the folder of lock {self.lock_file} "
+                               f"({error.strerror or error})") from None
+        fd = self._open()
         locked = None
         try:
             locked = _try_flock(fd)
@@ -237,7 +263,7 @@ class RunLock:
                 if state == "unknown" and not self.gone_elsewhere(previous):
                     raise InvalidInput(
                         f"run {self.run!r} is locked by {previous.describe()} (lock {self.path}), and runs.db does not "
-                        f"show that trainer stopped; if it is gone, delete {self.path} and train again")
+                        f"show that {self.holder} stopped; if it is gone, delete {self.path} and try again")
                 self.log(f"took over the lock of run {self.run!r} from {previous.describe()}, which is no longer running")
             record = (json.dumps(self.owner.as_dict(), sort_keys=True) + "\n").encode("utf-8")
             os.ftruncate(fd, 0)
