@@ -273,3 +273,18 @@ def test_isolation_reads_launcher_shaped_configs(tmp_path):
     add_run(db, "gg-big", "gigpo", 0, rates, config=launch_config("gg-big", "gigpo", flags["gigpo"], batch=32))
     differences = compare_runs(db, ["rh", "gg-big"])["isolation"]["differences"]
     assert differences == ['config overrides.data.train_batch_size: 16 (rh) vs 32 (gg-big)']
+
+
+def test_a_matrix_run_is_compared_over_the_window_its_matrix_recorded(tmp_path):
+    # The matrix compares its runs from TrainConfig.window_start (step 16 by default); compare and
+    # card once averaged the same runs from 7/15 of their steps instead, another window.
+    db = open_db(tmp_path / "runs.db")
+    for name, recorded in (("matrix-run", {"train": {"window_start": 16}}), ("plain-run", {"train": {}})):
+        ensure_run(db, name, arm="gigpo", arm_fingerprint="fp-gigpo", seed=0, config=recorded,
+                   **{**SHARED, "total_steps": 16})
+        for step, rate in ((12, 40.0), (14, 50.0), (16, 60.0)):
+            record_evaluation(db, name, step, episodes=128, successes=round(rate * 1.28), temperature=0.4)
+    runs = {entry["run"]: entry["window"] for entry in compare_runs(db, ["matrix-run", "plain-run"])["runs"]}
+    assert runs["matrix-run"]["start"] == 16 and runs["matrix-run"]["steps"] == [16]
+    assert "matrix" in runs["matrix-run"]["start_basis"]
+    assert runs["plain-run"]["start"] == 8 and runs["plain-run"]["steps"] == [12, 14, 16]

@@ -378,8 +378,13 @@ def compare_runs(
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = []
     for run in chosen:
+        recorded_window = ((run.get("config") or {}).get("train") or {}).get("window_start")
         if window_start is not None:
             start, basis = window_start, "given"
+        elif isinstance(recorded_window, int) and not isinstance(recorded_window, bool):
+            # A matrix run says which window its matrix compared (TrainConfig.window_start); a
+            # card or compare of the same run reads that window, not the 7/15 default.
+            start, basis = recorded_window, "the window its matrix compared, recorded with the run"
         else:
             start, basis = default_window_start(run["total_steps"], run["last_step"])
         run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
