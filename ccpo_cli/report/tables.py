@@ -26,6 +26,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ccpo_cli.errors import UsageError
+from ccpo_cli.report.labels import (
+    LABEL_FIELDS,
+    NOT_RECORDED,
+    arm_name,
+    identity_values,
+    legend_rows,
+    needs_legend,
+)
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -75,6 +83,16 @@ class Column:
     kind: str = NUMBER  # NUMBER and NAME cells are never wrapped or cut; TEXT cells wrap at words
     justify: str = "right"
     fields: tuple[str, ...] = ()  # CSV: the fields of a composite cell (its value is a tuple)
+    key: str | None = None  # CSV: the header when the snake_case of `header` would not say it
+
+    @property
+    def csv_fields(self) -> tuple[str, ...]:
+        return self.fields or (self.key or snake_case(self.header),)
+
+
+def snake_case(header: str) -> str:
+    """A header as a CSV column name: `held-out mean` -> `held_out_mean`."""
+    return "_".join("".join(char if char.isalnum() else " " for char in header.lower()).split())
 
 
 def name_column(header: str) -> Column:
@@ -130,7 +148,7 @@ def csv_text(table: TableData) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     header: list[str] = []
     for column in table.columns:
-        header.extend(column.fields or (column.header,))
+        header.extend(column.csv_fields)
     writer.writerow(header)
     for row in table.rows:
         values: list[Any] = []
@@ -408,15 +426,48 @@ def _window_title(document: dict) -> str:
     return f"step >= {start}" if start is not None else "from 7/15 of each run's total steps"
 
 
+# CSV: a unit's column is the stable arm, the short label and one column per identity field, so
+# that a script groups by model or backend without parsing a label.
+UNIT_FIELDS = ("arm", "label", *LABEL_FIELDS)
+
+
+def _unit_column() -> Column:
+    # TEXT: a long label wraps between its parts rather than pushing the numbers to another page.
+    return Column("arm", TEXT, "left", fields=UNIT_FIELDS)
+
+
+def _unit_cell(arm: dict | None, shown: str) -> Cell:
+    if arm is None:
+        return Cell(shown, (None,) * len(UNIT_FIELDS))
+    values = identity_values(arm)
+    return Cell(shown, (arm_name(arm), arm.get("label"), *(values[name] for name in LABEL_FIELDS)))
+
+
 def arms_table(document: dict) -> TableData:
     table = TableData("arms", f"arms side by side (window {_window_title(document)})", [
-        name_column("arm"), Column("held-out mean"), Column("sd"), Column("n", fields=("n", "n_over")),
+        _unit_column(), Column("held-out mean"), Column("sd"), Column("n", fields=("n", "n_over")),
         Column("seeds"), text_column("note")])
     for arm in document["arms"]:
         over = "evals" if arm["sd_over"] == "evaluations" else "seeds"
         notes = "; ".join(note for note in (arm["note"], *arm.get("seed_notes", ())) if note)
-        table.add(txt(arm["arm"]), num(arm["mean"]), num(arm["sd"]), Cell(f"{arm['n']} {over}", (arm["n"], arm["sd_over"])),
-                  num(arm["n_seeds"]), txt(notes, notes))
+        table.add(_unit_cell(arm, arm.get("label") or arm["arm"]), num(arm["mean"]), num(arm["sd"]),
+                  Cell(f"{arm['n']} {over}", (arm["n"], arm["sd_over"])), num(arm["n_seeds"]), txt(notes, notes))
+    return table
+
+
+_LEGEND_FIELDS = ("arm", "arm_fingerprint", *LABEL_FIELDS, "unit_key")
+
+
+def units_legend_table(document: dict) -> TableData:
+    """Under the arms table: each short label's full identity (one wrapping cell in a terminal,
+    one CSV column per field)."""
+    table = TableData("units", "legend: each label's full identity", [
+        text_column("label"), Column("identity", TEXT, "left", fields=_LEGEND_FIELDS)])
+    for row in legend_rows(document["arms"]):
+        shown = {key: NOT_RECORDED if row[key] is None else str(row[key]) for key in _LEGEND_FIELDS}
+        text = (f"arm {shown['arm']} ({shown['arm_fingerprint'][:12]}), "
+                + ", ".join(f"{key.replace('_', ' ')} {shown[key]}" for key in LABEL_FIELDS))
+        table.add(txt(row["label"]), Cell(text, tuple(row[key] for key in _LEGEND_FIELDS)))
     return table
 
 
@@ -433,15 +484,16 @@ def references_table(document: dict) -> TableData:
 def _run_arm(run: dict) -> str:
     if run.get("kind") == "evaluation":
         return "(reference)"
-    return _text(run.get("arm_label") or run["arm"])
+    return _text(run.get("unit_label") or run.get("arm_label") or run["arm"])
 
 
 def per_run_table(document: dict) -> TableData:
     table = TableData("runs", "per run: window mean±sd (n evals), best and its expected inflation", [
-        name_column("run"), name_column("arm"), Column("seed"),
+        name_column("run"), _unit_column(), Column("seed"),
         Column("window", fields=("window_mean", "window_sd", "window_n")), Column("trend", NAME),
-        Column("best@step", fields=("best", "best_step")), Column("bias"), Column("1 eval"),
-        Column("step", fields=("last_step", "total_steps"))])
+        Column("best@step", fields=("best", "best_step")), Column("bias", key="best_bias_points"),
+        Column("1 eval", key="single_eval_half_width"), Column("step", fields=("last_step", "total_steps"))])
+    unit_of = {arm["arm"]: arm for arm in document["arms"]}
     for run in document["runs"]:
         window, best, interval = run["window"], run["best"], run["single_eval_interval"]
         trend = window.get("trend") or {}
@@ -449,7 +501,7 @@ def per_run_table(document: dict) -> TableData:
         trend_text = trend.get("direction") or ("too few" if window["n"] else "-")
         bias = best["expected_max_bias_points"] if best else None
         table.add(
-            txt(run["run"]), Cell(_run_arm(run), _run_arm(run)), num(run["seed"]),
+            txt(run["run"]), _unit_cell(unit_of.get(run.get("arm_label")), _run_arm(run)), num(run["seed"]),
             Cell(f"{_number(window['mean'])}±{_number(window['sd'])} ({window['n']})",
                  (_raw(window["mean"]), _raw(window["sd"]), window["n"])),
             Cell(trend_text, trend.get("direction")),
@@ -478,15 +530,20 @@ def best_rows_table(document: dict) -> TableData:
 
 def comparisons_table(document: dict) -> TableData:
     table = TableData("comparisons", "arm differences (window means across seeds)", [
-        name_column("a vs b"), Column("a - b"), Column("t"), Column("df"), Column("p"),
-        Column("95% CI", fields=("ci_low", "ci_high")), Column("P(a>b)"), text_column("note")])
+        Column("a vs b", NAME, "left", fields=("arm_a", "arm_b", "label_a", "label_b")),
+        Column("a - b", key="difference"), Column("t"), Column("df"), Column("p"),
+        Column("95% CI", fields=("ci_low", "ci_high")), Column("P(a>b)", key="probability_of_improvement"),
+        text_column("note")])
+    stable = {arm["arm"]: arm_name(arm) for arm in document["arms"]}
     for row in document["comparisons"]:
         welch = row["welch"]
         interval = f"[{_number(welch['ci_low'])}, {_number(welch['ci_high'])}]" if welch["ci_low"] is not None else "-"
         poi = row["probability_of_improvement"]
         verdict = (row.get("isolation") or {}).get("verdict")
         notes = "; ".join(note for note in (row["note"] or "", f"isolation {verdict}" if verdict and verdict != "passes" else "") if note)
-        table.add(txt(f"{row['arm_a']} vs {row['arm_b']}"), num(row["difference"]), num(welch["t"], 2), num(welch["df"]),
+        label_a, label_b = row.get("label_a") or row["arm_a"], row.get("label_b") or row["arm_b"]
+        table.add(Cell(f"{label_a} vs {label_b}", (stable.get(row["arm_a"]), stable.get(row["arm_b"]), label_a, label_b)),
+                  num(row["difference"]), num(welch["t"], 2), num(welch["df"]),
                   num(welch["p"], 3), Cell(interval, (_raw(welch["ci_low"]), _raw(welch["ci_high"]))),
                   Cell(_number(poi, 2) if poi is not None else (row.get("poi_note") or "-"), _raw(poi)), txt(notes, notes))
     return table
@@ -530,6 +587,8 @@ def comparison_tables(document: dict) -> list[Any]:
         lines = retraction_lines(document)
         return ["no runs to compare: every one asked for is retracted", *lines] if lines else ["no runs in the database"]
     items: list[Any] = [arms_table(document)]
+    if needs_legend(document["arms"]):
+        items.append(units_legend_table(document))
     if document.get("references"):
         items.append(references_table(document))
     items += [per_run_table(document), best_rows_table(document)]
@@ -539,7 +598,8 @@ def comparison_tables(document: dict) -> list[Any]:
         from ccpo_cli.report.power_tables import power_table
 
         items.append(power_table(document["power"]))
-    items += [f"{row['arm_a']} vs {row['arm_b']}: {row['note']}" for row in document.get("not_compared") or []]
+    items += [f"{row.get('label_a') or row['arm_a']} vs {row.get('label_b') or row['arm_b']}: {row['note']}"
+              for row in document.get("not_compared") or []]
     items += [f"left out: {run}: {why}" for run, why in (document.get("left_out") or {}).items()]
     items += retraction_lines(document)
     items.append(isolation_text(document))
