@@ -337,6 +337,11 @@ class _Run:
             for t in episodes
         ]
         wins = sum(t.won for t in episodes)
+        by_type: dict[str, list[int]] = {}
+        for row in rows:
+            counts = by_type.setdefault(row["task_type"], [0, 0])
+            counts[0] += 1
+            counts[1] += int(row["won"])
         result = {
             "step": step,
             "episodes": len(rows),
@@ -346,6 +351,7 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
             "cpu_s": time.process_time() - cpu_started + rollout_pool.worker_cpu_s,
+            "task_types": {name: {"episodes": n, "successes": won} for name, (n, won) in sorted(by_type.items())},
         }
         record_evaluation(
             self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
@@ -523,6 +529,7 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                     _report_eval(log, evaluation)
                     # The step's line carries its evaluation's cost, so a run's CPU is its metrics' sum.
                     metrics.update({"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]})
+                    metrics.update(held_out_metrics(evaluation))
                 run.append_metrics(metrics)
                 if evaluated or last:
                     run.checkpoint(step)
@@ -569,6 +576,34 @@ def _drop_metrics_after(path: Path, step: int) -> None:
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
                 kept.write(line if line.endswith("\n") else line + "\n")
     partial.replace(path)
+
+
+def held_out_metrics(result: dict[str, Any]) -> dict[str, float | int]:
+    """A held-out evaluation as metrics.jsonl keys, named as verl-agent logs them and as `ccpo
+    ingest` reads them (rates as fractions): the curve a tracker or `tail -f` shows."""
+    # Imported here: the metric names are the store readers' (one place), needed only on evaluation.
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.store.readers.metric_names import (
+        EPISODES_KEY,
+        MEAN_TURNS_KEY,
+        OVERALL_KEY,
+        SUCCESSES_KEY,
+    )
+    from ccpo_cli.task_types import short_key
+
+    task_metrics = {task.key: task.metric for task in load_benchmark("alfworld").task_types}
+
+    metrics: dict[str, float | int] = {
+        OVERALL_KEY: result["successes"] / result["episodes"], EPISODES_KEY: result["episodes"],
+        SUCCESSES_KEY: result["successes"], MEAN_TURNS_KEY: result["mean_turns"],
+    }
+    for name, counts in (result.get("task_types") or {}).items():
+        try:
+            metric = task_metrics[short_key(name)]
+        except KeyError:
+            continue  # a game outside ALFWorld's six types has no verl-agent metric name
+        metrics[metric] = counts["successes"] / counts["episodes"]
+    return metrics
 
 
 def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:
