@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,18 @@ def test_train_reports_to_tensorboard_and_trackio_with_the_held_out_curve(tmp_pa
     logs = trackio_logs(trackio_dir, "ccpo", "live")
     assert {row["step"]: row["val/success_rate"] for row in logs} == pytest.approx(
         {step: recorded[step]["success_rate"] / 100 for step in (1, 2)})
+
+
+def test_a_step_line_says_where_the_run_is_and_when():
+    from ccpo_cli.backends.local.trainer import step_line
+
+    metrics = {"train/success_rate": 50.0, "train/episode_length": 12.0, "actor/pg_loss": -0.0123, "actor/kl": 0.0042,
+               "actor/grad_norm": 0.75, "advantage/mean": 0.01, "advantage/std": 0.9, "actor/entropy": 1.2,
+               "actor/clip_fraction": 0.1}
+    line = step_line("rh-seed0", 37, 200, metrics, 2.5, {"step": 30, "success": 62.5}, 90.0)
+    assert line.startswith("step   37/200 ")
+    for part in ("2.5 s/step", "ETA 6.8 min", "held-out 62.5%@30", "loss -0.012", "kl 0.0042", "grad 0.75",
+                 "adv +0.01±0.90"):
+        assert part in line, part
+    assert re.search(r"\[rh-seed0 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\]$", line)
+    assert "held-out -" in step_line("r", 1, 2, metrics, 1.0, None, 0.0)
