@@ -1,7 +1,7 @@
 """Issue 32, item 5: every command of the README's tour runs as written, in order, against a
 database and files the test builds (the example log is the shipped one; the Hub is the loopback
 fake Hub). Commands that train or evaluate get options that only make them small (SHRINK: fewer
-steps, games and turns), `publish --follow` runs one round; /tmp and ~ point into the test's
+steps, games and turns); /tmp and ~ point into the test's
 folder. Nothing else is changed."""
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ SHRINK = {
     "eval --run oracle-check": ["--episodes", "6", "--workers", "0"],
     "eval --run random-floor": ["--episodes", "2", "--max-steps", "3", "--workers", "0"],
     "train --arm return-hard --seeds 0-2": SMALL_TRAINING,
-    "train --arm return-hard --push-to-hub": SMALL_TRAINING + ["--push-wait", "120"],
-    "publish --follow": ["--once"],
+    "train --arm return-hard --run rh-live --push-to-hub": SMALL_TRAINING + ["--push-wait", "60"],
 }
 
 

@@ -31,7 +31,7 @@ def compare(
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this file; its extension picks the format (.png, .pdf, .svg).")] = None,
     detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
     include_failed: Annotated[bool, typer.Option("--include-failed", help="Compare runs that failed too (left out by default).")] = False,
 ) -> None:
