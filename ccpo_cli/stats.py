@@ -61,6 +61,13 @@ def expected_max_of_normals(n: int) -> float:
     return float(value)
 
 
+@functools.lru_cache(maxsize=64)
+def t_quantile(probability: float, df: float) -> float:
+    """The `probability` quantile of Student's t with `df` degrees of freedom."""
+    from scipy import stats  # imported here: see the top
+    return float(stats.t.ppf(probability, df))
+
+
 @functools.lru_cache(maxsize=16)
 def _normal_quantile(probability: float) -> float:
     from scipy import stats  # imported here: see the top

@@ -11,6 +11,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
+    OutputFormat,
     TableOption,
     WindowStartOption,
     emit,
@@ -58,4 +59,9 @@ def compare(
 
         plot_learning_curves(document, plot)
         info(ctx, f"wrote {plot}")
+    if chosen is OutputFormat.latex:
+        from ccpo_cli.report.tables import latex_comparison_tables
+
+        emit(chosen, document, lambda: latex_comparison_tables(document), table=table)
+        return
     emit(chosen, document, lambda: comparison_tables(document), table=table)

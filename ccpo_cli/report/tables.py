@@ -183,6 +183,34 @@ def markdown_text(items: Iterable[Any]) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_cell(text: str) -> str:
+    escaped = "".join(_LATEX_ESCAPES.get(char, char) for char in text.replace("\n", " "))
+    return escaped.replace("±", r"$\pm$").replace("·", r"$\cdot$").replace("≥", r"$\geq$")
+
+
+def latex_text(items: Iterable[Any]) -> str:
+    """Every table as a booktabs `tabular` (\\usepackage{booktabs}) under its title as a comment;
+    other lines as comments. The rounded texts, as a paper prints them."""
+    blocks = []
+    for item in items:
+        if not isinstance(item, TableData):
+            blocks.append("\n".join(f"% {line}" for line in str(item).splitlines()))
+            continue
+        spec = "".join("r" if column.justify == "right" else "l" for column in item.columns)
+        lines = [f"% {item.title}"] if item.title else []
+        lines += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
+        if item.show_header:
+            lines += [" & ".join(_latex_cell(column.header) for column in item.columns) + r" \\", "\\midrule"]
+        lines += [" & ".join(_latex_cell(cell.text) for cell in row) + r" \\" for row in item.rows]
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
 def _natural_width(table: TableData, index: int) -> int:
     cells = [row[index].text for row in table.rows]
     header = table.columns[index].header if table.show_header else ""
@@ -456,6 +484,44 @@ def arms_table(document: dict) -> TableData:
 
 
 _LEGEND_FIELDS = ("arm", "arm_fingerprint", *LABEL_FIELDS, "unit_key")
+
+
+def _mean_interval(arm: dict) -> tuple[float | None, float | None, str]:
+    """(low, high, over) of the 95 % t interval of an arm's mean: over its seed means from two
+    seeds on, else over its window evaluations."""
+    n, sd, mean = arm["n"], arm["sd"], arm["mean"]
+    if mean is None or sd is None or not n or n < 2:
+        return None, None, ""
+    from ccpo_cli.stats import t_quantile
+
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    return mean - half, mean + half, "seeds" if arm["sd_over"] == "seeds" else "evaluations"
+
+
+def arms_ci_table(document: dict) -> TableData:
+    """The arms as a paper reports them: mean ± the half width of its 95 % t interval."""
+    table = TableData("arms", f"held-out success (%), window {_window_title(document)}: mean ± 95 % t interval", [
+        _unit_column(), Column("mean ± CI", fields=("mean", "ci_low", "ci_high")), Column("over", NAME, "left"),
+        Column("n"), Column("seeds")])
+    for arm in document["arms"]:
+        low, high, over = _mean_interval(arm)
+        shown = "-" if arm["mean"] is None else (
+            f"{arm['mean']:.1f} ± {(high - low) / 2:.1f}" if low is not None else f"{arm['mean']:.1f}")
+        table.add(_unit_cell(arm, arm.get("label") or arm["arm"]), Cell(shown, (_raw(arm["mean"]), low, high)),
+                  txt(over or "-", over or None), num(arm["n"]), num(arm["n_seeds"]))
+    return table
+
+
+def latex_comparison_tables(document: dict) -> list[Any]:
+    """`ccpo compare --format latex`: the arms with mean ± CI, the legend, the arm differences."""
+    if not document["runs"]:
+        return comparison_tables(document)
+    items: list[Any] = [arms_ci_table(document)]
+    if needs_legend(document["arms"]):
+        items.append(units_legend_table(document))
+    if document["comparisons"]:
+        items.append(comparisons_table(document))
+    return items
 
 
 def units_legend_table(document: dict) -> TableData:
