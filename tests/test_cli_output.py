@@ -146,4 +146,4 @@ def test_every_table_command_takes_format_and_json(command):
     options = {opt for param in node.params for opt in getattr(param, "opts", [])}
     assert {"--format", "--json"} <= options, command
     fmt = next(param for param in node.params if "--format" in param.opts)
-    assert [choice.value for choice in fmt.type_descriptor.choices] == ["table", "json", "csv", "markdown"]
+    assert [choice.value for choice in fmt.type_descriptor.choices] == ["table", "json", "csv", "markdown", "latex"]
