@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -317,11 +318,19 @@ def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[An
 
 # ----------------------------------------------------------------------------- the tables
 
+def _at_step(value: Any, step: Any) -> Cell:
+    return Cell(f"{_number(value)}@{step}" if value is not None else "-", (_raw(value), step))
+
+
 def runs_table(runs: list[dict]) -> TableData:
-    table = TableData("runs", f"{len(runs)} run(s)", [
+    table = TableData("runs", f"{len(runs)} run(s) (held-out success %)", [
         name_column("run"), name_column("arm"), Column("seed"), Column("status", NAME, "left"),
-        Column("step", fields=("last_step", "total_steps")), Column("evals"), Column("conflicts"),
-        Column("retracted", TEXT, "left"), Column("base model", NAME, "left"),
+        Column("step", fields=("last_step", "total_steps")), Column("evals"),
+        Column("last", fields=("last_success", "last_success_step")),
+        Column("best", fields=("best_success", "best_success_step")),
+        Column("window", fields=("window_success", "window_n")), Column("conflicts"),
+        Column("retracted", TEXT, "left"), Column("base model", NAME, "left"), name_column("benchmark"),
+        name_column("backend"), name_column("created"), name_column("updated"),
     ])
     for run in runs:
         last = run["last_step"] if run["last_step"] is not None else run["last_eval_step"]
@@ -329,10 +338,30 @@ def runs_table(runs: list[dict]) -> TableData:
         retracted = run.get("retracted")
         retracted_text = "run" if retracted else (
             f"{run['n_retracted']} eval(s)" if run.get("n_retracted") else "")
+        window = run.get("window_success")
         table.add(txt(run["name"]), txt(run["arm"]), num(run["seed"]), txt(run["status"]),
-                  Cell(steps, (last, run["total_steps"])), num(run["n_evaluations"]), num(run["n_conflicts"]),
+                  Cell(steps, (last, run["total_steps"])), num(run["n_evaluations"]),
+                  _at_step(run.get("last_success"), run.get("last_success_step")),
+                  _at_step(run.get("best_success"), run.get("best_success_step")),
+                  Cell(f"{_number(window)} ({run.get('window_n')})" if window is not None else "-",
+                       (_raw(window), run.get("window_n") or 0)),
+                  num(run["n_conflicts"]),
                   Cell(retracted_text, (retracted or {}).get("reason") if retracted else run.get("n_retracted") or 0),
-                  txt(run["base_model"]))
+                  txt(run["base_model"]), txt(run.get("benchmark")), txt(run.get("backend")),
+                  Cell((run.get("created_at") or "-")[:16].replace("T", " "), run.get("created_at")),
+                  Cell((run.get("updated_at") or "-")[:16].replace("T", " "), run.get("updated_at")))
+    return table
+
+
+def differences_table(differences: Sequence[Any], first: str, second: str, what: str) -> TableData:
+    """`runs diff` / `arms diff`: one row per field that differs."""
+    table = TableData("differences", f"{what} {first} vs {second}: {len(differences)} difference(s)", [
+        name_column("field"), text_column(first), text_column(second), text_column("note")])
+    for difference in differences:
+        shown = [json.dumps(value, default=str) if isinstance(value, (list, dict)) else value
+                 for value in (difference.first, difference.second)]
+        table.add(txt(difference.field), Cell(_text(shown[0]), _raw(difference.first)),
+                  Cell(_text(shown[1]), _raw(difference.second)), txt(difference.note))
     return table
 
 
@@ -415,6 +444,18 @@ def run_detail_tables(document: dict) -> list[Any]:
         retracted = run["retracted"]
         settings_table.add("retracted", txt(f"{retracted['reason']} ({retracted['retracted_by']}, {retracted['recorded_at']})"))
     items: list[Any] = [settings_table]
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    if config or document.get("facts"):
+        from ccpo_cli.report.diffs import flatten
+
+        config_table = TableData("config", "config (training settings and recorded facts)",
+                                 [name_column("key"), text_column("value")], show_header=False)
+        for key, value in sorted(flatten(config).items()):
+            config_table.add(txt(key), Cell(json.dumps(value, default=str) if isinstance(value, list) else _text(value),
+                                            json.dumps(value, default=str) if isinstance(value, list) else value))
+        for key, value in sorted((document.get("facts") or {}).items()):
+            config_table.add(txt(f"facts.{key}"), txt(value))
+        items.append(config_table)
     splits = sorted({row["split"] for row in document["evaluations"]})
     with_split = len(splits) > 1
     columns = ([name_column("split")] if with_split else []) + [
