@@ -67,8 +67,8 @@ def test_runs_list_filters(db_path, options, expected):
 
 def test_runs_show_has_the_config_section(db_path):
     output = invoke(db_path, "runs", "show", "g0")
-    assert "config (training settings" in output
-    assert "train.lr" in output and "0.001" in output and "facts.episodes" in output
+    assert "config and recorded facts" in output
+    assert "train.lr      0.001" in output and "run_dir       /runs/g0" in output
 
 
 def test_runs_diff_prints_exactly_what_differs(db_path):
