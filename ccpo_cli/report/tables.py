@@ -448,7 +448,7 @@ def run_detail_tables(document: dict) -> list[Any]:
     if config or document.get("facts"):
         from ccpo_cli.report.diffs import flatten
 
-        config_table = TableData("config", "config and recorded facts",
+        config_table = TableData("config", "config",
                                  [name_column("key"), text_column("value")], show_header=False)
         for key, value in sorted(flatten(config).items()):
             config_table.add(txt(key), Cell(json.dumps(value, default=str) if isinstance(value, list) else _text(value),
