@@ -83,6 +83,24 @@ def resolve_token(explicit: str | None = None, token_file: Path | None = None) -
     return get_token()
 
 
+def token_source(explicit: str | None = None, token_file: Path | None = None) -> str:
+    """Where `resolve_token` would take the token from, in words, without reading stdin or
+    printing the token (a dry run says it before anything is sent)."""
+    if explicit == "-":
+        return "--token - (read from stdin when publishing)"
+    if explicit:
+        return "--token (given on the command line)"
+    if token_file is not None:
+        return f"--token-file {token_file}" + ("" if Path(token_file).is_file() else " (no such file: a push would fail)")
+    if os.environ.get("HF_TOKEN"):
+        return "HF_TOKEN (environment)"
+    from huggingface_hub import get_token
+
+    if get_token():
+        return "the saved login (hf auth login)"
+    return "none found (--token-file, --token -, HF_TOKEN or hf auth login): a push would fail with exit 4"
+
+
 @dataclass(frozen=True)
 class HubTimeouts:
     """How long ccpo waits for the Hub, in seconds (and how much it reads, in bytes).

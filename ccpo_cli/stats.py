@@ -15,8 +15,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# scipy is imported inside the functions that use it ("imported here"): half a second that
-# the commands which compute no statistic should not pay (`ccpo runs list`, `--help`).
+from ccpo_cli import distributions
+
+# No scipy here: the distributions are ccpo_cli/distributions.py (math and numpy, checked
+# against scipy by tests/test_distributions.py), so `ccpo compare` starts without its import,
+# most of the command's start-up otherwise.
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -48,23 +51,28 @@ def expected_max_of_normals(n: int) -> float:
     The upward bias, in standard deviations, of reporting the best of n noisy evaluations
     of the same underlying rate. 0 for n = 1.
     """
-    from scipy import integrate, stats  # imported here: see the top
     if n < 1:
         raise ValueError("n must be at least 1")
     if n == 1:
         return 0.0
+    # Composite Simpson over [-12, 12]: the integrand is smooth and its tails beyond are < 1e-30.
+    x = np.linspace(-12.0, 12.0, 24_001)
+    cdf = 0.5 * np.array([math.erfc(-value / math.sqrt(2.0)) for value in x])
+    integrand = x * n * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * cdf ** (n - 1)
+    weights = np.ones_like(x)
+    weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
+    return float((x[1] - x[0]) / 3.0 * np.dot(weights, integrand))
 
-    def integrand(x: float) -> float:
-        return x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1)
 
-    value, _ = integrate.quad(integrand, -12.0, 12.0, limit=200, epsabs=1e-12, epsrel=1e-12)
-    return float(value)
+@functools.lru_cache(maxsize=64)
+def t_quantile(probability: float, df: float) -> float:
+    """The `probability` quantile of Student's t with `df` degrees of freedom."""
+    return distributions.t_ppf(probability, df)
 
 
 @functools.lru_cache(maxsize=16)
 def _normal_quantile(probability: float) -> float:
-    from scipy import stats  # imported here: see the top
-    return float(stats.norm.ppf(probability))
+    return distributions.normal_ppf(probability)
 
 
 def wilson_interval(
@@ -95,7 +103,6 @@ def welch_t_test(
     Returns {"difference", "t", "df", "p", "ci_low", "ci_high", "n_a", "n_b"}; needs at
     least two values on each side (else the statistics are None).
     """
-    from scipy import stats  # imported here: see the top
     first = np.asarray(a, dtype=float)
     second = np.asarray(b, dtype=float)
     result = {
@@ -112,14 +119,17 @@ def welch_t_test(
         return result
     if no_spread(first) and no_spread(second):
         return result  # no spread at all (rounding noise is none): the t statistic is undefined
-    test = stats.ttest_ind(first, second, equal_var=False)
-    interval = test.confidence_interval(confidence)
+    var_a, var_b = first.var(ddof=1) / len(first), second.var(ddof=1) / len(second)
+    standard_error = math.sqrt(var_a + var_b)
+    df = (var_a + var_b) ** 2 / (var_a**2 / (len(first) - 1) + var_b**2 / (len(second) - 1))
+    t = result["difference"] / standard_error
+    half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
     result.update(
-        t=float(test.statistic),
-        df=float(test.df),
-        p=float(test.pvalue),
-        ci_low=float(interval.low),
-        ci_high=float(interval.high),
+        t=float(t),
+        df=float(df),
+        p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
+        ci_low=float(result["difference"] - half),
+        ci_high=float(result["difference"] + half),
     )
     return result
 
@@ -142,9 +152,8 @@ def no_spread(values: Sequence[float] | np.ndarray) -> bool:
 
 def iqm(scores: np.ndarray | Sequence) -> float:
     """Interquartile mean: the mean of the middle 50 % of all scores (runs × tasks pooled)."""
-    from scipy import stats  # imported here: see the top
     flat = np.asarray(scores, dtype=float).ravel()
-    return float(stats.trim_mean(flat, 0.25))
+    return float(distributions.trim_mean(flat, 0.25))
 
 
 def stratified_bootstrap_iqm(
@@ -161,7 +170,6 @@ def stratified_bootstrap_iqm(
     under-covers; callers should show the per-run values beside it.
     Returns {"iqm", "ci_low", "ci_high", "reps", "seed", "n_runs", "n_tasks"}.
     """
-    from scipy import stats  # imported here: see the top
     matrix = np.asarray(scores, dtype=float)
     if matrix.ndim == 1:
         matrix = matrix[:, None]
@@ -169,7 +177,7 @@ def stratified_bootstrap_iqm(
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, n_runs, size=(reps, n_runs, n_tasks))
     resampled = matrix[picks, np.arange(n_tasks)[None, None, :]].reshape(reps, n_runs * n_tasks)
-    replicates = stats.trim_mean(resampled, 0.25, axis=1)
+    replicates = distributions.trim_mean(resampled, 0.25, axis=1)
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(replicates, [tail, 100 - tail])
     return {
@@ -235,7 +243,6 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
     "direction" ("rising", "falling" or "flat"), "note"}; change = slope × the window's span.
     """
-    from scipy import stats  # imported here: see the top
     x = np.asarray(steps, dtype=float)
     y = np.asarray(values, dtype=float)
     result = {"slope": None, "ci_low": None, "ci_high": None, "p": None, "n": len(x), "change": None,
@@ -247,13 +254,13 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     if np.ptp(x) == 0:
         result["note"] = "every evaluation is at one step: no trend can be fitted"
         return result
-    fit = stats.linregress(x, y)
-    residuals = y - (fit.intercept + fit.slope * x)
+    fit = distributions.least_squares_line(x, y)
+    residuals = y - (fit["intercept"] + fit["slope"] * x)
     residual_sd = float(np.sqrt(np.sum(residuals**2) / (len(x) - 2)))
     # A series lying exactly on a line has no residual noise: the interval is the slope itself.
-    stderr = float(fit.stderr) if math.isfinite(fit.stderr) else 0.0
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
-    low, high = float(fit.slope - half), float(fit.slope + half)
+    stderr = fit["stderr"] if math.isfinite(fit["stderr"]) else 0.0
+    half = float(distributions.t_ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
+    low, high = float(fit["slope"] - half), float(fit["slope"] + half)
     covers_zero = bool(low <= 0.0 <= high)
     allowed = (high - low) * float(np.ptp(x))
     converged: bool | None = covers_zero and allowed <= CONVERGED_MAX_WIDTH
@@ -261,9 +268,9 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
         converged = None  # neither rising nor settled: too uncertain to say
         result["note"] = (f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
                           f"the {CONVERGED_MAX_WIDTH:g} a converged window may span")
-    direction = "flat" if converged else ("uncertain" if covers_zero else "rising" if fit.slope > 0 else "falling")
-    result.update(slope=float(fit.slope), ci_low=low, ci_high=high,
-                  p=float(fit.pvalue) if math.isfinite(fit.pvalue) else None,
-                  change=float(fit.slope * np.ptp(x)), residual_sd=residual_sd, converged=converged,
+    direction = "flat" if converged else ("uncertain" if covers_zero else "rising" if fit["slope"] > 0 else "falling")
+    result.update(slope=fit["slope"], ci_low=low, ci_high=high,
+                  p=fit["pvalue"] if math.isfinite(fit["pvalue"]) else None,
+                  change=float(fit["slope"] * np.ptp(x)), residual_sd=residual_sd, converged=converged,
                   direction=direction)
     return result

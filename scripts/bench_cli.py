@@ -1,13 +1,14 @@
-"""Benchmark the command line's start-up: `ccpo --help`, `ccpo runs list`, `ccpo compare --json`
-and one TAB of bash completion, side by side with `sqlite-utils tables` on the same database.
+"""Benchmark the command line's start-up: `ccpo --help`, `ccpo runs list`, `ccpo runs show`,
+`ccpo compare` (table and --json), `ccpo estimate` and one TAB of bash completion, side by side
+with `sqlite-utils tables` on the same database.
 
     python scripts/bench_cli.py [--runs 40] [--evals 30] [--repeats 7]
 
 Every command runs as a fresh process, as a user's shell starts it (`ccpo` is a console script
 like the one pip writes), in turns: one of each, then the next round, so that a busy machine
 slows all of them alike. The figure is the median wall time of each; the ratios to
-`sqlite-utils tables` are what carries over between machines. Targets (issue 23): `--help` and
-`runs list` within 2x, `compare --json` within 4x. sqlite-utils imports pandas when it is
+`sqlite-utils tables` are what carries over between machines. Targets (issue 32): every command
+within 2x. sqlite-utils imports pandas when it is
 installed, so the script also times `sqlite-utils tables` with pandas hidden (what it costs
 where pandas is not installed) and prints the ratios to that stricter reference too.
 Everything is written to a temporary folder; nothing is left behind. Exit 1 when a target is missed.
@@ -34,7 +35,8 @@ from ccpo_cli.arms import load_arm  # noqa: E402
 
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
-TARGETS = {"ccpo --help": 2.0, "ccpo runs list": 2.0, "ccpo compare --json": 4.0, "ccpo TAB (run names)": 2.0}
+TARGETS = {"ccpo --help": 2.0, "ccpo runs list": 2.0, "ccpo runs show": 2.0, "ccpo compare": 2.0,
+           "ccpo compare --json": 2.0, "ccpo estimate": 2.0, "ccpo TAB (run names)": 2.0}
 REFERENCE = "sqlite-utils tables"
 STRICT_REFERENCE = "sqlite-utils tables (no pandas)"
 
@@ -84,7 +86,11 @@ def commands(folder: Path, db: Path) -> dict[str, tuple[list[str], dict[str, str
         STRICT_REFERENCE: ([sys.executable, "-c", hidden, "tables", str(db)], {}),
         "ccpo --help": ([ccpo, "--help"], {}),
         "ccpo runs list": ([ccpo, "--db", str(db), "runs", "list"], {}),
+        "ccpo runs show": ([ccpo, "--db", str(db), "runs", "show", "grpo-seed0"], {}),
+        "ccpo compare": ([ccpo, "--db", str(db), "compare"], {}),
         "ccpo compare --json": ([ccpo, "--db", str(db), "compare", "--json"], {}),
+        "ccpo estimate": ([ccpo, "estimate", "--arm", "gigpo", "--input", str(REPO / "examples" / "worked-example-1.json")],
+                          {}),
         "ccpo TAB (run names)": ([ccpo], {"_CCPO_COMPLETE": "complete_bash", "COMP_WORDS": f"ccpo --db {db} runs show g",
                                           "COMP_CWORD": "5"}),
     }

@@ -96,14 +96,14 @@ def test_compare_csv_parses_and_carries_the_raw_values(wide_db):
     document = json.loads(invoke(wide_db, "compare", "--json"))
     rows = list(csv.DictReader(io.StringIO(invoke(wide_db, "compare", "--format", "csv"))))
     assert [row["arm"] for row in rows] == [arm["arm"] for arm in document["arms"]]
-    assert [float(row["held-out mean"]) for row in rows] == [arm["mean"] for arm in document["arms"]]  # unrounded
+    assert [float(row["held_out_mean"]) for row in rows] == [arm["mean"] for arm in document["arms"]]  # unrounded
     per_run = list(csv.reader(io.StringIO(invoke(wide_db, "compare", "--format", "csv", "--table", "runs"))))
     header, body = per_run[0], per_run[1:]
     assert {len(row) for row in body} == {len(header)} and len(body) == len(document["runs"])
-    assert header[:6] == ["run", "arm", "seed", "window_mean", "window_sd", "window_n"]
+    assert header[:3] == ["run", "arm", "label"] and header[10:14] == ["seed", "window_mean", "window_sd", "window_n"]
     by_run = {entry["run"]: entry for entry in document["runs"]}
     for row in body:
-        assert float(row[3]) == by_run[row[0]]["window"]["mean"] and int(row[5]) == by_run[row[0]]["window"]["n"]
+        assert float(row[11]) == by_run[row[0]]["window"]["mean"] and int(row[13]) == by_run[row[0]]["window"]["n"]
 
 
 def test_compare_markdown_is_a_pipe_table(wide_db):
@@ -146,4 +146,4 @@ def test_every_table_command_takes_format_and_json(command):
     options = {opt for param in node.params for opt in getattr(param, "opts", [])}
     assert {"--format", "--json"} <= options, command
     fmt = next(param for param in node.params if "--format" in param.opts)
-    assert [choice.value for choice in fmt.type_descriptor.choices] == ["table", "json", "csv", "markdown"]
+    assert [choice.value for choice in fmt.type_descriptor.choices] == ["table", "json", "csv", "markdown", "latex"]

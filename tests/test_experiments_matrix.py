@@ -112,7 +112,7 @@ def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_p
 
     def interrupt_second_arm_of_seed_1(message: str) -> None:
         # Seed 0 is reused; seed 1's grpo run logs the first step 1, its gigpo run the second.
-        if message.startswith("step    1 "):
+        if message.startswith("step    1/"):
             first_steps[0] += 1
             if first_steps[0] == 2:
                 raise KeyboardInterrupt

@@ -26,6 +26,7 @@ from ccpo_cli.cli import (
     card,
     compare,
     estimate,
+    export,
     games,
     ingest,
     matrix,
@@ -150,6 +151,7 @@ app.add_typer(games.games_app, name="games")
 app.command("ingest")(ingest.ingest)
 app.add_typer(runs.runs_app, name="runs")
 app.command("compare")(compare.compare)
+app.command("export")(export.export)
 app.command("matrix")(matrix.matrix)
 app.command("card")(card.card)
 app.command("publish")(publish.publish)

@@ -69,3 +69,29 @@ def show_command(
         return [*lines, arm_flags_table(flags, inert)]
 
     emit(output_format(fmt, as_json), document, tables)
+
+
+@arms_app.command("diff")
+@handle_errors
+def diff_command(
+    first: Annotated[str, typer.Argument(metavar="ARM", help="First arm.", autocompletion=completion.arm_names)],
+    second: Annotated[str, typer.Argument(metavar="ARM", help="Second arm.", autocompletion=completion.arm_names)],
+    as_json: JsonOption = False,
+    fmt: FormatOption = None,
+) -> None:
+    """Exactly which resolved flags differ between two arms, and which of them are inert.
+
+    Example: ccpo arms diff grpo gigpo
+    """
+    from ccpo_cli.arms import inert_flags, load_arm
+    from ccpo_cli.report.diffs import arm_differences
+    from ccpo_cli.report.tables import differences_table
+
+    arms = [load_arm(name) for name in (first, second)]
+    differences = arm_differences(arms[0].flags(), arms[1].flags(), inert_flags(arms[0]), inert_flags(arms[1]))
+    document = {"first": first, "second": second, "fingerprints": [arm.fingerprint for arm in arms],
+                "differences": [{"flag": d.field, "first": d.first, "second": d.second, "note": d.note}
+                                for d in differences]}
+    emit(output_format(fmt, as_json), document,
+         lambda: [differences_table(differences, first, second, "arms")] if differences
+         else [f"arms {first} and {second} resolve to the same flags (fingerprint {arms[0].fingerprint[:12]})"])

@@ -25,6 +25,10 @@ from ccpo_cli.cli.common import (
 class CardStatus(StrEnum):
     interim = "interim"
     final = "final"
+    auto = "auto"  # final once the run finished, else interim (report/readiness.py)
+
+
+STATUS_HELP = "interim (run in progress), final (run finished) or auto (final once the run has finished)."
 
 
 @handle_errors
@@ -32,7 +36,7 @@ def card(
     ctx: typer.Context,
     run: Annotated[str, typer.Option("--run", metavar="RUN", help="The run whose card to render.",
                                      autocompletion=completion.run_names)],
-    status: Annotated[CardStatus, typer.Option("--status", help="interim (run in progress) or final (run finished).")] = CardStatus.interim,
+    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
     output: Annotated[Path | None, typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
     repo: OptionalHubRepoOption = None,
     window_start: WindowStartOption = None,
@@ -50,11 +54,16 @@ def card(
     # Imported here: the cards pull in the comparison document (scipy) and jinja2.
     from ccpo_cli.cards.staging import stage_card
     from ccpo_cli.names import default_folder, require_inside
+    from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
 
     readme = output or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
+    db = open_db(settings(ctx).db, must_exist=True)
+    ready = card_readiness(db, run, status.value, window_start)
+    if status is CardStatus.auto:
+        info(ctx, f"{ready.status} card ({ready.status_basis})")
     staged = stage_card(
-        open_db(settings(ctx).db, must_exist=True), run, readme, status=status.value, repo_id=repo,
+        db, run, readme, status=ready.status, repo_id=repo,
         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
         force=force, merge_existing=True,
     )

@@ -36,13 +36,14 @@ class OutputFormat(StrEnum):
     json = "json"
     csv = "csv"
     markdown = "markdown"
+    latex = "latex"
 
 
 # Option types shared by several commands: one name, one flag and one help text each.
 JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (the same as --format json).")]
 FormatOption = Annotated[OutputFormat | None, typer.Option(
-    "--format", help="table (for people, fitted to the terminal), json (one document), csv or markdown (for "
-    "papers and pull requests). Default: table.", show_default=False)]
+    "--format", help="table (for people, fitted to the terminal), json (one document), csv, markdown or latex "
+    "(booktabs, for papers and pull requests). Default: table.", show_default=False)]
 TableOption = Annotated[str | None, typer.Option(
     "--table", metavar="NAME", help="--format csv: which of the tables to write (default: the first); "
     "markdown and table show them all.", show_default=False)]
@@ -200,6 +201,8 @@ def emit(fmt: OutputFormat, document: dict, tables: Callable[[], Iterable[Any]],
         sys.stdout.write(formats.csv_text(formats.pick_table(items, table)))
     elif fmt is OutputFormat.markdown:
         sys.stdout.write(formats.markdown_text(items))
+    elif fmt is OutputFormat.latex:
+        sys.stdout.write(formats.latex_text(items))
     else:
         console = stdout_console()
         for renderable in formats.terminal_renderables(items, console.width):

@@ -11,6 +11,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
+    OutputFormat,
     TableOption,
     WindowStartOption,
     emit,
@@ -31,7 +32,7 @@ def compare(
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this PNG.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this file; its extension picks the format (.png, .pdf, .svg).")] = None,
     detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
     include_failed: Annotated[bool, typer.Option("--include-failed", help="Compare runs that failed too (left out by default).")] = False,
 ) -> None:
@@ -58,4 +59,9 @@ def compare(
 
         plot_learning_curves(document, plot)
         info(ctx, f"wrote {plot}")
+    if chosen is OutputFormat.latex:
+        from ccpo_cli.report.tables import latex_comparison_tables
+
+        emit(chosen, document, lambda: latex_comparison_tables(document), table=table)
+        return
     emit(chosen, document, lambda: comparison_tables(document), table=table)

@@ -28,6 +28,27 @@ def _arm(name: str | None):
     return load_arm(name)
 
 
+def _formats(fmt: str | None, input_format: str | None, as_json: bool, readers: tuple[str, ...]) -> tuple[str, bool]:
+    """(the reader, whether to print JSON): --format is the output format as everywhere else
+    (json, table); a reader name given to --format (the v1 contract) is read as --input-format."""
+    output = None
+    if fmt is not None and fmt in ("json", "table"):
+        output = fmt
+    elif fmt is not None:
+        if fmt not in readers:
+            raise UsageError(f"--format {fmt}: use one of json, table (the output), or give the file's format "
+                             f"with --input-format {' | '.join(readers)}")
+        if input_format is not None and input_format != fmt:
+            raise UsageError(f"--format {fmt} and --input-format {input_format}: give the file's format once")
+        input_format = fmt
+    reader = input_format or "auto"
+    if reader not in readers:
+        raise UsageError(f"--input-format {reader}: use one of {', '.join(readers)}")
+    if as_json and output == "table":
+        raise UsageError("--json is --format json: give one of them, not --json with --format table")
+    return reader, as_json or output == "json"
+
+
 @handle_errors
 def ingest(
     ctx: typer.Context,
@@ -42,7 +63,15 @@ def ingest(
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
     total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help=f"The file's format: {FORMATS_HELP}.")] = "auto",
+    fmt: Annotated[str | None, typer.Option("--format", help=(
+        f"json (the same as --json) or table (the summary line); the v1 reader names ({FORMATS_HELP}) are "
+        "still read as --input-format."), show_default=False)] = None,
+    input_format: Annotated[str | None, typer.Option("--input-format", help=(
+        f"The file's format: {FORMATS_HELP} (default auto: decided by content)."), show_default=False)] = None,
+    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help=(
+        "The backend that trained the run (local or verl); not recorded when not given."))] = None,
+    hardware: Annotated[str | None, typer.Option("--hardware", help=(
+        "The hardware it trained on, as you would write it (e.g. 8xH100); recorded as a fact."))] = None,
     benchmark: Annotated[str | None, typer.Option("--benchmark", autocompletion=completion.benchmark_names, help=(
         "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
         "or the printed config identify; a file that contradicts it is refused."
@@ -87,8 +116,9 @@ def ingest(
     from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
     from ccpo_cli.store.readers.metric_names import MetricRename
 
-    if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt}: use one of {', '.join(FORMATS)}")
+    reader, as_json = _formats(fmt, input_format, as_json, FORMATS)
+    if backend is not None and backend not in completion.BACKENDS:
+        raise UsageError(f"--backend {backend}: use one of {', '.join(completion.BACKENDS)}")
     options = settings(ctx)
     rename = MetricRename.parse(metric) if metric is not None and "=" in metric else None
     metric = None if rename is not None else metric
@@ -98,6 +128,10 @@ def ingest(
         load_benchmark(benchmark)  # an unknown name exits 3, naming the known ones
     flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
                                         total_steps=total_steps)
+    if hardware is not None:
+        if not hardware.strip() or len(hardware) > 200:
+            raise UsageError("--hardware: a short description such as 8xH100")
+        facts["hardware"] = hardware.strip()
     require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
     db = open_db(options.db)
     size = file.stat().st_size if file.is_file() else 0
@@ -105,7 +139,7 @@ def ingest(
     show_bar = console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
     # --arm is the user's word for which arm the log trained: its name and fingerprint are recorded,
     # and the flags the log itself printed (facts) stand beside them (store/identity.py).
-    kwargs = dict(fmt=fmt, benchmark=benchmark, arm=None if resolved_arm is None else resolved_arm.name,
+    kwargs = dict(fmt=reader, benchmark=benchmark, backend=backend, arm=None if resolved_arm is None else resolved_arm.name,
                   arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
                   seed=facts.get("seed"), base_model=base_model,
                   total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli import completion
-from ccpo_cli.cli.card import CardStatus
+from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
     HubDeadlineOption,
     HubEndpointOption,
@@ -42,7 +42,7 @@ def publish(
     poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
     once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).")] = False,
-    status: Annotated[CardStatus, typer.Option("--status", help="interim or final.")] = CardStatus.interim,
+    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
     verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).")] = None,
     merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
@@ -77,12 +77,18 @@ def publish(
         return
     # Imported here: the Hub client and the cards load only for a publication.
     from ccpo_cli.hub import publish_run
+    from ccpo_cli.hub_access import token_source
     from ccpo_cli.names import default_folder, require_inside
+    from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
     from ccpo_cli.terminal_text import escape_control
 
+    db = open_db(settings(ctx).db, must_exist=True)
+    ready = card_readiness(db, run, status.value, window_start)
+    if status is CardStatus.auto:
+        info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
-        open_db(settings(ctx).db, must_exist=True), run, repo, status=status.value,
+        db, run, repo, status=ready.status,
         staging=staging or require_inside(default_folder("ccpo-publish", run), Path.cwd(), "--run"), revision=revision, private=private, token=token,
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
@@ -95,10 +101,29 @@ def publish(
     if result["dry_run"]:
         files = [entry["path_in_repo"] for commit in result["commits"] for entry in commit["files"]]
         info(ctx, f"dry run: nothing was sent; staged {len(files)} file(s) in {result['staging']}")
+        for line in _plan_lines(result, token_source(token, token_file)):
+            say(line)
         say(result["plan_file"])
     else:
         info(ctx, f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})")
         say(result["commit_url"])
+
+
+def _plan_lines(plan: dict, token_from: str) -> list[str]:
+    """The dry run's plan as a person reads it: where, what in which commit, and the token."""
+    visibility = "private" if plan["private"] else "public"
+    lines = [f"plan: {plan['repo_id']}@{plan['revision']} ({visibility} if created) on {plan['endpoint']}, "
+             f"{plan['status']} card of {plan['run']}"]
+    for number, commit in enumerate(plan["commits"], start=1):
+        size = sum(entry.get("size") or 0 for entry in commit["files"])
+        tag = f", tag {commit['tag']}" if commit.get("tag") else ""
+        lines.append(f"  commit {number} ({commit['purpose']}{tag}): {len(commit['files'])} file(s), {size:,} bytes: "
+                     f"{commit['commit_message']}")
+        lines += [f"    {entry['path_in_repo']}" for entry in commit["files"][:12]]
+        if len(commit["files"]) > 12:
+            lines.append(f"    ... and {len(commit['files']) - 12} more")
+    lines.append(f"token: {token_from}")
+    return lines
 
 
 def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, retry_failed, dry_run, private, token,

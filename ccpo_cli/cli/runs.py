@@ -32,18 +32,37 @@ ByOption = Annotated[str | None, typer.Option(
 
 @runs_app.command("list")
 @handle_errors
-def list_command(ctx: typer.Context, as_json: JsonOption = False, fmt: FormatOption = None) -> None:
-    """Every run with its arm, seed, status, last step and number of evaluations.
+def list_command(
+    ctx: typer.Context,
+    arm: Annotated[str | None, typer.Option("--arm", metavar="ARM", help="Only runs of this arm.",
+                                            autocompletion=completion.arm_names)] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status (running, finished, "
+                                               "stopped, interrupted, failed).")] = None,
+    benchmark: Annotated[str | None, typer.Option("--benchmark", help="Only runs of this benchmark.",
+                                                  autocompletion=completion.benchmark_names)] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Only runs of this base model (its id or the part "
+                                              "after the last /).")] = None,
+    as_json: JsonOption = False,
+    fmt: FormatOption = None,
+) -> None:
+    """Every run with its arm, seed, status, steps, last, best and window held-out success,
+    benchmark, backend and times.
 
-    Example: ccpo runs list --format csv
+    Example: ccpo runs list --arm grpo --format csv
     """
     # Imported here: the store pulls in sqlite-utils, which --help and completion never need.
     from ccpo_cli.report.tables import runs_table
     from ccpo_cli.store import list_runs, open_db
     from ccpo_cli.store.liveness import annotate_runs
+    from ccpo_cli.store.run_summaries import RunFilter, success_summaries
 
     db = open_db(settings(ctx).db, must_exist=True)
     runs = annotate_runs(db, list_runs(db))  # a run whose trainer died shows as interrupted
+    runs = RunFilter(arm=arm, status=status, benchmark=benchmark, model=model).apply(runs)
+    summaries = success_summaries(db)
+    for run in runs:
+        run.update(summaries.get(run["id"]) or {"last_success": None, "last_success_step": None, "best_success": None,
+                                                "best_success_step": None, "window_success": None, "window_n": 0})
     emit(output_format(fmt, as_json), {"runs": runs}, lambda: [runs_table(runs)])
 
 
@@ -73,6 +92,7 @@ def show_command(
         run_evaluations,
         run_publications,
     )
+    from ccpo_cli.store.facts import run_facts
     from ccpo_cli.store.identity import run_identity
     from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.outbox import run_outbox
@@ -83,6 +103,7 @@ def show_command(
     document = {
         "run": shown,
         "identity": run_identity(db, run).as_dict(),
+        "facts": run_facts(db, shown["id"])["values"],
         "evaluations": run_evaluations(db, run, split=None, include_retracted=True),
         "conflicts": run_conflicts(db, run),
         "resolutions": resolutions(db, [shown["id"]]).get(shown["id"], []),
@@ -105,6 +126,38 @@ def show_command(
         from ccpo_cli.publishing.status import outbox_table
 
         stdout_console().print(outbox_table(document["publication_outbox"]))
+
+
+@runs_app.command("diff")
+@handle_errors
+def diff_command(
+    ctx: typer.Context,
+    first: RunArgument,
+    second: RunArgument,
+    as_json: JsonOption = False,
+    fmt: FormatOption = None,
+) -> None:
+    """Exactly what differs between two runs: identity, protocol facts and training config.
+
+    Example: ccpo runs diff grpo-seed0 gigpo-seed0
+    """
+    from ccpo_cli.report.diffs import run_differences
+    from ccpo_cli.report.tables import differences_table
+    from ccpo_cli.store import get_run, open_db
+    from ccpo_cli.store.facts import run_facts
+    from ccpo_cli.store.identity import run_identity
+
+    db = open_db(settings(ctx).db, must_exist=True)
+    entries = []
+    for name in (first, second):
+        row = get_run(db, name)
+        entries.append({"identity": run_identity(db, name).as_dict(), "facts": run_facts(db, row["id"])["values"],
+                        "config": row.get("config") if isinstance(row.get("config"), dict) else {}})
+    differences = run_differences(*entries)
+    document = {"first": first, "second": second,
+                "differences": [{"field": d.field, "first": d.first, "second": d.second} for d in differences]}
+    emit(output_format(fmt, as_json), document,
+         lambda: [differences_table(differences, first, second, "runs")] if differences else [f"runs {first} and {second}: nothing recorded differs"])
 
 
 @runs_app.command("retract")

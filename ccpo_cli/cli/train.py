@@ -136,6 +136,7 @@ def train(
     verl_agent: Annotated[Path | None, typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
     host_profile: Annotated[str, typer.Option("--host-profile", help="verl: host profile of the protocol (reference, lean).")] = "reference",
     save_every: Annotated[int | None, typer.Option("--save-every", help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.")] = None,
+    report_to: Annotated[str | None, typer.Option("--report-to", metavar="TRACKERS", help="Write the curves while training to tensorboard (RUN_DIR/tensorboard) and/or trackio (project ccpo, in TRACKIO_DIR), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.")] = None,
     # publishing while training
     push_to_hub: Annotated[str | None, typer.Option("--push-to-hub", metavar="OWNER/NAME", help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.")] = None,
     push_wait: Annotated[float | None, typer.Option("--push-wait", help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.")] = None,
@@ -182,6 +183,12 @@ def train(
                                  token=token, token_file=token_file, timeout=timeout, deadline=deadline,
                                  end_wait_s=push_wait, window_start=window_start, verl_agent=verl_agent,
                                  log=lambda message: info(ctx, message))
+    if report_to is not None and not dry_run:
+        from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
+
+        trackers = parse_trackers(report_to)
+        if trackers:
+            observer = ReportingObserver(trackers, inner=observer, log=lambda message: info(ctx, message))
     schedule = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps}
 
     def log(message: str) -> None:

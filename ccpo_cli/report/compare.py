@@ -28,6 +28,7 @@ from ccpo_cli import stats
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report import default_window_start
 from ccpo_cli.report.isolation import isolation_check
+from ccpo_cli.report.labels import arm_name, short_labels, unit_key
 from ccpo_cli.report.power import power_report
 from ccpo_cli.report.window import run_state, task_type_keys, window_entry
 from ccpo_cli.store.facts import run_facts
@@ -342,7 +343,11 @@ def compare_runs(
     n_seeds (distinct recorded seeds), mean, sd, n (over seed means from two seeds on, else over
     the evaluations; `sd_over` says which), seeds, seed_runs, seed_window_means (one per seed:
     the mean of that seed's runs), repeated_seeds, unseeded_runs, identical_runs, iqm, resolved
-    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol.
+    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol
+    (and its split, temperature, episodes, turn_limit as keys of their own); `label` the short
+    label that tables and plots show (report/labels.py: it changes with the units present),
+    `arm_stable` the arm with its overrides and `unit_key` the unit's identity hash (both stable).
+    Runs carry their unit's `unit_label` and `unit_key`, comparisons `label_a` and `label_b`.
     comparisons: arm pairs that differ only in the arm, with Welch's test on seed means, the
     probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
     not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
@@ -406,12 +411,16 @@ def compare_runs(
     hashes = _content_hashes(db, [entry["run_id"] for entry in trained], split)
     arms = [_arm_entry(label, members, hashes, bootstrap_reps, bootstrap_seed) for label, members in grouped.items()]
     arms.sort(key=lambda arm: (arm["mean"] is None, -(arm["mean"] or 0.0), arm["arm"]))
+    _add_short_labels(arms, run_entries, unit_of)
     by_name = {run["name"]: run for run in chosen}
 
     def isolation_of(names: list[str]) -> dict:
         return isolation_check([by_name[name] for name in names], identities, unit_of)
 
     comparisons, not_compared = _arm_comparisons(arms, isolation_of)
+    label_of = {arm["arm"]: arm["label"] for arm in arms}
+    for row in comparisons + not_compared:
+        row["label_a"], row["label_b"] = label_of[row["arm_a"]], label_of[row["arm_b"]]
     trained_names = [entry["run"] for entry in trained]
     protocols = {json.dumps(entry["window"]["protocol"], sort_keys=True) for entry in trained}
     starts = {entry["window"]["start"] for entry in run_entries}
@@ -443,6 +452,19 @@ def compare_runs(
         "retracted": _retracted_section(db, retracted_runs, [run["id"] for run in chosen]),
         "resolved_conflicts": _resolved_section(db, chosen),
     }
+
+
+def _add_short_labels(arms: list[dict], run_entries: list[dict], unit_of: dict[str, str]) -> None:
+    """Each arm's short label and stable unit key (report/labels.py), its protocol fields as
+    columns, and each trained run's unit label and key."""
+    for arm, label in zip(arms, short_labels(arms)):
+        arm.update(label=label, unit_key=unit_key(arm), arm_stable=arm_name(arm),
+                   **{key: arm["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")})
+    by_unit = {arm["arm"]: arm for arm in arms}
+    for entry in run_entries:
+        arm = by_unit.get(unit_of.get(entry["run"]))
+        entry["unit_label"] = None if arm is None else arm["label"]
+        entry["unit_key"] = None if arm is None else arm["unit_key"]
 
 
 def _retracted_section(db: sqlite_utils.Database, runs: dict[str, dict], run_ids: list[int]) -> dict:

@@ -9,6 +9,12 @@ policy (its step-0 evaluations) are drawn as horizontal reference lines. Where a
 setting share seeds, a second panel draws the paired difference to the leading arm at each step,
 the mean over the seeds both evaluated there, with its 95 % t interval over those pairs.
 Nothing is dropped because another seed did not evaluate at a step.
+
+Each point carries its own error bar: the t interval over seeds from two seeds on, else the
+95 % Wilson interval of that one evaluation's episodes (none when they are not recorded).
+Retracted evaluations (left out of every number) are marked on the step axis. The file's
+extension picks the format (png, pdf, svg), the legend sits outside the axes, and the title says
+what a curve is: a mean over seeds only where there are several.
 """
 
 from __future__ import annotations
@@ -21,6 +27,30 @@ from ccpo_cli.errors import InvalidInput
 
 INTERVAL_LABEL = "95 % t interval over seeds"
 MIN_INTERVAL_SEEDS = 2
+FORMATS = ("png", "pdf", "svg")
+
+
+def figure_format(path: Path) -> str:
+    """The format the file's extension names; InvalidInput for any other."""
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in FORMATS:
+        raise InvalidInput(f"{path}: the extension picks the format; use .{', .'.join(FORMATS)}")
+    return suffix
+
+
+def single_evaluation_counts(document: dict) -> dict[str, dict[int, tuple[int, int]]]:
+    """{arm label: {step: (successes, episodes)}} of the arms whose curve is one run's evaluations
+    (their error bars are Wilson intervals of those counts)."""
+    runs_by_label: dict[str, list[dict]] = defaultdict(list)
+    for run in document["runs"]:
+        if run.get("arm_label") is not None and run["evaluations"]:
+            runs_by_label[run["arm_label"]].append(run)
+    counts = {}
+    for label, runs in runs_by_label.items():
+        if len(runs) == 1:
+            counts[label] = {point["step"]: (point["successes"], point["episodes"]) for point in runs[0]["evaluations"]
+                             if point.get("episodes") and point.get("successes") is not None}
+    return counts
 
 
 def seed_curves(document: dict) -> dict[str, dict[object, dict[int, float]]]:
@@ -91,9 +121,25 @@ def _window(document: dict) -> tuple[int | None, str]:
     return starts[0], f"windows start at steps {', '.join(map(str, starts))}"
 
 
+def _with_wilson(points: list[dict], counts: dict[int, tuple[int, int]]) -> list[dict]:
+    from ccpo_cli.stats import wilson_interval
+
+    for point in points:
+        if point["low"] is None and point["step"] in counts:
+            successes, episodes = counts[point["step"]]
+            low, high = wilson_interval(successes, episodes)
+            point.update(low=100 * low, high=100 * high, interval="wilson")
+    return points
+
+
 def _draw_curve(axes, points: list[dict], colour, label: str) -> None:
     steps = [point["step"] for point in points]
     axes.plot(steps, [point["mean"] for point in points], color=colour, linewidth=1.4, label=label)
+    barred = [point for point in points if point["low"] is not None]
+    if barred:
+        axes.errorbar([p["step"] for p in barred], [p["mean"] for p in barred],
+                      yerr=[[p["mean"] - p["low"] for p in barred], [p["high"] - p["mean"] for p in barred]],
+                      fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.8)
     full = [point for point in points if not point["missing"]]
     partial = [point for point in points if point["missing"]]
     axes.scatter([p["step"] for p in full], [p["mean"] for p in full], color=colour, s=14, zorder=4)
@@ -106,18 +152,47 @@ def _draw_curve(axes, points: list[dict], colour, label: str) -> None:
                           color=colour, alpha=0.18, linewidth=0)
 
 
+def _mark_retracted(axes, document: dict, colours: dict) -> None:
+    """An x on the step axis at each retracted evaluation of a drawn arm (left out of the curve)."""
+    arm_of = {run["run"]: run.get("arm_label") for run in document["runs"]}
+    retracted = [(entry["step"], arm_of.get(entry["run"])) for entry in (document.get("retracted") or {}).get("evaluations") or []]
+    retracted = [(step, arm) for step, arm in retracted if arm in colours]
+    if retracted:
+        axes.scatter([step for step, _ in retracted], [1.5] * len(retracted), marker="x", s=30, zorder=5,
+                     color=[colours[arm] for _, arm in retracted], label="retracted evaluation (left out)")
+
+
 def plot_learning_curves(document: dict, path: str | Path) -> Path:
-    """Draw the document's arms (see the module docstring); write a PNG to `path` and return it."""
+    """Draw the document's arms (see the module docstring); write `path` in the format its
+    extension names and return it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fmt = figure_format(path)
+    if not path.parent.is_dir():
+        raise InvalidInput(f"{path}: folder {path.parent} does not exist")
+    figure = learning_curve_figure(document)
+    partial = path.with_name(f".{path.stem}.partial{path.suffix}")
+    try:
+        figure.savefig(partial, format=fmt, bbox_inches="tight")
+        partial.replace(path)  # a reader never sees half a figure
+    finally:
+        plt.close(figure)
+        partial.unlink(missing_ok=True)
+    return path
+
+
+def learning_curve_figure(document: dict):
+    """The matplotlib figure of the document's curves (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib import colormaps
 
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise InvalidInput(f"{path}: folder {path.parent} does not exist")
     curves = seed_curves(document)
+    single = single_evaluation_counts(document)
+    short = {arm["arm"]: arm.get("label") or arm["arm"] for arm in document["arms"]}
     order = [arm["arm"] for arm in document["arms"] if arm["arm"] in curves]
     palette = colormaps["tab10"].colors + colormaps["Dark2"].colors
     colours = {arm: palette[index % len(palette)] for index, arm in enumerate(order)}
@@ -133,17 +208,23 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
     else:
         figure, top = plt.subplots(figsize=(11 if many else 8.5, 4.8), dpi=120)
         bottom = None
-    any_missing = any_band = False
+    any_missing = any_band = any_wilson = False
+    seed_counts = []
     last_step = 0
     for arm in order:
         points = pointwise(curves[arm])
         if not points:
             continue
         n_seeds = len(curves[arm])
+        seed_counts.append(n_seeds)
+        if n_seeds == 1 and arm in single:
+            points = _with_wilson(points, single[arm])
         any_missing |= any(point["missing"] for point in points)
-        any_band |= any(point["low"] is not None for point in points)
+        any_band |= any(point["low"] is not None and point.get("interval") != "wilson" for point in points)
+        any_wilson |= any(point.get("interval") == "wilson" for point in points)
         last_step = max(last_step, points[-1]["step"])
-        _draw_curve(top, points, colours[arm], f"{arm} ({n_seeds} seed{'s' if n_seeds != 1 else ''})")
+        _draw_curve(top, points, colours[arm], f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})")
+    _mark_retracted(top, document, colours)
     for level in (document.get("reference_levels") or {}).get("untrained", []):
         if level["arm"] in colours:
             top.axhline(level["mean"], color=colours[level["arm"]], linestyle=":", linewidth=0.9, alpha=0.8)
@@ -156,32 +237,34 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
     top.set_ylim(0, 100)
     split = document.get("split", "heldout")
     top.set_ylabel(f"{'held-out' if split == 'heldout' else split} success (%)")
-    notes = ["mean over seeds at each step"]
+    if seed_counts and max(seed_counts) == 1:
+        notes = ["one seed per curve: its evaluations"]
+    elif seed_counts and min(seed_counts) == 1:
+        notes = ["mean over seeds where a curve has several (seeds in the legend)"]
+    else:
+        notes = ["mean over seeds at each step"]
     if any_band:
-        notes.append(f"band = {INTERVAL_LABEL}")
+        notes.append(f"band and bars = {INTERVAL_LABEL}")
+    if any_wilson:
+        notes.append("one-seed bars = 95 % Wilson interval of the evaluation")
     if any_missing:
         notes.append("hollow = some seeds not evaluated there")
     if (document.get("reference_levels") or {}).get("untrained"):
         notes.append("dotted = untrained (step 0)")
-    top.set_title("; ".join(notes), fontsize="medium")
-    if many:
+    top.set_title("; ".join(notes), fontsize="medium", wrap=True)
+    if top.get_legend_handles_labels()[0]:
+        # Outside the axes: a long label or many arms never cover the curves or run off the figure.
         top.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    elif top.get_legend_handles_labels()[0]:
-        top.legend(fontsize="small", loc="lower right")
     if bottom is not None:
         for arm, differences in pairs.items():
             points = pointwise(differences)
-            _draw_curve(bottom, points, colours[arm], f"{leader} - {arm} ({len(differences)} paired seeds)")
+            _draw_curve(bottom, points, colours[arm],
+                        f"{short.get(leader, leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)")
         bottom.axhline(0.0, color="black", linewidth=0.8)
         bottom.set_ylabel("difference, same seed (points)")
         bottom.set_title("Paired difference to the leading arm (band = 95 % t interval over pairs)", fontsize="medium")
-        bottom.legend(fontsize="small", loc="best")
+        bottom.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
         bottom.set_xlabel("training step")
     else:
         top.set_xlabel("training step")
-    figure.tight_layout()
-    try:
-        figure.savefig(path, format="png")
-    finally:
-        plt.close(figure)
-    return path
+    return figure

@@ -20,12 +20,21 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ccpo_cli.errors import UsageError
+from ccpo_cli.report.labels import (
+    LABEL_FIELDS,
+    NOT_RECORDED,
+    arm_name,
+    identity_values,
+    legend_rows,
+    needs_legend,
+)
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -75,6 +84,16 @@ class Column:
     kind: str = NUMBER  # NUMBER and NAME cells are never wrapped or cut; TEXT cells wrap at words
     justify: str = "right"
     fields: tuple[str, ...] = ()  # CSV: the fields of a composite cell (its value is a tuple)
+    key: str | None = None  # CSV: the header when the snake_case of `header` would not say it
+
+    @property
+    def csv_fields(self) -> tuple[str, ...]:
+        return self.fields or (self.key or snake_case(self.header),)
+
+
+def snake_case(header: str) -> str:
+    """A header as a CSV column name: `held-out mean` -> `held_out_mean`."""
+    return "_".join("".join(char if char.isalnum() else " " for char in header.lower()).split())
 
 
 def name_column(header: str) -> Column:
@@ -130,7 +149,7 @@ def csv_text(table: TableData) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     header: list[str] = []
     for column in table.columns:
-        header.extend(column.fields or (column.header,))
+        header.extend(column.csv_fields)
     writer.writerow(header)
     for row in table.rows:
         values: list[Any] = []
@@ -162,6 +181,34 @@ def markdown_text(items: Iterable[Any]) -> str:
             blocks.append("\n".join(lines))
         else:
             blocks.append("\n".join(line.rstrip() for line in str(item).splitlines()))
+    return "\n\n".join(blocks) + "\n"
+
+
+_LATEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def _latex_cell(text: str) -> str:
+    escaped = "".join(_LATEX_ESCAPES.get(char, char) for char in text.replace("\n", " "))
+    return escaped.replace("±", r"$\pm$").replace("·", r"$\cdot$").replace("≥", r"$\geq$")
+
+
+def latex_text(items: Iterable[Any]) -> str:
+    """Every table as a booktabs `tabular` (\\usepackage{booktabs}) under its title as a comment;
+    other lines as comments. The rounded texts, as a paper prints them."""
+    blocks = []
+    for item in items:
+        if not isinstance(item, TableData):
+            blocks.append("\n".join(f"% {line}" for line in str(item).splitlines()))
+            continue
+        spec = "".join("r" if column.justify == "right" else "l" for column in item.columns)
+        lines = [f"% {item.title}"] if item.title else []
+        lines += [f"\\begin{{tabular}}{{{spec}}}", "\\toprule"]
+        if item.show_header:
+            lines += [" & ".join(_latex_cell(column.header) for column in item.columns) + r" \\", "\\midrule"]
+        lines += [" & ".join(_latex_cell(cell.text) for cell in row) + r" \\" for row in item.rows]
+        lines += ["\\bottomrule", "\\end{tabular}"]
+        blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -271,11 +318,19 @@ def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[An
 
 # ----------------------------------------------------------------------------- the tables
 
+def _at_step(value: Any, step: Any) -> Cell:
+    return Cell(f"{_number(value)}@{step}" if value is not None else "-", (_raw(value), step))
+
+
 def runs_table(runs: list[dict]) -> TableData:
-    table = TableData("runs", f"{len(runs)} run(s)", [
+    table = TableData("runs", f"{len(runs)} run(s) (held-out success %)", [
         name_column("run"), name_column("arm"), Column("seed"), Column("status", NAME, "left"),
-        Column("step", fields=("last_step", "total_steps")), Column("evals"), Column("conflicts"),
-        Column("retracted", TEXT, "left"), Column("base model", NAME, "left"),
+        Column("step", fields=("last_step", "total_steps")), Column("evals"),
+        Column("last", fields=("last_success", "last_success_step")),
+        Column("best", fields=("best_success", "best_success_step")),
+        Column("window", fields=("window_success", "window_n")), Column("conflicts"),
+        Column("retracted", TEXT, "left"), Column("base model", NAME, "left"), name_column("benchmark"),
+        name_column("backend"), name_column("created"), name_column("updated"),
     ])
     for run in runs:
         last = run["last_step"] if run["last_step"] is not None else run["last_eval_step"]
@@ -283,10 +338,30 @@ def runs_table(runs: list[dict]) -> TableData:
         retracted = run.get("retracted")
         retracted_text = "run" if retracted else (
             f"{run['n_retracted']} eval(s)" if run.get("n_retracted") else "")
+        window = run.get("window_success")
         table.add(txt(run["name"]), txt(run["arm"]), num(run["seed"]), txt(run["status"]),
-                  Cell(steps, (last, run["total_steps"])), num(run["n_evaluations"]), num(run["n_conflicts"]),
+                  Cell(steps, (last, run["total_steps"])), num(run["n_evaluations"]),
+                  _at_step(run.get("last_success"), run.get("last_success_step")),
+                  _at_step(run.get("best_success"), run.get("best_success_step")),
+                  Cell(f"{_number(window)} ({run.get('window_n')})" if window is not None else "-",
+                       (_raw(window), run.get("window_n") or 0)),
+                  num(run["n_conflicts"]),
                   Cell(retracted_text, (retracted or {}).get("reason") if retracted else run.get("n_retracted") or 0),
-                  txt(run["base_model"]))
+                  txt(run["base_model"]), txt(run.get("benchmark")), txt(run.get("backend")),
+                  Cell((run.get("created_at") or "-")[:16].replace("T", " "), run.get("created_at")),
+                  Cell((run.get("updated_at") or "-")[:16].replace("T", " "), run.get("updated_at")))
+    return table
+
+
+def differences_table(differences: Sequence[Any], first: str, second: str, what: str) -> TableData:
+    """`runs diff` / `arms diff`: one row per field that differs."""
+    table = TableData("differences", f"{what} {first} vs {second}: {len(differences)} difference(s)", [
+        name_column("field"), text_column(first), text_column(second), text_column("note")])
+    for difference in differences:
+        shown = [json.dumps(value, default=str) if isinstance(value, (list, dict)) else value
+                 for value in (difference.first, difference.second)]
+        table.add(txt(difference.field), Cell(_text(shown[0]), _raw(difference.first)),
+                  Cell(_text(shown[1]), _raw(difference.second)), txt(difference.note))
     return table
 
 
@@ -369,6 +444,18 @@ def run_detail_tables(document: dict) -> list[Any]:
         retracted = run["retracted"]
         settings_table.add("retracted", txt(f"{retracted['reason']} ({retracted['retracted_by']}, {retracted['recorded_at']})"))
     items: list[Any] = [settings_table]
+    config = run.get("config") if isinstance(run.get("config"), dict) else {}
+    if config or document.get("facts"):
+        from ccpo_cli.report.diffs import flatten
+
+        config_table = TableData("config", "config",
+                                 [name_column("key"), text_column("value")], show_header=False)
+        for key, value in sorted(flatten(config).items()):
+            config_table.add(txt(key), Cell(json.dumps(value, default=str) if isinstance(value, list) else _text(value),
+                                            json.dumps(value, default=str) if isinstance(value, list) else value))
+        for key, value in sorted((document.get("facts") or {}).items()):
+            config_table.add(txt(f"facts.{key}"), txt(value))
+        items.append(config_table)
     splits = sorted({row["split"] for row in document["evaluations"]})
     with_split = len(splits) > 1
     columns = ([name_column("split")] if with_split else []) + [
@@ -408,15 +495,86 @@ def _window_title(document: dict) -> str:
     return f"step >= {start}" if start is not None else "from 7/15 of each run's total steps"
 
 
+# CSV: a unit's column is the stable arm, the short label and one column per identity field, so
+# that a script groups by model or backend without parsing a label.
+UNIT_FIELDS = ("arm", "label", *LABEL_FIELDS)
+
+
+def _unit_column() -> Column:
+    # TEXT: a long label wraps between its parts rather than pushing the numbers to another page.
+    return Column("arm", TEXT, "left", fields=UNIT_FIELDS)
+
+
+def _unit_cell(arm: dict | None, shown: str) -> Cell:
+    if arm is None:
+        return Cell(shown, (None,) * len(UNIT_FIELDS))
+    values = identity_values(arm)
+    return Cell(shown, (arm_name(arm), arm.get("label"), *(values[name] for name in LABEL_FIELDS)))
+
+
 def arms_table(document: dict) -> TableData:
     table = TableData("arms", f"arms side by side (window {_window_title(document)})", [
-        name_column("arm"), Column("held-out mean"), Column("sd"), Column("n", fields=("n", "n_over")),
+        _unit_column(), Column("held-out mean"), Column("sd"), Column("n", fields=("n", "n_over")),
         Column("seeds"), text_column("note")])
     for arm in document["arms"]:
         over = "evals" if arm["sd_over"] == "evaluations" else "seeds"
         notes = "; ".join(note for note in (arm["note"], *arm.get("seed_notes", ())) if note)
-        table.add(txt(arm["arm"]), num(arm["mean"]), num(arm["sd"]), Cell(f"{arm['n']} {over}", (arm["n"], arm["sd_over"])),
-                  num(arm["n_seeds"]), txt(notes, notes))
+        table.add(_unit_cell(arm, arm.get("label") or arm["arm"]), num(arm["mean"]), num(arm["sd"]),
+                  Cell(f"{arm['n']} {over}", (arm["n"], arm["sd_over"])), num(arm["n_seeds"]), txt(notes, notes))
+    return table
+
+
+_LEGEND_FIELDS = ("arm", "arm_fingerprint", *LABEL_FIELDS, "unit_key")
+
+
+def _mean_interval(arm: dict) -> tuple[float | None, float | None, str]:
+    """(low, high, over) of the 95 % t interval of an arm's mean: over its seed means from two
+    seeds on, else over its window evaluations."""
+    n, sd, mean = arm["n"], arm["sd"], arm["mean"]
+    if mean is None or sd is None or not n or n < 2:
+        return None, None, ""
+    from ccpo_cli.stats import t_quantile
+
+    half = t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    return mean - half, mean + half, "seeds" if arm["sd_over"] == "seeds" else "evaluations"
+
+
+def arms_ci_table(document: dict) -> TableData:
+    """The arms as a paper reports them: mean ± the half width of its 95 % t interval."""
+    table = TableData("arms", f"held-out success (%), window {_window_title(document)}: mean ± 95 % t interval", [
+        _unit_column(), Column("mean ± CI", fields=("mean", "ci_low", "ci_high")), Column("over", NAME, "left"),
+        Column("n"), Column("seeds")])
+    for arm in document["arms"]:
+        low, high, over = _mean_interval(arm)
+        shown = "-" if arm["mean"] is None else (
+            f"{arm['mean']:.1f} ± {(high - low) / 2:.1f}" if low is not None else f"{arm['mean']:.1f}")
+        table.add(_unit_cell(arm, arm.get("label") or arm["arm"]), Cell(shown, (_raw(arm["mean"]), low, high)),
+                  txt(over or "-", over or None), num(arm["n"]), num(arm["n_seeds"]))
+    return table
+
+
+def latex_comparison_tables(document: dict) -> list[Any]:
+    """`ccpo compare --format latex`: the arms with mean ± CI, the legend, the arm differences."""
+    if not document["runs"]:
+        return comparison_tables(document)
+    items: list[Any] = [arms_ci_table(document)]
+    if needs_legend(document["arms"]):
+        items.append(units_legend_table(document))
+    if document["comparisons"]:
+        items.append(comparisons_table(document))
+    return items
+
+
+def units_legend_table(document: dict) -> TableData:
+    """Under the arms table: each short label's full identity (one wrapping cell in a terminal,
+    one CSV column per field)."""
+    table = TableData("units", "legend: each label's full identity", [
+        text_column("label"), Column("identity", TEXT, "left", fields=_LEGEND_FIELDS)])
+    for row in legend_rows(document["arms"]):
+        shown = {key: NOT_RECORDED if row[key] is None else str(row[key]) for key in _LEGEND_FIELDS}
+        text = (f"arm {shown['arm']} ({shown['arm_fingerprint'][:12]}), "
+                + ", ".join(f"{key.replace('_', ' ')} {shown[key]}" for key in LABEL_FIELDS))
+        table.add(txt(row["label"]), Cell(text, tuple(row[key] for key in _LEGEND_FIELDS)))
     return table
 
 
@@ -433,15 +591,16 @@ def references_table(document: dict) -> TableData:
 def _run_arm(run: dict) -> str:
     if run.get("kind") == "evaluation":
         return "(reference)"
-    return _text(run.get("arm_label") or run["arm"])
+    return _text(run.get("unit_label") or run.get("arm_label") or run["arm"])
 
 
 def per_run_table(document: dict) -> TableData:
     table = TableData("runs", "per run: window mean±sd (n evals), best and its expected inflation", [
-        name_column("run"), name_column("arm"), Column("seed"),
+        name_column("run"), _unit_column(), Column("seed"),
         Column("window", fields=("window_mean", "window_sd", "window_n")), Column("trend", NAME),
-        Column("best@step", fields=("best", "best_step")), Column("bias"), Column("1 eval"),
-        Column("step", fields=("last_step", "total_steps"))])
+        Column("best@step", fields=("best", "best_step")), Column("bias", key="best_bias_points"),
+        Column("1 eval", key="single_eval_half_width"), Column("step", fields=("last_step", "total_steps"))])
+    unit_of = {arm["arm"]: arm for arm in document["arms"]}
     for run in document["runs"]:
         window, best, interval = run["window"], run["best"], run["single_eval_interval"]
         trend = window.get("trend") or {}
@@ -449,7 +608,7 @@ def per_run_table(document: dict) -> TableData:
         trend_text = trend.get("direction") or ("too few" if window["n"] else "-")
         bias = best["expected_max_bias_points"] if best else None
         table.add(
-            txt(run["run"]), Cell(_run_arm(run), _run_arm(run)), num(run["seed"]),
+            txt(run["run"]), _unit_cell(unit_of.get(run.get("arm_label")), _run_arm(run)), num(run["seed"]),
             Cell(f"{_number(window['mean'])}±{_number(window['sd'])} ({window['n']})",
                  (_raw(window["mean"]), _raw(window["sd"]), window["n"])),
             Cell(trend_text, trend.get("direction")),
@@ -478,15 +637,20 @@ def best_rows_table(document: dict) -> TableData:
 
 def comparisons_table(document: dict) -> TableData:
     table = TableData("comparisons", "arm differences (window means across seeds)", [
-        name_column("a vs b"), Column("a - b"), Column("t"), Column("df"), Column("p"),
-        Column("95% CI", fields=("ci_low", "ci_high")), Column("P(a>b)"), text_column("note")])
+        Column("a vs b", NAME, "left", fields=("arm_a", "arm_b", "label_a", "label_b")),
+        Column("a - b", key="difference"), Column("t"), Column("df"), Column("p"),
+        Column("95% CI", fields=("ci_low", "ci_high")), Column("P(a>b)", key="probability_of_improvement"),
+        text_column("note")])
+    stable = {arm["arm"]: arm_name(arm) for arm in document["arms"]}
     for row in document["comparisons"]:
         welch = row["welch"]
         interval = f"[{_number(welch['ci_low'])}, {_number(welch['ci_high'])}]" if welch["ci_low"] is not None else "-"
         poi = row["probability_of_improvement"]
         verdict = (row.get("isolation") or {}).get("verdict")
         notes = "; ".join(note for note in (row["note"] or "", f"isolation {verdict}" if verdict and verdict != "passes" else "") if note)
-        table.add(txt(f"{row['arm_a']} vs {row['arm_b']}"), num(row["difference"]), num(welch["t"], 2), num(welch["df"]),
+        label_a, label_b = row.get("label_a") or row["arm_a"], row.get("label_b") or row["arm_b"]
+        table.add(Cell(f"{label_a} vs {label_b}", (stable.get(row["arm_a"]), stable.get(row["arm_b"]), label_a, label_b)),
+                  num(row["difference"]), num(welch["t"], 2), num(welch["df"]),
                   num(welch["p"], 3), Cell(interval, (_raw(welch["ci_low"]), _raw(welch["ci_high"]))),
                   Cell(_number(poi, 2) if poi is not None else (row.get("poi_note") or "-"), _raw(poi)), txt(notes, notes))
     return table
@@ -530,6 +694,8 @@ def comparison_tables(document: dict) -> list[Any]:
         lines = retraction_lines(document)
         return ["no runs to compare: every one asked for is retracted", *lines] if lines else ["no runs in the database"]
     items: list[Any] = [arms_table(document)]
+    if needs_legend(document["arms"]):
+        items.append(units_legend_table(document))
     if document.get("references"):
         items.append(references_table(document))
     items += [per_run_table(document), best_rows_table(document)]
@@ -539,7 +705,8 @@ def comparison_tables(document: dict) -> list[Any]:
         from ccpo_cli.report.power_tables import power_table
 
         items.append(power_table(document["power"]))
-    items += [f"{row['arm_a']} vs {row['arm_b']}: {row['note']}" for row in document.get("not_compared") or []]
+    items += [f"{row.get('label_a') or row['arm_a']} vs {row.get('label_b') or row['arm_b']}: {row['note']}"
+              for row in document.get("not_compared") or []]
     items += [f"left out: {run}: {why}" for run, why in (document.get("left_out") or {}).items()]
     items += retraction_lines(document)
     items.append(isolation_text(document))

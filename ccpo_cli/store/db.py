@@ -392,6 +392,68 @@ def m008_retractions(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m009_views(db: sqlite_utils.Database) -> None:
+    # Views for readers of runs.db that are not ccpo (pandas, duckdb, sqlite-utils, datasette),
+    # so that a plain SELECT leaves out what compare leaves out (docs/runs-db.md, "SQL views"):
+    # standing_evaluations holds no retracted evaluation (STANDING, the one condition) and no
+    # evaluation of a retracted run; a conflicting result is in `conflicts`, never here, and a
+    # settled conflict that kept the other value retracted the row that stood.
+    # run_identity is each run with its identity as recorded (the identity reader, not SQL,
+    # infers episodes that were not recorded). compare_window is every standing held-out
+    # evaluation of a run that is not failed from the default window start on (7/15 of the
+    # recorded total steps, else of the last step, as report.default_window_start), of the
+    # run's protocol: the (episodes, temperature) most of its evaluations used.
+    # Imported here: store/records.py imports this module.
+    from ccpo_cli.store.records import STANDING
+
+    db.executescript(
+        f"""
+        CREATE VIEW standing_evaluations AS
+        SELECT runs.name AS run, e.*
+        FROM (SELECT * FROM evaluations WHERE {STANDING}) AS e JOIN runs ON runs.id = e.run_id
+        WHERE e.run_id NOT IN (SELECT run_id FROM retractions WHERE evaluation_id IS NULL);
+
+        CREATE VIEW run_identity AS
+        SELECT runs.id AS run_id, runs.name AS run, runs.uid, runs.host, runs.kind, runs.arm,
+               runs.arm_fingerprint, runs.arm_overrides, runs.base_model, runs.backend, runs.benchmark,
+               runs.seed, runs.total_steps, runs.last_step, runs.status, runs.hardware,
+               (SELECT json_extract(value, '$') FROM run_facts f WHERE f.run_id = runs.id AND f.key = 'split'
+                ORDER BY f.id LIMIT 1) AS split,
+               (SELECT json_extract(value, '$') FROM run_facts f WHERE f.run_id = runs.id AND f.key = 'max_steps'
+                ORDER BY f.id LIMIT 1) AS turn_limit,
+               runs.id IN (SELECT run_id FROM retractions WHERE evaluation_id IS NULL) AS retracted,
+               runs.created_at, runs.updated_at
+        FROM runs;
+
+        CREATE VIEW compare_window AS
+        WITH protocol AS (
+            SELECT run_id, episodes, temperature FROM (
+                SELECT run_id, episodes, temperature, ROW_NUMBER() OVER (
+                    PARTITION BY run_id ORDER BY COUNT(*) DESC, COALESCE(episodes, 0) DESC, temperature) AS rank
+                FROM standing_evaluations WHERE split = 'heldout' GROUP BY run_id, episodes, temperature)
+            WHERE rank = 1
+        ),
+        started AS (
+            SELECT run_identity.*, CASE
+                WHEN total_steps THEN (total_steps * 7 + 14) / 15
+                WHEN last_step THEN (last_step * 7 + 14) / 15
+                ELSE 0 END AS window_start
+            FROM run_identity WHERE NOT retracted AND COALESCE(status, '') != 'failed'
+        )
+        SELECT started.run, started.run_id, started.kind, started.arm, started.arm_fingerprint,
+               started.arm_overrides, started.base_model, started.backend, started.benchmark, started.seed,
+               started.split, started.turn_limit, started.window_start, e.id AS evaluation_id, e.step,
+               e.success_rate, e.episodes, e.successes, e.temperature, e.mean_turns
+        FROM standing_evaluations AS e
+        JOIN started ON started.run_id = e.run_id
+        JOIN protocol ON protocol.run_id = e.run_id AND protocol.episodes IS e.episodes
+                     AND protocol.temperature IS e.temperature
+        WHERE e.split = 'heldout' AND e.step >= started.window_start;
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

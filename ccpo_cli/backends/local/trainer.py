@@ -108,6 +108,7 @@ class _Run:
         self.config = config
         self.run_dir = run_dir
         self.log = log
+        self.start_step = 0  # the step this session started from (a resume's checkpoint step)
         self.pool_games = game_sets.training_games(config.train_games_dir, config.room)
         self.panel = game_sets.evaluation_games(config.eval_games, config.eval_games_dir, config.room)
         if config.tasks > len(self.pool_games):
@@ -305,7 +306,10 @@ class _Run:
             "actor/kl": stats["kl"],
             "actor/clip_fraction": stats["clip_fraction"],
             "actor/grad_norm": stats["grad_norm"],
+            "actor/pg_loss": stats["policy_loss"],
             "advantage/abs_mean": float(np.mean(np.abs(advantages))),
+            "advantage/mean": float(np.mean(advantages)),
+            "advantage/std": float(np.std(advantages)),
             "rollout_sha256": digest,
             "timing/rollout_s": rollout_s,
             "timing/step_s": elapsed,
@@ -339,6 +343,11 @@ class _Run:
             for t in episodes
         ]
         wins = sum(t.won for t in episodes)
+        by_type: dict[str, list[int]] = {}
+        for row in rows:
+            counts = by_type.setdefault(row["task_type"], [0, 0])
+            counts[0] += 1
+            counts[1] += int(row["won"])
         result = {
             "step": step,
             "episodes": len(rows),
@@ -348,6 +357,7 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
             "cpu_s": time.process_time() - cpu_started + rollout_pool.worker_cpu_s,
+            "task_types": {name: {"episodes": n, "successes": won} for name, (n, won) in sorted(by_type.items())},
         }
         record_evaluation(
             self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
@@ -499,6 +509,7 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool, Heartbeat(db_path, run_name, owner.session):
         step = run.step
+        run.start_step, session_s = run.step, 0.0  # this session's steps and seconds give s/step and the ETA
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
@@ -511,10 +522,10 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 run.step = step
                 metrics["wall_time"] = time.time()
                 update_run_state(db, run_name, last_step=step)
+                session_s += metrics["timing/step_s"]
                 log(
-                    f"step {step:4d}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
-                    f"entropy {metrics['actor/entropy']:.2f}  clip {metrics['actor/clip_fraction']:.2f}  "
-                    f"{metrics['timing/step_s']:.1f}s  (train clock {run.train_wall_s / 60:.1f} min)"
+                    step_line(run_name, step, config.steps, metrics, session_s / (step - run.start_step),
+                              run.evaluations[-1] if run.evaluations else None, run.train_wall_s)
                     + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else "")
                 )
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
@@ -525,6 +536,7 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                     _report_eval(log, evaluation)
                     # The step's line carries its evaluation's cost, so a run's CPU is its metrics' sum.
                     metrics.update({"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]})
+                    metrics.update(held_out_metrics(evaluation))
                 run.append_metrics(metrics)
                 if evaluated or last:
                     run.checkpoint(step)
@@ -571,6 +583,56 @@ def _drop_metrics_after(path: Path, step: int) -> None:
             if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
                 kept.write(line if line.endswith("\n") else line + "\n")
     partial.replace(path)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def step_line(run_name: str, step: int, total: int, metrics: dict[str, Any], seconds_per_step: float,
+              last_eval: dict[str, Any] | None, train_wall_s: float) -> str:
+    """One training step as a log line: where it is (N/total, s/step, the ETA of the training
+    left, not counting evaluations), the trainer's own numbers, the last held-out value, and
+    the run and an ISO time, so that a line read from a log file says which run and when."""
+    held_out = f"held-out {last_eval['success']:.1f}%@{last_eval['step']}" if last_eval else "held-out -"
+    return (
+        f"step {step:4d}/{total}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
+        f"loss {metrics['actor/pg_loss']:+.3f}  kl {metrics['actor/kl']:.4f}  grad {metrics['actor/grad_norm']:.2f}  "
+        f"adv {metrics['advantage/mean']:+.2f}±{metrics['advantage/std']:.2f}  entropy {metrics['actor/entropy']:.2f}  "
+        f"clip {metrics['actor/clip_fraction']:.2f}  {seconds_per_step:.1f} s/step  "
+        f"ETA {_duration(seconds_per_step * max(0, total - step))}  {held_out}  "
+        f"(train clock {train_wall_s / 60:.1f} min)  [{run_name} {utc_now()[:19]}Z]"
+    )
+
+
+def held_out_metrics(result: dict[str, Any]) -> dict[str, float | int]:
+    """A held-out evaluation as metrics.jsonl keys, named as verl-agent logs them and as `ccpo
+    ingest` reads them (rates as fractions): the curve a tracker or `tail -f` shows."""
+    # Imported here: the metric names are the store readers' (one place), needed only on evaluation.
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.store.readers.metric_names import (
+        EPISODES_KEY,
+        MEAN_TURNS_KEY,
+        OVERALL_KEY,
+        SUCCESSES_KEY,
+    )
+    from ccpo_cli.task_types import short_key
+
+    task_metrics = {task.key: task.metric for task in load_benchmark("alfworld").task_types}
+
+    metrics: dict[str, float | int] = {
+        OVERALL_KEY: result["successes"] / result["episodes"], EPISODES_KEY: result["episodes"],
+        SUCCESSES_KEY: result["successes"], MEAN_TURNS_KEY: result["mean_turns"],
+    }
+    for name, counts in (result.get("task_types") or {}).items():
+        try:
+            metric = task_metrics[short_key(name)]
+        except KeyError:
+            continue  # a game outside ALFWorld's six types has no verl-agent metric name
+        metrics[metric] = counts["successes"] / counts["episodes"]
+    return metrics
 
 
 def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:

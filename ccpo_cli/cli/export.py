@@ -1,0 +1,56 @@
+"""`ccpo export --to tensorboard|trackio|csv RUN...`: a recorded run's curves for a tracker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ccpo_cli.cli import completion
+from ccpo_cli.cli.common import (
+    FormatOption,
+    JsonOption,
+    emit,
+    handle_errors,
+    output_format,
+    settings,
+)
+from ccpo_cli.errors import UsageError
+
+
+@handle_errors
+def export(
+    ctx: typer.Context,
+    runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Runs to export (recorded or ingested).",
+                                              autocompletion=completion.run_names)],
+    to: Annotated[str, typer.Option("--to", metavar="TRACKER", help="tensorboard (event files), trackio (a project "
+                                    "in TRACKIO_DIR) or csv (one file per run).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for tensorboard (one sub-folder per run) and csv "
+                                      "(RUN.csv).")] = Path("ccpo-export"),
+    project: Annotated[str, typer.Option("--project", help="The trackio project.")] = "ccpo",
+    as_json: JsonOption = False,
+    fmt: FormatOption = None,
+) -> None:
+    """Write runs' held-out curves (standing evaluations) to TensorBoard, trackio or CSV.
+
+    Keys are named as verl-agent logs them (`val/success_rate` as a fraction, per-type rates,
+    `episode/success_rate`). Exporting a run again replaces its earlier export.
+
+    Example: ccpo export --to tensorboard rh-7b --out tb
+    """
+    # Imported here: the trackers and the store load only for this command.
+    from ccpo_cli.report.tables import NAME, NUMBER, num, table_of, txt
+    from ccpo_cli.report.trackers import TRACKERS, export_runs
+    from ccpo_cli.store import open_db
+
+    chosen = output_format(fmt, as_json)
+    tracker = to.strip().lower()
+    if tracker not in TRACKERS:
+        raise UsageError(f"--to {to!r}: use one of {', '.join(TRACKERS)}")
+    results = export_runs(open_db(settings(ctx).db, must_exist=True), runs, tracker, out, project=project)
+    document = {"tracker": tracker, "runs": [{"run": r.run, "points": r.points, "written_to": r.written_to}
+                                             for r in results]}
+    emit(chosen, document, lambda: [table_of(document["runs"], [
+        ("run", NAME, lambda row: txt(row["run"])), ("points", NUMBER, lambda row: num(row["points"])),
+        ("written to", NAME, lambda row: txt(row["written_to"]))], name="exported", title=f"exported to {tracker}")])

@@ -1,0 +1,154 @@
+"""The normal and Student's t distributions, the trimmed mean and a least-squares line, in math
+and numpy, so that `ccpo compare` and its tables start without importing scipy (most of their
+start-up time otherwise). tests/test_distributions.py checks every function against scipy.
+
+The t distribution's tail is the regularized incomplete beta function, evaluated by its
+continued fraction (modified Lentz); its quantile is found by bisection on that tail.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+_SQRT2 = math.sqrt(2.0)
+
+
+def normal_pdf(x: float) -> float:
+    return math.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
+
+
+def normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / _SQRT2)
+
+
+def normal_ppf(probability: float) -> float:
+    """The standard normal quantile (Acklam's rational approximation, then two Newton steps)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError("probability must lie strictly between 0 and 1")
+    if probability > 0.5:
+        return -normal_ppf(1.0 - probability)  # the lower tail keeps the precision Newton needs
+    a = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00)
+    b = (-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01)
+    c = (-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00)
+    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
+    low = 0.02425
+    if probability < low:
+        q = math.sqrt(-2 * math.log(probability))
+        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    elif probability <= 1 - low:
+        q = probability - 0.5
+        r = q * q
+        x = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q / \
+            (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    else:
+        q = math.sqrt(-2 * math.log(1 - probability))
+        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / \
+            ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1)
+    for _ in range(2):
+        x -= (normal_cdf(x) - probability) / max(normal_pdf(x), 1e-300)
+    return x
+
+
+def _beta_fraction(a: float, b: float, x: float) -> float:
+    tiny, epsilon = 1e-300, 1e-15
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < epsilon:
+            break
+    return h
+
+
+def regularized_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    if math.isinf(t):
+        return 0.0 if t > 0 else 1.0
+    tail = 0.5 * regularized_beta(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
+
+
+def t_cdf(t: float, df: float) -> float:
+    return 1.0 - t_sf(t, df)
+
+
+def t_ppf(probability: float, df: float) -> float:
+    """The `probability` quantile of Student's t (bisection on the tail to 1e-12)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError("probability must lie strictly between 0 and 1")
+    if probability == 0.5:
+        return 0.0
+    upper_tail = 1.0 - probability if probability > 0.5 else probability
+    low, high = 0.0, 1.0
+    while t_sf(high, df) > upper_tail:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if t_sf(middle, df) > upper_tail:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    value = 0.5 * (low + high)
+    return value if probability > 0.5 else -value
+
+
+def trim_mean(values: np.ndarray, proportion: float, axis: int | None = None) -> np.ndarray | float:
+    """The mean after cutting `proportion` of the values off each end (as scipy.stats.trim_mean)."""
+    array = np.asarray(values, dtype=float)
+    if axis is None:
+        array, axis = array.ravel(), 0
+    n = array.shape[axis]
+    cut = int(proportion * n)
+    kept = np.take(np.sort(array, axis=axis), range(cut, n - cut), axis=axis)
+    result = kept.mean(axis=axis)
+    return float(result) if np.ndim(result) == 0 else result
+
+
+def least_squares_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+    """Slope, intercept, the slope's standard error and its two-sided p (n - 2 df), as
+    scipy.stats.linregress gives them; needs at least three points and x not all equal."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(xs)
+    x_mean, y_mean = xs.mean(), ys.mean()
+    sxx = float(np.sum((xs - x_mean) ** 2))
+    slope = float(np.sum((xs - x_mean) * (ys - y_mean)) / sxx)
+    intercept = float(y_mean - slope * x_mean)
+    residual = float(np.sum((ys - intercept - slope * xs) ** 2))
+    stderr = math.sqrt(residual / (n - 2) / sxx)
+    if stderr == 0.0:
+        p = 0.0 if slope != 0.0 else 1.0
+    else:
+        p = 2.0 * t_sf(abs(slope / stderr), n - 2)
+    return {"slope": slope, "intercept": intercept, "stderr": stderr, "pvalue": p}
+
+
+__all__ = ["least_squares_line", "normal_cdf", "normal_pdf", "normal_ppf", "regularized_beta", "t_cdf", "t_ppf",
+           "t_sf", "trim_mean"]

@@ -1,0 +1,352 @@
+"""A run's curves for the trackers researchers already watch: TensorBoard, trackio, CSV.
+
+Two sources, one set of writers:
+
+- while training (`ccpo train --report-to tensorboard,trackio`), `ReportingObserver` follows the
+  run's `metrics.jsonl` (one line per step, the held-out keys on evaluation steps; a verl file
+  logger's `{"step", "data"}` lines too) and writes every numeric key as it appears. The trainer
+  only sees a `TrainingObserver`, so it never waits on a tracker, and a tracker that fails is
+  logged, never the trainer's failure;
+- for any recorded run, an ingested one included (`ccpo export --to ...`), `run_scalars` reads
+  its standing held-out evaluations from runs.db under the names verl-agent logs them
+  (`val/success_rate` as a fraction, per-type `val/<name>_success_rate`, counts, mean turns, the
+  training success rate).
+
+Each export replaces what an earlier export of that run wrote (a TensorBoard folder or CSV file
+written aside and renamed; the trackio run deleted and written again), so exporting twice
+gives one copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from ccpo_cli.errors import CcpoError, UsageError
+
+TRACKERS = ("tensorboard", "trackio", "csv")
+LIVE_TRACKERS = ("tensorboard", "trackio")  # --report-to: metrics.jsonl already is the run's CSV-like log
+DEFAULT_TRACKIO_PROJECT = "ccpo"
+
+
+def parse_trackers(text: str, allowed: tuple[str, ...] = LIVE_TRACKERS) -> tuple[str, ...]:
+    """`tensorboard,trackio` -> ("tensorboard", "trackio"); `none` -> (). UsageError otherwise."""
+    names = [name.strip().lower() for name in text.split(",") if name.strip()]
+    if names == ["none"]:
+        return ()
+    unknown = [name for name in names if name not in allowed]
+    if unknown or not names:
+        raise UsageError(f"--report-to {text!r}: use one or more of {', '.join(allowed)} (comma-separated) or none")
+    return tuple(dict.fromkeys(names))
+
+
+@dataclass(frozen=True)
+class ScalarPoint:
+    step: int
+    values: Mapping[str, float]
+    wall_time: float | None = None
+
+
+class ScalarSink(Protocol):
+    def write(self, point: ScalarPoint) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _missing(package: str, extra: str) -> CcpoError:
+    return CcpoError(f"{package} is not installed: pip install 'ccpo[{extra}]'")
+
+
+class TensorBoardSink:
+    """Event files in `logdir`, written with TensorBoard's own writer (no torch, no TensorFlow)."""
+
+    def __init__(self, logdir: Path) -> None:
+        try:
+            from tensorboard.compat.proto.event_pb2 import Event
+            from tensorboard.compat.proto.summary_pb2 import Summary
+            from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        except ImportError:
+            raise _missing("tensorboard", "tensorboard") from None
+        logdir.mkdir(parents=True, exist_ok=True)
+        self._event, self._summary = Event, Summary
+        self._writer = EventFileWriter(str(logdir))
+
+    def write(self, point: ScalarPoint) -> None:
+        values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in point.values.items()]
+        wall_time = point.wall_time if point.wall_time is not None else datetime.now().timestamp()
+        self._writer.add_event(self._event(wall_time=wall_time, step=point.step, summary=self._summary(value=values)))
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    # trackio prints where its project went on stdout, which is for `--json`'s one document.
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+class TrackioSink:
+    """One trackio run (`name`) in `project`, stored where trackio stores it (TRACKIO_DIR)."""
+
+    def __init__(self, project: str, name: str, config: Mapping[str, Any] | None = None, *, replace: bool) -> None:
+        try:
+            import trackio
+            from trackio.sqlite_storage import SQLiteStorage
+        except ImportError:
+            raise _missing("trackio", "trackio") from None
+        self._trackio = trackio
+        with _stdout_to_stderr():
+            if replace and name in SQLiteStorage.get_runs(project):
+                SQLiteStorage.delete_run(project, name)
+            trackio.init(project=project, name=name, config=dict(config or {}), resume="allow", embed=False,
+                         auto_log_cpu=False, auto_log_gpu=False)
+
+    def write(self, point: ScalarPoint) -> None:
+        with _stdout_to_stderr():
+            self._trackio.log(dict(point.values), step=point.step)
+
+    def close(self) -> None:
+        with _stdout_to_stderr():
+            self._trackio.finish()
+
+
+class CsvSink:
+    """One CSV file: `step`, `wall_time`, then one column per key (sorted); written on close."""
+
+    def __init__(self, path: Path) -> None:
+        self._path, self._points = path, []
+
+    def write(self, point: ScalarPoint) -> None:
+        self._points.append(point)
+
+    def close(self) -> None:
+        keys = sorted({key for point in self._points for key in point.values})
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["step", "wall_time", *keys])
+        for point in self._points:
+            writer.writerow([point.step, "" if point.wall_time is None else repr(point.wall_time),
+                             *(repr(point.values[key]) if key in point.values else "" for key in keys)])
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self._path.with_name(f".{self._path.name}.{os.getpid()}.partial")
+        partial.write_text(buffer.getvalue())
+        partial.replace(self._path)
+
+
+# ----------------------------------------------------------------------------- while training
+
+def check_installed(trackers: tuple[str, ...]) -> None:
+    """CcpoError (exit 1, a missing optional runtime) naming the extra to install."""
+    import importlib.util
+
+    for tracker in trackers:
+        if tracker in ("tensorboard", "trackio") and importlib.util.find_spec(tracker) is None:
+            raise _missing(tracker, tracker)
+
+
+def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:
+    """A metrics.jsonl line (ccpo's flat object or verl's `{"step", "data"}`) as a point of its
+    finite numbers; None for a line without an integer step."""
+    step = record.get("step")
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    data = record.get("data") if isinstance(record.get("data"), Mapping) else record
+    values = {key: float(value) for key, value in data.items()
+              if key not in ("step", "wall_time") and isinstance(value, (int, float)) and not isinstance(value, bool)
+              and math.isfinite(value)}
+    wall_time = record.get("wall_time")
+    return ScalarPoint(step, values, float(wall_time) if isinstance(wall_time, (int, float)) else None)
+
+
+class ReportingObserver:
+    """A `TrainingObserver` that writes the run's metrics.jsonl to trackers as it grows, around
+    another observer (the Hub publisher) that it forwards every call to."""
+
+    def __init__(self, trackers: tuple[str, ...], *, project: str = DEFAULT_TRACKIO_PROJECT, inner: Any = None,
+                 log: Any = None) -> None:
+        self.trackers, self.project, self.inner, self.log = trackers, project, inner, log
+        check_installed(trackers)  # before training, not as a logged failure at its first step
+        self._sinks: list[Any] = []
+        self._path: Path | None = None
+        self._offset = 0
+
+    def started(self, run: str, run_dir: Path) -> None:
+        self._close()
+        self._path, self._offset = Path(run_dir) / "metrics.jsonl", 0
+        for tracker in self.trackers:
+            if tracker == "tensorboard":
+                self._sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard"))
+            elif tracker == "trackio":
+                self._sinks.append(TrackioSink(self.project, run, {"run": run}, replace=False))
+        if self.log is not None:
+            where = {"tensorboard": f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}",
+                     "trackio": f"trackio show --project {self.project}"}
+            self.log("curves: " + "; ".join(where[tracker] for tracker in self.trackers))
+        if self.inner is not None:
+            self.inner.started(run, run_dir)
+
+    def _follow(self) -> None:
+        if self._path is None or not self._sinks or not self._path.exists():
+            return
+        with open(self._path, "rb") as handle:
+            handle.seek(self._offset)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # a line still being written: read it next time
+                self._offset += len(line)
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                point = numeric_scalars(record) if isinstance(record, dict) else None
+                if point is not None:
+                    for sink in self._sinks:
+                        sink.write(point)
+
+    def evaluated(self, step: int) -> None:
+        self._follow()
+        if self.inner is not None:
+            self.inner.evaluated(step)
+
+    def progress(self) -> str | None:
+        self._follow()
+        return None if self.inner is None else self.inner.progress()
+
+    def finished(self, status: str, last_step: int, checkpoint: Path | None) -> None:
+        try:
+            self._follow()
+            self._close()
+        finally:
+            if self.inner is not None:
+                self.inner.finished(status, last_step, checkpoint)
+
+    def _close(self) -> None:
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            sink.close()
+
+
+# ----------------------------------------------------------------------------- any recorded run
+
+def _wall_time(recorded_at: str | None) -> float | None:
+    if not recorded_at:
+        return None
+    try:
+        return datetime.fromisoformat(recorded_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def run_scalars(evaluations: list[dict[str, Any]], task_metrics: Mapping[str, str]) -> list[ScalarPoint]:
+    """Standing evaluations (store.queries rows with `task_types`) as points, one per step (the
+    mean where a step has several evaluation seeds); `task_metrics` maps a task type's short key
+    to the benchmark's metric name."""
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    for row in evaluations:
+        by_step.setdefault(int(row["step"]), []).append(row)
+    points = []
+    for step, rows in sorted(by_step.items()):
+        values: dict[str, list[float]] = {}
+        for row in rows:
+            train = row.get("train_success_rate")
+            found = [("val/success_rate", row["success_rate"] / 100.0), ("val/episodes", row.get("episodes")),
+                     ("val/successes", row.get("successes")), ("val/episode_length/mean", row.get("mean_turns")),
+                     ("episode/success_rate", None if train is None else train / 100.0)]
+            found += [(task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
+                      for key, result in (row.get("task_types") or {}).items()]
+            for key, value in found:
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    values.setdefault(key, []).append(float(value))
+        wall = [time for row in rows if (time := _wall_time(row.get("recorded_at"))) is not None]
+        points.append(ScalarPoint(step, {key: sum(found) / len(found) for key, found in values.items()},
+                                  max(wall) if wall else None))
+    return points
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    run: str
+    tracker: str
+    points: int
+    written_to: str
+
+
+def _safe_name(run: str) -> str:
+    return "".join(char if char.isalnum() or char in "-_.@" else "_" for char in run)
+
+
+def export_run(points: list[ScalarPoint], run: str, tracker: str, out: Path, *, project: str,
+               config: Mapping[str, Any] | None = None) -> ExportResult:
+    """Write one run's points to `tracker`, replacing an earlier export of the same run."""
+    if tracker == "tensorboard":
+        final = out / _safe_name(run)
+        partial = out / f".{_safe_name(run)}.{os.getpid()}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        sink: Any = TensorBoardSink(partial)
+        where = str(final)
+    elif tracker == "csv":
+        final = partial = out / f"{_safe_name(run)}.csv"
+        sink = CsvSink(final)
+        where = str(final)
+    elif tracker == "trackio":
+        sink = TrackioSink(project, run, config, replace=True)
+        where = f"trackio project {project}"
+    else:
+        raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
+    try:
+        for point in points:
+            sink.write(point)
+    finally:
+        sink.close()
+    if tracker == "tensorboard":
+        old = out / f".{_safe_name(run)}.{os.getpid()}.old"
+        if final.exists():
+            final.replace(old)
+        partial.replace(final)
+        shutil.rmtree(old, ignore_errors=True)
+    return ExportResult(run, tracker, len(points), where)
+
+
+def export_runs(db: Any, runs: list[str], tracker: str, out: Path, *, project: str = DEFAULT_TRACKIO_PROJECT
+                ) -> list[ExportResult]:
+    """`ccpo export`: each named run's standing held-out curve to `tracker` (InvalidInput for a
+    run that is not recorded or is retracted, before anything is written)."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.store.queries import get_run, run_evaluations
+
+    chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
+    retracted = [run["name"] for run in chosen if run.get("retracted")]
+    if retracted:
+        raise InvalidInput(f"run(s) {', '.join(retracted)} are retracted (ccpo runs show): nothing of them to export")
+    results = []
+    for run in chosen:
+        metrics: dict[str, str] = {}
+        if run.get("benchmark"):
+            try:
+                metrics = {task.key: task.metric for task in load_benchmark(run["benchmark"]).task_types}
+            except CcpoError:
+                metrics = {}  # a benchmark this ccpo does not ship: the per-type keys keep their short names
+        config = {key: run.get(key) for key in ("arm", "arm_fingerprint", "seed", "base_model", "backend", "benchmark",
+                                                "total_steps") if run.get(key) is not None}
+        points = run_scalars(run_evaluations(db, run["name"]), metrics)
+        results.append(export_run(points, run["name"], tracker, out, project=project, config=config))
+    return results
+
+
+__all__ = ["DEFAULT_TRACKIO_PROJECT", "LIVE_TRACKERS", "TRACKERS", "ExportResult", "ReportingObserver", "ScalarPoint",
+           "export_run", "export_runs", "numeric_scalars", "parse_trackers", "run_scalars"]
