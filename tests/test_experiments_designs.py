@@ -133,7 +133,13 @@ def test_a_matrix_plan_and_a_run_recipe_need_no_torch(tmp_path):
 
 
 def test_the_search_sized_rooms_ship_their_own_pool_and_panel():
-    from ccpo_cli.envs.games import HELDOUT_MANIFEST, POOL_MANIFEST, load_manifest, manifest_name, manifest_path
+    from ccpo_cli.envs.games import (
+        HELDOUT_MANIFEST,
+        POOL_MANIFEST,
+        load_manifest,
+        manifest_name,
+        manifest_path,
+    )
 
     pool = load_manifest(manifest_path(manifest_name(POOL_MANIFEST, "large")))
     panel = load_manifest(manifest_path(manifest_name(HELDOUT_MANIFEST, "large")))
