@@ -63,6 +63,16 @@ class SyncLimits:
     max_parts: int = 100_000
 
 
+def _write_capped(chunks, handle, cap: int) -> None:
+    """Write an answer's chunks, refusing it (AnswerTooLarge) once it passes `cap` bytes."""
+    written = 0
+    for chunk in chunks:
+        written += len(chunk)
+        if written > cap:
+            raise AnswerTooLarge(cap)
+        handle.write(chunk)
+
+
 def _download(client: HubClient, path_in_repo: str, revision: str, target: Path, size: int, cap: int) -> None:
     """One file of the dataset at `revision` into `target`, never more than `cap` bytes taken
     (the transport cuts the answer; this stops a short-sized part too)."""
@@ -73,25 +83,16 @@ def _download(client: HubClient, path_in_repo: str, revision: str, target: Path,
                      endpoint=client.api.endpoint)
     headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
     session = get_session()
-    written = 0
     with open(target, "wb") as handle:
         if uses_httpx():  # huggingface_hub 1.x/2.x; a requests session's `stream` is a flag
             with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
                 hf_raise_for_status(response)
-                for chunk in response.iter_bytes(1 << 16):
-                    written += len(chunk)
-                    if written > cap:
-                        raise AnswerTooLarge(cap)
-                    handle.write(chunk)
+                _write_capped(response.iter_bytes(1 << 16), handle, cap)
         else:  # requests (huggingface_hub 0.3x)
             response = session.get(url, headers=headers, stream=True, allow_redirects=True)
             try:
                 hf_raise_for_status(response)
-                for chunk in response.iter_content(1 << 16):
-                    written += len(chunk)
-                    if written > cap:
-                        raise AnswerTooLarge(cap)
-                    handle.write(chunk)
+                _write_capped(response.iter_content(1 << 16), handle, cap)
             finally:
                 response.close()
 
