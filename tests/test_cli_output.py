@@ -123,7 +123,7 @@ def test_compare_markdown_is_a_pipe_table(wide_db):
 def test_runs_list_formats(wide_db):
     listed = list(csv.DictReader(io.StringIO(invoke(wide_db, "runs", "list", "--format", "csv"))))
     assert len(listed) == 4 and {row["evals"] for row in listed} == {"30"}
-    assert invoke(wide_db, "runs", "list", "--format", "markdown").startswith("**4 run(s)**")
+    assert invoke(wide_db, "runs", "list", "--format", "markdown").startswith("**4 run(s) (held-out success %)**")
     assert json.loads(invoke(wide_db, "runs", "list", "--format", "json"))["schema_version"] == 1
     assert json.loads(invoke(wide_db, "runs", "list", "--json")) == json.loads(invoke(wide_db, "runs", "list", "--format", "json"))
 

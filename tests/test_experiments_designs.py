@@ -150,3 +150,9 @@ def test_the_search_sized_rooms_ship_their_own_pool_and_panel():
     # Larger rooms: longer planner walkthroughs on average than the small-room panel's.
     mean = lambda games: sum(len(game["walkthrough"]) for game in games) / len(games)  # noqa: E731
     assert mean(panel["games"]) > mean(small["games"])
+
+
+def test_a_shorter_run_with_its_own_warm_start_moves_the_window_to_its_last_step():
+    control = load_design("control")
+    short = control.with_options(steps=3, warm_start=0, eval_every=1)
+    assert (short.window_start, short.eval_from, short.evaluations) == (3, 3, (3,))

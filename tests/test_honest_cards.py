@@ -72,7 +72,7 @@ def test_one_evaluation_in_the_window_refuses_the_card_and_says_why(tmp_path):
         store.record_evaluation(db, "rh", step, success_rate=30 + step / 2, episodes=128, temperature=0.4)
     result = card(tmp_path / "runs.db", "rh")
     assert result.exit_code == 3, result.output
-    assert "2 evaluations at step >= 70" in result.output and "at least 3" in result.output
+    assert "step >= 70" in result.output and "holds 2 evaluation(s)" in result.output and "needs 3" in result.output
     assert "Traceback" not in result.output
 
 

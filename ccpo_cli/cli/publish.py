@@ -83,13 +83,15 @@ def publish(
     from ccpo_cli.store import open_db
     from ccpo_cli.terminal_text import escape_control
 
+    # The run name is checked as a folder name before the database is asked about it.
+    staging = staging or require_inside(default_folder("ccpo-publish", run), Path.cwd(), "--run")
     db = open_db(settings(ctx).db, must_exist=True)
     ready = card_readiness(db, run, status.value, window_start)
     if status is CardStatus.auto:
         info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
         db, run, repo, status=ready.status,
-        staging=staging or require_inside(default_folder("ccpo-publish", run), Path.cwd(), "--run"), revision=revision, private=private, token=token,
+        staging=staging, revision=revision, private=private, token=token,
         endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
         license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
         verl_agent_home=verl_agent_home, merged_dir=merged_dir, deadline=deadline,

@@ -97,7 +97,8 @@ class Design:
             raise UsageError(f"design options: unknown {', '.join(unknown)}")
         steps = given.get("steps", self.steps)
         shift = steps - self.steps
-        window = given.get("window_start", max(self.warm_start, self.window_start + shift)
+        warm_start = given.get("warm_start", self.warm_start)
+        window = given.get("window_start", max(warm_start, self.window_start + shift)
                            if self.window_start == self.steps else self.window_start)
         eval_from = given.get("eval_from", min(max(0, self.eval_from + (shift if self.eval_from == self.steps else 0)),
                                                window))
