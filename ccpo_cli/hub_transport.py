@@ -151,7 +151,11 @@ def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_ca
             raise DeadlineExceeded(seconds) from None
         raise
     finally:
-        _CURRENT = previous
+        # Two calls may overlap in threads of one process (two pushes of one test, a follower
+        # beside an uploader): only the call that is current hands back, and never to a finished one.
+        budget.finished = True
+        if _CURRENT is budget:
+            _CURRENT = previous if previous is not None and not getattr(previous, "finished", False) else None
         budget.timer.cancel()
 
 
@@ -315,6 +319,8 @@ def _requests_session():
             kwargs["timeout"] = timeouts
             response = super().send(request, **kwargs)
             budget = _CURRENT
+            if budget is None:  # the call ended in another thread meanwhile (see limited_call)
+                return response
             raw = response.raw
             connection = getattr(raw, "_connection", None) or getattr(raw, "connection", None)
             budget.watch(getattr(connection, "sock", None))
