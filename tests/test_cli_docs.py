@@ -3,17 +3,11 @@ without regenerating it (`python scripts/gen_cli_docs.py`)."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
+from helpers_scripts import ROOT, load_script
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("gen_cli_docs", ROOT / "scripts" / "gen_cli_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gen_cli_docs")
 
 
 def test_docs_cli_md_is_current():

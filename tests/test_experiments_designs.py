@@ -94,7 +94,7 @@ def test_a_design_through_the_cli_records_what_the_library_records(tmp_path):
     testbed = load_design("early-fork").with_options(**TINY_OPTIONS)
     run_matrix(lib_db, matrix_of_design(testbed, ("gigpo", "gigpo-perm"), (0,), 30.0, prefix="d",
                                         variants=(parse_variant("gigpo-perm=gigpo:step_permute=1"),),
-                                        execution={"workers": 0}))
+                                        workers=0))
     for name in ("d-gigpo-seed0", "d-gigpo-perm-seed0"):
         via_cli, via_library = get_run(open_db(cli_db), name), get_run(open_db(lib_db), name)
         assert via_cli["config"]["train"]["design"] == testbed.name == via_library["config"]["train"]["design"]

@@ -3,22 +3,17 @@ analyses: its fixed parameters parse, name a shipped design, and its seed blocks
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from helpers_scripts import ROOT, load_script
 
 from ccpo_cli.experiments.designs import load_design
 from ccpo_cli.seeds import parse_seeds
 
-ROOT = Path(__file__).resolve().parents[1]
 # Seeds earlier testbed matrices and the issue-28 pilots trained (docs/local-backend.md).
 PILOTED = set(range(0, 64)) | set(range(300, 304))
 
 
 def _confirm_script():
-    spec = importlib.util.spec_from_file_location("testbed_confirm", ROOT / "scripts" / "testbed_confirm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("testbed_confirm")
 
 
 def test_the_preregistered_parameters_parse_and_name_fresh_seed_blocks():

@@ -104,7 +104,7 @@ def matrix(
         prefix=prefix, detect=detect, variants=tuple(parse_variant(spec) for spec in variant or ()),
         warm_start_arms=tuple(parse_arm_list(warm_start_arms, minimum=1, option="--warm-start-arms"))
         if warm_start_arms else (),
-        cpu_minutes=cpu_minutes, execution={} if workers is None else {"workers": workers},
+        cpu_minutes=cpu_minutes, workers=workers,
     )
     if dry_run:
         from ccpo_cli.cli.common import emit_json

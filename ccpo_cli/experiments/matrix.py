@@ -166,11 +166,11 @@ def design_recipe(testbed: Design, **execution: Any) -> TrainConfig:
 
 
 def matrix_of_design(testbed: Design, arms: tuple[str | MatrixArm, ...], seeds: tuple[int, ...],
-                     minutes: float, **matrix: Any) -> MatrixDesign:
-    """The matrix that trains `arms` × `seeds` under `testbed`; `matrix` holds the other
-    MatrixDesign fields (prefix, variants, warm_start_arms, cpu_minutes, detect) and `execution`
-    (a dict of design_recipe's execution settings)."""
-    execution = matrix.pop("execution", {})
+                     minutes: float, *, workers: int | None = None, **matrix: Any) -> MatrixDesign:
+    """The matrix that trains `arms` × `seeds` under `testbed`, with `workers` rollout workers
+    per run (None: the trainer's default); `matrix` holds the other MatrixDesign fields (prefix,
+    variants, warm_start_arms, cpu_minutes, detect)."""
+    execution = {} if workers is None else {"workers": workers}
     return MatrixDesign(arms, seeds, minutes, recipe=design_recipe(testbed, **execution),
                         eval_from=testbed.eval_from, window_start=testbed.window_start,
                         warm_start=testbed.warm_start, **matrix)
