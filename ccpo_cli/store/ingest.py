@@ -420,7 +420,7 @@ def ingest_file(
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
         conflicts = record_ingest_facts(
-            db, run, facts or {}, config=config or printed_config, default_split=_default_split(choice.current, report),
+            db, run, facts or {}, config=config or printed_config,
             ended=ended, source=source, stated=stated_facts, stated_source=f"{source} (printed by the run)",
         )
         if report.kind == "evaluation":
@@ -546,16 +546,6 @@ def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report
         f"{path}: benchmark not recorded: nothing in the file names one (every benchmark logs val/success_rate); "
         f"pass --benchmark NAME ({', '.join(list_benchmarks())})"
     )
-
-
-def _default_split(benchmark: Benchmark | None, report: IngestReport) -> tuple[str, str] | None:
-    """A verl log of a benchmark with a known validation split gets that split unless told."""
-    if benchmark is None or report.format == "ccpo" or benchmark.evaluation_split is None:
-        return None
-    split = benchmark.evaluation_split
-    if split.default is None:
-        return None
-    return split.default, split.default_reason or f"default of {benchmark.display_name} under verl-agent"
 
 
 def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, report: IngestReport, strict: bool,
