@@ -232,6 +232,11 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
                                  "note": f"not compared: {' and '.join(unseeded)} "
                                          f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed"})
             continue
+        unrecorded = [arm["arm"] for arm in (first, second) if not arm["arm_recorded"]]
+        if unrecorded:  # nothing says such a pair differs in the arm: a difference would be a claim without evidence
+            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": ["arm not recorded"],
+                                 "note": f"not compared: the arm of {' and '.join(unrecorded)} is not recorded"})
+            continue
         if not _comparable(first, second):
             differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
                        if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)]
