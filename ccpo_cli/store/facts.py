@@ -184,6 +184,21 @@ VAL_ONLY_KEY = "trainer.val_only"
 ALGORITHM_PREFIX = "algorithm."
 
 
+# A model loaded from the Hugging Face cache: <cache>/models--<org>--<name>/snapshots/<revision>
+# (the cache writes a repository id's "/" as "--", which a Hub name may not contain).
+_HUB_CACHE_MODEL = re.compile(r"(?:^|/)models--(?P<repo>[^/]+?)/snapshots/[^/]+/?$")
+
+
+def hub_model_id(model: str) -> str:
+    """The Hub repository id of a model path in the Hugging Face cache
+    (`.../models--Qwen--Qwen2.5-1.5B-Instruct/snapshots/989a...` is Qwen/Qwen2.5-1.5B-Instruct);
+    any other value as it is: a local folder names no Hub model for sure."""
+    found = _HUB_CACHE_MODEL.search(model)
+    if found is None or "--" not in found.group("repo"):
+        return model
+    return found.group("repo").replace("--", "/", 1)
+
+
 def unexpanded_variables(flat: Mapping[str, Any] | None) -> dict[str, str]:
     """{config key: the variable its value names} for values that are a shell or Hydra
     variable, not a value: they are never facts (the script's variable is not what ran)."""

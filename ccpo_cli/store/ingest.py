@@ -45,6 +45,7 @@ from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
 from ccpo_cli.store.facts import (
     facts_from_log,
     flat_config,
+    hub_model_id,
     reconcile_total_steps,
     record_ingest_facts,
     states_val_only,
@@ -479,7 +480,8 @@ def _mark_reference(db, run: str, path: Path, run_is_new: bool, report: IngestRe
 
 def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None, base_model: str | None) -> None:
     """The printed seed and model become the run's seed and base model where neither an option
-    nor an earlier record gave one (a different printed value stays a fact conflict)."""
+    nor an earlier record gave one (a different printed value stays a fact conflict); a model
+    path in the Hugging Face cache is the Hub model it holds."""
     row = next(db["runs"].rows_where("name = ?", [run], select="seed, base_model"))
     fill: dict[str, Any] = {}
     printed_seed = stated.get("seed")
@@ -487,7 +489,7 @@ def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None,
             and not isinstance(printed_seed, bool) and float(printed_seed).is_integer():
         fill["seed"] = int(printed_seed)
     if base_model is None and row["base_model"] is None and isinstance(stated.get("model"), str):
-        fill["base_model"] = stated["model"]
+        fill["base_model"] = hub_model_id(stated["model"])  # the fact keeps the path as printed
     if fill:
         ensure_run(db, run, **fill)
 
