@@ -197,6 +197,7 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
         "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
         "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
+        "window_steps": _window_steps(with_window),
         "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
         "note": None if n_seeds >= MIN_SEEDS_RESOLVED else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
         "seed_notes": notes,
@@ -216,6 +217,21 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
     else:
         arm["iqm"] = None
     return arm
+
+
+def _window_steps(entries: list[dict]) -> list[int] | None:
+    """The first and last step the arm's windows cover (None without an evaluation in one)."""
+    steps = [step for entry in entries for step in entry["window"].get("steps") or []]
+    return [min(steps), max(steps)] if steps else None
+
+
+def _window_coverage_note(first: dict, second: dict) -> str | None:
+    """Said when two arms' windows cover different steps: their means are then not of one stretch
+    of training (a run cut at step 115 beside one that reached 150)."""
+    a, b = first.get("window_steps"), second.get("window_steps")
+    if a is None or b is None or a == b:
+        return None
+    return f"the windows cover different steps: {first['arm']} steps {a[0]}-{a[1]}, {second['arm']} steps {b[0]}-{b[1]}"
 
 
 def _comparable(first: dict, second: dict) -> bool:
@@ -266,7 +282,10 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
                 "poi_tasks": tasks,
                 "isolation": {key: pair[key] for key in ("verdict", "differences", "not_recorded")},
                 "resolved": first["resolved"] and second["resolved"],
-                "note": None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
+                "window_coverage": _window_coverage_note(first, second),
+                "note": "; ".join(note for note in (
+                    None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
+                    _window_coverage_note(first, second)) if note) or None,
             }
         )
     return comparisons, not_compared
