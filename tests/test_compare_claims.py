@@ -135,3 +135,33 @@ def test_a_log_ingested_twice_is_one_run_not_two_averaged(tmp_path):
     assert arm["n"] == window["n"] and arm["identical_runs"] == [["rh-a", "rh-b"]]
     assert any("one log recorded 2 times" in note for note in arm["seed_notes"])
     assert not any("averaged" in note for note in arm["seed_notes"])
+
+
+def test_runs_whose_arm_is_not_recorded_are_never_compared_as_arms(tmp_path):
+    """Three seeds ingested without --arm (boerz's CSVs) are three units of unknown arm: a
+    difference between them would say they differ in the arm, which nothing records."""
+    db = open_db(tmp_path / "runs.db")
+    for seed, level in enumerate((70, 63, 73)):
+        add_run(db, f"bare-{seed}", None, plateau(level), seed=seed)
+    add_run(db, "rh-0", "return-hard", plateau(80), seed=0)
+    document = compare_runs(db, None)
+    assert document["comparisons"] == []
+    assert len(document["not_compared"]) == 6  # every pair of the four units, none compared
+    assert all("arm not recorded" in item["differ_in"] or "is not recorded" in item["note"]
+               for item in document["not_compared"])
+
+
+def test_a_difference_between_windows_of_different_steps_says_so(tmp_path):
+    """JonP07's PPO run cut at step 115 beside one that reached 150: both windows start at 70,
+    but one ends at 110, and the comparison says so."""
+    db = open_db(tmp_path / "runs.db")
+    add_run(db, "rh-0", "return-hard", plateau(80), seed=0)
+    add_run(db, "gg-0", "gigpo", {step: rate for step, rate in plateau(70).items() if step <= 110}, seed=0)
+    add_run(db, "gg-1", "gigpo", {step: rate for step, rate in plateau(72).items() if step <= 110}, seed=1)
+    comparison = compare_runs(db, None)["comparisons"][0]
+    assert "different steps" in comparison["window_coverage"] and "70-150" in comparison["window_coverage"]
+    assert "70-110" in comparison["window_coverage"] and comparison["window_coverage"] in comparison["note"]
+    same = open_db(tmp_path / "same.db")
+    add_run(same, "rh-0", "return-hard", plateau(80), seed=0)
+    add_run(same, "gg-0", "gigpo", plateau(70), seed=0)
+    assert compare_runs(same, None)["comparisons"][0]["window_coverage"] is None

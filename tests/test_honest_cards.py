@@ -177,7 +177,7 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
     assert "valid_seen" in setup["eval"] and "128 episodes" in setup["eval"] and "temperature 0.6" in setup["eval"]
 
 
-def test_a_launch_command_fills_what_it_can_and_a_verl_log_defaults_to_valid_seen(tmp_path):
+def test_a_launch_command_fills_what_it_can_and_a_verl_log_that_names_no_split_records_none(tmp_path):
     from ccpo_cli.store.facts import facts_from_config, read_config_file, run_facts
 
     command = tmp_path / "launch.sh"
@@ -190,10 +190,11 @@ def test_a_launch_command_fills_what_it_can_and_a_verl_log_defaults_to_valid_see
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
     assert ingest(db_path, log).exit_code == 0
     db = store.open_db(db_path)
-    assert run_facts(db, store.get_run(db, "rh")["id"])["values"] == {"split": "valid_seen"}
+    assert run_facts(db, store.get_run(db, "rh")["id"])["values"] == {}  # verl-agent's default is not the log's word
     result = ingest(db_path, log, "--split", "valid_unseen")
     assert result.exit_code == 0
-    assert json.loads(result.stdout)["fact_conflicts"] == [{"key": "split", "recorded": "valid_seen", "given": "valid_unseen"}]
+    assert json.loads(result.stdout)["fact_conflicts"] == []
+    assert run_facts(db, store.get_run(db, "rh")["id"])["values"] == {"split": "valid_unseen"}
 
 
 def test_a_config_file_that_is_neither_exits_3_and_records_nothing(tmp_path):

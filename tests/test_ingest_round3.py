@@ -230,11 +230,10 @@ def test_a_resumed_log_records_where_it_resumed(tmp_path):
     assert all_identities(open_db(tmp_path / "r.db"))["p"].facts["resumed_from"] == 60
 
 
-def test_a_split_the_log_does_not_name_is_said_to_be_assumed(tmp_path):
+def test_a_split_the_log_does_not_name_is_not_recorded(tmp_path):
     db_path = tmp_path / "r.db"
-    ingest(db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "assumed")
+    ingest(db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "unnamed")
     ingest(db_path, ROUND3 / "jonp07hiper_ppo_alfworld_seed5_1_5b.txt", "printed")
     identities = all_identities(open_db(db_path))
-    assert identities["assumed"].protocol.split == "valid_seen"
-    assert "verl-agent validates on eval_in_distribution" in identities["assumed"].protocol.split_assumed
+    assert identities["unnamed"].protocol.split is None and identities["unnamed"].protocol.split_assumed is None
     assert identities["printed"].protocol.split == "valid_seen" and identities["printed"].protocol.split_assumed is None

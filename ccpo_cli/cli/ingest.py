@@ -76,7 +76,7 @@ def ingest(
         "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
         "or the printed config identify; a file that contradicts it is refused."
     ))] = None,
-    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default for verl-agent logs: valid_seen).")] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default: the split the log names, else not recorded).")] = None,
     temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
     episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,

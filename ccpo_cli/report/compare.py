@@ -197,6 +197,7 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
         "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
         "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
+        "window_steps": _window_steps(with_window),
         "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
         "note": None if n_seeds >= MIN_SEEDS_RESOLVED else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
         "seed_notes": notes,
@@ -218,6 +219,21 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
     return arm
 
 
+def _window_steps(entries: list[dict]) -> list[int] | None:
+    """The first and last step the arm's windows cover (None without an evaluation in one)."""
+    steps = [step for entry in entries for step in entry["window"].get("steps") or []]
+    return [min(steps), max(steps)] if steps else None
+
+
+def _window_coverage_note(first: dict, second: dict) -> str | None:
+    """Said when two arms' windows cover different steps: their means are then not of one stretch
+    of training (a run cut at step 115 beside one that reached 150)."""
+    a, b = first.get("window_steps"), second.get("window_steps")
+    if a is None or b is None or a == b:
+        return None
+    return f"the windows cover different steps: {first['arm']} steps {a[0]}-{a[1]}, {second['arm']} steps {b[0]}-{b[1]}"
+
+
 def _comparable(first: dict, second: dict) -> bool:
     keys = ("base_model", "backend", "benchmark", "protocol")
     return all(json.dumps(first[key], sort_keys=True) == json.dumps(second[key], sort_keys=True) for key in keys)
@@ -231,6 +247,11 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
             not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": [],
                                  "note": f"not compared: {' and '.join(unseeded)} "
                                          f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed"})
+            continue
+        unrecorded = [arm["arm"] for arm in (first, second) if not arm["arm_recorded"]]
+        if unrecorded:  # nothing says such a pair differs in the arm: a difference would be a claim without evidence
+            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": ["arm not recorded"],
+                                 "note": f"not compared: the arm of {' and '.join(unrecorded)} is not recorded"})
             continue
         if not _comparable(first, second):
             differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
@@ -261,7 +282,10 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
                 "poi_tasks": tasks,
                 "isolation": {key: pair[key] for key in ("verdict", "differences", "not_recorded")},
                 "resolved": first["resolved"] and second["resolved"],
-                "note": None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
+                "window_coverage": _window_coverage_note(first, second),
+                "note": "; ".join(note for note in (
+                    None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
+                    _window_coverage_note(first, second)) if note) or None,
             }
         )
     return comparisons, not_compared

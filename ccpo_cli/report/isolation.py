@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -194,9 +195,15 @@ def shown_differences(differences: list[str]) -> str:
                     if more > 0 else "")
 
 
+# A path on the author's disk inside a difference (a base model loaded from a folder): a line
+# shows its last two parts, which name the model; the whole path stays in the compare document.
+_PATH_IN_TEXT = re.compile(r"(?<![\w:/.])(?:/|~/)[^\s;,]+")
+
+
 def _config_key_only(difference: str) -> str:
     if not difference.startswith("config "):
-        return difference
+        return _PATH_IN_TEXT.sub(lambda found: "a local path ending in "
+                                 + "/".join(found.group(0).rstrip("/").split("/")[-2:]), difference)
     return f"{difference.split(': ', 1)[0]} differs"
 
 

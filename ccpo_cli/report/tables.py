@@ -409,8 +409,27 @@ def _task_types() -> tuple[str, ...]:
     return tuple(TASK_TYPES)
 
 
-def _evaluation_cells(row: dict[str, Any], with_split: bool) -> list[Cell]:
-    task_keys = _task_types()
+def _benchmark_task_types(benchmarks: Iterable[str | None], rows: Iterable[dict[str, Any]]) -> tuple[str, ...]:
+    """The per-type columns of runs of these benchmarks: each known benchmark's own task types,
+    in its declared order (none for WebShop or Sokoban), and, for a run whose benchmark is not
+    recorded, the types its rows hold; never another benchmark's columns."""
+    from ccpo_cli.benchmarks import list_benchmarks, load_benchmark
+
+    known = set(list_benchmarks())
+    keys: dict[str, None] = {}
+    unknown = False
+    for name in benchmarks:
+        if name in known:
+            keys.update((task.key, None) for task in load_benchmark(name).task_types)
+        else:
+            unknown = True
+    if unknown:
+        for row in rows:
+            keys.update((key, None) for key in (row.get("task_types") or {}))
+    return tuple(keys)
+
+
+def _evaluation_cells(row: dict[str, Any], with_split: bool, task_keys: Sequence[str]) -> list[Cell]:
     cells = [txt(row["split"])] if with_split else []
     cells += [num(row["step"]), num(row["success_rate"]), num(row["episodes"]), num(row["mean_turns"])]
     cells += [num(row["task_types"][key]["success"]) if key in row["task_types"] else num(None) for key in task_keys]
@@ -418,9 +437,11 @@ def _evaluation_cells(row: dict[str, Any], with_split: bool) -> list[Cell]:
 
 
 def run_detail_tables(document: dict) -> list[Any]:
-    """`ccpo runs show`: settings, evaluations (retracted ones marked), conflicts, corrections."""
-    task_keys = _task_types()
+    """`ccpo runs show`: settings, evaluations (retracted ones marked), conflicts, corrections.
+    The per-type columns are the run's benchmark's own (`_benchmark_task_types`)."""
     run = document["run"]
+    task_keys = _benchmark_task_types([(document.get("identity") or {}).get("benchmark", run.get("benchmark"))],
+                                      document["evaluations"])
     settings_table = TableData("settings", f"run {run['name']}", [name_column("field"), text_column("value")],
                                show_header=False)
     identity = document.get("identity") or {}
@@ -434,12 +455,14 @@ def run_detail_tables(document: dict) -> list[Any]:
                 "n_settled_conflicts"):
         settings_table.add(key, txt(run.get(key)))
     if protocol:
-        episodes = _text(protocol.get("episodes"))
-        if protocol.get("episodes_basis") not in (None, "recorded"):
+        def said(key: str) -> str:  # what the run does not record is said to be not recorded, never a default
+            return f"{key.replace('_', ' ')} " + ("not recorded" if protocol.get(key) is None else str(protocol[key]))
+
+        episodes = said("episodes")
+        if protocol.get("episodes") is not None and protocol.get("episodes_basis") not in (None, "recorded"):
             episodes += f" ({protocol['episodes_basis']})"
         settings_table.add("protocol", txt(
-            f"split {_text(protocol.get('split'))}, temperature {_text(protocol.get('temperature'))}, "
-            f"episodes {episodes}, turn limit {_text(protocol.get('turn_limit'))}"))
+            f"{said('split')}, {said('temperature')}, {episodes}, {said('turn_limit')}"))
     if run.get("retracted"):
         retracted = run["retracted"]
         settings_table.add("retracted", txt(f"{retracted['reason']} ({retracted['retracted_by']}, {retracted['recorded_at']})"))
@@ -464,7 +487,7 @@ def run_detail_tables(document: dict) -> list[Any]:
     evaluations = TableData("evaluations", "evaluations (success %; sources and ids in --json)", columns)
     for row in document["evaluations"]:
         retraction = row.get("retracted")
-        evaluations.add(*_evaluation_cells(row, with_split),
+        evaluations.add(*_evaluation_cells(row, with_split, task_keys),
                         txt(retraction["reason"] if retraction else None, retraction["reason"] if retraction else ""))
     items.append(evaluations)
     if document["conflicts"]:
@@ -622,8 +645,10 @@ def per_run_table(document: dict) -> TableData:
 
 
 def best_rows_table(document: dict) -> TableData:
-    """The card's "best single evaluation" row for every run (biased upward; see the bias)."""
-    task_keys = _task_types()
+    """The card's "best single evaluation" row for every run (biased upward; see the bias), with
+    the per-type columns of the runs' benchmarks."""
+    task_keys = _benchmark_task_types([run.get("benchmark") for run in document["runs"]],
+                                      [{"task_types": run["best"]["task_types"]} for run in document["runs"] if run["best"]])
     table = TableData("best", "best single evaluation per run (not the result: see the window)", [
         name_column("run"), Column("step"), Column("held-out"), Column("turns"), *(Column(key) for key in task_keys)])
     for run in document["runs"]:

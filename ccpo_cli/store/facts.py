@@ -8,10 +8,10 @@ change. `total_steps` lives in the runs table; a re-ingest that names another to
 here as a conflict of that key (`reconcile_total_steps`).
 
 Split names are the benchmark's (configs/benchmarks/<name>.yaml): verl-agent's ALFWorld
-validation runs on `env.alfworld.eval_dataset`, by default `eval_in_distribution`, ALFWorld's
-`valid_seen` games, so an ingested verl-agent ALFWorld run's split is `valid_seen` unless told
-otherwise; `eval_out_of_distribution` is `valid_unseen`. A benchmark that declares no split
-(or a log whose benchmark is not known) gets none (docs/runs-db.md).
+validation runs on `env.alfworld.eval_dataset` (`eval_in_distribution` is ALFWorld's
+`valid_seen` games, `eval_out_of_distribution` `valid_unseen`). A run's split is recorded only
+when its log or its user names it; the benchmark's verl-agent default is never recorded as if
+the log had said it, so a log that names no split has its split not recorded (docs/runs-db.md).
 
 What a log printed about its own run (`facts_from_log`: verl's resolved config, the traced
 launch and data-preparation commands) is recorded the same way, before the options given to
@@ -181,10 +181,22 @@ def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
 # A value a launch script never expanded (`key=$train_data_size`, Hydra's `${oc.env:X}`).
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][\w.:]*)")
 VAL_ONLY_KEY = "trainer.val_only"
-# The source of a split the log did not name, given by the benchmark's verl-agent default: a
-# reader tells it from a recorded split by this prefix (store/identity.py).
-ASSUMED_SPLIT_SOURCE = "assumed (the log names no split): "
 ALGORITHM_PREFIX = "algorithm."
+
+
+# A model loaded from the Hugging Face cache: <cache>/models--<org>--<name>/snapshots/<revision>
+# (the cache writes a repository id's "/" as "--", which a Hub name may not contain).
+_HUB_CACHE_MODEL = re.compile(r"(?:^|/)models--(?P<repo>[^/]+?)/snapshots/[^/]+/?$")
+
+
+def hub_model_id(model: str) -> str:
+    """The Hub repository id of a model path in the Hugging Face cache
+    (`.../models--Qwen--Qwen2.5-1.5B-Instruct/snapshots/989a...` is Qwen/Qwen2.5-1.5B-Instruct);
+    any other value as it is: a local folder names no Hub model for sure."""
+    found = _HUB_CACHE_MODEL.search(model)
+    if found is None or "--" not in found.group("repo"):
+        return model
+    return found.group("repo").replace("--", "/", 1)
 
 
 def unexpanded_variables(flat: Mapping[str, Any] | None) -> dict[str, str]:
@@ -395,20 +407,16 @@ def derived_status(last_step: int | None, total_steps: list[int], ended: bool) -
 
 
 def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], *,
-                        config: Mapping[str, Any] | None = None, default_split: tuple[str, str] | None = None,
+                        config: Mapping[str, Any] | None = None,
                         ended: bool = False, source: str | None = None,
                         stated: Mapping[str, Any] | None = None, stated_source: str | None = None) -> list[dict]:
-    """After an ingest: record what the log stated (`stated`, first), then the facts given; a
-    run with no split gets `default_split` (value, reason: the benchmark's verl-agent default);
-    keep the config when the run has none, and set the status from the data. Returns the fact
-    conflicts this created."""
+    """After an ingest: record what the log stated (`stated`, first), then the facts given (a
+    split neither names stays not recorded); keep the config when the run has none, and set the
+    status from the data. Returns the fact conflicts this created."""
     row = _run_row(db, run)
     facts = {key: value for key, value in facts.items() if value is not None}
     stated = {key: value for key, value in (stated or {}).items() if value is not None}
     conflicts = record_facts(db, row["id"], stated, stated_source) if stated else []
-    if (default_split is not None and "split" not in facts and "split" not in stated
-            and "split" not in run_facts(db, row["id"])["values"]):
-        _record(db, row["id"], "split", default_split[0], f"{ASSUMED_SPLIT_SOURCE}{default_split[1]}")
     conflicts += record_facts(db, row["id"], facts, source)
     changes: dict[str, Any] = {}
     if config and not row["config"]:

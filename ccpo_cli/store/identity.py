@@ -342,7 +342,8 @@ def _run_arm(row: Mapping[str, Any], facts: Mapping[str, Any]) -> ArmIdentity | 
 
 # Beside a run's facts while they are read: why its split is assumed (None: recorded).
 SPLIT_ASSUMED_KEY = "_split_assumed"
-_ASSUMED = "assumed (the log names no split): "  # store.facts.ASSUMED_SPLIT_SOURCE, without the import
+# The source older ingests gave a benchmark's default split they recorded for a log that named none.
+_ASSUMED = "assumed (the log names no split): "
 
 
 def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int, dict[str, Any]]:
@@ -352,10 +353,11 @@ def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int
     marks = ", ".join("?" for _ in run_ids)
     for row in db.query(f"SELECT run_id, key, value, source FROM run_facts WHERE run_id IN ({marks}) ORDER BY id",
                         list(run_ids)):
+        if row["key"] == "split" and (row["source"] or "").startswith(_ASSUMED):
+            continue  # an older ingest's benchmark default, not the log's word: the split is not recorded
         facts[row["run_id"]].setdefault(row["key"], _json(row["value"]))  # the first value recorded stands
         if row["key"] == "split" and SPLIT_ASSUMED_KEY not in facts[row["run_id"]]:
-            source = row["source"] or ""
-            facts[row["run_id"]][SPLIT_ASSUMED_KEY] = source[len(_ASSUMED):] if source.startswith(_ASSUMED) else None
+            facts[row["run_id"]][SPLIT_ASSUMED_KEY] = None
     return facts
 
 

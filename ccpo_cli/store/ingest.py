@@ -45,6 +45,7 @@ from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
 from ccpo_cli.store.facts import (
     facts_from_log,
     flat_config,
+    hub_model_id,
     reconcile_total_steps,
     record_ingest_facts,
     states_val_only,
@@ -420,7 +421,7 @@ def ingest_file(
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
         conflicts = record_ingest_facts(
-            db, run, facts or {}, config=config or printed_config, default_split=_default_split(choice.current, report),
+            db, run, facts or {}, config=config or printed_config,
             ended=ended, source=source, stated=stated_facts, stated_source=f"{source} (printed by the run)",
         )
         if report.kind == "evaluation":
@@ -479,7 +480,8 @@ def _mark_reference(db, run: str, path: Path, run_is_new: bool, report: IngestRe
 
 def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None, base_model: str | None) -> None:
     """The printed seed and model become the run's seed and base model where neither an option
-    nor an earlier record gave one (a different printed value stays a fact conflict)."""
+    nor an earlier record gave one (a different printed value stays a fact conflict); a model
+    path in the Hugging Face cache is the Hub model it holds."""
     row = next(db["runs"].rows_where("name = ?", [run], select="seed, base_model"))
     fill: dict[str, Any] = {}
     printed_seed = stated.get("seed")
@@ -487,7 +489,7 @@ def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None,
             and not isinstance(printed_seed, bool) and float(printed_seed).is_integer():
         fill["seed"] = int(printed_seed)
     if base_model is None and row["base_model"] is None and isinstance(stated.get("model"), str):
-        fill["base_model"] = stated["model"]
+        fill["base_model"] = hub_model_id(stated["model"])  # the fact keeps the path as printed
     if fill:
         ensure_run(db, run, **fill)
 
@@ -546,16 +548,6 @@ def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report
         f"{path}: benchmark not recorded: nothing in the file names one (every benchmark logs val/success_rate); "
         f"pass --benchmark NAME ({', '.join(list_benchmarks())})"
     )
-
-
-def _default_split(benchmark: Benchmark | None, report: IngestReport) -> tuple[str, str] | None:
-    """A verl log of a benchmark with a known validation split gets that split unless told."""
-    if benchmark is None or report.format == "ccpo" or benchmark.evaluation_split is None:
-        return None
-    split = benchmark.evaluation_split
-    if split.default is None:
-        return None
-    return split.default, split.default_reason or f"default of {benchmark.display_name} under verl-agent"
 
 
 def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, report: IngestReport, strict: bool,
