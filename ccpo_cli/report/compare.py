@@ -26,11 +26,16 @@ import sqlite_utils
 
 from ccpo_cli import stats
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.report import default_window_start
 from ccpo_cli.report.isolation import isolation_check
 from ccpo_cli.report.labels import arm_name, short_labels, unit_key
 from ccpo_cli.report.power import power_report
-from ccpo_cli.report.window import run_state, task_type_keys, window_entry
+from ccpo_cli.report.window import (
+    DEFAULT_WINDOW,
+    run_state,
+    run_window_start,
+    task_type_keys,
+    window_entry,
+)
 from ccpo_cli.store.facts import run_facts
 from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
 from ccpo_cli.store.liveness import annotate_runs
@@ -326,7 +331,7 @@ def compare_runs(
     (all runs when None or empty), in the order given (else by name).
 
     Keys: window_start (the one given, else None: each run's window then starts at
-    `report.WINDOW_START_FRACTION` of its recorded total steps, `window.start` and
+    the start its matrix recorded, else the default rule (`report/window.py`); `window.start` and
     `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
     references[], reference_levels, left_out, isolation, power. Success rates are percent.
 
@@ -383,15 +388,7 @@ def compare_runs(
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = []
     for run in chosen:
-        recorded_window = ((run.get("config") or {}).get("train") or {}).get("window_start")
-        if window_start is not None:
-            start, basis = window_start, "given"
-        elif isinstance(recorded_window, int) and not isinstance(recorded_window, bool):
-            # A matrix run says which window its matrix compared (TrainConfig.window_start); a
-            # card or compare of the same run reads that window, not the 7/15 default.
-            start, basis = recorded_window, "the window its matrix compared, recorded with the run"
-        else:
-            start, basis = default_window_start(run["total_steps"], run["last_step"])
+        start, basis = run_window_start(window_start, run.get("config"), run["total_steps"], run["last_step"])
         run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
     entries_by_run = {entry["run"]: entry for entry in run_entries}
     failures = {run["name"]: run.get("failure") for run in chosen}
@@ -427,7 +424,7 @@ def compare_runs(
     return {
         # The start every window shares (given, or the same share of equal totals), else None.
         "window_start": window_start if window_start is not None else (starts.pop() if len(starts) == 1 else None),
-        "window_start_basis": "given" if window_start is not None else "7/15 of each run's recorded total steps",
+        "window_start_basis": "given" if window_start is not None else DEFAULT_WINDOW.describe(example=False),
         "split": split,
         "runs": run_entries,
         "arms": arms,
