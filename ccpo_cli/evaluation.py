@@ -18,9 +18,9 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 BENCHMARK = "alfworld"  # `ccpo eval` plays ALFWorld games with the real engine
-DEFAULT_TEMPERATURE = 0.4  # verl-agent's validation sampling temperature
 HELDOUT_PANEL = "heldout-panel"
 # agents whose actions are sampled from a policy at a temperature
 SAMPLING_AGENTS = {"hf", "vllm", "local"}
@@ -101,7 +101,7 @@ class EvalOptions:
     games: Path | None = None
     episodes: int | None = None
     seeds: Sequence[int] = (0,)
-    temperature: float = DEFAULT_TEMPERATURE
+    temperature: float = EVAL_TEMPERATURE
     workers: int | None = None
     step: int | None = None  # None: the verl checkpoint's step, else 0
     split: str = "heldout"

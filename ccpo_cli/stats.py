@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -132,6 +133,71 @@ def welch_t_test(
         ci_high=float(result["difference"] + half),
     )
     return result
+
+
+def paired_t_test(differences: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """The paired (one-sample) t-test of per-seed differences a - b.
+
+    Returns {"difference", "t", "df", "p", "ci_low", "ci_high", "n", "sd"}; needs two differences
+    that vary (else the statistics are None).
+    """
+    values = np.asarray(differences, dtype=float)
+    n = len(values)
+    result: dict = {"difference": float(values.mean()) if n else None, "t": None, "df": None, "p": None,
+                    "ci_low": None, "ci_high": None, "n": n, "sd": None}
+    if n < 2:
+        return result
+    result["sd"] = 0.0 if no_spread(values) else float(values.std(ddof=1))
+    if not result["sd"]:
+        return result  # every seed moved by the same amount: the t statistic is undefined
+    standard_error = result["sd"] / math.sqrt(n)
+    df = n - 1
+    t = result["difference"] / standard_error
+    half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
+    result.update(t=float(t), df=float(df), p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
+                  ci_low=float(result["difference"] - half), ci_high=float(result["difference"] + half))
+    return result
+
+
+# The two tests of two arms, by the names the compare document, the power section and the
+# testbed print.
+PAIRED_TEST = "paired t"
+WELCH_TEST = "Welch t"
+# The fewest seeds a paired test is run on; with fewer shared seeds the arms are compared unpaired.
+MIN_PAIRED_SEEDS = 2
+
+
+def paired_seeds(seed_means_a: Mapping[Any, float], seed_means_b: Mapping[Any, float],
+                 paired_by_design: Iterable[Any] | None = None) -> list[Any]:
+    """The seeds on which a and b are paired: seeds both ran, and, when `paired_by_design` is
+    given, only those the design recorded as paired (compare: runs whose first rollouts match)."""
+    allowed = None if paired_by_design is None else set(paired_by_design)
+    return sorted((seed for seed in seed_means_a if seed in seed_means_b and (allowed is None or seed in allowed)),
+                  key=str)
+
+
+def two_arm_test(seed_means_a: Mapping[Any, float], seed_means_b: Mapping[Any, float],
+                 paired_by_design: Iterable[Any] | None = None, confidence: float = DEFAULT_CONFIDENCE) -> dict:
+    """The one decision of how two arms are tested (docs/statistics.md, "Two arms").
+
+    When the arms share at least MIN_PAIRED_SEEDS seeds (`paired_seeds`), the design paired them
+    (a matrix trains each arm of a seed from the same start on the same games), so the test is the
+    paired t over those shared seeds and seeds outside them are listed as left out; otherwise it is
+    Welch's t over every seed. Returns the test's statistics with "test" (PAIRED_TEST or
+    WELCH_TEST), "paired_seeds", "seeds_left_out" and "basis", the sentence that says why.
+    """
+    shared = paired_seeds(seed_means_a, seed_means_b, paired_by_design)
+    if len(shared) >= MIN_PAIRED_SEEDS:
+        result = paired_t_test([seed_means_a[seed] - seed_means_b[seed] for seed in shared], confidence)
+        left_out = sorted({*seed_means_a, *seed_means_b} - set(shared), key=str)
+        return dict(result, test=PAIRED_TEST, paired_seeds=shared, seeds_left_out=left_out,
+                    basis=f"paired t over the {len(shared)} seeds both arms ran"
+                          + (f" ({len(left_out)} unpaired seed{'s' if len(left_out) != 1 else ''} left out)"
+                             if left_out else ""))
+    result = welch_t_test(list(seed_means_a.values()), list(seed_means_b.values()), confidence)
+    return dict(result, test=WELCH_TEST, paired_seeds=[], seeds_left_out=[],
+                basis=f"Welch t over every seed: the arms share {len(shared) or 'no'} paired seed"
+                      f"{'s' if len(shared) != 1 else ''}, fewer than {MIN_PAIRED_SEEDS}")
 
 
 # Values closer than this, relative to their size, are one value: window means computed along

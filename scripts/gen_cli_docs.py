@@ -17,6 +17,8 @@ from typing import Any
 
 import typer
 
+from ccpo_cli.report.window import DEFAULT_WINDOW
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs" / "cli.md"
 # Options Typer adds to every app; they are about the shell, not about ccpo.
@@ -108,7 +110,7 @@ NOTES: dict[str, str] = {
     "base model, backend, benchmark and evaluation protocol (an arm trained with `--set` is its own "
     "arm, labelled with its overrides), and `n_seeds` counts distinct recorded seeds (repeated runs of "
     "a seed are averaged into it and listed in `repeated_seeds`; a run without a seed counts as none). "
-    "`window_start` defaults to 7/15 of each run's recorded total steps (70 of 150); it is null when "
+    f"`window_start` defaults to the start a matrix run recorded, else {DEFAULT_WINDOW.describe()}; it is null when "
     "the runs' windows start at different steps (each run's `window.start` and `window.start_basis` "
     "say where). Extra JSON keys: per run `identity` (store/identity.py), `single_eval_interval` "
     "(null when the episodes per evaluation are neither recorded nor inferable from the rates), "

@@ -112,10 +112,10 @@ def window_of(design):
     from dataclasses import replace
 
     from ccpo_cli.experiments import testbed
-    from ccpo_cli.experiments.matrix import default_window_start
+    from ccpo_cli.experiments.matrix import MATRIX_WINDOW
 
     recipe, warm = design.recipe, design.warm_start
-    window = default_window_start(recipe.steps, warm, recipe.eval_every) if design.window_start is None \
+    window = MATRIX_WINDOW.start(recipe.steps, warm, recipe.eval_every) if design.window_start is None \
         else design.window_start
     first = window if design.eval_from is None else design.eval_from
     schedule = replace(recipe, eval_from=first)

@@ -46,12 +46,12 @@ def test_seed_lists_parse_ranges_and_refuse_nonsense():
 def test_the_default_design_evaluates_the_last_step_only(tmp_path):
     # Issue 24's design curve: over 20 paired seeds the positive control's (effect/sd)² per
     # CPU-minute was highest with the one evaluation at step 16 (the default was 12, 14 and 16).
-    from ccpo_cli.experiments.matrix import _plan, default_window_start
+    from ccpo_cli.experiments.matrix import MATRIX_WINDOW, _plan
 
     plan = _plan(MatrixDesign(("grpo", "gigpo"), (0, 1), 30.0), tmp_path / "runs.db")
     assert plan.window == 16 and {block.recipe.eval_from for block in plan.blocks} == {16}
-    assert default_window_start(16, 10, 2) == 16 and default_window_start(20, 0, 5) == 20
-    assert default_window_start(16, 0, 0) == 8 and default_window_start(16, 10, 0) == 10
+    assert MATRIX_WINDOW.start(16, 10, 2) == 16 and MATRIX_WINDOW.start(20, 0, 5) == 20
+    assert MATRIX_WINDOW.start(16, 0, 0) == 8 and MATRIX_WINDOW.start(16, 10, 0) == 10
     # A window start given is kept, and evaluations start there.
     given = _plan(MatrixDesign(("grpo", "gigpo"), (0,), 30.0, window_start=10), tmp_path / "runs.db")
     assert given.window == 10 and given.blocks[0].recipe.eval_from == 10

@@ -13,6 +13,8 @@ from typing import Any
 
 from ccpo_cli.agents.base import TextPolicyAgent
 from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.extras import require_extra
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 DEFAULT_MAX_NEW_TOKENS = 512
 DEFAULT_BATCH_SIZE = 8
@@ -74,6 +76,7 @@ def download_model(repo_id: str) -> Path:
 
 def load_model_and_tokenizer(path: str | Path, device: str = "cpu"):
     """Load a causal LM and its tokenizer from a local folder, or a Hub id fetched first."""
+    require_extra("local", "transformers", what="the hf agent")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_model_folder(path)
@@ -96,14 +99,13 @@ class HFAgent(TextPolicyAgent):
         model: Any,
         tokenizer: Any = None,
         *,
-        temperature: float = 1.0,
+        temperature: float = EVAL_TEMPERATURE,
         seed: int = 0,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         batch_size: int = DEFAULT_BATCH_SIZE,
         device: str | None = None,
     ):
-        import torch
-
+        torch = require_extra("local", "torch", what="the hf agent")
         if temperature < 0:
             raise InvalidInput(f"--temperature must be >= 0, got {temperature}")
         if isinstance(model, (str, Path)):
@@ -170,7 +172,7 @@ class HFAgent(TextPolicyAgent):
         return responses
 
 
-def make_hf_agent(model: str | None, *, temperature: float = 1.0, seed: int = 0, **options: Any) -> HFAgent:
+def make_hf_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> HFAgent:
     """Registry factory: `--agent hf --model PATH`."""
     if not model:
         raise InvalidInput("--agent hf needs --model PATH")

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
+from ccpo_cli import vocabulary
 from ccpo_cli.agents.base import Agent, SlotAgentAdapter
 from ccpo_cli.errors import CcpoError, InvalidInput
 
@@ -27,7 +28,7 @@ AgentFactory = Callable[..., Agent]
 # name -> factory, filled by register_agent
 AGENT_FACTORIES: dict[str, AgentFactory] = {}
 
-AGENT_KINDS = ("oracle", "random", "hf", "vllm", "local")
+AGENT_KINDS = vocabulary.AGENT_KINDS
 
 # built-in kinds: "module:function" resolved on first use (`local` is added by register_lazy_agent)
 _BUILTIN_FACTORIES = {
@@ -83,7 +84,7 @@ def make_agent(
     kind: str,
     model: str | None = None,
     *,
-    temperature: float = 1.0,
+    temperature: float = vocabulary.EVAL_TEMPERATURE,
     seed: int = 0,
     **options: Any,
 ) -> Agent:

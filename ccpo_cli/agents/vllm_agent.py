@@ -12,6 +12,7 @@ from typing import Any
 from ccpo_cli.agents.base import TextPolicyAgent
 from ccpo_cli.agents.hf import DEFAULT_MAX_NEW_TOKENS, chat_prompt, check_model_folder
 from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 VLLM_MISSING = (
     "the vllm agent needs the 'vllm' package and a CUDA GPU; it is not installed here "
@@ -34,7 +35,7 @@ class VLLMAgent(TextPolicyAgent):
         self,
         model: str,
         *,
-        temperature: float = 1.0,
+        temperature: float = EVAL_TEMPERATURE,
         seed: int = 0,
         max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
         gpu_memory_utilization: float = 0.6,
@@ -79,7 +80,7 @@ class VLLMAgent(TextPolicyAgent):
         self.llm = None
 
 
-def make_vllm_agent(model: str | None, *, temperature: float = 1.0, seed: int = 0, **options: Any) -> VLLMAgent:
+def make_vllm_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> VLLMAgent:
     """Registry factory: `--agent vllm --model PATH`."""
     if not model:
         raise InvalidInput("--agent vllm needs --model PATH")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -69,7 +70,8 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
     A policy trained from scratch (the local CPU backend) is compared with none of them: the
     published rows are language models fine-tuned under the papers' protocols."""
     data = data or load_baseline_data()
-    rows, groups, comparable, sources = [], {}, [], []
+    groups: dict[Any, dict[str, Any]] = {}  # prose groups of incomparable rows, by source and setting
+    rows, comparable, sources = [], [], []
     for baseline in data.baselines:
         if not baseline.on_card or baseline.benchmark != benchmark:
             continue

@@ -443,8 +443,8 @@ def build_card_context(
     """Everything the card states about `run`, from the database (see the module docstring).
 
     `repo_id` is the Hub repository the card is published to (its usage snippet names it; without
-    one the snippet is left out). `window_start` None gives the run's default window (7/15 of its
-    total steps). `checkpoint_step` is the checkpoint a publish sends; without it the card names a
+    one the snippet is left out). `window_start` None gives the run's window by `report.window.run_window_start` (the one
+    its matrix recorded, else the default rule). `checkpoint_step` is the checkpoint a publish sends; without it the card names a
     checkpoint only when runs.db records one at the step it would publish. `weights` cites the Hub
     commit of those weights (`repo_id`, `commit`, `revision`, `step`): the card and its summary
     name it, and the usage snippet loads that revision. Raises InvalidInput

@@ -9,8 +9,9 @@ from typing import Any
 from ccpo_cli.cards.baselines import inherited_license
 from ccpo_cli.cards.selection import config_of
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.vocabulary import CARD_STATUSES
 
-STATUSES = ("interim", "final")
+STATUSES = CARD_STATUSES
 # A policy of the local CPU backend is trained from scratch: there is no base model to name or
 # inherit a license from, so its card carries ccpo's own license (pyproject.toml: Apache-2.0).
 PROJECT_LICENSE = "apache-2.0"

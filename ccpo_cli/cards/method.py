@@ -12,13 +12,19 @@ from typing import Any
 
 from ccpo_cli.arms import PADDING_MEANINGS
 
+# An arm whose recorded flags name no estimator (a run ingested without `--arm` and without
+# verl's `algorithm.*` keys): which estimator it trained is not known, and the card says so
+# rather than guessing from the arm's name.
+NOT_RECORDED = "not recorded"
+
 METHOD_NAMES = {
     "ccpo": "CCPO (Context-Conditioned Policy Optimization)",
     "gigpo": "GiGPO (Group-in-Group Policy Optimization)",
     "grpo": "GRPO (Group Relative Policy Optimization)",
+    NOT_RECORDED: "an advantage estimator the run did not record",
 }
 
-METHOD_SHORT_NAMES = {"ccpo": "CCPO", "gigpo": "GiGPO", "grpo": "GRPO"}
+METHOD_SHORT_NAMES = {"ccpo": "CCPO", "gigpo": "GiGPO", "grpo": "GRPO", NOT_RECORDED: "this arm"}
 # What a card says of a flag of an external arm: ccpo cannot tell which of them are inert.
 EXTERNAL_INERT = "not assessed: ccpo does not implement this estimator"
 # An estimator known only from a run's log (store/identity.py `external_arm`): named by the
@@ -46,6 +52,11 @@ METHOD_PARAGRAPHS = {
         "GRPO gives every turn of a trajectory the same advantage: the episode's return normalised "
         "against the other rollouts of the same task. It is the critic-free baseline that the "
         "step-level estimators build on."
+    ),
+    NOT_RECORDED: (
+        "Which advantage estimator this run trained is not recorded: the run was recorded without "
+        "the arm's estimator flags (no `--arm` at ingest, no `algorithm.*` keys in its log), so the "
+        "card names the arm only by its name and makes no claim about its method."
     ),
 }
 
@@ -87,20 +98,18 @@ def external_method(arm_name: str | None, flags: Mapping[str, Any]) -> dict[str,
 
 
 def estimator_family(arm_name: str | None, flags: Mapping[str, Any]) -> str:
-    """`ccpo`, `gigpo` or `grpo` (the family whose method paragraph the card prints), or
-    `external` for an estimator of another family known only from a run's log."""
+    """`ccpo`, `gigpo` or `grpo` (the family whose method paragraph the card prints) as the arm's
+    recorded flags name it, `external` for an estimator of another family known only from a
+    run's log, or NOT_RECORDED when the recorded flags name none. The arm's name is never read:
+    `verl-gigpo` or `baseline` say nothing of what was trained."""
     if is_external(arm_name):
         estimator = external_estimator(arm_name, flags).lower()
         return estimator if estimator in ("gigpo", "grpo") else EXTERNAL
     for key in _FAMILY_KEYS:
         value = flags.get(key)
-        if isinstance(value, str) and value.lower() in METHOD_NAMES:
+        if isinstance(value, str) and value.lower() in ("ccpo", "gigpo", "grpo"):
             return value.lower()
-    name = (arm_name or "").lower()
-    for family in ("grpo", "gigpo"):
-        if name == family or name.startswith(family + "-") or name.startswith(family + "_"):
-            return family
-    return "ccpo"
+    return NOT_RECORDED
 
 
 def _number(value: Any) -> float | None:
@@ -145,6 +154,8 @@ def describe_arm(arm_name: str, flags: Mapping[str, Any]) -> str:
     family = estimator_family(arm_name, flags)
     if family == "ccpo":
         return describe_ccpo_flags(flags)
+    if family == NOT_RECORDED:
+        return f"`{arm_name}`, whose estimator flags the run did not record"
     return f"the {family.upper() if family == 'grpo' else 'GiGPO'} estimator as the baseline arm"
 
 

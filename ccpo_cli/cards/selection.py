@@ -25,9 +25,10 @@ from ccpo_cli.store.identity import (
     all_identities,
     unit_differences,
 )
+from ccpo_cli.vocabulary import LOCAL
 
 # The local CPU backend (`ccpo train --backend local`) trains a small torch policy from scratch.
-LOCAL_BACKEND = "local"
+LOCAL_BACKEND = LOCAL
 
 
 def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None) -> dict:

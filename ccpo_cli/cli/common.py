@@ -24,6 +24,7 @@ from rich.console import Console
 
 from ccpo_cli.cli import completion
 from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
 from ccpo_cli.seeds import parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
 
@@ -52,7 +53,7 @@ SetOption = Annotated[
     typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
 ]
 WindowStartOption = Annotated[int | None, typer.Option(
-    "--window-start", help="First step of the window (default: 7/15 of each run's recorded total steps, the seed card's 70 of 150).")]
+    "--window-start", help=f"First step of the window (default: the start a matrix run recorded, else {DEFAULT_WINDOW.describe()}).")]
 SeedsOption = Annotated[str | None, typer.Option(
     "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}.")]
 ArmOption = Annotated[str, typer.Option(

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import typer
 
-BACKENDS = ("local", "verl")
-AGENTS = ("oracle", "random", "hf", "vllm", "local")
+from ccpo_cli import vocabulary
+
+BACKENDS = vocabulary.BACKENDS
+AGENTS = vocabulary.AGENT_KINDS
 
 
 def _starting(words: list[str], incomplete: str) -> list[str]:

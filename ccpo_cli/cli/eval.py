@@ -22,6 +22,7 @@ from ccpo_cli.cli.common import (
     stderr_console,
 )
 from ccpo_cli.cli.progress import Progress
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 
 @handle_errors
@@ -35,7 +36,7 @@ def eval_command(
     games: Annotated[Path | None, typer.Option("--games", help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).")] = None,
     episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per seed (default: every game once; fewer = a type-balanced subset).")] = None,
     seeds: SeedsOption = "0",
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy).")] = 0.4,
+    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy).")] = EVAL_TEMPERATURE,
     workers: Annotated[int | None, typer.Option("--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process).")] = None,
     step: Annotated[int | None, typer.Option("--step", help="Training step the evaluation is recorded at (default: a verl checkpoint's step, else 0).")] = None,
     split: Annotated[str, typer.Option("--split", help="Split name recorded with the evaluations.")] = "heldout",

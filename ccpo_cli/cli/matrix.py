@@ -21,6 +21,7 @@ from ccpo_cli.cli.common import (
     settings,
 )
 from ccpo_cli.experiments.matrix import DEFAULT_DESIGN, list_designs
+from ccpo_cli.report.window import MatrixWindow
 
 DESIGN_HELP = ("The matrix design (configs/designs/NAME.yaml): warm-up, run length, evaluations and window, "
                "games and rollouts per step, turn limits, panel and rooms; each option below of the same name "
@@ -64,7 +65,7 @@ def matrix(
     eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the design's; the whole panel in every shipped design).")] = None,
     eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the design's, its window start); earlier evaluations draw the curve and are not compared.")] = None,
     workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help="First step of the compared window (default: the design's; the control design compares step 16 alone; a window is never before the warm start ends).")] = None,
+    window_start: Annotated[int | None, typer.Option("--window-start", help=f"First step of the compared window (default: {MatrixWindow.describe_rule()}).")] = None,
     warm_start: Annotated[int | None, typer.Option("--warm-start", help="Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off (default: the design's).")] = None,
     variant: Annotated[list[str] | None, typer.Option("--variant", metavar="LABEL=ARM:KEY=VALUE", help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.")] = None,
     warm_start_arms: Annotated[str | None, typer.Option("--warm-start-arms", help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.")] = None,

@@ -35,8 +35,11 @@ from ccpo_cli.cli.common import (
     settings,
 )
 from ccpo_cli.errors import UsageError
+from ccpo_cli.report.window import DEFAULT_WINDOW
+from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of
 
-BACKENDS = completion.BACKENDS
+_PUSH_WINDOW_HELP = ("--push-to-hub: first step of the window the cards report "
+                     "(default: " + DEFAULT_WINDOW.describe("the run's", example=False) + ").")
 # Where Linux shows a CUDA device (a driver's device node; WSL's GPU bridge). Without one, torch
 # cannot see a GPU either, so the CPU machine's answer needs no torch import (a second of start-up).
 _CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
@@ -63,7 +66,7 @@ def _gpu_available() -> bool:
 
 
 def default_backend() -> str:
-    return "verl" if _gpu_available() else "local"
+    return VERL if _gpu_available() else LOCAL
 
 
 def seed_list(seeds: str | None, seed: int | None) -> list[int]:
@@ -75,12 +78,28 @@ def seed_list(seeds: str | None, seed: int | None) -> list[int]:
     return parse_seeds(seeds)
 
 
-def _refuse_other_backend_options(backend: str, verl_only: dict[str, Any], local_only: dict[str, Any]) -> None:
+# The options only one backend reads, by Click parameter name (the option's flag in the message).
+LOCAL_ONLY = ("eval_games", "eval_from", "workers", "time_budget", "dump_batches")
+VERL_ONLY = ("model", "gpus", "nnodes", "ray_address", "host_profile", "save_every")
+
+
+def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """The options of `names` the user typed (or set through the environment): Click's parameter
+    source tells a typed `--nnodes 1` from the default 1, which comparing values cannot."""
+    given = []
+    for param in ctx.command.params:
+        source = ctx.get_parameter_source(param.name) if param.name in names else None
+        # By name: Typer may carry its own copy of Click, whose enum is another class.
+        if source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT"):
+            given.append(param.opts[0] if param.opts else str(param.name))
+    return given
+
+
+def _refuse_other_backend_options(ctx: typer.Context, backend: str) -> None:
     """An option of the other backend would be silently ignored: say so instead."""
-    foreign = local_only if backend == "verl" else verl_only
-    given = [name for name, value in foreign.items() if value is not None]
+    given = _given(ctx, LOCAL_ONLY if backend == VERL else VERL_ONLY)
     if given:
-        other = "local" if backend == "verl" else "verl"
+        other = LOCAL if backend == VERL else VERL
         raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
 
 
@@ -110,7 +129,7 @@ def train(
     ctx: typer.Context,
     arm_name: ArmOption,
     run: Annotated[str | None, typer.Option("--run", metavar="RUN", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help="local (CPU policy, real ALFWorld) or verl (verl-agent on GPUs). Default: verl with a CUDA GPU, else local.")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None,
     seeds: SeedsOption = None,
     steps: Annotated[int | None, typer.Option("--steps", help="Training steps (policy updates).")] = None,
@@ -140,7 +159,7 @@ def train(
     # publishing while training
     push_to_hub: Annotated[str | None, typer.Option("--push-to-hub", metavar="OWNER/NAME", help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.")] = None,
     push_wait: Annotated[float | None, typer.Option("--push-wait", help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help="--push-to-hub: first step of the window the cards report (default: 7/15 of the run's total steps).")] = None,
+    window_start: Annotated[int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)] = None,
     private: HubPrivateOption = None,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
@@ -161,10 +180,7 @@ def train(
         raise UsageError(f"--backend {chosen}: use one of {', '.join(BACKENDS)}")
     seed_values = tuple(seed_list(seeds, seed))
     arm = load_arm(arm_name, parse_set_options(set_flags) or None)
-    _refuse_other_backend_options(chosen, {
-        "--model": model, "--gpus": gpus, "--nnodes": None if nnodes == 1 else nnodes, "--ray-address": ray_address,
-        "--host-profile": None if host_profile == "reference" else host_profile, "--save-every": save_every,
-    }, {"--eval-games": eval_games, "--eval-from": eval_from, "--workers": workers, "--time-budget": time_budget, "--dump-batches": dump_batches})
+    _refuse_other_backend_options(ctx, chosen)
     db_path = settings(ctx).db
     hub_options = {"--push-wait": push_wait, "--window-start": window_start, "--private/--public": private,
                    "--token": token, "--token-file": token_file, "--timeout": timeout, "--deadline": deadline,
@@ -194,7 +210,7 @@ def train(
     def log(message: str) -> None:
         info(ctx, message)
 
-    if chosen == "local":
+    if chosen == LOCAL:
         from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
 
         # Resuming without --seed/--seeds continues the run with the seed it recorded.

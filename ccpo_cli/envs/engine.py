@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.extras import require_extra
 from ccpo_cli.task_types import short_key
 
 WIN_REWARD = 10.0
@@ -63,15 +64,8 @@ def preserved_argv() -> Iterator[None]:
 def require_engine() -> None:
     """Import the engine or fail with one clear line (exit 1) naming the install command."""
     _ensure_alfworld_data()
-    try:
-        import alfworld.agents.environment.alfred_tw_env  # noqa: F401
-        import fast_downward  # noqa: F401
-        import textworld.envs  # noqa: F401
-    except ImportError as error:
-        raise CcpoError(
-            f"the ALFWorld engine is not installed ({error}); "
-            "run: pip install 'alfworld==0.4.2' 'textworld[pddl]==1.7.0'"
-        ) from None
+    for module in ("alfworld.agents.environment.alfred_tw_env", "fast_downward", "textworld.envs"):
+        require_extra("alfworld", module, what="the ALFWorld engine")
 
 
 @functools.lru_cache(maxsize=1)

@@ -56,6 +56,7 @@ from ccpo_cli.experiments.blocks import (
 )
 from ccpo_cli.experiments.designs import DEFAULT_DESIGN, Design, list_designs, load_design
 from ccpo_cli.names import check_run_name
+from ccpo_cli.report.window import MatrixWindow
 
 if TYPE_CHECKING:
     from ccpo_cli.backends.local.config import TrainConfig
@@ -182,7 +183,7 @@ class MatrixDesign:
     `recipe` is every run's configuration (each run gets its seed, its first evaluated step, its
     rollout stream and, for a fork, its start checkpoint); `eval_from` None evaluates from the
     window start; `window_start` None puts the window on the last DEFAULT_WINDOW_EVALUATIONS
-    evaluation points (`default_window_start`). `warm_start_arms` are the arms that train the warm-ups in turn (seed s:
+    evaluation points (`MATRIX_WINDOW`, report/window.py). `warm_start_arms` are the arms that train the warm-ups in turn (seed s:
     number s mod n); empty means every compared arm. `cpu_minutes` adds a budget in CPU
     minutes of the trainers and their workers to the wall-time one."""
 
@@ -228,14 +229,8 @@ class _Plan:
     arms: tuple[MatrixArm, ...] = ()
 
 
-def default_window_start(steps: int, warm_start: int, eval_every: int) -> int:
-    """The first step of the compared window when none is given: the last
-    DEFAULT_WINDOW_EVALUATIONS evaluation points (16 steps: step 16 alone),
-    never before the warm start ends; without evaluations, the end of the warm start (half of
-    the steps without one)."""
-    if not eval_every:
-        return warm_start or steps // 2
-    return max(warm_start, 0, steps - eval_every * (DEFAULT_WINDOW_EVALUATIONS - 1))
+# The matrix rule of where a run's compared window starts (report/window.py owns it).
+MATRIX_WINDOW = MatrixWindow(DEFAULT_WINDOW_EVALUATIONS)
 
 
 def warmup_arm_for(seed: int, warm_arms: tuple[MatrixArm, ...]) -> MatrixArm:
@@ -257,7 +252,7 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("seeds are whole numbers >= 0")
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
-    window = default_window_start(steps, warm_start, design.recipe.eval_every) if design.window_start is None \
+    window = MATRIX_WINDOW.start(steps, warm_start, design.recipe.eval_every) if design.window_start is None \
         else design.window_start
     if warm_start >= steps:
         raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ccpo_cli import vocabulary
 from ccpo_cli.errors import CcpoError, RemoteError, UsageError
 from ccpo_cli.experiments.blocks import Block, BlockDone, train_block
+from ccpo_cli.extras import require_extra
 from ccpo_cli.store.sync import Chunk
 
-LOCAL = "local"
+LOCAL = vocabulary.LOCAL  # `--ray-address local`: a Ray started in this process
 # Read by Ray when it is imported: off, a Ray instance started here listens on 127.0.0.1 only.
 _LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # A task whose worker died is run again this many times (its block then changes nothing twice).
@@ -51,10 +53,7 @@ def connect(address: str):
         os.environ.setdefault(_LOOPBACK_ONLY_ENV, "0")
     if address != LOCAL:
         _reachable(address)
-    try:
-        import ray
-    except ImportError:
-        raise CcpoError("--ray-address needs Ray, which is not installed (pip install 'ccpo[verl]')") from None
+    ray = require_extra("verl", "ray", what="--ray-address")
     if ray.is_initialized():
         raise UsageError("Ray is already connected in this process; ccpo matrix makes its own connection")
     import logging

@@ -48,6 +48,7 @@ import numpy as np
 from scipy import stats
 
 from ccpo_cli.experiments.blocks import run_name
+from ccpo_cli.stats import two_arm_test
 
 ALPHA = 0.05
 # The budget a "30-minute matrix" of this project's 2-core machine is: 2 cores for 30 minutes.
@@ -177,21 +178,19 @@ def load_matrix(db, prefix: str, labels: Sequence[str], seeds: Iterable[int]) ->
 
 
 def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
-    """The paired t-test on per-seed differences a − b: n, mean, sd, t, p, MDD, effect/sd."""
-    from ccpo_cli.report.power import paired_mdd
+    """The paired t-test on per-seed differences a − b: n, mean, sd, t, p, MDD, effect/sd.
 
-    values = np.asarray(differences, dtype=float)
-    n = len(values)
-    result: dict[str, Any] = {"n": n, "mean": float(values.mean()) if n else None, "sd": None, "t": None, "p": None,
+    A matrix pairs its arms by seed (one warm start, one game draw), so the testbed's test is the
+    paired branch of `ccpo_cli.stats.two_arm_test`, the one compare and the power section use."""
+    from ccpo_cli.report.power import paired_mdd
+    from ccpo_cli.stats import paired_t_test
+
+    test = paired_t_test(differences)
+    n, sd = test["n"], test["sd"]
+    result: dict[str, Any] = {"n": n, "mean": test["difference"], "sd": sd, "t": None, "p": None,
                               "mdd": None, "effect_to_sd": None}
-    if n < 2:
-        return result
-    sd = float(values.std(ddof=1))
-    result["sd"] = sd
-    if sd > 0:
-        t = float(values.mean() / (sd / math.sqrt(n)))
-        result.update(t=t, p=float(2 * stats.t.sf(abs(t), n - 1)), mdd=paired_mdd(sd, n),
-                      effect_to_sd=float(values.mean() / sd))
+    if sd:
+        result.update(t=test["t"], p=test["p"], mdd=paired_mdd(sd, n), effect_to_sd=float(test["difference"] / sd))
     return result
 
 
@@ -223,8 +222,8 @@ def home_advantage(found: Mapping[int, float], warmed_by: Mapping[int, str | Non
         result["home_advantage"] = (statistics.fmean(own) - statistics.fmean(other)) / 2
         result["balanced_difference"] = (statistics.fmean(own) + statistics.fmean(other)) / 2
     if len(own) >= 2 and len(other) >= 2:
-        test = stats.ttest_ind(own, other, equal_var=False)
-        result["p_home_advantage"] = float(test.pvalue)
+        # Two groups of different seeds: nothing pairs them, so the one decision gives Welch's t.
+        result["p_home_advantage"] = two_arm_test(dict(enumerate(own)), dict(enumerate(other)), paired_by_design=())["p"]
         # its standard error: half that of the gap between the two group means
         result["home_advantage_se"] = 0.5 * math.sqrt(statistics.variance(own) / len(own)
                                                       + statistics.variance(other) / len(other))

@@ -10,7 +10,6 @@ pending (or after one round with `once`); the outbox is durable, so following ag
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -41,35 +40,17 @@ def _run_folder(run: dict[str, Any], explicit: Path | None) -> Path | None:
     return None
 
 
-def _verl_record(run_dir: Path) -> dict[str, Any]:
-    """The launch record of a verl run folder (its config.json)."""
-    path = run_dir / "config.json"
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise InvalidInput(f"{path}: no readable verl launch record (config.json) in the run folder") from None
-    if not isinstance(document, dict) or document.get("backend") != "verl":
-        raise InvalidInput(f"{path}: not the launch record of a verl run")
-    return document
-
-
 def ingest_verl(db, run: str, run_dir: Path, log: Callable[[str], None]) -> None:
     """Bring a verl run folder's grown metrics file into runs.db (a partial last line waits)."""
-    from ccpo_cli.store.ingest import ingest_file
+    from ccpo_cli.backends.verl.follow import follow_run_folder, launch_record
 
-    record = _verl_record(run_dir)
-    metrics = Path(record.get("metrics_file") or run_dir / "metrics.jsonl")
-    if not metrics.is_file() or metrics.stat().st_size == 0:
-        return
-    arm = record.get("arm") or {}
+    launch_record(run_dir)  # a folder that is not a verl run's is refused, not retried
     try:
-        report = ingest_file(db, metrics, run, fmt="ccpo", arm=arm.get("name"), arm_fingerprint=arm.get("fingerprint"),
-                             seed=record.get("seed"), base_model=record.get("model"),
-                             total_steps=record.get("total_steps"), backend="verl")
+        report = follow_run_folder(db, run, run_dir)
     except InvalidInput as error:  # read again next round
         log(f"follow {run}: metrics not ingested yet ({error})")
         return
-    if report.new:
+    if report is not None and report.new:
         log(f"follow {run}: step {report.last_step}, {report.new} new evaluation(s) recorded")
 
 
@@ -131,7 +112,9 @@ def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None) -> 
     kind = backend or (recorded or {}).get("backend")
     folder = _run_folder(recorded or {}, run_dir)
     if kind is None and folder is not None and (folder / "config.json").is_file():
-        kind = _verl_record(folder).get("backend")
+        from ccpo_cli.backends.verl.follow import launch_record
+
+        kind = launch_record(folder).get("backend")
     if recorded is None and kind != "verl":
         raise InvalidInput(f"no run named {run!r} in the database; give --run-dir of a verl run folder to follow it")
     if kind == "verl" and folder is None:

@@ -26,11 +26,16 @@ import sqlite_utils
 
 from ccpo_cli import stats
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.report import default_window_start
 from ccpo_cli.report.isolation import isolation_check
 from ccpo_cli.report.labels import arm_name, short_labels, unit_key
-from ccpo_cli.report.power import power_report
-from ccpo_cli.report.window import run_state, task_type_keys, window_entry
+from ccpo_cli.report.power import power_report, shared_rollout_seeds
+from ccpo_cli.report.window import (
+    DEFAULT_WINDOW,
+    run_state,
+    run_window_start,
+    task_type_keys,
+    window_entry,
+)
 from ccpo_cli.store.facts import run_facts
 from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
 from ccpo_cli.store.liveness import annotate_runs
@@ -239,7 +244,12 @@ def _comparable(first: dict, second: dict) -> bool:
     return all(json.dumps(first[key], sort_keys=True) == json.dumps(second[key], sort_keys=True) for key in keys)
 
 
-def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]) -> tuple[list[dict], list[dict]]:
+def _seed_means(arm: dict) -> dict:
+    return dict(zip(arm["seed_runs"], arm["seed_window_means"]))
+
+
+def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict],
+                     rollout_hashes: dict[str, str | None]) -> tuple[list[dict], list[dict]]:
     comparisons, not_compared = [], []
     for first, second in combinations(arms, 2):
         unseeded = [arm["arm"] for arm in (first, second) if not arm["n_seeds"]]
@@ -269,6 +279,10 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
             matrix_a = [[mean] for mean in first["seed_window_means"]]
             matrix_b = [[mean] for mean in second["seed_window_means"]]
         welch = stats.welch_t_test(first["seed_window_means"], second["seed_window_means"])
+        # Paired or Welch is decided once (stats.two_arm_test): seeds whose runs of both arms
+        # recorded the same first rollouts were paired by their design (a matrix), and are tested so.
+        test = stats.two_arm_test(_seed_means(first), _seed_means(second),
+                                  paired_by_design=shared_rollout_seeds(first, second, rollout_hashes))
         enough = min(first["n_seeds"], second["n_seeds"]) >= MIN_SEEDS_INTERVAL
         pair = isolation_of(first["runs"] + second["runs"])
         comparisons.append(
@@ -277,6 +291,7 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
                 "arm_b": second["arm"],
                 "difference": welch["difference"],
                 "welch": welch,
+                "test": test,
                 "probability_of_improvement": stats.probability_of_improvement(matrix_a, matrix_b) if enough else None,
                 "poi_note": None if enough else NEEDS_SEEDS_NOTE,
                 "poi_tasks": tasks,
@@ -350,7 +365,7 @@ def compare_runs(
     (all runs when None or empty), in the order given (else by name).
 
     Keys: window_start (the one given, else None: each run's window then starts at
-    `report.WINDOW_START_FRACTION` of its recorded total steps, `window.start` and
+    the start its matrix recorded, else the default rule (`report/window.py`); `window.start` and
     `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
     references[], reference_levels, left_out, isolation, power. Success rates are percent.
 
@@ -407,15 +422,7 @@ def compare_runs(
     evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
     run_entries = []
     for run in chosen:
-        recorded_window = ((run.get("config") or {}).get("train") or {}).get("window_start")
-        if window_start is not None:
-            start, basis = window_start, "given"
-        elif isinstance(recorded_window, int) and not isinstance(recorded_window, bool):
-            # A matrix run says which window its matrix compared (TrainConfig.window_start); a
-            # card or compare of the same run reads that window, not the 7/15 default.
-            start, basis = recorded_window, "the window its matrix compared, recorded with the run"
-        else:
-            start, basis = default_window_start(run["total_steps"], run["last_step"])
+        start, basis = run_window_start(window_start, run.get("config"), run["total_steps"], run["last_step"])
         run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
     entries_by_run = {entry["run"]: entry for entry in run_entries}
     failures = {run["name"]: run.get("failure") for run in chosen}
@@ -441,7 +448,8 @@ def compare_runs(
     def isolation_of(names: list[str]) -> dict:
         return isolation_check([by_name[name] for name in names], identities, unit_of)
 
-    comparisons, not_compared = _arm_comparisons(arms, isolation_of)
+    rollout_hashes = {run["name"]: run.get("step1_rollout_hash") for run in chosen}
+    comparisons, not_compared = _arm_comparisons(arms, isolation_of, rollout_hashes)
     label_of = {arm["arm"]: arm["label"] for arm in arms}
     for row in comparisons + not_compared:
         row["label_a"], row["label_b"] = label_of[row["arm_a"]], label_of[row["arm_b"]]
@@ -451,7 +459,7 @@ def compare_runs(
     return {
         # The start every window shares (given, or the same share of equal totals), else None.
         "window_start": window_start if window_start is not None else (starts.pop() if len(starts) == 1 else None),
-        "window_start_basis": "given" if window_start is not None else "7/15 of each run's recorded total steps",
+        "window_start_basis": "given" if window_start is not None else DEFAULT_WINDOW.describe(example=False),
         "split": split,
         "runs": run_entries,
         "arms": arms,
@@ -469,8 +477,7 @@ def compare_runs(
         "conflicts": {entry["run"]: {"steps": entry["conflicting_steps"], "facts": entry["fact_conflicts"]}
                       for entry in run_entries if entry["conflicting_steps"] or entry["fact_conflicts"]},
         # Minimum detectable difference per compared arm pair (and seeds needed for `detect` points).
-        "power": power_report(arms, comparisons,
-                              {run["name"]: run.get("step1_rollout_hash") for run in chosen}, detect),
+        "power": power_report(arms, comparisons, detect),
         "unit_differences": _unit_difference_lines(trained, identities),
         # What was corrected: retracted runs and evaluations (left out above) and settled conflicts.
         "retracted": _retracted_section(db, retracted_runs, [run["id"] for run in chosen]),

@@ -206,11 +206,3 @@ def _config_key_only(difference: str) -> str:
                                  + "/".join(found.group(0).rstrip("/").split("/")[-2:]), difference)
     return f"{difference.split(': ', 1)[0]} differs"
 
-
-def describe_verdict(isolation: dict) -> str:
-    """One line: passes / fails (which) / unverifiable (what was not recorded)."""
-    if isolation["verdict"] == "fails":
-        return "fails: " + shown_differences(isolation["differences"])
-    if isolation["verdict"] == "unverifiable":
-        return "unverifiable: not recorded: " + ", ".join(isolation["not_recorded"])
-    return "passes"

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ccpo_cli.stats import PAIRED_TEST, WELCH_TEST
+
 # scipy is imported inside the functions that use it ("imported here"), as in ccpo_cli/stats.py.
 
 ALPHA = 0.05
@@ -30,8 +32,8 @@ POWER = 0.80
 MIN_SEEDS = 2
 NEEDS_SEEDS_NOTE = f"needs ≥ {MIN_SEEDS} seeds"
 MAX_SEEDS_SEARCHED = 10_000
-PAIRED = "paired t"
-WELCH = "Welch t"
+PAIRED = PAIRED_TEST
+WELCH = WELCH_TEST
 
 
 def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
@@ -128,11 +130,13 @@ def pair_power(
 ) -> dict[str, Any]:
     """Power of comparing two arms from their per-seed window means.
 
-    `paired_seeds` are the seeds whose runs in both arms are known to share their rollouts;
-    with at least two of them the paired test is used on those seeds (seeds outside them are
-    left out and listed), else Welch's test on all seeds.
+    `paired_seeds` are the seeds whose runs in both arms are known to share their rollouts. Which
+    test is used is `stats.two_arm_test`'s decision, the one compare reports: the paired test on
+    those seeds when at least two (seeds outside them are left out and listed), else Welch's test
+    on all seeds.
     """
-    from scipy import stats  # imported here: see the top
+    from ccpo_cli.stats import two_arm_test
+
     result: dict[str, Any] = {
         "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
         "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,
@@ -141,18 +145,16 @@ def pair_power(
     }
     if seed_means_a and seed_means_b:
         result["observed_difference"] = float(np.mean(list(seed_means_a.values())) - np.mean(list(seed_means_b.values())))
-    pairs = [seed for seed in paired_seeds if seed in seed_means_a and seed in seed_means_b]
-    if len(pairs) >= MIN_SEEDS:
-        differences = [seed_means_a[seed] - seed_means_b[seed] for seed in pairs]
-        sd = _sd(differences)
-        left_out = sorted({*seed_means_a, *seed_means_b} - set(pairs), key=str)
-        result.update(test=PAIRED, n_pairs=len(pairs), seeds_left_out=left_out,
-                      observed_difference=float(np.mean(differences)), sd=sd)
+    decided = two_arm_test(seed_means_a, seed_means_b, paired_by_design=paired_seeds)
+    if decided["test"] == PAIRED:
+        sd = decided["sd"]
+        result.update(test=PAIRED, n_pairs=decided["n"], seeds_left_out=decided["seeds_left_out"],
+                      observed_difference=decided["difference"], sd=sd)
         if not sd:
             result["note"] = "the paired differences do not vary: power is undefined"
             return result
-        result["p"] = float(stats.ttest_1samp(differences, 0.0).pvalue)
-        result["mdd"] = paired_mdd(sd, len(pairs), alpha, power)
+        result["p"] = decided["p"]
+        result["mdd"] = paired_mdd(sd, decided["n"], alpha, power)
         if detect is not None:
             result["seeds_needed"] = paired_seeds_needed(detect, sd, alpha, power)
         return result
@@ -165,15 +167,16 @@ def pair_power(
     if not sd_a and not sd_b:
         result["note"] = "no spread over seeds in either arm: power is undefined"
         return result
-    result["p"] = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    result["p"] = decided["p"]
     result["mdd"] = welch_mdd(sd_a, len(a), sd_b, len(b), alpha, power)
     if detect is not None:
         result["seeds_needed"] = welch_seeds_needed(detect, sd_a, sd_b, alpha, power)
     return result
 
 
-def _shared_rollout_seeds(arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]) -> list[Any]:
-    """Seeds whose runs in both arms all recorded one and the same non-empty step-1 rollout hash."""
+def shared_rollout_seeds(arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]) -> list[Any]:
+    """Seeds whose runs in both arms all recorded one and the same non-empty step-1 rollout hash:
+    the record that the design paired them."""
     shared = []
     for seed, runs_a in arm_a["seed_runs"].items():
         runs_b = arm_b["seed_runs"].get(seed)
@@ -188,7 +191,6 @@ def _shared_rollout_seeds(arm_a: dict, arm_b: dict, rollout_hashes: dict[str, st
 def power_report(
     arms: list[dict],
     comparisons: list[dict],
-    rollout_hashes: dict[str, str | None],
     detect: float | None = None,
     alpha: float = ALPHA,
     power: float = POWER,
@@ -197,7 +199,7 @@ def power_report(
 
     `arms` are the document's arms (one per comparison unit, with `seed_runs` and one
     `seed_window_means` value per seed), `comparisons` the pairs it compares (arms that differ
-    only in the arm); `rollout_hashes` maps run name to its recorded step-1 rollout hash.
+    only in the arm), each with the `test` compare chose for it (its paired seeds).
     """
     by_label = {arm["arm"]: arm for arm in arms}
     pairs = []
@@ -208,6 +210,6 @@ def power_report(
         pairs.append({
             "arm_a": arm_a["arm"],
             "arm_b": arm_b["arm"],
-            **pair_power(means_a, means_b, _shared_rollout_seeds(arm_a, arm_b, rollout_hashes), detect, alpha, power),
+            **pair_power(means_a, means_b, comparison["test"]["paired_seeds"], detect, alpha, power),
         })
     return {"alpha": alpha, "power": power, "detect": detect, "sided": "two-sided", "pairs": pairs}

@@ -2,8 +2,8 @@
 evaluations for a window mean, the `--window-start` that would hold enough.
 
 `card` and `publish` take `--status auto`: final once the run reached the largest total steps
-recorded for it (compare's `run_state` "finished"), interim before. The default window (7/15 of
-the total steps) of a run at step 80 of 150 holds two evaluations; rather than a refusal that
+recorded for it (compare's `run_state` "finished"), interim before. The default window
+(`report/window.py`, `DEFAULT_WINDOW`) of a run at step 80 of 150 holds two evaluations; rather than a refusal that
 says "pass an earlier --window-start", the refusal names the start that gives the last
 `MIN_HEADLINE_EVALUATIONS` evaluations of the run's protocol. The window is never moved without
 being asked: a card's headline is the window the reader is told.

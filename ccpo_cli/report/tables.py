@@ -35,6 +35,7 @@ from ccpo_cli.report.labels import (
     legend_rows,
     needs_legend,
 )
+from ccpo_cli.report.window import DEFAULT_WINDOW
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -515,7 +516,7 @@ def run_detail_tables(document: dict) -> list[Any]:
 
 def _window_title(document: dict) -> str:
     start = document.get("window_start")
-    return f"step >= {start}" if start is not None else "from 7/15 of each run's total steps"
+    return f"step >= {start}" if start is not None else "from " + DEFAULT_WINDOW.describe("each run's", example=False)
 
 
 # CSV: a unit's column is the stable arm, the short label and one column per identity field, so
@@ -663,19 +664,20 @@ def best_rows_table(document: dict) -> TableData:
 def comparisons_table(document: dict) -> TableData:
     table = TableData("comparisons", "arm differences (window means across seeds)", [
         Column("a vs b", NAME, "left", fields=("arm_a", "arm_b", "label_a", "label_b")),
-        Column("a - b", key="difference"), Column("t"), Column("df"), Column("p"),
+        Column("a - b", key="difference"), text_column("test"), Column("t"), Column("df"), Column("p"),
         Column("95% CI", fields=("ci_low", "ci_high")), Column("P(a>b)", key="probability_of_improvement"),
         text_column("note")])
     stable = {arm["arm"]: arm_name(arm) for arm in document["arms"]}
     for row in document["comparisons"]:
-        welch = row["welch"]
+        # The test compare chose (paired where the design paired the seeds, else Welch).
+        welch = row.get("test") or dict(row["welch"], test="Welch t")
         interval = f"[{_number(welch['ci_low'])}, {_number(welch['ci_high'])}]" if welch["ci_low"] is not None else "-"
         poi = row["probability_of_improvement"]
         verdict = (row.get("isolation") or {}).get("verdict")
         notes = "; ".join(note for note in (row["note"] or "", f"isolation {verdict}" if verdict and verdict != "passes" else "") if note)
         label_a, label_b = row.get("label_a") or row["arm_a"], row.get("label_b") or row["arm_b"]
         table.add(Cell(f"{label_a} vs {label_b}", (stable.get(row["arm_a"]), stable.get(row["arm_b"]), label_a, label_b)),
-                  num(row["difference"]), num(welch["t"], 2), num(welch["df"]),
+                  num(row["difference"]), txt(welch["test"], welch["test"]), num(welch["t"], 2), num(welch["df"]),
                   num(welch["p"], 3), Cell(interval, (_raw(welch["ci_low"]), _raw(welch["ci_high"]))),
                   Cell(_number(poi, 2) if poi is not None else (row.get("poi_note") or "-"), _raw(poi)), txt(notes, notes))
     return table

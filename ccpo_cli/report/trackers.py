@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.extras import check_extra, require_extra
 
 TRACKERS = ("tensorboard", "trackio", "csv")
 LIVE_TRACKERS = ("tensorboard", "trackio")  # --report-to: metrics.jsonl already is the run's CSV-like log
@@ -64,20 +65,15 @@ class ScalarSink(Protocol):
     def close(self) -> None: ...
 
 
-def _missing(package: str, extra: str) -> CcpoError:
-    return CcpoError(f"{package} is not installed: pip install 'ccpo[{extra}]'")
-
-
 class TensorBoardSink:
     """Event files in `logdir`, written with TensorBoard's own writer (no torch, no TensorFlow)."""
 
     def __init__(self, logdir: Path) -> None:
-        try:
-            from tensorboard.compat.proto.event_pb2 import Event
-            from tensorboard.compat.proto.summary_pb2 import Summary
-            from tensorboard.summary.writer.event_file_writer import EventFileWriter
-        except ImportError:
-            raise _missing("tensorboard", "tensorboard") from None
+        require_extra("tensorboard", "tensorboard", what="writing TensorBoard event files")
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
         logdir.mkdir(parents=True, exist_ok=True)
         self._event, self._summary = Event, Summary
         self._writer = EventFileWriter(str(logdir))
@@ -103,11 +99,9 @@ class TrackioSink:
     """One trackio run (`name`) in `project`, stored where trackio stores it (TRACKIO_DIR)."""
 
     def __init__(self, project: str, name: str, config: Mapping[str, Any] | None = None, *, replace: bool) -> None:
-        try:
-            import trackio
-            from trackio.sqlite_storage import SQLiteStorage
-        except ImportError:
-            raise _missing("trackio", "trackio") from None
+        trackio = require_extra("trackio", "trackio", what="a trackio run")
+        from trackio.sqlite_storage import SQLiteStorage
+
         self._trackio = trackio
         with _stdout_to_stderr():
             if replace and name in SQLiteStorage.get_runs(project):
@@ -150,12 +144,10 @@ class CsvSink:
 # ----------------------------------------------------------------------------- while training
 
 def check_installed(trackers: tuple[str, ...]) -> None:
-    """CcpoError (exit 1, a missing optional runtime) naming the extra to install."""
-    import importlib.util
-
+    """CcpoError (exit 1, a missing optional runtime) naming the extra to install, before training."""
     for tracker in trackers:
-        if tracker in ("tensorboard", "trackio") and importlib.util.find_spec(tracker) is None:
-            raise _missing(tracker, tracker)
+        if tracker in ("tensorboard", "trackio"):
+            check_extra(tracker, tracker, what=f"--report-to {tracker}")
 
 
 def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:

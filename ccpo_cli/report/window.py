@@ -1,25 +1,120 @@
-"""One run's window: the evaluations of its protocol from the window start on, their mean and
-sd, the trend test over them, the best point with its selection bias, and the noise of one
-evaluation.
+"""A run's window: the rules that say where it starts, and its statistics.
 
-The window holds evaluations of one protocol, the run's recorded one (`store.identity`: the
-episodes and temperature most of its evaluations used); evaluations of another protocol in the
-window are listed as left out. A window of fewer than `MIN_HEADLINE_EVALUATIONS` is never a
-headline, and one of fewer than `stats.MIN_TREND_POINTS` is never called converged. A window
-whose slope interval excludes 0 is "not converged", and the best point's bias is then measured
-on the detrended noise.
+Where a window starts is decided here and nowhere else (docs/architecture.md §3, "Window
+statistics"), by one of two rules, each with the `describe` that every sentence about it (help
+texts, the compare document, tables, cards) is generated from:
+- the default rule, `DEFAULT_WINDOW`: the window starts at 7/15 of the run's recorded total steps
+  (the seed card's step 70 of 150), ceil(7/15 · total steps);
+- the matrix rule, `MatrixWindow`: the last few evaluation points of a design's run, never before
+  its warm start ends. A matrix records the start it chose in each run (`TrainConfig.window_start`),
+  and `run_window_start` reads that recorded start before the default, so `compare` and `card`
+  of a matrix run average the window its matrix compared.
+
+The statistics: the evaluations of its protocol from the window start on, their mean and sd,
+the trend test over them, the best point with its selection bias, and the noise of one
+evaluation. The window holds evaluations of one protocol, the run's recorded one
+(`store.identity`: the episodes and temperature most of its evaluations used); evaluations of
+another protocol in the window are listed as left out. A window of fewer than
+`MIN_HEADLINE_EVALUATIONS` is never a headline, and one of fewer than `stats.MIN_TREND_POINTS`
+is never called converged. A window whose slope interval excludes 0 is "not converged", and the
+best point's bias is then measured on the detrended noise.
+
+The rules import nothing heavy (`--help` states them); the statistics import numpy when they run.
 """
 
 from __future__ import annotations
 
-from ccpo_cli import stats
-from ccpo_cli.store.identity import EvaluationProtocol
-from ccpo_cli.store.queries import best_evaluation
-from ccpo_cli.task_types import TASK_TYPES
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ccpo_cli.store.identity import EvaluationProtocol
 
 # A window mean of fewer evaluations is one or two noisy points, not a level.
 MIN_HEADLINE_EVALUATIONS = 3
-RUN_STATES = ("running", "stopped-early", "finished", "interrupted", "failed", "unknown")
+
+
+@dataclass(frozen=True)
+class FractionWindow:
+    """The default rule: the window starts at `fraction` of the run's recorded total steps. A run
+    of another length gets the same share of its own training, never the literal step 70."""
+
+    fraction: Fraction
+    example_total: int  # the seed card's run, named in the description
+
+    @property
+    def share(self) -> str:
+        return f"{self.fraction.numerator}/{self.fraction.denominator}"
+
+    def start(self, total_steps: int | None, last_step: int | None) -> tuple[int, str]:
+        """(first step of the window, how it was chosen) of a run with no given start."""
+        if total_steps:
+            return math.ceil(total_steps * self.fraction), f"{self.share} of the run's {total_steps} total steps"
+        if last_step:
+            return (math.ceil(last_step * self.fraction),
+                    f"total steps not recorded: {self.share} of the last step seen ({last_step})")
+        return 0, "neither total steps nor a step recorded: from step 0"
+
+    def describe(self, whose: str = "each run's recorded", example: bool = True) -> str:
+        """"7/15 of each run's recorded total steps, the seed card's 70 of 150"."""
+        text = f"{self.share} of {whose} total steps"
+        if example:
+            text += f", the seed card's {math.ceil(self.example_total * self.fraction)} of {self.example_total}"
+        return text
+
+
+DEFAULT_WINDOW = FractionWindow(Fraction(70, 150), 150)
+
+
+def default_window_start(total_steps: int | None, last_step: int | None) -> tuple[int, str]:
+    """The default rule's (start, basis) of one run (`DEFAULT_WINDOW.start`)."""
+    return DEFAULT_WINDOW.start(total_steps, last_step)
+
+
+@dataclass(frozen=True)
+class MatrixWindow:
+    """The matrix rule: a design's run compares its last `evaluations` evaluation points, never
+    before its warm start ends; without evaluations, from the end of the warm start (half of the
+    steps without one). The number of points is the design's (`Design.compared_evaluations`)."""
+
+    evaluations: int
+
+    def start(self, steps: int, warm_start: int, eval_every: int) -> int:
+        if not eval_every:
+            return warm_start or steps // 2
+        return max(warm_start, 0, steps - eval_every * (self.evaluations - 1))
+
+    @staticmethod
+    def describe_rule() -> str:
+        """The rule without a design's numbers, for a help text."""
+        return "the design's last compared evaluation points, never before the warm start ends"
+
+    def describe(self) -> str:
+        points = "the last evaluation point" if self.evaluations == 1 else f"the last {self.evaluations} evaluation points"
+        return f"{points} of the run, never before the warm start ends"
+
+
+RECORDED_BASIS = "the window its matrix compared, recorded with the run"
+
+
+def recorded_window_start(config: Any) -> int | None:
+    """The window start a matrix recorded in a run's config (`TrainConfig.window_start`), else None."""
+    recorded = ((config or {}).get("train") or {}).get("window_start") if isinstance(config, dict) else None
+    return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
+
+
+def run_window_start(given: int | None, config: Any, total_steps: int | None, last_step: int | None) -> tuple[int, str]:
+    """Where one run's window starts, and why: a given `--window-start`; else the start its matrix
+    recorded (so `compare` and `card` of a matrix run average the window the matrix compared,
+    whatever `--eval-from` it trained with); else the default rule."""
+    if given is not None:
+        return given, "given"
+    recorded = recorded_window_start(config)
+    if recorded is not None:
+        return recorded, RECORDED_BASIS
+    return DEFAULT_WINDOW.start(total_steps, last_step)
 
 
 def _row_key(row: dict) -> tuple:
@@ -28,11 +123,16 @@ def _row_key(row: dict) -> tuple:
 
 def task_type_keys(rows: list[dict]) -> list[str]:
     """The task types the rows report: the benchmark's order for ALFWorld's, then any other by name."""
+    from ccpo_cli.task_types import TASK_TYPES
+
     present = {key for row in rows for key in row["task_types"]}
     return [key for key in TASK_TYPES if key in present] + sorted(present - set(TASK_TYPES))
 
 
 def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
+    from ccpo_cli import stats
+    from ccpo_cli.store.queries import best_evaluation
+
     best = best_evaluation(window_evals)
     if best is None:
         return None
@@ -66,6 +166,8 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
 def _single_eval_interval(window: dict, protocol: EvaluationProtocol, confidence: float) -> dict | None:
     """The Wilson interval of one evaluation at the window mean; None when the episodes per
     evaluation are not recorded (never an assumed panel size)."""
+    from ccpo_cli import stats
+
     if window["mean"] is None or not protocol.episodes:
         return None
     episodes = int(protocol.episodes)
@@ -75,6 +177,8 @@ def _single_eval_interval(window: dict, protocol: EvaluationProtocol, confidence
 
 
 def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
+    from ccpo_cli import stats
+
     result = {}
     for key in task_type_keys(window_evals):
         rows = [row["task_types"][key] for row in window_evals if key in row["task_types"]]
@@ -88,6 +192,8 @@ def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
 
 
 def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
+    from ccpo_cli import stats
+
     window["pooled_interval"] = None
     episode_counts = [row["episodes"] for row in window_evals]
     if window_evals and all(count is not None for count in episode_counts):
@@ -104,6 +210,8 @@ def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
 def window_entry(evaluations: list[dict], protocol: EvaluationProtocol, window_start: int, confidence: float) -> dict:
     """{"window", "window_task_types", "best", "single_eval_interval", "protocols"} of one run
     whose recorded protocol is `protocol`."""
+    from ccpo_cli import stats
+
     in_window = [row for row in evaluations if row["step"] >= window_start]
     chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
     chosen_ids = {row["id"] for row in chosen}

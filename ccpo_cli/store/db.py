@@ -401,8 +401,8 @@ def m009_views(db: sqlite_utils.Database) -> None:
     # settled conflict that kept the other value retracted the row that stood.
     # run_identity is each run with its identity as recorded (the identity reader, not SQL,
     # infers episodes that were not recorded). compare_window is every standing held-out
-    # evaluation of a run that is not failed from the default window start on (7/15 of the
-    # recorded total steps, else of the last step, as report.default_window_start), of the
+    # evaluation of a run that is not failed from the default window start on (the default rule
+    # of report/window.py, on the recorded total steps, else on the last step), of the
     # run's protocol: the (episodes, temperature) most of its evaluations used.
     # Imported here: store/records.py imports this module.
     from ccpo_cli.store.records import STANDING

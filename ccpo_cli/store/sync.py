@@ -36,7 +36,8 @@ from typing import Any
 
 import sqlite_utils
 
-from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.extras import require_extra
 from ccpo_cli.names import check_run_name, host_label, qualified_run_name
 from ccpo_cli.store import sync_corrections
 from ccpo_cli.store.db import utc_now, write_transaction
@@ -68,12 +69,7 @@ _EPISODE_FIELDS = ("episode_index", "game_id", "task_type", "won", "turns", "inv
 
 def _pyarrow():
     """pyarrow and its parquet module, or one line saying how to install them."""
-    try:
-        import pyarrow
-        import pyarrow.parquet
-    except ImportError:
-        raise CcpoError("parquet parts need pyarrow, which is not installed (pip install 'ccpo[sync]')") from None
-    return pyarrow, pyarrow.parquet
+    return require_extra("sync", "pyarrow", what="parquet parts"), require_extra("sync", "pyarrow.parquet", what="parquet parts")
 
 
 def _schemas() -> dict[str, Any]:

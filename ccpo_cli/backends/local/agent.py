@@ -21,12 +21,13 @@ from ccpo_cli.backends.local.features import Turn as PastTurn
 from ccpo_cli.backends.local.policy import CommandScorer, pack
 from ccpo_cli.backends.local.workers import candidates_of, sample_index
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 
 class LocalPolicyAgent(Agent):
     name = "local"
 
-    def __init__(self, model: CommandScorer, temperature: float = 0.4, seed: int = 0):
+    def __init__(self, model: CommandScorer, temperature: float = EVAL_TEMPERATURE, seed: int = 0):
         if temperature <= 0:
             raise InvalidInput("the local policy samples: --temperature must be > 0")
         self.model = model.eval()
@@ -69,7 +70,7 @@ class LocalPolicyAgent(Agent):
         return decisions
 
 
-def make_local_agent(model: str | None, *, temperature: float = 0.4, seed: int = 0, **options: Any) -> LocalPolicyAgent:
+def make_local_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> LocalPolicyAgent:
     """The registry factory: `model` is a checkpoint file or a run folder (its latest checkpoint)."""
     from ccpo_cli.backends.local.trainer import load_policy
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.task_types import ROOMS
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 PROTOCOL, GROW, FREE = "protocol", "grow", "free"
 
@@ -80,7 +81,7 @@ class TrainConfig:
     # of configs/games/) or "large", the search-sized rooms (configs/games/large-*-manifest.json).
     room: str = _setting("small", resume=PROTOCOL)
     eval_episodes: int = _setting(1, resume=PROTOCOL)
-    eval_temperature: float = _setting(0.4, resume=PROTOCOL)
+    eval_temperature: float = _setting(EVAL_TEMPERATURE, resume=PROTOCOL)
     eval_seed: int = _setting(0, resume=PROTOCOL)
     eval_max_steps: int = _setting(50, resume=PROTOCOL)
     workers: int = _setting(resume=FREE, factory=default_workers)

@@ -41,6 +41,7 @@ from typing import Any
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import utc_now
 from ccpo_cli.store.liveness import ProcessOwner
+from ccpo_cli.vocabulary import LOCAL
 
 IDENTITY_FILE = "run.json"
 LOCK_FILE = "trainer.lock"
@@ -105,12 +106,12 @@ def read_identity(folder: Path) -> FolderIdentity | None:
         raise InvalidInput(f"{path}: not a ccpo run identity record; refusing to use the folder")
     try:
         return FolderIdentity(run=str(document["run"]), uid=str(document["uid"]), db=str(document["db"]),
-                              backend=str(document.get("backend", "local")), created_at=str(document.get("created_at", "")))
+                              backend=str(document.get("backend", LOCAL)), created_at=str(document.get("created_at", "")))
     except KeyError as missing:
         raise InvalidInput(f"{path}: run identity record without {missing}; refusing to use the folder") from None
 
 
-def write_identity(folder: Path, run: str, uid: str, db_path: str | Path, backend: str = "local") -> FolderIdentity:
+def write_identity(folder: Path, run: str, uid: str, db_path: str | Path, backend: str = LOCAL) -> FolderIdentity:
     """Record (atomically) that `folder` belongs to run `run` with global id `uid`."""
     existing = read_identity(folder)
     if existing is not None and existing.uid == uid:

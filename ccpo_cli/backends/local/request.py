@@ -18,8 +18,10 @@ from ccpo_cli.backends import seed_run_name
 from ccpo_cli.backends.local.config import TrainConfig, resume_base
 from ccpo_cli.backends.observer import TrainingObserver
 from ccpo_cli.errors import InvalidInput, UsageError
+from ccpo_cli.extras import require_extra
+from ccpo_cli.vocabulary import LOCAL
 
-BACKEND = "local"
+BACKEND = LOCAL
 # The request's fields that are `TrainConfig` fields of the same name (None: the config's default).
 _CONFIG_FIELDS = ("steps", "tasks", "group", "eval_every", "max_steps", "eval_games", "eval_from", "workers",
                   "dump_batches", "time_budget_s")
@@ -127,6 +129,7 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
             continue
         if len(seeds) > 1:  # a header per run, so a multi-seed log says where each run starts
             log(run_header(name, request.arm.name, seed, f"{index} of {len(seeds)}"))
+        require_extra("local", "torch", what="ccpo train --backend local")
         from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
 
         result = train_arm(request.arm, name, request.db_path, config, resume=request.resume is not None,

@@ -82,8 +82,9 @@ from ccpo_cli.store.liveness import (
     record_failure,
     start_session,
 )
+from ccpo_cli.vocabulary import LOCAL
 
-BACKEND = "local"
+BACKEND = LOCAL
 BENCHMARK = "alfworld"  # the trainer plays the real ALFWorld engine's games
 BASE_MODEL = "ccpo-local-hashed-ngram-policy"
 

@@ -68,15 +68,60 @@ def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], 
     return identifier
 
 
-def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
-    """Bring the run's metrics file into runs.db (idempotent; safe to call while it grows)."""
+def launch_record(run_dir: Path) -> dict[str, Any]:
+    """The launch record of a verl run folder (its config.json, written by `prepare_run_folder`)."""
+    import json
+
+    path = run_dir / run_folder.CONFIG
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise InvalidInput(f"{path}: no readable verl launch record (config.json) in the run folder") from None
+    if not isinstance(document, dict) or document.get("backend") != BACKEND:
+        raise InvalidInput(f"{path}: not the launch record of a verl run")
+    return document
+
+
+def recorded_arm(record: Mapping[str, Any], where: Path) -> Any:
+    """The typed `Arm` a launch record names: its recorded flags and `--set` overrides, checked
+    against the fingerprint it recorded (a record that does not rebuild is refused, never
+    recorded as a bare name)."""
+    from ccpo_cli.arms import arm_from_flags, load_arm
+
+    arm = record.get("arm") if isinstance(record.get("arm"), dict) else {}
+    name, fingerprint = arm.get("name"), arm.get("fingerprint")
+    overrides = arm.get("overrides") if isinstance(arm.get("overrides"), dict) else {}
+    if not isinstance(name, str) or not name:
+        raise InvalidInput(f"{where}: the launch record names no arm")
+    flags = arm.get("flags")
+    typed = arm_from_flags(name, flags, overrides=overrides) if isinstance(flags, dict) else None
+    if typed is None:  # a record written before flags were recorded: the arm file with its overrides
+        typed = load_arm(name, overrides or None)
+    if fingerprint and typed.fingerprint != fingerprint:
+        raise InvalidInput(f"{where}: arm {name!r} rebuilds to fingerprint {typed.fingerprint[:12]}, "
+                           f"not the recorded {str(fingerprint)[:12]}")
+    return typed
+
+
+def follow_run_folder(db: Any, run: str, run_dir: Path) -> Any:
+    """Follow a verl run folder into runs.db: its grown metrics file ingested under `run` with the
+    identity its launch record states (typed arm, seed, model, total steps). The one place this
+    is done: `ccpo train --backend verl` while it trains and `ccpo publish --follow` both call it,
+    so one folder records one identity whichever followed it. None while no metrics are written."""
     from ccpo_cli.store.ingest import ingest_file
 
-    if not launch.metrics_path.is_file() or launch.metrics_path.stat().st_size == 0:
+    record = launch_record(run_dir)
+    metrics = Path(record.get("metrics_file") or run_dir / "metrics.jsonl")
+    if not metrics.is_file() or metrics.stat().st_size == 0:
         return None
-    return ingest_file(
-        db, launch.metrics_path, launch.run, fmt="ccpo", arm=launch.arm, backend=BACKEND,
-    )
+    return ingest_file(db, metrics, run, fmt="ccpo", arm=recorded_arm(record, run_dir / run_folder.CONFIG),
+                       seed=record.get("seed"), base_model=record.get("model"),
+                       total_steps=record.get("total_steps"), backend=BACKEND)
+
+
+def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
+    """Bring the run's metrics file into runs.db (idempotent; safe to call while it grows)."""
+    return follow_run_folder(db, launch.run, launch.run_dir)
 
 
 def start(

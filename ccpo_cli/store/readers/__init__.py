@@ -29,9 +29,10 @@ from ccpo_cli.store.readers.detect import detect_format
 from ccpo_cli.store.readers.jsonl import read_json_lines
 from ccpo_cli.store.readers.tb_events import read_tensorboard
 from ccpo_cli.store.readers.wandb_run import read_wandb
+from ccpo_cli.vocabulary import INGEST_FOLDER_FORMATS, INGEST_FORMATS
 
-FORMATS = ("auto", "ccpo", "verl-file", "console", "csv", "tensorboard", "wandb")
-FOLDER_FORMATS = ("tensorboard", "wandb")
+FORMATS = INGEST_FORMATS
+FOLDER_FORMATS = INGEST_FOLDER_FORMATS
 
 __all__ = [
     "FORMATS", "LARGEST_INTEGER", "MAX_LINE_BYTES", "MAX_LINE_TEXT", "BadRecord", "Cleaned", "IncompleteTail",

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.extras import require_extra
 from ccpo_cli.store.readers.base import MetricRecord, ReadEvent, ReadStats, refuse_link_out_of
 
 EVENT_FILE_MARK = "tfevents"
@@ -46,13 +47,10 @@ def _run_folder(path: Path) -> Path:
 
 
 def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
-    try:
-        from tensorboard.backend.event_processing import event_accumulator
-        from tensorboard.util import tensor_util
-    except ImportError:
-        raise InvalidInput(
-            f"{path}: reading TensorBoard event files needs the 'tensorboard' package (pip install 'ccpo[tensorboard]')"
-        ) from None
+    require_extra("tensorboard", "tensorboard", what=f"{path}: reading TensorBoard event files")
+    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.util import tensor_util
+
     source = _run_folder(path)
     accumulator = event_accumulator.EventAccumulator(
         str(source), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.TENSORS: 0}
