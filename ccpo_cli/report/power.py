@@ -23,7 +23,10 @@ from typing import Any
 
 import numpy as np
 
-# scipy is imported inside the functions that use it ("imported here"), as in ccpo_cli/stats.py.
+from ccpo_cli.distributions import noncentral_t_sf, t_ppf, t_sf
+
+# No scipy here: compare computes every pair's power, and importing scipy would double its
+# start-up (docs/architecture.md §5); ccpo_cli/distributions.py holds the distributions.
 
 ALPHA = 0.05
 POWER = 0.80
@@ -36,14 +39,10 @@ WELCH = "Welch t"
 
 def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
     """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
-    from scipy import stats  # imported here: see the top
-    critical = stats.t.ppf(1 - alpha / 2, df)
-    # P(T < -c; nc) = P(T > c; -nc): the far tail, computed as an upper tail because scipy's
-    # noncentral t cdf returns NaN far out in the lower tail at fractional df (Welch's).
-    near, far = (stats.nct.sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
-    if not math.isfinite(far):
-        far = 0.0  # it lies below the central t's alpha / 2 times a vanishing factor
-    return float(near + far)
+    critical = t_ppf(1 - alpha / 2, df)
+    # P(T < -c; nc) = P(T > c; -nc): both tails as upper tails of the noncentral t.
+    near, far = (noncentral_t_sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
+    return near + far
 
 
 def paired_power(difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA) -> float:
@@ -64,12 +63,15 @@ def welch_power(difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int,
 
 
 def _smallest_detectable(power_at: Any, scale: float, power: float) -> float:
-    """The difference at which `power_at(difference)` reaches `power` (power rises with it)."""
-    from scipy import optimize  # imported here: see the top
-    upper = scale
+    """The difference at which `power_at(difference)` reaches `power` (power rises with it):
+    bracketed by doubling, then bisected to 1e-10."""
+    lower, upper = 0.0, scale
     while power_at(upper) < power:
-        upper *= 2
-    return float(optimize.brentq(lambda d: power_at(d) - power, 0.0, upper, xtol=1e-10, rtol=1e-12))
+        lower, upper = upper, upper * 2
+    while upper - lower > 1e-10 + 1e-12 * upper:
+        middle = 0.5 * (lower + upper)
+        lower, upper = (middle, upper) if power_at(middle) < power else (lower, middle)
+    return 0.5 * (lower + upper)
 
 
 def paired_mdd(sd_of_differences: float, n_pairs: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -109,6 +111,11 @@ def _first_n(enough: Any) -> int | None:
     return high
 
 
+def _two_sided_p(statistic: float, df: float) -> float:
+    """The two-sided p of a t statistic (what scipy's ttest_1samp and Welch ttest_ind report)."""
+    return min(1.0, 2.0 * t_sf(abs(statistic), df))
+
+
 def _sd(values: Sequence[float]) -> float | None:
     """The sd (ddof 1); 0.0 for values that differ only by float rounding (1e-13 is no spread)."""
     if len(values) < 2:
@@ -132,7 +139,6 @@ def pair_power(
     with at least two of them the paired test is used on those seeds (seeds outside them are
     left out and listed), else Welch's test on all seeds.
     """
-    from scipy import stats  # imported here: see the top
     result: dict[str, Any] = {
         "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
         "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,
@@ -151,7 +157,7 @@ def pair_power(
         if not sd:
             result["note"] = "the paired differences do not vary: power is undefined"
             return result
-        result["p"] = float(stats.ttest_1samp(differences, 0.0).pvalue)
+        result["p"] = _two_sided_p(float(np.mean(differences)) / (sd / math.sqrt(len(pairs))), len(pairs) - 1)
         result["mdd"] = paired_mdd(sd, len(pairs), alpha, power)
         if detect is not None:
             result["seeds_needed"] = paired_seeds_needed(detect, sd, alpha, power)
@@ -165,7 +171,8 @@ def pair_power(
     if not sd_a and not sd_b:
         result["note"] = "no spread over seeds in either arm: power is undefined"
         return result
-    result["p"] = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    welch_t = (float(np.mean(a)) - float(np.mean(b))) / math.sqrt(sd_a**2 / len(a) + sd_b**2 / len(b))
+    result["p"] = _two_sided_p(welch_t, welch_df(sd_a, len(a), sd_b, len(b)))
     result["mdd"] = welch_mdd(sd_a, len(a), sd_b, len(b), alpha, power)
     if detect is not None:
         result["seeds_needed"] = welch_seeds_needed(detect, sd_a, sd_b, alpha, power)
