@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import metadata
 from typing import Any
 
 import yaml
@@ -97,6 +96,10 @@ def load_papers() -> Papers:
 
 def code_url() -> str | None:
     """The code's address as the installed ccpo declares it (pyproject.toml `[project.urls]`)."""
+    # Imported here: importlib.metadata is slow to import, and benchmarks load this module on
+    # every start-up (docs/architecture.md §5); only a card asks for the URL.
+    from importlib import metadata
+
     try:
         declared = metadata.metadata("ccpo").get_all("Project-URL") or []
     except metadata.PackageNotFoundError:
