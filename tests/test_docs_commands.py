@@ -10,6 +10,7 @@ A prose mention of a bare command (`ccpo compare`) names a command, so only its 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -68,11 +69,16 @@ def shown_commands() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return blocks, mentions
 
 
+@functools.cache
+def root_command() -> Any:
+    return typer.main.get_command(app)  # building the click app once: it is most of a parse's time
+
+
 def resolve(args: list[str], *, strict: bool) -> tuple[Any, Any]:
     """The command `args` names and its parsed context; the parser raises on an unknown command or
     option, a bad value and (strict) a missing required option, exactly as a shell would see.
     (A group is recognised by `resolve_command`: typer's groups need not be click.Group.)"""
-    command = typer.main.get_command(app)
+    command = root_command()
     context = command.make_context("ccpo", list(args), resilient_parsing=not strict)
     while hasattr(command, "resolve_command"):
         rest = [*context._protected_args, *context.args]
@@ -105,7 +111,7 @@ def test_every_command_named_in_the_prose_exists_with_its_options():
         args = shlex.split(mention)[1:]
         command, context = resolve(args, strict=False)
         options = {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
-        options |= {name for param in typer.main.get_command(app).params for name in param.opts}  # global options
+        options |= {name for param in root_command().params for name in param.opts}  # global options
         options |= {"--help"}
         for word in args:
             if word.startswith("--"):
