@@ -72,6 +72,7 @@ class PublishedBaseline:
     source: str
     on_card: bool
     score: float | None = None
+    paper: str | None = None  # the key of its paper in configs/papers.yaml
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class Benchmark:
     prompt_description: str
     protocols: Mapping[str, str]  # protocol id -> one-line description
     published_baselines: tuple[PublishedBaseline, ...]
+    paper: str | None = None  # the benchmark's own paper, a key of configs/papers.yaml
 
     @property
     def task_type_metrics(self) -> dict[str, str]:
@@ -206,9 +208,21 @@ def _baselines(name: str, document: Mapping[str, Any], protocols: Mapping[str, s
         rows.append(PublishedBaseline(
             benchmark=name, method=_text(entry, "method", at), backbone=_text(entry, "backbone", at),
             success=success, protocol=protocol, source=_text(entry, "source", at),
-            on_card=bool(entry.get("on_card", False)), score=score,
+            on_card=bool(entry.get("on_card", False)), score=score, paper=_paper_key(entry, at),
         ))
     return tuple(rows)
+
+
+def _paper_key(entry: Mapping[str, Any], where: str) -> str | None:
+    """A paper named by key must be declared in configs/papers.yaml (its arXiv id lives there)."""
+    key = entry.get("paper")
+    if key is None:
+        return None
+    from ccpo_cli.papers import load_papers
+
+    if str(key) not in load_papers().papers:
+        raise InvalidInput(f"{where}: paper {key!r} is not declared in configs/papers.yaml")
+    return str(key)
 
 
 def _read_benchmark(path: Path) -> Benchmark:
@@ -244,6 +258,7 @@ def _read_benchmark(path: Path) -> Benchmark:
         prompt_description=" ".join(_text(prompt, "description", f"{where}: prompt").split()),
         protocols=MappingProxyType(protocols),
         published_baselines=_baselines(name, document, protocols, where),
+        paper=_paper_key(document, where),
     )
 
 

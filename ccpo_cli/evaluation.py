@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.agents import registry
-from ccpo_cli.agents.evaluate import ProgressCallback, SeedEvaluation, evaluate
+from ccpo_cli.agents.evaluate import (
+    PhaseCallback,
+    ProgressCallback,
+    SeedEvaluation,
+    TurnCallback,
+    evaluate,
+)
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
@@ -117,8 +123,11 @@ def run_eval(
     *,
     progress: ProgressCallback | None = None,
     on_seed_recorded: Callable[[dict[str, Any]], None] | None = None,
+    on_turn: TurnCallback | None = None,
+    on_phase: PhaseCallback | None = None,
 ) -> dict[str, Any]:
-    """Evaluate, record each seed in runs.db, and return the `ccpo eval --json` document."""
+    """Evaluate, record each seed in runs.db, and return the `ccpo eval --json` document.
+    `on_phase` hears the set-up (the model, the engine) before each part starts."""
     from ccpo_cli.store import ensure_run, open_db, record_evaluation_outcome
     from ccpo_cli.store.facts import record_run_facts
 
@@ -135,6 +144,8 @@ def run_eval(
     agent_options = {}
     if options.max_new_tokens is not None and options.agent in {"hf", "vllm"}:
         agent_options["max_new_tokens"] = options.max_new_tokens
+    if on_phase is not None and options.agent in {"hf", "vllm"}:
+        on_phase(f"loading the model {options.model} for the {options.agent} agent")
     model, merged, step = resolve_eval_model(options)
     agent = build_agent(options.agent, model, temperature=options.temperature,
                         seed=options.seeds[0], **agent_options)
@@ -176,7 +187,7 @@ def run_eval(
         results = evaluate(
             agent, game_files, seeds=options.seeds, episodes=options.episodes,
             workers=options.workers, max_steps=options.max_steps,
-            progress=progress, on_seed_done=record,
+            progress=progress, on_seed_done=record, on_turn=on_turn, on_phase=on_phase,
         )
     finally:
         agent.close()

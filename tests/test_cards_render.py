@@ -198,11 +198,12 @@ def test_fenced_merge_keeps_hand_edits_and_refreshes_ccpo_regions(interim_card):
     new = interim_card.read_text()
     old = new.replace("| held-out success | 83.5% |", "| held-out success | 71.0% |")
     hand_edited = old.replace("<!-- ccpo:begin usage -->", "A note written on the website.\n\n<!-- ccpo:begin usage -->")
-    hand_edited = hand_edited.replace("library_name: transformers", "library_name: transformers\nlanguage: en")
+    # A key ccpo does not write (ccpo now writes `language` itself, issue 32).
+    hand_edited = hand_edited.replace("library_name: transformers", "library_name: transformers\nthumbnail: t.png")
     merged = merge_into_remote(hand_edited, new)
     assert "A note written on the website." in merged
     assert "| held-out success | 83.5% |" in merged and "71.0%" not in merged
-    assert ModelCard(merged).data.language == "en"
+    assert ModelCard(merged).data.thumbnail == "t.png"
     assert list(regions(merged)) == list(regions(new))
 
 

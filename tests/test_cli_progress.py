@@ -119,3 +119,99 @@ def test_multi_seed_train_logs_a_header_per_run(tmp_path, monkeypatch):
     assert headers == ["── run grpo-seed0: grpo, seed 0 (1 of 2) ──", "── run grpo-seed1: grpo, seed 1 (2 of 2) ──"]
     first, second = (result.stderr.index(header) for header in headers)
     assert "step    1" in result.stderr[first:second]  # the first run's lines sit under its header
+
+
+# Issue 32, item 2: a training run's bar in a terminal, its step lines in a log; an evaluation
+# counted by episodes and turns, with a line per set-up phase.
+
+def _step(step: int, held_out: float | None = 62.5):
+    from ccpo_cli.backends.observer import StepProgress
+
+    return StepProgress(run="rh-seed0", step=step, total=200, seconds_per_step=2.5, eta="6.8 min",
+                        held_out=held_out, held_out_step=None if held_out is None else 30, line=f"step {step}/200")
+
+
+def test_a_terminal_shows_a_training_bar_with_step_pace_eta_and_held_out():
+    from ccpo_cli.cli.progress import TrainBar
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=140)
+    with TrainBar(terminal) as bar:
+        bar.update(_step(36, None))
+        bar.update(_step(37))
+        task = bar._bar.tasks[0]
+        assert (task.completed, task.total, task.description) == (37, 200, "rh-seed0")
+        bar._bar.refresh()
+    screen = terminal.file.getvalue()
+    for part in ("rh-seed0", "step 37/200", "2.5 s/step", "ETA 6.8 min", "held-out 62.5%@30"):
+        assert part in screen, (part, screen)
+    assert "\x1b[" in screen  # drawn as a terminal bar (cursor control), not as log lines
+
+
+def test_eval_turns_and_set_up_phases_in_a_log_and_in_a_terminal():
+    from ccpo_cli.cli.progress import Progress
+
+    clock, console = Clock(), log_console()
+    with Progress("eval", "episodes", console=console, clock=clock, every_s=10.0, terminal=False, timer=False) as progress:
+        progress.phase("starting the game engine with 4 engine workers for 128 games")
+        progress.update(0, 128)
+        for turn in range(1, 31):  # a batch whose games all run to the turn limit: no episode ends
+            clock.now += 2.0
+            progress.turn(turn, 50)
+        for done in range(1, 129):
+            progress.update(done, 128)
+    lines = console.file.getvalue().splitlines()
+    assert lines[0] == "eval set-up: starting the game engine with 4 engine workers for 128 games"
+    waiting = [line for line in lines if line.startswith("eval 0/128")]
+    assert [line.split(", ")[1] for line in waiting] == ["turn 5/50", "turn 10/50", "turn 15/50", "turn 20/50",
+                                                          "turn 25/50", "turn 30/50"]
+    assert lines[-1].startswith("eval 128/128 episodes (100%), ")  # the last line has no stale turn
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=120)
+    with Progress("eval", "episodes", console=terminal, terminal=True) as progress:
+        progress.phase("loading the model m for the hf agent")
+        progress.update(0, 8)
+        progress.turn(3, 50)
+        assert progress._bar.tasks[0].fields["turn"] == "turn 3/50"
+        progress._bar.refresh()
+    screen = terminal.file.getvalue()
+    assert "eval set-up: loading the model m for the hf agent" in screen and "turn 3/50" in screen
+
+
+def test_evaluate_reports_each_turn_and_the_engine_start(three_games):
+    from ccpo_cli.agents.evaluate import evaluate
+    from ccpo_cli.evaluation import build_agent, resolve_games
+
+    turns, phases = [], []
+    games, _ = resolve_games(three_games)
+    agent = build_agent("oracle", None, temperature=0.0, seed=0)
+    results = evaluate(agent, games, seeds=(0,), workers=0, max_steps=30, on_turn=lambda t, limit: turns.append((t, limit)),
+                       on_phase=phases.append)
+    assert phases == ["starting the game engine in this process for 3 games"]
+    longest = max(episode.turns for episode in results[0].episodes)
+    assert turns == [(t, 30) for t in range(1, longest + 1)]  # one batch: turn 1 to its longest episode
+
+
+@pytest.mark.slow
+def test_a_training_run_gives_its_steps_to_the_bar_and_its_evaluations_to_the_log(tmp_path):
+    from helpers_local_train import generated_games
+
+    from ccpo_cli.arms import load_arm
+    from ccpo_cli.backends.local import TrainConfig, train_arm
+    from ccpo_cli.cli.progress import TrainBar
+
+    config = TrainConfig(seed=0, workers=0, steps=2, tasks=1, group=2, eval_every=1, eval_games=2, max_steps=3,
+                         eval_max_steps=3, train_games_dir=str(generated_games("train", 6)),
+                         eval_games_dir=str(generated_games("heldout", 6)))
+    logged, steps = [], []
+    terminal = Console(file=io.StringIO(), force_terminal=True, width=160)
+    with TrainBar(terminal) as bar:
+        def both(step):
+            steps.append(step)
+            bar.update(step)
+
+        train_arm(load_arm("grpo"), "bar-run", tmp_path / "runs.db", config, log=logged.append, progress=both)
+    assert [(s.step, s.total, s.run) for s in steps] == [(1, 2, "bar-run"), (2, 2, "bar-run")]
+    assert steps[0].held_out_step == 0 and steps[1].held_out_step == 1  # the last held-out before each step
+    assert not any(line.startswith("step ") for line in logged)  # the bar has the steps...
+    assert any(line.startswith("eval step    1") for line in logged)  # ...the log the evaluations
+    assert steps[1].line.startswith("step    2/2") and "[bar-run " in steps[1].line
+    assert "step 2/2" in terminal.file.getvalue()

@@ -84,7 +84,8 @@ def test_hand_edited_readme_keeps_the_edits(db_path, hub, tmp_path):
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
     readme = head_files(hub)["README.md"].decode()
     edited = readme.replace("<!-- ccpo:begin usage -->", "Thanks to the lab for the GPUs.\n\n<!-- ccpo:begin usage -->")
-    edited = edited.replace("library_name: transformers", "library_name: transformers\nlanguage: en")
+    # A key ccpo does not write (ccpo writes `language` itself since issue 32).
+    edited = edited.replace("library_name: transformers", "library_name: transformers\nthumbnail: t.png")
     edited = edited.replace("| held-out success | 83.5% |", "| held-out success | 12.0% |")
     hub.push_external_commit(REPO, {"README.md": edited.encode()})
     result = publish(db_path, hub, tmp_path / "second", "--json")
@@ -93,7 +94,7 @@ def test_hand_edited_readme_keeps_the_edits(db_path, hub, tmp_path):
     merged = head_files(hub)["README.md"].decode()
     assert "Thanks to the lab for the GPUs." in merged
     assert "| held-out success | 83.5% |" in merged and "12.0%" not in merged
-    assert ModelCard(merged).data.language == "en"
+    assert ModelCard(merged).data.thumbnail == "t.png"
 
 
 def test_hand_written_readme_without_ccpo_regions_is_not_overwritten(db_path, hub, tmp_path):

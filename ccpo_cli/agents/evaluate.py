@@ -22,6 +22,10 @@ from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.task_types import TASK_TYPES, short_key
 
 ProgressCallback = Callable[[int, int], None]  # (episodes finished, episodes in total)
+# (turn of the batch being played, its turn limit): episodes of one batch often all end at the turn
+# limit, so counting episodes alone would stand still for the whole batch (docs/alfworld-games.md).
+TurnCallback = Callable[[int, int], None]
+PhaseCallback = Callable[[str], None]  # a set-up phase, said before it starts (engine workers, model)
 
 
 @dataclass
@@ -177,13 +181,20 @@ def play_batch(
     first_index: int = 0,
     history_length: int = DEFAULT_HISTORY_LENGTH,
     on_episode_end: Callable[[EpisodeResult], None] | None = None,
+    on_turn: TurnCallback | None = None,
+    turn_limit: int = DEFAULT_MAX_STEPS,
 ) -> list[EpisodeResult]:
-    """One episode of each game in `games` (paths of `env`), played in lock step."""
+    """One episode of each game in `games` (paths of `env`), played in lock step; `on_turn`
+    hears each turn as it starts (turn, `turn_limit`)."""
     observations, infos = env.reset(list(games))
     slots = [_Episode(first_index + i, history_length) for i in range(len(games))]
     agent.start_batch(observations, infos)
     live = list(range(len(slots)))
+    turn = 0
     while live:
+        turn += 1
+        if on_turn is not None:
+            on_turn(turn, turn_limit)
         turns = [_turn(i, slots[i], observations[i], infos[i]) for i in live]
         decisions = agent.act(turns)
         if len(decisions) != len(turns):
@@ -233,12 +244,16 @@ def evaluate(
     memo: bool = True,
     progress: ProgressCallback | None = None,
     on_seed_done: Callable[[SeedEvaluation], None] | None = None,
+    on_turn: TurnCallback | None = None,
+    on_phase: PhaseCallback | None = None,
 ) -> list[SeedEvaluation]:
     """Play the selected games once per seed; one `SeedEvaluation` per seed, in order.
 
     `episodes` picks how many games per seed (see `select_games`); `batch_size` caps how many
     games are live at once (default: all of them); `workers` is the engine's worker processes.
     `on_seed_done` sees each seed's result as soon as it is complete (to record it at once).
+    Progress: `progress` counts episodes (the total first), `on_turn` the turns of the batch
+    being played, and `on_phase` names the engine's start before it happens.
     """
     from ccpo_cli.envs.batch import AlfworldBatchEnv
 
@@ -258,6 +273,9 @@ def evaluate(
     if progress is not None:
         progress(0, total)  # the real total before the first episode, so a bar never shows 0/?
     results = []
+    if on_phase is not None:
+        engines = "in this process" if workers == 0 else f"with {workers or 'the default'} engine workers"
+        on_phase(f"starting the game engine {engines} for {len(set(games))} games")
     with AlfworldBatchEnv(
         sorted(set(games)), workers=workers, max_steps=max_steps, memo=memo,
         walkthrough=bool(getattr(agent, "needs_walkthrough", False)),
@@ -268,7 +286,8 @@ def evaluate(
             for start in range(0, len(games), chunk):
                 episodes_of_seed += play_batch(
                     env, agent, games[start:start + chunk], first_index=start,
-                    history_length=history_length, on_episode_end=count,
+                    history_length=history_length, on_episode_end=count, on_turn=on_turn,
+                    turn_limit=max_steps,
                 )
             results.append(SeedEvaluation(seed=int(seed), episodes=episodes_of_seed))
             if on_seed_done is not None:

@@ -8,6 +8,7 @@ trainer never lets one change its numbers or its exit status (`notify`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +25,21 @@ class TrainingObserver(Protocol):
 
     def finished(self, status: str, last_step: int, checkpoint: Path | None) -> None:
         """Training ended with `status` (finished, failed, stopped) at `last_step`."""
+
+
+@dataclass(frozen=True)
+class StepProgress:
+    """Where a training run is after a step, for a progress bar (cli/progress.py `TrainBar`);
+    `line` is the same as the step's plain log line, which a log gets instead of a bar."""
+
+    run: str
+    step: int
+    total: int
+    seconds_per_step: float
+    eta: str  # the training left at this pace, evaluations not counted
+    held_out: float | None  # the last held-out success in percent, None before the first
+    held_out_step: int | None
+    line: str
 
 
 def notify(log: Callable[[str], None], call: Callable[[], object]) -> object:

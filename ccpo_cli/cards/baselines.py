@@ -116,6 +116,7 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
                 "protocol": baseline.protocol,
                 "benchmark": baseline.benchmark,
                 "score": None if baseline.score is None else f"{baseline.score:g}",
+                "paper": baseline.paper,
             }
         )
     incomparable = [dict(group, numbers=", ".join(group["numbers"])) for group in groups.values()]

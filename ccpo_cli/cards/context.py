@@ -40,7 +40,7 @@ from ccpo_cli.cards.guards import (
     check_headline,
     check_status,
 )
-from ccpo_cli.cards.lint import FROM_SCRATCH_TAG
+from ccpo_cli.cards.lint import FROM_SCRATCH_TAG, TOO_FEW_TAG
 from ccpo_cli.cards.method import (
     EXTERNAL,
     EXTERNAL_INERT,
@@ -66,13 +66,14 @@ from ccpo_cli.cards.selection import (
 )
 from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.papers import code_url, load_papers, software_bibtex
 from ccpo_cli.report.compare import MIN_SEEDS_RESOLVED
 from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
-from ccpo_cli.stats import TOO_FEW_FOR_TREND
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 
 SUMMARY_PATH = "results/ccpo_summary.json"
+HEADLINE_NAME = "Held-out success (%), window mean"
 PLOT_PATH = "results/learning_curve.png"
 BASE_TAGS = ("ccpo", "reinforcement-learning", "verl-agent")
 LOCAL_TAGS = ("ccpo", "reinforcement-learning", "ccpo-local", FROM_SCRATCH_TAG)
@@ -117,6 +118,7 @@ class _Facts:
     checkpoint_step: int | None
     repo_id: str | None
     evidence: str
+    headline: bool  # the window holds enough evaluations for a window mean (else the card says so)
 
 
 def _rate_of(value: Any) -> float | None:
@@ -145,7 +147,7 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this["window"]
-    check_headline(name, window, window["start"])
+    headline = check_headline(name, window, window["start"], len(this.get("evaluations") or []))
     protocol = evaluation_protocol(identity.protocol, window)
     noise = single_evaluation_noise(this.get("single_eval_interval"), identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
@@ -158,7 +160,7 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
         license=license, protocol=protocol, noise=noise,
         this_arm=resolve_arm(identity.arm, this.get("arm_label")), resolved=resolved, runs_by_name=runs_by_name,
         checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step), repo_id=repo_id,
-        evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]),
+        evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]), headline=headline,
     )
 
 
@@ -173,12 +175,16 @@ def _arm_tag(arm: str) -> str:
 def _arm_vars(facts: _Facts) -> dict[str, Any]:
     arm = facts.this_arm
     others = [other.flags for label, other in facts.resolved.items() if label != arm.unit_label and other.flags]
-    distinguishing = distinguishing_flags(arm.flags, others) if others and arm.flags else []
+    # A flag inert in this arm cannot change its advantages, so it distinguishes nothing (docs/estimators.md).
+    differing = distinguishing_flags(arm.flags, others) if others and arm.flags else []
+    distinguishing = [(name, value) for name, value in differing if name not in arm.inert]
+    inert_differences = [(name, value) for name, value in differing if name in arm.inert]
     return {
         "name": arm.name,
         "label": arm.unit_label,
         "description": describe_arm(arm.name, arm.flags) if arm.flags else "",
         "distinguishing": ", ".join(f"`{name}={value}`" for name, value in distinguishing),
+        "inert_differences": ", ".join(f"`{name}={value}`" for name, value in inert_differences),
         "compared": bool(others),
         "overrides": ", ".join(f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())),
         "flags": [
@@ -217,11 +223,14 @@ def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tu
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
     best, window = facts.this["best"], facts.this["window"]
+    if not best:
+        return {"present": False}
     columns = task_type_columns(facts.identity, best)
     per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
     first_with_turns = next(
         (point for point in facts.this.get("evaluations", []) if point.get("mean_turns") is not None), None)
     return {
+        "present": True,
         "step": best["step"],
         "success": fmt(best["success"]),
         "turns": fmt(best.get("mean_turns")) if best.get("mean_turns") is not None else "not recorded",
@@ -353,7 +362,77 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "setup": setup_rows(facts.identity, run_row, protocol, facts.this.get("facts")),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
+        "citations": citation_vars(family, facts.identity.benchmark, published),
+        "code_url": code_url() or "",
+        "framework_versions": framework_versions(run_row),
+        "headline_name": HEADLINE_NAME,
+        "too_few": too_few_vars(facts),
     }
+
+
+def too_few_vars(facts: _Facts) -> dict[str, Any]:
+    """A card whose window holds too few evaluations for a window mean: why, and every evaluation
+    the run has (the card reports them instead of a headline)."""
+    if facts.headline:
+        return {"present": False}
+    window = facts.this["window"]
+    return {
+        "present": True,
+        "note": window.get("headline_note") or f"no evaluation at step >= {facts.window_start}",
+        "rows": [{"step": point["step"], "success": fmt(point["success"]),
+                  "episodes": point.get("episodes") or "not recorded",
+                  "in_window": "yes" if point["step"] >= facts.window_start else "no"}
+                 for point in facts.this.get("evaluations") or []],
+    }
+
+
+def citation_vars(family: str, benchmark: str | None, published: Mapping[str, Any]) -> dict[str, Any]:
+    """The papers the card cites (configs/papers.yaml): the method's, the benchmark's and those of
+    the published rows it quotes, each with its arXiv link; BibTeX for those whose authors and title
+    are recorded, and ccpo's own entry."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.errors import CcpoError
+
+    papers = load_papers()
+    keys = [paper.key for paper in papers.of_method(family)]
+    try:
+        declared = load_benchmark(benchmark) if benchmark else None
+    except CcpoError:
+        declared = None
+    if declared is not None and declared.paper:
+        keys.append(declared.paper)
+    keys += [row["paper"] for row in published.get("rows") or [] if row.get("paper")]
+    cited = [papers.paper(key) for key in dict.fromkeys(keys)]
+    return {
+        "papers": [{"short": paper.short, "arxiv": paper.arxiv, "url": paper.url} for paper in cited],
+        "bibtex": [entry for paper in cited if (entry := paper.bibtex())] + [software_bibtex(__version__, code_url())],
+    }
+
+
+def framework_versions(run_row: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The packages the run recorded it trained with (the local trainer records them; an ingested
+    log usually does not), and what rendered the card."""
+    recorded = run_row.get("package_versions")
+    if isinstance(recorded, str):
+        import json
+
+        try:
+            recorded = json.loads(recorded)
+        except ValueError:
+            recorded = None
+    rows = [{"name": str(name), "version": str(version), "role": "recorded by the run"}
+            for name, version in (recorded.items() if isinstance(recorded, Mapping) else ())]
+    if not rows:
+        rows.append({"name": "training frameworks", "version": "not recorded", "role": "the run records none"})
+    from importlib import metadata
+
+    for name in ("ccpo", "huggingface_hub"):
+        try:
+            version = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        rows.append({"name": name, "version": version, "role": "rendered this card"})
+    return rows
 
 
 def _metadata(facts: _Facts) -> dict[str, Any]:
@@ -361,6 +440,7 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
     benchmark_tag = [facts.identity.benchmark] if facts.identity.benchmark else []
     tags = [*(LOCAL_TAGS if facts.from_scratch else BASE_TAGS), *benchmark_tag, _arm_tag(facts.this_arm.name)]
     tags += ["interim"] if interim else []
+    tags += [] if facts.headline else [TOO_FEW_TAG]
     base_model = facts.run_row.get("base_model")
     lineage = {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
     return {
@@ -371,16 +451,30 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "license": facts.license,
         "tags": list(dict.fromkeys(tags)),
         "model_name": _repo_name(facts.repo_id, facts.identity.run),
-        "headline_value": round(float(window["mean"]), 1),
-        "headline_name": (
-            f"Success rate (%), {'converged-window' if window.get('converged') is True else 'window'} mean over "
-            f"{window['n']} evaluations (step >= {facts.window_start})"
-            + {False: ", not converged", True: ""}.get(
-                window.get("converged"), f", {(window.get('trend') or {}).get('note') or TOO_FEW_FOR_TREND}")
-        ),
+        # No window mean, no model-index value: the card reports its evaluations instead.
+        "headline_value": round(float(window["mean"]), 1) if facts.headline else None,
+        # A name, as the Hub's leaderboards show it; the window, its size and its convergence
+        # verdict are the card's Results section (and the summary JSON), not the metric's name.
+        "headline_name": HEADLINE_NAME,
         "split": facts.protocol["split"],
         "benchmark": benchmark_vars(facts.identity),
+        # The games, observations and commands are English text; the policy reads and acts in it.
+        "language": ["en"],
+        "datasets": [facts.identity.benchmark] if facts.identity.benchmark else [],
+        "task_type_results": task_type_results(facts) if facts.headline else [],
     }
+
+
+def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
+    """Per task type, the mean over the same window as the headline (never the best point)."""
+    window_types = facts.this.get("window_task_types") or {}
+    rows = []
+    for key, label in task_type_columns(facts.identity, facts.this.get("best") or {}):
+        entry = window_types.get(key) or {}
+        if entry.get("mean") is not None:
+            rows.append({"key": key, "name": f"{label} success (%)", "value": round(float(entry["mean"]), 1),
+                         "n": entry.get("n")})
+    return rows
 
 
 def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict) -> dict[str, Any]:
@@ -458,7 +552,8 @@ def build_card_context(
     own = next((row for row in arms_table if row["this"]), None)
     # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
     level = own["raw"]["mean"] if own is not None and own["raw"].get("mean") is not None else facts.this["window"]["mean"]
-    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, level)
+    # Without a window mean there is no level to set against GRPO's; the card compares nothing then.
+    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, level) if level is not None else {"present": False}
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,

@@ -1,5 +1,5 @@
 """What a card refuses to state: a status the run's progress does not support, a headline from
-too few evaluations, and a license nobody recorded."""
+too few evaluations (the card then says so instead), and a license nobody recorded."""
 
 from __future__ import annotations
 
@@ -49,17 +49,14 @@ def check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
         )
 
 
-def check_headline(name: str, window: Mapping[str, Any], window_start: int) -> None:
-    if not window.get("n"):
-        raise InvalidInput(
-            f"run {name!r} has no held-out evaluation at step >= {window_start}; "
-            "there is no converged window to report"
-        )
-    if not window.get("headline"):
-        raise InvalidInput(
-            f"run {name!r}: {window['headline_note']}; a card's headline and model-index value is a window mean, "
-            "so wait for more evaluations or pass an earlier --window-start"
-        )
+def check_headline(name: str, window: Mapping[str, Any], window_start: int, evaluations: int) -> bool:
+    """Whether the window holds enough evaluations for a window mean (the card's headline and
+    model-index value). A run with evaluations but too few in the window still gets a card that
+    says so and reports the evaluations it has (a repository that receives weights always gets
+    a card); only a run with no evaluation at all is refused, having nothing to report."""
+    if not evaluations:
+        raise InvalidInput(f"run {name!r} has no held-out evaluation yet; a card reports evaluations, so wait for one")
+    return bool(window.get("n")) and bool(window.get("headline"))
 
 
 def card_license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:

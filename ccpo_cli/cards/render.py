@@ -21,25 +21,27 @@ def template_path() -> Path:
 
 
 def card_data(context: CardContext) -> ModelCardData:
-    """The YAML header: lineage, license, tags, and a model-index whose only value is the
-    converged-window mean (never the best point)."""
+    """The YAML header: lineage, license, language, datasets, tags, and a model-index of window
+    means (never the best point): the headline, then one per task type."""
     meta = context.metadata
     benchmark = meta["benchmark"]
     # The source link needs a Hub id; a card rendered for a bare run name carries no link.
     source_url = (f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}"
                   if context.repo_id and "/" in context.repo_id else None)
-    result = EvalResult(
+    shared = dict(
         task_type=meta["pipeline_tag"],
         task_name=f"{benchmark['title'] if benchmark['known'] else 'Held-out'} success",
         dataset_type=benchmark["name"] or "not-recorded",
         dataset_name=benchmark["title"] if benchmark["known"] else "benchmark not recorded",
         dataset_split=meta.get("split"),
-        metric_type="success_rate",
-        metric_value=meta["headline_value"],
-        metric_name=meta["headline_name"],
         source_name="ccpo" if source_url else None,
         source_url=source_url,
     )
+    # The headline first (readers take results[0]), then each task type over the same window.
+    results = [EvalResult(metric_type="success_rate", metric_value=meta["headline_value"],
+                          metric_name=meta["headline_name"], **shared)] if meta["headline_value"] is not None else []
+    results += [EvalResult(metric_type=f"success_rate_{row['key']}", metric_value=row["value"],
+                           metric_name=row["name"], **shared) for row in meta.get("task_type_results") or []]
     return ModelCardData(
         base_model=meta.get("base_model"),  # none for a policy trained from scratch
         base_model_relation=meta.get("base_model_relation"),
@@ -49,7 +51,9 @@ def card_data(context: CardContext) -> ModelCardData:
         tags=meta["tags"],
         metrics=["success_rate"],
         model_name=meta["model_name"],
-        eval_results=[result],
+        language=meta.get("language"),
+        datasets=meta.get("datasets") or None,
+        eval_results=results or None,  # none for a card with too few evaluations (lint.TOO_FEW_TAG)
     )
 
 

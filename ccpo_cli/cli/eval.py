@@ -50,7 +50,8 @@ def eval_command(
 ) -> None:
     """Play the held-out panel with an agent for each seed; record every episode in runs.db.
 
-    Progress goes to stderr: a bar in a terminal, a line every tenth of the episodes or 10 s in a log.
+    Progress goes to stderr: a set-up line per phase, then a bar in a terminal or a line every tenth
+    of the episodes or 10 s in a log, with the turn the games are at.
 
     Example: ccpo eval --run oracle --agent oracle --seeds 0-2
     """
@@ -72,5 +73,6 @@ def eval_command(
                       f"recorded for this run/step/seed; kept both (see conflicts)")
 
     with Progress("eval", "episodes", console=stderr_console(), quiet=settings(ctx).quiet) as progress:
-        document = run_eval(settings(ctx).db, options, progress=progress.update, on_seed_recorded=announce)
+        document = run_eval(settings(ctx).db, options, progress=progress.update, on_seed_recorded=announce,
+                            on_turn=progress.turn, on_phase=progress.phase)
     emit(chosen, document, lambda: eval_tables(document), table=table)

@@ -6,6 +6,11 @@ nothing or thousands of carriage returns, so there it is one line every `every` 
 the total by default) or every `every_s` seconds, whichever comes first, and one at the end.
 A log line is also written when `every_s` pass without one (a slow model may take minutes per
 episode), by a timer thread that stops with the progress. `--quiet` shows neither.
+
+An evaluation also says its turn (`turn`): the games of a batch often all end together at the
+turn limit, so the episode count alone would stand still until the end; and each set-up phase
+(loading a model, starting the engine) is a line of its own before it starts (`phase`).
+`TrainBar` is the training run's bar in a terminal (step N/total, s/step, ETA, last held-out).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Progress:
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self._with_timer = timer
+        self._turn = ""
 
     def __enter__(self) -> Progress:
         if self.terminal and not self.quiet:
@@ -51,9 +57,10 @@ class Progress:
             )
 
             self._bar = Bar(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
-                            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+                            TextColumn("{task.fields[turn]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                            console=self.console, transient=True)
             self._bar.__enter__()
-            self._task = self._bar.add_task(self.unit, total=None)
+            self._task = self._bar.add_task(self.unit, total=None, turn="")
         elif not self.quiet and self.every_s > 0 and self._with_timer:
             self._timer = threading.Thread(target=self._tick, name="ccpo-progress", daemon=True)
             self._timer.start()
@@ -77,7 +84,27 @@ class Progress:
         self._last_done, self._last_time = done, now
         share = f" ({100 * done / total:.0f}%)" if total else ""
         of = f"/{total}" if total else ""
-        self.console.print(f"{self.label} {done}{of} {self.unit}{share}, {now - self._started:.0f} s", markup=False)
+        turn = f", {self._turn}" if self._turn and not (total and done >= total) else ""
+        self.console.print(f"{self.label} {done}{of} {self.unit}{share}{turn}, {now - self._started:.0f} s",
+                           markup=False)
+
+    def phase(self, text: str) -> None:
+        """A set-up phase, as a line of its own (above the bar in a terminal)."""
+        if not self.quiet:
+            self.console.print(f"{self.label} set-up: {text}", markup=False)
+
+    def turn(self, turn: int, limit: int) -> None:
+        """The turn the games being played are at: shown beside the episodes, and in a log the
+        10-second line says it, so a batch whose games all run to the limit still shows motion."""
+        if self.quiet:
+            return
+        self._turn = f"turn {turn}/{limit}"
+        if self._bar is not None:
+            self._bar.update(self._task, turn=self._turn)
+            return
+        with self._lock:
+            if self._seen and self.clock() - self._last_time >= self.every_s:
+                self._write(*self._state)
 
     def update(self, done: int, total: int | None) -> None:
         if self.quiet:
@@ -95,3 +122,40 @@ class Progress:
             if done != last and (done - last >= every or finished or self.clock() - self._last_time >= self.every_s
                                  or self._last_done is None):
                 self._write(done, total)
+
+
+class TrainBar:
+    """A training run's bar in a terminal: `step 37/200`, the trainer's s/step and ETA (training
+    left, evaluations not counted, as in its log line) and the last held-out value; the
+    evaluation lines print above it. In a log there is no bar: the trainer's own step lines,
+    with their ISO time and run name, are the progress there (backends/local/trainer.step_line)."""
+
+    def __init__(self, console: Any):
+        self.console = console
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> TrainBar:
+        from rich.progress import BarColumn, TextColumn
+        from rich.progress import Progress as Bar
+
+        self._bar = Bar(TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("step {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[pace]}"),
+                        TextColumn("{task.fields[held_out]}"), console=self.console, transient=True)
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+    def update(self, step: Any) -> None:
+        """`step` is the trainer's `StepProgress` (backends/local/trainer.py)."""
+        pace = f"{step.seconds_per_step:.1f} s/step  ETA {step.eta}"
+        held_out = "held-out -" if step.held_out is None else f"held-out {step.held_out:.1f}%@{step.held_out_step}"
+        if self._task is None:
+            self._task = self._bar.add_task(step.run, total=step.total, completed=step.step, pace=pace,
+                                            held_out=held_out)
+        else:
+            self._bar.update(self._task, description=step.run, total=step.total, completed=step.step, pace=pace,
+                             held_out=held_out)

@@ -33,6 +33,7 @@ from ccpo_cli.cli.common import (
     parse_seeds,
     say,
     settings,
+    stderr_console,
 )
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
@@ -215,11 +216,20 @@ def train(
 
         # Resuming without --seed/--seeds continues the run with the seed it recorded.
         local_seeds = () if resume is not None and seed is None and seeds is None else seed_values
-        local_runs = train_local(LocalTrainRequest(
-            arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
-            eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
-            time_budget_s=None if time_budget is None else time_budget * 60.0, observer=observer,
-        ), log)
+        import contextlib
+
+        from ccpo_cli.cli.progress import TrainBar
+
+        # In a terminal, a bar instead of a line per step; in a log, the step lines (with time and run).
+        console = stderr_console()
+        with (TrainBar(console) if console.is_terminal and not settings(ctx).quiet and not dry_run
+              else contextlib.nullcontext()) as bar:
+            local_runs = train_local(LocalTrainRequest(
+                arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
+                eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
+                time_budget_s=None if time_budget is None else time_budget * 60.0, observer=observer,
+                progress=None if bar is None else bar.update,
+            ), log)
         if as_json or dry_run:  # a dry run is one JSON document, whatever the number of seeds
             emit_json({"dry_run": dry_run, "runs": local_runs})
         else:

@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from ccpo_cli.stats import PAIRED_TEST, WELCH_TEST
+from ccpo_cli.distributions import noncentral_t_sf, t_ppf, t_sf
+from ccpo_cli.stats import PAIRED_TEST, WELCH_TEST, two_arm_test
 
-# scipy is imported inside the functions that use it ("imported here"), as in ccpo_cli/stats.py.
+# No scipy here: compare computes every pair's power, and importing scipy would double its
+# start-up (docs/architecture.md §5); ccpo_cli/distributions.py holds the distributions.
 
 ALPHA = 0.05
 POWER = 0.80
@@ -38,14 +40,10 @@ WELCH = WELCH_TEST
 
 def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float:
     """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
-    from scipy import stats  # imported here: see the top
-    critical = stats.t.ppf(1 - alpha / 2, df)
-    # P(T < -c; nc) = P(T > c; -nc): the far tail, computed as an upper tail because scipy's
-    # noncentral t cdf returns NaN far out in the lower tail at fractional df (Welch's).
-    near, far = (stats.nct.sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
-    if not math.isfinite(far):
-        far = 0.0  # it lies below the central t's alpha / 2 times a vanishing factor
-    return float(near + far)
+    critical = t_ppf(1 - alpha / 2, df)
+    # P(T < -c; nc) = P(T > c; -nc): both tails as upper tails of the noncentral t.
+    near, far = (noncentral_t_sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
+    return near + far
 
 
 def paired_power(difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA) -> float:
@@ -66,12 +64,15 @@ def welch_power(difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int,
 
 
 def _smallest_detectable(power_at: Any, scale: float, power: float) -> float:
-    """The difference at which `power_at(difference)` reaches `power` (power rises with it)."""
-    from scipy import optimize  # imported here: see the top
-    upper = scale
+    """The difference at which `power_at(difference)` reaches `power` (power rises with it):
+    bracketed by doubling, then bisected to 1e-10."""
+    lower, upper = 0.0, scale
     while power_at(upper) < power:
-        upper *= 2
-    return float(optimize.brentq(lambda d: power_at(d) - power, 0.0, upper, xtol=1e-10, rtol=1e-12))
+        lower, upper = upper, upper * 2
+    while upper - lower > 1e-10 + 1e-12 * upper:
+        middle = 0.5 * (lower + upper)
+        lower, upper = (middle, upper) if power_at(middle) < power else (lower, middle)
+    return 0.5 * (lower + upper)
 
 
 def paired_mdd(sd_of_differences: float, n_pairs: int, alpha: float = ALPHA, power: float = POWER) -> float:
@@ -135,8 +136,6 @@ def pair_power(
     those seeds when at least two (seeds outside them are left out and listed), else Welch's test
     on all seeds.
     """
-    from ccpo_cli.stats import two_arm_test
-
     result: dict[str, Any] = {
         "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
         "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,

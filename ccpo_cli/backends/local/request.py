@@ -16,7 +16,7 @@ from typing import Any
 from ccpo_cli.arms import Arm
 from ccpo_cli.backends import seed_run_name
 from ccpo_cli.backends.local.config import TrainConfig, resume_base
-from ccpo_cli.backends.observer import TrainingObserver
+from ccpo_cli.backends.observer import StepProgress, TrainingObserver
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.extras import require_extra
 from ccpo_cli.vocabulary import LOCAL
@@ -49,6 +49,8 @@ class LocalTrainRequest:
     time_budget_s: float | None = None
     # Told of each run's start, evaluations and end (the Hub publisher of --push-to-hub).
     observer: TrainingObserver | None = None
+    # Each step's progress, for a terminal's bar (None: each step is a log line).
+    progress: Callable[[StepProgress], None] | None = None
 
     def run_name(self, seed: int) -> str:
         """--run (with -seedN for several seeds); else, resuming, the name the folder records;
@@ -133,7 +135,8 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
         from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
 
         result = train_arm(request.arm, name, request.db_path, config, resume=request.resume is not None,
-                           run_dir=request.resume, log=log, observer=request.observer)
+                           run_dir=request.resume, log=log, observer=request.observer,
+                           progress=request.progress)
         runs.append({
             **identity, "run": result.run, "run_dir": str(result.run_dir), "last_step": result.last_step,
             "train_wall_s": result.train_wall_s, "evaluations": result.evaluations,

@@ -58,7 +58,7 @@ from ccpo_cli.backends.local.rollouts import (
     save_npz,
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
-from ccpo_cli.backends.observer import TrainingObserver, notify
+from ccpo_cli.backends.observer import StepProgress, TrainingObserver, notify
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.paths import file_sha256
 from ccpo_cli.store import (
@@ -406,6 +406,7 @@ def train_arm(
     run_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
     observer: TrainingObserver | None = None,
+    progress: Callable[[StepProgress], None] | None = None,
 ) -> TrainResult:
     """Train `arm` with the local backend as `config` says; evaluations land in `db_path` as they happen.
 
@@ -418,7 +419,8 @@ def train_arm(
     A non-finite advantage, loss or gradient stops the run (CcpoError, exit 1) with the run
     recorded as failed, the step and the quantity in `run_failures`. An `observer` (the Hub
     publisher of --push-to-hub) hears of the start, every evaluation and the end; it never changes
-    the run's numbers or status.
+    the run's numbers or status. With `progress` (a terminal's bar) each step goes there instead
+    of being a log line; evaluations are logged either way.
     """
     if not isinstance(arm, Arm):
         raise UsageError(f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}")
@@ -448,7 +450,7 @@ def train_arm(
         if observer is not None:
             notify(log, lambda: observer.started(run_name, folder))
         try:
-            return _train(run, db_path, owner, observer)
+            return _train(run, db_path, owner, observer, progress)
         finally:
             end_session(db, run_name, owner.session)
 
@@ -505,7 +507,8 @@ def _resume_history(recorded: dict[str, Any], step: int, resumed: bool, changed:
     return history
 
 
-def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: TrainingObserver | None) -> TrainResult:
+def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: TrainingObserver | None,
+           progress: Callable[[StepProgress], None] | None = None) -> TrainResult:
     config, db, run_name, log = run.config, run.db, run.run_name, run.log
     status = "failed"
     with RolloutPool(run.model, config.workers) as rollout_pool, Heartbeat(db_path, run_name, owner.session):
@@ -524,11 +527,17 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 metrics["wall_time"] = time.time()
                 update_run_state(db, run_name, last_step=step)
                 session_s += metrics["timing/step_s"]
-                log(
-                    step_line(run_name, step, config.steps, metrics, session_s / (step - run.start_step),
-                              run.evaluations[-1] if run.evaluations else None, run.train_wall_s)
-                    + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else "")
-                )
+                pace, last_eval = session_s / (step - run.start_step), run.evaluations[-1] if run.evaluations else None
+                line = (step_line(run_name, step, config.steps, metrics, pace, last_eval, run.train_wall_s)
+                        + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else ""))
+                if progress is None:
+                    log(line)
+                else:
+                    progress(StepProgress(
+                        run=run_name, step=step, total=config.steps, seconds_per_step=pace,
+                        eta=_duration(pace * max(0, config.steps - step)),
+                        held_out=None if last_eval is None else last_eval["success"],
+                        held_out_step=None if last_eval is None else last_eval["step"], line=line))
                 out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
                 last = step == config.steps or out_of_time
                 evaluated = config.evaluates_after(step, last=last)
