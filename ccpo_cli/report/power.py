@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ccpo_cli.distributions import noncentral_t_sf, t_ppf, t_sf
+from ccpo_cli.distributions import noncentral_t_sf, t_ppf
 from ccpo_cli.stats import PAIRED_TEST, WELCH_TEST, two_arm_test
 
 # No scipy here: compare computes every pair's power, and importing scipy would double its
