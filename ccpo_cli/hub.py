@@ -370,7 +370,7 @@ def open_session(repo_id: str, *, token: str, endpoint: str, timeouts: HubTimeou
     return RepoSession(client, revision, log)
 
 
-def _remote_readme(session: RepoSession, revision_sha: str, scratch: Path) -> str:
+def remote_readme(session: RepoSession, revision_sha: str, scratch: Path) -> str:
     from huggingface_hub import hf_hub_download
 
     path = session.client.call(
@@ -392,7 +392,7 @@ def commit_card(session: RepoSession, staged: StagedCard, *, key: str, message: 
         remote_names = {sibling.rfilename for sibling in (head.siblings or [])}
         readme_text, merged = staged.text, False
         if README_PATH in remote_names:
-            remote_text = _remote_readme(session, head_sha, staged.folder / ".hub-cache")
+            remote_text = remote_readme(session, head_sha, staged.folder / ".hub-cache")
             if remote_text != staged.text:
                 readme_text = merge_into_remote(remote_text, staged.text)
                 merged = readme_text != staged.text
@@ -516,6 +516,8 @@ def publish_run(
     verl_checkpoint = _verl_checkpoint(checkpoint, merged_dir)
     if verl_checkpoint is not None:
         checkpoint_step = _checkpoint_step(verl_checkpoint, checkpoint_step)
+    if checkpoint is None and checkpoint_step is not None:
+        _refuse_unpublished_step(db, run, repo_id, checkpoint_step)
     staged = stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
                         window_start=window_start, license=license, checkpoint_step=checkpoint_step,
                         clobber_hint="choose another --staging folder")
@@ -547,6 +549,15 @@ def publish_run(
     )
     return {"dry_run": False, "publication_id": publication_id, "private": private, "endpoint": endpoint,
             "run": run, "status": status, "checkpoint_source": plan.get("checkpoint_source"), **result}
+
+
+def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, step: int) -> None:
+    """Without --checkpoint nothing is uploaded: the card may name only weights already landed."""
+    from ccpo_cli.cards.evidence import landed_checkpoint_steps
+
+    if step not in landed_checkpoint_steps(db, run, repo_id):
+        raise InvalidInput(f"--checkpoint-step {step}: no upload of that step's checkpoint to {repo_id} is recorded "
+                           "as landed, and the card would say it is published there; give --checkpoint to upload it")
 
 
 def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):

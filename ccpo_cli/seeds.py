@@ -3,8 +3,9 @@
 A list is comma-separated items, each a seed (`3`) or an inclusive range (`0-2`): `0-2,5` is
 seeds 0, 1, 2 and 5, in the order given. Seeds are non-negative integers, each at most once (a
 seed is one run or one evaluation), and a list holds at most MAX_SEEDS of them, so a typo such as
-`0-1000000000` is refused instead of filling memory. Anything else is invalid input (exit 3),
-with a message that shows the syntax.
+`0-1000000000` is refused instead of filling memory. A seed is at most MAX_SEED (32 bits: every
+random generator the stack seeds takes it, and runs.db stores it as an integer). Anything else
+is invalid input (exit 3), with a message that shows the syntax.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 from ccpo_cli.errors import InvalidInput
 
 MAX_SEEDS = 10_000
+MAX_SEED = 2**32 - 1
 SYNTAX = "seeds separated by commas, each a number or a range, e.g. 0,1,2 or 0-2,5"
 
 
@@ -32,6 +34,8 @@ def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
             raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}") from None
         if first.strip().startswith("+") or (dash and last.strip().startswith(("+", "-"))):
             raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}")
+        if high > MAX_SEED:
+            raise InvalidInput(f"{option} {text!r}: a seed is at most {MAX_SEED} (got {high})")
         if high < low:
             raise InvalidInput(f"{option} {text!r}: the range {item} runs backwards (write {high}-{low})")
         if len(seeds) + high - low + 1 > MAX_SEEDS:
@@ -43,3 +47,10 @@ def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
     if repeated:
         raise InvalidInput(f"{option} {text!r}: each seed at most once (repeated: {', '.join(map(str, repeated))})")
     return seeds
+
+
+def check_seed(value: int | None, option: str = "--seed") -> int | None:
+    """One seed given as a number (`--seed N`): the same range as a seed in a list."""
+    if value is not None and not 0 <= value <= MAX_SEED:
+        raise InvalidInput(f"{option} {value}: a seed is a whole number from 0 to {MAX_SEED}")
+    return value

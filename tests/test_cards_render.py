@@ -27,7 +27,11 @@ def run_card(db_path, *args):
 @pytest.fixture(scope="module")
 def seed_db(tmp_path_factory):
     path = tmp_path_factory.mktemp("seed") / "runs.db"
-    seed_card_db(path)
+    db = seed_card_db(path)
+    # The seed card publishes the best checkpoint so far: its upload is recorded as landed (a card
+    # names only landed weights, cards/evidence.named_checkpoint).
+    store.record_publication(db, "return-hard", "SingleBicycle/ccpo-alfworld-qwen2.5-7b-return-hard",
+                             commit_id="0" * 40, status="interim", checkpoint_step=115)
     return path
 
 

@@ -265,6 +265,12 @@ def test_no_checkpoint_is_claimed_without_a_record_and_no_snippet_without_a_repo
     assert "without a Hub repository" in text
     assert "the arms above" not in text and "the table above" not in text  # there is no table of arms
     store.record_checkpoint(db, "rh", 115, "checkpoints/global_step_115")
+    # Saved on disk is not published: the card claims only an upload recorded as landed there.
+    saved = render_card(build_card_context(db, "rh", repo_id="me/ccpo-rh"))
+    assert "The checkpoint published here" not in saved and "No checkpoint is recorded with this card" in saved
+    store.record_publication(db, "rh", "me/ccpo-other", commit_id="1" * 40, status="interim", checkpoint_step=115)
+    assert "The checkpoint published here" not in render_card(build_card_context(db, "rh", repo_id="me/ccpo-rh"))
+    store.record_publication(db, "rh", "me/ccpo-rh", commit_id="2" * 40, status="interim", checkpoint_step=115)
     published = render_card(build_card_context(db, "rh", repo_id="me/ccpo-rh"))
     assert "The checkpoint published here is the best-scoring one so far (step 115)" in published
     assert 'model_id = "me/ccpo-rh"' in published

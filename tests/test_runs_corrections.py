@@ -205,3 +205,21 @@ def test_a_value_no_result_has_is_refused_naming_the_results(tmp_path):
     result = ccpo(path, "runs", "resolve", "r", "--step", "15", "--keep", "50")
     assert result.exit_code == 3 and "83.59375" in result.stderr and "44.53125" in result.stderr
     assert ccpo(path, "runs", "resolve", "r", "--step", "15", "--keep", "lots").exit_code == 3
+
+
+def test_resolving_twice_says_already_resolved_and_claims_no_retraction(tmp_path):
+    path = _conflicted(tmp_path)
+    first = ccpo(path, "runs", "resolve", "r", "--step", "15", "--keep", "83.6")
+    assert first.exit_code == 0, first.output
+    assert "retracted the result that stood" in first.output
+    grown = counts(path)
+    again = ccpo(path, "runs", "resolve", "r", "--step", "15", "--keep", "83.6")
+    assert again.exit_code == 0, again.output
+    assert "already resolved keeping 83.5938" in again.stdout and "nothing changed" in again.stdout
+    assert "retracted" not in again.output and "settled 1" not in again.output
+    # Another value once settled: refused (exit 3), the standing settlement named, nothing written.
+    other = ccpo(path, "runs", "resolve", "r", "--step", "15", "--keep", "44.5")
+    assert other.exit_code == 3, other.output
+    assert "already resolved keeping 83.5938" in other.output and "Traceback" not in other.output
+    assert len(other.output.strip().splitlines()) == 1
+    assert counts(path) == grown

@@ -108,3 +108,63 @@ def test_a_bad_part_is_named_skipped_and_recorded_while_the_rest_merges(hub, tmp
     assert first["rows_new"] > 0 and len(run_evaluations(open_db(c), "r1")) == 2
     again = pull(open_db(c), REPO, token=TOKEN, endpoint=hub.endpoint, rule=FAST)
     assert again["parts_refused"] == [] and again["parts_merged"] == 0  # recorded: not tried again
+
+
+_READ_IN_A_CHILD = """
+import resource, sys
+from pathlib import Path
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.store.sync import read_part
+# A ceiling for a reader that would decode the bomb (a shared machine): 3 GiB of address space.
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+try:
+    table, batches = read_part(Path(sys.argv[1]), sys.argv[2])
+    rows = sum(len(batch) for batch in batches)
+    print("accepted", rows)
+except InvalidInput as error:
+    print("refused", error)
+print("peak_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def _dictionary_bomb(tmp_path: Path, db_path: Path, *, text_bytes: int, rows: int) -> tuple[Path, str]:
+    """This machine's facts part, with `rows` rows whose value is one `text_bytes` text, stored
+    once in the part's dictionary: a few kilobytes on disk, rows × text_bytes once decoded."""
+    [part] = [p for p in write_parts(open_db(db_path), tmp_path / "bomb", "node-a", repo_id=None) if p.table == "facts"]
+    original = pq.read_table(part.local_path)
+    first = original.slice(0, 1).to_pylist()[0]
+    columns = {}
+    for field in original.schema:
+        if field.name == "value":
+            columns[field.name] = pa.DictionaryArray.from_arrays(pa.array([0] * rows, pa.int32()),
+                                                                 pa.array(["x" * text_bytes]))
+        else:
+            columns[field.name] = pa.array([first[field.name]] * rows, field.type)
+    schema = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name == "value" else f
+                        for f in original.schema], metadata=original.schema.metadata)
+    bomb = tmp_path / "bomb.parquet"
+    pq.write_table(pa.table(columns, schema=schema), bomb, compression="zstd")
+    return bomb, part.path_in_repo
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text_bytes, rows, words", [
+    (40 << 20, 64, "a text of 41943040 bytes"),  # one text past its bound, 32 of them in one batch
+    (900 << 10, 400, "decodes to more than 256 MiB"),  # every text within its bound, the part past its own
+])
+def test_a_dictionary_encoded_part_is_bounded_as_a_whole_before_any_row_is_made(tmp_path, monkeypatch, text_bytes,
+                                                                                rows, words):
+    import subprocess
+    import sys
+
+    db_path = machine(tmp_path, "node-a", monkeypatch)
+    full_run(db_path, "r1", steps=(2,))
+    bomb, path_in_repo = _dictionary_bomb(tmp_path, db_path, text_bytes=text_bytes, rows=rows)
+    assert bomb.stat().st_size < 1 << 20
+    child = subprocess.run([sys.executable, "-c", _READ_IN_A_CHILD, str(bomb), path_in_repo],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-2000:]
+    outcome, peak = child.stdout.strip().splitlines()
+    # Refused on its dictionary form: the 2.6 GB / 350 MB it describes were never built.
+    assert int(peak.split()[1]) < 500 * 1024, (peak, outcome)
+    assert outcome.startswith("refused") and words in outcome, outcome

@@ -159,7 +159,7 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
         excluded=excluded, this=this, last_step=last_step, total_steps=total_steps, from_scratch=from_scratch,
         license=license, protocol=protocol, noise=noise,
         this_arm=resolve_arm(identity.arm, this.get("arm_label")), resolved=resolved, runs_by_name=runs_by_name,
-        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step), repo_id=repo_id,
+        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id), repo_id=repo_id,
         evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]), headline=headline,
     )
 

@@ -50,16 +50,30 @@ def single_evaluation_noise(interval: Mapping[str, Any] | None, protocol: Evalua
     }
 
 
-def named_checkpoint(db: sqlite_utils.Database, run: str, wanted_step: int | None, given: int | None) -> int | None:
-    """The checkpoint step a card may name: the one a publish sends (`given`), else `wanted_step`
-    only when a checkpoint or publication record of the run names that step, else None."""
+def named_checkpoint(db: sqlite_utils.Database, run: str, wanted_step: int | None, given: int | None,
+                     repo_id: str | None = None) -> int | None:
+    """The checkpoint step a card may name as "published here": the one a publish sends and has
+    landed before the card is committed (`given`), else `wanted_step` only when an upload of
+    that step is recorded as landed (a publication with a commit, or a done outbox entry) in
+    `repo_id` (any repository when None). A checkpoint saved on disk is not one published: the
+    card says it publishes the numbers only."""
     if given is not None:
         return given
     if wanted_step is None:
         return None
-    recorded = {row["step"] for row in store.run_checkpoints(db, run)}
-    recorded |= {row["checkpoint_step"] for row in store.run_publications(db, run) if row["checkpoint_step"] is not None}
-    return wanted_step if wanted_step in recorded else None
+    return wanted_step if wanted_step in landed_checkpoint_steps(db, run, repo_id) else None
+
+
+def landed_checkpoint_steps(db: sqlite_utils.Database, run: str, repo_id: str | None = None) -> set[int]:
+    """Steps whose checkpoint upload runs.db records as landed on the Hub (in `repo_id`)."""
+    from ccpo_cli.store.outbox import entries
+
+    steps = {int(row["checkpoint_step"]) for row in store.run_publications(db, run)
+             if row["checkpoint_step"] is not None and row["commit_id"]
+             and (repo_id is None or row["repo_id"] == repo_id)}
+    steps |= {entry.step for entry in entries(db, run, repo_id, state="done")
+              if entry.kind == "checkpoint" and entry.commit_id}
+    return steps
 
 
 def evidence_hash(db: sqlite_utils.Database, run_names: list[str]) -> str:

@@ -26,7 +26,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.errors import CcpoError, UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
-from ccpo_cli.seeds import parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
+from ccpo_cli.seeds import check_seed, parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = Path("runs.db")
@@ -103,6 +103,25 @@ def settings(ctx: typer.Context) -> Settings:
     return root.obj
 
 
+# runs.db stores whole numbers as SQLite INTEGER (64-bit): a step, a count or a seed past it would
+# fail deep inside a write, so every whole-number option is held to it before a command starts.
+WHOLE_NUMBER_LIMIT = 2**63 - 1
+
+
+def _check_whole_numbers(kwargs: dict[str, Any], ctx: typer.Context | None) -> None:
+    for name, value in kwargs.items():
+        if type(value) is int and not -WHOLE_NUMBER_LIMIT - 1 <= value <= WHOLE_NUMBER_LIMIT:
+            raise UsageError(f"{_option_name(ctx, name)} {value}: a whole number of at most {WHOLE_NUMBER_LIMIT} "
+                             "in size (what runs.db holds)")
+
+
+def _option_name(ctx: typer.Context | None, name: str) -> str:
+    for param in getattr(getattr(ctx, "command", None), "params", []):
+        if param.name == name and getattr(param, "opts", None):
+            return max(param.opts, key=len)
+    return "--" + name.replace("_", "-")
+
+
 def handle_errors(command: Callable) -> Callable:
     """Turn library errors into one stderr line and the contract's exit code.
 
@@ -112,6 +131,8 @@ def handle_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any):
         try:
+            _check_whole_numbers(kwargs, next((arg for arg in (*args, *kwargs.values())
+                                               if isinstance(arg, typer.Context)), None))
             return command(*args, **kwargs)
         except CcpoError as error:
             # A name or key from a file may hold control characters: escaped before the terminal.

@@ -164,3 +164,7 @@ def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, ret
     outbox = result["outbox"]
     say(f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
         f"{outbox['failed']} failed, {outbox['skipped']} skipped")
+    for weights in result["weights_without_card"]:
+        say(escape_control(f"warning: the {weights['role']} weights of step {weights['step']} are on the Hub (commit "
+                           f"{str(weights['commit_id'])[:12]}, tag {weights['tag'] or 'none'}) but no card names them: "
+                           f"{weights['card']}"))

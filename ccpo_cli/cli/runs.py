@@ -219,8 +219,13 @@ def resolve_command(
     if as_json:
         emit_json({"resolution": result.as_dict()})
         return
-    settled = "already settled" if result.already else f"settled {len(result.settled_conflict_ids)} conflict(s)"
-    say(f"run {run} step {step}: {settled}, keeping {result.kept_value:g} (evaluation {result.kept_evaluation_id})")
+    if result.already:
+        # Asked again: nothing was written, so nothing is claimed as done now.
+        say(f"run {run} step {step}: already resolved keeping {result.kept_value:g} "
+            f"(evaluation {result.kept_evaluation_id}, resolution {result.resolution_id}); nothing changed")
+        return
+    say(f"run {run} step {step}: settled {len(result.settled_conflict_ids)} conflict(s), keeping "
+        f"{result.kept_value:g} (evaluation {result.kept_evaluation_id})")
     if result.superseded_evaluation_ids:
         info(ctx, f"retracted the result that stood (evaluation(s) {', '.join(map(str, result.superseded_evaluation_ids))})")
 

@@ -27,6 +27,7 @@ from ccpo_cli.cli.common import (
     JsonOption,
     SeedsOption,
     SetOption,
+    check_seed,
     emit_json,
     handle_errors,
     info,
@@ -73,7 +74,7 @@ def default_backend() -> str:
 def seed_list(seeds: str | None, seed: int | None) -> list[int]:
     """--seed N (default 0) or --seeds SEEDS (lists and ranges, ccpo_cli/seeds.py): never both."""
     if seeds is None:
-        return [0 if seed is None else seed]
+        return [0 if seed is None else check_seed(seed)]
     if seed is not None:
         raise UsageError("give either --seed or --seeds, not both")
     return parse_seeds(seeds)

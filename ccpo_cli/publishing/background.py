@@ -38,7 +38,7 @@ class BackgroundPublisher:
         self.target = target
         self._token = token
         self.log = log
-        self._finder = checkpoints or (lambda db, run, run_dir: local_checkpoints(db, run))
+        self._finder = checkpoints or (lambda db, run, run_dir: local_checkpoints(db, run, run_dir))
         self.verl_agent_home = verl_agent_home
         self.run: str | None = None
         self.run_dir: Path | None = None
@@ -135,6 +135,11 @@ class BackgroundPublisher:
                      f"(--push-wait); `ccpo publish --follow {self.run} --repo {self.target.repo_id}` resumes them")
         self.log(f"publishing: {left['done']} done, {left['failed']} failed, {left['skipped']} skipped "
                  f"(`ccpo runs show {self.run}` lists every attempt; uploader log {self.log_path})")
+        from ccpo_cli.store.outbox import weights_without_card
+
+        for weights in weights_without_card(self._db, self.run, self.target.repo_id):
+            self.log(f"publishing: warning: the {weights['role']} weights of step {weights['step']} are on the Hub "
+                     f"(commit {str(weights['commit_id'])[:12]}) but no card names them: {weights['card']}")
 
 
 def publisher_for(db_path: str | Path, repo_id: str, *, backend: str, endpoint: str | None = None,

@@ -26,18 +26,24 @@ from ccpo_cli.store.outbox import counts, entries
 DEFAULT_POLL_S = 30.0
 
 
-def _run_folder(run: dict[str, Any], explicit: Path | None) -> Path | None:
+def _run_folder(run: dict[str, Any], explicit: Path | None, db_path: Path | None = None) -> Path | None:
+    """The run's folder, absolute. A relative folder recorded by a ccpo from before absolute
+    paths was relative to the trainer's working folder: it is tried from here, then beside the
+    database (where `ccpo-runs/RUN` is made by default)."""
     if explicit is not None:
         if not Path(explicit).is_dir():
             raise InvalidInput(f"--run-dir {explicit}: not a folder")
-        return Path(explicit)
+        return Path(explicit).absolute()
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
-    for key in ("run_dir",):
-        if config.get(key):
-            return Path(config[key])
-    if config.get("metrics_file"):
-        return Path(config["metrics_file"]).parent
-    return None
+    recorded = Path(config["run_dir"]) if config.get("run_dir") else (
+        Path(config["metrics_file"]).parent if config.get("metrics_file") else None)
+    if recorded is None or recorded.is_absolute():
+        return recorded
+    beside_db = [Path(db_path).absolute().parent / recorded] if db_path is not None else []
+    for candidate in (recorded, *beside_db):
+        if candidate.is_dir():
+            return candidate.absolute()
+    return recorded.absolute()
 
 
 def ingest_verl(db, run: str, run_dir: Path, log: Callable[[str], None]) -> None:
@@ -92,7 +98,7 @@ def follow_run(
 
     check_poll(poll_s)
     db = open_db(db_path)
-    kind, folder = _what_to_follow(db, run, run_dir, backend)
+    kind, folder = _what_to_follow(db, run, run_dir, backend, Path(db_path))
     lock = outbox_lock(target.staging_for(Path(db_path), run), run, log=log).acquire()
     try:
         return _follow(db, Path(db_path), run, target, token, kind=kind, folder=folder,
@@ -107,10 +113,11 @@ def check_poll(poll_s: float) -> None:
         raise InvalidInput(f"--poll {poll_s}: expected seconds in (0, 86400]")
 
 
-def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None) -> tuple[str | None, Path | None]:
+def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None,
+                    db_path: Path | None = None) -> tuple[str | None, Path | None]:
     recorded = _known_run(db, run)
     kind = backend or (recorded or {}).get("backend")
-    folder = _run_folder(recorded or {}, run_dir)
+    folder = _run_folder(recorded or {}, run_dir, db_path)
     if kind is None and folder is not None and (folder / "config.json").is_file():
         from ccpo_cli.backends.verl.follow import launch_record
 
@@ -127,10 +134,10 @@ def plan_follow(db_path: str | Path, run: str, target: PushTarget, *, run_dir: P
     """`--follow --dry-run`: one round of reading the run and queueing what its evaluations ask
     for, without any network call; the entries that would be published."""
     db = open_db(db_path)
-    kind, folder = _what_to_follow(db, run, run_dir, backend)
+    kind, folder = _what_to_follow(db, run, run_dir, backend, Path(db_path))
     if kind == "verl":
         ingest_verl(db, run, folder, lambda message: None)
-    finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run)
+    finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
     note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
     pending = entries(db, run, target.repo_id, state="pending")
     return {"dry_run": True, "run": run, "repo_id": target.repo_id,
@@ -141,6 +148,7 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
             once, retry_failed, log, sleep) -> dict[str, Any]:
     from ccpo_cli.errors import RemoteError
     from ccpo_cli.store.outbox import retry_failed as queue_failed_again
+    from ccpo_cli.store.outbox import weights_without_card
 
     if retry_failed and _known_run(db, run) is not None:
         again = queue_failed_again(db, run, target.repo_id)
@@ -153,7 +161,7 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
         if kind == "verl":
             ingest_verl(db, run, folder, log)
         current = _current(db, run)
-        finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run)
+        finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
         note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
         ended = _ended(current, kind)
         if current.get("status") == "interrupted" and not ended_noted:
@@ -181,11 +189,16 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
     outbox = counts(db, run)
     result = {"run": run, "repo_id": target.repo_id, "ended": ended, "outbox": outbox,
               "done": [{"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
-                       for e in uploader.done]}
+                       for e in uploader.done],
+              # Weights up while their card was refused or failed: said, never left silent.
+              "weights_without_card": weights_without_card(db, run, target.repo_id)}
     if attempted and not uploader.done and outbox["failed"] + outbox["pending"] > 0:
         failed = entries(db, run, target.repo_id, state="failed") or entries(db, run, target.repo_id, state="pending")
+        uncarded = "".join(f"; the {w['role']} weights of step {w['step']} are on the Hub (commit "
+                           f"{str(w['commit_id'])[:12]}) but no card names them"
+                           for w in result["weights_without_card"])
         raise RemoteError(f"{run} -> {target.repo_id}: nothing could be published ({outbox['failed']} failed, "
-                          f"{outbox['pending']} pending; last reason: {failed[-1].reason or 'not recorded'}); "
+                          f"{outbox['pending']} pending; last reason: {failed[-1].reason or 'not recorded'}){uncarded}; "
                           f"`ccpo publish --follow {run} --repo {target.repo_id} --retry-failed` tries again")
     return result
 

@@ -61,9 +61,11 @@ def source_hash(path: Path) -> str:
 def freeze(source: Path, run_dir: Path | None) -> Path:
     """A local checkpoint file kept for upload under RUN/publish/ (hard link, else copy);
     folders (verl checkpoints) are used where they are."""
+    # Absolute: the outbox is read by an uploader process that may run in another folder.
+    source = source.absolute()
     if source.is_dir() or run_dir is None:
         return source
-    kept = Path(run_dir) / PUBLISH_FOLDER / source.name
+    kept = Path(run_dir).absolute() / PUBLISH_FOLDER / source.name
     if kept.exists():
         return kept
     kept.parent.mkdir(parents=True, exist_ok=True)
@@ -122,14 +124,26 @@ def note_end(db: sqlite_utils.Database, run: str, target: PushTarget, *, last_st
     return new + ([entry] if created else [])
 
 
-def local_checkpoints(db: sqlite_utils.Database, run: str) -> CheckpointFinder:
-    """The local trainer's checkpoint file of a step, as runs.db records it (None once removed)."""
+def local_checkpoints(db: sqlite_utils.Database, run: str, run_dir: Path | None = None) -> CheckpointFinder:
+    """The local trainer's checkpoint file of a step, as runs.db records it (None once removed).
+
+    A ccpo from before absolute paths recorded them relative to the trainer's working folder,
+    which a follower elsewhere does not share: such a path is looked up in the run folder's
+    `checkpoints/` by its file name (the layout backends/local/checkpoints.py writes)."""
     from ccpo_cli.store import run_checkpoints
 
     def find(step: int) -> Path | None:
         for row in reversed(run_checkpoints(db, run)):
-            if row["step"] == step and Path(row["path"]).is_file():
-                return Path(row["path"])
+            if row["step"] != step:
+                continue
+            path = Path(row["path"])
+            if path.is_absolute() or path.is_file():
+                candidates = [path]
+            else:
+                candidates = [Path(run_dir) / "checkpoints" / path.name] if run_dir is not None else []
+            for candidate in candidates:
+                if candidate.is_file():
+                    return candidate.absolute()
         return None
 
     return find

@@ -225,6 +225,35 @@ class Uploader:
         best = [e for e in done if e.role == "best"]
         return best[-1] if best else None
 
+    def _newest_weights(self) -> OutboxEntry | None:
+        done = [e for e in entries(self.db, self.run, self.target.repo_id, state="done") if e.kind == "checkpoint"]
+        return done[-1] if done else None
+
+    def _weights_card(self, entry: OutboxEntry, weights: OutboxEntry, refused: str, folder: Path) -> dict[str, Any]:
+        """The README that says which weights are up and why no full card (publishing/weights_card.py)."""
+        from ccpo_cli.publishing.weights_card import commit_weights_card
+
+        session = self.session()
+        key = self._key(entry)
+        message = f"ccpo: weights card for {self.run} ({entry.role}, step {entry.step})"
+        cited = {"commit": weights.commit_id, "revision": weights.tag or weights.commit_id, "step": weights.step}
+        landed = self._landed(entry, key)
+        if landed is not None:
+            result = {"commit_id": landed, "card_hash": None, "commit_url": None}
+        else:
+            if entry.base_commit is None:
+                set_base_commit(self.db, entry, session.head_sha())
+            result = commit_weights_card(session, self.db, self.run, weights=cited, reason=refused, status=entry.role,
+                                         license=self.target.license, key=key, message=message,
+                                         scratch=folder / ".hub-cache")
+        tag = session.tag("final", result["commit_id"], message)["tag"] if entry.role == "final" else None
+        record_publication(self.db, self.run, self.target.repo_id, revision=self.target.revision,
+                           commit_id=result["commit_id"], card_hash=result["card_hash"], status=entry.role,
+                           checkpoint_step=weights.step, url=result.get("commit_url"))
+        return {"commit_id": result["commit_id"], "tag": tag,
+                "reason": f"the full card was refused ({refused}); a weights card names the weights of step "
+                          f"{weights.step} instead"}
+
     def _card(self, entry: OutboxEntry) -> dict[str, Any]:
         from ccpo_cli.cards.staging import README_PATH, stage_card
         from ccpo_cli.hub import commit_card
@@ -235,10 +264,17 @@ class Uploader:
         folder = self.target.staging_for(self.db_path, self.run) / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
         cited = None if weights is None else {"repo_id": self.target.repo_id, "commit": weights.commit_id,
                                                "revision": weights.tag or weights.commit_id, "step": weights.step}
-        staged = stage_card(self.db, self.run, folder / README_PATH, status=entry.role, repo_id=self.target.repo_id,
-                            window_start=self.target.window_start, license=self.target.license,
-                            checkpoint_step=None if weights is None else weights.step, weights=cited,
-                            force=True)
+        try:
+            staged = stage_card(self.db, self.run, folder / README_PATH, status=entry.role,
+                                repo_id=self.target.repo_id, window_start=self.target.window_start,
+                                license=self.target.license, checkpoint_step=None if weights is None else weights.step,
+                                weights=cited, force=True)
+        except InvalidInput as refused:
+            # Weights always get a card: the full card is refused, but weights of the run are up.
+            up = weights or self._newest_weights()
+            if up is None:
+                raise
+            return self._weights_card(entry, up, str(refused), folder)
         session = self.session()
         key = self._key(entry)
         landed = self._landed(entry, key)

@@ -121,6 +121,31 @@ def _scalar(text: str) -> Any:
     return value
 
 
+# ccpo's own definition files, told apart by the keys only they hold at the top (their readers:
+# benchmarks.py, arms.py, experiments/designs.py, the protocol files). Such a file flattens into
+# keys no run has, so taken as a run's config it would be recorded silently as facts of nothing.
+_CCPO_DEFINITIONS = (
+    ("benchmark definition", "configs/benchmarks", "name the benchmark with --benchmark {name}",
+     {"env_name_contains", "identifying_metrics", "evaluation_split", "published_baselines"}),
+    ("arm definition", "configs/arms", "name the arm with --arm {name}", {"flags"}),
+    ("design", "configs/designs", "a design is for `ccpo matrix --design {name}`",
+     {"warm_start", "eval_every", "eval_from", "window_start", "eval_games"}),
+    ("launch protocol", "configs/protocol", "give the run's resolved Hydra config or its launch command",
+     {"entrypoint", "host_profiles", "placeholder_data"}),
+    ("table of base-model licenses", "configs", "give the run's resolved Hydra config or its launch command",
+     {"base_model_licenses"}),
+)
+
+
+def _refuse_ccpo_definition(path: Path, document: Mapping[str, Any]) -> None:
+    keys = {str(key) for key in document}
+    for kind, folder, hint, marks in _CCPO_DEFINITIONS:
+        if keys & marks:
+            name = str(document.get("name") or "NAME")
+            raise InvalidInput(f"{path}: this is a ccpo {kind} (like those in {folder}/), not a run's config; "
+                               + hint.format(name=name))
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The flattened configuration of a verl run: a resolved Hydra YAML file, or a text file
     holding the launch command with `key=value` overrides. InvalidInput when neither."""
@@ -133,6 +158,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         document = load_yaml(text, str(path))
     except YamlSyntaxError:
         document = None  # not YAML: maybe a launch command
+    if isinstance(document, Mapping):
+        _refuse_ccpo_definition(path, document)
     flat = flatten(document) if isinstance(document, Mapping) else _command_overrides(text)
     if not flat:
         raise InvalidInput(f"{path}: neither a Hydra config nor a launch command with key=value overrides")
@@ -439,6 +466,13 @@ def protocol_facts(config_file: str | Path | None, **given: Any) -> tuple[dict[s
     flat = read_config_file(config_file) if config_file is not None else None
     facts = facts_from_config(flat) if flat else {}
     facts.update({key: value for key, value in given.items() if value is not None})
+    for key, value in facts.items():  # runs.db holds 64-bit integers; a config may state more
+        if type(value) is int and not -2**63 <= value < 2**63:
+            raise InvalidInput(f"the config's {key} {value}: a whole number past what runs.db holds (2^63 - 1)")
+    if isinstance(facts.get("seed"), int):  # given, or read from the config: one seed range (seeds.py)
+        from ccpo_cli.seeds import check_seed
+
+        check_seed(facts["seed"], "--seed" if given.get("seed") is not None else "the config's seed")
     if facts.get("episodes") is not None and int(facts["episodes"]) <= 0:
         raise InvalidInput(f"--episodes must be a positive number of episodes, got {facts['episodes']}")
     return flat, facts

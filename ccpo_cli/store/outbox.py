@@ -252,3 +252,22 @@ def counts(db: sqlite_utils.Database, run: str | int) -> dict[str, int]:
                         [run_id(db, run)]):
         found[row["state"]] = row["n"]
     return found
+
+
+def weights_without_card(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[dict[str, Any]]:
+    """Checkpoints on the Hub (done) that no published card names: no done card at their step or
+    later (a final checkpoint needs the final card). Each with why the card is missing: the
+    reason of its failed or skipped card, or that it is still pending."""
+    done = entries(db, run, repo_id)
+    cards = [e for e in done if e.kind == "card"]
+    missing = []
+    for weights in (e for e in done if e.kind == "checkpoint" and e.state == "done"):
+        relevant = [c for c in cards if c.step >= weights.step and (weights.role != "final" or c.role == "final")]
+        if any(c.state == "done" for c in relevant):
+            continue
+        unpublished = [c for c in relevant if c.state in ("failed", "pending")] or relevant
+        reason = (f"its card is {unpublished[-1].state}" + (f": {unpublished[-1].reason}" if unpublished[-1].reason
+                                                          else "")) if unpublished else "no card was queued for it"
+        missing.append({"step": weights.step, "role": weights.role, "commit_id": weights.commit_id,
+                        "tag": weights.tag, "card": reason})
+    return missing

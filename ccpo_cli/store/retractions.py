@@ -209,13 +209,17 @@ def _earlier_resolution(db: sqlite_utils.Database, identifier: int, run: str, st
         if row["step"] != step or (split is not None and row["split"] != split) or (
                 eval_seed is not None and row["eval_seed"] != eval_seed):
             continue
-        if _matches(float(row["kept_value"]), value, decimals):
-            superseded = [int(item["evaluation_id"]) for item in db["retractions"].rows_where(
-                "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id")]
-            return Resolution(int(row["id"]), run, step, row["split"], row["eval_seed"], float(row["kept_value"]),
-                              int(row["kept_evaluation_id"]), tuple(row["settled_conflict_ids"]), tuple(superseded),
-                              already=True)
-        return None
+        if not _matches(float(row["kept_value"]), value, decimals):
+            # Settled before with another value: a second settlement would silently undo the
+            # first, so it is refused and the standing settlement named.
+            raise InvalidInput(
+                f"run {run!r} step {step}: already resolved keeping {float(row['kept_value']):g} "
+                f"(resolution {row['id']}, by {row.get('resolved_by') or 'unknown'}); nothing changed")
+        superseded = [int(item["evaluation_id"]) for item in db["retractions"].rows_where(
+            "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id")]
+        return Resolution(int(row["id"]), run, step, row["split"], row["eval_seed"], float(row["kept_value"]),
+                          int(row["kept_evaluation_id"]), tuple(row["settled_conflict_ids"]), tuple(superseded),
+                          already=True)
     return None
 
 

@@ -293,12 +293,15 @@ def part_table(path_in_repo: str) -> str | None:
 
 
 # Bounds of one part as decoded, whatever its compressed size (a 21 KB part once inflated to
-# 2.6 GB): its rows, its pages uncompressed (from the part's own metadata, before anything is
-# decoded), what its rows decode to (checked batch by batch of READ_ROWS rows), the length of
-# any one text and of any one list.
+# 2.6 GB): its rows, its pages uncompressed and the values of every column (from the part's own
+# metadata, before anything is decoded), what the whole part decodes to (every column counted
+# before any row is made: a dictionary-encoded text is counted once per row that refers to it),
+# the length of any one text and of any one list.
 MAX_PART_ROWS = 1_000_000
 MAX_UNCOMPRESSED_BYTES = 256 << 20
-MAX_DECODED_BYTES = 512 << 20
+MAX_PART_VALUES = 8_000_000  # leaf values of all columns together: a list's items each count
+MAX_DECODED_BYTES = 256 << 20
+FIXED_VALUE_BYTES = 8  # what one number, or one text's offset, decodes to
 MAX_TEXT_CHARS = 1 << 20
 MAX_LIST_ITEMS = 100_000
 READ_ROWS = 32
@@ -313,6 +316,64 @@ def _check_sizes(parquet: Any, path_in_repo: str) -> None:
     if pages > MAX_UNCOMPRESSED_BYTES:
         raise InvalidInput(f"{path_in_repo}: {pages >> 20} MiB uncompressed, over the {MAX_UNCOMPRESSED_BYTES >> 20} MiB "
                            "a part may hold; refused")
+    # Run-length and dictionary encodings store a repeated value once: the count of values is
+    # what decoding makes, and the metadata states it per column chunk.
+    values = sum(metadata.row_group(group).column(column).num_values
+                 for group in range(metadata.num_row_groups) for column in range(metadata.num_columns))
+    if values > MAX_PART_VALUES:
+        raise InvalidInput(f"{path_in_repo}: {values} values, over the {MAX_PART_VALUES} a part may hold; refused")
+
+
+def _text_leaves(schema: Any) -> list[str]:
+    """Column paths of the part's text leaves (nested ones included), read as dictionaries."""
+    return [schema.column(index).path for index in range(len(schema))
+            if schema.column(index).physical_type == "BYTE_ARRAY"]
+
+
+def _decoded_text_bytes(array: Any, path_in_repo: str) -> int:
+    """What the texts of `array` decode to, counted on its dictionary form (nothing expanded);
+    InvalidInput when one text is over MAX_TEXT_CHARS bytes."""
+    pa, _ = _pyarrow()
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        return sum(_decoded_text_bytes(chunk, path_in_repo) for chunk in array.chunks)
+    kind = array.type
+    if pa.types.is_dictionary(kind):
+        lengths = pc.fill_null(pc.binary_length(array.dictionary), 0)
+        used = pc.fill_null(pc.take(lengths, array.indices), 0)
+        longest, total = pc.max(used).as_py() or 0, pc.sum(used).as_py() or 0
+    elif pa.types.is_string(kind) or pa.types.is_binary(kind) or pa.types.is_large_string(kind):
+        used = pc.fill_null(pc.binary_length(array), 0)
+        longest, total = pc.max(used).as_py() or 0, pc.sum(used).as_py() or 0
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _decoded_text_bytes(array.values, path_in_repo)
+    elif pa.types.is_struct(kind):
+        return sum(_decoded_text_bytes(array.field(index), path_in_repo) for index in range(kind.num_fields))
+    else:
+        return 0
+    if longest > MAX_TEXT_CHARS:
+        raise InvalidInput(f"{path_in_repo}: a text of {longest} bytes, over the {MAX_TEXT_CHARS} a value may hold; "
+                           "refused")
+    return int(total)
+
+
+def _check_decoded(local_path: Path, names: list[str], path_in_repo: str) -> None:
+    """The whole part's decoded size within MAX_DECODED_BYTES, every column counted, before a
+    single row is made: numbers from the metadata's value counts, texts on their dictionary
+    form, one column of one row group at a time."""
+    pa, pq = _pyarrow()
+    probe = pq.ParquetFile(local_path)
+    parquet = pq.ParquetFile(local_path, read_dictionary=_text_leaves(probe.schema))
+    metadata = parquet.metadata
+    decoded = FIXED_VALUE_BYTES * sum(metadata.row_group(group).column(column).num_values
+                                      for group in range(metadata.num_row_groups)
+                                      for column in range(metadata.num_columns))
+    for group in range(metadata.num_row_groups):
+        for name in names:
+            decoded += _decoded_text_bytes(parquet.read_row_group(group, columns=[name]).column(0), path_in_repo)
+            if decoded > MAX_DECODED_BYTES:
+                raise InvalidInput(f"{path_in_repo}: decodes to more than {MAX_DECODED_BYTES >> 20} MiB; refused")
 
 
 def _check_values(value: Any, path_in_repo: str, depth: int = 0) -> None:
@@ -353,14 +414,14 @@ def read_part(local_path: Path, path_in_repo: str) -> tuple[str, Iterator[list[d
         raise InvalidInput(f"{path_in_repo}: part lacks column(s) {', '.join(missing)}")
 
     _check_sizes(parquet, path_in_repo)
+    try:
+        _check_decoded(local_path, expected.names, path_in_repo)
+    except (pa.ArrowException, OSError) as error:
+        raise InvalidInput(f"{path_in_repo}: damaged parquet part ({error})") from None
 
     def batches() -> Iterator[list[dict[str, Any]]]:
-        decoded = 0
         try:
             for batch in parquet.iter_batches(batch_size=READ_ROWS, columns=expected.names):
-                decoded += batch.nbytes
-                if decoded > MAX_DECODED_BYTES:
-                    raise InvalidInput(f"{path_in_repo}: decodes to more than {MAX_DECODED_BYTES >> 20} MiB; refused")
                 rows = batch.to_pylist()
                 for row in rows:
                     _check_values(row, path_in_repo)

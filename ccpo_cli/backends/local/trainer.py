@@ -428,7 +428,9 @@ def train_arm(
         raise UsageError(f"train_arm takes a TrainConfig, not {type(config).__name__}")
     _validate(config)
     log = log or (lambda message: None)
-    folder = Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)
+    # Absolute from here on: the checkpoint paths and run folder runs.db records are read by a
+    # follower or a resume started from another folder (docs/publishing.md, "Run folders").
+    folder = (Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)).absolute()
     if resume and run_dir is not None and not folder.is_dir():
         raise InvalidInput(f"--resume {folder}: no such run folder (nothing was started; check the path)")
     db = open_db(db_path)
