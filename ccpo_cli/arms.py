@@ -32,7 +32,9 @@ from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.paths import configs_dir
 
 
-def flag(help: str, *, bounds: tuple[float, float] | None = None, default: Any = dataclasses.MISSING) -> Any:
+def flag(
+    help: str, *, bounds: tuple[float, float] | None = None, default: Any = dataclasses.MISSING
+) -> Any:
     """Declare one estimator flag (a field of `Arm`): its help and, for a number, its valid range
     (`bounds`, both ends included); the type is the annotation.
 
@@ -42,7 +44,9 @@ def flag(help: str, *, bounds: tuple[float, float] | None = None, default: Any =
     it never enters the fingerprint. A default is for a flag added after arm files were
     written: a file that omits it gets it.
     """
-    return field(default=default, kw_only=True, metadata={"flag": True, "help": help, "bounds": bounds})
+    return field(
+        default=default, kw_only=True, metadata={"flag": True, "help": help, "bounds": bounds}
+    )
 
 
 # Ranges shared by several flags: a weight or a confidence multiplies terms of order one, a
@@ -66,7 +70,9 @@ UPSTREAM_PADDING_ESTIMATORS = ("grpo", "gigpo")
 def check_padding_rule(rule: str, estimator: str, *, where: str = "") -> None:
     """`upstream` exists only where verl-agent has its own estimator to reproduce."""
     if rule not in PADDING_MEANINGS:
-        raise InvalidInput(f"{where}padding rule {rule!r} is not one of {', '.join(PADDING_MEANINGS)}")
+        raise InvalidInput(
+            f"{where}padding rule {rule!r} is not one of {', '.join(PADDING_MEANINGS)}"
+        )
     if rule == "upstream" and estimator not in UPSTREAM_PADDING_ESTIMATORS:
         raise InvalidInput(
             f"{where}padding = upstream reproduces verl-agent's own grpo and gigpo; "
@@ -79,32 +85,48 @@ class Arm:
     name: str
     description: str
     estimator: Literal["grpo", "gigpo", "ccpo"] = flag("which advantage estimator")
-    adv_mode: Literal["mean_std_norm", "mean_norm"] = flag("normalisation of the episode and GiGPO step terms")
+    adv_mode: Literal["mean_std_norm", "mean_norm"] = flag(
+        "normalisation of the episode and GiGPO step terms"
+    )
     gamma: float = flag("discount of the return-to-go and node values", bounds=FRACTION)
     invalid_penalty: float = flag("penalty for an invalid action", bounds=WEIGHT)
-    success_reward: float = flag("episode reward that counts as success (terminal node value)", bounds=(-1e6, 1e6))
+    success_reward: float = flag(
+        "episode reward that counts as success (terminal node value)", bounds=(-1e6, 1e6)
+    )
     ep_w: float = flag("weight of the episode term", bounds=SIGNED_WEIGHT)
     step_advantage_w: float = flag("weight of the step term", bounds=SIGNED_WEIGHT)
     gate: Literal["hard", "global"] = flag("bucket key: (task, observation) or the whole task")
-    target: Literal["return", "nextnode"] = flag("step target: return-to-go or successor node value")
-    rho: float = flag("confidence in the feature distances (scales the EB disagreement)", bounds=WEIGHT)
-    backoff_task: bool = flag("serve rows without another trajectory in their node at the task level")
+    target: Literal["return", "nextnode"] = flag(
+        "step target: return-to-go or successor node value"
+    )
+    rho: float = flag(
+        "confidence in the feature distances (scales the EB disagreement)", bounds=WEIGHT
+    )
+    backoff_task: bool = flag(
+        "serve rows without another trajectory in their node at the task level"
+    )
     backoff_rho: float = flag("rho multiplier at the task level", bounds=WEIGHT)
     min_traj: int = flag("distinct trajectories a bucket needs", bounds=(1, 1_000_000))
     jweight_c: float = flag("J-weighting constant c in J/(J+c); 0 disables", bounds=COUNT_CONSTANT)
     prior_kappa: float = flag("credibility prior kappa; 0 disables", bounds=COUNT_CONSTANT)
     lk_fix: float | None = flag("fixed credibility weight (unset: J/(J+kappa))", bounds=FRACTION)
-    lam_fix: float | None = flag("fixed kernel/uniform mix lambda (unset: shrink rule)", bounds=FRACTION)
+    lam_fix: float | None = flag(
+        "fixed kernel/uniform mix lambda (unset: shrink rule)", bounds=FRACTION
+    )
     phi: Literal["hidden", "hidden+ctx"] = flag("feature vector")
     ctx_w: float = flag("weight of the trajectory-context block", bounds=WEIGHT)
     whiten: int = flag("principal directions removed before distances", bounds=(0, 1024))
-    tau: float = flag("kernel width as a multiple of the bucket's median distance", bounds=(1e-3, 1e3))
+    tau: float = flag(
+        "kernel width as a multiple of the bucket's median distance", bounds=(1e-3, 1e3)
+    )
     wmode: Literal["soft", "hard", "cos"] = flag("neighbour weighting")
     shrink: Literal["eb", "mse", "eb_pooled", "eb_hier"] = flag("shrinkage rule for lambda")
     std: Literal["task", "local"] = flag("scale of the step credit")
     # Above 0: under std = local a bucket of equal targets has local sd 0, and the floor is all
     # that stands between its credit and 0/0.
-    std_floor: float = flag("floor of the local scale, as a fraction of the batch target sd", bounds=(1e-3, 1e3))
+    std_floor: float = flag(
+        "floor of the local scale, as a fraction of the batch target sd", bounds=(1e-3, 1e3)
+    )
     step_norm: Literal["mode", "std", "none"] = flag("per-task standardisation of live step values")
     edge_w: float = flag("weight of the G2PO edge (value-gain) term; 0 disables", bounds=WEIGHT)
     padding: Literal["inert", "upstream"] = flag(
@@ -114,8 +136,9 @@ class Arm:
     # The step-information control of the CPU testbed (docs/estimators.md §4.1): the step term's
     # values are kept, but each live row gets another live row's value of the same task, so the
     # term keeps its magnitude and mean and loses what it says about the row's state.
-    step_permute: bool = flag("permute the step term among the live rows of each task (a control)",
-                              default=False)
+    step_permute: bool = flag(
+        "permute the step term among the live rows of each task (a control)", default=False
+    )
     # (flag, recorded value) pairs applied on top of the arm file, in name order.
     overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
 
@@ -124,7 +147,9 @@ class Arm:
         for spec in FLAG_SPECS:  # however an Arm is made, its numbers are in their ranges
             value = getattr(self, spec.name)
             if not spec.in_range(value):
-                raise InvalidInput(f"arm '{self.name}': flag '{spec.name}' = {value!r} must be {spec.requirement}")
+                raise InvalidInput(
+                    f"arm '{self.name}': flag '{spec.name}' = {value!r} must be {spec.requirement}"
+                )
 
     def flags(self) -> dict[str, Any]:
         """Every flag in its recorded form: the form fingerprints, runs.db, cards and Hydra have
@@ -136,10 +161,17 @@ class Arm:
         """sha256 of the canonical flags. A flag added after arm files were written (one with a
         declared default) enters it only when set off that default, so every arm that computes
         what it computed before keeps the fingerprint runs.db and published cards recorded."""
-        later_at_default = {spec.name for spec in FLAG_SPECS
-                            if not spec.required and getattr(self, spec.name) == spec.default}
-        fingerprinted = {key: value for key, value in self.flags().items() if key not in later_at_default}
-        canonical = json.dumps(fingerprinted, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        later_at_default = {
+            spec.name
+            for spec in FLAG_SPECS
+            if not spec.required and getattr(self, spec.name) == spec.default
+        }
+        fingerprinted = {
+            key: value for key, value in self.flags().items() if key not in later_at_default
+        }
+        canonical = json.dumps(
+            fingerprinted, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Arm:
@@ -197,8 +229,12 @@ def _flag_spec(declared: dataclasses.Field, annotation: Any) -> FlagSpec:
         (annotation,) = [argument for argument in arguments if argument is not type(None)]
     choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
     return FlagSpec(
-        name=declared.name, kind=str if choices else annotation, optional=optional,
-        help=declared.metadata["help"], choices=tuple(choices), bounds=declared.metadata["bounds"],
+        name=declared.name,
+        kind=str if choices else annotation,
+        optional=optional,
+        help=declared.metadata["help"],
+        choices=tuple(choices),
+        bounds=declared.metadata["bounds"],
         required=declared.default is dataclasses.MISSING,
         default=None if declared.default is dataclasses.MISSING else declared.default,
     )
@@ -206,7 +242,9 @@ def _flag_spec(declared: dataclasses.Field, annotation: Any) -> FlagSpec:
 
 _ANNOTATIONS = typing.get_type_hints(Arm)
 FLAG_SPECS: tuple[FlagSpec, ...] = tuple(
-    _flag_spec(declared, _ANNOTATIONS[declared.name]) for declared in dataclasses.fields(Arm) if declared.metadata.get("flag")
+    _flag_spec(declared, _ANNOTATIONS[declared.name])
+    for declared in dataclasses.fields(Arm)
+    if declared.metadata.get("flag")
 )
 FLAG_NAMES: tuple[str, ...] = tuple(spec.name for spec in FLAG_SPECS)
 _SPEC_BY_NAME = {spec.name: spec for spec in FLAG_SPECS}
@@ -259,7 +297,9 @@ def coerce_flag(name: str, value: Any, source: str = "--set") -> Any:
         kind = f"{spec.kind.__name__} or unset" if spec.optional else spec.kind.__name__
         raise InvalidInput(f"{source}: flag '{name}': cannot read {value!r} as {kind}") from None
     if spec.choices and coerced not in spec.choices:
-        raise InvalidInput(f"{source}: flag '{name}': {value!r} is not one of {', '.join(spec.choices)}")
+        raise InvalidInput(
+            f"{source}: flag '{name}': {value!r} is not one of {', '.join(spec.choices)}"
+        )
     if not spec.in_range(coerced):
         raise InvalidInput(f"{source}: flag '{name}': {value!r} must be {spec.requirement}")
     return coerced
@@ -325,6 +365,7 @@ def load_arm(name: str, overrides: Mapping[str, Any] | None = None) -> Arm:
 
 # ---- what each flag can still change -------------------------------------------------------
 
+
 def fixed_lambda(arm: Arm) -> float | None:
     """λ when the flags alone decide it (after the [0, 1] clip), else None."""
     if arm.lam_fix is not None:
@@ -385,20 +426,36 @@ def inert_flags(arm: Arm) -> dict[str, str]:
 
     lam = fixed_lambda(arm)
     if arm.gate == "global":
-        mark(("backoff_task", "backoff_rho"), "gate = global ⇒ task backoff is disabled ⇒ backoff_task, backoff_rho have no effect")
-        mark(("prior_kappa", "lk_fix"), "gate = global ⇒ credibility prior is disabled ⇒ prior_kappa, lk_fix have no effect")
+        mark(
+            ("backoff_task", "backoff_rho"),
+            "gate = global ⇒ task backoff is disabled ⇒ backoff_task, backoff_rho have no effect",
+        )
+        mark(
+            ("prior_kappa", "lk_fix"),
+            "gate = global ⇒ credibility prior is disabled ⇒ prior_kappa, lk_fix have no effect",
+        )
     if lam is not None:
         # rho = 0 is itself the cause of λ ≡ 0, so rho stays live (any other value changes λ);
         # under lam_fix or the global gate rho is overridden and is inert too.
-        overridden = ("shrink", "backoff_rho") if fixed_lambda_by_rho(arm) else ("rho", "shrink", "backoff_rho")
+        overridden = (
+            ("shrink", "backoff_rho")
+            if fixed_lambda_by_rho(arm)
+            else ("rho", "shrink", "backoff_rho")
+        )
         mark(overridden, f"{lambda_reason(arm)} ⇒ {', '.join(overridden)} have no effect")
     elif not arm.backoff_task:
         mark(("backoff_rho",), "backoff_task = 0 ⇒ no task level ⇒ backoff_rho has no effect")
     if arm.gate != "global" and arm.lk_fix is not None:
-        mark(("prior_kappa",), f"lk_fix = {arm.lk_fix!r} ⇒ the credibility weight is fixed ⇒ prior_kappa has no effect")
+        mark(
+            ("prior_kappa",),
+            f"lk_fix = {arm.lk_fix!r} ⇒ the credibility weight is fixed ⇒ prior_kappa has no effect",
+        )
     if not features_active(arm):
-        mark(_FEATURE_FLAGS, f"{lambda_reason(arm)} ⇒ the baseline is the uniform mean and std = {arm.std} "
-             f"⇒ phi_feats, {', '.join(_FEATURE_FLAGS)} have no effect")
+        mark(
+            _FEATURE_FLAGS,
+            f"{lambda_reason(arm)} ⇒ the baseline is the uniform mean and std = {arm.std} "
+            f"⇒ phi_feats, {', '.join(_FEATURE_FLAGS)} have no effect",
+        )
     else:
         if arm.phi == "hidden":
             mark(("ctx_w",), "phi = hidden ⇒ no context block ⇒ ctx_w has no effect")
@@ -407,12 +464,19 @@ def inert_flags(arm: Arm) -> dict[str, str]:
     if arm.std != "local":
         mark(("std_floor",), f"std = {arm.std} ⇒ no local scale ⇒ std_floor has no effect")
     if arm.target == "return" and arm.edge_w == 0.0:
-        mark(("success_reward",), "target = return and edge_w = 0 ⇒ node values unused ⇒ success_reward has no effect")
+        mark(
+            ("success_reward",),
+            "target = return and edge_w = 0 ⇒ node values unused ⇒ success_reward has no effect",
+        )
     return {name: inert[name] for name in FLAG_NAMES if name in inert}
 
 
-def arm_from_flags(name: str, flags: Mapping[str, Any], description: str = "",
-                   overrides: Mapping[str, Any] | None = None) -> Arm | None:
+def arm_from_flags(
+    name: str,
+    flags: Mapping[str, Any],
+    description: str = "",
+    overrides: Mapping[str, Any] | None = None,
+) -> Arm | None:
     """The `Arm` whose recorded flags (`Arm.flags()`) are `flags`, or None when they are not a
     complete set this version can read (a flag added since gets its declared default)."""
     resolved = {}
@@ -427,6 +491,11 @@ def arm_from_flags(name: str, flags: Mapping[str, Any], description: str = "",
         except (UsageError, InvalidInput):
             return None
     try:
-        return Arm(name=name, description=description, overrides=tuple(sorted((overrides or {}).items())), **resolved)
+        return Arm(
+            name=name,
+            description=description,
+            overrides=tuple(sorted((overrides or {}).items())),
+            **resolved,
+        )
     except InvalidInput:
         return None

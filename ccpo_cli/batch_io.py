@@ -47,11 +47,15 @@ def load_batch(path: Path | str) -> RolloutBatch:
         raise InvalidInput(f"{path}: no such file")
     if suffix == ".json":
         if path.stat().st_size > MAX_BATCH_BYTES:
-            raise InvalidInput(f"{path}: {path.stat().st_size} bytes; a batch file holds at most {MAX_BATCH_BYTES}")
+            raise InvalidInput(
+                f"{path}: {path.stat().st_size} bytes; a batch file holds at most {MAX_BATCH_BYTES}"
+            )
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
-            raise InvalidInput(f"{path}: line {error.lineno}: not valid JSON ({error.msg})") from None
+            raise InvalidInput(
+                f"{path}: line {error.lineno}: not valid JSON ({error.msg})"
+            ) from None
         except UnicodeDecodeError:
             raise InvalidInput(f"{path}: not UTF-8 text") from None
         except RecursionError:
@@ -64,7 +68,9 @@ def load_batch(path: Path | str) -> RolloutBatch:
             with np.load(path, allow_pickle=False) as archive:
                 data = {key: archive[key] for key in archive.files if key in BATCH_KEYS}
         except ValueError as error:
-            raise InvalidInput(f"{path}: cannot read arrays ({error}); store strings as unicode arrays") from None
+            raise InvalidInput(
+                f"{path}: cannot read arrays ({error}); store strings as unicode arrays"
+            ) from None
         except (OSError, zipfile.BadZipFile, EOFError):
             raise InvalidInput(f"{path}: not a readable .npz archive") from None
     if isinstance(data, dict):
@@ -84,18 +90,25 @@ def _check_npz_headers(path: Path) -> None:
                 continue
             with archive.open(member) as stream:
                 version = np.lib.format.read_magic(stream)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, _, dtype = read_header(stream)
             if dtype.kind == "c":
-                raise InvalidInput(f"{path}: key '{key}': complex values ({dtype}); a batch holds real numbers")
+                raise InvalidInput(
+                    f"{path}: key '{key}': complex values ({dtype}); a batch holds real numbers"
+                )
             if dtype.hasobject or dtype.kind == "V":
                 raise InvalidInput(f"{path}: key '{key}': dtype {dtype} is not numbers or text")
             elements = math.prod(int(size) for size in shape)
             total += elements * dtype.itemsize
             if total > MAX_BATCH_BYTES:
-                raise InvalidInput(f"{path}: key '{key}': shape {tuple(shape)} of {dtype} makes the batch larger "
-                                   f"than {MAX_BATCH_BYTES} bytes (the limit), refused before reading")
+                raise InvalidInput(
+                    f"{path}: key '{key}': shape {tuple(shape)} of {dtype} makes the batch larger "
+                    f"than {MAX_BATCH_BYTES} bytes (the limit), refused before reading"
+                )
 
 
 def _check_step_index(data: dict, source: str) -> None:
@@ -106,10 +119,16 @@ def _check_step_index(data: dict, source: str) -> None:
     if not isinstance(values, list):
         return
     for row, value in enumerate(values):
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-                and abs(value) > MAX_STEP_INDEX:
-            raise InvalidInput(f"{source}: key 'step_index', row {row}: {value!r} is out of range "
-                               f"(|step_index| <= {MAX_STEP_INDEX})")
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and abs(value) > MAX_STEP_INDEX
+        ):
+            raise InvalidInput(
+                f"{source}: key 'step_index', row {row}: {value!r} is out of range "
+                f"(|step_index| <= {MAX_STEP_INDEX})"
+            )
 
 
 def _check_magnitudes(batch: RolloutBatch, source: str) -> None:
@@ -121,8 +140,10 @@ def _check_magnitudes(batch: RolloutBatch, source: str) -> None:
         if too_big.any():
             row = int(np.argwhere(too_big)[0][0])
             value = float(values[row][too_big[row]][0]) if values.ndim > 1 else float(values[row])
-            raise InvalidInput(f"{source}: key '{key}', row {row}: {value!r} is out of range "
-                               f"(|value| <= {MAX_ABS_VALUE:g})")
+            raise InvalidInput(
+                f"{source}: key '{key}', row {row}: {value!r} is out of range "
+                f"(|value| <= {MAX_ABS_VALUE:g})"
+            )
 
 
 def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
@@ -133,7 +154,10 @@ def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
         document = {key: _plain(value) for key, value in mapping.items()}
         path.write_text(json.dumps(document) + "\n", encoding="utf-8")
     else:
-        arrays = {key: (value.astype(str) if value.dtype == object else value) for key, value in mapping.items()}
+        arrays = {
+            key: (value.astype(str) if value.dtype == object else value)
+            for key, value in mapping.items()
+        }
         np.savez(path, **arrays)
     return path
 
@@ -179,10 +203,22 @@ def _write_result(result: AdvantageResult, path: Path) -> Path:
     document = result_document(result)
     if _suffix(path, "the output file") == ".json":
         body = {"schema_version": SCHEMA_VERSION}
-        body.update({key: _plain(value) if not isinstance(value, dict) else {k: _plain(v) for k, v in value.items()} for key, value in document.items()})
+        body.update(
+            {
+                key: _plain(value)
+                if not isinstance(value, dict)
+                else {k: _plain(v) for k, v in value.items()}
+                for key, value in document.items()
+            }
+        )
         path.write_text(json.dumps(body, allow_nan=False) + "\n", encoding="utf-8")
     else:
-        meta = {"schema_version": SCHEMA_VERSION, "arm": document["arm"], "fingerprint": document["fingerprint"], "overrides": document["overrides"]}
+        meta = {
+            "schema_version": SCHEMA_VERSION,
+            "arm": document["arm"],
+            "fingerprint": document["fingerprint"],
+            "overrides": document["overrides"],
+        }
         arrays = {f"{_PER_ROW_PREFIX}{key}": value for key, value in result.per_row.items()}
         np.savez(
             path,
@@ -203,5 +239,9 @@ def read_result(path: Path | str) -> dict[str, Any]:
     with np.load(path, allow_pickle=False) as archive:
         meta = json.loads(str(archive["meta"]))
         meta["advantages"] = archive["advantages"]
-        meta["per_row"] = {key[len(_PER_ROW_PREFIX):]: archive[key] for key in archive.files if key.startswith(_PER_ROW_PREFIX)}
+        meta["per_row"] = {
+            key[len(_PER_ROW_PREFIX) :]: archive[key]
+            for key in archive.files
+            if key.startswith(_PER_ROW_PREFIX)
+        }
     return meta

@@ -57,7 +57,7 @@ class TaskType:
     @property
     def training_metric(self) -> str:
         """The same rate over training rollouts (verl's episode/ metrics)."""
-        return _TRAINING_PREFIX + self.metric[len(_VALIDATION_PREFIX):]
+        return _TRAINING_PREFIX + self.metric[len(_VALIDATION_PREFIX) :]
 
 
 @dataclass(frozen=True)
@@ -121,8 +121,10 @@ class Benchmark:
         for task in self.task_types:
             if task.key == key:
                 return task
-        raise InvalidInput(f"benchmark {self.name!r} has no task type {key!r} "
-                           f"(its task types: {', '.join(t.key for t in self.task_types) or 'none'})")
+        raise InvalidInput(
+            f"benchmark {self.name!r} has no task type {key!r} "
+            f"(its task types: {', '.join(t.key for t in self.task_types) or 'none'})"
+        )
 
 
 def benchmarks_dir() -> Path:
@@ -134,7 +136,9 @@ def list_benchmarks() -> list[str]:
     return sorted(path.stem for path in benchmarks_dir().glob("*.yaml"))
 
 
-def _text(document: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
+def _text(
+    document: Mapping[str, Any], key: str, where: str, *, required: bool = True
+) -> str | None:
     value = document.get(key)
     if value is None:
         if required:
@@ -165,10 +169,16 @@ def _task_types(document: Mapping[str, Any], where: str) -> tuple[TaskType, ...]
         at = f"{where}: task_types[{index}]"
         if not isinstance(entry, Mapping):
             raise InvalidInput(f"{at}: expected a mapping with key, metric and label")
-        task = TaskType(key=_text(entry, "key", at), metric=_text(entry, "metric", at), label=_text(entry, "label", at),
-                        game_folder=_text(entry, "game_folder", at, required=False))
+        task = TaskType(
+            key=_text(entry, "key", at),
+            metric=_text(entry, "metric", at),
+            label=_text(entry, "label", at),
+            game_folder=_text(entry, "game_folder", at, required=False),
+        )
         if not _TASK_METRIC.fullmatch(task.metric):
-            raise InvalidInput(f"{at}: metric {task.metric!r} is not of verl-agent's form val/<name>_success_rate")
+            raise InvalidInput(
+                f"{at}: metric {task.metric!r} is not of verl-agent's form val/<name>_success_rate"
+            )
         tasks.append(task)
     keys = [task.key for task in tasks]
     if len(set(keys)) != len(keys):
@@ -182,14 +192,17 @@ def _split(document: Mapping[str, Any], where: str) -> EvaluationSplit | None:
     spec = _mapping(document, "evaluation_split", where)
     at = f"{where}: evaluation_split"
     values = {str(k): str(v) for k, v in _mapping(spec, "values", at).items()}
-    return EvaluationSplit(default=_text(spec, "default", at, required=False),
-                           default_reason=_text(spec, "default_reason", at, required=False),
-                           config_key=_text(spec, "config_key", at, required=False),
-                           values=MappingProxyType(values))
+    return EvaluationSplit(
+        default=_text(spec, "default", at, required=False),
+        default_reason=_text(spec, "default_reason", at, required=False),
+        config_key=_text(spec, "config_key", at, required=False),
+        values=MappingProxyType(values),
+    )
 
 
-def _baselines(name: str, document: Mapping[str, Any], protocols: Mapping[str, str],
-               where: str) -> tuple[PublishedBaseline, ...]:
+def _baselines(
+    name: str, document: Mapping[str, Any], protocols: Mapping[str, str], where: str
+) -> tuple[PublishedBaseline, ...]:
     rows = []
     for index, entry in enumerate(_list(document, "published_baselines", where), start=1):
         at = f"{where}: published_baselines[{index}]"
@@ -205,11 +218,19 @@ def _baselines(name: str, document: Mapping[str, Any], protocols: Mapping[str, s
             raise InvalidInput(f"{at}: success and score must be numbers (percent)") from None
         if success is None:
             raise InvalidInput(f"{at}: missing field 'success'")
-        rows.append(PublishedBaseline(
-            benchmark=name, method=_text(entry, "method", at), backbone=_text(entry, "backbone", at),
-            success=success, protocol=protocol, source=_text(entry, "source", at),
-            on_card=bool(entry.get("on_card", False)), score=score, paper=_paper_key(entry, at),
-        ))
+        rows.append(
+            PublishedBaseline(
+                benchmark=name,
+                method=_text(entry, "method", at),
+                backbone=_text(entry, "backbone", at),
+                success=success,
+                protocol=protocol,
+                source=_text(entry, "source", at),
+                on_card=bool(entry.get("on_card", False)),
+                score=score,
+                paper=_paper_key(entry, at),
+            )
+        )
     return tuple(rows)
 
 
@@ -229,7 +250,9 @@ def _read_benchmark(path: Path) -> Benchmark:
     try:
         document = yaml.load(path.read_text(encoding="utf-8"), Loader=_SAFE_LOADER)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        raise InvalidInput(f"{path}: cannot read the benchmark ({error.__class__.__name__})") from None
+        raise InvalidInput(
+            f"{path}: cannot read the benchmark ({error.__class__.__name__})"
+        ) from None
     where = str(path)
     if not isinstance(document, Mapping):
         raise InvalidInput(f"{where}: expected a mapping (name, display_name, metrics, ...)")
@@ -239,9 +262,13 @@ def _read_benchmark(path: Path) -> Benchmark:
     metrics = _mapping(document, "metrics", where)
     tasks = _task_types(document, where)
     declared = [str(metric) for metric in _list(document, "identifying_metrics", where)]
-    identifying = frozenset(declared + [task.metric for task in tasks] + [task.training_metric for task in tasks])
-    protocols = {str(key): _text(spec or {}, "description", f"{where}: protocols.{key}")
-                 for key, spec in _mapping(document, "protocols", where).items()}
+    identifying = frozenset(
+        declared + [task.metric for task in tasks] + [task.training_metric for task in tasks]
+    )
+    protocols = {
+        str(key): _text(spec or {}, "description", f"{where}: protocols.{key}")
+        for key, spec in _mapping(document, "protocols", where).items()
+    }
     prompt = _mapping(document, "prompt", where)
     return Benchmark(
         name=name,
@@ -286,7 +313,9 @@ def _identifying_index() -> Mapping[str, str]:
     for benchmark in all_benchmarks():
         for metric in benchmark.identifying_metrics:
             if metric in index:
-                raise InvalidInput(f"metric {metric!r} identifies both {index[metric]} and {benchmark.name}")
+                raise InvalidInput(
+                    f"metric {metric!r} identifies both {index[metric]} and {benchmark.name}"
+                )
             index[metric] = benchmark.name
     return MappingProxyType(index)
 
@@ -313,7 +342,9 @@ def benchmark_for_env_name(env_name: Any) -> str | None:
     if not isinstance(env_name, str) or not env_name:
         return None
     lowered = env_name.lower()
-    matches = [benchmark.name for benchmark in all_benchmarks() if benchmark.env_name_contains in lowered]
+    matches = [
+        benchmark.name for benchmark in all_benchmarks() if benchmark.env_name_contains in lowered
+    ]
     return matches[0] if len(matches) == 1 else None
 
 

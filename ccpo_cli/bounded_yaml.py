@@ -55,13 +55,17 @@ def _check_events(text: str, source: str, max_depth: int, max_nodes: int) -> Non
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > max_depth:
-                raise YamlRefused(f"{source}: YAML nested deeper than {max_depth} levels; refusing to read it")
+                raise YamlRefused(
+                    f"{source}: YAML nested deeper than {max_depth} levels; refusing to read it"
+                )
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
         if isinstance(event, yaml.NodeEvent):
             nodes += 1
             if nodes > max_nodes:
-                raise YamlRefused(f"{source}: YAML with more than {max_nodes} nodes; refusing to read it")
+                raise YamlRefused(
+                    f"{source}: YAML with more than {max_nodes} nodes; refusing to read it"
+                )
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -87,11 +91,15 @@ def _check_expansion(root: yaml.Node, source: str, max_depth: int, max_nodes: in
             size[key] = 1 + sum(size[id(kid)] for kid in kids)
             depth[key] = (1 + max((depth[id(kid)] for kid in kids), default=0)) if kids else 0
             if size[key] > max_nodes:
-                raise YamlRefused(f"{source}: YAML whose aliases expand to more than {max_nodes} nodes; "
-                                  "refusing to read it")
+                raise YamlRefused(
+                    f"{source}: YAML whose aliases expand to more than {max_nodes} nodes; "
+                    "refusing to read it"
+                )
             if depth[key] > max_depth:
-                raise YamlRefused(f"{source}: YAML whose aliases nest deeper than {max_depth} levels; "
-                                  "refusing to read it")
+                raise YamlRefused(
+                    f"{source}: YAML whose aliases nest deeper than {max_depth} levels; "
+                    "refusing to read it"
+                )
             continue
         if key in size:
             continue
@@ -99,18 +107,24 @@ def _check_expansion(root: yaml.Node, source: str, max_depth: int, max_nodes: in
         stack.append((node, True))
         for kid in _children(node):
             if id(kid) in on_path:
-                raise YamlRefused(f"{source}: YAML with an alias that refers to a collection containing it; "
-                                  "refusing to read it")
+                raise YamlRefused(
+                    f"{source}: YAML with an alias that refers to a collection containing it; "
+                    "refusing to read it"
+                )
             if id(kid) not in size:
                 stack.append((kid, False))
 
 
-def load_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> Any:
+def load_yaml(
+    text: str, source: str, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES
+) -> Any:
     """The Python value of one YAML document (`safe_load` semantics), within the bounds.
 
     `source` names the text in messages (a path, or `--config value`)."""
     if len(text) > MAX_BYTES:
-        raise YamlRefused(f"{source}: YAML text larger than {MAX_BYTES // (1024 * 1024)} MiB; refusing to read it")
+        raise YamlRefused(
+            f"{source}: YAML text larger than {MAX_BYTES // (1024 * 1024)} MiB; refusing to read it"
+        )
     try:
         _check_events(text, source, max_depth, max_nodes)
         loader = yaml.SafeLoader(text)
@@ -132,7 +146,9 @@ def read_bounded_text(path: str | Path) -> str:
     with open(path, "rb") as handle:
         data = handle.read(MAX_BYTES + 1)
     if len(data) > MAX_BYTES:
-        raise YamlRefused(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; refusing to read it")
+        raise YamlRefused(
+            f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB; refusing to read it"
+        )
     return data.decode("utf-8")
 
 

@@ -44,7 +44,9 @@ def resolve_games(games: Path | None) -> tuple[list[str], str]:
         raise InvalidInput(f"--games {games}: not a folder")
     found = [str(path) for path in envs.find_games(games)]
     if not found:
-        raise InvalidInput(f"--games {games}: no ALFWorld games (no */*/game.tw-pddl) in this folder")
+        raise InvalidInput(
+            f"--games {games}: no ALFWorld games (no */*/game.tw-pddl) in this folder"
+        )
     return found, str(games)
 
 
@@ -73,7 +75,12 @@ def across_seeds(results: Sequence[SeedEvaluation]) -> dict[str, Any]:
         rates = [r.task_types()[key]["success"] for r in results if key in r.task_types()]
         if rates:
             per_type[key] = dict(mean_sd_n(rates), per_seed=rates)
-    return {"mean": overall["mean"], "sd": overall["sd"], "n_seeds": overall["n"], "task_type_means": per_type}
+    return {
+        "mean": overall["mean"],
+        "sd": overall["sd"],
+        "n_seeds": overall["n"],
+        "task_type_means": per_type,
+    }
 
 
 def resolve_eval_model(options: EvalOptions) -> tuple[str | None, Any, int]:
@@ -84,9 +91,12 @@ def resolve_eval_model(options: EvalOptions) -> tuple[str | None, Any, int]:
         return options.model, None, _recorded_step(options.step, None)
     from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, resolve_model_source
 
-    step = _recorded_step(options.step, find_verl_checkpoint(options.model))  # refused before any merge
-    model, merged = resolve_model_source(options.model, verl_agent_home=options.verl_agent_home,
-                                         merged_dir=options.merged_dir)
+    step = _recorded_step(
+        options.step, find_verl_checkpoint(options.model)
+    )  # refused before any merge
+    model, merged = resolve_model_source(
+        options.model, verl_agent_home=options.verl_agent_home, merged_dir=options.merged_dir
+    )
     return model, merged, step
 
 
@@ -94,8 +104,10 @@ def _recorded_step(step: int | None, checkpoint: Any) -> int:
     """A checkpoint's evaluations are recorded at its training step; --step may only agree."""
     checkpoint_step = None if checkpoint is None else checkpoint.step
     if step is not None and checkpoint_step is not None and step != checkpoint_step:
-        raise InvalidInput(f"--step {step}, but the checkpoint {checkpoint.folder} is from step "
-                           f"{checkpoint_step}; leave --step out to record it at {checkpoint_step}")
+        raise InvalidInput(
+            f"--step {step}, but the checkpoint {checkpoint.folder} is from step "
+            f"{checkpoint_step}; leave --step out to record it at {checkpoint_step}"
+        )
     return step if step is not None else (checkpoint_step or 0)
 
 
@@ -113,7 +125,9 @@ class EvalOptions:
     split: str = "heldout"
     max_steps: int = 50
     max_new_tokens: int | None = None
-    verl_agent_home: Path | None = None  # where verl's model merger is (hf/vllm on a verl checkpoint)
+    verl_agent_home: Path | None = (
+        None  # where verl's model merger is (hf/vllm on a verl checkpoint)
+    )
     merged_dir: Path | None = None  # where the merged checkpoint goes (default: beside its shards)
 
 
@@ -147,8 +161,13 @@ def run_eval(
     if on_phase is not None and options.agent in {"hf", "vllm"}:
         on_phase(f"loading the model {options.model} for the {options.agent} agent")
     model, merged, step = resolve_eval_model(options)
-    agent = build_agent(options.agent, model, temperature=options.temperature,
-                        seed=options.seeds[0], **agent_options)
+    agent = build_agent(
+        options.agent,
+        model,
+        temperature=options.temperature,
+        seed=options.seeds[0],
+        **agent_options,
+    )
     recorded_temperature = options.temperature if options.agent in SAMPLING_AGENTS else None
     db = open_db(db_path)
     documents: list[dict[str, Any]] = []
@@ -162,17 +181,31 @@ def run_eval(
     def record(result: SeedEvaluation) -> None:
         # The run is created with its first result: a failed evaluation leaves no empty run behind.
         ensure_run(db, options.run, kind=kind, benchmark=BENCHMARK)
-        facts = {"split": options.split, "episodes": len(result.episodes), "max_steps": options.max_steps,
-                 "temperature": recorded_temperature}
+        facts = {
+            "split": options.split,
+            "episodes": len(result.episodes),
+            "max_steps": options.max_steps,
+            "temperature": recorded_temperature,
+        }
         if kind == "evaluation":
             facts.update(agent=options.agent, model=options.model)
-        record_run_facts(db, options.run, {key: value for key, value in facts.items() if value is not None},
-                         source="ccpo eval")
+        record_run_facts(
+            db,
+            options.run,
+            {key: value for key, value in facts.items() if value is not None},
+            source="ccpo eval",
+        )
         outcome = record_evaluation_outcome(
-            db, options.run, step, split=options.split,
-            episodes=len(result.episodes), successes=result.successes,
-            success_rate=result.success, mean_turns=result.mean_turns,
-            temperature=recorded_temperature, eval_seed=result.seed,
+            db,
+            options.run,
+            step,
+            split=options.split,
+            episodes=len(result.episodes),
+            successes=result.successes,
+            success_rate=result.success,
+            mean_turns=result.mean_turns,
+            temperature=recorded_temperature,
+            eval_seed=result.seed,
             task_types=result.task_types(),
             episode_rows=[episode.as_row() for episode in result.episodes],
         )
@@ -185,9 +218,16 @@ def run_eval(
 
     try:
         results = evaluate(
-            agent, game_files, seeds=options.seeds, episodes=options.episodes,
-            workers=options.workers, max_steps=options.max_steps,
-            progress=progress, on_seed_done=record, on_turn=on_turn, on_phase=on_phase,
+            agent,
+            game_files,
+            seeds=options.seeds,
+            episodes=options.episodes,
+            workers=options.workers,
+            max_steps=options.max_steps,
+            progress=progress,
+            on_seed_done=record,
+            on_turn=on_turn,
+            on_phase=on_phase,
         )
     finally:
         agent.close()

@@ -17,8 +17,10 @@ class MissingExtra(CcpoError):
     """A package of an optional extra is not installed (a runtime failure: exit 1)."""
 
     def __init__(self, what: str, extra: str, module: str):
-        super().__init__(f"{what} needs the '{extra}' extra ({module} is not installed): pip install 'ccpo[{extra}]'",
-                         exit_code=1)
+        super().__init__(
+            f"{what} needs the '{extra}' extra ({module} is not installed): pip install 'ccpo[{extra}]'",
+            exit_code=1,
+        )
         self.extra, self.module = extra, module
 
 

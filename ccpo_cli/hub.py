@@ -73,8 +73,12 @@ def default_private(status: str, explicit: bool | None) -> bool:
 
 
 def _file_entry(path_in_repo: str, local: Path, source: str) -> dict[str, Any]:
-    return {"path_in_repo": path_in_repo, "size": local.stat().st_size, "sha256": file_sha256(local),
-            "source": source}
+    return {
+        "path_in_repo": path_in_repo,
+        "size": local.stat().st_size,
+        "sha256": file_sha256(local),
+        "source": source,
+    }
 
 
 def checkpoint_files(folder: Path) -> dict[str, Path]:
@@ -88,9 +92,13 @@ def checkpoint_files(folder: Path) -> dict[str, Path]:
             found[relative.as_posix()] = path
     if not found:
         raise InvalidInput(f"--checkpoint {folder}: the folder holds no files")
-    clashes = sorted(set(found) & {README_PATH, "results/ccpo_summary.json", "results/learning_curve.png"})
+    clashes = sorted(
+        set(found) & {README_PATH, "results/ccpo_summary.json", "results/learning_curve.png"}
+    )
     if clashes:
-        raise InvalidInput(f"--checkpoint {folder}: holds {', '.join(clashes)}, which the card commit owns")
+        raise InvalidInput(
+            f"--checkpoint {folder}: holds {', '.join(clashes)}, which the card commit owns"
+        )
     return found
 
 
@@ -108,22 +116,30 @@ def commit_plan(
     card_files = [_file_entry(path, local, "card") for path, local in staged.files.items()]
     commits = []
     if checkpoint is not None:
-        commits.append({
-            "purpose": "checkpoint",
-            "commit_message": _checkpoint_message(staged),
-            "files": [_file_entry(path, local, "checkpoint") for path, local in checkpoint_files(checkpoint).items()],
-            "verify": "remote file list, sizes and sha256 at the commit it made must match the local folder",
-            "tag": None if staged.context.summary["checkpoint_step"] is None
-            else f"step-{staged.context.summary['checkpoint_step']}",
-        })
-    commits.append({
-        "purpose": "card",
-        "commit_message": _card_message(staged),
-        "files": card_files,
-        "parent_commit": "the head of the revision at publish time (a concurrent edit fails with 412)",
-        "readme": "merged into the remote README's ccpo regions if the remote README exists and differs",
-        "tag": "final" if staged.context.status == "final" else None,
-    })
+        commits.append(
+            {
+                "purpose": "checkpoint",
+                "commit_message": _checkpoint_message(staged),
+                "files": [
+                    _file_entry(path, local, "checkpoint")
+                    for path, local in checkpoint_files(checkpoint).items()
+                ],
+                "verify": "remote file list, sizes and sha256 at the commit it made must match the local folder",
+                "tag": None
+                if staged.context.summary["checkpoint_step"] is None
+                else f"step-{staged.context.summary['checkpoint_step']}",
+            }
+        )
+    commits.append(
+        {
+            "purpose": "card",
+            "commit_message": _card_message(staged),
+            "files": card_files,
+            "parent_commit": "the head of the revision at publish time (a concurrent edit fails with 412)",
+            "readme": "merged into the remote README's ccpo regions if the remote README exists and differs",
+            "tag": "final" if staged.context.status == "final" else None,
+        }
+    )
     return {
         "repo_id": repo_id,
         "revision": revision,
@@ -208,16 +224,28 @@ class RepoSession:
         visibility back. An existing public one is refused unless --public was asked (nothing
         is uploaded: a checkpoint there would be public); an existing private one asked public
         is said, never changed."""
-        url = self.client.call("creating the repository", self.api.create_repo, self.repo_id, private=private,
-                               exist_ok=True)
+        url = self.client.call(
+            "creating the repository",
+            self.api.create_repo,
+            self.repo_id,
+            private=private,
+            exist_ok=True,
+        )
         info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
         actual = getattr(info, "private", None)
         if private and actual is not True:
-            raise InvalidInput(f"{self.repo_id} is {'public' if actual is False else 'of unknown visibility'} on the "
-                               "Hub; ccpo uploads to a public repository only with --public (nothing was uploaded)")
+            raise InvalidInput(
+                f"{self.repo_id} is {'public' if actual is False else 'of unknown visibility'} on the "
+                "Hub; ccpo uploads to a public repository only with --public (nothing was uploaded)"
+            )
         if self.revision != "main":
-            self.client.call(f"creating branch {self.revision}", self.api.create_branch, self.repo_id,
-                             branch=self.revision, exist_ok=True)
+            self.client.call(
+                f"creating branch {self.revision}",
+                self.api.create_branch,
+                self.repo_id,
+                branch=self.revision,
+                exist_ok=True,
+            )
         result: dict[str, Any] = {"url": str(url), "private": actual, "requested_private": private}
         if actual is not None and bool(actual) != private:
             result["visibility_note"] = (
@@ -229,19 +257,24 @@ class RepoSession:
         return result
 
     def head(self) -> Any:
-        return self.client.call("reading the repository", self.api.model_info, self.repo_id, revision=self.revision)
+        return self.client.call(
+            "reading the repository", self.api.model_info, self.repo_id, revision=self.revision
+        )
 
     def head_sha(self) -> str:
         sha = getattr(self.head(), "sha", None)
         if not isinstance(sha, str) or not sha:
-            raise HubCallError(f"{self.repo_id}: reading the repository failed: the Hub's answer names no commit",
-                               kind="shape")
+            raise HubCallError(
+                f"{self.repo_id}: reading the repository failed: the Hub's answer names no commit",
+                kind="shape",
+            )
         return sha
 
     def find_landed(self, key: str, since: str | None) -> str | None:
         """The commit carrying publication `key` made after `since` (newest first), if any."""
-        commits = self.client.call("listing the commits", self.api.list_repo_commits, self.repo_id,
-                                   revision=self.revision)
+        commits = self.client.call(
+            "listing the commits", self.api.list_repo_commits, self.repo_id, revision=self.revision
+        )
         for commit in commits:
             if since is not None and commit.commit_id == since:
                 return None
@@ -250,25 +283,48 @@ class RepoSession:
         return None
 
     # -- commits ----------------------------------------------------------------------------
-    def commit(self, what: str, operations: list, *, message: str, key: str, since: str | None,
-               parent: str | None = None, size_bytes: int = 0) -> tuple[str, bool]:
+    def commit(
+        self,
+        what: str,
+        operations: list,
+        *,
+        message: str,
+        key: str,
+        since: str | None,
+        parent: str | None = None,
+        size_bytes: int = 0,
+    ) -> tuple[str, bool]:
         """Make one commit; (its id, whether it was found landed after an error). The landed
         check of a model repository is its history: the commit carrying publication `key` after
         `since`. A 412 (the head moved) goes back to the caller, who merges."""
 
         def send() -> str:
-            info = self.api.create_commit(self.repo_id, operations, commit_message=message,
-                                          commit_description=KEY_PREFIX + key, revision=self.revision,
-                                          parent_commit=parent)
+            info = self.api.create_commit(
+                self.repo_id,
+                operations,
+                commit_message=message,
+                commit_description=KEY_PREFIX + key,
+                revision=self.revision,
+                parent_commit=parent,
+            )
             return getattr(info, "oid", None)
 
-        return self.client.commit(what, send, lambda: self.find_landed(key, since), size_bytes=size_bytes)
+        return self.client.commit(
+            what, send, lambda: self.find_landed(key, since), size_bytes=size_bytes
+        )
 
     def tag(self, name: str, commit_id: str, message: str) -> dict[str, Any]:
         """Tag `commit_id`; an existing tag is never moved (ccpo deletes nothing)."""
         try:
-            self.client.call(f"tagging {name}", self.api.create_tag, self.repo_id, tag=name, revision=commit_id,
-                             tag_message=message, exist_ok=False)
+            self.client.call(
+                f"tagging {name}",
+                self.api.create_tag,
+                self.repo_id,
+                tag=name,
+                revision=commit_id,
+                tag_message=message,
+                exist_ok=False,
+            )
             return {"tag": name, "commit_id": commit_id, "created": True}
         except HubCallError as failure:
             if failure.status != 409:
@@ -282,15 +338,23 @@ class RepoSession:
         return {"tag": name, "commit_id": target, "created": False, "note": note}
 
     # -- checkpoints ------------------------------------------------------------------------
-    def upload_checkpoint(self, files: dict[str, Path], *, message: str, key: str, tag: str | None) -> dict[str, Any]:
+    def upload_checkpoint(
+        self, files: dict[str, Path], *, message: str, key: str, tag: str | None
+    ) -> dict[str, Any]:
         """The checkpoint in its own commit, verified by sha256 at the commit it made, then tagged."""
         from huggingface_hub import CommitOperationAdd
 
         since = self.head_sha()
         operations = [CommitOperationAdd(path, str(local)) for path, local in files.items()]
         size = sum(local.stat().st_size for local in files.values())
-        commit_id, landed = self.commit("uploading the checkpoint", operations, message=message, key=key,
-                                        since=since, size_bytes=size)
+        commit_id, landed = self.commit(
+            "uploading the checkpoint",
+            operations,
+            message=message,
+            key=key,
+            since=since,
+            size_bytes=size,
+        )
         verified = self.verify(commit_id, files)
         result = dict(verified, commit_id=commit_id, found_landed=landed)
         if tag is not None:
@@ -300,8 +364,13 @@ class RepoSession:
     def verify(self, revision: str, expected: dict[str, Path]) -> dict[str, Any]:
         """Every file at `revision` has the local file's size and sha256: the Hub's LFS sha256
         where it stores the file in LFS, else the file read back from that commit."""
-        info = self.client.call("listing the uploaded files", self.api.model_info, self.repo_id, revision=revision,
-                                files_metadata=True)
+        info = self.client.call(
+            "listing the uploaded files",
+            self.api.model_info,
+            self.repo_id,
+            revision=revision,
+            files_metadata=True,
+        )
         siblings = info.siblings or []
         remote = {sibling.rfilename: sibling for sibling in siblings}
         missing = sorted(path for path in expected if path not in remote)
@@ -313,23 +382,45 @@ class RepoSession:
         wrong_hash = []
         if not missing and not wrong_size:
             for path, local in expected.items():
-                if self._remote_sha256(remote[path], path, revision, local.stat().st_size) != file_sha256(local):
+                if self._remote_sha256(
+                    remote[path], path, revision, local.stat().st_size
+                ) != file_sha256(local):
                     wrong_hash.append(path)
         if missing or wrong_size or wrong_hash:
-            problems = (["missing: " + ", ".join(missing)] if missing else []) + (
-                ["size differs: " + "; ".join(wrong_size)] if wrong_size else []) + (
-                ["sha256 differs: " + ", ".join(wrong_hash)] if wrong_hash else [])
-            raise RemoteError(f"{self.repo_id}: checkpoint verification failed at {revision}: " + "; ".join(problems))
-        return {"verified_files": len(expected), "revision": revision, "verified_by": "sha256",
-                "bytes": sum(local.stat().st_size for local in expected.values())}
+            problems = (
+                (["missing: " + ", ".join(missing)] if missing else [])
+                + (["size differs: " + "; ".join(wrong_size)] if wrong_size else [])
+                + (["sha256 differs: " + ", ".join(wrong_hash)] if wrong_hash else [])
+            )
+            raise RemoteError(
+                f"{self.repo_id}: checkpoint verification failed at {revision}: "
+                + "; ".join(problems)
+            )
+        return {
+            "verified_files": len(expected),
+            "revision": revision,
+            "verified_by": "sha256",
+            "bytes": sum(local.stat().st_size for local in expected.values()),
+        }
 
     def _remote_sha256(self, sibling: Any, path: str, revision: str, size: int) -> str:
         lfs = getattr(sibling, "lfs", None)
-        recorded = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+        recorded = (
+            (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None))
+            if lfs
+            else None
+        )
         if isinstance(recorded, str) and recorded:
             return recorded
-        return self.client.call(f"reading back {path}", _download_sha256, self.client, path, revision,
-                                transfer_bytes=size, transfer_cap=size + 1024)
+        return self.client.call(
+            f"reading back {path}",
+            _download_sha256,
+            self.client,
+            path,
+            revision,
+            transfer_bytes=size,
+            transfer_cap=size + 1024,
+        )
 
 
 def _download_sha256(client: HubClient, path: str, revision: str) -> str:
@@ -357,9 +448,17 @@ def _download_sha256(client: HubClient, path: str, revision: str) -> str:
     return digest.hexdigest()
 
 
-def open_session(repo_id: str, *, token: str, endpoint: str, timeouts: HubTimeouts, revision: str = "main",
-                 log: Callable[[str], None] | None = None, sleep: Callable[[float], None] | None = None,
-                 rule: RetryRule = DEFAULT_RULE) -> RepoSession:
+def open_session(
+    repo_id: str,
+    *,
+    token: str,
+    endpoint: str,
+    timeouts: HubTimeouts,
+    revision: str = "main",
+    log: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] | None = None,
+    rule: RetryRule = DEFAULT_RULE,
+) -> RepoSession:
     from huggingface_hub import HfApi
 
     check_endpoint_supported(endpoint)
@@ -374,14 +473,23 @@ def remote_readme(session: RepoSession, revision_sha: str, scratch: Path) -> str
     from huggingface_hub import hf_hub_download
 
     path = session.client.call(
-        "reading the remote README", hf_hub_download, session.repo_id, README_PATH, revision=revision_sha,
-        endpoint=session.api.endpoint, token=session.client.token, cache_dir=scratch, transfer_bytes=0,
+        "reading the remote README",
+        hf_hub_download,
+        session.repo_id,
+        README_PATH,
+        revision=revision_sha,
+        endpoint=session.api.endpoint,
+        token=session.client.token,
+        cache_dir=scratch,
+        transfer_bytes=0,
         transfer_cap=DEFAULT_ANSWER_CAP,
     )
     return Path(path).read_text(encoding="utf-8")
 
 
-def commit_card(session: RepoSession, staged: StagedCard, *, key: str, message: str) -> dict[str, Any]:
+def commit_card(
+    session: RepoSession, staged: StagedCard, *, key: str, message: str
+) -> dict[str, Any]:
     """Commit the card against the head ccpo read; a concurrent edit (412) is met by reading the
     head again and merging the card into the new README (the checkpoint is not sent again)."""
     from huggingface_hub import CommitOperationAdd
@@ -397,27 +505,50 @@ def commit_card(session: RepoSession, staged: StagedCard, *, key: str, message: 
                 readme_text = merge_into_remote(remote_text, staged.text)
                 merged = readme_text != staged.text
                 # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
-                problems = [p for p in lint_card(readme_text, allow_extra_keys=True) if not p.startswith("body line")]
+                problems = [
+                    p
+                    for p in lint_card(readme_text, allow_extra_keys=True)
+                    if not p.startswith("body line")
+                ]
                 if problems:
-                    raise InvalidInput(f"{session.repo_id}: the README merged with the Hub's copy fails the lint: "
-                                       + "; ".join(problems))
+                    raise InvalidInput(
+                        f"{session.repo_id}: the README merged with the Hub's copy fails the lint: "
+                        + "; ".join(problems)
+                    )
         operations = [CommitOperationAdd(README_PATH, readme_text.encode("utf-8"))] + [
-            CommitOperationAdd(path, str(local)) for path, local in staged.files.items() if path != README_PATH
+            CommitOperationAdd(path, str(local))
+            for path, local in staged.files.items()
+            if path != README_PATH
         ]
         size = len(readme_text.encode("utf-8")) + sum(
-            local.stat().st_size for path, local in staged.files.items() if path != README_PATH)
+            local.stat().st_size for path, local in staged.files.items() if path != README_PATH
+        )
         try:
-            commit_id, landed = session.commit("committing the card", operations, message=message, key=key,
-                                               since=head_sha, parent=head_sha, size_bytes=size)
+            commit_id, landed = session.commit(
+                "committing the card",
+                operations,
+                message=message,
+                key=key,
+                since=head_sha,
+                parent=head_sha,
+                size_bytes=size,
+            )
         except HubCallError as failure:
             if failure.status == 412 and attempt + 1 < CARD_ATTEMPTS:
-                session.note(f"{session.repo_id}: the repository changed meanwhile (412); merging the card again")
+                session.note(
+                    f"{session.repo_id}: the repository changed meanwhile (412); merging the card again"
+                )
                 continue
             raise
-        return {"commit_id": commit_id, "parent_commit": head_sha, "readme_merged": merged,
-                "card_hash": sha256_text(readme_text), "found_landed": landed,
-                "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
-                "files": [README_PATH] + [p for p in staged.files if p != README_PATH]}
+        return {
+            "commit_id": commit_id,
+            "parent_commit": head_sha,
+            "readme_merged": merged,
+            "card_hash": sha256_text(readme_text),
+            "found_landed": landed,
+            "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
+            "files": [README_PATH] + [p for p in staged.files if p != README_PATH],
+        }
     raise AssertionError("unreachable")
 
 
@@ -445,31 +576,65 @@ def push(
     weights' commit (`repo_id`, `commit`, `revision`, `step`) once it is known. Returns what
     happened (no secrets)."""
     if not token:
-        raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+        raise RemoteError(
+            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
+        )
     with hub_timeouts(timeouts or resolve_timeouts()):
-        session = open_session(repo_id, token=token, endpoint=endpoint, timeouts=timeouts or resolve_timeouts(),
-                               revision=revision, log=log)
+        session = open_session(
+            repo_id,
+            token=token,
+            endpoint=endpoint,
+            timeouts=timeouts or resolve_timeouts(),
+            revision=revision,
+            log=log,
+        )
         return _push(session, staged, private=private, checkpoint=checkpoint, restage=restage)
 
 
-def _push(session: RepoSession, staged: StagedCard, *, private: bool, checkpoint: Path | None,
-          restage: Callable[[dict[str, Any]], StagedCard] | None) -> dict[str, Any]:
+def _push(
+    session: RepoSession,
+    staged: StagedCard,
+    *,
+    private: bool,
+    checkpoint: Path | None,
+    restage: Callable[[dict[str, Any]], StagedCard] | None,
+) -> dict[str, Any]:
     repo = session.ensure_repo(private)
-    result: dict[str, Any] = {"repo_id": session.repo_id, "revision": session.revision, "url": repo["url"],
-                              "visibility": repo, "checkpoint": None}
+    result: dict[str, Any] = {
+        "repo_id": session.repo_id,
+        "revision": session.revision,
+        "url": repo["url"],
+        "visibility": repo,
+        "checkpoint": None,
+    }
     context = staged.context
     step = context.summary["checkpoint_step"]
     if checkpoint is not None:
         files = checkpoint_files(checkpoint)
-        key = publication_key(context.run, "checkpoint", step, *(file_sha256(p) for p in files.values()))
-        result["checkpoint"] = session.upload_checkpoint(files, message=_checkpoint_message(staged), key=key,
-                                                         tag=None if step is None else f"step-{step}")
-        weights = {"repo_id": session.repo_id, "commit": result["checkpoint"]["commit_id"],
-                   "revision": f"step-{step}" if step is not None else result["checkpoint"]["commit_id"], "step": step}
+        key = publication_key(
+            context.run, "checkpoint", step, *(file_sha256(p) for p in files.values())
+        )
+        result["checkpoint"] = session.upload_checkpoint(
+            files,
+            message=_checkpoint_message(staged),
+            key=key,
+            tag=None if step is None else f"step-{step}",
+        )
+        weights = {
+            "repo_id": session.repo_id,
+            "commit": result["checkpoint"]["commit_id"],
+            "revision": f"step-{step}" if step is not None else result["checkpoint"]["commit_id"],
+            "step": step,
+        }
         if restage is not None:
             staged = restage(weights)
-    key = publication_key(context.run, "card", context.status, staged.card_hash,
-                          (result["checkpoint"] or {}).get("commit_id"))
+    key = publication_key(
+        context.run,
+        "card",
+        context.status,
+        staged.card_hash,
+        (result["checkpoint"] or {}).get("commit_id"),
+    )
     result.update(commit_card(session, staged, key=key, message=_card_message(staged)))
     if context.status == "final":
         result["tag"] = session.tag("final", result["commit_id"], _card_message(staged))
@@ -518,37 +683,86 @@ def publish_run(
         checkpoint_step = _checkpoint_step(verl_checkpoint, checkpoint_step)
     if checkpoint is None and checkpoint_step is not None:
         _refuse_unpublished_step(db, run, repo_id, checkpoint_step)
-    staged = stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
-                        window_start=window_start, license=license, checkpoint_step=checkpoint_step,
-                        clobber_hint="choose another --staging folder")
+    staged = stage_card(
+        db,
+        run,
+        Path(staging) / README_PATH,
+        status=status,
+        repo_id=repo_id,
+        window_start=window_start,
+        license=license,
+        checkpoint_step=checkpoint_step,
+        clobber_hint="choose another --staging folder",
+    )
     merged = None
     if verl_checkpoint is not None:
         from ccpo_cli.backends.verl.checkpoint import merge_checkpoint
 
-        merged = merge_checkpoint(verl_checkpoint, verl_agent_home=verl_agent_home, target=merged_dir)
+        merged = merge_checkpoint(
+            verl_checkpoint, verl_agent_home=verl_agent_home, target=merged_dir
+        )
         checkpoint = merged.folder
-    plan = commit_plan(staged, repo_id=repo_id, revision=revision, private=private, endpoint=endpoint,
-                       checkpoint=checkpoint)
+    plan = commit_plan(
+        staged,
+        repo_id=repo_id,
+        revision=revision,
+        private=private,
+        endpoint=endpoint,
+        checkpoint=checkpoint,
+    )
     if merged is not None:
         plan["checkpoint_source"] = merged.summary()
     plan_path = write_plan(plan, staged.folder)
     if dry_run:
         return {"dry_run": True, "plan_file": str(plan_path), **plan}
-    def restage(weights: dict[str, Any]) -> StagedCard:
-        return stage_card(db, run, Path(staging) / README_PATH, status=status, repo_id=repo_id,
-                          window_start=window_start, license=license, checkpoint_step=checkpoint_step,
-                          weights=weights, force=True)
 
-    result = push(staged, repo_id=repo_id, revision=revision, private=private,
-                  token=resolve_token(token, token_file), endpoint=endpoint, checkpoint=checkpoint,
-                  timeouts=timeouts, log=log, restage=restage)
+    def restage(weights: dict[str, Any]) -> StagedCard:
+        return stage_card(
+            db,
+            run,
+            Path(staging) / README_PATH,
+            status=status,
+            repo_id=repo_id,
+            window_start=window_start,
+            license=license,
+            checkpoint_step=checkpoint_step,
+            weights=weights,
+            force=True,
+        )
+
+    result = push(
+        staged,
+        repo_id=repo_id,
+        revision=revision,
+        private=private,
+        token=resolve_token(token, token_file),
+        endpoint=endpoint,
+        checkpoint=checkpoint,
+        timeouts=timeouts,
+        log=log,
+        restage=restage,
+    )
     publication_id = store.record_publication(
-        db, run, repo_id, revision=revision, commit_id=result["commit_id"], card_hash=result["card_hash"],
-        status=status, checkpoint_step=staged.context.summary["checkpoint_step"] if checkpoint else None,
+        db,
+        run,
+        repo_id,
+        revision=revision,
+        commit_id=result["commit_id"],
+        card_hash=result["card_hash"],
+        status=status,
+        checkpoint_step=staged.context.summary["checkpoint_step"] if checkpoint else None,
         url=result.get("commit_url"),
     )
-    return {"dry_run": False, "publication_id": publication_id, "private": private, "endpoint": endpoint,
-            "run": run, "status": status, "checkpoint_source": plan.get("checkpoint_source"), **result}
+    return {
+        "dry_run": False,
+        "publication_id": publication_id,
+        "private": private,
+        "endpoint": endpoint,
+        "run": run,
+        "status": status,
+        "checkpoint_source": plan.get("checkpoint_source"),
+        **result,
+    }
 
 
 def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, step: int) -> None:
@@ -556,8 +770,10 @@ def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, 
     from ccpo_cli.cards.evidence import landed_checkpoint_steps
 
     if step not in landed_checkpoint_steps(db, run, repo_id):
-        raise InvalidInput(f"--checkpoint-step {step}: no upload of that step's checkpoint to {repo_id} is recorded "
-                           "as landed, and the card would say it is published there; give --checkpoint to upload it")
+        raise InvalidInput(
+            f"--checkpoint-step {step}: no upload of that step's checkpoint to {repo_id} is recorded "
+            "as landed, and the card would say it is published there; give --checkpoint to upload it"
+        )
 
 
 def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
@@ -566,7 +782,9 @@ def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
 
     found = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
     if found is None and merged_dir is not None:
-        raise InvalidInput(f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one")
+        raise InvalidInput(
+            f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one"
+        )
     return found
 
 
@@ -575,6 +793,8 @@ def _checkpoint_step(verl_checkpoint: Any, step: int | None) -> int | None:
     if verl_checkpoint.step is None:
         return step
     if step is not None and step != verl_checkpoint.step:
-        raise InvalidInput(f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
-                           f"{verl_checkpoint.step}")
+        raise InvalidInput(
+            f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
+            f"{verl_checkpoint.step}"
+        )
     return verl_checkpoint.step

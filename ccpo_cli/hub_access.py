@@ -72,7 +72,9 @@ def resolve_token(explicit: str | None = None, token_file: Path | None = None) -
         try:
             token = Path(token_file).read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as error:
-            raise InvalidInput(f"--token-file {token_file}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+            raise InvalidInput(
+                f"--token-file {token_file}: cannot read it ({getattr(error, 'strerror', None) or error})"
+            ) from None
         if not token or "\n" in token:
             raise InvalidInput(f"--token-file {token_file}: expected one line holding the token")
         return token
@@ -91,7 +93,9 @@ def token_source(explicit: str | None = None, token_file: Path | None = None) ->
     if explicit:
         return "--token (given on the command line)"
     if token_file is not None:
-        return f"--token-file {token_file}" + ("" if Path(token_file).is_file() else " (no such file: a push would fail)")
+        return f"--token-file {token_file}" + (
+            "" if Path(token_file).is_file() else " (no such file: a push would fail)"
+        )
     if os.environ.get("HF_TOKEN"):
         return "HF_TOKEN (environment)"
     from huggingface_hub import get_token
@@ -122,8 +126,13 @@ class HubTimeouts:
     command: float = DEFAULT_COMMAND_DEADLINE
 
     def limits(self) -> CallLimits:
-        return CallLimits(connect=self.connect, metadata_read=self.metadata, transfer_read=self.read,
-                          deadline=self.deadline, answer_cap=self.answer_cap)
+        return CallLimits(
+            connect=self.connect,
+            metadata_read=self.metadata,
+            transfer_read=self.read,
+            deadline=self.deadline,
+            answer_cap=self.answer_cap,
+        )
 
     def transfer_deadline(self, size_bytes: int) -> float:
         """The deadline of a call that moves `size_bytes` (a commit's upload, a download)."""
@@ -140,7 +149,9 @@ def _seconds(text: str, where: str, shape: str) -> list[float]:
     return values
 
 
-def resolve_timeouts(explicit: str | None = None, deadline: str | float | None = None) -> HubTimeouts:
+def resolve_timeouts(
+    explicit: str | None = None, deadline: str | float | None = None
+) -> HubTimeouts:
     """--timeout, else $CCPO_HUB_TIMEOUT, else 10 s connect / 20 s metadata read / 300 s transfer
     read; --deadline, else $CCPO_HUB_DEADLINE, else 900 s for the whole command (and 60 s, or
     the command's deadline when shorter, for one metadata call). The timeout text is either READ
@@ -156,14 +167,24 @@ def resolve_timeouts(explicit: str | None = None, deadline: str | float | None =
     per_call = min(DEFAULT_DEADLINE, command)
     text = explicit if explicit is not None else os.environ.get(TIMEOUT_ENV)
     if text is None or not str(text).strip():
-        return HubTimeouts(DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, deadline=per_call, command=command)
+        return HubTimeouts(
+            DEFAULT_CONNECT_TIMEOUT, DEFAULT_READ_TIMEOUT, deadline=per_call, command=command
+        )
     where = "--timeout" if explicit is not None else TIMEOUT_ENV
     values = _seconds(str(text), where, "READ or CONNECT,READ")
     if len(values) > 2:
-        raise InvalidInput(f"{where} {text!r}: expected READ or CONNECT,READ seconds (each in (0, 86400])")
+        raise InvalidInput(
+            f"{where} {text!r}: expected READ or CONNECT,READ seconds (each in (0, 86400])"
+        )
     read = values[-1]
     connect = values[0] if len(values) == 2 else min(DEFAULT_CONNECT_TIMEOUT, read)
-    return HubTimeouts(connect, read, metadata=min(DEFAULT_METADATA_TIMEOUT, read), deadline=per_call, command=command)
+    return HubTimeouts(
+        connect,
+        read,
+        metadata=min(DEFAULT_METADATA_TIMEOUT, read),
+        deadline=per_call,
+        command=command,
+    )
 
 
 @contextlib.contextmanager
@@ -199,7 +220,14 @@ class HubCallError(RemoteError):
     `kind` is http, retryable, timeout, deadline, too_large, shape or unreachable; `status` the
     HTTP status when there was one; `retry_after` the Hub's Retry-After in seconds."""
 
-    def __init__(self, message: str, *, kind: str, status: int | None = None, retry_after: float | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        status: int | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.kind = kind
         self.status = status
@@ -208,7 +236,12 @@ class HubCallError(RemoteError):
     @property
     def answered(self) -> bool:
         """Whether the Hub gave a definite refusal (nothing could have landed)."""
-        return self.kind == "http" and self.status is not None and 400 <= self.status < 500 and self.status != 408
+        return (
+            self.kind == "http"
+            and self.status is not None
+            and 400 <= self.status < 500
+            and self.status != 408
+        )
 
 
 # Errors that mean "the library could not make sense of the answer": a field of the wrong type
@@ -222,46 +255,71 @@ def remote_error(error: Exception, token: str | None, repo_id: str, what: str) -
     if isinstance(error, HubCallError):
         return error
     if isinstance(error, RetryableAnswer):
-        hint = {429: "the Hub's rate limit (about 128 commits an hour per repository); try again later",
-                409: "another commit was in progress"}.get(error.status, "the Hub is having trouble; try again later")
+        hint = {
+            429: "the Hub's rate limit (about 128 commits an hour per repository); try again later",
+            409: "another commit was in progress",
+        }.get(error.status, "the Hub is having trouble; try again later")
         wait = f", it asked to wait {error.retry_after:.0f} s" if error.retry_after else ""
-        return HubCallError(f"{repo_id}: {what} failed with HTTP {error.status}{wait} ({hint})"
-                            + (f": {scrub(error.detail, token)}" if error.detail else ""),
-                            kind="retryable", status=error.status, retry_after=error.retry_after)
+        return HubCallError(
+            f"{repo_id}: {what} failed with HTTP {error.status}{wait} ({hint})"
+            + (f": {scrub(error.detail, token)}" if error.detail else ""),
+            kind="retryable",
+            status=error.status,
+            retry_after=error.retry_after,
+        )
     if isinstance(error, DeadlineExceeded):
-        return HubCallError(f"{repo_id}: {what} failed: the Hub gave no complete answer within the deadline of "
-                            f"{error.seconds:.0f} s; raise --deadline / {DEADLINE_ENV} for a slow connection",
-                            kind="deadline")
+        return HubCallError(
+            f"{repo_id}: {what} failed: the Hub gave no complete answer within the deadline of "
+            f"{error.seconds:.0f} s; raise --deadline / {DEADLINE_ENV} for a slow connection",
+            kind="deadline",
+        )
     if isinstance(error, AnswerTooLarge):
-        return HubCallError(f"{repo_id}: {what} failed: the Hub's answer exceeded {error.cap} bytes, far more than "
-                            "this call needs; not reading further", kind="too_large")
+        return HubCallError(
+            f"{repo_id}: {what} failed: the Hub's answer exceeded {error.cap} bytes, far more than "
+            "this call needs; not reading further",
+            kind="too_large",
+        )
     if isinstance(error, HfHubHTTPError) and error.response is not None:
         status = error.response.status_code
         if status == 412:
             return HubCallError(
                 f"{repo_id}: the repository changed on the Hub while ccpo was publishing ({what}: 412, "
                 "a commit has happened since ccpo read it); nothing was overwritten. Run the publish again "
-                "to merge with the new state", kind="http", status=412,
+                "to merge with the new state",
+                kind="http",
+                status=412,
             )
         if status in (401, 403):
-            return HubCallError(f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN",
-                                kind="http", status=status)
+            return HubCallError(
+                f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN",
+                kind="http",
+                status=status,
+            )
         detail = scrub(str(error).splitlines()[0], token)
         kind = "retryable" if status in RETRY_STATUSES else "http"
-        return HubCallError(f"{repo_id}: {what} failed with HTTP {status}: {detail}", kind=kind, status=status)
+        return HubCallError(
+            f"{repo_id}: {what} failed with HTTP {status}: {detail}", kind=kind, status=status
+        )
     if is_timeout(error):
         return HubCallError(
             f"{repo_id}: {what} failed: the Hub did not answer in time ({type(error).__name__}); "
-            f"raise --timeout / {TIMEOUT_ENV} for a slow connection", kind="timeout",
+            f"raise --timeout / {TIMEOUT_ENV} for a slow connection",
+            kind="timeout",
         )
     if isinstance(error, SHAPE_ERRORS):
-        return HubCallError(f"{repo_id}: {what} failed: the Hub's answer is not of the shape ccpo expects "
-                            f"({type(error).__name__}: {scrub(str(error), token)[:200]}); is the endpoint a Hugging Face Hub?",
-                            kind="shape")
-    if isinstance(error, ValueError):  # e.g. the Hub rejected the README metadata, or an answer that is not JSON
+        return HubCallError(
+            f"{repo_id}: {what} failed: the Hub's answer is not of the shape ccpo expects "
+            f"({type(error).__name__}: {scrub(str(error), token)[:200]}); is the endpoint a Hugging Face Hub?",
+            kind="shape",
+        )
+    if isinstance(
+        error, ValueError
+    ):  # e.g. the Hub rejected the README metadata, or an answer that is not JSON
         return HubCallError(f"{repo_id}: {what} failed: {scrub(str(error), token)}", kind="shape")
-    return HubCallError(f"{repo_id}: {what} failed, the Hub is unreachable: {scrub(str(error), token)}",
-                        kind="unreachable")
+    return HubCallError(
+        f"{repo_id}: {what} failed, the Hub is unreachable: {scrub(str(error), token)}",
+        kind="unreachable",
+    )
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
@@ -321,7 +379,7 @@ class RetryRule:
         """Seconds before attempt `attempt + 1` (full jitter, so many clients do not retry in step)."""
         if retry_after is not None:
             return retry_after + random.uniform(0, 0.5)
-        return random.uniform(0.5, 1.0) * min(self.max_wait_s, self.first_wait_s * 2 ** attempt)
+        return random.uniform(0.5, 1.0) * min(self.max_wait_s, self.first_wait_s * 2**attempt)
 
 
 DEFAULT_RULE = RetryRule()
@@ -333,8 +391,12 @@ def backoff_wait(attempt: int, retry_after: float | None, rule: RetryRule = DEFA
 
 
 def _gave_up(failure: HubCallError, attempts: int) -> HubCallError:
-    return HubCallError(f"{failure}; gave up after {attempts} attempts", kind=failure.kind, status=failure.status,
-                        retry_after=failure.retry_after)
+    return HubCallError(
+        f"{failure}; gave up after {attempts} attempts",
+        kind=failure.kind,
+        status=failure.status,
+        retry_after=failure.retry_after,
+    )
 
 
 class Deadline:
@@ -353,8 +415,11 @@ class Deadline:
         self.end += seconds
 
     def failure(self, repo_id: str, what: str) -> HubCallError:
-        return HubCallError(f"{repo_id}: {what}: the command's deadline of {self.seconds:.0f} s passed; raise "
-                            f"--deadline / {DEADLINE_ENV} for a slow connection", kind="deadline")
+        return HubCallError(
+            f"{repo_id}: {what}: the command's deadline of {self.seconds:.0f} s passed; raise "
+            f"--deadline / {DEADLINE_ENV} for a slow connection",
+            kind="deadline",
+        )
 
 
 @dataclass
@@ -391,29 +456,57 @@ class HubClient:
         if wait > self.rule.retry_after_max_s:
             raise failure
         if wait >= self.deadline.remaining():
-            raise HubCallError(f"{failure}; not trying again: the wait of {wait:.0f} s would pass the command's "
-                               f"deadline of {self.deadline.seconds:.0f} s", kind=failure.kind,
-                               status=failure.status, retry_after=failure.retry_after)
+            raise HubCallError(
+                f"{failure}; not trying again: the wait of {wait:.0f} s would pass the command's "
+                f"deadline of {self.deadline.seconds:.0f} s",
+                kind=failure.kind,
+                status=failure.status,
+                retry_after=failure.retry_after,
+            )
         if self.log is not None:
-            self.log(f"{self.repo_id}: {what}: {failure.kind}{f' (HTTP {failure.status})' if failure.status else ''}"
-                     f"; sending again in {wait:.1f} s")
+            self.log(
+                f"{self.repo_id}: {what}: {failure.kind}{f' (HTTP {failure.status})' if failure.status else ''}"
+                f"; sending again in {wait:.1f} s"
+            )
         self.sleep(wait)
 
-    def _once(self, what: str, function: Callable, args: tuple, kwargs: dict, *, deadline: float,
-              answer_cap: int | None, transfer_cap: int | None) -> Any:
+    def _once(
+        self,
+        what: str,
+        function: Callable,
+        args: tuple,
+        kwargs: dict,
+        *,
+        deadline: float,
+        answer_cap: int | None,
+        transfer_cap: int | None,
+    ) -> Any:
         left = self.deadline.remaining()
         if left <= 0:
             raise self.deadline.failure(self.repo_id, what)
         try:
-            with limited_call(self.timeouts.limits(), deadline=min(deadline, left), answer_cap=answer_cap,
-                              transfer_cap=transfer_cap):
+            with limited_call(
+                self.timeouts.limits(),
+                deadline=min(deadline, left),
+                answer_cap=answer_cap,
+                transfer_cap=transfer_cap,
+            ):
                 return function(*args, **kwargs)
         except call_errors() as error:
             raise remote_error(error, self.token, self.repo_id, what) from None
 
-    def call(self, what: str, function: Callable, *args: Any, transfer_bytes: int | None = None,
-             answer_cap: int | None = None, transfer_cap: int | None = None, retry: bool = True,
-             whole_deadline: bool = False, **kwargs: Any) -> Any:
+    def call(
+        self,
+        what: str,
+        function: Callable,
+        *args: Any,
+        transfer_bytes: int | None = None,
+        answer_cap: int | None = None,
+        transfer_cap: int | None = None,
+        retry: bool = True,
+        whole_deadline: bool = False,
+        **kwargs: Any,
+    ) -> Any:
         """`function(*args, **kwargs)` as one Hub call: a metadata call under the metadata deadline,
         or (`transfer_bytes` given) a transfer whose deadline grows with its size, or
         (`whole_deadline`, a download of unknown size) one under what is left of the command's;
@@ -424,8 +517,15 @@ class HubClient:
             self.deadline.extend(max(transfer_bytes, 0) / self.timeouts.min_rate)
         for attempt in range(self.rule.attempts):
             try:
-                return self._once(what, function, args, kwargs, deadline=deadline, answer_cap=answer_cap,
-                                  transfer_cap=transfer_cap)
+                return self._once(
+                    what,
+                    function,
+                    args,
+                    kwargs,
+                    deadline=deadline,
+                    answer_cap=answer_cap,
+                    transfer_cap=transfer_cap,
+                )
             except HubCallError as failure:
                 if not (retry and self.rule.transient(failure)):
                     raise
@@ -434,8 +534,15 @@ class HubClient:
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def commit(self, what: str, send: Callable[[], str], landed: Callable[[], str | None], *,
-               size_bytes: int = 0, refused: Callable[[HubCallError], bool] | None = None) -> tuple[str, bool]:
+    def commit(
+        self,
+        what: str,
+        send: Callable[[], str],
+        landed: Callable[[], str | None],
+        *,
+        size_bytes: int = 0,
+        refused: Callable[[HubCallError], bool] | None = None,
+    ) -> tuple[str, bool]:
         """One commit: `send()` makes it and returns its id; after any failure but a definite
         refusal, `landed()` (the check of this kind of repository: a publication key in the
         history, part files in the dataset) is asked before it is sent again, so a commit whose
@@ -445,9 +552,14 @@ class HubClient:
         self.deadline.extend(max(size_bytes, 0) / self.timeouts.min_rate)
         for attempt in range(self.rule.attempts):
             try:
-                oid = self._once(what, send, (), {}, deadline=deadline, answer_cap=None, transfer_cap=None)
+                oid = self._once(
+                    what, send, (), {}, deadline=deadline, answer_cap=None, transfer_cap=None
+                )
                 if not isinstance(oid, str) or not oid:
-                    raise HubCallError(f"{self.repo_id}: {what} failed: the Hub's answer names no commit", kind="shape")
+                    raise HubCallError(
+                        f"{self.repo_id}: {what} failed: the Hub's answer names no commit",
+                        kind="shape",
+                    )
                 return oid, False
             except HubCallError as failure:
                 if failure.answered or (refused is not None and refused(failure)):
@@ -455,7 +567,9 @@ class HubClient:
                 found = landed()
                 if found is not None:
                     if self.log is not None:
-                        self.log(f"{self.repo_id}: {what}: the answer was lost, but the commit landed ({found[:12]})")
+                        self.log(
+                            f"{self.repo_id}: {what}: the answer was lost, but the commit landed ({found[:12]})"
+                        )
                     return found, True
                 if not self.rule.transient(failure):
                     raise

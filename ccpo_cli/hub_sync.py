@@ -73,14 +73,21 @@ def _write_capped(chunks, handle, cap: int) -> None:
         handle.write(chunk)
 
 
-def _download(client: HubClient, path_in_repo: str, revision: str, target: Path, size: int, cap: int) -> None:
+def _download(
+    client: HubClient, path_in_repo: str, revision: str, target: Path, size: int, cap: int
+) -> None:
     """One file of the dataset at `revision` into `target`, never more than `cap` bytes taken
     (the transport cuts the answer; this stops a short-sized part too)."""
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
-    url = hf_hub_url(client.repo_id, path_in_repo, repo_type=REPO_TYPE, revision=revision,
-                     endpoint=client.api.endpoint)
+    url = hf_hub_url(
+        client.repo_id,
+        path_in_repo,
+        repo_type=REPO_TYPE,
+        revision=revision,
+        endpoint=client.api.endpoint,
+    )
     headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
     session = get_session()
     with open(target, "wb") as handle:
@@ -97,16 +104,29 @@ def _download(client: HubClient, path_in_repo: str, revision: str, target: Path,
                 response.close()
 
 
-def download_part(client: HubClient, path_in_repo: str, revision: str, target: Path, size: int,
-                  limits: SyncLimits) -> None:
+def download_part(
+    client: HubClient, path_in_repo: str, revision: str, target: Path, size: int, limits: SyncLimits
+) -> None:
     """One part into `target`: exactly `size` bytes expected, never more than that or
     `max_part_bytes` taken, within the command's deadline."""
     cap = min(size, limits.max_part_bytes)
-    client.call(f"downloading {path_in_repo}", _download, client, path_in_repo, revision, target, size, cap,
-                transfer_bytes=size, transfer_cap=cap)
+    client.call(
+        f"downloading {path_in_repo}",
+        _download,
+        client,
+        path_in_repo,
+        revision,
+        target,
+        size,
+        cap,
+        transfer_bytes=size,
+        transfer_cap=cap,
+    )
     if target.stat().st_size != size:
-        raise RemoteError(f"{client.repo_id}: {path_in_repo} arrived with {target.stat().st_size} bytes, the "
-                          f"dataset lists {size}; nothing of it was merged")
+        raise RemoteError(
+            f"{client.repo_id}: {path_in_repo} arrived with {target.stat().st_size} bytes, the "
+            f"dataset lists {size}; nothing of it was merged"
+        )
 
 
 def resolve_endpoint(explicit: str | None = None) -> str:
@@ -116,22 +136,42 @@ def resolve_endpoint(explicit: str | None = None) -> str:
     return publish_endpoint(explicit)
 
 
-def _hub(repo_id: str, *, token: str | None, endpoint: str, timeouts: HubTimeouts, limits: SyncLimits,
-         rule: RetryRule) -> HubClient:
+def _hub(
+    repo_id: str,
+    *,
+    token: str | None,
+    endpoint: str,
+    timeouts: HubTimeouts,
+    limits: SyncLimits,
+    rule: RetryRule,
+) -> HubClient:
     from huggingface_hub import HfApi
 
     from ccpo_cli.hub import check_endpoint_supported
 
-    check_endpoint_supported(endpoint)  # huggingface_hub 0.3x takes the address from HF_ENDPOINT only
+    check_endpoint_supported(
+        endpoint
+    )  # huggingface_hub 0.3x takes the address from HF_ENDPOINT only
     if not token:
-        raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+        raise RemoteError(
+            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
+        )
     api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
     return HubClient(api, token, repo_id, timeouts, rule=rule, deadline=Deadline(limits.deadline_s))
 
 
-def push(db: sqlite_utils.Database, repo_id: str, *, token: str | None, endpoint: str | None = None,
-         timeouts: HubTimeouts | None = None, public: bool = False, host: str | None = None,
-         limits: SyncLimits = SyncLimits(), rule: RetryRule = DEFAULT_RULE) -> dict[str, Any]:
+def push(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    *,
+    token: str | None,
+    endpoint: str | None = None,
+    timeouts: HubTimeouts | None = None,
+    public: bool = False,
+    host: str | None = None,
+    limits: SyncLimits = SyncLimits(),
+    rule: RetryRule = DEFAULT_RULE,
+) -> dict[str, Any]:
     """Push the rows of `db` the dataset `repo_id` lacks, as one commit. Returns what was done."""
     from ccpo_cli.store.records import this_host
     from ccpo_cli.store.sync import TABLES as SYNCED_TABLES
@@ -143,65 +183,138 @@ def push(db: sqlite_utils.Database, repo_id: str, *, token: str | None, endpoint
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-push-") as staging:
         parts = write_parts(db, Path(staging), host, repo_id=repo_id)
         rows = sum(part.rows for part in parts)
-        result: dict[str, Any] = {"repo_id": repo_id, "host": host, "parts": len(parts), "rows": rows,
-                                  "bytes": sum(part.size_bytes for part in parts), "commit_id": None,
-                                  "runs": len({part.run_uid for part in parts})}
+        result: dict[str, Any] = {
+            "repo_id": repo_id,
+            "host": host,
+            "parts": len(parts),
+            "rows": rows,
+            "bytes": sum(part.size_bytes for part in parts),
+            "commit_id": None,
+            "runs": len({part.run_uid for part in parts}),
+        }
         if not parts:
-            return dict(result, pushed=False, note="nothing new to push: the dataset holds every row ccpo sync carries from this database "
-                        f"({', '.join(SYNCED_TABLES)}; checkpoints, liveness and the outbox stay on this machine)")
+            return dict(
+                result,
+                pushed=False,
+                note="nothing new to push: the dataset holds every row ccpo sync carries from this database "
+                f"({', '.join(SYNCED_TABLES)}; checkpoints, liveness and the outbox stay on this machine)",
+            )
         if result["bytes"] > limits.max_push_bytes:
-            raise InvalidInput(f"{repo_id}: {result['bytes'] / _MIB:.1f} MiB to push, over the limit of "
-                               f"{limits.max_push_bytes / _MIB:.0f} MiB (--max-mb); nothing was sent")
+            raise InvalidInput(
+                f"{repo_id}: {result['bytes'] / _MIB:.1f} MiB to push, over the limit of "
+                f"{limits.max_push_bytes / _MIB:.0f} MiB (--max-mb); nothing was sent"
+            )
         with hub_timeouts(timeouts or resolve_timeouts()):
-            commit_id = _push(db, repo_id, parts, rows, host, token=token, endpoint=endpoint, public=public,
-                              limits=limits, rule=rule, timeouts=timeouts or resolve_timeouts())
+            commit_id = _push(
+                db,
+                repo_id,
+                parts,
+                rows,
+                host,
+                token=token,
+                endpoint=endpoint,
+                public=public,
+                limits=limits,
+                rule=rule,
+                timeouts=timeouts or resolve_timeouts(),
+            )
         marked = mark_pushed(db, repo_id, commit_id, parts)
         log_sync(db, repo_id, "push", commit_id, revision="main", parts=len(parts), rows=marked)
-    return dict(result, pushed=True, commit_id=commit_id,
-                commit_url=f"{endpoint}/datasets/{repo_id}/commit/{commit_id}")
+    return dict(
+        result,
+        pushed=True,
+        commit_id=commit_id,
+        commit_url=f"{endpoint}/datasets/{repo_id}/commit/{commit_id}",
+    )
 
 
-def _push(db, repo_id: str, parts, rows: int, host: str, *, token, endpoint, public, limits, rule, timeouts) -> str:
+def _push(
+    db,
+    repo_id: str,
+    parts,
+    rows: int,
+    host: str,
+    *,
+    token,
+    endpoint,
+    public,
+    limits,
+    rule,
+    timeouts,
+) -> str:
     from huggingface_hub import CommitOperationAdd
 
     hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
-    hub.call("creating the dataset", hub.api.create_repo, repo_id, repo_type=REPO_TYPE, private=not public,
-             exist_ok=True)
+    hub.call(
+        "creating the dataset",
+        hub.api.create_repo,
+        repo_id,
+        repo_type=REPO_TYPE,
+        private=not public,
+        exist_ok=True,
+    )
     info = hub.call("reading the dataset", hub.api.dataset_info, repo_id)
-    if not public and getattr(info, "private", None) is not True:  # public, or not said: never sent unasked
-        raise InvalidInput(f"{repo_id} is a public dataset; ccpo pushes results to public datasets only with --public")
+    if (
+        not public and getattr(info, "private", None) is not True
+    ):  # public, or not said: never sent unasked
+        raise InvalidInput(
+            f"{repo_id} is a public dataset; ccpo pushes results to public datasets only with --public"
+        )
     runs = len({part.run_uid for part in parts})
     message = f"ccpo sync: {rows} row(s) of {runs} run(s) from {host}"
     paths = {part.path_in_repo for part in parts}
 
     def send() -> str:
         operations = [CommitOperationAdd(part.path_in_repo, str(part.local_path)) for part in parts]
-        return hub.api.create_commit(repo_id, operations, commit_message=message, repo_type=REPO_TYPE,
-                                     revision="main").oid
+        return hub.api.create_commit(
+            repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision="main"
+        ).oid
 
     def landed() -> str | None:
         # The landed check of a dataset: its part files (unique names) are there already.
         info = hub.call("reading the dataset", hub.api.dataset_info, repo_id)
         return info.sha if paths <= {sibling.rfilename for sibling in info.siblings or []} else None
 
-    commit_id, _ = hub.commit(f"committing {len(parts)} part(s)", send, landed,
-                              size_bytes=sum(part.size_bytes for part in parts))
+    commit_id, _ = hub.commit(
+        f"committing {len(parts)} part(s)",
+        send,
+        landed,
+        size_bytes=sum(part.size_bytes for part in parts),
+    )
     return commit_id
 
 
-def pull(db: sqlite_utils.Database, repo_id: str, *, revision: str | None = None, token: str | None,
-         endpoint: str | None = None, timeouts: HubTimeouts | None = None, limits: SyncLimits = SyncLimits(),
-         rule: RetryRule = DEFAULT_RULE) -> dict[str, Any]:
+def pull(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    token: str | None,
+    endpoint: str | None = None,
+    timeouts: HubTimeouts | None = None,
+    limits: SyncLimits = SyncLimits(),
+    rule: RetryRule = DEFAULT_RULE,
+) -> dict[str, Any]:
     """Merge the parts of dataset `repo_id` at one commit (`revision`, default main's head when
     the pull starts) that this database has not merged yet. Returns what was done."""
     check_repo_id(repo_id)
     timeouts = timeouts or resolve_timeouts()
     with hub_timeouts(timeouts):
-        return _pull(db, repo_id, revision, token=token, endpoint=resolve_endpoint(endpoint), timeouts=timeouts,
-                     limits=limits, rule=rule)
+        return _pull(
+            db,
+            repo_id,
+            revision,
+            token=token,
+            endpoint=resolve_endpoint(endpoint),
+            timeouts=timeouts,
+            limits=limits,
+            rule=rule,
+        )
 
 
-def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, limits, rule) -> dict[str, Any]:
+def _pull(
+    db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, limits, rule
+) -> dict[str, Any]:
     from huggingface_hub.hf_api import RepoFile
 
     from ccpo_cli.store.sync import (
@@ -221,15 +334,29 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
     except HubCallError as failure:
         if failure.status != 404:
             raise
-        raise RemoteError(f"{repo_id}: no such dataset{f' revision {revision}' if revision else ''}, or the token "
-                          "cannot read it (check --repo, --revision and the token)") from None
+        raise RemoteError(
+            f"{repo_id}: no such dataset{f' revision {revision}' if revision else ''}, or the token "
+            "cannot read it (check --repo, --revision and the token)"
+        ) from None
     commit_id = getattr(info, "sha", None)
     if not isinstance(commit_id, str) or not commit_id:
-        raise RemoteError(f"{repo_id}: the Hub named no commit for {revision or 'main'}; nothing was merged")
+        raise RemoteError(
+            f"{repo_id}: the Hub named no commit for {revision or 'main'}; nothing was merged"
+        )
 
     def tree() -> list:
-        return list(islice(hub.api.list_repo_tree(repo_id, path_in_repo="data", recursive=True, revision=commit_id,
-                                                  repo_type=REPO_TYPE), limits.max_parts + 1))
+        return list(
+            islice(
+                hub.api.list_repo_tree(
+                    repo_id,
+                    path_in_repo="data",
+                    recursive=True,
+                    revision=commit_id,
+                    repo_type=REPO_TYPE,
+                ),
+                limits.max_parts + 1,
+            )
+        )
 
     try:
         listing = hub.call("listing the dataset's parts", tree)
@@ -237,22 +364,39 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
         if failure.status != 404:
             raise
         listing = []  # a dataset without data/ yet
-    parts = [entry for entry in listing if isinstance(entry, RepoFile) and isinstance(entry.path, str)
-             and part_table(entry.path)]
+    parts = [
+        entry
+        for entry in listing
+        if isinstance(entry, RepoFile) and isinstance(entry.path, str) and part_table(entry.path)
+    ]
     shapeless = [entry.path for entry in parts if not isinstance(entry.size, int) or entry.size < 0]
     if shapeless:
-        raise RemoteError(f"{repo_id}: the Hub listed {shapeless[0]} without a size; nothing was merged")
+        raise RemoteError(
+            f"{repo_id}: the Hub listed {shapeless[0]} without a size; nothing was merged"
+        )
     if len(listing) > limits.max_parts:
-        raise InvalidInput(f"{repo_id}: the dataset lists more than {limits.max_parts} entries under data/; refused")
-    new = sorted((entry for entry in parts if not part_already_merged(db, repo_id, entry.path, entry.blob_id)),
-                 key=lambda entry: (TABLES.index(part_table(entry.path)), entry.path))
+        raise InvalidInput(
+            f"{repo_id}: the dataset lists more than {limits.max_parts} entries under data/; refused"
+        )
+    new = sorted(
+        (
+            entry
+            for entry in parts
+            if not part_already_merged(db, repo_id, entry.path, entry.blob_id)
+        ),
+        key=lambda entry: (TABLES.index(part_table(entry.path)), entry.path),
+    )
     too_large = [entry.path for entry in new if entry.size > limits.max_part_bytes]
     if too_large:
-        raise InvalidInput(f"{repo_id}: part {too_large[0]} is over {limits.max_part_bytes / _MIB:.0f} MiB; refused")
+        raise InvalidInput(
+            f"{repo_id}: part {too_large[0]} is over {limits.max_part_bytes / _MIB:.0f} MiB; refused"
+        )
     total = sum(entry.size for entry in new)
     if total > limits.max_pull_bytes:
-        raise InvalidInput(f"{repo_id}: {total / _MIB:.1f} MiB of new parts, over the limit of "
-                           f"{limits.max_pull_bytes / _MIB:.0f} MiB (--max-mb); nothing was merged")
+        raise InvalidInput(
+            f"{repo_id}: {total / _MIB:.1f} MiB of new parts, over the limit of "
+            f"{limits.max_pull_bytes / _MIB:.0f} MiB (--max-mb); nothing was merged"
+        )
     counts = MergeCounts()
     refused: list[dict[str, str]] = []
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-pull-") as scratch:
@@ -263,31 +407,75 @@ def _pull(db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, 
                 raise hub.deadline.failure(repo_id, f"merging {entry.path}")
             origin = Origin(repo_id, commit_id, entry.path)
             try:
-                counts.update(merge_part(db, local, entry.path, origin, blob_id=entry.blob_id, size_bytes=entry.size))
+                counts.update(
+                    merge_part(
+                        db, local, entry.path, origin, blob_id=entry.blob_id, size_bytes=entry.size
+                    )
+                )
             except InvalidInput as error:
                 # One bad part (hand-made, damaged, of a newer ccpo) is named, skipped and recorded, so
                 # it never blocks the rest of this pull or any later one; nothing of it was merged.
                 record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
                 refused.append({"part": entry.path, "reason": str(error)})
             local.unlink()
-    log_sync(db, repo_id, "pull", commit_id, revision=revision or "main", parts=len(new), counts=counts)
-    return {"repo_id": repo_id, "commit_id": commit_id, "revision": revision or "main", "parts": len(parts),
-            "parts_merged": len(new) - len(refused), "parts_refused": refused, "bytes": total,
-            "counts": counts.as_dict(),
-            "rows_new": counts.total("new"), "rows_conflict": counts.total("conflict")}
+    log_sync(
+        db, repo_id, "pull", commit_id, revision=revision or "main", parts=len(new), counts=counts
+    )
+    return {
+        "repo_id": repo_id,
+        "commit_id": commit_id,
+        "revision": revision or "main",
+        "parts": len(parts),
+        "parts_merged": len(new) - len(refused),
+        "parts_refused": refused,
+        "bytes": total,
+        "counts": counts.as_dict(),
+        "rows_new": counts.total("new"),
+        "rows_conflict": counts.total("conflict"),
+    }
 
 
-def sync_push(db: sqlite_utils.Database, repo_id: str, *, token: str | None = None, token_file: Path | None = None,
-              timeout: str | None = None, endpoint: str | None = None, public: bool = False,
-              limits: SyncLimits = SyncLimits()) -> dict[str, Any]:
+def sync_push(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    *,
+    token: str | None = None,
+    token_file: Path | None = None,
+    timeout: str | None = None,
+    endpoint: str | None = None,
+    public: bool = False,
+    limits: SyncLimits = SyncLimits(),
+) -> dict[str, Any]:
     """`ccpo sync push` as one call: the token and timeouts resolved as every Hub command does."""
-    return push(db, repo_id, token=resolve_token(token, token_file), endpoint=endpoint,
-                timeouts=resolve_timeouts(timeout), public=public, limits=limits)
+    return push(
+        db,
+        repo_id,
+        token=resolve_token(token, token_file),
+        endpoint=endpoint,
+        timeouts=resolve_timeouts(timeout),
+        public=public,
+        limits=limits,
+    )
 
 
-def sync_pull(db: sqlite_utils.Database, repo_id: str, *, revision: str | None = None, token: str | None = None,
-              token_file: Path | None = None, timeout: str | None = None, endpoint: str | None = None,
-              limits: SyncLimits = SyncLimits()) -> dict[str, Any]:
+def sync_pull(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    token_file: Path | None = None,
+    timeout: str | None = None,
+    endpoint: str | None = None,
+    limits: SyncLimits = SyncLimits(),
+) -> dict[str, Any]:
     """`ccpo sync pull` as one call."""
-    return pull(db, repo_id, revision=revision, token=resolve_token(token, token_file), endpoint=endpoint,
-                timeouts=resolve_timeouts(timeout), limits=limits)
+    return pull(
+        db,
+        repo_id,
+        revision=revision,
+        token=resolve_token(token, token_file),
+        endpoint=endpoint,
+        timeouts=resolve_timeouts(timeout),
+        limits=limits,
+    )

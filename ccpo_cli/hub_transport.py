@@ -129,16 +129,26 @@ _CURRENT: _Budget | None = None
 
 
 @contextlib.contextmanager
-def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_cap: int | None = None,
-                 transfer_cap: int | None = None) -> Iterator[_Budget]:
+def limited_call(
+    limits: CallLimits,
+    *,
+    deadline: float | None = None,
+    answer_cap: int | None = None,
+    transfer_cap: int | None = None,
+) -> Iterator[_Budget]:
     """Hold every request inside the block to `limits` (with this call's own deadline and answer
     caps when given: `answer_cap` for metadata answers, `transfer_cap` for downloads). Needs
     `install_limits` to have run."""
     global _CURRENT
     seconds = limits.deadline if deadline is None else deadline
     now = time.monotonic()
-    budget = _Budget(limits, now, now + seconds, limits.answer_cap if answer_cap is None else answer_cap,
-                     transfer_cap)
+    budget = _Budget(
+        limits,
+        now,
+        now + seconds,
+        limits.answer_cap if answer_cap is None else answer_cap,
+        transfer_cap,
+    )
     budget.timer = threading.Timer(max(seconds, 0.0), budget.expire)
     budget.timer.daemon = True
     budget.timer.start()
@@ -155,7 +165,11 @@ def limited_call(limits: CallLimits, *, deadline: float | None = None, answer_ca
         # beside an uploader): only the call that is current hands back, and never to a finished one.
         budget.finished = True
         if _CURRENT is budget:
-            _CURRENT = previous if previous is not None and not getattr(previous, "finished", False) else None
+            _CURRENT = (
+                previous
+                if previous is not None and not getattr(previous, "finished", False)
+                else None
+            )
         budget.timer.cancel()
 
 
@@ -174,7 +188,9 @@ def _request_timeouts(method: str, path: str) -> tuple[float, float] | None:
         return None
     budget.check()
     left = max(budget.remaining(), 0.05)
-    read = budget.limits.transfer_read if _is_transfer(method, path) else budget.limits.metadata_read
+    read = (
+        budget.limits.transfer_read if _is_transfer(method, path) else budget.limits.metadata_read
+    )
     return min(budget.limits.connect, left), min(read, left)
 
 
@@ -203,7 +219,9 @@ def _check_answer(status: int, headers: Any, method: str, path: str) -> None:
     statuses = COMMIT_RETRY_STATUSES if method == "POST" and "/commit/" in path else RETRY_STATUSES
     if status in statuses:
         detail = str(headers.get("X-Error-Message") or headers.get("x-error-message") or "")[:300]
-        raise RetryableAnswer(status, _retry_after(headers.get("Retry-After") or headers.get("retry-after")), detail)
+        raise RetryableAnswer(
+            status, _retry_after(headers.get("Retry-After") or headers.get("retry-after")), detail
+        )
     length = headers.get("Content-Length") or headers.get("content-length")
     if cap is not None and length is not None and str(length).isdigit() and int(length) > cap:
         raise AnswerTooLarge(cap)
@@ -243,7 +261,12 @@ def _httpx_client_factory():
         timeouts = _request_timeouts(request.method, request.url.path)
         if timeouts is not None:
             connect, read = timeouts
-            request.extensions["timeout"] = {"connect": connect, "read": read, "write": read, "pool": connect}
+            request.extensions["timeout"] = {
+                "connect": connect,
+                "read": read,
+                "write": read,
+                "pool": connect,
+            }
 
     def response_hook(response) -> None:
         budget = _CURRENT
@@ -289,7 +312,9 @@ class _CappedRaw:
         self._cap = cap
 
     def stream(self, amt=2**16, decode_content=None):
-        return _counted(self._raw.stream(amt, decode_content=decode_content), self._budget, self._cap)
+        return _counted(
+            self._raw.stream(amt, decode_content=decode_content), self._budget, self._cap
+        )
 
     def read(self, amt=None, *args, **kwargs):
         if amt is None:  # the whole body: in chunks, so the cap holds before memory fills
@@ -376,5 +401,7 @@ def limits_installed() -> bool:
 
     session = get_session()
     if hasattr(session, "event_hooks"):
-        return any(getattr(hook, "ccpo_limits", False) for hook in session.event_hooks.get("request", []))
+        return any(
+            getattr(hook, "ccpo_limits", False) for hook in session.event_hooks.get("request", [])
+        )
     return any(getattr(adapter, "ccpo_limits", False) for adapter in session.adapters.values())

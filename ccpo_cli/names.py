@@ -35,7 +35,9 @@ HOST_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
 def host_label(text: str | None) -> str:
     """A machine name as ccpo records it: runs of other characters become `-`, at most
     HOST_LABEL_MAX characters, `unknown-host` when nothing is left."""
-    label = re.sub(r"[^A-Za-z0-9.-]+", "-", str(text or "")).strip(".-")[:HOST_LABEL_MAX].strip(".-")
+    label = (
+        re.sub(r"[^A-Za-z0-9.-]+", "-", str(text or "")).strip(".-")[:HOST_LABEL_MAX].strip(".-")
+    )
     label = re.sub(r"\.{2,}", ".", label)
     return label if label and HOST_LABEL.fullmatch(label) else "unknown-host"
 
@@ -52,12 +54,16 @@ def check_run_name(name: str, option: str = "--run") -> str:
     base, at, host = name.partition("@")
     if at:
         if not HOST_LABEL.fullmatch(host) or len(host) > HOST_LABEL_MAX or ".." in host:
-            raise InvalidInput(f"{option} {name!r}: after '@' comes the host label of the machine that "
-                               f"created the run (letters, digits, '.' and '-', at most {HOST_LABEL_MAX})")
+            raise InvalidInput(
+                f"{option} {name!r}: after '@' comes the host label of the machine that "
+                f"created the run (letters, digits, '.' and '-', at most {HOST_LABEL_MAX})"
+            )
         check_run_name(base, option)
         return name
     if len(name) > RUN_NAME_MAX:
-        raise InvalidInput(f"{option}: run name is {len(name)} characters long; at most {RUN_NAME_MAX}")
+        raise InvalidInput(
+            f"{option}: run name is {len(name)} characters long; at most {RUN_NAME_MAX}"
+        )
     if not RUN_NAME.fullmatch(name) or ".." in name:
         raise InvalidInput(
             f"{option} {name!r}: a run name is letters, digits, '.', '_' and '-', starting with a "
@@ -76,7 +82,9 @@ def check_repo_id(repo_id: str, option: str = "--repo") -> str:
         validate_repo_id(repo_id)
     except HFValidationError as error:
         reason = str(error).replace("\n", "\\n") or "rejected"
-        raise InvalidInput(f"{option} {repo_id!r} is not a Hub repository id (owner/name): {reason}") from None
+        raise InvalidInput(
+            f"{option} {repo_id!r} is not a Hub repository id (owner/name): {reason}"
+        ) from None
     # validate_repo_id's pattern allows a trailing newline in some versions (`$`-style ends);
     # a repository id is one line of the allowed characters, nothing else.
     if not re.fullmatch(r"[A-Za-z0-9._-]+/[A-Za-z0-9._-]+", repo_id):

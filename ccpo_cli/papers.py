@@ -41,15 +41,19 @@ class Paper:
         """A BibTeX entry (arXiv eprint form), or None when the title, authors or year are not recorded."""
         if not (self.title and self.authors and self.year):
             return None
-        return (f"@misc{{{self.key}{self.year},\n  title = {{{self.title}}},\n"
-                f"  author = {{{' and '.join(self.authors)}}},\n  year = {{{self.year}}},\n"
-                f"  eprint = {{{self.arxiv}}},\n  archivePrefix = {{arXiv}},\n  url = {{{self.url}}}\n}}")
+        return (
+            f"@misc{{{self.key}{self.year},\n  title = {{{self.title}}},\n"
+            f"  author = {{{' and '.join(self.authors)}}},\n  year = {{{self.year}}},\n"
+            f"  eprint = {{{self.arxiv}}},\n  archivePrefix = {{arXiv}},\n  url = {{{self.url}}}\n}}"
+        )
 
 
 @dataclass(frozen=True)
 class Papers:
     papers: Mapping[str, Paper]
-    methods: Mapping[str, tuple[str, ...]]  # estimator family -> the keys of the papers it builds on
+    methods: Mapping[
+        str, tuple[str, ...]
+    ]  # estimator family -> the keys of the papers it builds on
     software: Mapping[str, str]
 
     def paper(self, key: str) -> Paper:
@@ -70,9 +74,14 @@ def _paper(key: str, entry: Any) -> Paper:
     if not isinstance(authors, list | tuple):
         raise InvalidInput(f"{where}: 'authors' is a list")
     year = entry.get("year")
-    return Paper(key=key, short=str(entry["short"]), arxiv=str(entry["arxiv"]),
-                 title=str(entry["title"]) if entry.get("title") else None,
-                 authors=tuple(str(author) for author in authors), year=int(year) if year else None)
+    return Paper(
+        key=key,
+        short=str(entry["short"]),
+        arxiv=str(entry["arxiv"]),
+        title=str(entry["title"]) if entry.get("title") else None,
+        authors=tuple(str(author) for author in authors),
+        year=int(year) if year else None,
+    )
 
 
 @cache
@@ -84,12 +93,19 @@ def load_papers() -> Papers:
         raise InvalidInput(f"{path}: cannot read the papers ({error.__class__.__name__})") from None
     if not isinstance(document, Mapping):
         raise InvalidInput(f"{path}: expected a mapping (papers, methods, software)")
-    papers = {str(key): _paper(str(key), entry) for key, entry in (document.get("papers") or {}).items()}
-    methods = {str(family): tuple(str(key) for key in keys) for family, keys in (document.get("methods") or {}).items()}
+    papers = {
+        str(key): _paper(str(key), entry) for key, entry in (document.get("papers") or {}).items()
+    }
+    methods = {
+        str(family): tuple(str(key) for key in keys)
+        for family, keys in (document.get("methods") or {}).items()
+    }
     for family, keys in methods.items():
         for key in keys:
             if key not in papers:
-                raise InvalidInput(f"{path}: methods.{family} names {key!r}, which is not under 'papers'")
+                raise InvalidInput(
+                    f"{path}: methods.{family} names {key!r}, which is not under 'papers'"
+                )
     software = {str(key): str(value) for key, value in (document.get("software") or {}).items()}
     return Papers(papers=papers, methods=methods, software=software)
 
@@ -114,8 +130,12 @@ def code_url() -> str | None:
 def software_bibtex(version: str, url: str | None) -> str:
     """ccpo's own entry: a @software citation of the version that rendered the card."""
     software = load_papers().software
-    lines = [f"@software{{{software.get('key', 'ccpo')},", f"  title = {{{software.get('title', 'ccpo')}}},",
-             f"  author = {{{software.get('author', 'ccpo contributors')}}},", f"  version = {{{version}}}"]
+    lines = [
+        f"@software{{{software.get('key', 'ccpo')},",
+        f"  title = {{{software.get('title', 'ccpo')}}},",
+        f"  author = {{{software.get('author', 'ccpo contributors')}}},",
+        f"  version = {{{version}}}",
+    ]
     if url:
         lines[-1] += ","
         lines.append(f"  url = {{{url}}}")

@@ -37,7 +37,9 @@ def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
         if high > MAX_SEED:
             raise InvalidInput(f"{option} {text!r}: a seed is at most {MAX_SEED} (got {high})")
         if high < low:
-            raise InvalidInput(f"{option} {text!r}: the range {item} runs backwards (write {high}-{low})")
+            raise InvalidInput(
+                f"{option} {text!r}: the range {item} runs backwards (write {high}-{low})"
+            )
         if len(seeds) + high - low + 1 > MAX_SEEDS:
             raise InvalidInput(f"{option} {text!r}: more than {MAX_SEEDS} seeds")
         seeds.extend(range(low, high + 1))
@@ -45,7 +47,9 @@ def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
         raise InvalidInput(f"{option}: at least one seed is needed ({SYNTAX})")
     repeated = sorted(seed for seed, count in Counter(seeds).items() if count > 1)
     if repeated:
-        raise InvalidInput(f"{option} {text!r}: each seed at most once (repeated: {', '.join(map(str, repeated))})")
+        raise InvalidInput(
+            f"{option} {text!r}: each seed at most once (repeated: {', '.join(map(str, repeated))})"
+        )
     return seeds
 
 

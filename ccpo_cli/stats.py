@@ -92,7 +92,11 @@ def wilson_interval(
     proportion = successes / trials
     denominator = 1 + z * z / trials
     centre = (proportion + z * z / (2 * trials)) / denominator
-    half_width = z * math.sqrt(proportion * (1 - proportion) / trials + z * z / (4 * trials * trials)) / denominator
+    half_width = (
+        z
+        * math.sqrt(proportion * (1 - proportion) / trials + z * z / (4 * trials * trials))
+        / denominator
+    )
     return float(max(0.0, centre - half_width)), float(min(1.0, centre + half_width))
 
 
@@ -143,8 +147,16 @@ def paired_t_test(differences: Sequence[float], confidence: float = DEFAULT_CONF
     """
     values = np.asarray(differences, dtype=float)
     n = len(values)
-    result: dict = {"difference": float(values.mean()) if n else None, "t": None, "df": None, "p": None,
-                    "ci_low": None, "ci_high": None, "n": n, "sd": None}
+    result: dict = {
+        "difference": float(values.mean()) if n else None,
+        "t": None,
+        "df": None,
+        "p": None,
+        "ci_low": None,
+        "ci_high": None,
+        "n": n,
+        "sd": None,
+    }
     if n < 2:
         return result
     result["sd"] = 0.0 if no_spread(values) else float(values.std(ddof=1))
@@ -154,8 +166,13 @@ def paired_t_test(differences: Sequence[float], confidence: float = DEFAULT_CONF
     df = n - 1
     t = result["difference"] / standard_error
     half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
-    result.update(t=float(t), df=float(df), p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
-                  ci_low=float(result["difference"] - half), ci_high=float(result["difference"] + half))
+    result.update(
+        t=float(t),
+        df=float(df),
+        p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
+        ci_low=float(result["difference"] - half),
+        ci_high=float(result["difference"] + half),
+    )
     return result
 
 
@@ -167,17 +184,30 @@ WELCH_TEST = "Welch t"
 MIN_PAIRED_SEEDS = 2
 
 
-def paired_seeds(seed_means_a: Mapping[Any, float], seed_means_b: Mapping[Any, float],
-                 paired_by_design: Iterable[Any] | None = None) -> list[Any]:
+def paired_seeds(
+    seed_means_a: Mapping[Any, float],
+    seed_means_b: Mapping[Any, float],
+    paired_by_design: Iterable[Any] | None = None,
+) -> list[Any]:
     """The seeds on which a and b are paired: seeds both ran, and, when `paired_by_design` is
     given, only those the design recorded as paired (compare: runs whose first rollouts match)."""
     allowed = None if paired_by_design is None else set(paired_by_design)
-    return sorted((seed for seed in seed_means_a if seed in seed_means_b and (allowed is None or seed in allowed)),
-                  key=str)
+    return sorted(
+        (
+            seed
+            for seed in seed_means_a
+            if seed in seed_means_b and (allowed is None or seed in allowed)
+        ),
+        key=str,
+    )
 
 
-def two_arm_test(seed_means_a: Mapping[Any, float], seed_means_b: Mapping[Any, float],
-                 paired_by_design: Iterable[Any] | None = None, confidence: float = DEFAULT_CONFIDENCE) -> dict:
+def two_arm_test(
+    seed_means_a: Mapping[Any, float],
+    seed_means_b: Mapping[Any, float],
+    paired_by_design: Iterable[Any] | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+) -> dict:
     """The one decision of how two arms are tested (docs/statistics.md, "Two arms").
 
     When the arms share at least MIN_PAIRED_SEEDS seeds (`paired_seeds`), the design paired them
@@ -188,16 +218,31 @@ def two_arm_test(seed_means_a: Mapping[Any, float], seed_means_b: Mapping[Any, f
     """
     shared = paired_seeds(seed_means_a, seed_means_b, paired_by_design)
     if len(shared) >= MIN_PAIRED_SEEDS:
-        result = paired_t_test([seed_means_a[seed] - seed_means_b[seed] for seed in shared], confidence)
+        result = paired_t_test(
+            [seed_means_a[seed] - seed_means_b[seed] for seed in shared], confidence
+        )
         left_out = sorted({*seed_means_a, *seed_means_b} - set(shared), key=str)
-        return dict(result, test=PAIRED_TEST, paired_seeds=shared, seeds_left_out=left_out,
-                    basis=f"paired t over the {len(shared)} seeds both arms ran"
-                          + (f" ({len(left_out)} unpaired seed{'s' if len(left_out) != 1 else ''} left out)"
-                             if left_out else ""))
+        return dict(
+            result,
+            test=PAIRED_TEST,
+            paired_seeds=shared,
+            seeds_left_out=left_out,
+            basis=f"paired t over the {len(shared)} seeds both arms ran"
+            + (
+                f" ({len(left_out)} unpaired seed{'s' if len(left_out) != 1 else ''} left out)"
+                if left_out
+                else ""
+            ),
+        )
     result = welch_t_test(list(seed_means_a.values()), list(seed_means_b.values()), confidence)
-    return dict(result, test=WELCH_TEST, paired_seeds=[], seeds_left_out=[],
-                basis=f"Welch t over every seed: the arms share {len(shared) or 'no'} paired seed"
-                      f"{'s' if len(shared) != 1 else ''}, fewer than {MIN_PAIRED_SEEDS}")
+    return dict(
+        result,
+        test=WELCH_TEST,
+        paired_seeds=[],
+        seeds_left_out=[],
+        basis=f"Welch t over every seed: the arms share {len(shared) or 'no'} paired seed"
+        f"{'s' if len(shared) != 1 else ''}, fewer than {MIN_PAIRED_SEEDS}",
+    )
 
 
 # Values closer than this, relative to their size, are one value: window means computed along
@@ -297,7 +342,9 @@ TOO_FEW_FOR_TREND = "too few evaluations to judge convergence"
 CONVERGED_MAX_WIDTH = 15.0
 
 
-def trend_test(steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE) -> dict:
+def trend_test(
+    steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
+) -> dict:
     """Ordinary least-squares slope of values against steps, with its t interval (n - 2 df).
 
     A window whose slope interval excludes 0 still rises or falls beyond its own noise: it is
@@ -311,11 +358,24 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     """
     x = np.asarray(steps, dtype=float)
     y = np.asarray(values, dtype=float)
-    result = {"slope": None, "ci_low": None, "ci_high": None, "p": None, "n": len(x), "change": None,
-              "residual_sd": None, "converged": None, "direction": None, "note": None, "confidence": confidence}
+    result = {
+        "slope": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p": None,
+        "n": len(x),
+        "change": None,
+        "residual_sd": None,
+        "converged": None,
+        "direction": None,
+        "note": None,
+        "confidence": confidence,
+    }
     if len(x) < MIN_TREND_POINTS:
-        result["note"] = (f"{TOO_FEW_FOR_TREND} ({len(x)} evaluation{'s' if len(x) != 1 else ''}; "
-                          f"a trend needs at least {MIN_TREND_POINTS})")
+        result["note"] = (
+            f"{TOO_FEW_FOR_TREND} ({len(x)} evaluation{'s' if len(x) != 1 else ''}; "
+            f"a trend needs at least {MIN_TREND_POINTS})"
+        )
         return result
     if np.ptp(x) == 0:
         result["note"] = "every evaluation is at one step: no trend can be fitted"
@@ -332,11 +392,23 @@ def trend_test(steps: Sequence[float], values: Sequence[float], confidence: floa
     converged: bool | None = covers_zero and allowed <= CONVERGED_MAX_WIDTH
     if covers_zero and not converged:
         converged = None  # neither rising nor settled: too uncertain to say
-        result["note"] = (f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
-                          f"the {CONVERGED_MAX_WIDTH:g} a converged window may span")
-    direction = "flat" if converged else ("uncertain" if covers_zero else "rising" if fit["slope"] > 0 else "falling")
-    result.update(slope=fit["slope"], ci_low=low, ci_high=high,
-                  p=fit["pvalue"] if math.isfinite(fit["pvalue"]) else None,
-                  change=float(fit["slope"] * np.ptp(x)), residual_sd=residual_sd, converged=converged,
-                  direction=direction)
+        result["note"] = (
+            f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
+            f"the {CONVERGED_MAX_WIDTH:g} a converged window may span"
+        )
+    direction = (
+        "flat"
+        if converged
+        else ("uncertain" if covers_zero else "rising" if fit["slope"] > 0 else "falling")
+    )
+    result.update(
+        slope=fit["slope"],
+        ci_low=low,
+        ci_high=high,
+        p=fit["pvalue"] if math.isfinite(fit["pvalue"]) else None,
+        change=float(fit["slope"] * np.ptp(x)),
+        residual_sd=residual_sd,
+        converged=converged,
+        direction=direction,
+    )
     return result

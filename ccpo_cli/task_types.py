@@ -13,7 +13,9 @@ from ccpo_cli.benchmarks import load_benchmark
 _ALFWORLD = load_benchmark("alfworld")
 
 # short key -> ALFWorld task-type name, in the order the seed card's per-type row uses.
-TASK_TYPES: dict[str, str] = {task.key: task.game_folder or task.key for task in _ALFWORLD.task_types}
+TASK_TYPES: dict[str, str] = {
+    task.key: task.game_folder or task.key for task in _ALFWORLD.task_types
+}
 
 # verl-agent matches these substrings of the game path (first match wins) and logs
 # `val/<substring>_success_rate`; note `pick_and_place` (not `..._simple`).
@@ -35,6 +37,7 @@ def short_key(name: str) -> str:
         if long_name in lowered:
             return key
     raise KeyError(f"not an ALFWorld task type: {name!r}")
+
 
 # The room sizes of generated games (ccpo_cli/envs/generate.py): "small" rooms of the shipped
 # CPU-testbed sets, "large" (search-sized) rooms with closed containers and more receptacles.

@@ -20,7 +20,15 @@ FINAL = "final"
 CARD_STATUSES: tuple[str, ...] = (INTERIM, FINAL)
 
 # `ccpo ingest --input-format`: auto-detected, or one reader named (docs/runs-db.md, "Ingest").
-INGEST_FORMATS: tuple[str, ...] = ("auto", "ccpo", "verl-file", "console", "csv", "tensorboard", "wandb")
+INGEST_FORMATS: tuple[str, ...] = (
+    "auto",
+    "ccpo",
+    "verl-file",
+    "console",
+    "csv",
+    "tensorboard",
+    "wandb",
+)
 INGEST_FOLDER_FORMATS: tuple[str, ...] = ("tensorboard", "wandb")
 
 # The temperature of every held-out evaluation: verl-agent's validation sampling temperature, so

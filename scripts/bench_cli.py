@@ -35,8 +35,15 @@ from ccpo_cli.arms import load_arm  # noqa: E402
 
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
-TARGETS = {"ccpo --help": 2.0, "ccpo runs list": 2.0, "ccpo runs show": 2.0, "ccpo compare": 2.0,
-           "ccpo compare --json": 2.0, "ccpo estimate": 2.0, "ccpo TAB (run names)": 2.0}
+TARGETS = {
+    "ccpo --help": 2.0,
+    "ccpo runs list": 2.0,
+    "ccpo runs show": 2.0,
+    "ccpo compare": 2.0,
+    "ccpo compare --json": 2.0,
+    "ccpo estimate": 2.0,
+    "ccpo TAB (run names)": 2.0,
+}
 REFERENCE = "sqlite-utils tables"
 STRICT_REFERENCE = "sqlite-utils tables (no pandas)"
 
@@ -47,22 +54,43 @@ def fill(path: Path, runs: int, evals: int) -> None:
         for index in range(runs):
             arm = load_arm(ARMS[index % len(ARMS)])
             name = f"{arm.name}-seed{index // len(ARMS)}"
-            store.ensure_run(db, name, arm=arm, seed=index // len(ARMS), base_model="Qwen/Qwen2.5-7B-Instruct",
-                             benchmark="alfworld", backend="verl", total_steps=150, hardware="8xH100")
+            store.ensure_run(
+                db,
+                name,
+                arm=arm,
+                seed=index // len(ARMS),
+                base_model="Qwen/Qwen2.5-7B-Instruct",
+                benchmark="alfworld",
+                backend="verl",
+                total_steps=150,
+                hardware="8xH100",
+            )
             for eval_index in range(evals):
                 step = 5 * eval_index
                 level = min(95.0, 30 + step / 2 + index % 7)
-                types = {key: {"episodes": 21, "successes": max(0, min(21, round(level * 0.21) - i % 3))}
-                         for i, key in enumerate(TASK_TYPES)}
-                store.record_evaluation(db, name, step, episodes=128, successes=round(level * 1.28),
-                                        temperature=0.4, task_types=types)
+                types = {
+                    key: {"episodes": 21, "successes": max(0, min(21, round(level * 0.21) - i % 3))}
+                    for i, key in enumerate(TASK_TYPES)
+                }
+                store.record_evaluation(
+                    db,
+                    name,
+                    step,
+                    episodes=128,
+                    successes=round(level * 1.28),
+                    temperature=0.4,
+                    task_types=types,
+                )
 
 
 def console_script(folder: Path) -> Path:
     """`ccpo` as pip installs it, running this checkout."""
     script = folder / "ccpo"
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
-                      "from ccpo_cli.cli.app import main\nsys.exit(main())\n", encoding="utf-8")
+    script.write_text(
+        f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        "from ccpo_cli.cli.app import main\nsys.exit(main())\n",
+        encoding="utf-8",
+    )
     script.chmod(0o755)
     return script
 
@@ -73,14 +101,18 @@ def sqlite_utils_command() -> list[str]:
         return [str(found)]
     which = shutil.which("sqlite-utils")
     if which is None:
-        raise SystemExit("sqlite-utils' command is not installed beside this Python: pip install sqlite-utils")
+        raise SystemExit(
+            "sqlite-utils' command is not installed beside this Python: pip install sqlite-utils"
+        )
     return [which]
 
 
 def commands(folder: Path, db: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
     ccpo = str(console_script(folder))
-    hidden = ("import sys; sys.modules['pandas'] = None; from sqlite_utils.cli import cli; "
-              "sys.argv = ['sqlite-utils', *sys.argv[1:]]; cli()")
+    hidden = (
+        "import sys; sys.modules['pandas'] = None; from sqlite_utils.cli import cli; "
+        "sys.argv = ['sqlite-utils', *sys.argv[1:]]; cli()"
+    )
     return {
         REFERENCE: ([*sqlite_utils_command(), "tables", str(db)], {}),
         STRICT_REFERENCE: ([sys.executable, "-c", hidden, "tables", str(db)], {}),
@@ -89,21 +121,40 @@ def commands(folder: Path, db: Path) -> dict[str, tuple[list[str], dict[str, str
         "ccpo runs show": ([ccpo, "--db", str(db), "runs", "show", "grpo-seed0"], {}),
         "ccpo compare": ([ccpo, "--db", str(db), "compare"], {}),
         "ccpo compare --json": ([ccpo, "--db", str(db), "compare", "--json"], {}),
-        "ccpo estimate": ([ccpo, "estimate", "--arm", "gigpo", "--input", str(REPO / "examples" / "worked-example-1.json")],
-                          {}),
-        "ccpo TAB (run names)": ([ccpo], {"_CCPO_COMPLETE": "complete_bash", "COMP_WORDS": f"ccpo --db {db} runs show g",
-                                          "COMP_CWORD": "5"}),
+        "ccpo estimate": (
+            [
+                ccpo,
+                "estimate",
+                "--arm",
+                "gigpo",
+                "--input",
+                str(REPO / "examples" / "worked-example-1.json"),
+            ],
+            {},
+        ),
+        "ccpo TAB (run names)": (
+            [ccpo],
+            {
+                "_CCPO_COMPLETE": "complete_bash",
+                "COMP_WORDS": f"ccpo --db {db} runs show g",
+                "COMP_CWORD": "5",
+            },
+        ),
     }
 
 
 def run_once(argv: list[str], extra_env: dict[str, str], cwd: Path) -> float:
-    environment = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "CCPO_DB")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "CCPO_DB")
+    }
     environment.update(extra_env, COLUMNS="100")
     started = time.perf_counter()
     done = subprocess.run(argv, cwd=cwd, env=environment, capture_output=True)
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-400:]}")
+        raise SystemExit(
+            f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.decode()[-400:]}"
+        )
     if "_CCPO_COMPLETE" in extra_env and not done.stdout.split():
         raise SystemExit("the completion offered no run name: the benchmark would time nothing")
     return elapsed
@@ -113,7 +164,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40, help="runs in the database (default 40)")
     parser.add_argument("--evals", type=int, default=30, help="evaluations per run (default 30)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds (default 7), after one warm-up round")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="timed rounds (default 7), after one warm-up round"
+    )
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ccpo-bench-cli-") as name:
         folder = Path(name)
@@ -129,20 +182,36 @@ def main() -> int:
     medians = {label: statistics.median(values) for label, values in times.items()}
     reference, strict = medians[REFERENCE], medians[STRICT_REFERENCE]
     load = os.getloadavg()[0]
-    print(f"{options.runs} runs x {options.evals} evaluations; median of {options.repeats} fresh processes each, "
-          f"run in turns (load average {load:.1f} on {os.cpu_count()} cores)")
-    print(f"{'command':<32} {'median s':>9} {'min s':>7} {'x sqlite-utils':>15} {'target':>7} {'x no-pandas ref':>16}")
+    print(
+        f"{options.runs} runs x {options.evals} evaluations; median of {options.repeats} fresh processes each, "
+        f"run in turns (load average {load:.1f} on {os.cpu_count()} cores)"
+    )
+    print(
+        f"{'command':<32} {'median s':>9} {'min s':>7} {'x sqlite-utils':>15} {'target':>7} {'x no-pandas ref':>16}"
+    )
     missed = []
     for label, median in medians.items():
         ratio = median / reference
         target = TARGETS.get(label)
-        verdict = "" if target is None else (f"<= {target:g}" + (" ok" if ratio <= target else " MISSED"))
+        verdict = (
+            "" if target is None else (f"<= {target:g}" + (" ok" if ratio <= target else " MISSED"))
+        )
         if target is not None and ratio > target:
             missed.append(label)
-        print(f"{label:<32} {median:9.3f} {min(times[label]):7.3f} {ratio:15.2f} {verdict:>7} {median / strict:16.2f}")
-    print(json.dumps({"medians_s": medians, "ratio_to_sqlite_utils": {k: v / reference for k, v in medians.items()},
-                      "ratio_to_sqlite_utils_without_pandas": {k: v / strict for k, v in medians.items()},
-                      "targets": TARGETS, "missed": missed}))
+        print(
+            f"{label:<32} {median:9.3f} {min(times[label]):7.3f} {ratio:15.2f} {verdict:>7} {median / strict:16.2f}"
+        )
+    print(
+        json.dumps(
+            {
+                "medians_s": medians,
+                "ratio_to_sqlite_utils": {k: v / reference for k, v in medians.items()},
+                "ratio_to_sqlite_utils_without_pandas": {k: v / strict for k, v in medians.items()},
+                "targets": TARGETS,
+                "missed": missed,
+            }
+        )
+    )
     return 1 if missed else 0
 
 

@@ -34,8 +34,9 @@ from ccpo_cli.envs import AlfworldBatchEnv, GameSession, heldout_panel, memo, pl
 
 def _run(games, agent, workers: int, memo: bool, max_steps: int, walkthrough: bool = False) -> dict:
     started = time.perf_counter()
-    with AlfworldBatchEnv(games, workers=workers, memo=memo, max_steps=max_steps,
-                          walkthrough=walkthrough) as env:
+    with AlfworldBatchEnv(
+        games, workers=workers, memo=memo, max_steps=max_steps, walkthrough=walkthrough
+    ) as env:
         ready = time.perf_counter()
         episodes = play_episodes(env, agent)
         finished = time.perf_counter()
@@ -81,9 +82,12 @@ def _engine_cpu_ms(games, use_memo: bool, steps: int = 10) -> dict:
 
 
 def _log(label: str, row: dict) -> None:
-    print(f"{label:<38} games={row['games']:>3} workers={row['workers']} memo={row['memo']!s:<5} "
-          f"wall={row['wall_s']:6.1f}s steps={row['steps']:>5} {row['steps_per_s']:6.1f} steps/s "
-          f"success={row['success']:.1f}%", file=sys.stderr)
+    print(
+        f"{label:<38} games={row['games']:>3} workers={row['workers']} memo={row['memo']!s:<5} "
+        f"wall={row['wall_s']:6.1f}s steps={row['steps']:>5} {row['steps_per_s']:6.1f} steps/s "
+        f"success={row['success']:.1f}%",
+        file=sys.stderr,
+    )
 
 
 def main() -> int:
@@ -99,7 +103,9 @@ def main() -> int:
     subset = panel[::step][: args.compare_games]
     results: dict[str, dict] = {}
 
-    results["oracle_panel"] = _run(panel, OracleAgent(), args.workers, True, args.max_steps, walkthrough=True)
+    results["oracle_panel"] = _run(
+        panel, OracleAgent(), args.workers, True, args.max_steps, walkthrough=True
+    )
     _log("oracle, full panel", results["oracle_panel"])
     results["random_panel"] = _run(panel, RandomAgent(seed=0), args.workers, True, args.max_steps)
     _log("random, full panel", results["random_panel"])
@@ -107,7 +113,9 @@ def main() -> int:
     _log("random, subset, 1 worker, no memo", results["random_no_memo_1w"])
     results["random_memo_1w"] = _run(subset, RandomAgent(seed=0), 1, True, args.max_steps)
     _log("random, subset, 1 worker, memo", results["random_memo_1w"])
-    results["random_memo_nw"] = _run(subset, RandomAgent(seed=0), args.workers, True, args.max_steps)
+    results["random_memo_nw"] = _run(
+        subset, RandomAgent(seed=0), args.workers, True, args.max_steps
+    )
     _log(f"random, subset, {args.workers} workers, memo", results["random_memo_nw"])
 
     engine_games = subset[:12]
@@ -115,23 +123,32 @@ def main() -> int:
     results["engine_cpu_ms_memo"] = _engine_cpu_ms(engine_games, use_memo=True)
     for label in ("no_memo", "memo"):
         row = results[f"engine_cpu_ms_{label}"]
-        print(f"engine CPU ms, {label:<8} load={row['load']:.1f} reset={row['reset']:.1f} "
-              f"reset again={row['reset_again']:.1f} step={row['step']:.2f}", file=sys.stderr)
+        print(
+            f"engine CPU ms, {label:<8} load={row['load']:.1f} reset={row['reset']:.1f} "
+            f"reset again={row['reset_again']:.1f} step={row['step']:.2f}",
+            file=sys.stderr,
+        )
 
     summary = {
         "oracle_panel_wall_s": results["oracle_panel"]["wall_s"],
         "oracle_panel_success": results["oracle_panel"]["success"],
-        "memo_speedup": results["random_memo_1w"]["steps_per_s"] / results["random_no_memo_1w"]["steps_per_s"],
-        "parallel_speedup": results["random_memo_nw"]["steps_per_s"] / results["random_memo_1w"]["steps_per_s"],
+        "memo_speedup": results["random_memo_1w"]["steps_per_s"]
+        / results["random_no_memo_1w"]["steps_per_s"],
+        "parallel_speedup": results["random_memo_nw"]["steps_per_s"]
+        / results["random_memo_1w"]["steps_per_s"],
         "load_average_1min": os.getloadavg()[0],
-        "step_cpu_speedup": results["engine_cpu_ms_no_memo"]["step"] / results["engine_cpu_ms_memo"]["step"],
+        "step_cpu_speedup": results["engine_cpu_ms_no_memo"]["step"]
+        / results["engine_cpu_ms_memo"]["step"],
         "cpu_count": os.cpu_count(),
     }
-    print(f"oracle over {len(panel)} games: {summary['oracle_panel_wall_s']:.1f} s "
-          f"({summary['oracle_panel_success']:.0f}% won); memo speed-up {summary['memo_speedup']:.2f}x; "
-          f"{args.workers} workers over 1: {summary['parallel_speedup']:.2f}x; "
-          f"step CPU time {summary['step_cpu_speedup']:.1f}x lower with the memo "
-          f"(load average {summary['load_average_1min']:.1f} on {os.cpu_count()} cores)", file=sys.stderr)
+    print(
+        f"oracle over {len(panel)} games: {summary['oracle_panel_wall_s']:.1f} s "
+        f"({summary['oracle_panel_success']:.0f}% won); memo speed-up {summary['memo_speedup']:.2f}x; "
+        f"{args.workers} workers over 1: {summary['parallel_speedup']:.2f}x; "
+        f"step CPU time {summary['step_cpu_speedup']:.1f}x lower with the memo "
+        f"(load average {summary['load_average_1min']:.1f} on {os.cpu_count()} cores)",
+        file=sys.stderr,
+    )
     if args.json:
         print(json.dumps({"results": results, "summary": summary}, indent=2))
     return 0

@@ -28,10 +28,20 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TYPES = ("pick_and_place", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
-         "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place")
-TRAINING_KEYS = [f"{group}/{name}_{i}" for group in ("actor", "critic", "timing_s", "response_length", "perf")
-                 for name in ("mean", "max", "min") for i in range(8)]
+TYPES = (
+    "pick_and_place",
+    "look_at_obj_in_light",
+    "pick_clean_then_place_in_recep",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "pick_two_obj_and_place",
+)
+TRAINING_KEYS = [
+    f"{group}/{name}_{i}"
+    for group in ("actor", "critic", "timing_s", "response_length", "perf")
+    for name in ("mean", "max", "min")
+    for i in range(8)
+]
 
 
 def step_metrics(step: int, rng: random.Random) -> dict[str, float]:
@@ -69,7 +79,11 @@ def write_csv_files(folder: Path, megabytes: int) -> dict[str, Path]:
 
     target = megabytes * 1024 * 1024
     files = {}
-    for label, columns in (("11 cols", 11), (f"{MAX_CSV_COLUMNS} cols", MAX_CSV_COLUMNS), ("10^6 cols", 10**6)):
+    for label, columns in (
+        ("11 cols", 11),
+        (f"{MAX_CSV_COLUMNS} cols", MAX_CSV_COLUMNS),
+        ("10^6 cols", 10**6),
+    ):
         path = folder / f"width-{columns}.csv"
         names = ["val/success_rate", *(f"custom/m{i}" for i in range(1, columns - 1))]
         with path.open("w") as handle:
@@ -88,8 +102,13 @@ def peak_rss_mb(args: list[str], folder: Path, code_root: Path = REPO) -> tuple[
     started = time.perf_counter()
     with (folder / "stdout.txt").open("w") as out, (folder / "stderr.txt").open("w") as err:
         # cwd is the scratch folder: `-m` puts the working directory first on sys.path.
-        child = subprocess.Popen([sys.executable, "-m", "ccpo_cli", *args], stdout=out, stderr=err, cwd=folder,
-                                 env={**os.environ, "PYTHONPATH": str(code_root)})
+        child = subprocess.Popen(
+            [sys.executable, "-m", "ccpo_cli", *args],
+            stdout=out,
+            stderr=err,
+            cwd=folder,
+            env={**os.environ, "PYTHONPATH": str(code_root)},
+        )
         _, status, usage = os.wait4(child.pid, 0)
     return usage.ru_maxrss / 1024, time.perf_counter() - started, os.waitstatus_to_exitcode(status)
 
@@ -99,8 +118,14 @@ def main() -> None:
     parser.add_argument("--mb", type=int, default=200, help="size of each generated file in MB")
     parser.add_argument("--csv-mb", type=int, default=12, help="size of each generated CSV in MB")
     parser.add_argument("--only", choices=("streams", "csv"), help="run one half only")
-    parser.add_argument("--compare-with", type=Path, action="append", default=[], metavar="CHECKOUT",
-                        help="also read the CSVs with the ccpo of another checkout (e.g. the previous release)")
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="CHECKOUT",
+        help="also read the CSVs with the ccpo of another checkout (e.g. the previous release)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary folder")
     options = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="bench_ingest_"))
@@ -108,19 +133,33 @@ def main() -> None:
         baseline, _, _ = peak_rss_mb(["ingest", "--help"], folder)
         print(f"baseline (python + ccpo imports, `ingest --help`): peak RSS {baseline:.0f} MiB")
         if options.only != "streams":
-            csv_width(folder, options.csv_mb, baseline, [path.resolve() for path in options.compare_with])
+            csv_width(
+                folder, options.csv_mb, baseline, [path.resolve() for path in options.compare_with]
+            )
         if options.only == "csv":
             return
         files = write_files(folder, options.mb)
-        print(f"{'format':<10} {'file MiB':>9} {'peak RSS MiB':>13} {'RSS/file':>9} {'above baseline':>15} {'seconds':>8}  result")
+        print(
+            f"{'format':<10} {'file MiB':>9} {'peak RSS MiB':>13} {'RSS/file':>9} {'above baseline':>15} {'seconds':>8}  result"
+        )
         for fmt, path in files.items():
             size = path.stat().st_size / 2**20
             rss, seconds, code = peak_rss_mb(
-                ["--db", str(folder / f"{fmt}.db"), "ingest", str(path), "--run", fmt, "--json"], folder)
+                ["--db", str(folder / f"{fmt}.db"), "ingest", str(path), "--run", fmt, "--json"],
+                folder,
+            )
             result = json.loads((folder / "stdout.txt").read_text()) if code == 0 else {}
-            summary = (f"exit {code}: {result.get('new')} evaluations, {result.get('steps')} steps, "
-                       f"{result.get('skipped')} skipped") if code == 0 else f"exit {code}: {(folder / 'stderr.txt').read_text()[-300:]}"
-            print(f"{fmt:<10} {size:>9.0f} {rss:>13.0f} {rss / size:>9.2f} {rss - baseline:>15.0f} {seconds:>8.0f}  {summary}")
+            summary = (
+                (
+                    f"exit {code}: {result.get('new')} evaluations, {result.get('steps')} steps, "
+                    f"{result.get('skipped')} skipped"
+                )
+                if code == 0
+                else f"exit {code}: {(folder / 'stderr.txt').read_text()[-300:]}"
+            )
+            print(
+                f"{fmt:<10} {size:>9.0f} {rss:>13.0f} {rss / size:>9.2f} {rss - baseline:>15.0f} {seconds:>8.0f}  {summary}"
+            )
     finally:
         if options.keep:
             print(f"files kept in {folder}")
@@ -134,15 +173,24 @@ def csv_width(folder: Path, megabytes: int, baseline: float, others: list[Path])
     """Peak RSS above the baseline, per MiB of file, of three CSVs of one size and growing
     width; with `others` (checkouts of another ccpo version), the same files read by each."""
     files = write_csv_files(folder, megabytes)
-    print(f"{'code':<14} {'CSV width':<12} {'file MiB':>9} {'above baseline MiB':>19} {'per file MiB':>13} "
-          f"{'seconds':>8}  result")
+    print(
+        f"{'code':<14} {'CSV width':<12} {'file MiB':>9} {'above baseline MiB':>19} {'per file MiB':>13} "
+        f"{'seconds':>8}  result"
+    )
     for code_root in [REPO, *others]:
-        base = baseline if code_root == REPO else peak_rss_mb(["ingest", "--help"], folder, code_root)[0]
+        base = (
+            baseline
+            if code_root == REPO
+            else peak_rss_mb(["ingest", "--help"], folder, code_root)[0]
+        )
         for label, path in files.items():
             size = path.stat().st_size / 2**20
             database = folder / f"{path.stem}-{abs(hash(code_root))}.db"
-            rss, seconds, code = peak_rss_mb(["--db", str(database), "ingest", str(path), "--run", "w", "--json"],
-                                             folder, code_root)
+            rss, seconds, code = peak_rss_mb(
+                ["--db", str(database), "ingest", str(path), "--run", "w", "--json"],
+                folder,
+                code_root,
+            )
             above = max(rss - base, 0.0)
             if code == 0:
                 result = json.loads((folder / "stdout.txt").read_text())
@@ -150,7 +198,9 @@ def csv_width(folder: Path, megabytes: int, baseline: float, others: list[Path])
             else:
                 summary = f"exit {code}: {(folder / 'stderr.txt').read_text().strip().split(': ', 2)[-1][:90]}"
             name = "this checkout" if code_root == REPO else code_root.name
-            print(f"{name:<14} {label:<12} {size:>9.1f} {above:>19.1f} {above / size:>13.2f} {seconds:>8.1f}  {summary}")
+            print(
+                f"{name:<14} {label:<12} {size:>9.1f} {above:>19.1f} {above / size:>13.2f} {seconds:>8.1f}  {summary}"
+            )
 
 
 if __name__ == "__main__":

@@ -79,18 +79,36 @@ def one_run(folder: Path, options: dict, hub: FakeHub | None) -> dict:
     db_path = folder / "runs.db"
     observer = None
     if hub is not None:
-        observer = TimedObserver(publisher_for(db_path, "bench/push", backend="local", endpoint=hub.endpoint,
-                                               token=TOKEN, window_start=0))
+        observer = TimedObserver(
+            publisher_for(
+                db_path,
+                "bench/push",
+                backend="local",
+                endpoint=hub.endpoint,
+                token=TOKEN,
+                window_start=0,
+            )
+        )
+
     def cpu(who: int) -> float:
         usage = resource.getrusage(who)
         return usage.ru_utime + usage.ru_stime
 
-    started, cpu_self, cpu_children = time.perf_counter(), cpu(resource.RUSAGE_SELF), cpu(resource.RUSAGE_CHILDREN)
+    started, cpu_self, cpu_children = (
+        time.perf_counter(),
+        cpu(resource.RUSAGE_SELF),
+        cpu(resource.RUSAGE_CHILDREN),
+    )
     result = train_arm("return-hard", "bench", db_path, seed=0, observer=observer, **options)
-    return {"train_s": result.train_wall_s, "wall_s": time.perf_counter() - started,
-            "cpu_s": cpu(resource.RUSAGE_SELF) - cpu_self, "uploader_cpu_s": cpu(resource.RUSAGE_CHILDREN) - cpu_children,
-            "in_trainer_s": observer.during_s if observer else 0.0, "end_wait_s": observer.end_s if observer else 0.0,
-            "commits": len(hub.commits_by_ccpo("bench/push")) if hub is not None else 0}
+    return {
+        "train_s": result.train_wall_s,
+        "wall_s": time.perf_counter() - started,
+        "cpu_s": cpu(resource.RUSAGE_SELF) - cpu_self,
+        "uploader_cpu_s": cpu(resource.RUSAGE_CHILDREN) - cpu_children,
+        "in_trainer_s": observer.during_s if observer else 0.0,
+        "end_wait_s": observer.end_s if observer else 0.0,
+        "commits": len(hub.commits_by_ccpo("bench/push")) if hub is not None else 0,
+    }
 
 
 def main() -> int:
@@ -103,35 +121,63 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0)
     args = parser.parse_args()
-    options = dict(steps=args.steps, eval_every=args.eval_every, tasks=args.tasks, group=args.group,
-                   eval_games=args.eval_games, max_steps=20, eval_max_steps=20, workers=args.workers)
+    options = dict(
+        steps=args.steps,
+        eval_every=args.eval_every,
+        tasks=args.tasks,
+        group=args.group,
+        eval_games=args.eval_games,
+        max_steps=20,
+        eval_max_steps=20,
+        workers=args.workers,
+    )
     plain, pushed = [], []
-    with tempfile.TemporaryDirectory(prefix="ccpo-bench-push-") as root, FakeHub(token=TOKEN) as hub:
+    with (
+        tempfile.TemporaryDirectory(prefix="ccpo-bench-push-") as root,
+        FakeHub(token=TOKEN) as hub,
+    ):
         os.environ["HF_HOME"] = str(Path(root) / "hf-home")
         os.environ["HF_ENDPOINT"] = hub.endpoint
         for pair in range(args.pairs):
-            for kind, sink in (("plain", plain), ("push", pushed)) if pair % 2 == 0 else (("push", pushed), ("plain", plain)):
+            for kind, sink in (
+                (("plain", plain), ("push", pushed))
+                if pair % 2 == 0
+                else (("push", pushed), ("plain", plain))
+            ):
                 folder = Path(root) / f"{kind}-{pair}"
                 folder.mkdir()
                 measured = one_run(folder, options, hub if kind == "push" else None)
                 sink.append(measured)
-                print(f"pair {pair} {kind:5s}: trainer CPU {measured['cpu_s']:7.2f} s, train clock "
-                      f"{measured['train_s']:7.2f} s, wall {measured['wall_s']:7.2f} s"
-                      + (f", {measured['commits']} commit(s) sent, uploader CPU {measured['uploader_cpu_s']:.2f} s, "
-                         f"in the trainer {measured['in_trainer_s']:.3f} s, end wait {measured['end_wait_s']:.2f} s"
-                         if kind == "push" else ""), flush=True)
+                print(
+                    f"pair {pair} {kind:5s}: trainer CPU {measured['cpu_s']:7.2f} s, train clock "
+                    f"{measured['train_s']:7.2f} s, wall {measured['wall_s']:7.2f} s"
+                    + (
+                        f", {measured['commits']} commit(s) sent, uploader CPU {measured['uploader_cpu_s']:.2f} s, "
+                        f"in the trainer {measured['in_trainer_s']:.3f} s, end wait {measured['end_wait_s']:.2f} s"
+                        if kind == "push"
+                        else ""
+                    ),
+                    flush=True,
+                )
             hub.repos.clear()
             hub.requests.clear()
+
     def ratio(key: str) -> float:
         return statistics.median(r[key] for r in pushed) / statistics.median(r[key] for r in plain)
 
     cpu_ratio, train_ratio, wall_ratio = ratio("cpu_s"), ratio("train_s"), ratio("wall_s")
     share = statistics.median(r["in_trainer_s"] / r["train_s"] for r in pushed)
-    print(f"time in the publisher's calls during training: {100 * share:.2f} % of the train clock (median)")
-    print(f"push/plain trainer CPU ratio {cpu_ratio:.3f} (overhead {100 * (cpu_ratio - 1):+.1f} %, "
-          f"target < {100 * TARGET:.0f} %: {'met' if cpu_ratio - 1 < TARGET else 'NOT met'})")
-    print(f"push/plain train clock ratio {train_ratio:.3f} (overhead {100 * (train_ratio - 1):+.1f} %; "
-          "includes the uploader competing for the cores)")
+    print(
+        f"time in the publisher's calls during training: {100 * share:.2f} % of the train clock (median)"
+    )
+    print(
+        f"push/plain trainer CPU ratio {cpu_ratio:.3f} (overhead {100 * (cpu_ratio - 1):+.1f} %, "
+        f"target < {100 * TARGET:.0f} %: {'met' if cpu_ratio - 1 < TARGET else 'NOT met'})"
+    )
+    print(
+        f"push/plain train clock ratio {train_ratio:.3f} (overhead {100 * (train_ratio - 1):+.1f} %; "
+        "includes the uploader competing for the cores)"
+    )
     print(f"push/plain wall ratio        {wall_ratio:.3f} (evaluations and the end wait included)")
     return 0
 

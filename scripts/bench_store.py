@@ -41,19 +41,40 @@ def fill_database(path: Path, runs: int, evals: int) -> float:
         for index in range(runs):
             arm = ARMS[index % len(ARMS)]
             name = f"{arm}-s{index // len(ARMS)}"
-            ensure_run(db, name, arm=arm, arm_fingerprint=f"fp-{arm}", seed=index // len(ARMS),
-                       base_model="Qwen/Qwen2.5-7B-Instruct", hardware="8xH100", total_steps=150,
-                       config={"data": {"train_batch_size": 16}})
+            ensure_run(
+                db,
+                name,
+                arm=arm,
+                arm_fingerprint=f"fp-{arm}",
+                seed=index // len(ARMS),
+                base_model="Qwen/Qwen2.5-7B-Instruct",
+                hardware="8xH100",
+                total_steps=150,
+                config={"data": {"train_batch_size": 16}},
+            )
             for eval_index in range(evals):
                 step = 5 * eval_index
                 level = min(95.0, 30 + step / 2 + (index % 7))
                 successes = round(level * 1.28)
-                types = {key: {"episodes": 21, "successes": min(21, round(level * 0.21) - i % 3),
-                               "success": None} for i, key in enumerate(TASK_TYPES)}
+                types = {
+                    key: {
+                        "episodes": 21,
+                        "successes": min(21, round(level * 0.21) - i % 3),
+                        "success": None,
+                    }
+                    for i, key in enumerate(TASK_TYPES)
+                }
                 for value in types.values():
                     value["success"] = 100 * value["successes"] / 21
-                record_evaluation(db, name, step, episodes=128, successes=successes, temperature=0.4,
-                                  task_types=types)
+                record_evaluation(
+                    db,
+                    name,
+                    step,
+                    episodes=128,
+                    successes=successes,
+                    temperature=0.4,
+                    task_types=types,
+                )
     return time.perf_counter() - started
 
 
@@ -76,8 +97,13 @@ def time_compare(path: Path, repeats: int = 3) -> tuple[float, float, int]:
 def time_cli(args: list[str]) -> float:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "ccpo_cli", *args], cwd=REPO, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "ccpo_cli", *args],
+        cwd=REPO,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - started
 
 
@@ -96,8 +122,13 @@ def time_ingest(folder: Path, evals: int) -> dict[str, dict[str, float]]:
         second = time.perf_counter() - started
         assert report.new == evals and again.duplicates == evals
         size = path.stat().st_size
-        results[fmt] = {"seconds": first, "evals_per_s": evals / first, "mb_per_s": size / first / 1e6,
-                        "lines": report.lines, "reingest_seconds": second}
+        results[fmt] = {
+            "seconds": first,
+            "evals_per_s": evals / first,
+            "mb_per_s": size / first / 1e6,
+            "lines": report.lines,
+            "reingest_seconds": second,
+        }
     return results
 
 
@@ -112,33 +143,52 @@ def main() -> None:
         db_path = folder / "runs.db"
         fill_seconds = fill_database(db_path, options.runs, options.evals)
         total = options.runs * options.evals
-        print(f"filled {options.runs} runs x {options.evals} evals x 6 types ({total} evaluations) "
-              f"in {fill_seconds:.2f} s ({total / fill_seconds:,.0f} record_evaluation calls/s)")
+        print(
+            f"filled {options.runs} runs x {options.evals} evals x 6 types ({total} evaluations) "
+            f"in {fill_seconds:.2f} s ({total / fill_seconds:,.0f} record_evaluation calls/s)"
+        )
         in_process, in_process_cpu, size = time_compare(db_path)
         cli_compare = time_cli(["--db", str(db_path), "compare", "--json"])
         cli_baseline = time_cli(["--db", str(db_path), "runs", "list", "--json"])
         load = os.getloadavg()[0]
-        print(f"compare --json, library call + JSON ({size / 1e6:.1f} MB): {in_process:.3f} s wall "
-              f"= {in_process / COMPARE_TARGET_S:.2f} x the 1 s target; {in_process_cpu:.3f} s CPU "
-              f"(load average {load:.1f} on {os.cpu_count()} cores)")
-        print(f"ccpo compare --json, whole process:   {cli_compare:.3f} s "
-              f"= {cli_compare / COMPARE_TARGET_S:.2f} x target "
-              f"(ccpo runs list --json, same startup: {cli_baseline:.3f} s; "
-              f"compare costs {cli_compare - cli_baseline:+.3f} s over it)")
+        print(
+            f"compare --json, library call + JSON ({size / 1e6:.1f} MB): {in_process:.3f} s wall "
+            f"= {in_process / COMPARE_TARGET_S:.2f} x the 1 s target; {in_process_cpu:.3f} s CPU "
+            f"(load average {load:.1f} on {os.cpu_count()} cores)"
+        )
+        print(
+            f"ccpo compare --json, whole process:   {cli_compare:.3f} s "
+            f"= {cli_compare / COMPARE_TARGET_S:.2f} x target "
+            f"(ccpo runs list --json, same startup: {cli_baseline:.3f} s; "
+            f"compare costs {cli_compare - cli_baseline:+.3f} s over it)"
+        )
         results = time_ingest(folder, options.ingest_evals)
         reference = results["ccpo"]["seconds"]
-        print(f"ingest of {options.ingest_evals} evaluations (+{5 * options.ingest_evals - options.ingest_evals} "
-              "training-only steps), first pass / re-ingest of the same file:")
+        print(
+            f"ingest of {options.ingest_evals} evaluations (+{5 * options.ingest_evals - options.ingest_evals} "
+            "training-only steps), first pass / re-ingest of the same file:"
+        )
         for fmt, numbers in results.items():
-            print(f"  {fmt:10s} {numbers['seconds']:.3f} s  {numbers['evals_per_s']:8,.0f} evals/s "
-                  f"{numbers['mb_per_s']:6.1f} MB/s  ({numbers['seconds'] / reference:.2f} x ccpo)  "
-                  f"re-ingest {numbers['reingest_seconds']:.3f} s "
-                  f"({numbers['reingest_seconds'] / numbers['seconds']:.2f} x first)")
+            print(
+                f"  {fmt:10s} {numbers['seconds']:.3f} s  {numbers['evals_per_s']:8,.0f} evals/s "
+                f"{numbers['mb_per_s']:6.1f} MB/s  ({numbers['seconds'] / reference:.2f} x ccpo)  "
+                f"re-ingest {numbers['reingest_seconds']:.3f} s "
+                f"({numbers['reingest_seconds'] / numbers['seconds']:.2f} x first)"
+            )
         verdict = "meets" if in_process <= COMPARE_TARGET_S else "MISSES"
-        print(json.dumps({"compare_seconds": in_process, "compare_cpu_seconds": in_process_cpu,
-                          "compare_cli_seconds": cli_compare,
-                          "target_seconds": COMPARE_TARGET_S, "verdict": verdict,
-                          "ingest": results}, indent=None))
+        print(
+            json.dumps(
+                {
+                    "compare_seconds": in_process,
+                    "compare_cpu_seconds": in_process_cpu,
+                    "compare_cli_seconds": cli_compare,
+                    "target_seconds": COMPARE_TARGET_S,
+                    "verdict": verdict,
+                    "ingest": results,
+                },
+                indent=None,
+            )
+        )
 
 
 if __name__ == "__main__":

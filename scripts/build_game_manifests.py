@@ -35,8 +35,12 @@ def _problem_key(path: str) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--room", choices=ROOMS, default="small",
-                        help="small: the shipped pool and panel; large: the search-sized rooms' sets")
+    parser.add_argument(
+        "--room",
+        choices=ROOMS,
+        default="small",
+        help="small: the shipped pool and panel; large: the search-sized rooms' sets",
+    )
     args = parser.parse_args()
     keys: dict[str, set[str]] = {}
     documents = {}
@@ -55,17 +59,30 @@ def main() -> int:
             "n": n,
             "generator": GENERATOR_VERSION,
             "engine": {"alfworld": version("alfworld"), "textworld": version("textworld")},
-            "games": [{"index": g.index, "game_id": g.game_id, "task_type": g.task_type,
-                       "sha256": g.sha256, "walkthrough": list(g.walkthrough)} for g in games],
+            "games": [
+                {
+                    "index": g.index,
+                    "game_id": g.game_id,
+                    "task_type": g.task_type,
+                    "sha256": g.sha256,
+                    "walkthrough": list(g.walkthrough),
+                }
+                for g in games
+            ],
         }
-    overlap = keys[manifest_name("pool-manifest.json", args.room)] & keys[manifest_name("heldout-manifest.json", args.room)]
+    overlap = (
+        keys[manifest_name("pool-manifest.json", args.room)]
+        & keys[manifest_name("heldout-manifest.json", args.room)]
+    )
     if overlap:
         print(f"error: {len(overlap)} games are in both sets", file=sys.stderr)
         return 3
     out = configs_dir() / "games"
     out.mkdir(parents=True, exist_ok=True)
     for name, document in documents.items():
-        lines = ",\n".join(json.dumps(game, separators=(",", ":")) for game in document.pop("games"))
+        lines = ",\n".join(
+            json.dumps(game, separators=(",", ":")) for game in document.pop("games")
+        )
         head = json.dumps(document, indent=1)[:-2]
         (out / name).write_text(f'{head},\n "games": [\n{lines}\n]}}\n')
     return 0

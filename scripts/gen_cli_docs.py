@@ -130,7 +130,7 @@ NOTES: dict[str, str] = {
     "matrix": "Added command (local backend): every arm on every seed, seed-major; no block of seeds "
     "starts that would end past `--minutes`, so every arm keeps the same seeds; progress (runs done, "
     "time left, current minimum detectable difference) on stderr; ends with `ccpo compare` on the "
-    "complete blocks (`--json`: `{\"matrix\": ..., \"compare\": ...}`). Finished runs are reused on "
+    'complete blocks (`--json`: `{"matrix": ..., "compare": ...}`). Finished runs are reused on '
     "a restart, and only when they recorded the same training settings: a rerun of a prefix with "
     "other settings exits 3 naming the differences. `--ray-address ADDRESS|local` runs each seed "
     "block as a Ray task (progress counts nodes; `--json` adds `nodes` and `incomplete_blocks`); "
@@ -197,8 +197,11 @@ def split_help(text: str) -> tuple[str, list[str]]:
     description, examples = [], []
     for paragraph in text.strip().split("\n\n"):
         if paragraph.strip().startswith(EXAMPLE_PREFIX):
-            examples += [line.strip()[len(EXAMPLE_PREFIX):] for line in paragraph.strip().splitlines()
-                         if line.strip().startswith(EXAMPLE_PREFIX)]
+            examples += [
+                line.strip()[len(EXAMPLE_PREFIX) :]
+                for line in paragraph.strip().splitlines()
+                if line.strip().startswith(EXAMPLE_PREFIX)
+            ]
         else:
             description.append(" ".join(line.strip() for line in paragraph.strip().splitlines()))
     return "\n\n".join(description), examples
@@ -214,13 +217,19 @@ def examples() -> dict[str, list[str]]:
     found = {}
     for name, command in root.commands.items():
         for sub_name, leaf in (getattr(command, "commands", None) or {None: command}).items():
-            found[name if sub_name is None else f"{name} {sub_name}"] = split_help(leaf.help or "")[1]
+            found[name if sub_name is None else f"{name} {sub_name}"] = split_help(leaf.help or "")[
+                1
+            ]
     return found
 
 
 def _default(param: Any) -> str:
     value = param.default
-    if param.required or value is None or (param.param_type_name == "option" and param.is_flag and value is False):
+    if (
+        param.required
+        or value is None
+        or (param.param_type_name == "option" and param.is_flag and value is False)
+    ):
         return ""
     if isinstance(value, enum.Enum):
         value = value.value
@@ -247,13 +256,19 @@ def _usage_names(param: Any, ctx: Any) -> str:
 def _param_rows(command: Any, ctx: Any) -> list[str]:
     rows = []
     for param in command.params:
-        if param.name in SHELL_OPTIONS or getattr(param, "hidden", False) or getattr(param, GLOBAL_MARK, False):
+        if (
+            param.name in SHELL_OPTIONS
+            or getattr(param, "hidden", False)
+            or getattr(param, GLOBAL_MARK, False)
+        ):
             continue
         help_text = param.help or ""
         if param.envvar and param.envvar not in help_text:
             help_text += f" (env `{param.envvar}`)"
         required = "yes" if param.required else ""
-        rows.append(f"| {_usage_names(param, ctx)} | {required} | {_default(param)} | {_cell(help_text)} |")
+        rows.append(
+            f"| {_usage_names(param, ctx)} | {required} | {_default(param)} | {_cell(help_text)} |"
+        )
     return rows
 
 
@@ -269,7 +284,12 @@ def _section(path: str, command: Any, level: int) -> list[str]:
         lines += ["```", *examples, "```", ""]
     rows = _param_rows(command, ctx)
     if rows:
-        lines += ["| argument / option | required | default | meaning |", "|---|---|---|---|", *rows, ""]
+        lines += [
+            "| argument / option | required | default | meaning |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
     if path in NOTES:
         lines += [f"*Notes.* {NOTES[path]}", ""]
     return lines
@@ -284,8 +304,12 @@ def render() -> str:
     lines = [INTRO, "## Global options", ""]
     from typer._click.core import Context
 
-    lines += ["| argument / option | required | default | meaning |", "|---|---|---|---|",
-              *_param_rows(root, Context(root, info_name="ccpo")), ""]
+    lines += [
+        "| argument / option | required | default | meaning |",
+        "|---|---|---|---|",
+        *_param_rows(root, Context(root, info_name="ccpo")),
+        "",
+    ]
     lines += ["## Commands", ""]
     for name, command in root.commands.items():
         subcommands = getattr(command, "commands", None)
@@ -302,7 +326,10 @@ def main(argv: list[str]) -> int:
     text = render()
     if "--check" in argv:
         if not DOCS.is_file() or DOCS.read_text(encoding="utf-8") != text:
-            print(f"{DOCS.relative_to(ROOT)} is stale: run python scripts/gen_cli_docs.py", file=sys.stderr)
+            print(
+                f"{DOCS.relative_to(ROOT)} is stale: run python scripts/gen_cli_docs.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     DOCS.write_text(text, encoding="utf-8")

@@ -35,7 +35,10 @@ OPENABLE = re.compile(r"\(openable (\S+)\)")
 def game_facts(path: str) -> dict:
     problem = json.loads(Path(path).read_text())["pddl_problem"]
     receptacles = set(RECEPTACLE.findall(problem))
-    return {"receptacles": len(receptacles), "closed_containers": len(set(OPENABLE.findall(problem)) & receptacles)}
+    return {
+        "receptacles": len(receptacles),
+        "closed_containers": len(set(OPENABLE.findall(problem)) & receptacles),
+    }
 
 
 def play(path: str, episodes: int, turn_limit: int) -> dict:
@@ -48,23 +51,34 @@ def play(path: str, episodes: int, turn_limit: int) -> dict:
         rng = random.Random(f"room-statistics/{Path(path).parent.name}/{episode}")
         result = session.reset()
         while True:
-            commands = [command for command in result.info["admissible_commands"] if command != "help"]
+            commands = [
+                command for command in result.info["admissible_commands"] if command != "help"
+            ]
             sizes.append(len(commands))
             result = session.step(rng.choice(commands))
             if result.done:
                 wins += bool(result.info["won"])
                 break
     session.close()
-    return {"oracle_plan_length": plan, "random_wins": wins, "random_episodes": episodes,
-            "admissible_per_state": statistics.fmean(sizes)}
+    return {
+        "oracle_plan_length": plan,
+        "random_wins": wins,
+        "random_episodes": episodes,
+        "admissible_per_state": statistics.fmean(sizes),
+    }
 
 
 def measure(name: str, paths: list[str], episodes: int, turn_limit: int) -> dict:
     rows = [{**game_facts(path), **play(path, episodes, turn_limit)} for path in paths]
     played = sum(row["random_episodes"] for row in rows)
     return {
-        "set": name, "games": len(rows), "episodes_per_game": episodes, "turn_limit": turn_limit,
-        "random_success_percent": 100.0 * sum(row["random_wins"] for row in rows) / played if played else None,
+        "set": name,
+        "games": len(rows),
+        "episodes_per_game": episodes,
+        "turn_limit": turn_limit,
+        "random_success_percent": 100.0 * sum(row["random_wins"] for row in rows) / played
+        if played
+        else None,
         "oracle_plan_length_mean": statistics.fmean(row["oracle_plan_length"] for row in rows),
         "receptacles_mean": statistics.fmean(row["receptacles"] for row in rows),
         "closed_containers_mean": statistics.fmean(row["closed_containers"] for row in rows),
@@ -73,10 +87,19 @@ def measure(name: str, paths: list[str], episodes: int, turn_limit: int) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--set", action="append", default=[], choices=["small", "large"],
-                        help="a shipped held-out panel by room size (repeatable)")
-    parser.add_argument("--folder", action="append", default=[], help="a folder of games (repeatable)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        choices=["small", "large"],
+        help="a shipped held-out panel by room size (repeatable)",
+    )
+    parser.add_argument(
+        "--folder", action="append", default=[], help="a folder of games (repeatable)"
+    )
     parser.add_argument("--games", type=int, default=24, help="panel games per shipped set")
     parser.add_argument("--episodes", type=int, default=5, help="random-play episodes per game")
     parser.add_argument("--turn-limit", type=int, default=50)
@@ -85,19 +108,42 @@ def main(argv: list[str] | None = None) -> int:
     from ccpo_cli.agents.evaluate import select_games
     from ccpo_cli.envs import find_games, heldout_panel
 
-    sets = [(f"{room} rooms (panel, {args.games} games)", select_games(list(heldout_panel(room=room)), args.games))
-            for room in args.set]
+    sets = [
+        (
+            f"{room} rooms (panel, {args.games} games)",
+            select_games(list(heldout_panel(room=room)), args.games),
+        )
+        for room in args.set
+    ]
     sets += [(folder, find_games(folder)) for folder in args.folder]
     results = [measure(name, paths, args.episodes, args.turn_limit) for name, paths in sets]
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    header = ("set", "games", "random success %", "oracle plan", "receptacles", "closed containers", "admissible/state")
+    header = (
+        "set",
+        "games",
+        "random success %",
+        "oracle plan",
+        "receptacles",
+        "closed containers",
+        "admissible/state",
+    )
     print(" | ".join(header))
     for row in results:
-        print(" | ".join([row["set"], str(row["games"]), f"{row['random_success_percent']:.1f}",
-                          f"{row['oracle_plan_length_mean']:.1f}", f"{row['receptacles_mean']:.1f}",
-                          f"{row['closed_containers_mean']:.1f}", f"{row['admissible_per_state_mean']:.1f}"]))
+        print(
+            " | ".join(
+                [
+                    row["set"],
+                    str(row["games"]),
+                    f"{row['random_success_percent']:.1f}",
+                    f"{row['oracle_plan_length_mean']:.1f}",
+                    f"{row['receptacles_mean']:.1f}",
+                    f"{row['closed_containers_mean']:.1f}",
+                    f"{row['admissible_per_state_mean']:.1f}",
+                ]
+            )
+        )
     return 0
 
 

@@ -27,20 +27,36 @@ DEFAULT_ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--db", type=Path, default=Path("arm-matrix.db"))
     parser.add_argument("--arms", default=",".join(DEFAULT_ARMS))
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--minutes", type=float, default=15.0, help="training wall time per run (evaluation excluded)")
-    parser.add_argument("--steps", type=int, default=1000, help="step cap per run (the time budget usually ends it first)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=15.0,
+        help="training wall time per run (evaluation excluded)",
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1000,
+        help="step cap per run (the time budget usually ends it first)",
+    )
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--eval-every", type=int, default=15)
-    parser.add_argument("--eval-games", type=int, default=None, help="a fixed subset of the panel (default: all)")
+    parser.add_argument(
+        "--eval-games", type=int, default=None, help="a fixed subset of the panel (default: all)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--prefix", default="matrix")
     parser.add_argument("--window-start", type=int, default=None, help="passed to ccpo compare")
-    parser.add_argument("--plot", type=Path, default=None, help="learning-curve PNG from ccpo compare")
+    parser.add_argument(
+        "--plot", type=Path, default=None, help="learning-curve PNG from ccpo compare"
+    )
     return parser.parse_args(argv)
 
 
@@ -76,12 +92,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{name}: already recorded, skipped", file=sys.stderr)
                 continue
             started = time.time()
-            config = TrainConfig(seed=seed, steps=args.steps, tasks=args.tasks, group=args.group,
-                                 eval_every=args.eval_every, eval_games=args.eval_games, workers=args.workers,
-                                 time_budget_s=args.minutes * 60.0)
+            config = TrainConfig(
+                seed=seed,
+                steps=args.steps,
+                tasks=args.tasks,
+                group=args.group,
+                eval_every=args.eval_every,
+                eval_games=args.eval_games,
+                workers=args.workers,
+                time_budget_s=args.minutes * 60.0,
+            )
             result = train_arm(
-                load_arm(arm), name, args.db, config, resume=True,
-                log=lambda message, name=name: print(f"[{name}] {message}", file=sys.stderr, flush=True),
+                load_arm(arm),
+                name,
+                args.db,
+                config,
+                resume=True,
+                log=lambda message, name=name: print(
+                    f"[{name}] {message}", file=sys.stderr, flush=True
+                ),
             )
             evaluations = result.evaluations
             first = evaluations[0]["success"] if evaluations else float("nan")

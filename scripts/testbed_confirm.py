@@ -54,7 +54,9 @@ def analyse_block(db, plan: dict, block: dict) -> dict:
     labels = list(block["arms"])
     seeds = parse_seeds(str(block["seeds"]))
     data = load_matrix(db, block["prefix"], labels, seeds)
-    runs = [run for by_seed in data.runs.values() for run in by_seed.values()] + list(data.warmups.values())
+    runs = [run for by_seed in data.runs.values() for run in by_seed.values()] + list(
+        data.warmups.values()
+    )
     model = fit_cost_model(runs)
     arm_a, arm_b = plan["primary_arms"]
     budget = float(plan["budget_cpu_minutes"])
@@ -64,10 +66,19 @@ def analyse_block(db, plan: dict, block: dict) -> dict:
     alpha = float(plan["alpha"])
     reproduced = primary["p"] is not None and primary["mean"] > 0 and primary["p"] < alpha
     report = {
-        "block": block["name"], "prefix": block["prefix"], "design": design.name,
-        "seeds_trained": data.seeds(arm_a, arm_b), "seeds_in_budget": kept,
-        "cpu_minutes_in_budget": spent, "budget_cpu_minutes": budget,
-        "primary": {"arms": [arm_a, arm_b], **primary, "alpha": alpha, "meets_criterion": reproduced},
+        "block": block["name"],
+        "prefix": block["prefix"],
+        "design": design.name,
+        "seeds_trained": data.seeds(arm_a, arm_b),
+        "seeds_in_budget": kept,
+        "cpu_minutes_in_budget": spent,
+        "budget_cpu_minutes": budget,
+        "primary": {
+            "arms": [arm_a, arm_b],
+            **primary,
+            "alpha": alpha,
+            "meets_criterion": reproduced,
+        },
         "per_seed": {str(seed): found[seed] for seed in kept if seed in found},
     }
     control = block.get("control")
@@ -75,20 +86,37 @@ def analyse_block(db, plan: dict, block: dict) -> dict:
         against = differences(data, arm_a, control["arm"], offsets)
         stats = paired_stats([against[seed] for seed in kept if seed in against])
         report["step_information_control"] = {
-            "arms": [arm_a, control["arm"]], **stats, "alpha": float(control["alpha"]),
-            "beats_control": stats["p"] is not None and stats["mean"] > 0 and stats["p"] < float(control["alpha"]),
+            "arms": [arm_a, control["arm"]],
+            **stats,
+            "alpha": float(control["alpha"]),
+            "beats_control": stats["p"] is not None
+            and stats["mean"] > 0
+            and stats["p"] < float(control["alpha"]),
         }
     # The arm that trained each seed's warm-up, as the fork recorded it (config "start").
-    warmed = {seed: data.runs[arm_a][seed].start_arm for seed in kept if seed in data.runs.get(arm_a, {})}
-    report["warm_start"] = home_advantage({seed: found[seed] for seed in kept if seed in found}, warmed, arm_a, arm_b)
+    warmed = {
+        seed: data.runs[arm_a][seed].start_arm for seed in kept if seed in data.runs.get(arm_a, {})
+    }
+    report["warm_start"] = home_advantage(
+        {seed: found[seed] for seed in kept if seed in found}, warmed, arm_a, arm_b
+    )
     return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--db", type=Path, action="append", required=True,
-                        help="runs.db holding the blocks (repeatable: a block is read from the first that holds it)")
-    parser.add_argument("--preregistration", type=Path, default=Path("docs/testbed-preregistration.md"))
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--db",
+        type=Path,
+        action="append",
+        required=True,
+        help="runs.db holding the blocks (repeatable: a block is read from the first that holds it)",
+    )
+    parser.add_argument(
+        "--preregistration", type=Path, default=Path("docs/testbed-preregistration.md")
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     from ccpo_cli.store import open_db
@@ -97,37 +125,56 @@ def main(argv: list[str] | None = None) -> int:
     databases = [open_db(path, must_exist=True) for path in args.db]
     reports = []
     for block in plan["blocks"]:
-        holding = [db for db in databases
-                   if db.execute("select 1 from runs where name like ? limit 1", [f"{block['prefix']}-%"]).fetchone()]
+        holding = [
+            db
+            for db in databases
+            if db.execute(
+                "select 1 from runs where name like ? limit 1", [f"{block['prefix']}-%"]
+            ).fetchone()
+        ]
         reports.append(analyse_block((holding or databases)[0], plan, block))
-    document = {"preregistration": str(args.preregistration), "design": plan["design"],
-                "endpoint": plan["endpoint"], "blocks": reports,
-                "reproduced": all(report["primary"]["meets_criterion"] for report in reports)}
+    document = {
+        "preregistration": str(args.preregistration),
+        "design": plan["design"],
+        "endpoint": plan["endpoint"],
+        "blocks": reports,
+        "reproduced": all(report["primary"]["meets_criterion"] for report in reports),
+    }
     if args.json:
         print(json.dumps(document, indent=2))
         return 0
-    print(f"pre-registration {args.preregistration}: design {plan['design']}, {plan['endpoint']}, "
-          f"alpha {plan['alpha']}, budget {plan['budget_cpu_minutes']} CPU-min")
+    print(
+        f"pre-registration {args.preregistration}: design {plan['design']}, {plan['endpoint']}, "
+        f"alpha {plan['alpha']}, budget {plan['budget_cpu_minutes']} CPU-min"
+    )
     for report in reports:
         primary = report["primary"]
         if not report["seeds_in_budget"]:
             print(f"  {report['block']}: not run")
             continue
         fmt = lambda value, spec: "n/a" if value is None else format(value, spec)  # noqa: E731
-        print(f"  {report['block']}: {len(report['seeds_in_budget'])} seeds in {report['cpu_minutes_in_budget']:.1f} "
-              f"CPU-min; {primary['arms'][0]} - {primary['arms'][1]} = {fmt(primary['mean'], '+.2f')} points, "
-              f"sd {fmt(primary['sd'], '.2f')}, t {fmt(primary['t'], '.2f')}, p {fmt(primary['p'], '.2g')}, "
-              f"MDD {fmt(primary['mdd'], '.1f')}: {'meets' if primary['meets_criterion'] else 'does not meet'} "
-              "the criterion")
+        print(
+            f"  {report['block']}: {len(report['seeds_in_budget'])} seeds in {report['cpu_minutes_in_budget']:.1f} "
+            f"CPU-min; {primary['arms'][0]} - {primary['arms'][1]} = {fmt(primary['mean'], '+.2f')} points, "
+            f"sd {fmt(primary['sd'], '.2f')}, t {fmt(primary['t'], '.2f')}, p {fmt(primary['p'], '.2g')}, "
+            f"MDD {fmt(primary['mdd'], '.1f')}: {'meets' if primary['meets_criterion'] else 'does not meet'} "
+            "the criterion"
+        )
         control = report.get("step_information_control")
         if control:
-            print(f"    step-information control: {control['arms'][0]} - {control['arms'][1]} = "
-                  f"{fmt(control['mean'], '+.2f')}, p {fmt(control['p'], '.2g')}: "
-                  f"{'beaten' if control['beats_control'] else 'not beaten'} at alpha {control['alpha']}")
+            print(
+                f"    step-information control: {control['arms'][0]} - {control['arms'][1]} = "
+                f"{fmt(control['mean'], '+.2f')}, p {fmt(control['p'], '.2g')}: "
+                f"{'beaten' if control['beats_control'] else 'not beaten'} at alpha {control['alpha']}"
+            )
         warm = report["warm_start"]
         if warm.get("home_advantage") is not None:
             print(f"    warm-up arm: home advantage {warm['home_advantage']:+.2f} points")
-    print("reproduced" if document["reproduced"] else "not reproduced (every block must meet the criterion)")
+    print(
+        "reproduced"
+        if document["reproduced"]
+        else "not reproduced (every block must meet the criterion)"
+    )
     return 0
 
 

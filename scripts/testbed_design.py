@@ -35,15 +35,27 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tried", type=Path, default=None,
-                        help="print the table of every design tried from this record, and nothing else")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--tried",
+        type=Path,
+        default=None,
+        help="print the table of every design tried from this record, and nothing else",
+    )
     parser.add_argument("--db", type=Path, action="append", help="runs.db (repeatable)")
-    parser.add_argument("--matrix", action="append", metavar="PREFIX:K",
-                        help="a dense matrix's prefix and its warm-start length (repeatable)")
+    parser.add_argument(
+        "--matrix",
+        action="append",
+        metavar="PREFIX:K",
+        help="a dense matrix's prefix and its warm-start length (repeatable)",
+    )
     parser.add_argument("--pair", action="append", metavar="A,B", help="arms compared, a − b")
     parser.add_argument("--seeds", default="0-99")
-    parser.add_argument("--panels", default="128,64,32", help="panel sizes to read out (128: the whole panel)")
+    parser.add_argument(
+        "--panels", default="128,64,32", help="panel sizes to read out (128: the whole panel)"
+    )
     parser.add_argument("--budget-cpu-minutes", type=float, default=60.0)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
@@ -81,23 +93,37 @@ def sub_designs(warm_start: int, evaluated: list[int], panels: list[int | None])
 
 
 TRIED_COLUMNS = (
-    ("design", "design", None), ("block", "block", None), ("seeds", "seeds", None),
+    ("design", "design", None),
+    ("block", "block", None),
+    ("seeds", "seeds", None),
     ("control (e/sd)²/min", "positive_control_signal_per_cpu_minute", 2),
-    ("gigpo − perm", "gigpo_minus_step_information_control", 1), ("p", "p_step_information_control", 3),
+    ("gigpo − perm", "gigpo_minus_step_information_control", 1),
+    ("p", "p_step_information_control", 3),
     ("unexplained var", "share_of_gigpo_variance_unexplained_by_grpo", 2),
-    ("opposite signs", "share_of_rows_with_opposite_signs", 3), ("step group rows", "step_group_rows_median", 0),
-    ("A/A at p<.05", "aa_false_positives", None), ("gigpo − grpo", "gigpo_minus_grpo", 1), ("p", "p_gigpo_minus_grpo", 3),
+    ("opposite signs", "share_of_rows_with_opposite_signs", 3),
+    ("step group rows", "step_group_rows_median", 0),
+    ("A/A at p<.05", "aa_false_positives", None),
+    ("gigpo − grpo", "gigpo_minus_grpo", 1),
+    ("p", "p_gigpo_minus_grpo", 3),
 )
 
 
 def print_tried(record: dict) -> None:
     """One row per design and block tried, as the record holds them ("–": not measured there)."""
+
     def shown(value, digits):
         if value is None:
             return "–"
-        return f"{value:.{digits}f}" if digits is not None and isinstance(value, (int, float)) else str(value)
+        return (
+            f"{value:.{digits}f}"
+            if digits is not None and isinstance(value, (int, float))
+            else str(value)
+        )
 
-    rows = [[shown(entry.get(key), digits) for _, key, digits in TRIED_COLUMNS] for entry in record["designs"]]
+    rows = [
+        [shown(entry.get(key), digits) for _, key, digits in TRIED_COLUMNS]
+        for entry in record["designs"]
+    ]
     headers = [title for title, _, _ in TRIED_COLUMNS]
     widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
     print(" | ".join(header.ljust(width) for header, width in zip(headers, widths)))
@@ -133,22 +159,37 @@ def main(argv: list[str] | None = None) -> int:
             data = testbed.load_matrix(open_db(db_path), prefix, labels, seeds)
             if any(data.runs.values()):
                 loaded.append((int(warm), data))
-    model = testbed.fit_cost_model([run for _, data in loaded for runs in data.runs.values() for run in runs.values()]
-                                   + [run for _, data in loaded for run in data.warmups.values()])
+    model = testbed.fit_cost_model(
+        [run for _, data in loaded for runs in data.runs.values() for run in runs.values()]
+        + [run for _, data in loaded for run in data.warmups.values()]
+    )
     for warm, data in loaded:
         for arm_a, arm_b in pairs:
             seeds_here = data.seeds(arm_a, arm_b)
             if len(seeds_here) < 2:
                 continue
-            evaluated = sorted(set.intersection(*(set(data.runs[label][seed].evaluations) for label in (arm_a, arm_b)
-                                                  for seed in seeds_here)))
+            evaluated = sorted(
+                set.intersection(
+                    *(
+                        set(data.runs[label][seed].evaluations)
+                        for label in (arm_a, arm_b)
+                        for seed in seeds_here
+                    )
+                )
+            )
             for design in sub_designs(warm, evaluated, panels):
-                point = testbed.design_point(data, arm_a, arm_b, design, model, subsets, args.budget_cpu_minutes)
+                point = testbed.design_point(
+                    data, arm_a, arm_b, design, model, subsets, args.budget_cpu_minutes
+                )
                 points.append({"prefix": data.prefix, **point})
-    report = {"cost_model": {"cpu_s_per_training_decision": model.per_decision_s,
-                             "cpu_s_per_evaluation_turn": model.per_eval_turn_s,
-                             "runs_that_recorded_cpu": model.fitted_on},
-              "points": points}
+    report = {
+        "cost_model": {
+            "cpu_s_per_training_decision": model.per_decision_s,
+            "cpu_s_per_evaluation_turn": model.per_eval_turn_s,
+            "runs_that_recorded_cpu": model.fitted_on,
+        },
+        "points": points,
+    }
     if args.plot is not None:
         plot(points, args.plot)
     if args.json:
@@ -156,14 +197,20 @@ def main(argv: list[str] | None = None) -> int:
         print()
         return 0
     key = f"expected_t_in_{args.budget_cpu_minutes:g}_cpu_minutes"
-    print(f"{'pair':26}{'design':44}{'seeds':>6}{'effect':>8}{'sd':>7}{'eff/sd':>8}{'CPU-min':>8}{'(e/sd)²/min':>12}"
-          f"{'t@budget':>9}")
+    print(
+        f"{'pair':26}{'design':44}{'seeds':>6}{'effect':>8}{'sd':>7}{'eff/sd':>8}{'CPU-min':>8}{'(e/sd)²/min':>12}"
+        f"{'t@budget':>9}"
+    )
     for point in points:
+
         def shown(value, digits=2):
             return "–" if value is None else f"{value:.{digits}f}"
-        print(f"{' − '.join(point['arms']):26}{point['design']:44}{point['n']:>6}{shown(point['mean'], 1):>8}"
-              f"{shown(point['sd'], 1):>7}{shown(point['effect_to_sd']):>8}{shown(point['block_cpu_minutes']):>8}"
-              f"{shown(point['effect_to_sd_squared_per_cpu_minute'], 3):>12}{shown(point[key], 1):>9}")
+
+        print(
+            f"{' − '.join(point['arms']):26}{point['design']:44}{point['n']:>6}{shown(point['mean'], 1):>8}"
+            f"{shown(point['sd'], 1):>7}{shown(point['effect_to_sd']):>8}{shown(point['block_cpu_minutes']):>8}"
+            f"{shown(point['effect_to_sd_squared_per_cpu_minute'], 3):>12}{shown(point[key], 1):>9}"
+        )
     return 0
 
 
@@ -177,13 +224,27 @@ def plot(points: list[dict], path: Path) -> None:
     figure, axes = plt.subplots(1, len(pairs), figsize=(5.5 * len(pairs), 4), squeeze=False)
     for axis, pair in zip(axes[0], pairs):
         for warm in sorted({point["warm_start"] for point in points}):
-            chosen = [point for point in points if tuple(point["arms"]) == pair and point["warm_start"] == warm
-                      and point["panel"] is None and len(point["eval_steps"]) == max(
-                          len(other["eval_steps"]) for other in points if tuple(other["arms"]) == pair
-                          and other["warm_start"] == warm and other["horizon"] == point["horizon"])]
+            chosen = [
+                point
+                for point in points
+                if tuple(point["arms"]) == pair
+                and point["warm_start"] == warm
+                and point["panel"] is None
+                and len(point["eval_steps"])
+                == max(
+                    len(other["eval_steps"])
+                    for other in points
+                    if tuple(other["arms"]) == pair
+                    and other["warm_start"] == warm
+                    and other["horizon"] == point["horizon"]
+                )
+            ]
             chosen.sort(key=lambda point: point["horizon"])
-            values = [(point["horizon"], point["effect_to_sd_squared_per_cpu_minute"]) for point in chosen
-                      if point["effect_to_sd_squared_per_cpu_minute"] is not None]
+            values = [
+                (point["horizon"], point["effect_to_sd_squared_per_cpu_minute"])
+                for point in chosen
+                if point["effect_to_sd_squared_per_cpu_minute"] is not None
+            ]
             if values:
                 axis.plot(*zip(*values), "o-", label=f"warm start {warm}")
         axis.set_title(f"{pair[0]} − {pair[1]}: signal per CPU-minute", fontsize=10)

@@ -38,7 +38,6 @@ def git_blob_id(content: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
 
 
-
 class _QuietServer(ThreadingHTTPServer):
     """A client that hangs up (a retry after a 503 it did not read to the end, a cut answer) is
     what the real Hub sees all day: not an error of the server, so no traceback on stderr, where
@@ -47,7 +46,9 @@ class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         import sys
 
-        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        if isinstance(
+            sys.exc_info()[1], (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+        ):
             return
         super().handle_error(request, client_address)
 
@@ -58,7 +59,11 @@ class Commit:
     message: str
     files: dict[str, bytes]  # the whole tree after this commit
     description: str = ""
-    date: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    date: str = field(
+        default_factory=lambda: datetime.datetime.now(datetime.UTC).strftime(
+            "%Y-%m-%dT%H:%M:%S.%fZ"
+        )
+    )
 
 
 @dataclass
@@ -104,13 +109,17 @@ class Fault:
     interval: float = 0.5
     message: str = "Internal Error - We're working hard to fix this as soon as possible!"
     body: object = None
-    length: bool = True  # trickle: announce a Content-Length (False: the body ends when the connection does)
+    length: bool = (
+        True  # trickle: announce a Content-Length (False: the body ends when the connection does)
+    )
     silence: bool = False  # lost: after the commit landed, the connection stays silent for `seconds`, then drops
     raw: bytes = b""  # raw: the bytes of the answer's body, as they are
     hits: int = 0
 
     def matches(self, method: str, path: str) -> bool:
-        return self.times > 0 and (self.method is None or self.method == method) and self.path in path
+        return (
+            self.times > 0 and (self.method is None or self.method == method) and self.path in path
+        )
 
 
 @dataclass
@@ -138,7 +147,9 @@ class FakeHub:
         # the repository), and files whose stored copy loses its last byte (a broken upload).
         self.before_next_commit = None
         self.truncate_paths: set[str] = set()
-        self.corrupt_paths: set[str] = set()  # stored with one byte flipped (same size, other content)
+        self.corrupt_paths: set[str] = (
+            set()
+        )  # stored with one byte flipped (same size, other content)
         self.faults: list[Fault] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
@@ -172,7 +183,9 @@ class FakeHub:
 
     # --- helpers for tests -------------------------------------------------------------
 
-    def inject(self, kind: str, *, method: str | None = None, path: str = "", times: int = 1, **options) -> Fault:
+    def inject(
+        self, kind: str, *, method: str | None = None, path: str = "", times: int = 1, **options
+    ) -> Fault:
         """Fail the next `times` requests matching `method` and `path` (a fragment) with `kind`
         (see `Fault`). Faults are consulted in the order they were injected."""
         fault = Fault(kind, method=method, path=path, times=times, **options)
@@ -198,7 +211,9 @@ class FakeHub:
             counter = self._commit_counter
         return hashlib.sha1(f"{seed}:{counter}".encode()).hexdigest()
 
-    def seed_repo(self, repo_id: str, files: dict[str, bytes] | None = None, private: bool = False) -> Repo:
+    def seed_repo(
+        self, repo_id: str, files: dict[str, bytes] | None = None, private: bool = False
+    ) -> Repo:
         """A repository that already exists, with one commit holding `files`."""
         repo = Repo(repo_id=repo_id, private=private)
         tree = {".gitattributes": b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n"}
@@ -207,7 +222,9 @@ class FakeHub:
         self.repos[repo_id] = repo
         return repo
 
-    def push_external_commit(self, repo_id: str, files: dict[str, bytes], branch: str = "main") -> Commit:
+    def push_external_commit(
+        self, repo_id: str, files: dict[str, bytes], branch: str = "main"
+    ) -> Commit:
         """Someone else edits the repository (e.g. on the website) between ccpo's read and write."""
         repo = self.repos[repo_id]
         tree = dict(repo.branches[branch][-1].files)
@@ -226,7 +243,9 @@ class FakeHub:
 
     def requests_to(self, fragment: str, method: str | None = None) -> list[RecordedRequest]:
         return [
-            r for r in self.requests if fragment in r.path and (method is None or r.method == method)
+            r
+            for r in self.requests
+            if fragment in r.path and (method is None or r.method == method)
         ]
 
 
@@ -245,7 +264,9 @@ def decode_commit_payload(body: bytes) -> dict:
         elif key == "file":
             encoding = value.get("encoding", "base64")
             content = value["content"]
-            files[value["path"]] = base64.b64decode(content) if encoding == "base64" else content.encode()
+            files[value["path"]] = (
+                base64.b64decode(content) if encoding == "base64" else content.encode()
+            )
         elif key in ("deletedFile", "deletedFolder"):
             deleted.append(value["path"])
         elif key == "lfsFile":
@@ -273,8 +294,14 @@ def _make_handler(hub: FakeHub):
                 hub.requests.append(RecordedRequest(self.command, path, query, headers, body))
             return path, query, body
 
-        def _send(self, status: int, payload=None, headers: dict | None = None, raw: bytes | None = None):
-            data = raw if raw is not None else (b"" if payload is None else json.dumps(payload).encode())
+        def _send(
+            self, status: int, payload=None, headers: dict | None = None, raw: bytes | None = None
+        ):
+            data = (
+                raw
+                if raw is not None
+                else (b"" if payload is None else json.dumps(payload).encode())
+            )
             self.send_response(status)
             if raw is None:
                 self.send_header("Content-Type", "application/json")
@@ -298,8 +325,11 @@ def _make_handler(hub: FakeHub):
 
         def _fault(self, path: str) -> bool:
             """Answer with an injected fault, if one matches; True when it did."""
-            fault = hub.take_fault(self.command, path, ("status", "answer", "silent", "endless", "trickle", "delay",
-                                                        "raw"))
+            fault = hub.take_fault(
+                self.command,
+                path,
+                ("status", "answer", "silent", "endless", "trickle", "delay", "raw"),
+            )
             if fault is None:
                 return False
             if fault.kind == "delay":
@@ -404,18 +434,42 @@ def _make_handler(hub: FakeHub):
             if path == "/api/whoami-v2":
                 if not self._authorized():
                     return self._error(401, "Invalid credentials in Authorization header")
-                return self._send(200, {"name": hub.user, "type": "user", "orgs": [],
-                                        "auth": {"accessToken": {"role": "write"}}})
+                return self._send(
+                    200,
+                    {
+                        "name": hub.user,
+                        "type": "user",
+                        "orgs": [],
+                        "auth": {"accessToken": {"role": "write"}},
+                    },
+                )
             parts = path.strip("/").split("/")
-            if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "tree":
+            if (
+                len(parts) >= 6
+                and parts[0] == "api"
+                and parts[1] == "models"
+                and parts[4] == "tree"
+            ):
                 return self._tree(f"{parts[2]}/{parts[3]}", unquote(parts[5]), "/".join(parts[6:]))
-            if len(parts) >= 6 and parts[0] == "api" and parts[1] == "models" and parts[4] == "commits":
+            if (
+                len(parts) >= 6
+                and parts[0] == "api"
+                and parts[1] == "models"
+                and parts[4] == "commits"
+            ):
                 return self._commits(f"{parts[2]}/{parts[3]}", unquote("/".join(parts[5:])))
-            if len(parts) == 5 and parts[0] == "api" and parts[1] == "models" and parts[4] == "refs":
+            if (
+                len(parts) == 5
+                and parts[0] == "api"
+                and parts[1] == "models"
+                and parts[4] == "refs"
+            ):
                 return self._refs(f"{parts[2]}/{parts[3]}")
             if len(parts) >= 4 and parts[0] == "api" and parts[1] == "models":
                 repo_id = f"{parts[2]}/{parts[3]}"
-                revision = "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
+                revision = (
+                    "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
+                )
                 return self._model_info(repo_id, revision, with_sizes="blobs" in query)
             if len(parts) >= 5 and parts[2] == "resolve":
                 repo_id = f"{parts[0]}/{parts[1]}"
@@ -448,8 +502,19 @@ def _make_handler(hub: FakeHub):
                     sibling["size"] = len(content)
                     sibling["blobId"] = git_blob_id(content)
                 siblings.append(sibling)
-            self._send(200, {"id": repo_id, "modelId": repo_id, "sha": commit.oid, "private": repo.private,
-                             "siblings": siblings, "tags": [], "downloads": 0, "likes": 0})
+            self._send(
+                200,
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": commit.oid,
+                    "private": repo.private,
+                    "siblings": siblings,
+                    "tags": [],
+                    "downloads": 0,
+                    "likes": 0,
+                },
+            )
 
         def _commits(self, repo_id: str, revision: str):
             """The history of `revision`, newest first, as `list_repo_commits` reads it."""
@@ -458,21 +523,40 @@ def _make_handler(hub: FakeHub):
                 return
             history = next((h for h in repo.branches.values() if commit in h), [commit])
             upto = history[: history.index(commit) + 1]
-            self._send(200, [{"id": c.oid, "title": c.message, "message": c.description,
-                              "authors": [{"user": hub.user}], "date": c.date} for c in reversed(upto)])
+            self._send(
+                200,
+                [
+                    {
+                        "id": c.oid,
+                        "title": c.message,
+                        "message": c.description,
+                        "authors": [{"user": hub.user}],
+                        "date": c.date,
+                    }
+                    for c in reversed(upto)
+                ],
+            )
 
         def _refs(self, repo_id: str):
             repo = hub.repos.get(repo_id)
             if not self._visible(repo):
                 return self._error(404, "Repository not found", "RepoNotFound")
-            self._send(200, {
-                "branches": [{"name": name, "ref": f"refs/heads/{name}", "targetCommit": history[-1].oid}
-                             for name, history in repo.branches.items() if not name.startswith("refs/")],
-                "converts": [],
-                "tags": [{"name": name, "ref": f"refs/tags/{name}", "targetCommit": oid}
-                         for name, oid in sorted(repo.tags.items())],
-                "pullRequests": [],
-            })
+            self._send(
+                200,
+                {
+                    "branches": [
+                        {"name": name, "ref": f"refs/heads/{name}", "targetCommit": history[-1].oid}
+                        for name, history in repo.branches.items()
+                        if not name.startswith("refs/")
+                    ],
+                    "converts": [],
+                    "tags": [
+                        {"name": name, "ref": f"refs/tags/{name}", "targetCommit": oid}
+                        for name, oid in sorted(repo.tags.items())
+                    ],
+                    "pullRequests": [],
+                },
+            )
 
         def _tree(self, repo_id: str, revision: str, folder: str):
             """The files under `folder` (recursive), as snapshot downloads list them first."""
@@ -480,9 +564,19 @@ def _make_handler(hub: FakeHub):
             if commit is None:
                 return
             prefix = f"{folder.strip('/')}/" if folder.strip("/") else ""
-            self._send(200, [{"type": "file", "path": name, "size": len(content),
-                              "oid": hashlib.sha1(content).hexdigest()}
-                             for name, content in sorted(commit.files.items()) if name.startswith(prefix)])
+            self._send(
+                200,
+                [
+                    {
+                        "type": "file",
+                        "path": name,
+                        "size": len(content),
+                        "oid": hashlib.sha1(content).hexdigest(),
+                    }
+                    for name, content in sorted(commit.files.items())
+                    if name.startswith(prefix)
+                ],
+            )
 
         def _resolve(self, repo_id: str, revision: str, file_path: str, repos: dict | None = None):
             repo = (hub.repos if repos is None else repos).get(repo_id)
@@ -495,8 +589,15 @@ def _make_handler(hub: FakeHub):
                 return self._error(404, "Entry not found", "EntryNotFound")
             content = commit.files[file_path]
             etag = hashlib.sha1(content).hexdigest()
-            self._send(200, raw=content, headers={"ETag": f'"{etag}"', "X-Repo-Commit": commit.oid,
-                                                  "Content-Type": "application/octet-stream"})
+            self._send(
+                200,
+                raw=content,
+                headers={
+                    "ETag": f'"{etag}"',
+                    "X-Repo-Commit": commit.oid,
+                    "Content-Type": "application/octet-stream",
+                },
+            )
 
         # --- POST routes -------------------------------------------------------------
 
@@ -523,8 +624,10 @@ def _make_handler(hub: FakeHub):
             self._send(200, {"url": url, "name": repo_id, "id": repo_id})
 
         def _preupload(self, payload: dict):
-            files = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
-                     for f in payload.get("files", [])]
+            files = [
+                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None}
+                for f in payload.get("files", [])
+            ]
             self._send(200, {"files": files, "commitOid": None})
 
         def _commit(self, repo: Repo, revision: str, body: bytes, query: dict):
@@ -554,11 +657,19 @@ def _make_handler(hub: FakeHub):
                     return self._error(412, CONFLICT_MESSAGE)
                 tree = dict(head.files)
                 for removed in decoded["deleted"]:
-                    tree = {p: c for p, c in tree.items() if p != removed and not p.startswith(removed.rstrip("/") + "/")}
+                    tree = {
+                        p: c
+                        for p, c in tree.items()
+                        if p != removed and not p.startswith(removed.rstrip("/") + "/")
+                    }
                 tree.update(decoded["files"])
                 summary = decoded["header"].get("summary", "")
-                oid = hashlib.sha1(f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[branch])}".encode()).hexdigest()
-                repo.branches[branch].append(Commit(oid, summary, tree, decoded["header"].get("description", "")))
+                oid = hashlib.sha1(
+                    f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[branch])}".encode()
+                ).hexdigest()
+                repo.branches[branch].append(
+                    Commit(oid, summary, tree, decoded["header"].get("description", ""))
+                )
             lost = hub.take_fault(self.command, self.path, ("lost",))
             if lost is not None:  # the commit landed; its answer does not reach the client
                 if lost.silence:
@@ -566,10 +677,22 @@ def _make_handler(hub: FakeHub):
                 if lost.status is None:
                     self.close_connection = True
                     return None
-                return self._send(lost.status, {"error": lost.message}, {"X-Error-Message": lost.message})
-            pr_url = f"{hub.endpoint}/{repo.repo_id}/discussions/{branch.rsplit('/', 1)[-1]}" if create_pr else None
-            self._send(200, {"commitUrl": f"{hub.endpoint}/{repo.repo_id}/commit/{oid}", "commitOid": oid,
-                             "pullRequestUrl": pr_url})
+                return self._send(
+                    lost.status, {"error": lost.message}, {"X-Error-Message": lost.message}
+                )
+            pr_url = (
+                f"{hub.endpoint}/{repo.repo_id}/discussions/{branch.rsplit('/', 1)[-1]}"
+                if create_pr
+                else None
+            )
+            self._send(
+                200,
+                {
+                    "commitUrl": f"{hub.endpoint}/{repo.repo_id}/commit/{oid}",
+                    "commitOid": oid,
+                    "pullRequestUrl": pr_url,
+                },
+            )
 
         def _tag(self, repo: Repo, revision: str, payload: dict):
             name = payload.get("tag")
@@ -603,7 +726,9 @@ def _make_handler(hub: FakeHub):
 # `hub.dataset_commit_seconds`; another commit arriving meanwhile is answered 409, as the Hub
 # answers a commit racing another, and the client is expected to retry.
 
-CONCURRENT_COMMIT_MESSAGE = "A commit is already being applied to this repository; retry the commit."
+CONCURRENT_COMMIT_MESSAGE = (
+    "A commit is already being applied to this repository; retry the commit."
+)
 
 
 def _dataset_get(handler, hub: FakeHub, path: str, query: dict) -> bool:
@@ -625,17 +750,40 @@ def _dataset_get(handler, hub: FakeHub, path: str, query: dict) -> bool:
             return True
         folder = "/".join(parts[6:]).strip("/")
         prefix = f"{folder}/" if folder else ""
-        handler._send(200, [{"type": "file", "path": name, "size": len(content), "oid": hashlib.sha1(content).hexdigest()}
-                            for name, content in sorted(commit.files.items()) if name.startswith(prefix)])
+        handler._send(
+            200,
+            [
+                {
+                    "type": "file",
+                    "path": name,
+                    "size": len(content),
+                    "oid": hashlib.sha1(content).hexdigest(),
+                }
+                for name, content in sorted(commit.files.items())
+                if name.startswith(prefix)
+            ],
+        )
         return True
     revision = "/".join(parts[5:]) if len(parts) > 5 and parts[4] == "revision" else "main"
     commit = repo.head(revision)
     if commit is None:
         handler._error(404, f"Invalid rev id: {revision}", "RevisionNotFound")
         return True
-    siblings = [{"rfilename": name, "size": len(content)} for name, content in sorted(commit.files.items())]
-    handler._send(200, {"id": repo_id, "sha": commit.oid, "private": repo.private, "siblings": siblings,
-                        "tags": [], "downloads": 0, "likes": 0})
+    siblings = [
+        {"rfilename": name, "size": len(content)} for name, content in sorted(commit.files.items())
+    ]
+    handler._send(
+        200,
+        {
+            "id": repo_id,
+            "sha": commit.oid,
+            "private": repo.private,
+            "siblings": siblings,
+            "tags": [],
+            "downloads": 0,
+            "likes": 0,
+        },
+    )
     return True
 
 
@@ -655,9 +803,17 @@ def _dataset_post(handler, hub: FakeHub, path: str, query: dict, body: bytes) ->
         payload = json.loads(body)
         repo_id = f"{payload.get('organization') or hub.user}/{payload['name']}"
         url = f"{hub.endpoint}/datasets/{repo_id}"
-        repo = Repo(repo_id=repo_id, private=payload.get("visibility") == "private" or bool(payload.get("private")))
-        repo.branches["main"] = [Commit(hub.new_oid(repo_id), "initial commit",
-                                        {".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"})]
+        repo = Repo(
+            repo_id=repo_id,
+            private=payload.get("visibility") == "private" or bool(payload.get("private")),
+        )
+        repo.branches["main"] = [
+            Commit(
+                hub.new_oid(repo_id),
+                "initial commit",
+                {".gitattributes": b"*.parquet filter=lfs diff=lfs merge=lfs -text\n"},
+            )
+        ]
         with hub._lock:
             exists = repo_id in hub.datasets
             hub.datasets.setdefault(repo_id, repo)
@@ -688,8 +844,12 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
     def fail(status: int) -> None:
         with hub._lock:
             hub.dataset_commit_answers.append(status)
-        message = "Too many requests, slow down" if status == 429 else "Service temporarily unavailable"
-        handler._send(status, {"error": message}, headers={"X-Error-Message": message, "Retry-After": "1"})
+        message = (
+            "Too many requests, slow down" if status == 429 else "Service temporarily unavailable"
+        )
+        handler._send(
+            status, {"error": message}, headers={"X-Error-Message": message, "Retry-After": "1"}
+        )
 
     with hub._lock:
         failure = hub.dataset_commit_failures.pop(0) if hub.dataset_commit_failures else None
@@ -715,8 +875,12 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
                 tree = dict(head.files)
                 tree.update(decoded["files"])
                 summary = decoded["header"].get("summary", "")
-                oid = hashlib.sha1(f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[revision])}".encode()).hexdigest()
-                repo.branches[revision].append(Commit(oid, summary, tree, decoded["header"].get("description", "")))
+                oid = hashlib.sha1(
+                    f"{repo.repo_id}:{head.oid}:{summary}:{len(repo.branches[revision])}".encode()
+                ).hexdigest()
+                repo.branches[revision].append(
+                    Commit(oid, summary, tree, decoded["header"].get("description", ""))
+                )
     finally:
         with hub._lock:
             hub._datasets_committing.discard(repo.repo_id)
@@ -729,6 +893,14 @@ def _dataset_commit(handler, hub: FakeHub, repo: Repo, revision: str, body: byte
         if lost.status is None:
             handler.close_connection = True
             return None
-        return handler._send(lost.status, {"error": lost.message}, {"X-Error-Message": lost.message})
-    answer(200, {"commitUrl": f"{hub.endpoint}/datasets/{repo.repo_id}/commit/{oid}", "commitOid": oid,
-                 "pullRequestUrl": None})
+        return handler._send(
+            lost.status, {"error": lost.message}, {"X-Error-Message": lost.message}
+        )
+    answer(
+        200,
+        {
+            "commitUrl": f"{hub.endpoint}/datasets/{repo.repo_id}/commit/{oid}",
+            "commitOid": oid,
+            "pullRequestUrl": None,
+        },
+    )

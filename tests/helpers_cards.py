@@ -17,10 +17,16 @@ TOTAL_STEPS = 150
 SHARED_CONFIG = {
     "protocol": "ccpo-alfworld-150",
     "eval_split": "eval_in_distribution",
-    "data": {"train_batch_size": 16, "max_prompt_length": 2048, "max_response_length": 512,
-             "train_files": "/home/someone/data/train.parquet"},
+    "data": {
+        "train_batch_size": 16,
+        "max_prompt_length": 2048,
+        "max_response_length": 512,
+        "train_files": "/home/someone/data/train.parquet",
+    },
     "env": {"max_steps": 50, "history_length": 2, "rollout": {"n": 8}},
-    "actor_rollout_ref": {"actor": {"optim": {"lr": 1e-6}, "kl_loss_coef": 0.01, "kl_loss_type": "low_var_kl"}},
+    "actor_rollout_ref": {
+        "actor": {"optim": {"lr": 1e-6}, "kl_loss_coef": 0.01, "kl_loss_type": "low_var_kl"}
+    },
     "algorithm": {"gamma": 0.95},
 }
 BEST_TYPES = {"pick": 100.0, "look": 84.5, "clean": 96.7, "heat": 87.5, "cool": 83.8, "pick2": 96.2}
@@ -40,24 +46,62 @@ def window_series(mean: float, sd: float, n: int, best: float) -> list[float]:
     return [float(v) for v in values]
 
 
-def add_run(db, name: str, arm: str, *, mean: float, sd: float, n: int, best: float,
-            last_step: int = 119, seed: int = 0, total_steps: int = TOTAL_STEPS,
-            config: dict | None = None, hardware: str = "8xH100", best_types: dict | None = None,
-            episodes: int | None = 128, base_model: str = BASE_MODEL) -> None:
-    store.ensure_run(db, name, arm=arm, seed=seed, base_model=base_model, total_steps=total_steps, benchmark="alfworld",
-                     hardware=hardware, backend="verl", data_order_seed=0,
-                     config=config if config is not None else SHARED_CONFIG)
-    store.update_run_state(db, name, status="running", last_step=last_step, step1_rollout_hash="abc123")
+def add_run(
+    db,
+    name: str,
+    arm: str,
+    *,
+    mean: float,
+    sd: float,
+    n: int,
+    best: float,
+    last_step: int = 119,
+    seed: int = 0,
+    total_steps: int = TOTAL_STEPS,
+    config: dict | None = None,
+    hardware: str = "8xH100",
+    best_types: dict | None = None,
+    episodes: int | None = 128,
+    base_model: str = BASE_MODEL,
+) -> None:
+    store.ensure_run(
+        db,
+        name,
+        arm=arm,
+        seed=seed,
+        base_model=base_model,
+        total_steps=total_steps,
+        benchmark="alfworld",
+        hardware=hardware,
+        backend="verl",
+        data_order_seed=0,
+        config=config if config is not None else SHARED_CONFIG,
+    )
+    store.update_run_state(
+        db, name, status="running", last_step=last_step, step1_rollout_hash="abc123"
+    )
     # A warm-up stretch below the window, then the window itself ending at the best point.
     for step in range(5, 70, 5):
-        store.record_evaluation(db, name, step, success_rate=20.0 + step * 0.6, episodes=episodes,
-                                temperature=0.4, mean_turns=39.0 - step * 0.2)
+        store.record_evaluation(
+            db,
+            name,
+            step,
+            success_rate=20.0 + step * 0.6,
+            episodes=episodes,
+            temperature=0.4,
+            mean_turns=39.0 - step * 0.2,
+        )
     window = window_series(mean, sd, n, best)
     steps = [70 + 5 * i for i in range(n)]
     for step, value in zip(steps, window):
         is_best = value == max(window)
         store.record_evaluation(
-            db, name, step, success_rate=value, episodes=episodes, temperature=0.4,
+            db,
+            name,
+            step,
+            success_rate=value,
+            episodes=episodes,
+            temperature=0.4,
             mean_turns=12.5 if is_best else 15.0,
             train_success_rate=99.2 if is_best else 95.0,
             task_types=(best_types or BEST_TYPES) if is_best else None,
@@ -81,7 +125,8 @@ def seed_card_db(path: Path, *, arms: int = 3, grpo: str | None = None):
         add_run(db, "grpo-baseline", "grpo", mean=72.0, sd=5.0, n=10, best=80.5)
     elif grpo == "contaminated":
         # A relaunch that silently ran a shorter episode limit: a protocol difference.
-        config = dict(SHARED_CONFIG, env={"max_steps": 30, "history_length": 2, "rollout": {"n": 8}})
+        config = dict(
+            SHARED_CONFIG, env={"max_steps": 30, "history_length": 2, "rollout": {"n": 8}}
+        )
         add_run(db, "grpo-baseline", "grpo", mean=72.0, sd=5.0, n=10, best=80.5, config=config)
     return db
-

@@ -41,12 +41,17 @@ def transcript(env, agent, games=None) -> str:
     lines = []
     observations, infos = env.reset(games)
     agent.reset(observations, infos)
-    lines += [f"R{slot}|{o}|{i['admissible_commands']}|{i['won']}" for slot, (o, i) in enumerate(zip(observations, infos))]
+    lines += [
+        f"R{slot}|{o}|{i['admissible_commands']}|{i['won']}"
+        for slot, (o, i) in enumerate(zip(observations, infos))
+    ]
     dones = [False] * len(infos)
     while not all(dones):
         actions = agent.act(observations, infos)
         observations, rewards, dones, infos = env.step(actions)
         for slot, (o, r, d, i) in enumerate(zip(observations, rewards, dones, infos)):
             if i["active"]:
-                lines.append(f"S{slot}|{actions[slot]}|{o}|{r}|{d}|{i['won']}|{i['admissible_commands']}")
+                lines.append(
+                    f"S{slot}|{actions[slot]}|{o}|{r}|{d}|{i['won']}|{i['admissible_commands']}"
+                )
     return "\n".join(lines)

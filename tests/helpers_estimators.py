@@ -53,12 +53,18 @@ def random_batch(
         for key in list(columns):
             columns[key].append(columns[key][source])
         columns["is_pad"][-1] = True
-    data = {key: np.array(values) if key != "response_mask" else np.array(values) for key, values in columns.items()}
-    data["phi_feats"] = rng.standard_normal((len(data["uid"]), d)).astype(np.float32) + 3.0 * rng.standard_normal(d).astype(np.float32)
+    data = {
+        key: np.array(values) if key != "response_mask" else np.array(values)
+        for key, values in columns.items()
+    }
+    data["phi_feats"] = rng.standard_normal((len(data["uid"]), d)).astype(
+        np.float32
+    ) + 3.0 * rng.standard_normal(d).astype(np.float32)
     return RolloutBatch.from_mapping(data, source="random batch")
 
 
 # ---- the literal spec ------------------------------------------------------------------------
+
 
 def _norm(mode, values):
     values = np.asarray(values, dtype=np.float64)
@@ -114,7 +120,11 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
         for rows in groups.values():
             if len(rows) > 1:
                 values = G[rows]
-                step[rows] = (values - values.mean()) if arm.adv_mode == "mean_norm" else (values - values.mean()) / (values.std(ddof=1) + EPS)
+                step[rows] = (
+                    (values - values.mean())
+                    if arm.adv_mode == "mean_norm"
+                    else (values - values.mean()) / (values.std(ddof=1) + EPS)
+                )
         return arm.ep_w * episode + arm.step_advantage_w * step
 
     # node values
@@ -126,13 +136,21 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
         for t, i in enumerate(rows):
             acc[(uid[i], obs[i])] += arm.gamma ** (T - t) * R
             cnt[(uid[i], obs[i])] += 1
-            node_next[i] = (uid[i], obs[rows[t + 1]]) if t + 1 < T else ("terminal", abs(R - arm.success_reward) < 1e-9)
+            node_next[i] = (
+                (uid[i], obs[rows[t + 1]])
+                if t + 1 < T
+                else ("terminal", abs(R - arm.success_reward) < 1e-9)
+            )
     V = {key: acc[key] / cnt[key] for key in acc}
     V[("terminal", True)] = arm.success_reward
     V[("terminal", False)] = 0.0
     v_next = np.array([V[node_next[i]] for i in range(n)])
     v_cur = np.array([V[(uid[i], obs[i])] for i in range(n)])
-    Y = v_next - arm.invalid_penalty * (1 - valid) if arm.target == "nextnode" else G.astype(np.float64)
+    Y = (
+        v_next - arm.invalid_penalty * (1 - valid)
+        if arm.target == "nextnode"
+        else G.astype(np.float64)
+    )
 
     # features
     phi = None
@@ -153,7 +171,14 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
                     rev = obs[i] in seen
                     seen.add(obs[i])
                     nu = len(seen)
-                    ctx[i] = np.concatenate([_therm(t, 0, 30), _therm(nu, 0, 25), _therm(nu / (t + 1), 0, 1), [float(rev)]])
+                    ctx[i] = np.concatenate(
+                        [
+                            _therm(t, 0, 30),
+                            _therm(nu, 0, 25),
+                            _therm(nu / (t + 1), 0, 1),
+                            [float(rev)],
+                        ]
+                    )
             ctx = ctx / np.maximum(np.linalg.norm(ctx, axis=1, keepdims=True), 1e-9)
             X = np.concatenate([X, arm.ctx_w * ctx], axis=1)
             X = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-9)
@@ -196,7 +221,15 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
                     elif arm.wmode == "hard":
                         w = (D[a, other] <= tau * (1 + 1e-6)).astype(float)
                     else:
-                        cos = F[other] @ F[a] / np.maximum(np.linalg.norm(F[a]) * np.maximum(np.linalg.norm(F[other], axis=1), 1e-12), 1e-12)
+                        cos = (
+                            F[other]
+                            @ F[a]
+                            / np.maximum(
+                                np.linalg.norm(F[a])
+                                * np.maximum(np.linalg.norm(F[other], axis=1), 1e-12),
+                                1e-12,
+                            )
+                        )
                         w = np.where(cos > 5e-5, cos, 0.0)  # a cosine within 5e-5 of 0 is rounding
                     if arm.wmode != "soft" and w.sum() <= 0:
                         # every nearest other-trajectory row, squared distances within 1e-4 counting as equal
@@ -215,7 +248,19 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
                 J = len({traj[members[b]] for b in other})
                 s2 = float(np.var(Yo)) if len(Yo) > 1 else 0.0
                 vg = max(1 / max(neff, 1e-9) - 1 / max(J, 1e-9), 0)
-                records.append(dict(i=i, level=level, bK=bK, bU=float(Yo.mean()), s2=s2, vg=vg, J=J, rho=rho, local=local))
+                records.append(
+                    dict(
+                        i=i,
+                        level=level,
+                        bK=bK,
+                        bU=float(Yo.mean()),
+                        s2=s2,
+                        vg=vg,
+                        J=J,
+                        rho=rho,
+                        local=local,
+                    )
+                )
                 live[i] = True
 
     if records:
@@ -251,7 +296,11 @@ def literal_advantages(batch: RolloutBatch, arm: Arm) -> np.ndarray:
         b = lam * r["bK"] + (1 - lam) * r["bU"]
         i = r["i"]
         if prior and r["level"] == 0 and np.isfinite(prior[i]):
-            lk = r["J"] / (r["J"] + arm.prior_kappa) if arm.lk_fix is None else min(1, max(0, arm.lk_fix))
+            lk = (
+                r["J"] / (r["J"] + arm.prior_kappa)
+                if arm.lk_fix is None
+                else min(1, max(0, arm.lk_fix))
+            )
             b = lk * b + (1 - lk) * prior[i]
         a = Y[i] - b
         if arm.std == "local":

@@ -54,7 +54,9 @@ def training_series(
             overall = rates_by_step[step] / 100
             metrics["val/success_rate"] = value(overall)
             for index, name in enumerate(VERL_METRIC_NAMES.values()):
-                metrics[f"val/{name}_success_rate"] = value(min(1.0, max(0.0, overall + (index - 2.5) / 50)))
+                metrics[f"val/{name}_success_rate"] = value(
+                    min(1.0, max(0.0, overall + (index - 2.5) / 50))
+                )
             metrics["val/episode_length/mean"] = value(40 - step / 5)
         rows.append({"step": step, "metrics": metrics})
     return rows
@@ -64,7 +66,12 @@ def write_ccpo(rows: list[dict], path: Path, *, wall_time0: float = 1.7e9) -> Pa
     with path.open("w") as handle:
         for row in rows:
             flat = {"step": row["step"], "wall_time": wall_time0 + 60 * row["step"]}
-            flat.update({key: (None if isinstance(v, float) and math.isnan(v) else v) for key, v in row["metrics"].items()})
+            flat.update(
+                {
+                    key: (None if isinstance(v, float) and math.isnan(v) else v)
+                    for key, v in row["metrics"].items()
+                }
+            )
             handle.write(json.dumps(flat, sort_keys=True) + "\n")
     return path
 
@@ -79,7 +86,9 @@ def write_verl_file(rows: list[dict], path: Path) -> Path:
 def console_line(step: int, metrics: dict, *, decimals: int | None = 3) -> str:
     parts = [f"step:{step}"]
     for key, number in metrics.items():
-        parts.append(f"{key}:{number:.{decimals}f}" if decimals is not None else f"{key}:{number!r}")
+        parts.append(
+            f"{key}:{number:.{decimals}f}" if decimals is not None else f"{key}:{number!r}"
+        )
     return " - ".join(parts)
 
 
@@ -98,7 +107,9 @@ def write_console(
         text = console_line(row["step"], row["metrics"], decimals=decimals)
         pieces = [text[i : i + wrap] for i in range(0, len(text), wrap)]
         lines.extend(prefix + piece for piece in pieces)
-        lines.append(f"{prefix}Training Progress:  {row['step']}%|#   | {row['step']}/150 [00:10<01:00]")
+        lines.append(
+            f"{prefix}Training Progress:  {row['step']}%|#   | {row['step']}/150 [00:10<01:00]"
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -126,5 +137,7 @@ def db_content(db) -> dict:
         "FROM task_type_results t JOIN evaluations ON evaluations.id = t.evaluation_id "
         "JOIN runs ON runs.id = evaluations.run_id ORDER BY 1, 2, 3"
     ).fetchall()
-    runs = db.execute("SELECT name, arm, arm_fingerprint, seed, base_model, last_step FROM runs ORDER BY name").fetchall()
+    runs = db.execute(
+        "SELECT name, arm, arm_fingerprint, seed, base_model, last_step FROM runs ORDER BY name"
+    ).fetchall()
     return {"evaluations": [row[:-1] for row in evaluations], "task_types": types, "runs": runs}

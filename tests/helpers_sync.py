@@ -10,21 +10,42 @@ from typing import Any
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, record_publication
 from ccpo_cli.store.facts import record_run_facts
 
-GAMES = ("pick_and_place_simple-Apple-None-Fridge-1", "look_at_obj_in_light-Book-None-DeskLamp-2",
-         "pick_clean_then_place_in_recep-Cup-None-Shelf-3", "pick_heat_then_place_in_recep-Egg-None-Table-4")
+GAMES = (
+    "pick_and_place_simple-Apple-None-Fridge-1",
+    "look_at_obj_in_light-Book-None-DeskLamp-2",
+    "pick_clean_then_place_in_recep-Cup-None-Shelf-3",
+    "pick_heat_then_place_in_recep-Egg-None-Table-4",
+)
 
 
 def episodes(step: int, wins: int, salt: int = 0) -> list[dict[str, Any]]:
     """Four episodes, the first `wins` of them won, with an extra per-turn field (kept as JSON)."""
     types = ("pick", "look", "clean", "heat")
-    return [{"game_id": f"{GAMES[index]}/trial_{salt}", "task_type": types[index], "won": index < wins,
-             "turns": 5 + index + step, "invalid_turns": index % 2, "reward": 10.0 if index < wins else 0.0,
-             "invalid_flags": [False] * (index + 1)} for index in range(4)]
+    return [
+        {
+            "game_id": f"{GAMES[index]}/trial_{salt}",
+            "task_type": types[index],
+            "won": index < wins,
+            "turns": 5 + index + step,
+            "invalid_turns": index % 2,
+            "reward": 10.0 if index < wins else 0.0,
+            "invalid_flags": [False] * (index + 1),
+        }
+        for index in range(4)
+    ]
 
 
 def record_step(db, run: str, step: int, wins: int, *, salt: int = 0, eval_seed: int = 0) -> int:
-    return record_evaluation(db, run, step, split="heldout", episode_rows=episodes(step, wins, salt),
-                             temperature=0.4, eval_seed=eval_seed, train_success_rate=12.5 * wins)
+    return record_evaluation(
+        db,
+        run,
+        step,
+        split="heldout",
+        episode_rows=episodes(step, wins, salt),
+        temperature=0.4,
+        eval_seed=eval_seed,
+        train_success_rate=12.5 * wins,
+    )
 
 
 def machine(root: Path, host: str, monkeypatch) -> Path:
@@ -43,15 +64,35 @@ def copy_database(source: Path, target: Path) -> None:
     shutil.copy(source, target)
 
 
-def full_run(db_path: Path, name: str, *, steps=(2, 4), arm: str = "grpo", seed: int = 0, wins_offset: int = 0) -> None:
+def full_run(
+    db_path: Path,
+    name: str,
+    *,
+    steps=(2, 4),
+    arm: str = "grpo",
+    seed: int = 0,
+    wins_offset: int = 0,
+) -> None:
     """A run with evaluations at `steps`, facts, a publication and one recorded conflict."""
     db = open_db(db_path)
-    ensure_run(db, name, arm=arm, arm_fingerprint="f" * 64, seed=seed, base_model="tiny", backend="local",
-               total_steps=max(steps), status="finished", config={"train": {"steps": max(steps)}})
+    ensure_run(
+        db,
+        name,
+        arm=arm,
+        arm_fingerprint="f" * 64,
+        seed=seed,
+        base_model="tiny",
+        backend="local",
+        total_steps=max(steps),
+        status="finished",
+        config={"train": {"steps": max(steps)}},
+    )
     for index, step in enumerate(steps):
         record_step(db, name, step, (index + wins_offset) % 5)
     record_run_facts(db, name, {"split": "heldout", "temperature": 0.4}, source="tests")
-    record_publication(db, name, "tester/card", commit_id="c" * 40, status="interim", card_hash="h" * 64)
+    record_publication(
+        db, name, "tester/card", commit_id="c" * 40, status="interim", card_hash="h" * 64
+    )
     # The same step once more with other results: a conflict beside the first row.
     record_step(db, name, steps[0], 4 - (wins_offset % 5), salt=1)
 
@@ -63,12 +104,23 @@ def table_snapshot(db_path: Path) -> dict[str, list]:
     uids = {row["id"]: row["uid"] for row in db["runs"].rows}
     snapshot: dict[str, list] = {}
     snapshot["evaluations"] = sorted(
-        (uids[row["run_id"]], row["step"], row["content_hash"],
-         db["episodes"].count_where("evaluation_id = ?", [row["id"]]),
-         db["task_type_results"].count_where("evaluation_id = ?", [row["id"]]))
-        for row in db["evaluations"].rows)
-    snapshot["conflicts"] = sorted((uids[row["run_id"]], row["step"], row["content_hash"]) for row in db["conflicts"].rows)
-    snapshot["facts"] = sorted((uids[row["run_id"]], row["key"], row["value"]) for row in db["run_facts"].rows)
-    snapshot["publications"] = sorted((uids[row["run_id"]], row["repo_id"], row["commit_id"], row["published_at"])
-                                      for row in db["publications"].rows)
+        (
+            uids[row["run_id"]],
+            row["step"],
+            row["content_hash"],
+            db["episodes"].count_where("evaluation_id = ?", [row["id"]]),
+            db["task_type_results"].count_where("evaluation_id = ?", [row["id"]]),
+        )
+        for row in db["evaluations"].rows
+    )
+    snapshot["conflicts"] = sorted(
+        (uids[row["run_id"]], row["step"], row["content_hash"]) for row in db["conflicts"].rows
+    )
+    snapshot["facts"] = sorted(
+        (uids[row["run_id"]], row["key"], row["value"]) for row in db["run_facts"].rows
+    )
+    snapshot["publications"] = sorted(
+        (uids[row["run_id"]], row["repo_id"], row["commit_id"], row["published_at"])
+        for row in db["publications"].rows
+    )
     return snapshot

@@ -35,9 +35,12 @@ class PlainDataProto:
 # Rows in rollout order: trajectory by trajectory, turns in time order.
 # t1: s0 -> s1, wins on turn 2; t2: s0 -> s1, fails; t3: s0 -> s2, fails.
 EXAMPLE_ONE_ROWS = [
-    ("t1", "s0", 0.0, 10.0), ("t1", "s1", 10.0, 10.0),
-    ("t2", "s0", 0.0, 0.0), ("t2", "s1", 0.0, 0.0),
-    ("t3", "s0", 0.0, 0.0), ("t3", "s2", 0.0, 0.0),
+    ("t1", "s0", 0.0, 10.0),
+    ("t1", "s1", 10.0, 10.0),
+    ("t2", "s0", 0.0, 0.0),
+    ("t2", "s1", 0.0, 0.0),
+    ("t3", "s0", 0.0, 0.0),
+    ("t3", "s2", 0.0, 0.0),
 ]
 EXAMPLE_ONE_EXPECTED = {
     "grpo": [1.29099, 1.29099, -0.64550, -0.64550, -0.64550, -0.64550],
@@ -84,7 +87,11 @@ def per_row(advantages: torch.Tensor, response_mask: torch.Tensor) -> np.ndarray
     values = []
     for row in range(advantages.shape[0]):
         kept = advantages[row][response_mask[row].bool()]
-        assert torch.allclose(kept, kept[0].expand_as(kept)), "a row's tokens carry different advantages"
-        assert torch.all(advantages[row][~response_mask[row].bool()] == 0), "advantage outside the response mask"
+        assert torch.allclose(kept, kept[0].expand_as(kept)), (
+            "a row's tokens carry different advantages"
+        )
+        assert torch.all(advantages[row][~response_mask[row].bool()] == 0), (
+            "advantage outside the response mask"
+        )
         values.append(float(kept[0]))
     return np.array(values)

@@ -23,7 +23,9 @@ SPEC_FLAGS = (
 
 
 def test_the_five_arms_exist_and_resolve_every_flag():
-    assert list_arms() == sorted(["grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor"])
+    assert list_arms() == sorted(
+        ["grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor"]
+    )
     for name in list_arms():
         arm = load_arm(name)
         assert arm.name == name
@@ -32,9 +34,23 @@ def test_the_five_arms_exist_and_resolve_every_flag():
 
 def test_seed_arm_flags_follow_spec_table():
     a, b, c = load_arm("return-hard"), load_arm("return-hard-fbjw"), load_arm("global-successor")
-    assert (a.gate, a.target, a.rho, a.backoff_task, a.jweight_c, a.edge_w, a.tau, a.phi) == ("hard", "return", 0.0, 0, 0.0, 1.0, 0.15, "hidden+ctx")
+    assert (a.gate, a.target, a.rho, a.backoff_task, a.jweight_c, a.edge_w, a.tau, a.phi) == (
+        "hard",
+        "return",
+        0.0,
+        0,
+        0.0,
+        1.0,
+        0.15,
+        "hidden+ctx",
+    )
     assert (b.backoff_task, b.jweight_c) == (1, 1.0)
-    assert dataclasses.replace(b, name=a.name, description=a.description, backoff_task=0, jweight_c=0.0).fingerprint == a.fingerprint
+    assert (
+        dataclasses.replace(
+            b, name=a.name, description=a.description, backoff_task=0, jweight_c=0.0
+        ).fingerprint
+        == a.fingerprint
+    )
     assert (c.gate, c.target, c.rho, c.whiten, c.shrink) == ("global", "nextnode", 0.59, 3, "eb")
     assert load_arm("gigpo").estimator == "gigpo" and load_arm("grpo").estimator == "grpo"
 
@@ -44,11 +60,33 @@ def test_fingerprints_are_distinct_and_track_every_flag():
     assert len(fingerprints) == 5
     base = load_arm("return-hard")
     changed_values = {
-        "estimator": "gigpo", "adv_mode": "mean_norm", "gamma": "0.9", "invalid_penalty": "0.2", "success_reward": "1",
-        "ep_w": "2", "step_advantage_w": "0.5", "gate": "global", "target": "nextnode", "rho": "0.5",
-        "backoff_task": "1", "backoff_rho": "0.25", "min_traj": "3", "jweight_c": "1", "prior_kappa": "2",
-        "lk_fix": "0.5", "lam_fix": "1", "phi": "hidden", "ctx_w": "0.5", "whiten": "2", "tau": "1",
-        "wmode": "hard", "shrink": "mse", "std": "local", "std_floor": "0.5", "step_norm": "none", "edge_w": "0",
+        "estimator": "gigpo",
+        "adv_mode": "mean_norm",
+        "gamma": "0.9",
+        "invalid_penalty": "0.2",
+        "success_reward": "1",
+        "ep_w": "2",
+        "step_advantage_w": "0.5",
+        "gate": "global",
+        "target": "nextnode",
+        "rho": "0.5",
+        "backoff_task": "1",
+        "backoff_rho": "0.25",
+        "min_traj": "3",
+        "jweight_c": "1",
+        "prior_kappa": "2",
+        "lk_fix": "0.5",
+        "lam_fix": "1",
+        "phi": "hidden",
+        "ctx_w": "0.5",
+        "whiten": "2",
+        "tau": "1",
+        "wmode": "hard",
+        "shrink": "mse",
+        "std": "local",
+        "std_floor": "0.5",
+        "step_norm": "none",
+        "edge_w": "0",
         "step_permute": "1",
     }
     assert set(changed_values) | {"padding"} == set(FLAG_NAMES)
@@ -66,13 +104,21 @@ def test_same_value_override_keeps_the_fingerprint():
     base = load_arm("return-hard")
     assert base.with_overrides({"rho": "0"}).fingerprint == base.fingerprint
     assert base.with_overrides({"lam_fix": ""}).fingerprint == base.fingerprint
-    assert load_arm("return-hard", {"lam_fix": "0.50"}).fingerprint == load_arm("return-hard", {"lam_fix": ".5"}).fingerprint
+    assert (
+        load_arm("return-hard", {"lam_fix": "0.50"}).fingerprint
+        == load_arm("return-hard", {"lam_fix": ".5"}).fingerprint
+    )
 
 
 def test_type_coercion():
     arm = load_arm("grpo", {"whiten": "2", "backoff_task": "true", "gamma": "1", "lk_fix": "0.25"})
     assert arm.whiten == 2 and isinstance(arm.whiten, int)
-    assert arm.backoff_task is True and arm.gamma == 1.0 and isinstance(arm.gamma, float) and arm.lk_fix == 0.25
+    assert (
+        arm.backoff_task is True
+        and arm.gamma == 1.0
+        and isinstance(arm.gamma, float)
+        and arm.lk_fix == 0.25
+    )
     # The recorded form (fingerprints, runs.db, Hydra) is unchanged: 0/1 and a repr string.
     assert arm.flags()["backoff_task"] == 1 and arm.flags()["lk_fix"] == "0.25"
     assert load_arm("grpo").lk_fix is None and load_arm("grpo").flags()["lk_fix"] == ""
@@ -80,8 +126,18 @@ def test_type_coercion():
 
 @pytest.mark.parametrize(
     "flag,value",
-    [("rho", "abc"), ("rho", "-1"), ("gamma", "1.5"), ("gate", "fuzzy"), ("whiten", "2.5"), ("tau", "0"),
-     ("backoff_task", "2"), ("lam_fix", "half"), ("edge_w", "nan"), ("min_traj", "0")],
+    [
+        ("rho", "abc"),
+        ("rho", "-1"),
+        ("gamma", "1.5"),
+        ("gate", "fuzzy"),
+        ("whiten", "2.5"),
+        ("tau", "0"),
+        ("backoff_task", "2"),
+        ("lam_fix", "half"),
+        ("edge_w", "nan"),
+        ("min_traj", "0"),
+    ],
 )
 def test_bad_values_are_invalid_input(flag, value):
     with pytest.raises(InvalidInput) as caught:

@@ -38,7 +38,10 @@ def test_arms_show_json_gives_the_recorded_fingerprint(name):
 def test_overrides_that_restore_the_file_values_keep_the_fingerprint():
     # `--set lam_fix=` (unset) and `--set backoff_task=1` on fbjw are no-ops: same computation, same name.
     assert load_arm("return-hard", {"lam_fix": ""}).fingerprint == FINGERPRINTS["return-hard"]
-    assert load_arm("return-hard-fbjw", {"backoff_task": "1"}).fingerprint == FINGERPRINTS["return-hard-fbjw"]
+    assert (
+        load_arm("return-hard-fbjw", {"backoff_task": "1"}).fingerprint
+        == FINGERPRINTS["return-hard-fbjw"]
+    )
 
 
 def test_each_flag_is_declared_once_on_arm_with_its_type_help_and_choices():

@@ -22,15 +22,29 @@ NUMERIC = [spec for spec in FLAG_SPECS if spec.kind in (int, float)]
 
 
 def test_every_numeric_flag_declares_a_range():
-    assert NUMERIC and all(spec.bounds is not None for spec in NUMERIC), [s.name for s in NUMERIC if s.bounds is None]
+    assert NUMERIC and all(spec.bounds is not None for spec in NUMERIC), [
+        s.name for s in NUMERIC if s.bounds is None
+    ]
     assert all(spec.bounds is None for spec in FLAG_SPECS if spec not in NUMERIC)
 
 
 def _extreme_batch(seed: int, scale: float) -> RolloutBatch:
     """A random batch with rewards and features blown up to the largest size a batch may hold."""
     batch = random_batch(seed, n_tasks=2, trajectories=4, max_turns=5, n_obs=3, pad_rows=2)
-    data = {key: getattr(batch, key) for key in ("uid", "traj_uid", "anchor_obs", "step_index", "env_reward",
-                                                 "is_action_valid", "episode_reward", "response_mask", "is_pad")}
+    data = {
+        key: getattr(batch, key)
+        for key in (
+            "uid",
+            "traj_uid",
+            "anchor_obs",
+            "step_index",
+            "env_reward",
+            "is_action_valid",
+            "episode_reward",
+            "response_mask",
+            "is_pad",
+        )
+    }
     data["env_reward"] = data["env_reward"] * scale
     data["episode_reward"] = data["episode_reward"] * scale
     features = batch.phi_feats / np.max(np.abs(batch.phi_feats))
@@ -65,9 +79,14 @@ def test_each_end_of_each_range_keeps_every_arm_finite(spec):
 def test_every_flag_at_the_same_end_at_once_stays_finite(end):
     for name in ("return-hard", "global-successor", "return-hard-fbjw"):
         overrides = {spec.name: spec.kind(spec.bounds[end]) for spec in NUMERIC}
-        for variant in ({}, {"std": "local", "edge_w": 1000.0 if end else 0.0, "target": "nextnode"},
-                        {"lam_fix": None, "lk_fix": None, "rho": 1000.0 if end else 0.0, "shrink": "mse"}):
-            arm = load_arm(name).with_overrides({**overrides, **{k: v for k, v in variant.items() if v is not None}})
+        for variant in (
+            {},
+            {"std": "local", "edge_w": 1000.0 if end else 0.0, "target": "nextnode"},
+            {"lam_fix": None, "lk_fix": None, "rho": 1000.0 if end else 0.0, "shrink": "mse"},
+        ):
+            arm = load_arm(name).with_overrides(
+                {**overrides, **{k: v for k, v in variant.items() if v is not None}}
+            )
             if variant.get("lam_fix", 1) is None:
                 arm = dataclasses.replace(arm, lam_fix=None, lk_fix=None)
             assert not _all_finite(arm), (name, end, variant)
@@ -85,11 +104,31 @@ def test_a_value_beyond_either_end_is_refused_naming_the_range(spec):
 
 def test_set_ep_w_1e308_is_refused_by_estimate_and_train(tmp_path):
     example = Path(__file__).resolve().parent.parent / "examples" / "worked-example-1.json"
-    assert_refused(invoke("estimate", "--arm", "grpo", "--input", example, "--set", "ep_w=1e308"), 3,
-                   "ep_w", "in [-1000, 1000]")
+    assert_refused(
+        invoke("estimate", "--arm", "grpo", "--input", example, "--set", "ep_w=1e308"),
+        3,
+        "ep_w",
+        "in [-1000, 1000]",
+    )
     db = tmp_path / "runs.db"
-    assert_refused(invoke("--db", db, "train", "--arm", "grpo", "--backend", "local", "--set", "ep_w=1e308",
-                          "--steps", "1"), 3, "ep_w", "in [-1000, 1000]")
+    assert_refused(
+        invoke(
+            "--db",
+            db,
+            "train",
+            "--arm",
+            "grpo",
+            "--backend",
+            "local",
+            "--set",
+            "ep_w=1e308",
+            "--steps",
+            "1",
+        ),
+        3,
+        "ep_w",
+        "in [-1000, 1000]",
+    )
     assert not (tmp_path / "ccpo-runs").exists()
 
 
@@ -99,7 +138,9 @@ def test_an_arm_built_directly_is_range_checked_too():
 
 
 def test_the_estimator_page_lists_every_range():
-    page = (Path(__file__).resolve().parent.parent / "docs" / "estimators.md").read_text(encoding="utf-8")
+    page = (Path(__file__).resolve().parent.parent / "docs" / "estimators.md").read_text(
+        encoding="utf-8"
+    )
     for spec in NUMERIC:
         kind = spec.kind.__name__ + (" or unset" if spec.optional else "")
         assert f"| `{spec.name}` | {kind} | {spec.requirement[3:]} |" in page, spec.name

@@ -47,32 +47,56 @@ def test_the_yaml_has_language_datasets_and_a_short_metric_name_with_one_per_tas
     results = card.data.eval_results
     assert results[0].metric_type == "success_rate" and results[0].metric_value == 83.5
     assert results[0].metric_name == "Held-out success (%), window mean"
-    per_type = {result.metric_type: (result.metric_name, result.metric_value) for result in results[1:]}
-    assert per_type == {"success_rate_pick": ("Pick success (%)", 100.0), "success_rate_look": ("Look success (%)", 84.5),
-                        "success_rate_clean": ("Clean success (%)", 96.7), "success_rate_heat": ("Heat success (%)", 87.5),
-                        "success_rate_cool": ("Cool success (%)", 83.8), "success_rate_pick2": ("Pick2 success (%)", 96.2)}
+    per_type = {
+        result.metric_type: (result.metric_name, result.metric_value) for result in results[1:]
+    }
+    assert per_type == {
+        "success_rate_pick": ("Pick success (%)", 100.0),
+        "success_rate_look": ("Look success (%)", 84.5),
+        "success_rate_clean": ("Clean success (%)", 96.7),
+        "success_rate_heat": ("Heat success (%)", 87.5),
+        "success_rate_cool": ("Cool success (%)", 83.8),
+        "success_rate_pick2": ("Pick2 success (%)", 96.2),
+    }
     assert all(len(result.metric_name) <= 40 for result in results)
     assert {result.dataset_type for result in results} == {"alfworld"}
 
 
 def test_papers_bibtex_code_and_framework_versions(seed_db):
     text = render_card(build_card_context(seed_db, "return-hard", repo_id=REPO))
-    for arxiv in ("2402.03300", "2505.10978", "2010.03768", "2602.22817"):  # GRPO, GiGPO, ALFWorld, HGPO's rows
+    for arxiv in (
+        "2402.03300",
+        "2505.10978",
+        "2010.03768",
+        "2602.22817",
+    ):  # GRPO, GiGPO, ALFWorld, HGPO's rows
         assert f"[arXiv:{arxiv}](https://arxiv.org/abs/{arxiv})" in text
     bibtex = text.split("```bibtex\n", 1)[1].split("```", 1)[0]
     keys = re.findall(r"^@(\w+)\{(\w+),", bibtex, re.MULTILINE)
-    assert keys == [("misc", "grpo2024"), ("misc", "gigpo2025"), ("misc", "alfworld2021"), ("software", "ccpo")]
+    assert keys == [
+        ("misc", "grpo2024"),
+        ("misc", "gigpo2025"),
+        ("misc", "alfworld2021"),
+        ("software", "ccpo"),
+    ]
     assert bibtex.count("{") == bibtex.count("}")  # every entry closes
-    assert "eprint = {2505.10978}" in bibtex and "HGPO" not in bibtex  # no entry without recorded authors
+    assert (
+        "eprint = {2505.10978}" in bibtex and "HGPO" not in bibtex
+    )  # no entry without recorded authors
     assert "## Framework versions" in text and "| ccpo | 0.1.0 | rendered this card |" in text
 
 
 def test_a_local_run_lists_the_frameworks_it_trained_with(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
-    store.ensure_run(db, "rh", package_versions={"torch": "2.13.0", "numpy": "2.3.1", "python": "3.11.9"})
+    store.ensure_run(
+        db, "rh", package_versions={"torch": "2.13.0", "numpy": "2.3.1", "python": "3.11.9"}
+    )
     text = render_card(build_card_context(db, "rh", repo_id=REPO))
-    for row in ("| torch | 2.13.0 | recorded by the run |", "| numpy | 2.3.1 | recorded by the run |"):
+    for row in (
+        "| torch | 2.13.0 | recorded by the run |",
+        "| numpy | 2.3.1 | recorded by the run |",
+    ):
         assert row in text
 
 
@@ -81,8 +105,13 @@ def test_the_loading_snippet_only_when_weights_are_in_the_repository(seed_db):
     assert "from_pretrained(" not in numbers_only
     assert "No weights are in this repository" in numbers_only
     weights = {"commit": "a" * 40, "revision": "step-115", "step": 115, "repo_id": REPO}
-    with_weights = render_card(build_card_context(seed_db, "return-hard", repo_id=REPO, weights=weights))
-    assert 'revision = "step-115"' in with_weights and "from_pretrained(model_id, revision=revision" in with_weights
+    with_weights = render_card(
+        build_card_context(seed_db, "return-hard", repo_id=REPO, weights=weights)
+    )
+    assert (
+        'revision = "step-115"' in with_weights
+        and "from_pretrained(model_id, revision=revision" in with_weights
+    )
     assert "No weights are in this repository" not in with_weights
 
 
@@ -99,24 +128,46 @@ def test_flags_inert_in_this_arm_are_not_called_distinguishing(tmp_path):
     add_run(db, "return-hard", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
     # backoff_rho does nothing at rho = 0 (arms.py): a different value is a different arm, not a
     # different estimator.
-    add_run(db, "rh-backoff", load_arm("return-hard", {"backoff_rho": 0.9}), mean=80.0, sd=5.0, n=10, best=90.0)
+    add_run(
+        db,
+        "rh-backoff",
+        load_arm("return-hard", {"backoff_rho": 0.9}),
+        mean=80.0,
+        sd=5.0,
+        n=10,
+        best=90.0,
+    )
     text = render_card(build_card_context(db, "return-hard", repo_id=REPO))
     assert "Flags that distinguish it" not in text
-    assert ("No live flag distinguishes it from the other arms compared here: it differs only in "
-            "`backoff_rho=0.5`, inert in this arm") in text
+    assert (
+        "No live flag distinguishes it from the other arms compared here: it differs only in "
+        "`backoff_rho=0.5`, inert in this arm"
+    ) in text
 
 
 # Issue 32, item 5: a repository that receives weights always receives a card. A 6-step run
 # has too few evaluations for a window mean: its card says so, reports the evaluations it has,
 # and claims no model-index value.
 
+
 def short_run_db(path):
     db = store.open_db(path)
-    store.ensure_run(db, "short", arm="return-hard", seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=6,
-                     benchmark="alfworld", backend="verl", hardware="8xH100")
+    store.ensure_run(
+        db,
+        "short",
+        arm="return-hard",
+        seed=0,
+        base_model="Qwen/Qwen2.5-7B-Instruct",
+        total_steps=6,
+        benchmark="alfworld",
+        backend="verl",
+        hardware="8xH100",
+    )
     store.update_run_state(db, "short", status="finished", last_step=6)
     for step, successes in ((3, 40), (6, 52)):
-        store.record_evaluation(db, "short", step, successes=successes, episodes=128, temperature=0.4)
+        store.record_evaluation(
+            db, "short", step, successes=successes, episodes=128, temperature=0.4
+        )
     return db
 
 
@@ -131,12 +182,27 @@ def test_a_run_with_too_few_evaluations_gets_a_card_that_says_so(tmp_path):
     assert lint_card(text) == []
     card = ModelCard(text)
     assert "too-few-evaluations" in card.data.tags and not card.data.eval_results
-    assert "**Too few evaluations for a window mean**: 2 evaluations at step >= 3: a window mean needs at least 3" in text
+    assert (
+        "**Too few evaluations for a window mean**: 2 evaluations at step >= 3: a window mean needs at least 3"
+        in text
+    )
     assert "| 3 | 31.2 | 128 | yes |" in text and "| 6 | 40.6 | 128 | yes |" in text
     assert "this card compares nothing" in text
     out = tmp_path / "card" / "README.md"
-    result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "card", "--run", "short", "--status", "auto",
-                                      "--output", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "card",
+            "--run",
+            "short",
+            "--status",
+            "auto",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "too-few-evaluations" in ModelCard(out.read_text()).data.tags
 
@@ -147,9 +213,29 @@ def test_a_run_without_any_evaluation_is_refused_in_one_line(tmp_path):
     from ccpo_cli.cli.app import app
 
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "empty", arm="return-hard", seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=6,
-                     benchmark="alfworld", backend="verl")
-    result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "card", "--run", "empty", "--status",
-                                      "interim", "--output", str(tmp_path / "README.md")])
+    store.ensure_run(
+        db,
+        "empty",
+        arm="return-hard",
+        seed=0,
+        base_model="Qwen/Qwen2.5-7B-Instruct",
+        total_steps=6,
+        benchmark="alfworld",
+        backend="verl",
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "card",
+            "--run",
+            "empty",
+            "--status",
+            "interim",
+            "--output",
+            str(tmp_path / "README.md"),
+        ],
+    )
     assert result.exit_code == 3 and "has no held-out evaluation yet" in result.output
     assert "Traceback" not in result.output

@@ -29,35 +29,89 @@ PANEL_IDS = [
 LOCAL_CONFIG = {
     "backend": "local",
     "run_dir": "/tmp/somewhere/ccpo-runs/local-rh",
-    "arm": {"name": "return-hard", "fingerprint": "4b61f962", "flags": {"estimator": "ccpo", "gamma": 0.95}},
+    "arm": {
+        "name": "return-hard",
+        "fingerprint": "4b61f962",
+        "flags": {"estimator": "ccpo", "gamma": 0.95},
+    },
     "train": {
-        "steps": 50, "tasks": 4, "group": 8, "max_steps": 50, "eval_every": 10, "eval_games": 6,
-        "eval_temperature": 0.4, "eval_episodes": 1, "eval_games_dir": None, "train_games_dir": None,
-        "seed": 0, "temperature": 1.0, "time_budget_s": None, "workers": 2,
-        "update": {"learning_rate": 0.01, "kl_coef": 0.02, "entropy_coef": 0.01, "clip_ratio": 0.2, "epochs": 2,
-                   "max_grad_norm": 1.0},
+        "steps": 50,
+        "tasks": 4,
+        "group": 8,
+        "max_steps": 50,
+        "eval_every": 10,
+        "eval_games": 6,
+        "eval_temperature": 0.4,
+        "eval_episodes": 1,
+        "eval_games_dir": None,
+        "train_games_dir": None,
+        "seed": 0,
+        "temperature": 1.0,
+        "time_budget_s": None,
+        "workers": 2,
+        "update": {
+            "learning_rate": 0.01,
+            "kl_coef": 0.02,
+            "entropy_coef": 0.01,
+            "clip_ratio": 0.2,
+            "epochs": 2,
+            "max_grad_norm": 1.0,
+        },
         "model": {"dim": 32, "hidden": 64, "init_std": 0.3},
     },
-    "training_pool": {"games": 600, "source": "shipped training pool (configs/games/pool-manifest.json)"},
+    "training_pool": {
+        "games": 600,
+        "source": "shipped training pool (configs/games/pool-manifest.json)",
+    },
     "eval_panel": {
-        "games": 6, "panel_games": 128, "game_ids": PANEL_IDS,
+        "games": 6,
+        "panel_games": 128,
+        "game_ids": PANEL_IDS,
         "source": "shipped held-out panel (configs/games/heldout-manifest.json)",
         "subset": "fixed type-balanced subset: 6 of the 128 panel games",
     },
 }
-SUCCESS = {0: 0.0, 10: 16.7, 20: 33.3, 30: 50.0, 40: 33.3, 50: 66.7}  # window (step >= 20): mean 45.8
+SUCCESS = {
+    0: 0.0,
+    10: 16.7,
+    20: 33.3,
+    30: 50.0,
+    40: 33.3,
+    50: 66.7,
+}  # window (step >= 20): mean 45.8
 
 
 @pytest.fixture
 def local_db(tmp_path):
     path = tmp_path / "runs.db"
     db = store.open_db(path)
-    store.ensure_run(db, "local-rh", arm="return-hard", seed=0, base_model=LOCAL_MODEL, total_steps=50, benchmark="alfworld",
-                     hardware="x86_64 cpu x2 (Linux)", backend="local", data_order_seed=0, config=LOCAL_CONFIG)
-    store.update_run_state(db, "local-rh", status="finished", last_step=50, step1_rollout_hash="abc")
+    store.ensure_run(
+        db,
+        "local-rh",
+        arm="return-hard",
+        seed=0,
+        base_model=LOCAL_MODEL,
+        total_steps=50,
+        benchmark="alfworld",
+        hardware="x86_64 cpu x2 (Linux)",
+        backend="local",
+        data_order_seed=0,
+        config=LOCAL_CONFIG,
+    )
+    store.update_run_state(
+        db, "local-rh", status="finished", last_step=50, step1_rollout_hash="abc"
+    )
     for step, rate in SUCCESS.items():
-        store.record_evaluation(db, "local-rh", step, success_rate=rate, episodes=6, temperature=0.4,
-                                mean_turns=50.0 - step * 0.4, train_success_rate=None if step == 0 else rate)
+        store.record_evaluation(
+            db,
+            "local-rh",
+            step,
+            success_rate=rate,
+            episodes=6,
+            temperature=0.4,
+            mean_turns=50.0 - step * 0.4,
+            train_success_rate=None if step == 0 else rate,
+        )
     return path
 
 
@@ -69,8 +123,22 @@ def table_row(text: str, *cells: str) -> bool:
 @pytest.fixture
 def local_card(local_db, tmp_path):
     out = tmp_path / "card" / "README.md"
-    result = CliRunner().invoke(app, ["--db", str(local_db), "card", "--run", "local-rh", "--window-start", "20", "--status", "final",
-                                      "--output", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(local_db),
+            "card",
+            "--run",
+            "local-rh",
+            "--window-start",
+            "20",
+            "--status",
+            "final",
+            "--output",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -107,7 +175,9 @@ def test_local_card_setup_table_comes_from_the_local_config(local_card):
     assert table_row(text, "max env steps", "50 per episode")
     assert table_row(text, "learning rate", "0.01")
     assert table_row(text, "KL coef", "0.02")
-    assert table_row(text, "eval", "6 held-out games of the 128-game panel, temperature 0.4, every 10 steps")
+    assert table_row(
+        text, "eval", "6 held-out games of the 128-game panel, temperature 0.4, every 10 steps"
+    )
     assert table_row(text, "eval panel", "fixed type-balanced subset: 6 of the 128 panel games")
     assert "run_dir: (local path, not published)" in text
     summary = json.loads((local_card.parent / "results" / "ccpo_summary.json").read_text())
@@ -117,14 +187,18 @@ def test_local_card_setup_table_comes_from_the_local_config(local_card):
 
 def test_local_card_calls_every_published_row_not_comparable(local_card):
     text = local_card.read_text()
-    rows = re.findall(r"^\| .* \| (no: different model and protocol|yes|no: [^|]*) \|$", text, re.MULTILINE)
+    rows = re.findall(
+        r"^\| .* \| (no: different model and protocol|yes|no: [^|]*) \|$", text, re.MULTILINE
+    )
     assert rows and set(rows) == {"no: different model and protocol"}
     assert "Different model and different protocol" in text
 
 
 def test_local_license_is_the_projects_stated_as_such_not_a_base_model_record(local_db):
     assert LOCAL_MODEL not in load_baseline_data().base_model_licenses
-    text = render_card(build_card_context(store.open_db(local_db), "local-rh", window_start=20, status="final"))
+    text = render_card(
+        build_card_context(store.open_db(local_db), "local-rh", window_start=20, status="final")
+    )
     assert ModelCard(text).data.license == "apache-2.0"
     assert "License: Apache-2.0, ccpo's own license" in text
     # A license the run recorded still wins.
@@ -138,5 +212,7 @@ def test_lint_still_requires_lineage_unless_the_card_is_tagged_from_scratch(loca
     text = local_card.read_text()
     untagged = text.replace("- trained-from-scratch\n", "")
     assert any("base_model is missing" in p for p in lint_card(untagged))
-    with_lineage = text.replace("library_name: pytorch", "base_model_relation: finetune\nlibrary_name: pytorch")
+    with_lineage = text.replace(
+        "library_name: pytorch", "base_model_relation: finetune\nlibrary_name: pytorch"
+    )
     assert any("base_model_relation is set" in p for p in lint_card(with_lineage))

@@ -17,9 +17,13 @@ MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 
 def _run(db, name, arm):
-    store.ensure_run(db, name, arm=arm, seed=0, base_model=MODEL, total_steps=150, benchmark="alfworld")
+    store.ensure_run(
+        db, name, arm=arm, seed=0, base_model=MODEL, total_steps=150, benchmark="alfworld"
+    )
     for index, step in enumerate(range(70, 120, 5)):
-        store.record_evaluation(db, name, step, success_rate=70 + (-1) ** index * 3, episodes=128, temperature=0.4)
+        store.record_evaluation(
+            db, name, step, success_rate=70 + (-1) ** index * 3, episodes=128, temperature=0.4
+        )
 
 
 @pytest.mark.parametrize("arm", ["verl-gigpo", "baseline"])

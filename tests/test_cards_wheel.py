@@ -41,9 +41,22 @@ print(json.dumps({"package": ccpo_cli.__file__, "template": str(template_path())
 def test_template_ships_in_the_wheel_and_renders_from_the_installed_package(tmp_path):
     wheel_dir, target = tmp_path / "wheel", tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "-w", str(wheel_dir), str(REPO_ROOT)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(REPO_ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
     [wheel] = list(wheel_dir.glob("ccpo-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -53,13 +66,34 @@ def test_template_ships_in_the_wheel_and_renders_from_the_installed_package(tmp_
     shipped = {path.name for path in (REPO_ROOT / "configs" / "benchmarks").glob("*.yaml")}
     assert shipped and {f"ccpo_cli/configs/benchmarks/{name}" for name in shipped} <= set(names)
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "-q", "--target", str(target), str(wheel)],
-        check=True, capture_output=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(REPO_ROOT / "tests")]), MPLBACKEND="Agg")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(target), str(REPO_ROOT / "tests")]),
+        MPLBACKEND="Agg",
+    )
     done = subprocess.run(
         [sys.executable, "-c", RENDER_FROM_INSTALLED, str(tmp_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

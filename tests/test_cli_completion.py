@@ -28,26 +28,45 @@ def shell(tmp_path_factory):
     binary.mkdir()
     ccpo = binary / "ccpo"
     # As pip writes the console script: the program's name is `ccpo`.
-    ccpo.write_text(f"#!{sys.executable}\nimport sys\nfrom ccpo_cli.cli.app import main\nsys.exit(main())\n",
-                    encoding="utf-8")
+    ccpo.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom ccpo_cli.cli.app import main\nsys.exit(main())\n",
+        encoding="utf-8",
+    )
     ccpo.chmod(0o755)
     db = store.open_db(folder / "runs.db")
     for name in ("grpo-seed0", "grpo-seed1", "gigpo-seed0", "odd_name.1", "oddXname"):
         store.ensure_run(db, name, arm="grpo")
     other = store.open_db(folder / "other.db")
     store.ensure_run(other, "elsewhere-run")
-    environment = dict(os.environ, PATH=f"{binary}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(REPO_ROOT))
+    environment = dict(
+        os.environ, PATH=f"{binary}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=str(REPO_ROOT)
+    )
     environment.pop("CCPO_DB", None)
-    script = subprocess.run(["ccpo"], env=dict(environment, _CCPO_COMPLETE="source_bash"), cwd=folder,
-                            capture_output=True, text=True, timeout=120, check=True).stdout
+    script = subprocess.run(
+        ["ccpo"],
+        env=dict(environment, _CCPO_COMPLETE="source_bash"),
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     assert "complete -o default -F _ccpo_completion ccpo" in script
 
     def complete(line: str, **env: str) -> list[str]:
         words = line.split(" ")
-        program = (script + "\nCOMP_WORDS=(" + " ".join(f"'{word}'" for word in words) + ")\n"
-                   f"COMP_CWORD={len(words) - 1}\n_ccpo_completion ccpo\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n")
-        done = subprocess.run([BASH, "--norc", "-c", program], env=dict(environment, **env), cwd=folder,
-                              capture_output=True, text=True, timeout=120)
+        program = (
+            script + "\nCOMP_WORDS=(" + " ".join(f"'{word}'" for word in words) + ")\n"
+            f"COMP_CWORD={len(words) - 1}\n_ccpo_completion ccpo\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n"
+        )
+        done = subprocess.run(
+            [BASH, "--norc", "-c", program],
+            env=dict(environment, **env),
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return [word for word in done.stdout.splitlines() if word]
 
@@ -59,7 +78,9 @@ def test_run_names_come_from_the_database(shell):
     assert complete("ccpo runs show grpo") == ["grpo-seed0", "grpo-seed1"]
     assert complete("ccpo compare g") == ["gigpo-seed0", "grpo-seed0", "grpo-seed1"]
     assert complete("ccpo card --run gi") == ["gigpo-seed0"]
-    assert complete("ccpo runs show odd_") == ["odd_name.1"]  # `_` is a character, not SQL's wildcard
+    assert complete("ccpo runs show odd_") == [
+        "odd_name.1"
+    ]  # `_` is a character, not SQL's wildcard
 
 
 def test_run_names_follow_the_database_the_line_names(shell):

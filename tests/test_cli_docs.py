@@ -41,7 +41,9 @@ def _parse(words: list[str]) -> None:
     command = typer.main.get_command(app)
     context = command.make_context("ccpo", list(words))
     while hasattr(command, "commands"):
-        name, command, rest = command.resolve_command(context, [*getattr(context, "_protected_args", []), *context.args])
+        name, command, rest = command.resolve_command(
+            context, [*getattr(context, "_protected_args", []), *context.args]
+        )
         context = command.make_context(name, rest, parent=context)
 
 
@@ -73,17 +75,32 @@ def test_the_light_examples_run_as_written(tmp_path, monkeypatch):
     store.ensure_run(db, "grpo-seed0", arm="grpo", seed=0, total_steps=80)
     for step in range(0, 81, 10):
         store.record_evaluation(db, "grpo-seed0", step, successes=40 + step // 2, episodes=128)
-    store.record_evaluation(db, "grpo-seed0", 40, successes=107, episodes=128)  # a conflict at step 40: 83.59375 %
+    store.record_evaluation(
+        db, "grpo-seed0", 40, successes=107, episodes=128
+    )  # a conflict at step 40: 83.59375 %
     examples = _generator().examples()
     monkeypatch.chdir(ROOT)  # `--input examples/worked-example-1.json` is a path in the checkout
     ran = []
-    for path in ("arms list", "arms show", "estimate", "runs list", "runs show", "runs resolve", "runs retract",
-                 "compare"):
+    for path in (
+        "arms list",
+        "arms show",
+        "estimate",
+        "runs list",
+        "runs show",
+        "runs resolve",
+        "runs retract",
+        "compare",
+    ):
         for line in examples[path]:
-            result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), *shlex.split(line)[1:]])
+            result = CliRunner().invoke(
+                app, ["--db", str(tmp_path / "runs.db"), *shlex.split(line)[1:]]
+            )
             assert result.exit_code == 0, (line, result.output)
             ran.append(path)
     assert len(ran) == 8
-    shown = json.loads(CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "runs", "show", "grpo-seed0",
-                                               "--json"]).stdout)
+    shown = json.loads(
+        CliRunner()
+        .invoke(app, ["--db", str(tmp_path / "runs.db"), "runs", "show", "grpo-seed0", "--json"])
+        .stdout
+    )
     assert shown["resolutions"] and any(row["retracted"] for row in shown["evaluations"])

@@ -13,8 +13,16 @@ def test_a_bad_choice_is_one_error_line_from_the_one_formatter(tmp_path):
     db = str(tmp_path / "runs.db")
     metrics = tmp_path / "m.jsonl"
     metrics.write_text("{}\n")
-    for args, expected in ((["train", "--arm", "grpo", "--backend", "tpu", "--dry-run"], "--backend tpu: use one of local, verl"),
-                           (["ingest", str(metrics), "--run", "r", "--format", "yaml"], "--format yaml: use one of")):
+    for args, expected in (
+        (
+            ["train", "--arm", "grpo", "--backend", "tpu", "--dry-run"],
+            "--backend tpu: use one of local, verl",
+        ),
+        (["ingest", str(metrics), "--run", "r", "--format", "yaml"], "--format yaml: use one of"),
+    ):
         result = runner.invoke(app, ["--db", db, *args])
         assert result.exit_code == 2
-        assert result.stderr.strip().splitlines() == [result.stderr.strip()] and expected in result.stderr
+        assert (
+            result.stderr.strip().splitlines() == [result.stderr.strip()]
+            and expected in result.stderr
+        )

@@ -28,9 +28,11 @@ def leaf_commands():
 
 def test_an_option_of_the_other_backend_is_refused_even_at_its_default_value(tmp_path):
     db = str(tmp_path / "runs.db")
-    for args, named in ((["--backend", "local", "--nnodes", "1"], "--nnodes"),
-                        (["--backend", "local", "--host-profile", "reference"], "--host-profile"),
-                        (["--backend", "verl", "--eval-from", "0"], "--eval-from")):
+    for args, named in (
+        (["--backend", "local", "--nnodes", "1"], "--nnodes"),
+        (["--backend", "local", "--host-profile", "reference"], "--host-profile"),
+        (["--backend", "verl", "--eval-from", "0"], "--eval-from"),
+    ):
         result = runner.invoke(app, ["--db", db, "train", "--arm", "grpo", *args, "--dry-run"])
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
@@ -38,8 +40,21 @@ def test_an_option_of_the_other_backend_is_refused_even_at_its_default_value(tmp
 
 
 def test_the_local_backend_without_verl_options_is_not_refused(tmp_path):
-    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "local",
-                                 "--steps", "2", "--dry-run"])
+    result = runner.invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "train",
+            "--arm",
+            "grpo",
+            "--backend",
+            "local",
+            "--steps",
+            "2",
+            "--dry-run",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
 
 
@@ -66,7 +81,9 @@ def used_defaults() -> dict[tuple[str, str], float]:
 def test_every_default_a_help_text_states_is_the_default_the_code_uses():
     """A help text that states a number as its option's default names the value the option has,
     or, for an option left to the library (None), the value the library falls back to."""
-    stated = re.compile(r"[Dd]efault:? (-?[0-9]+(?:\.[0-9]+)?)(?![0-9/])")  # a number, not a share (7/15)
+    stated = re.compile(
+        r"[Dd]efault:? (-?[0-9]+(?:\.[0-9]+)?)(?![0-9/])"
+    )  # a number, not a share (7/15)
     used = used_defaults()
     seen = set()
     for name, command in leaf_commands():
@@ -77,8 +94,12 @@ def test_every_default_a_help_text_states_is_the_default_the_code_uses():
             value = float(match.group(1))
             key = (name, param.opts[0])
             actual = param.default if param.default is not None else used.get(key)
-            assert actual is not None, f"ccpo {name} {param.opts[0]}: help states default {value}; add what the code uses"
-            assert float(actual) == value, f"ccpo {name} {param.opts[0]}: help says {value}, the code uses {actual}"
+            assert actual is not None, (
+                f"ccpo {name} {param.opts[0]}: help states default {value}; add what the code uses"
+            )
+            assert float(actual) == value, (
+                f"ccpo {name} {param.opts[0]}: help says {value}, the code uses {actual}"
+            )
             seen.add(key)
     assert seen >= set(used)  # every default named above is still stated in a help text
 
@@ -95,13 +116,22 @@ def test_the_evaluation_temperature_is_one_number_everywhere():
         return inspect.signature(function).parameters[name].default
 
     assert vocabulary.EVAL_TEMPERATURE == 0.4  # verl-agent's validation temperature
-    for function in (registry.make_agent, make_hf_agent, HFAgent, make_vllm_agent, VLLMAgent, make_local_agent,
-                     LocalPolicyAgent):
+    for function in (
+        registry.make_agent,
+        make_hf_agent,
+        HFAgent,
+        make_vllm_agent,
+        VLLMAgent,
+        make_local_agent,
+        LocalPolicyAgent,
+    ):
         assert default(function) == vocabulary.EVAL_TEMPERATURE, function
     assert TrainConfig().eval_temperature == vocabulary.EVAL_TEMPERATURE
     assert EvalOptions.__dataclass_fields__["temperature"].default == vocabulary.EVAL_TEMPERATURE
     root = typer.main.get_command(app)
-    temperature = next(param for param in root.commands["eval"].params if param.name == "temperature")
+    temperature = next(
+        param for param in root.commands["eval"].params if param.name == "temperature"
+    )
     assert temperature.default == vocabulary.EVAL_TEMPERATURE
 
 

@@ -22,14 +22,21 @@ NAMED_MODULE = re.compile(r"ccpo_cli(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?::[A-Za-z_][A
 def layer_table() -> list[tuple[str, list[str]]]:
     """(layer, module paths) in the order of the table in docs/architecture.md §1."""
     text = ARCHITECTURE.read_text(encoding="utf-8")
-    section = text[text.index("## 1. Layers"):text.index("## 2.")]
+    section = text[text.index("## 1. Layers") : text.index("## 2.")]
     rows = [line for line in section.splitlines() if line.startswith("| ") and "`ccpo_cli/" in line]
-    return [(row.split("|")[1].strip(), re.findall(r"`(ccpo_cli/[^`]*)`", row.split("|")[2])) for row in rows]
+    return [
+        (row.split("|")[1].strip(), re.findall(r"`(ccpo_cli/[^`]*)`", row.split("|")[2]))
+        for row in rows
+    ]
 
 
 def _layer_of(relative: str, table: list[tuple[str, list[str]]]) -> list[int]:
-    return [index for index, (_, entries) in enumerate(table)
-            for entry in entries if relative == entry or (entry.endswith("/") and relative.startswith(entry))]
+    return [
+        index
+        for index, (_, entries) in enumerate(table)
+        for entry in entries
+        if relative == entry or (entry.endswith("/") and relative.startswith(entry))
+    ]
 
 
 def _module_file(name: str) -> Path | None:
@@ -53,11 +60,19 @@ def imported_files(path: Path) -> set[Path]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                package = module.split(".")[: -node.level] if path.name != "__init__.py" else module.split(".")[: len(module.split(".")) - node.level + 1]
+                package = (
+                    module.split(".")[: -node.level]
+                    if path.name != "__init__.py"
+                    else module.split(".")[: len(module.split(".")) - node.level + 1]
+                )
                 base = ".".join(package + ([node.module] if node.module else []))
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED_MODULE.fullmatch(node.value):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and NAMED_MODULE.fullmatch(node.value)
+        ):
             names.add(node.value.split(":")[0])
     found = set()
     for name in names:
@@ -91,17 +106,28 @@ def test_imports_go_down_the_layers_of_the_architecture_page():
             target_relative = target.relative_to(PACKAGE_DIR.parent).as_posix()
             own, theirs = _layer_of(relative, table), _layer_of(target_relative, table)
             if len(own) == len(theirs) == 1 and theirs[0] > own[0]:  # unplaced ones: the test above
-                upward.append(f"{relative} ({table[own[0]][0]}) imports {target_relative} ({table[theirs[0]][0]})")
-    assert upward == [], "imports against the layer order of docs/architecture.md:\n" + "\n".join(upward)
+                upward.append(
+                    f"{relative} ({table[own[0]][0]}) imports {target_relative} ({table[theirs[0]][0]})"
+                )
+    assert upward == [], "imports against the layer order of docs/architecture.md:\n" + "\n".join(
+        upward
+    )
 
 
 def test_the_layer_check_sees_lazy_imports_and_named_modules():
     # The walk must see what the layering is about: a function-level import of a lower layer,
     # and a registry naming a backend module in a string.
-    assert PACKAGE_DIR / "backends" / "local" / "trainer.py" in imported_files(PACKAGE_DIR / "experiments" / "blocks.py")
-    assert PACKAGE_DIR / "backends" / "local" / "agent.py" in imported_files(PACKAGE_DIR / "evaluation.py")
-    assert PACKAGE_DIR / "store" / "records.py" in imported_files(PACKAGE_DIR / "backends" / "local" / "trainer.py") or \
-        PACKAGE_DIR / "store" / "__init__.py" in imported_files(PACKAGE_DIR / "backends" / "local" / "trainer.py")
+    assert PACKAGE_DIR / "backends" / "local" / "trainer.py" in imported_files(
+        PACKAGE_DIR / "experiments" / "blocks.py"
+    )
+    assert PACKAGE_DIR / "backends" / "local" / "agent.py" in imported_files(
+        PACKAGE_DIR / "evaluation.py"
+    )
+    assert PACKAGE_DIR / "store" / "records.py" in imported_files(
+        PACKAGE_DIR / "backends" / "local" / "trainer.py"
+    ) or PACKAGE_DIR / "store" / "__init__.py" in imported_files(
+        PACKAGE_DIR / "backends" / "local" / "trainer.py"
+    )
 
 
 def _imports(path: Path) -> set[str]:
@@ -115,7 +141,9 @@ def _imports(path: Path) -> set[str]:
             # `from ccpo_cli.cli import train` imports the module ccpo_cli.cli.train
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
     modules = {path.stem for path in CLI_DIR.glob("*.py")}
-    return {name for name in found if name.startswith(PACKAGE + ".") and name.split(".")[2] in modules}
+    return {
+        name for name in found if name.startswith(PACKAGE + ".") and name.split(".")[2] in modules
+    }
 
 
 def _graph() -> dict[str, set[str]]:
@@ -133,7 +161,9 @@ def test_cli_import_graph_has_no_cycle():
     done: set[str] = set()
 
     def visit(module: str) -> None:
-        assert module not in visiting, f"import cycle: {' -> '.join(visiting[visiting.index(module):] + [module])}"
+        assert module not in visiting, (
+            f"import cycle: {' -> '.join(visiting[visiting.index(module) :] + [module])}"
+        )
         if module in done:
             return
         visiting.append(module)
@@ -148,14 +178,23 @@ def test_cli_import_graph_has_no_cycle():
     assert f"{PACKAGE}.train" in graph[f"{PACKAGE}.app"]
 
 
-
 # What a command module may import at its top (issue 23): `--help` and completion import every
 # command module, so the library a command calls is imported inside its function. The light
 # ccpo modules here hold only constants and the error classes, the vocabulary and the window
 # rules the help texts state (report/window.py imports its statistics inside its functions);
 # tests/test_cli_startup.py checks the modules a fresh process loads.
-TOP_LEVEL_ALLOWED = {"typer", "typer._click", "rich.console", "ccpo_cli", "ccpo_cli.cli", "ccpo_cli.errors", "ccpo_cli.seeds",
-                     "ccpo_cli.experiments.matrix", "ccpo_cli.vocabulary", "ccpo_cli.report.window"}
+TOP_LEVEL_ALLOWED = {
+    "typer",
+    "typer._click",
+    "rich.console",
+    "ccpo_cli",
+    "ccpo_cli.cli",
+    "ccpo_cli.errors",
+    "ccpo_cli.seeds",
+    "ccpo_cli.experiments.matrix",
+    "ccpo_cli.vocabulary",
+    "ccpo_cli.report.window",
+}
 
 
 def _top_level_imports(path: Path) -> set[str]:
@@ -173,9 +212,13 @@ def test_command_modules_import_no_library_at_the_top():
 
     offending = {}
     for path in sorted(CLI_DIR.glob("*.py")):
-        names = {name for name in _top_level_imports(path)
-                 if name.split(".")[0] not in sys.stdlib_module_names and name not in TOP_LEVEL_ALLOWED
-                 and not name.startswith("ccpo_cli.cli.")}
+        names = {
+            name
+            for name in _top_level_imports(path)
+            if name.split(".")[0] not in sys.stdlib_module_names
+            and name not in TOP_LEVEL_ALLOWED
+            and not name.startswith("ccpo_cli.cli.")
+        }
         if names:
             offending[path.name] = sorted(names)
     assert offending == {}, f"import these inside the command that uses them: {offending}"

@@ -43,9 +43,17 @@ main()
 
 
 def ccpo_without_torch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-c", NO_TORCH, *args], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True, timeout=180)
+    environment = dict(
+        os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200", CUDA_VISIBLE_DEVICES=""
+    )
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *args],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_every_command_module_imports_without_torch(tmp_path):
@@ -54,11 +62,14 @@ def test_every_command_module_imports_without_torch(tmp_path):
     assert done.stdout.split()[0] == "imported" and done.stdout.split()[-1] == "False"
 
 
-@pytest.mark.parametrize("command", [
-    ["train", "--arm", "grpo", "--backend", "local", "--steps", "2", "--dry-run"],
-    ["train", "--arm", "grpo", "--backend", "local", "--seeds", "0-1", "--dry-run", "--json"],
-    ["matrix", "--arms", "grpo,gigpo", "--seeds", "0-1", "--dry-run"],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--arm", "grpo", "--backend", "local", "--steps", "2", "--dry-run"],
+        ["train", "--arm", "grpo", "--backend", "local", "--seeds", "0-1", "--dry-run", "--json"],
+        ["matrix", "--arms", "grpo,gigpo", "--seeds", "0-1", "--dry-run"],
+    ],
+)
 def test_each_dry_run_answers_without_torch(tmp_path, command):
     done = ccpo_without_torch(tmp_path, "--db", str(tmp_path / "runs.db"), *command)
     assert done.returncode == 0, done.stderr
@@ -69,13 +80,25 @@ def test_each_dry_run_answers_without_torch(tmp_path, command):
 
 
 def test_training_without_torch_names_the_extra_in_one_line(tmp_path):
-    done = ccpo_without_torch(tmp_path, "--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo",
-                              "--backend", "local", "--steps", "1")
+    done = ccpo_without_torch(
+        tmp_path,
+        "--db",
+        str(tmp_path / "runs.db"),
+        "train",
+        "--arm",
+        "grpo",
+        "--backend",
+        "local",
+        "--steps",
+        "1",
+    )
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert lines == ["error: ccpo train --backend local needs the 'local' extra (torch is not installed): "
-                     "pip install 'ccpo[local]'"]
+    assert lines == [
+        "error: ccpo train --backend local needs the 'local' extra (torch is not installed): "
+        "pip install 'ccpo[local]'"
+    ]
 
 
 def test_require_extra_translates_only_a_missing_package(monkeypatch):
@@ -84,7 +107,9 @@ def test_require_extra_translates_only_a_missing_package(monkeypatch):
 
     with pytest.raises(MissingExtra) as refused:
         require_extra("sync", "no_such_package_for_ccpo", what="parquet parts")
-    assert str(refused.value) == ("parquet parts needs the 'sync' extra (no_such_package_for_ccpo is not installed): "
-                                  "pip install 'ccpo[sync]'")
+    assert str(refused.value) == (
+        "parquet parts needs the 'sync' extra (no_such_package_for_ccpo is not installed): "
+        "pip install 'ccpo[sync]'"
+    )
     assert isinstance(refused.value, CcpoError) and refused.value.exit_code == 1
     assert require_extra("sync", "json") is json

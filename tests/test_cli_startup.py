@@ -38,12 +38,20 @@ main()
 """
 
 
-def loaded_modules(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[set[str], subprocess.CompletedProcess]:
+def loaded_modules(
+    tmp_path: Path, *args: str, env: dict | None = None
+) -> tuple[set[str], subprocess.CompletedProcess]:
     out = tmp_path / "modules.json"
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="120", **(env or {}))
     environment.pop("VIRTUAL_ENV", None)
-    done = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), *args],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return set(json.loads(out.read_text())), done
 
 
@@ -58,7 +66,9 @@ def small_db(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("args", [["--help"], ["runs", "--help"], ["train", "--help"], ["compare", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["runs", "--help"], ["train", "--help"], ["compare", "--help"]]
+)
 def test_help_loads_no_library(tmp_path, args):
     modules, done = loaded_modules(tmp_path, *args)
     assert done.returncode == 0, done.stderr
@@ -66,16 +76,29 @@ def test_help_loads_no_library(tmp_path, args):
 
 
 def test_completion_of_run_names_loads_no_library(tmp_path, small_db):
-    modules, done = loaded_modules(tmp_path, env={"_CCPO_COMPLETE": "complete_bash",
-                                                  "COMP_WORDS": f"ccpo --db {small_db} runs show a", "COMP_CWORD": "5"})
+    modules, done = loaded_modules(
+        tmp_path,
+        env={
+            "_CCPO_COMPLETE": "complete_bash",
+            "COMP_WORDS": f"ccpo --db {small_db} runs show a",
+            "COMP_CWORD": "5",
+        },
+    )
     assert done.stdout.split() == ["a-seed0"], (done.stdout, done.stderr)
     assert not modules & (HEAVY | STORE_LIBRARIES), sorted(modules & (HEAVY | STORE_LIBRARIES))
 
 
-@pytest.mark.parametrize("args", [
-    ["runs", "list"], ["runs", "list", "--format", "csv"], ["runs", "show", "a-seed0"], ["arms", "list"],
-    ["arms", "show", "return-hard"], ["runs", "retract", "b-seed0", "--step", "5", "--reason", "probe"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["runs", "list"],
+        ["runs", "list", "--format", "csv"],
+        ["runs", "show", "a-seed0"],
+        ["arms", "list"],
+        ["arms", "show", "return-hard"],
+        ["runs", "retract", "b-seed0", "--step", "5", "--reason", "probe"],
+    ],
+)
 def test_light_commands_load_no_heavy_module(tmp_path, small_db, args):
     modules, done = loaded_modules(tmp_path, "--db", str(small_db), *args)
     assert done.returncode == 0, done.stderr
@@ -94,15 +117,28 @@ def test_compare_loads_scipy_only_for_the_power_of_a_pair_and_nothing_heavier(tm
 def test_sqlite_utils_runs_without_pandas_in_the_ccpo_process_only():
     # In ccpo's process sqlite-utils gets no pandas (the import it makes only for pd.Timestamp),
     # and pandas itself still imports afterwards; a library user's sqlite-utils is untouched.
-    script = ("import sys\nfrom ccpo_cli.cli.startup import sqlite_utils_without_pandas\nsqlite_utils_without_pandas()\n"
-              "import sqlite_utils.db\nprint(sqlite_utils.db.pd is None, 'pandas' in sys.modules)\n"
-              "try:\n    import pandas\n    print(pandas.__name__)\nexcept ImportError:\n    print('absent')\n")
-    done = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
-                          capture_output=True, text=True, timeout=120)
+    script = (
+        "import sys\nfrom ccpo_cli.cli.startup import sqlite_utils_without_pandas\nsqlite_utils_without_pandas()\n"
+        "import sqlite_utils.db\nprint(sqlite_utils.db.pd is None, 'pandas' in sys.modules)\n"
+        "try:\n    import pandas\n    print(pandas.__name__)\nexcept ImportError:\n    print('absent')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     installed = importlib.util.find_spec("pandas") is not None
-    assert done.stdout.split() == ["True", "False", "pandas" if installed else "absent"], done.stderr
-    plain = subprocess.run([sys.executable, "-c", "import sqlite_utils.db; print(sqlite_utils.db.pd is None)"],
-                           capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["True", "False", "pandas" if installed else "absent"], (
+        done.stderr
+    )
+    plain = subprocess.run(
+        [sys.executable, "-c", "import sqlite_utils.db; print(sqlite_utils.db.pd is None)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     # Outside ccpo's entry point sqlite-utils sees pandas exactly when it is installed.
     assert plain.stdout.strip() == str(importlib.util.find_spec("pandas") is None)
 
@@ -117,8 +153,15 @@ def test_help_texts_written_out_agree_with_the_library():
 
 
 def test_the_default_backend_on_a_machine_without_a_cuda_device_asks_no_torch(tmp_path):
-    script = ("import sys\nfrom ccpo_cli.cli.train import default_backend\n"
-              "print(default_backend(), 'torch' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES=""))
+    script = (
+        "import sys\nfrom ccpo_cli.cli.train import default_backend\n"
+        "print(default_backend(), 'torch' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), CUDA_VISIBLE_DEVICES=""),
+    )
     assert done.stdout.split() == ["local", "False"], done.stderr

@@ -20,18 +20,39 @@ def test_latex_is_booktabs_with_mean_and_interval(tmp_path):
         arm = load_arm("grpo" if arm_name == "grpo_x" else arm_name)
         for seed in range(3):
             name = f"{arm_name}-{seed}"
-            ensure_run(db, name, arm=arm, seed=seed, base_model="m", backend="local", benchmark="alfworld", total_steps=20)
+            ensure_run(
+                db,
+                name,
+                arm=arm,
+                seed=seed,
+                base_model="m",
+                backend="local",
+                benchmark="alfworld",
+                total_steps=20,
+            )
             for step in range(10, 21, 2):
-                record_evaluation(db, name, step, success_rate=50 + offset + 2 * seed + step % 3, episodes=64,
-                                  temperature=0.4)
-    result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--format", "latex"])
+                record_evaluation(
+                    db,
+                    name,
+                    step,
+                    success_rate=50 + offset + 2 * seed + step % 3,
+                    episodes=64,
+                    temperature=0.4,
+                )
+    result = CliRunner().invoke(
+        app, ["--db", str(tmp_path / "runs.db"), "compare", "--format", "latex"]
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "\\begin{tabular}" in out and out.count("\\toprule") == out.count("\\bottomrule") >= 2
-    assert "\\midrule" in out and "grpo\\_x" not in out  # names escaped where needed; the arm is grpo
+    assert (
+        "\\midrule" in out and "grpo\\_x" not in out
+    )  # names escaped where needed; the arm is grpo
     import json
 
-    document = json.loads(CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--json"]).stdout)
+    document = json.loads(
+        CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--json"]).stdout
+    )
     arm = document["arms"][0]
     half = scipy_stats.t.ppf(0.975, arm["n"] - 1) * arm["sd"] / math.sqrt(arm["n"])
     row = next(line for line in out.splitlines() if line.startswith(arm["label"]))

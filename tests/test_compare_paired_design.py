@@ -24,8 +24,18 @@ LEVELS = {0: (40.0, 43.0), 1: (70.0, 72.5), 2: (55.0, 58.5), 3: (85.0, 88.0)}
 
 
 def _add(db, name, arm, seed, level, step1):
-    ensure_run(db, name, arm=arm, arm_fingerprint=f"fp-{arm}", seed=seed, base_model="m", backend="local",
-               total_steps=20, hardware="cpu", data_order_seed=seed)
+    ensure_run(
+        db,
+        name,
+        arm=arm,
+        arm_fingerprint=f"fp-{arm}",
+        seed=seed,
+        base_model="m",
+        backend="local",
+        total_steps=20,
+        hardware="cpu",
+        data_order_seed=seed,
+    )
     update_run_state(db, name, step1_rollout_hash=step1, status="finished", last_step=20)
     for step in (10, 15, 20):
         record_evaluation(db, name, step, episodes=200, successes=round(level * 2), temperature=0.4)
@@ -44,7 +54,11 @@ def test_paired_runs_get_the_paired_test_and_the_document_says_so(paired_db):
     path, db = paired_db
     (row,) = compare_runs(db, window_start=10)["comparisons"]
     test = row["test"]
-    assert test["test"] == "paired t" and test["paired_seeds"] == [0, 1, 2, 3] and test["seeds_left_out"] == []
+    assert (
+        test["test"] == "paired t"
+        and test["paired_seeds"] == [0, 1, 2, 3]
+        and test["seeds_left_out"] == []
+    )
     assert "paired t over the 4 seeds" in test["basis"]
     # The consistent 3-point shift is plain under pairing, lost in the seed spread under Welch.
     assert test["p"] < 0.01 < 0.5 < row["welch"]["p"]
@@ -58,8 +72,20 @@ def test_paired_runs_get_the_paired_test_and_the_document_says_so(paired_db):
 
 def test_the_comparisons_table_shows_the_test_compare_chose(paired_db):
     path, _ = paired_db
-    result = CliRunner().invoke(app, ["--db", str(path), "compare", "--window-start", "10", "--table", "comparisons",
-                                      "--format", "csv"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(path),
+            "compare",
+            "--window-start",
+            "10",
+            "--table",
+            "comparisons",
+            "--format",
+            "csv",
+        ],
+    )
     assert result.exit_code == 0, result.stderr
     header, row = result.stdout.strip().splitlines()[:2]
     assert "test" in header.split(",") and "paired t" in row
@@ -68,7 +94,9 @@ def test_the_comparisons_table_shows_the_test_compare_chose(paired_db):
 def test_arms_without_paired_seeds_get_welch(tmp_path):
     db = open_db(tmp_path / "runs.db")
     for seed, (grpo, gigpo) in LEVELS.items():
-        _add(db, f"grpo-{seed}", "grpo", seed, grpo, f"grpo-rollouts-{seed}")  # other first rollouts: not paired
+        _add(
+            db, f"grpo-{seed}", "grpo", seed, grpo, f"grpo-rollouts-{seed}"
+        )  # other first rollouts: not paired
         _add(db, f"gigpo-{seed}", "gigpo", seed, gigpo, f"gigpo-rollouts-{seed}")
     document = compare_runs(db, window_start=10)
     (row,) = document["comparisons"]
@@ -87,4 +115,6 @@ def test_one_function_decides_for_compare_power_and_testbed():
     assert decided["test"] == stats.PAIRED_TEST
     assert pair_power(a, b, list(LEVELS))["p"] == pytest.approx(decided["p"])
     assert paired_stats([a[seed] - b[seed] for seed in LEVELS])["p"] == pytest.approx(decided["p"])
-    assert stats.two_arm_test(a, b, paired_by_design=[0])["test"] == stats.WELCH_TEST  # one pair is no test
+    assert (
+        stats.two_arm_test(a, b, paired_by_design=[0])["test"] == stats.WELCH_TEST
+    )  # one pair is no test

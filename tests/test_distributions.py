@@ -42,7 +42,9 @@ def test_trim_mean_and_line_match_scipy():
 def test_noncentral_t_tail(df):
     for t in (-3.0, 0.0, 2.1, 4.3, 12.7):
         for nc in (-20.0, -4.0, -0.5, 0.0, 0.7, 2.5, 6.0, 15.0, 40.0):
-            assert d.noncentral_t_sf(t, df, nc) == pytest.approx(stats.nct.sf(t, df, nc), rel=1e-8, abs=1e-12)
+            assert d.noncentral_t_sf(t, df, nc) == pytest.approx(
+                stats.nct.sf(t, df, nc), rel=1e-8, abs=1e-12
+            )
 
 
 def test_pair_power_p_values_match_scipy_tests():
@@ -54,21 +56,30 @@ def test_pair_power_p_values_match_scipy_tests():
     differences = [a[seed] - b[seed] for seed in range(4)]
     assert paired["p"] == pytest.approx(stats.ttest_1samp(differences, 0.0).pvalue, rel=1e-9)
     welch = pair_power(a, b)
-    assert welch["p"] == pytest.approx(stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False).pvalue,
-                                       rel=1e-9)
+    assert welch["p"] == pytest.approx(
+        stats.ttest_ind(list(a.values()), list(b.values()), equal_var=False).pvalue, rel=1e-9
+    )
 
 
 def _compare_json_loads_scipy(db: Path) -> tuple[dict, str]:
     import subprocess
     import sys
 
-    code = ("import runpy, sys\nsys.argv = ['ccpo', '--db', sys.argv[1], 'compare', '--json']\n"
-            "try:\n    runpy.run_module('ccpo_cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('scipy loaded' if any(name.split('.')[0] == 'scipy' for name in sys.modules) else 'no scipy',"
-            " file=sys.stderr)\n")
+    code = (
+        "import runpy, sys\nsys.argv = ['ccpo', '--db', sys.argv[1], 'compare', '--json']\n"
+        "try:\n    runpy.run_module('ccpo_cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('scipy loaded' if any(name.split('.')[0] == 'scipy' for name in sys.modules) else 'no scipy',"
+        " file=sys.stderr)\n"
+    )
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True,
-                          cwd=root, timeout=120, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
     return json.loads(done.stdout), done.stderr.strip().splitlines()[-1]
 
 
@@ -80,12 +91,26 @@ def test_compare_json_with_a_pair_computes_its_power_without_scipy(tmp_path):
     db = open_db(tmp_path / "runs.db")
     for arm in ("return-hard", "grpo"):
         for seed in range(3):
-            ensure_run(db, f"{arm}-{seed}", arm=load_arm(arm), seed=seed, base_model="m", backend="local",
-                       benchmark="alfworld", total_steps=30)
+            ensure_run(
+                db,
+                f"{arm}-{seed}",
+                arm=load_arm(arm),
+                seed=seed,
+                base_model="m",
+                backend="local",
+                benchmark="alfworld",
+                total_steps=30,
+            )
             for step in range(0, 31, 3):
                 lift = 5 if arm == "grpo" else 0
-                record_evaluation(db, f"{arm}-{seed}", step, successes=20 + step + seed * seed + lift, episodes=64,
-                                  temperature=0.4)
+                record_evaluation(
+                    db,
+                    f"{arm}-{seed}",
+                    step,
+                    successes=20 + step + seed * seed + lift,
+                    episodes=64,
+                    temperature=0.4,
+                )
     document, loaded = _compare_json_loads_scipy(tmp_path / "runs.db")
     assert loaded == "no scipy"
     (pair,) = document["power"]["pairs"]
@@ -103,16 +128,36 @@ def test_compare_json_starts_without_scipy(tmp_path):
 
     db = open_db(tmp_path / "runs.db")
     for seed in range(3):
-        ensure_run(db, f"rh-{seed}", arm=load_arm("return-hard"), seed=seed, base_model="m", backend="local",
-                   benchmark="alfworld", total_steps=30)
+        ensure_run(
+            db,
+            f"rh-{seed}",
+            arm=load_arm("return-hard"),
+            seed=seed,
+            base_model="m",
+            backend="local",
+            benchmark="alfworld",
+            total_steps=30,
+        )
         for step in range(0, 31, 3):
-            record_evaluation(db, f"rh-{seed}", step, successes=20 + step + seed, episodes=64, temperature=0.4)
-    code = ("import runpy, sys\nsys.argv = ['ccpo', '--db', sys.argv[1], 'compare', '--json']\n"
-            "try:\n    runpy.run_module('ccpo_cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('scipy loaded' if any(name.split('.')[0] == 'scipy' for name in sys.modules) else 'no scipy',"
-            " file=sys.stderr)\n")
+            record_evaluation(
+                db, f"rh-{seed}", step, successes=20 + step + seed, episodes=64, temperature=0.4
+            )
+    code = (
+        "import runpy, sys\nsys.argv = ['ccpo', '--db', sys.argv[1], 'compare', '--json']\n"
+        "try:\n    runpy.run_module('ccpo_cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('scipy loaded' if any(name.split('.')[0] == 'scipy' for name in sys.modules) else 'no scipy',"
+        " file=sys.stderr)\n"
+    )
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "runs.db")], capture_output=True, text=True,
-                          cwd=root, timeout=120, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
-    assert json.loads(done.stdout)["arms"][0]["n_seeds"] == 3  # trend, bias, Wilson and IQM were all computed
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert (
+        json.loads(done.stdout)["arms"][0]["n_seeds"] == 3
+    )  # trend, bias, Wilson and IQM were all computed
     assert done.stderr.strip().splitlines()[-1] == "no scipy", done.stderr

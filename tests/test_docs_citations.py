@@ -70,9 +70,15 @@ def test_the_module_map_lists_every_estimator_module():
     page = (REPO / "docs" / "estimators.md").read_text()
     module_map = page.split("## 12. Module map", 1)[1]
     listed = set(re.findall(r"`estimators/(\w+\.py)`", module_map))
-    shipped = {path.name for path in (REPO / "ccpo_cli" / "estimators").glob("*.py")} - {"__init__.py"}
-    assert shipped - listed == set(), f"docs/estimators.md §12 does not list {sorted(shipped - listed)}"
-    assert listed - shipped == set(), f"docs/estimators.md §12 lists modules that do not exist: {sorted(listed - shipped)}"
+    shipped = {path.name for path in (REPO / "ccpo_cli" / "estimators").glob("*.py")} - {
+        "__init__.py"
+    }
+    assert shipped - listed == set(), (
+        f"docs/estimators.md §12 does not list {sorted(shipped - listed)}"
+    )
+    assert listed - shipped == set(), (
+        f"docs/estimators.md §12 lists modules that do not exist: {sorted(listed - shipped)}"
+    )
 
 
 def test_nothing_cites_material_outside_the_repository():

@@ -31,16 +31,24 @@ SPAN = re.compile(r"`(ccpo(?: [^`]*)?)`")
 # A usage synopsis (`ccpo --db PATH COMMAND ...`) shows a shape, not a command to run.
 SYNOPSIS = re.compile(r"\.\.\.|<|\b[A-Z][A-Z_]+\b")
 # Commands that run in a second or two against what the test builds: run them as written.
-LIGHT = ("ccpo --help", "ccpo runs list", "ccpo compare", "ccpo compare --json",
-         "ccpo estimate --arm gigpo --input examples/worked-example-1.json")
+LIGHT = (
+    "ccpo --help",
+    "ccpo runs list",
+    "ccpo compare",
+    "ccpo compare --json",
+    "ccpo estimate --arm gigpo --input examples/worked-example-1.json",
+)
 
 
 def _block_commands(text: str) -> list[str]:
     commands = []
     for block in BLOCK.findall(text):
         joined = re.sub(r"\\\n\s*", " ", block)
-        commands += [" ".join(shlex.split(line, comments=True)) for line in joined.splitlines()
-                     if line.strip().startswith("ccpo ")]
+        commands += [
+            " ".join(shlex.split(line, comments=True))
+            for line in joined.splitlines()
+            if line.strip().startswith("ccpo ")
+        ]
     return commands
 
 
@@ -49,7 +57,10 @@ def _expand(span: str) -> list[str]:
     words = span.split()
     for index, word in enumerate(words):
         if "|" in word and not word.startswith("-"):
-            return [" ".join([*words[:index], choice, *words[index + 1:]]) for choice in word.split("|")]
+            return [
+                " ".join([*words[:index], choice, *words[index + 1 :]])
+                for choice in word.split("|")
+            ]
     return [span]
 
 
@@ -64,8 +75,12 @@ def shown_commands() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
             text = head + "## A tour" + tour.replace(tour_block, "", 1)
         blocks += [(page.name, command) for command in _block_commands(text)]
         prose = FENCE.sub("", text).replace("\n", " ")
-        mentions += [(page.name, command) for span in SPAN.findall(prose) for command in _expand(" ".join(span.split()))
-                     if not SYNOPSIS.search(command)]
+        mentions += [
+            (page.name, command)
+            for span in SPAN.findall(prose)
+            for command in _expand(" ".join(span.split()))
+            if not SYNOPSIS.search(command)
+        ]
     return blocks, mentions
 
 
@@ -95,7 +110,10 @@ def test_the_pages_show_commands_and_this_test_finds_them():
     blocks, mentions = shown_commands()
     pages = {page for page, _ in blocks}
     assert {"alfworld-games.md", "estimators.md", "local-backend.md", "publishing.md"} <= pages
-    assert ("README.md", "ccpo matrix --design early-fork") in mentions and ("README.md", "ccpo sync pull") in mentions
+    assert ("README.md", "ccpo matrix --design early-fork") in mentions and (
+        "README.md",
+        "ccpo sync pull",
+    ) in mentions
     assert len(blocks) >= 10 and len(mentions) >= 20
 
 
@@ -103,15 +121,22 @@ def test_the_pages_show_commands_and_this_test_finds_them():
 def test_every_command_in_a_code_block_parses_as_written(page, command):
     args = shlex.split(command, comments=True)[1:]
     command, _ = resolve(args, strict=True)
-    assert command.name == args[0] or command.name in args, (page, command)  # a command, not the root group
+    assert command.name == args[0] or command.name in args, (
+        page,
+        command,
+    )  # a command, not the root group
 
 
 def test_every_command_named_in_the_prose_exists_with_its_options():
     for page, mention in shown_commands()[1]:
         args = shlex.split(mention)[1:]
         command, context = resolve(args, strict=False)
-        options = {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
-        options |= {name for param in root_command().params for name in param.opts}  # global options
+        options = {
+            name for param in command.params for name in (*param.opts, *param.secondary_opts)
+        }
+        options |= {
+            name for param in root_command().params for name in param.opts
+        }  # global options
         options |= {"--help"}
         for word in args:
             if word.startswith("--"):
@@ -122,7 +147,9 @@ def test_every_command_named_in_the_prose_exists_with_its_options():
 def test_the_light_commands_run_as_written(tmp_path, monkeypatch):
     from helpers_cards import seed_card_db
 
-    shown = {command for _, command in shown_commands()[0]} | {mention for _, mention in shown_commands()[1]}
+    shown = {command for _, command in shown_commands()[0]} | {
+        mention for _, mention in shown_commands()[1]
+    }
     assert set(LIGHT) <= shown
     seed_card_db(tmp_path / "runs.db")
     monkeypatch.chdir(ROOT)  # the docs' paths (examples/...) are relative to the repository

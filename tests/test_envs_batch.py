@@ -25,7 +25,9 @@ def test_oracle_wins_a_panel_subset_in_two_workers():
     assert len(episodes) == 12 and all(e.won for e in episodes)
     assert {e.task_type for e in episodes} == set(TASK_TYPES)
     assert all(e.reward == 10.0 and 3 <= e.turns < 50 for e in episodes)
-    assert [e.actions for e in episodes] == [list(json.loads(Path(p).read_text())["walkthrough"]) for p in games]
+    assert [e.actions for e in episodes] == [
+        list(json.loads(Path(p).read_text())["walkthrough"]) for p in games
+    ]
 
 
 @pytest.mark.slow
@@ -57,7 +59,9 @@ def test_random_plays_to_the_step_limit_with_reward_only_on_win():
             steps += 1
             for slot, (reward, info) in enumerate(zip(rewards, infos)):
                 totals[slot] += reward
-                assert reward in (0.0, 10.0) and (reward == 10.0) == (info["won"] and info["active"])
+                assert reward in (0.0, 10.0) and (reward == 10.0) == (
+                    info["won"] and info["active"]
+                )
         assert steps == 8
         for total, info in zip(totals, infos):
             assert total == (10.0 if info["won"] else 0.0)
@@ -74,7 +78,9 @@ def test_group_rollouts_and_ended_slots():
         plan = infos[0]["walkthrough"]
         # Slot 0 follows the plan, slot 1 only looks: independent states of the same game.
         for command in plan:
-            observations, rewards, dones, infos = env.step([command, "look", "look", "look", "look"])
+            observations, rewards, dones, infos = env.step(
+                [command, "look", "look", "look", "look"]
+            )
         assert infos[0]["won"] and dones[0] and rewards[0] == 10.0 and not infos[1]["won"]
         observations, rewards, dones, infos = env.step([None, "look", "look", "look", "look"])
         assert not infos[0]["active"] and rewards[0] == 0.0 and dones[0]
@@ -99,8 +105,16 @@ def test_bad_game_folders_are_invalid_input(tmp_path):
         find_games(tmp_path / "missing")
     broken = tmp_path / "pick_and_place_simple-Apple-None-CounterTop-1" / "trial_x"
     broken.mkdir(parents=True)
-    shutil.copy(REAL_VALID_SEEN / "pick_and_place_simple-Book-None-SideTable-329" / "trial_T20190908_050633_745514" / "traj_data.json", broken)
-    (broken / "game.tw-pddl").write_text('{"solvable": true, "pddl_domain": "(oops", "grammar": "{}", "pddl_problem": ""}')
+    shutil.copy(
+        REAL_VALID_SEEN
+        / "pick_and_place_simple-Book-None-SideTable-329"
+        / "trial_T20190908_050633_745514"
+        / "traj_data.json",
+        broken,
+    )
+    (broken / "game.tw-pddl").write_text(
+        '{"solvable": true, "pddl_domain": "(oops", "grammar": "{}", "pddl_problem": ""}'
+    )
     with AlfworldBatchEnv(find_games(tmp_path), workers=1) as env:
         with pytest.raises(InvalidInput, match="not a playable ALFWorld game"):
             env.reset()

@@ -12,8 +12,22 @@ from ccpo_cli.cli.app import app
 def test_generate_then_check(tmp_path):
     runner = CliRunner()
     out = tmp_path / "games"
-    result = runner.invoke(app, ["games", "generate", "--out", str(out), "--split", "heldout",
-                                 "--n", "6", "--seed", "5", "--json"])
+    result = runner.invoke(
+        app,
+        [
+            "games",
+            "generate",
+            "--out",
+            str(out),
+            "--split",
+            "heldout",
+            "--n",
+            "6",
+            "--seed",
+            "5",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["schema_version"] == 1 and document["n"] == 6

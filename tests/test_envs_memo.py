@@ -25,7 +25,9 @@ def _play(games, use_memo: bool) -> str:
 
 @pytest.mark.slow
 def test_memo_transcripts_are_byte_identical():
-    games = one_per_type(panel_paths()) + [p for p in find_games(REAL_VALID_SEEN) if "pick_and_place" in p]
+    games = one_per_type(panel_paths()) + [
+        p for p in find_games(REAL_VALID_SEEN) if "pick_and_place" in p
+    ]
     without = _play(games, use_memo=False)
     with_memo = _play(games, use_memo=True)
     assert without.count("\nS") > 100  # enough steps were compared
@@ -38,7 +40,11 @@ def test_memo_installs_and_uninstalls_cleanly():
 
     memo.uninstall()  # an earlier in-process env may have left it installed
     original_parse, original_query = textgen._parse_and_convert, Rule.parse_conjunctive_query
-    original_copy, original_deepcopy, original_flag = textgen.copy_context, textgen.deepcopy, textgen.check_flag
+    original_copy, original_deepcopy, original_flag = (
+        textgen.copy_context,
+        textgen.deepcopy,
+        textgen.check_flag,
+    )
     memo.install()
     memo.install()
     assert textgen._parse_and_convert is not original_parse

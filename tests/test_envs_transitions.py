@@ -63,8 +63,14 @@ def test_local_rollouts_are_identical_with_the_cache():
 
     games = find_games(generated_games("train", 4, seed=5))
     jobs = [
-        EpisodeJob(game_path=path, uid=f"g{index}", traj_uids=tuple(f"g{index}/ep{e}" for e in range(4)),
-                   seeds=tuple((0, 1, index, e % 2) for e in range(4)), temperature=0.3, max_steps=15)
+        EpisodeJob(
+            game_path=path,
+            uid=f"g{index}",
+            traj_uids=tuple(f"g{index}/ep{e}" for e in range(4)),
+            seeds=tuple((0, 1, index, e % 2) for e in range(4)),
+            temperature=0.3,
+            max_steps=15,
+        )
         for index, path in enumerate(games)
     ]
     model = build_model(0)
@@ -73,7 +79,9 @@ def test_local_rollouts_are_identical_with_the_cache():
         with RolloutPool(model, 0, transition_entries=entries) as pool:
             first = pool.play(jobs)
             second = pool.play(jobs)  # the same episodes again: served from the table
-            digests[entries] = [rollout_digest([t for group in played for t in group]) for played in (first, second)]
+            digests[entries] = [
+                rollout_digest([t for group in played for t in group]) for played in (first, second)
+            ]
             transitions = pool._local.transitions
         if entries:
             assert transitions.stats.hits > transitions.stats.misses
@@ -103,7 +111,9 @@ def test_oracle_walkthroughs_are_served_identically_from_the_cache():
     games = find_games(generated_games("heldout", 3, seed=4))
     texts = {}
     for entries in (0, 1_000):
-        with AlfworldBatchEnv(games, workers=0, max_steps=20, walkthrough=True, transition_cache=entries) as env:
+        with AlfworldBatchEnv(
+            games, workers=0, max_steps=20, walkthrough=True, transition_cache=entries
+        ) as env:
             texts[entries] = transcript(env, OracleAgent()) + "\n" + transcript(env, OracleAgent())
             if entries:
                 stats = env._local.transitions.stats
@@ -116,8 +126,12 @@ def test_oracle_walkthroughs_are_served_identically_from_the_cache():
 def test_snapshots_are_untracked_by_the_garbage_collector():
     import gc
 
-    snapshot = snapshot_of(EngineState("You see a fridge.", {"admissible_commands": ["look", "open fridge 1"],
-                                                            "won": False}), walkthrough=False)
+    snapshot = snapshot_of(
+        EngineState(
+            "You see a fridge.", {"admissible_commands": ["look", "open fridge 1"], "won": False}
+        ),
+        walkthrough=False,
+    )
     cache = TransitionCache(10)
     cache.put(5, "look", snapshot)
     key, value = next(iter(cache._edges.items()))
@@ -127,4 +141,7 @@ def test_snapshots_are_untracked_by_the_garbage_collector():
     gc.collect(1)
     assert not any(gc.is_tracked(item) for item in (snapshot, key, value, value[2]))
     rebuilt = EngineState.from_snapshot(snapshot)
-    assert rebuilt.feedback == "You see a fridge." and list(rebuilt["admissible_commands"]) == ["look", "open fridge 1"]
+    assert rebuilt.feedback == "You see a fridge." and list(rebuilt["admissible_commands"]) == [
+        "look",
+        "open fridge 1",
+    ]

@@ -18,10 +18,26 @@ from ccpo_cli.estimators import RolloutBatch, compute_advantages
 
 # The case hypothesis found (test_estimators_properties.py carries it as an explicit example).
 FOUND_FLAGS = {
-    "gate": "hard", "target": "return", "rho": "0", "backoff_task": "0", "jweight_c": "0",
-    "prior_kappa": "0", "lk_fix": "", "lam_fix": "0.3", "phi": "hidden+ctx", "whiten": "0",
-    "tau": "0.15", "wmode": "cos", "shrink": "eb", "std": "task", "step_norm": "none",
-    "edge_w": "0", "adv_mode": "mean_std_norm", "min_traj": "1", "ctx_w": "1", "backoff_rho": "0.5",
+    "gate": "hard",
+    "target": "return",
+    "rho": "0",
+    "backoff_task": "0",
+    "jweight_c": "0",
+    "prior_kappa": "0",
+    "lk_fix": "",
+    "lam_fix": "0.3",
+    "phi": "hidden+ctx",
+    "whiten": "0",
+    "tau": "0.15",
+    "wmode": "cos",
+    "shrink": "eb",
+    "std": "task",
+    "step_norm": "none",
+    "edge_w": "0",
+    "adv_mode": "mean_std_norm",
+    "min_traj": "1",
+    "ctx_w": "1",
+    "backoff_rho": "0.5",
 }
 
 
@@ -48,15 +64,30 @@ def opposed_rows(names=("a", "b", "c"), rewards=(0.0, 10.0, 0.0), seed=0) -> Rol
     """Three one-turn trajectories of one task: the first row's features are −2× the others'
     offset from their common mean, the last two rows' features are identical."""
     v = np.random.default_rng(seed).standard_normal(12).astype(np.float32)
-    return RolloutBatch.from_mapping({
-        "uid": ["g"] * 3, "traj_uid": list(names), "anchor_obs": ["s"] * 3, "step_index": [0, 0, 0],
-        "env_reward": list(rewards), "is_action_valid": [True] * 3, "episode_reward": list(rewards),
-        "response_mask": [[1]] * 3, "phi_feats": np.stack([2 * v, -v, -v]) + 5.0,
-    })
+    return RolloutBatch.from_mapping(
+        {
+            "uid": ["g"] * 3,
+            "traj_uid": list(names),
+            "anchor_obs": ["s"] * 3,
+            "step_index": [0, 0, 0],
+            "env_reward": list(rewards),
+            "is_action_valid": [True] * 3,
+            "episode_reward": list(rewards),
+            "response_mask": [[1]] * 3,
+            "phi_feats": np.stack([2 * v, -v, -v]) + 5.0,
+        }
+    )
 
 
-KERNEL_ONLY = {"rho": "1", "lam_fix": "1", "whiten": "0", "edge_w": "0", "step_norm": "none",
-               "phi": "hidden+ctx", "ctx_w": "1"}
+KERNEL_ONLY = {
+    "rho": "1",
+    "lam_fix": "1",
+    "whiten": "0",
+    "edge_w": "0",
+    "step_norm": "none",
+    "phi": "hidden+ctx",
+    "ctx_w": "1",
+}
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -67,7 +98,9 @@ def test_a_row_orthogonal_to_every_neighbour_keeps_all_its_nearest_ones(seed):
     batch = opposed_rows(seed=seed)
     arm = load_arm("return-hard", {**KERNEL_ONLY, "wmode": "cos"})
     result = compute_advantages(batch, arm)
-    np.testing.assert_allclose(result.per_row["kernel_baseline"], [5.0, 0.0, 10.0], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        result.per_row["kernel_baseline"], [5.0, 0.0, 10.0], rtol=0, atol=1e-6
+    )
     np.testing.assert_allclose(result.final, literal_advantages(batch, arm), rtol=0, atol=2e-5)
 
 

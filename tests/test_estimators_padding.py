@@ -94,9 +94,13 @@ def test_worked_grpo_example_with_two_copies():
     batch = RolloutBatch.from_mapping(columns)
     sd = np.sqrt(187.5 / 7)
     expected = np.array([6.25, 6.25, -3.75, -3.75, -3.75, -3.75, -3.75, 6.25]) / (sd + EPS)
-    np.testing.assert_allclose(compute_advantages(batch, load_arm("grpo"), padding="upstream").final, expected, atol=1e-6)
+    np.testing.assert_allclose(
+        compute_advantages(batch, load_arm("grpo"), padding="upstream").final, expected, atol=1e-6
+    )
     inert = compute_advantages(batch, load_arm("grpo"), padding="inert").final
-    np.testing.assert_allclose(inert, [1.29099, 1.29099, -0.64550, -0.64550, -0.64550, -0.64550, 0, 0], atol=1e-5)
+    np.testing.assert_allclose(
+        inert, [1.29099, 1.29099, -0.64550, -0.64550, -0.64550, -0.64550, 0, 0], atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("arm_name", ["grpo", "gigpo", "return-hard"])
@@ -108,14 +112,18 @@ def test_without_padding_the_rules_agree(arm_name):
         with pytest.raises(InvalidInput, match="estimator 'ccpo' has no upstream rule"):
             compute_advantages(batch, arm, padding="upstream")
         return
-    assert np.array_equal(inert.advantages, compute_advantages(batch, arm, padding="upstream").advantages)
+    assert np.array_equal(
+        inert.advantages, compute_advantages(batch, arm, padding="upstream").advantages
+    )
 
 
 def test_upstream_rule_refuses_a_padding_row_that_copies_nothing():
     data = random_batch(5, pad_rows=2).as_mapping()
     data["step_index"] = data["step_index"].copy()
     data["step_index"][-1] = 99
-    with pytest.raises(InvalidInput, match=r"row \d+: padding = upstream needs each padding row to copy a real row"):
+    with pytest.raises(
+        InvalidInput, match=r"row \d+: padding = upstream needs each padding row to copy a real row"
+    ):
         compute_advantages(RolloutBatch.from_mapping(data), load_arm("gigpo"), padding="upstream")
     data = random_batch(5, pad_rows=2).as_mapping()
     data["anchor_obs"] = data["anchor_obs"].copy()

@@ -75,10 +75,26 @@ FLAG_CHOICES = {
 # Found by hypothesis: two one-turn trajectories whose φ are exactly orthogonal, so the cosine
 # weight is rounding around 0 (test_estimators_kernel_weights.py works it out by hand).
 FOUND_ORTHOGONAL = {
-    "gate": "hard", "target": "return", "rho": "0", "backoff_task": "0", "jweight_c": "0",
-    "prior_kappa": "0", "lk_fix": "", "lam_fix": "0.3", "phi": "hidden+ctx", "whiten": "0",
-    "tau": "0.15", "wmode": "cos", "shrink": "eb", "std": "task", "step_norm": "none",
-    "edge_w": "0", "adv_mode": "mean_std_norm", "min_traj": "1", "ctx_w": "1", "backoff_rho": "0.5",
+    "gate": "hard",
+    "target": "return",
+    "rho": "0",
+    "backoff_task": "0",
+    "jweight_c": "0",
+    "prior_kappa": "0",
+    "lk_fix": "",
+    "lam_fix": "0.3",
+    "phi": "hidden+ctx",
+    "whiten": "0",
+    "tau": "0.15",
+    "wmode": "cos",
+    "shrink": "eb",
+    "std": "task",
+    "step_norm": "none",
+    "edge_w": "0",
+    "adv_mode": "mean_std_norm",
+    "min_traj": "1",
+    "ctx_w": "1",
+    "backoff_rho": "0.5",
 }
 
 
@@ -91,7 +107,9 @@ FOUND_ORTHOGONAL = {
 @example(seed=0, shape=(1, 2, 1, 1), flags=FOUND_ORTHOGONAL)
 def test_matches_the_literal_spec_for_any_ccpo_flags(seed, shape, flags):
     n_tasks, trajectories, max_turns, n_obs = shape
-    batch = random_batch(seed, n_tasks=n_tasks, trajectories=trajectories, max_turns=max_turns, n_obs=n_obs)
+    batch = random_batch(
+        seed, n_tasks=n_tasks, trajectories=trajectories, max_turns=max_turns, n_obs=n_obs
+    )
     arm = load_arm("return-hard", flags)
     expected = literal_advantages(batch, arm)
     np.testing.assert_allclose(compute_advantages(batch, arm).final, expected, rtol=0, atol=2e-5)
@@ -102,7 +120,9 @@ def test_matches_the_literal_spec_for_any_ccpo_flags(seed, shape, flags):
 def test_matches_the_literal_spec_for_the_shipped_arms(arm, seed):
     batch = random_batch(seed, n_tasks=4, trajectories=5, max_turns=8)
     expected = literal_advantages(batch, load_arm(arm))
-    np.testing.assert_allclose(compute_advantages(batch, load_arm(arm)).final, expected, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(
+        compute_advantages(batch, load_arm(arm)).final, expected, rtol=0, atol=2e-5
+    )
 
 
 def test_singleton_gigpo_group_has_zero_step_term():
@@ -118,7 +138,9 @@ def test_singleton_gigpo_group_has_zero_step_term():
 @pytest.mark.parametrize("arm", ["return-hard", "return-hard-fbjw"])
 def test_rho_zero_makes_features_irrelevant(arm):
     batch = random_batch(7)
-    other_features = np.random.default_rng(99).standard_normal(batch.phi_feats.shape).astype(np.float32)
+    other_features = (
+        np.random.default_rng(99).standard_normal(batch.phi_feats.shape).astype(np.float32)
+    )
     with_features = compute_advantages(batch, load_arm(arm))
     changed = compute_advantages(with_changes(batch, phi_feats=other_features), load_arm(arm))
     without = compute_advantages(with_changes(batch, phi_feats=None), load_arm(arm))
@@ -128,7 +150,9 @@ def test_rho_zero_makes_features_irrelevant(arm):
 
 def test_features_do_matter_when_rho_is_positive():
     batch = random_batch(7)
-    other_features = np.random.default_rng(99).standard_normal(batch.phi_feats.shape).astype(np.float32)
+    other_features = (
+        np.random.default_rng(99).standard_normal(batch.phi_feats.shape).astype(np.float32)
+    )
     arm = load_arm("return-hard", {"rho": "1", "shrink": "eb_pooled"})
     first = compute_advantages(batch, arm).final
     second = compute_advantages(with_changes(batch, phi_feats=other_features), arm).final
@@ -141,7 +165,9 @@ def test_global_gate_gives_lambda_one(rho):
     result = compute_advantages(batch, load_arm("global-successor", {"rho": rho}))
     lam = result.per_row["lam"][result.live]
     assert lam.size and np.all(lam == 1.0)
-    np.testing.assert_array_equal(result.per_row["baseline"][result.live], result.per_row["kernel_baseline"][result.live])
+    np.testing.assert_array_equal(
+        result.per_row["baseline"][result.live], result.per_row["kernel_baseline"][result.live]
+    )
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -154,8 +180,14 @@ def test_equal_scores_give_zero_episode_term(arm):
 @pytest.mark.parametrize("arm", ARMS)
 def test_one_row_task_passes_its_raw_score(arm):
     data = {
-        "uid": ["solo"], "traj_uid": ["t"], "anchor_obs": ["o"], "step_index": [0], "env_reward": [10.0],
-        "is_action_valid": [True], "episode_reward": [10.0], "response_mask": [[1, 1, 0]],
+        "uid": ["solo"],
+        "traj_uid": ["t"],
+        "anchor_obs": ["o"],
+        "step_index": [0],
+        "env_reward": [10.0],
+        "is_action_valid": [True],
+        "episode_reward": [10.0],
+        "response_mask": [[1, 1, 0]],
         "phi_feats": [[0.5, -1.0, 2.0]],
     }
     result = compute_advantages(RolloutBatch.from_mapping(data), load_arm(arm))
@@ -170,11 +202,18 @@ def test_return_hard_closed_form():
     result = compute_advantages(batch, load_arm("return-hard"))
     returns = result.per_row["return_to_go"]
     for i in range(batch.n_rows):
-        pool = [k for k in range(batch.n_rows)
-                if batch.uid[k] == batch.uid[i] and batch.anchor_obs[k] == batch.anchor_obs[i] and batch.traj_uid[k] != batch.traj_uid[i]]
+        pool = [
+            k
+            for k in range(batch.n_rows)
+            if batch.uid[k] == batch.uid[i]
+            and batch.anchor_obs[k] == batch.anchor_obs[i]
+            and batch.traj_uid[k] != batch.traj_uid[i]
+        ]
         if pool:
             assert result.live[i]
-            assert result.per_row["cc_term"][i] == pytest.approx(returns[i] - np.mean(returns[pool]), abs=1e-9)
+            assert result.per_row["cc_term"][i] == pytest.approx(
+                returns[i] - np.mean(returns[pool]), abs=1e-9
+            )
         else:
             assert not result.live[i] and result.per_row["cc_term"][i] == 0
 

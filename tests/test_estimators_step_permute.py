@@ -37,7 +37,9 @@ def test_gigpo_with_permuted_step_term_has_the_same_step_values_per_task_but_not
     assert live.sum() > 4
     for uid in np.unique(batch.uid):
         rows = (batch.uid == uid) & live & ~batch.is_pad
-        np.testing.assert_allclose(np.sort(plain["step_term"][rows]), np.sort(permuted["step_term"][rows]))
+        np.testing.assert_allclose(
+            np.sort(plain["step_term"][rows]), np.sort(permuted["step_term"][rows])
+        )
     assert not np.allclose(plain["step_term"][live], permuted["step_term"][live])
 
 

@@ -36,7 +36,19 @@ def mutate(key, row, value):
     return data
 
 
-@pytest.mark.parametrize("key", ["uid", "traj_uid", "anchor_obs", "step_index", "env_reward", "is_action_valid", "episode_reward", "response_mask"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "uid",
+        "traj_uid",
+        "anchor_obs",
+        "step_index",
+        "env_reward",
+        "is_action_valid",
+        "episode_reward",
+        "response_mask",
+    ],
+)
 def test_missing_key(key):
     data = good()
     del data[key]
@@ -96,7 +108,10 @@ def test_duplicate_step_index():
 
 def test_missing_step_index():
     message = error_for(mutate("step_index", 1, 2))
-    assert message == "b.json: key 'step_index', row 1: trajectory 't1' jumps from step_index 0 to 2 (missing 1)"
+    assert (
+        message
+        == "b.json: key 'step_index', row 1: trajectory 't1' jumps from step_index 0 to 2 (missing 1)"
+    )
 
 
 def test_trajectory_not_starting_at_zero():
@@ -106,7 +121,9 @@ def test_trajectory_not_starting_at_zero():
 
 
 def test_negative_step_index():
-    assert "key 'step_index', row 0: negative step_index -1" in error_for(mutate("step_index", 0, -1))
+    assert "key 'step_index', row 0: negative step_index -1" in error_for(
+        mutate("step_index", 0, -1)
+    )
 
 
 def test_trajectory_in_two_tasks():
@@ -132,7 +149,9 @@ def test_arm_with_active_features_needs_phi_feats():
     batch = RolloutBatch.from_mapping(data)
     with pytest.raises(InvalidInput) as caught:
         compute_advantages(batch, load_arm("global-successor"))
-    assert str(caught.value).startswith("key 'phi_feats': missing, and arm 'global-successor' needs it")
+    assert str(caught.value).startswith(
+        "key 'phi_feats': missing, and arm 'global-successor' needs it"
+    )
     # inert features: no need for them
     assert compute_advantages(batch, load_arm("return-hard")).final.shape == (6,)
 
@@ -160,7 +179,11 @@ def test_npz_round_trip(tmp_path):
 
 def test_npz_missing_key_names_file_and_key(tmp_path):
     batch = RolloutBatch.from_mapping(good())
-    arrays = {k: (v.astype(str) if v.dtype == object else v) for k, v in batch.as_mapping().items() if k != "anchor_obs"}
+    arrays = {
+        k: (v.astype(str) if v.dtype == object else v)
+        for k, v in batch.as_mapping().items()
+        if k != "anchor_obs"
+    }
     np.savez(tmp_path / "b.npz", **arrays)
     with pytest.raises(InvalidInput, match=r"b.npz: missing key 'anchor_obs'"):
         load_batch(tmp_path / "b.npz")

@@ -10,7 +10,9 @@ from ccpo_cli.estimators import features as features_module
 from ccpo_cli.estimators.features import principal_directions, whiten
 
 
-def strong_spectrum(n: int, d: int, seed: int, strengths=(40.0, 25.0, 15.0, 4.0, 3.0, 2.0)) -> np.ndarray:
+def strong_spectrum(
+    n: int, d: int, seed: int, strengths=(40.0, 25.0, 15.0, 4.0, 3.0, 2.0)
+) -> np.ndarray:
     """A few strong shared directions, anisotropic noise and a large common offset."""
     rng = np.random.default_rng(seed)
     directions = np.linalg.qr(rng.standard_normal((d, len(strengths))))[0].T
@@ -30,7 +32,9 @@ def test_subspace_iteration_matches_exact_svd(seed, monkeypatch):
     features = strong_spectrum(640, 480, seed)
     exact_calls = []
     original = features_module._exact_directions
-    monkeypatch.setattr(features_module, "_exact_directions", lambda *a: exact_calls.append(1) or original(*a))
+    monkeypatch.setattr(
+        features_module, "_exact_directions", lambda *a: exact_calls.append(1) or original(*a)
+    )
     directions = principal_directions(features, features.mean(0, dtype=np.float64), 3)
     assert not exact_calls, "the fast path must not fall back to a full SVD on a gapped spectrum"
     difference = np.linalg.norm(directions @ directions.T - exact_projection(features, 3), 2)

@@ -24,8 +24,11 @@ FOLDERS = {
 
 
 def paths(counts: dict[str, int]) -> list[str]:
-    return [f"/games/{FOLDERS[key].format(i=i)}/trial_1/game.tw-pddl"
-            for key, count in counts.items() for i in range(count)]
+    return [
+        f"/games/{FOLDERS[key].format(i=i)}/trial_1/game.tw-pddl"
+        for key, count in counts.items()
+        for i in range(count)
+    ]
 
 
 def test_task_type_comes_from_the_alfworld_folder_name():
@@ -58,11 +61,14 @@ def episode(index, task_type, won, flags):
 
 
 def test_seed_statistics_and_rows():
-    result = SeedEvaluation(seed=4, episodes=[
-        episode(0, "pick", True, [False, True]),
-        episode(1, "pick", False, [True, True, False, False]),
-        episode(2, "cool", True, [False]),
-    ])
+    result = SeedEvaluation(
+        seed=4,
+        episodes=[
+            episode(0, "pick", True, [False, True]),
+            episode(1, "pick", False, [True, True, False, False]),
+            episode(2, "cool", True, [False]),
+        ],
+    )
     summary = result.summary()
     assert summary["successes"] == 2 and math.isclose(summary["success"], 200 / 3)
     assert math.isclose(summary["mean_turns"], 7 / 3)
@@ -72,7 +78,9 @@ def test_seed_statistics_and_rows():
         "cool": {"episodes": 1, "successes": 1, "success": 100.0},
     }
     row = result.episodes[1].as_row()
-    assert row["invalid_turns"] == 2 and row["invalid_flags"] == [1, 1, 0, 0] and row["reward"] == 0.0
+    assert (
+        row["invalid_turns"] == 2 and row["invalid_flags"] == [1, 1, 0, 0] and row["reward"] == 0.0
+    )
     assert result.episodes[0].as_row()["reward"] == 10.0
 
 
@@ -117,7 +125,9 @@ def test_registered_factories_are_used_and_unknown_kinds_refused(monkeypatch):
 
 def test_local_kind_resolves_lazily_like_the_other_built_ins(monkeypatch):
     # ccpo eval's library layer plugs the local backend's policy in; the agents never name it.
-    monkeypatch.setattr("ccpo_cli.agents.registry.AGENT_FACTORIES", {})  # nothing registered by import
+    monkeypatch.setattr(
+        "ccpo_cli.agents.registry.AGENT_FACTORIES", {}
+    )  # nothing registered by import
     with pytest.raises(InvalidInput, match="--agent local needs --model"):
         build_agent("local", None, temperature=0.4, seed=0)
 
@@ -142,8 +152,10 @@ def test_slot_adapter_shows_the_batch_agent_every_slot():
 
     adapter = SlotAgentAdapter("echo", lambda seed: Echo())
     adapter.start_batch(["a0", "b0", "c0"], [{}, {}, {}])
-    turns = [Turn(slot=s, game_id="", step=1, observation=o, admissible=(), task="", prompt="")
-             for s, o in ((0, "a1"), (2, "c1"))]
+    turns = [
+        Turn(slot=s, game_id="", step=1, observation=o, admissible=(), task="", prompt="")
+        for s, o in ((0, "a1"), (2, "c1"))
+    ]
     decisions = adapter.act(turns)
     assert [d.command for d in decisions] == ["cmd a1", "cmd c1"]
     # slot 1 had ended: it keeps its last observation

@@ -43,8 +43,17 @@ def table(db: Path, sql: str, params=()):
 
 def test_oracle_wins_every_game_and_records_every_episode(tmp_path, six_games):
     db = tmp_path / "runs.db"
-    document = eval_json(db, "--run", "oracle-check", "--agent", "oracle", "--games", str(six_games),
-                         "--seeds", "0,1")
+    document = eval_json(
+        db,
+        "--run",
+        "oracle-check",
+        "--agent",
+        "oracle",
+        "--games",
+        str(six_games),
+        "--seeds",
+        "0,1",
+    )
 
     assert document["schema_version"] == 1
     assert document["run"] == "oracle-check" and document["agent"] == "oracle"
@@ -59,17 +68,33 @@ def test_oracle_wins_every_game_and_records_every_episode(tmp_path, six_games):
         assert evaluation["wilson_95"]["high"] == 100.0 and evaluation["wilson_95"]["low"] < 100.0
     assert document["mean"] == 100.0 and document["sd"] == 0.0
 
-    evaluations = table(db, "SELECT id, eval_seed, episodes, successes, success_rate, split, step "
-                            "FROM evaluations ORDER BY eval_seed")
-    assert [row[1:] for row in evaluations] == [(0, 6, 6, 100.0, "heldout", 0), (1, 6, 6, 100.0, "heldout", 0)]
+    evaluations = table(
+        db,
+        "SELECT id, eval_seed, episodes, successes, success_rate, split, step "
+        "FROM evaluations ORDER BY eval_seed",
+    )
+    assert [row[1:] for row in evaluations] == [
+        (0, 6, 6, 100.0, "heldout", 0),
+        (1, 6, 6, 100.0, "heldout", 0),
+    ]
     # A new run that only evaluated is a reference run: its agent and protocol are recorded facts.
     assert sorted(table(db, "SELECT key, value FROM run_facts")) == [
-        ("agent", '"oracle"'), ("episodes", "6"), ("max_steps", "50"), ("split", '"heldout"')]
+        ("agent", '"oracle"'),
+        ("episodes", "6"),
+        ("max_steps", "50"),
+        ("split", '"heldout"'),
+    ]
     assert table(db, "SELECT kind FROM runs") == [("evaluation",)]
     first_id = evaluations[0][0]
-    assert table(db, "SELECT COUNT(*) FROM task_type_results WHERE evaluation_id = ?", (first_id,)) == [(6,)]
-    episodes = table(db, "SELECT game_id, task_type, won, turns, invalid_turns, extra FROM episodes "
-                         "WHERE evaluation_id = ? ORDER BY episode_index", (first_id,))
+    assert table(
+        db, "SELECT COUNT(*) FROM task_type_results WHERE evaluation_id = ?", (first_id,)
+    ) == [(6,)]
+    episodes = table(
+        db,
+        "SELECT game_id, task_type, won, turns, invalid_turns, extra FROM episodes "
+        "WHERE evaluation_id = ? ORDER BY episode_index",
+        (first_id,),
+    )
     assert len(episodes) == 6
     assert {row[1] for row in episodes} == set(TASK_TYPES)
     for game_id, _, won, turns, invalid_turns, extra in episodes:
@@ -80,11 +105,15 @@ def test_oracle_wins_every_game_and_records_every_episode(tmp_path, six_games):
 def test_random_agent_records_a_lower_rate_and_full_length_failures(tmp_path, six_games):
     db = tmp_path / "runs.db"
     oracle = eval_json(db, "--run", "oracle", "--agent", "oracle", "--games", str(six_games))
-    random_run = eval_json(db, "--run", "random", "--agent", "random", "--games", str(six_games),
-                           "--seeds", "3")
+    random_run = eval_json(
+        db, "--run", "random", "--agent", "random", "--games", str(six_games), "--seeds", "3"
+    )
     assert random_run["mean"] < oracle["mean"]
-    turns = table(db, "SELECT e.won, e.turns FROM episodes e JOIN evaluations v ON v.id = e.evaluation_id "
-                      "JOIN runs r ON r.id = v.run_id WHERE r.name = 'random'")
+    turns = table(
+        db,
+        "SELECT e.won, e.turns FROM episodes e JOIN evaluations v ON v.id = e.evaluation_id "
+        "JOIN runs r ON r.id = v.run_id WHERE r.name = 'random'",
+    )
     assert len(turns) == 6
     assert all(turns_taken == 50 for won, turns_taken in turns if not won)
     # oracle and random evaluations carry no sampling temperature
@@ -92,27 +121,74 @@ def test_random_agent_records_a_lower_rate_and_full_length_failures(tmp_path, si
 
 
 def test_random_agent_is_reproducible_per_seed(tmp_path, six_games):
-    first = eval_json(tmp_path / "a.db", "--run", "r", "--agent", "random", "--games", str(six_games),
-                      "--seeds", "5", "--max-steps", "8")
-    second = eval_json(tmp_path / "b.db", "--run", "r", "--agent", "random", "--games", str(six_games),
-                       "--seeds", "5", "--max-steps", "8")
+    first = eval_json(
+        tmp_path / "a.db",
+        "--run",
+        "r",
+        "--agent",
+        "random",
+        "--games",
+        str(six_games),
+        "--seeds",
+        "5",
+        "--max-steps",
+        "8",
+    )
+    second = eval_json(
+        tmp_path / "b.db",
+        "--run",
+        "r",
+        "--agent",
+        "random",
+        "--games",
+        str(six_games),
+        "--seeds",
+        "5",
+        "--max-steps",
+        "8",
+    )
     assert first["evaluations"][0]["mean_turns"] == second["evaluations"][0]["mean_turns"]
-    rows = [table(tmp_path / name, "SELECT game_id, won, turns FROM episodes ORDER BY episode_index")
-            for name in ("a.db", "b.db")]
+    rows = [
+        table(tmp_path / name, "SELECT game_id, won, turns FROM episodes ORDER BY episode_index")
+        for name in ("a.db", "b.db")
+    ]
     assert rows[0] == rows[1]
 
 
 def test_episode_subset_is_balanced_over_types(tmp_path, six_games):
-    document = eval_json(tmp_path / "runs.db", "--run", "subset", "--agent", "oracle",
-                         "--games", str(six_games), "--episodes", "3")
+    document = eval_json(
+        tmp_path / "runs.db",
+        "--run",
+        "subset",
+        "--agent",
+        "oracle",
+        "--games",
+        str(six_games),
+        "--episodes",
+        "3",
+    )
     evaluation = document["evaluations"][0]
     assert evaluation["episodes"] == 3
     assert list(evaluation["task_types"]) == ["pick", "look", "clean"]
 
 
 def test_human_output_has_seed_rows_type_rows_and_interval(tmp_path, six_games):
-    result = ccpo(tmp_path / "runs.db", "eval", "--run", "human", "--agent", "oracle",
-                  "--games", str(six_games), "--episodes", "6", "--seeds", "0,1", "--workers", "0")
+    result = ccpo(
+        tmp_path / "runs.db",
+        "eval",
+        "--run",
+        "human",
+        "--agent",
+        "oracle",
+        "--games",
+        str(six_games),
+        "--episodes",
+        "6",
+        "--seeds",
+        "0,1",
+        "--workers",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Wilson" in out and "mean ± sd" in out
@@ -145,15 +221,33 @@ def test_bad_input_is_one_line_and_exit_3(tmp_path, six_games, args, fragment):
 
 
 def test_missing_games_folder_is_exit_3(tmp_path):
-    result = ccpo(tmp_path / "runs.db", "eval", "--run", "x", "--agent", "oracle",
-                  "--games", str(tmp_path / "nowhere"))
+    result = ccpo(
+        tmp_path / "runs.db",
+        "eval",
+        "--run",
+        "x",
+        "--agent",
+        "oracle",
+        "--games",
+        str(tmp_path / "nowhere"),
+    )
     assert result.exit_code == 3
     assert "nowhere" in result.output
 
 
 def test_vllm_without_vllm_installed_is_a_clear_exit_1(tmp_path, six_games):
-    result = ccpo(tmp_path / "runs.db", "eval", "--run", "v", "--agent", "vllm", "--model", "some/model",
-                  "--games", str(six_games))
+    result = ccpo(
+        tmp_path / "runs.db",
+        "eval",
+        "--run",
+        "v",
+        "--agent",
+        "vllm",
+        "--model",
+        "some/model",
+        "--games",
+        str(six_games),
+    )
     assert result.exit_code == 1
     assert "vllm" in result.output and "Traceback" not in result.output
 
@@ -187,8 +281,10 @@ def test_text_policy_sees_verl_agent_prompts_with_a_two_step_history(six_games):
     assert episode.invalid_flags == [False] * episode.turns
     prompts = agent.prompts
     assert len(prompts) == episode.turns
-    assert prompts[0].startswith("\nYou are an expert agent operating in the ALFRED Embodied Environment.\n"
-                                 "Your current observation is: ")
+    assert prompts[0].startswith(
+        "\nYou are an expert agent operating in the ALFRED Embodied Environment.\n"
+        "Your current observation is: "
+    )
     assert episode.turns == 4 and not episode.won
     last = prompts[3]
     assert "Prior to this step, you have already taken 3 step(s)" in last
@@ -208,12 +304,17 @@ def test_default_games_are_the_shipped_panel_and_a_subset_covers_every_type(tmp_
     evaluation = document["evaluations"][0]
     assert evaluation["success"] == 100.0 and evaluation["episodes"] == 6
     assert list(evaluation["task_types"]) == list(TASK_TYPES)
-    manifest_ids = {game["game_id"] for game in load_manifest(configs_dir() / "games" / HELDOUT_MANIFEST)["games"]}
+    manifest_ids = {
+        game["game_id"]
+        for game in load_manifest(configs_dir() / "games" / HELDOUT_MANIFEST)["games"]
+    }
     recorded = {row[0] for row in table(db, "SELECT game_id FROM episodes")}
     assert len(recorded) == 6 and recorded <= manifest_ids
 
 
 def test_local_agent_is_found_through_its_registration_and_needs_a_checkpoint(tmp_path, six_games):
-    result = ccpo(tmp_path / "runs.db", "eval", "--run", "l", "--agent", "local", "--games", str(six_games))
+    result = ccpo(
+        tmp_path / "runs.db", "eval", "--run", "l", "--agent", "local", "--games", str(six_games)
+    )
     assert result.exit_code == 3
     assert "--model" in result.output and "Traceback" not in result.output

@@ -22,13 +22,19 @@ from ccpo_cli.experiments.matrix import (
 from ccpo_cli.store import get_run, open_db, run_evaluations
 
 runner = CliRunner()
-TINY_OPTIONS = dict(steps=3, warm_start=1, tasks=2, group=2, turn_limit=6, eval_turn_limit=6, eval_games=4)
+TINY_OPTIONS = dict(
+    steps=3, warm_start=1, tasks=2, group=2, turn_limit=6, eval_turn_limit=6, eval_games=4
+)
 
 
 def test_the_shipped_designs_and_the_matrix_defaults_are_the_control_design():
     assert {"control", "early-fork", "search-rooms"} <= set(list_designs())
     control = load_design("control")
-    assert (control.warm_start, control.steps, control.evaluations) == (DEFAULT_WARM_START, DEFAULT_STEPS, (16,))
+    assert (control.warm_start, control.steps, control.evaluations) == (
+        DEFAULT_WARM_START,
+        DEFAULT_STEPS,
+        (16,),
+    )
     assert len(control.compared_evaluations) == DEFAULT_WINDOW_EVALUATIONS
     early = load_design("early-fork")
     assert (early.warm_start, early.steps, early.compared_evaluations) == (2, 12, (12,))
@@ -62,12 +68,37 @@ def test_a_design_file_is_checked_before_anything_trains():
 def test_matrix_help_names_every_knob_and_dry_run_prints_them_without_writing(tmp_path):
     shown = runner.invoke(app, ["matrix", "--help"], terminal_width=200)
     assert shown.exit_code == 0
-    for option in ("--design", "--warm-start", "--steps", "--eval-from", "--eval-every", "--window-start", "--tasks",
-                   "--group", "--turn-limit", "--eval-turn-limit", "--eval-games", "--room"):
+    for option in (
+        "--design",
+        "--warm-start",
+        "--steps",
+        "--eval-from",
+        "--eval-every",
+        "--window-start",
+        "--tasks",
+        "--group",
+        "--turn-limit",
+        "--eval-turn-limit",
+        "--eval-games",
+        "--room",
+    ):
         assert option in shown.stdout
     db = tmp_path / "runs.db"
-    dry = runner.invoke(app, ["--db", str(db), "matrix", "--design", "early-fork", "--arms", "gigpo,grpo",
-                              "--seeds", "0-1", "--dry-run"])
+    dry = runner.invoke(
+        app,
+        [
+            "--db",
+            str(db),
+            "matrix",
+            "--design",
+            "early-fork",
+            "--arms",
+            "gigpo,grpo",
+            "--seeds",
+            "0-1",
+            "--dry-run",
+        ],
+    )
     assert dry.exit_code == 0, dry.output
     document = json.loads(dry.stdout)
     assert document["design"]["name"] == "early-fork"
@@ -78,10 +109,35 @@ def test_matrix_help_names_every_knob_and_dry_run_prints_them_without_writing(tm
 
 @pytest.mark.slow
 def test_a_design_through_the_cli_records_what_the_library_records(tmp_path):
-    arguments = ["--design", "early-fork", "--arms", "gigpo,gigpo-perm", "--variant", "gigpo-perm=gigpo:step_permute=1",
-                 "--seeds", "0", "--steps", "3", "--warm-start", "1", "--tasks", "2", "--group", "2",
-                 "--turn-limit", "6", "--eval-turn-limit", "6", "--eval-games", "4", "--workers", "0",
-                 "--prefix", "d", "--json"]
+    arguments = [
+        "--design",
+        "early-fork",
+        "--arms",
+        "gigpo,gigpo-perm",
+        "--variant",
+        "gigpo-perm=gigpo:step_permute=1",
+        "--seeds",
+        "0",
+        "--steps",
+        "3",
+        "--warm-start",
+        "1",
+        "--tasks",
+        "2",
+        "--group",
+        "2",
+        "--turn-limit",
+        "6",
+        "--eval-turn-limit",
+        "6",
+        "--eval-games",
+        "4",
+        "--workers",
+        "0",
+        "--prefix",
+        "d",
+        "--json",
+    ]
     cli_db = tmp_path / "cli" / "runs.db"
     cli_db.parent.mkdir()
     result = runner.invoke(app, ["--db", str(cli_db), "matrix", *arguments])
@@ -92,16 +148,35 @@ def test_a_design_through_the_cli_records_what_the_library_records(tmp_path):
     lib_db = tmp_path / "lib" / "runs.db"
     lib_db.parent.mkdir()
     testbed = load_design("early-fork").with_options(**TINY_OPTIONS)
-    run_matrix(lib_db, matrix_of_design(testbed, ("gigpo", "gigpo-perm"), (0,), 30.0, prefix="d",
-                                        variants=(parse_variant("gigpo-perm=gigpo:step_permute=1"),),
-                                        workers=0))
+    run_matrix(
+        lib_db,
+        matrix_of_design(
+            testbed,
+            ("gigpo", "gigpo-perm"),
+            (0,),
+            30.0,
+            prefix="d",
+            variants=(parse_variant("gigpo-perm=gigpo:step_permute=1"),),
+            workers=0,
+        ),
+    )
     for name in ("d-gigpo-seed0", "d-gigpo-perm-seed0"):
         via_cli, via_library = get_run(open_db(cli_db), name), get_run(open_db(lib_db), name)
-        assert via_cli["config"]["train"]["design"] == testbed.name == via_library["config"]["train"]["design"]
+        assert (
+            via_cli["config"]["train"]["design"]
+            == testbed.name
+            == via_library["config"]["train"]["design"]
+        )
         assert via_cli["config"]["train"]["window_start"] == 3
         assert via_cli["arm_fingerprint"] == via_library["arm_fingerprint"]
-        rates = [(e["step"], e["success_rate"], e["episodes"]) for e in run_evaluations(open_db(cli_db), name)]
-        assert rates == [(e["step"], e["success_rate"], e["episodes"]) for e in run_evaluations(open_db(lib_db), name)]
+        rates = [
+            (e["step"], e["success_rate"], e["episodes"])
+            for e in run_evaluations(open_db(cli_db), name)
+        ]
+        assert rates == [
+            (e["step"], e["success_rate"], e["episodes"])
+            for e in run_evaluations(open_db(lib_db), name)
+        ]
         assert [step for step, _, _ in rates] == [3]
 
 
@@ -124,9 +199,26 @@ def test_a_matrix_plan_and_a_run_recipe_need_no_torch(tmp_path):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", HIDE_TORCH, "--db", str(tmp_path / "runs.db"), "matrix",
-                           "--design", "early-fork", "--arms", "gigpo,grpo", "--seeds", "0", "--dry-run"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            HIDE_TORCH,
+            "--db",
+            str(tmp_path / "runs.db"),
+            "matrix",
+            "--design",
+            "early-fork",
+            "--arms",
+            "gigpo,grpo",
+            "--seeds",
+            "0",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["design"]["name"] == "early-fork"
     assert "Traceback" not in done.stderr
@@ -145,7 +237,9 @@ def test_the_search_sized_rooms_ship_their_own_pool_and_panel():
     panel = load_manifest(manifest_path(manifest_name(HELDOUT_MANIFEST, "large")))
     assert (pool["room"], pool["n"], len(pool["games"])) == ("large", 600, 600)
     assert (panel["room"], panel["n"], len(panel["games"])) == ("large", 128, 128)
-    assert not {game["game_id"] for game in pool["games"]} & {game["game_id"] for game in panel["games"]}
+    assert not {game["game_id"] for game in pool["games"]} & {
+        game["game_id"] for game in panel["games"]
+    }
     small = load_manifest(manifest_path(HELDOUT_MANIFEST))
     # Larger rooms: longer planner walkthroughs on average than the small-room panel's.
     mean = lambda games: sum(len(game["walkthrough"]) for game in games) / len(games)  # noqa: E731

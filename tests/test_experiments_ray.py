@@ -18,7 +18,9 @@ from ccpo_cli.experiments.ray_blocks import connect, run_block_task
 from ccpo_cli.store import ensure_run, get_run, list_runs, open_db, run_evaluations
 from ccpo_cli.store.sync import export_chunks, merge_chunks
 
-TINY = dict(steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0)
+TINY = dict(
+    steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0
+)
 ARMS = ("grpo", "return-hard")
 
 
@@ -26,10 +28,20 @@ ARMS = ("grpo", "return-hard")
 def tiny_design():
     from helpers_local_train import generated_games
 
-    games = {"train_games_dir": str(generated_games("train", 6)), "eval_games_dir": str(generated_games("heldout", 6))}
+    games = {
+        "train_games_dir": str(generated_games("train", 6)),
+        "eval_games_dir": str(generated_games("heldout", 6)),
+    }
     # window_start=1: two evaluations per run, so the window means compared here average two.
-    return MatrixDesign(ARMS, (0, 1), 30.0, recipe=default_recipe(**TINY, **games), prefix="r", warm_start=0,
-                        window_start=1)
+    return MatrixDesign(
+        ARMS,
+        (0, 1),
+        30.0,
+        recipe=default_recipe(**TINY, **games),
+        prefix="r",
+        warm_start=0,
+        window_start=1,
+    )
 
 
 def window_means(result) -> dict[str, float]:
@@ -39,8 +51,13 @@ def window_means(result) -> dict[str, float]:
 def evidence(db_path) -> dict[str, list]:
     """Each run's evaluations by name: step, content hash, episodes (ids differ between databases)."""
     db = open_db(db_path)
-    return {run["name"]: [(row["step"], row["content_hash"], row["successes"]) for row in run_evaluations(db, run["name"])]
-            for run in list_runs(db)}
+    return {
+        run["name"]: [
+            (row["step"], row["content_hash"], row["successes"])
+            for row in run_evaluations(db, run["name"])
+        ]
+        for run in list_runs(db)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +94,9 @@ def test_without_an_address_the_matrix_never_imports_ray(tiny_design, tmp_path, 
 
 
 @pytest.mark.slow
-def test_a_local_ray_instance_records_the_same_window_means(tiny_design, without_ray, tmp_path, monkeypatch):
+def test_a_local_ray_instance_records_the_same_window_means(
+    tiny_design, without_ray, tmp_path, monkeypatch
+):
     plain_db, plain = without_ray
     # `local` starts its own instance: a cluster named in the environment is not attached to.
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
@@ -88,15 +107,25 @@ def test_a_local_ray_instance_records_the_same_window_means(tiny_design, without
     assert window_means(result) == window_means(plain)
     assert evidence(db_path) == evidence(plain_db)
     for seed in (0, 1):
-        hashes = {get_run(open_db(db_path), f"r-{arm}-seed{seed}")["step1_rollout_hash"] for arm in ARMS}
+        hashes = {
+            get_run(open_db(db_path), f"r-{arm}-seed{seed}")["step1_rollout_hash"] for arm in ARMS
+        }
         assert len(hashes) == 1 and None not in hashes
     assert all(run["status"] == "finished" for run in list_runs(open_db(db_path)))
+
     # The checkpoint rows came back too, naming the same files as without Ray.
     def checkpoints(path):
         db = open_db(path)
         names = {run["id"]: run["name"] for run in db["runs"].rows}
-        return sorted((names[row["run_id"]], row["step"], Path(row["path"]).relative_to(path.parent).as_posix())
-                      for row in db["checkpoints"].rows)
+        return sorted(
+            (
+                names[row["run_id"]],
+                row["step"],
+                Path(row["path"]).relative_to(path.parent).as_posix(),
+            )
+            for row in db["checkpoints"].rows
+        )
+
     assert checkpoints(db_path) == checkpoints(plain_db) != []
     assert sum(result.nodes.values()) == 2 and lines[-1].startswith("runs 4/4 on 1 node ·")
     # The runs' folders are where the matrix without Ray puts them, next to the runs database.
@@ -109,7 +138,9 @@ def test_two_nodes_of_a_cluster_record_the_same_window_means(tiny_design, withou
     from ray.cluster_utils import Cluster
 
     _, plain = without_ray
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False}
+    )
     try:
         cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
@@ -137,7 +168,10 @@ def test_a_block_trained_twice_changes_nothing(tiny_design, tmp_path):
     assert merged.by_table["evaluations"]["new"] == 2 * len(ARMS)
     before = table_snapshot(db_path), evidence(db_path)
     checkpoints_before = [dict(row) for row in open_db(db_path)["checkpoints"].rows]
-    runs_before = {run["uid"]: {k: v for k, v in run.items() if k != "updated_at"} for run in open_db(db_path)["runs"].rows}
+    runs_before = {
+        run["uid"]: {k: v for k, v in run.items() if k != "updated_at"}
+        for run in open_db(db_path)["runs"].rows
+    }
     for run in block.runs():
         shutil.rmtree(block.run_dir(run.name))  # the second node has none of the first one's files
     second = run_block_task(block, driver_rows, str(tmp_path / "node-b" / "block.db"))
@@ -149,7 +183,10 @@ def test_a_block_trained_twice_changes_nothing(tiny_design, tmp_path):
     assert sum(again.by_table["checkpoints"].values()) == merged.by_table["checkpoints"]["new"] > 0
     assert (table_snapshot(db_path), evidence(db_path)) == before
     assert [dict(row) for row in open_db(db_path)["checkpoints"].rows] == checkpoints_before
-    runs_after = {run["uid"]: {k: v for k, v in run.items() if k != "updated_at"} for run in open_db(db_path)["runs"].rows}
+    runs_after = {
+        run["uid"]: {k: v for k, v in run.items() if k != "updated_at"}
+        for run in open_db(db_path)["runs"].rows
+    }
     assert runs_after == runs_before
 
 
@@ -161,12 +198,21 @@ def test_a_budget_cut_on_ray_leaves_every_arm_the_same_seeds(tiny_design, tmp_pa
     seeds = tuple(range(4))
     short = MatrixDesign(ARMS, seeds, 0.001, recipe=tiny_design.recipe, prefix="cut", warm_start=0)
     result = run_matrix(tmp_path / "runs.db", short, ray_address="local")
-    slots = min(len(seeds), os.cpu_count() or 1)  # a local instance has a CPU per core, a block asks for one
+    slots = min(
+        len(seeds), os.cpu_count() or 1
+    )  # a local instance has a CPU per core, a block asks for one
     assert result.seeds_compared == list(seeds[:slots])
     assert result.seeds_not_started == list(seeds[slots:])
     if slots < len(seeds):
         assert result.stopped_reason.startswith(f"stopped before seed {slots}:")
-    compared = {arm: sorted(entry["seed"] for entry in result.comparison["runs"] if entry["arm"] == arm) for arm in ARMS}
+    compared = {
+        arm: sorted(entry["seed"] for entry in result.comparison["runs"] if entry["arm"] == arm)
+        for arm in ARMS
+    }
     assert compared == {arm: list(seeds[:slots]) for arm in ARMS}
     # Nothing of the blocks that did not start was created.
-    assert not [run for run in list_runs(open_db(tmp_path / "runs.db")) if run["seed"] is not None and run["seed"] >= slots]
+    assert not [
+        run
+        for run in list_runs(open_db(tmp_path / "runs.db"))
+        if run["seed"] is not None and run["seed"] >= slots
+    ]

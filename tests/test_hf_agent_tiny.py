@@ -53,7 +53,9 @@ def test_tokenizer_round_trips_game_text_and_has_a_chat_template(model_and_token
     assert text == f"{IM_START}user\nhello<|im_end|>\n{IM_START}assistant\n"
 
 
-def test_batched_left_padded_greedy_generation_matches_one_at_a_time(model_and_tokenizer, game_text):
+def test_batched_left_padded_greedy_generation_matches_one_at_a_time(
+    model_and_tokenizer, game_text
+):
     model, tokenizer = model_and_tokenizer
     agent = HFAgent(model, tokenizer, temperature=0.0, max_new_tokens=6, batch_size=4)
     prompts = [game_text[2], "short prompt", game_text[3][:300]]
@@ -88,7 +90,10 @@ def test_checkpoint_generation_defaults_do_not_change_sampling(model_and_tokeniz
         model.generation_config.top_k = 2
         model.generation_config.top_p = 0.5
         model.generation_config.repetition_penalty = 5.0
-        assert HFAgent(model, tokenizer, temperature=1.0, max_new_tokens=10, seed=2).generate(prompts) == plain
+        assert (
+            HFAgent(model, tokenizer, temperature=1.0, max_new_tokens=10, seed=2).generate(prompts)
+            == plain
+        )
     finally:
         for key in ("top_k", "top_p", "repetition_penalty"):
             setattr(model.generation_config, key, saved.get(key))
@@ -111,7 +116,9 @@ def test_hf_agent_plays_real_games_and_invalid_turns_are_recorded(model_and_toke
     for episode in episodes:
         assert episode.turns == 3 and not episode.won
         assert len(episode.responses) == len(episode.invalid_flags) == 3
-        for response, flag, command in zip(episode.responses, episode.invalid_flags, episode.commands):
+        for response, flag, command in zip(
+            episode.responses, episode.invalid_flags, episode.commands
+        ):
             assert (command, not flag) == tuple(project_action(response))
     # a random tiny model cannot write the tag format: (almost) every turn is invalid
     assert results[0].invalid_turn_rate >= 50.0
@@ -122,11 +129,32 @@ def test_hf_agent_plays_real_games_and_invalid_turns_are_recorded(model_and_toke
 def test_ccpo_eval_with_a_saved_tiny_model(tmp_path, games, game_text):
     model_dir = save_tiny_lm(tmp_path / "tiny", game_text)
     db = tmp_path / "runs.db"
-    result = CliRunner().invoke(app, [
-        "--db", str(db), "--quiet", "eval", "--run", "tiny", "--agent", "hf", "--model", str(model_dir),
-        "--games", str(games), "--max-steps", "2", "--max-new-tokens", "8", "--temperature", "0.7",
-        "--workers", "0", "--json",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db),
+            "--quiet",
+            "eval",
+            "--run",
+            "tiny",
+            "--agent",
+            "hf",
+            "--model",
+            str(model_dir),
+            "--games",
+            str(games),
+            "--max-steps",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--temperature",
+            "0.7",
+            "--workers",
+            "0",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     evaluation = document["evaluations"][0]
@@ -142,10 +170,24 @@ def test_ccpo_eval_with_a_saved_tiny_model(tmp_path, games, game_text):
 
 
 def test_a_folder_without_a_model_is_exit_3(tmp_path, games):
-    result = CliRunner().invoke(app, [
-        "--db", str(tmp_path / "runs.db"), "eval", "--run", "x", "--agent", "hf",
-        "--model", str(tmp_path), "--games", str(games), "--workers", "0",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "eval",
+            "--run",
+            "x",
+            "--agent",
+            "hf",
+            "--model",
+            str(tmp_path),
+            "--games",
+            str(games),
+            "--workers",
+            "0",
+        ],
+    )
     assert result.exit_code == 3
     assert str(tmp_path) in result.output
 

@@ -49,7 +49,10 @@ def recording_vllm(monkeypatch):
 
         def generate(self, texts, params, use_tqdm=False):
             calls["generate"].append((list(texts), list(params)))
-            return [Completion(f"<think>t</think><action>go to shelf {i}</action>") for i in range(len(texts))]
+            return [
+                Completion(f"<think>t</think><action>go to shelf {i}</action>")
+                for i in range(len(texts))
+            ]
 
     module = types.ModuleType("vllm")
     module.LLM, module.SamplingParams = LLM, SamplingParams
@@ -58,14 +61,25 @@ def recording_vllm(monkeypatch):
 
 
 def turn(slot: int, prompt: str) -> Turn:
-    return Turn(slot=slot, game_id="g", step=0, observation="o", admissible=("look",), task="t", prompt=prompt)
+    return Turn(
+        slot=slot,
+        game_id="g",
+        step=0,
+        observation="o",
+        admissible=("look",),
+        task="t",
+        prompt=prompt,
+    )
 
 
 def test_prompts_go_through_the_chat_template_with_one_seed_per_request(recording_vllm):
     agent = VLLMAgent("some/model", temperature=0.4, seed=3, max_new_tokens=64)
     assert recording_vllm["init"]["seed"] == 3 and recording_vllm["init"]["model"] == "some/model"
     decisions = agent.act([turn(0, "first prompt"), turn(1, "second prompt")])
-    assert [(d.command, d.is_valid) for d in decisions] == [("go to shelf 0", True), ("go to shelf 1", True)]
+    assert [(d.command, d.is_valid) for d in decisions] == [
+        ("go to shelf 0", True),
+        ("go to shelf 1", True),
+    ]
     texts, params = recording_vllm["generate"][0]
     assert texts[0] == f"{IM_START}user\nfirst prompt<|im_end|>\n{IM_START}assistant\n"
     assert [p.kwargs["temperature"] for p in params] == [0.4, 0.4]

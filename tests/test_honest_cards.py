@@ -31,31 +31,72 @@ trainer: {total_training_steps: 150, nnodes: 1, n_gpus_per_node: 8}
 
 
 def card(db_path: Path, run: str, *args: str):
-    return runner.invoke(app, ["--db", str(db_path), "card", "--run", run, "--output",
-                               str(db_path.parent / f"card-{run}" / "README.md"), *args])
+    return runner.invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "card",
+            "--run",
+            run,
+            "--output",
+            str(db_path.parent / f"card-{run}" / "README.md"),
+            *args,
+        ],
+    )
 
 
 def ingest(db_path: Path, log: Path, *args: str):
-    return runner.invoke(app, ["--db", str(db_path), "ingest", str(log), "--run", "rh", "--arm", "return-hard",
-                               "--base-model", "Qwen/Qwen2.5-7B-Instruct", "--json", *args])
+    return runner.invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "ingest",
+            str(log),
+            "--run",
+            "rh",
+            "--arm",
+            "return-hard",
+            "--base-model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--json",
+            *args,
+        ],
+    )
 
 
 def test_card_of_runs_without_evidence_never_claims_isolation(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     for name, arm, mean in (("rh", "return-hard", 83.5), ("gs", "global-successor", 77.5)):
-        store.ensure_run(db, name, arm=arm, seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150)
+        store.ensure_run(
+            db, name, arm=arm, seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150
+        )
         for index, step in enumerate(range(70, 120, 5)):
-            store.record_evaluation(db, name, step, success_rate=mean + (-1) ** index * 3, episodes=128,
-                                    temperature=0.4)
+            store.record_evaluation(
+                db, name, step, success_rate=mean + (-1) ** index * 3, episodes=128, temperature=0.4
+            )
     text = render_card(build_card_context(db, "rh"))
-    assert "differ only in estimator flags" not in text and "they differ only in the estimator" not in text
+    assert (
+        "differ only in estimator flags" not in text
+        and "they differ only in the estimator" not in text
+    )
     assert "cannot verify" in text and "hardware" in text
 
 
 def test_a_card_for_a_three_seed_arm_uses_every_seed_whatever_other_arms_have(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     for seed in range(3):
-        add_run(db, f"rh-{seed}", "return-hard", mean=83.5 + seed, sd=6.5, n=10, best=93.75 + seed, seed=seed)
+        add_run(
+            db,
+            f"rh-{seed}",
+            "return-hard",
+            mean=83.5 + seed,
+            sd=6.5,
+            n=10,
+            best=93.75 + seed,
+            seed=seed,
+        )
     add_run(db, "gs-0", "global-successor", mean=77.5, sd=6.3, n=9, best=86.7, seed=0)
     context = build_card_context(db, "rh-0")
     arm = next(arm for arm in context.summary["arms"] if arm["arm"] == "return-hard")
@@ -67,19 +108,29 @@ def test_a_card_for_a_three_seed_arm_uses_every_seed_whatever_other_arms_have(tm
 
 def test_one_evaluation_in_the_window_refuses_the_card_and_says_why(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "rh", arm="return-hard", seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150)
+    store.ensure_run(
+        db, "rh", arm="return-hard", seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150
+    )
     for step in range(0, 80, 5):
-        store.record_evaluation(db, "rh", step, success_rate=30 + step / 2, episodes=128, temperature=0.4)
+        store.record_evaluation(
+            db, "rh", step, success_rate=30 + step / 2, episodes=128, temperature=0.4
+        )
     result = card(tmp_path / "runs.db", "rh")
     assert result.exit_code == 3, result.output
-    assert "step >= 70" in result.output and "holds 2 evaluation(s)" in result.output and "needs 3" in result.output
+    assert (
+        "step >= 70" in result.output
+        and "holds 2 evaluation(s)" in result.output
+        and "needs 3" in result.output
+    )
     assert "Traceback" not in result.output
 
 
 def test_conflicting_re_recorded_steps_are_on_the_card_and_in_the_summary(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
-    store.record_evaluation(db, "rh", 80, success_rate=12.5, episodes=128, temperature=0.4)  # differs
+    store.record_evaluation(
+        db, "rh", 80, success_rate=12.5, episodes=128, temperature=0.4
+    )  # differs
     context = build_card_context(db, "rh")
     assert context.summary["conflicts"] == {"rh": {"steps": [80], "facts": {}}}
     text = render_card(context)
@@ -109,7 +160,11 @@ def test_an_interim_card_for_a_finished_run_is_refused_with_a_pointer_to_final(t
     result = card(tmp_path / "runs.db", "done")
     assert result.exit_code == 3 and "--status final" in result.output
     text = render_card(build_card_context(db, "done", status="final"))
-    assert "INTERIM" not in text and "once the run completes" not in text and "step 150 of 150" not in text
+    assert (
+        "INTERIM" not in text
+        and "once the run completes" not in text
+        and "step 150 of 150" not in text
+    )
 
 
 def test_the_main_jobs_demo_card_is_rendered_final():
@@ -146,51 +201,109 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(HYDRA_CONFIG)
     facts = facts_from_config(read_config_file(config))
-    assert facts == {"split": "valid_seen", "temperature": 0.4, "seed": 0, "model": "Qwen/Qwen2.5-7B-Instruct",
-                     "estimator": "grpo", "batch": 16, "group": 8, "max_steps": 50, "gamma": 0.95, "lr": 1e-6,
-                     "kl": 0.01, "total_steps": 150, "hardware": "1 node(s) x 8 GPUs",
-                     "algorithm": {"adv_estimator": "grpo", "gamma": 0.95}}
+    assert facts == {
+        "split": "valid_seen",
+        "temperature": 0.4,
+        "seed": 0,
+        "model": "Qwen/Qwen2.5-7B-Instruct",
+        "estimator": "grpo",
+        "batch": 16,
+        "group": 8,
+        "max_steps": 50,
+        "gamma": 0.95,
+        "lr": 1e-6,
+        "kl": 0.01,
+        "total_steps": 150,
+        "hardware": "1 node(s) x 8 GPUs",
+        "algorithm": {"adv_estimator": "grpo", "gamma": 0.95},
+    }
     db_path = tmp_path / "runs.db"
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
-    result = ingest(db_path, log, "--config", str(config), "--episodes", "128", "--temperature", "0.6")
+    result = ingest(
+        db_path, log, "--config", str(config), "--episodes", "128", "--temperature", "0.6"
+    )
     assert result.exit_code == 0, result.output
     db = store.open_db(db_path)
     run = store.get_run(db, "rh")
     recorded = run_facts(db, run["id"])["values"]
-    assert recorded["temperature"] == 0.6 and recorded["episodes"] == 128 and recorded["split"] == "valid_seen"
+    assert (
+        recorded["temperature"] == 0.6
+        and recorded["episodes"] == 128
+        and recorded["split"] == "valid_seen"
+    )
     assert run["total_steps"] == 150 and run["seed"] == 0
     window = compare_runs(db, ["rh"])["runs"][0]["window"]
     assert window["protocol"] == {"split": "valid_seen", "temperature": 0.6, "episodes": 128}
     # A second arm ingested with the same config: what is recorded agrees, what is not is named.
-    other = runner.invoke(app, ["--db", str(db_path), "ingest", str(log), "--run", "gg", "--arm", "gigpo",
-                                "--base-model", "Qwen/Qwen2.5-7B-Instruct", "--config", str(config),
-                                "--episodes", "128", "--temperature", "0.6"])
+    other = runner.invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "ingest",
+            str(log),
+            "--run",
+            "gg",
+            "--arm",
+            "gigpo",
+            "--base-model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--config",
+            str(config),
+            "--episodes",
+            "128",
+            "--temperature",
+            "0.6",
+        ],
+    )
     assert other.exit_code == 0, other.output
     isolation = compare_runs(db, ["rh", "gg"])["isolation"]
     assert isolation["differences"] == [] and isolation["verdict"] == "unverifiable"
-    assert "hardware" not in isolation["not_recorded"] and "data_order_seed" in isolation["not_recorded"]
+    assert (
+        "hardware" not in isolation["not_recorded"]
+        and "data_order_seed" in isolation["not_recorded"]
+    )
     context = build_card_context(db, "rh")
     text = render_card(context)
     assert ModelCard(text).data.eval_results[0].dataset_split == "valid_seen"
     setup = {row["name"]: row["value"] for row in context.template_vars["setup"]}
-    assert setup["batch"] == "16 tasks x 8 rollouts = 128 episodes/step" and setup["learning rate"] == "1e-6"
-    assert "valid_seen" in setup["eval"] and "128 episodes" in setup["eval"] and "temperature 0.6" in setup["eval"]
+    assert (
+        setup["batch"] == "16 tasks x 8 rollouts = 128 episodes/step"
+        and setup["learning rate"] == "1e-6"
+    )
+    assert (
+        "valid_seen" in setup["eval"]
+        and "128 episodes" in setup["eval"]
+        and "temperature 0.6" in setup["eval"]
+    )
 
 
-def test_a_launch_command_fills_what_it_can_and_a_verl_log_that_names_no_split_records_none(tmp_path):
+def test_a_launch_command_fills_what_it_can_and_a_verl_log_that_names_no_split_records_none(
+    tmp_path,
+):
     from ccpo_cli.store.facts import facts_from_config, read_config_file, run_facts
 
     command = tmp_path / "launch.sh"
-    command.write_text("python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=gigpo data.train_batch_size=16 \\\n"
-                       "  env.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 +env.seed=2 trainer.n_gpus_per_node=4\n")
+    command.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n  algorithm.adv_estimator=gigpo data.train_batch_size=16 \\\n"
+        "  env.rollout.n=8 actor_rollout_ref.actor.optim.lr=1e-6 +env.seed=2 trainer.n_gpus_per_node=4\n"
+    )
     assert facts_from_config(read_config_file(command)) == {
-        "estimator": "gigpo", "batch": 16, "group": 8, "lr": 1e-6, "seed": 2, "hardware": "1 node(s) x 4 GPUs",
-        "algorithm": {"adv_estimator": "gigpo"}}
+        "estimator": "gigpo",
+        "batch": 16,
+        "group": 8,
+        "lr": 1e-6,
+        "seed": 2,
+        "hardware": "1 node(s) x 4 GPUs",
+        "algorithm": {"adv_estimator": "gigpo"},
+    }
     db_path = tmp_path / "runs.db"
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
     assert ingest(db_path, log).exit_code == 0
     db = store.open_db(db_path)
-    assert run_facts(db, store.get_run(db, "rh")["id"])["values"] == {}  # verl-agent's default is not the log's word
+    assert (
+        run_facts(db, store.get_run(db, "rh")["id"])["values"] == {}
+    )  # verl-agent's default is not the log's word
     result = ingest(db_path, log, "--split", "valid_unseen")
     assert result.exit_code == 0
     assert json.loads(result.stdout)["fact_conflicts"] == []
@@ -202,7 +315,9 @@ def test_a_config_file_that_is_neither_exits_3_and_records_nothing(tmp_path):
     bad.write_text("just some words\n")
     log = write_console(acceptance_rows(3), tmp_path / "worker.log")
     result = ingest(tmp_path / "runs.db", log, "--config", str(bad))
-    assert result.exit_code == 3 and "notes.txt" in result.output and "Traceback" not in result.output
+    assert (
+        result.exit_code == 3 and "notes.txt" in result.output and "Traceback" not in result.output
+    )
     assert not (tmp_path / "runs.db").exists()
 
 
@@ -213,5 +328,7 @@ def test_the_card_says_which_protocol_when_panels_are_mixed(tmp_path, split):
     store.record_evaluation(db, "rh", 72, success_rate=100.0, episodes=16, temperature=0.4)
     context = build_card_context(db, "rh")
     text = render_card(context)
-    assert "more than one protocol" in text and "leaves out 1 evaluation of another protocol" in text
+    assert (
+        "more than one protocol" in text and "leaves out 1 evaluation of another protocol" in text
+    )
     assert context.summary["window"]["protocol"]["episodes"] == 128

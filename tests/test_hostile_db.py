@@ -52,7 +52,9 @@ def test_a_new_database_is_stamped(tmp_path):
 @pytest.mark.parametrize("command", READ_COMMANDS)
 def test_a_read_command_never_creates_a_missing_database(tmp_path, monkeypatch, command):
     monkeypatch.chdir(tmp_path)
-    assert_refused(invoke("--db", tmp_path / "typo.db", *command), 3, "typo.db", "no such runs database")
+    assert_refused(
+        invoke("--db", tmp_path / "typo.db", *command), 3, "typo.db", "no such runs database"
+    )
     assert not (tmp_path / "typo.db").exists()
 
 
@@ -78,8 +80,10 @@ def test_another_applications_id_is_refused(tmp_path):
 
 def test_a_newer_schema_is_refused_for_reads_and_writes(seeded, tmp_path):
     with sqlite3.connect(seeded) as connection:
-        connection.execute("INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
-                           "VALUES ('ccpo', 'm999_from_the_future', '2030-01-01')")
+        connection.execute(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+            "VALUES ('ccpo', 'm999_from_the_future', '2030-01-01')"
+        )
     before = db_state(seeded)
     assert_refused(invoke("--db", seeded, "runs", "list"), 3, "newer ccpo", "m999_from_the_future")
     result = invoke("--db", seeded, "ingest", metrics_file(tmp_path), "--run", "w")
@@ -111,11 +115,15 @@ def test_a_database_from_before_the_stamp_is_adopted_and_stamped_on_write(seeded
     listed = invoke("--db", seeded, "runs", "list")
     assert listed.exit_code == 0 and "return-hard" in listed.stdout
     with sqlite3.connect(seeded) as connection:
-        assert connection.execute("PRAGMA application_id").fetchone()[0] == 0  # a read writes nothing
+        assert (
+            connection.execute("PRAGMA application_id").fetchone()[0] == 0
+        )  # a read writes nothing
     assert invoke("--db", seeded, "ingest", metrics_file(tmp_path), "--run", "w").exit_code == 0
     with sqlite3.connect(seeded) as connection:
         assert connection.execute("PRAGMA application_id").fetchone()[0] == db_module.APPLICATION_ID
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == len(db_module._known_migrations())
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == len(
+            db_module._known_migrations()
+        )
 
 
 def test_a_write_through_a_read_command_stamps_an_old_database(seeded):
@@ -123,8 +131,17 @@ def test_a_write_through_a_read_command_stamps_an_old_database(seeded):
         connection.execute("PRAGMA application_id = 0")
     db = store.open_db(seeded, must_exist=True)
     assert db.execute("PRAGMA application_id").fetchone()[0] == 0
-    store.record_publication(db, "return-hard", "me/x", revision="main", commit_id="c0ffee", card_hash="h",
-                             status="interim", checkpoint_step=None, url=None)
+    store.record_publication(
+        db,
+        "return-hard",
+        "me/x",
+        revision="main",
+        commit_id="c0ffee",
+        card_hash="h",
+        status="interim",
+        checkpoint_step=None,
+        url=None,
+    )
     assert db.execute("PRAGMA application_id").fetchone()[0] == db_module.APPLICATION_ID
 
 
@@ -153,10 +170,14 @@ def test_a_full_disk_while_ingesting(seeded, tmp_path):
     limit = 4096  # bytes a file may grow to: the WAL cannot take its first frame
 
     def small_files():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill, as a full disk gives ENOSPC
+        signal.signal(
+            signal.SIGXFSZ, signal.SIG_IGN
+        )  # EFBIG instead of a kill, as a full disk gives ENOSPC
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    completed = run_ccpo("--db", seeded, "ingest", metrics, "--run", "w", cwd=tmp_path, preexec=small_files)
+    completed = run_ccpo(
+        "--db", seeded, "ingest", metrics, "--run", "w", cwd=tmp_path, preexec=small_files
+    )
     assert_child_refused(completed, 1, str(seeded))
     assert db_state(seeded) == before
 
@@ -169,8 +190,17 @@ def test_a_full_disk_while_writing_a_card(seeded, tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
     readme = tmp_path / "card" / "README.md"
-    completed = run_ccpo("--db", seeded, "card", "--run", "return-hard", "--output", readme, cwd=tmp_path,
-                         preexec=small_files)
+    completed = run_ccpo(
+        "--db",
+        seeded,
+        "card",
+        "--run",
+        "return-hard",
+        "--output",
+        readme,
+        cwd=tmp_path,
+        preexec=small_files,
+    )
     assert_child_refused(completed, 1, "learning_curve.png", "cannot write")
     assert [p for p in (tmp_path / "card").rglob("*") if p.is_file()] == []
 
@@ -184,6 +214,7 @@ def read_only(monkeypatch):
     def make(path: Path) -> None:
         os.chmod(path, 0o444)
         if os.geteuid() == 0:
+
             def read_only_connect(database, *args, **kwargs):
                 if str(database) == str(path):
                     return real_connect(f"file:{database}?mode=ro", *args, uri=True, **kwargs)
@@ -199,7 +230,11 @@ def test_a_read_only_database(seeded, tmp_path, read_only):
     metrics = metrics_file(tmp_path)
     before = db_state(seeded)
     read_only(seeded)
-    assert_refused(invoke("--db", seeded, "ingest", metrics, "--run", "w"), 1, str(seeded), "readonly")
-    card = invoke("--db", seeded, "card", "--run", "return-hard", "--output", tmp_path / "card" / "README.md")
+    assert_refused(
+        invoke("--db", seeded, "ingest", metrics, "--run", "w"), 1, str(seeded), "readonly"
+    )
+    card = invoke(
+        "--db", seeded, "card", "--run", "return-hard", "--output", tmp_path / "card" / "README.md"
+    )
     assert card.exit_code == 0, card.output  # reading needs no write
     assert db_state(seeded) == before

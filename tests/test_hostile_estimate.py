@@ -59,12 +59,17 @@ def test_npz_header_claiming_10_to_the_12_elements_is_refused_before_reading(tmp
     path = tmp_path / "huge.npz"
     as_npz(example(), path)
     fresh = tmp_path / "claim.npz"
-    with zipfile.ZipFile(path) as source, zipfile.ZipFile(fresh, "w", zipfile.ZIP_DEFLATED) as target:
+    with (
+        zipfile.ZipFile(path) as source,
+        zipfile.ZipFile(fresh, "w", zipfile.ZIP_DEFLATED) as target,
+    ):
         for info in source.infolist():
             if info.filename != "env_reward.npy":
                 target.writestr(info.filename, source.read(info))
         with target.open("env_reward.npy", "w") as member:
-            np.lib.format.write_array_header_1_0(member, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)})
+            np.lib.format.write_array_header_1_0(
+                member, {"descr": "<f8", "fortran_order": False, "shape": (10**12,)}
+            )
             member.write(b"\0" * 4096)
     line = assert_refused(estimate(fresh), 3, "env_reward", "refused before reading")
     assert str(batch_io.MAX_BATCH_BYTES) in line
@@ -74,7 +79,9 @@ def test_deflated_npz_expanding_past_the_limit_is_refused(tmp_path, monkeypatch)
     # The same check as a 400 KB archive that inflates to gigabytes, at a scale a test can build.
     monkeypatch.setattr(batch_io, "MAX_BATCH_BYTES", 1 << 20)
     data = example()
-    path = as_npz(data, tmp_path / "bomb.npz", response_mask=np.zeros((6, 40_000), dtype=np.float64))
+    path = as_npz(
+        data, tmp_path / "bomb.npz", response_mask=np.zeros((6, 40_000), dtype=np.float64)
+    )
     assert path.stat().st_size < 20_000
     assert_refused(estimate(path), 3, "response_mask", "refused before reading")
 
@@ -90,7 +97,9 @@ def test_rewards_that_overflow_float32_are_refused(tmp_path):
 
 
 def test_complex_rewards_are_refused(tmp_path):
-    npz = as_npz(example(), tmp_path / "c.npz", env_reward=np.array([0, 10 + 1j, 0, 0, 0, 0], dtype=complex))
+    npz = as_npz(
+        example(), tmp_path / "c.npz", env_reward=np.array([0, 10 + 1j, 0, 0, 0, 0], dtype=complex)
+    )
     assert_refused(estimate(npz), 3, "env_reward", "complex")
 
 

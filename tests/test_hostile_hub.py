@@ -71,8 +71,21 @@ def db_path(tmp_path):
 
 
 def publish(db_path, endpoint, staging, *args, input=None):
-    return invoke("--db", db_path, "publish", "--run", "return-hard", "--repo", REPO, "--endpoint", endpoint,
-                  "--staging", staging, *args, input=input)
+    return invoke(
+        "--db",
+        db_path,
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        REPO,
+        "--endpoint",
+        endpoint,
+        "--staging",
+        staging,
+        *args,
+        input=input,
+    )
 
 
 def test_default_and_configured_timeouts(monkeypatch):
@@ -96,15 +109,26 @@ def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only
     assert db_state(db_path) == before
 
 
-def test_the_environment_sets_the_timeout(db_path, hub_env, loopback_only, silent, tmp_path, monkeypatch):
+def test_the_environment_sets_the_timeout(
+    db_path, hub_env, loopback_only, silent, tmp_path, monkeypatch
+):
     monkeypatch.setenv("CCPO_HUB_TIMEOUT", "1,1")
-    assert_refused(publish(db_path, silent.endpoint, tmp_path / "s", "--token", TOKEN), 4, "did not answer in time")
+    assert_refused(
+        publish(db_path, silent.endpoint, tmp_path / "s", "--token", TOKEN),
+        4,
+        "did not answer in time",
+    )
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1,2,3", "nan"])
 def test_a_bad_timeout_is_refused_before_any_network(db_path, hub_env, tmp_path, value):
-    assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--timeout", value, "--token", TOKEN),
-                   3, "--timeout")
+    assert_refused(
+        publish(
+            db_path, "http://127.0.0.1:9", tmp_path / "s", "--timeout", value, "--token", TOKEN
+        ),
+        3,
+        "--timeout",
+    )
 
 
 def test_the_token_help_warns_about_ps():
@@ -114,7 +138,9 @@ def test_the_token_help_warns_about_ps():
 
 
 @pytest.mark.parametrize("how", ["file", "stdin"])
-def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_path, monkeypatch, how):
+def test_the_token_from_a_file_or_stdin(
+    db_path, hub_env, loopback_only, tmp_path, monkeypatch, how
+):
     with FakeHub(token=TOKEN) as hub:
         started_with(monkeypatch, hub.endpoint)
         if how == "file":
@@ -122,7 +148,9 @@ def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_pat
             token_file.write_text(TOKEN + "\n")
             result = publish(db_path, hub.endpoint, tmp_path / "s", "--token-file", token_file)
         else:
-            result = publish(db_path, hub.endpoint, tmp_path / "s", "--token", "-", input=TOKEN + "\n")
+            result = publish(
+                db_path, hub.endpoint, tmp_path / "s", "--token", "-", input=TOKEN + "\n"
+            )
         assert result.exit_code == 0, result.output
         assert TOKEN not in result.output
         commits = hub.requests_to(f"/api/models/{REPO}/commit/")
@@ -130,12 +158,21 @@ def test_the_token_from_a_file_or_stdin(db_path, hub_env, loopback_only, tmp_pat
 
 
 def test_a_missing_token_file_or_empty_stdin(db_path, hub_env, tmp_path):
-    assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--token-file", tmp_path / "nope"),
-                   3, "--token-file")
-    assert_refused(publish(db_path, "http://127.0.0.1:9", tmp_path / "s2", "--token", "-", input=""), 3, "stdin")
+    assert_refused(
+        publish(db_path, "http://127.0.0.1:9", tmp_path / "s", "--token-file", tmp_path / "nope"),
+        3,
+        "--token-file",
+    )
+    assert_refused(
+        publish(db_path, "http://127.0.0.1:9", tmp_path / "s2", "--token", "-", input=""),
+        3,
+        "stdin",
+    )
 
 
-def test_the_timeouts_apply_only_while_publishing(db_path, hub_env, loopback_only, silent, tmp_path):
+def test_the_timeouts_apply_only_while_publishing(
+    db_path, hub_env, loopback_only, silent, tmp_path
+):
     from ccpo_cli.hub_transport import limits_installed
 
     result = publish(db_path, silent.endpoint, tmp_path / "s", "--timeout", "1", "--token", TOKEN)

@@ -42,7 +42,11 @@ FAULTS = {
     "503": ({"kind": "status", "status": 503}, "once", None),
     "409": ({"kind": "status", "status": 409, "message": "A commit is in progress"}, "once", None),
     "timeout": ({"kind": "silent", "seconds": 30}, "always", "did not answer in time"),
-    "trickle": ({"kind": "trickle", "seconds": 30, "interval": 0.2, "length": False}, "always", "deadline"),
+    "trickle": (
+        {"kind": "trickle", "seconds": 30, "interval": 0.2, "length": False},
+        "always",
+        "deadline",
+    ),
     "flood": ({"kind": "endless", "seconds": 30}, "always", "exceeded"),
 }
 # Per path: the request its fault is put on, and whether it commits (409 is a commit's word).
@@ -64,8 +68,16 @@ def _timeouts():
 def _publish(hub, tmp_path: Path) -> None:
     db_path = tmp_path / "runs.db"
     seed_card_db(db_path)
-    publish_run(open_db(db_path), "return-hard", REPO, staging=tmp_path / "staging", token=TOKEN,
-                endpoint=hub.endpoint, timeout=READ_TIMEOUT, deadline=DEADLINE_S)
+    publish_run(
+        open_db(db_path),
+        "return-hard",
+        REPO,
+        staging=tmp_path / "staging",
+        token=TOKEN,
+        endpoint=hub.endpoint,
+        timeout=READ_TIMEOUT,
+        deadline=DEADLINE_S,
+    )
 
 
 def _outbox(hub, tmp_path: Path) -> None:
@@ -77,23 +89,50 @@ def _outbox(hub, tmp_path: Path) -> None:
     db_path = tmp_path / "runs.db"
     db = seed_card_db(db_path)
     step = run_evaluations(db, "return-hard")[-1]["step"]
-    target = push_target(REPO, endpoint=hub.endpoint, timeout=READ_TIMEOUT, deadline=DEADLINE_S,
-                         window_start=0, staging=tmp_path / "staging")
-    entry, _ = outbox.enqueue(db, "return-hard", repo_id=REPO, revision="main", kind="card", role="interim",
-                              step=step, content_hash="faults", private=True, endpoint=hub.endpoint)
+    target = push_target(
+        REPO,
+        endpoint=hub.endpoint,
+        timeout=READ_TIMEOUT,
+        deadline=DEADLINE_S,
+        window_start=0,
+        staging=tmp_path / "staging",
+    )
+    entry, _ = outbox.enqueue(
+        db,
+        "return-hard",
+        repo_id=REPO,
+        revision="main",
+        kind="card",
+        role="interim",
+        step=step,
+        content_hash="faults",
+        private=True,
+        endpoint=hub.endpoint,
+    )
     uploader = Uploader(db, db_path, "return-hard", target, TOKEN, rule=FAST)
     with hub_timeouts(target.timeouts):
         now = uploader.process(entry)
     if now.state != "done":
-        assert now.state == "pending", (now.state, now.reason)  # tried again later, never given up on one fault
+        assert now.state == "pending", (
+            now.state,
+            now.reason,
+        )  # tried again later, never given up on one fault
         raise RemoteError(now.reason)
 
 
 def _sync_push(hub, tmp_path: Path, monkeypatch) -> None:
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "r1", steps=(2, 4))
-    push(open_db(a), DATASET, token=TOKEN, endpoint=hub.endpoint, host="node-a", timeouts=_timeouts(),
-         limits=SyncLimits(deadline_s=DEADLINE_S), rule=FAST)
+    push(
+        open_db(a),
+        DATASET,
+        token=TOKEN,
+        endpoint=hub.endpoint,
+        host="node-a",
+        timeouts=_timeouts(),
+        limits=SyncLimits(deadline_s=DEADLINE_S),
+        rule=FAST,
+    )
 
 
 def _sync_pull(hub, tmp_path: Path, monkeypatch, faults) -> None:
@@ -102,8 +141,15 @@ def _sync_pull(hub, tmp_path: Path, monkeypatch, faults) -> None:
     push(open_db(a), DATASET, token=TOKEN, endpoint=hub.endpoint, host="node-a", rule=FAST)
     faults()  # after the dataset holds the parts
     c = machine(tmp_path, "node-c", monkeypatch)
-    done = pull(open_db(c), DATASET, token=TOKEN, endpoint=hub.endpoint, timeouts=_timeouts(),
-                limits=SyncLimits(deadline_s=DEADLINE_S), rule=FAST)
+    done = pull(
+        open_db(c),
+        DATASET,
+        token=TOKEN,
+        endpoint=hub.endpoint,
+        timeouts=_timeouts(),
+        limits=SyncLimits(deadline_s=DEADLINE_S),
+        rule=FAST,
+    )
     assert done["rows_new"] > 0
 
 
@@ -120,14 +166,21 @@ def _download(hub, tmp_path: Path, monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("path, fault", CASES, ids=[f"{p}-{f}" for p, f in CASES])
-def test_every_path_gives_the_same_answer_to_the_same_fault(hub, tmp_path, monkeypatch, path, fault):
+def test_every_path_gives_the_same_answer_to_the_same_fault(
+    hub, tmp_path, monkeypatch, path, fault
+):
     method, target, _ = PATHS[path]
     options, how, words = FAULTS[fault]
     hub.seed_repo(MODEL, {"config.json": b"{}", "model.safetensors": b"weights"}, private=False)
 
     def inject() -> None:
-        hub.inject(options["kind"], method=method, path=target, times=1 if how == "once" else 50,
-                   **{key: value for key, value in options.items() if key != "kind"})
+        hub.inject(
+            options["kind"],
+            method=method,
+            path=target,
+            times=1 if how == "once" else 50,
+            **{key: value for key, value in options.items() if key != "kind"},
+        )
 
     started = time.monotonic()
     try:
@@ -154,7 +207,13 @@ def test_every_path_gives_the_same_answer_to_the_same_fault(hub, tmp_path, monke
             ours = [c for c in hub.history(REPO) if KEY_PREFIX in c.description]
             assert len(ours) == 1, "a commit was made twice"
         if path == "sync-push":
-            assert sum(c.message.startswith("ccpo sync") for c in hub.datasets[DATASET].branches["main"]) == 1
+            assert (
+                sum(
+                    c.message.startswith("ccpo sync")
+                    for c in hub.datasets[DATASET].branches["main"]
+                )
+                == 1
+            )
     else:
         assert failure is not None, f"{path} succeeded against a Hub that always gives {fault}"
         line = str(failure)

@@ -32,8 +32,22 @@ def db_path(tmp_path):
 
 
 def publish(db_path, hub, staging, *args):
-    return invoke("--db", db_path, "publish", "--run", "return-hard", "--repo", REPO, "--endpoint", hub.endpoint,
-                  "--staging", staging, "--token", TOKEN, *args)
+    return invoke(
+        "--db",
+        db_path,
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        REPO,
+        "--endpoint",
+        hub.endpoint,
+        "--staging",
+        staging,
+        "--token",
+        TOKEN,
+        *args,
+    )
 
 
 def ccpo_commits(hub) -> list:
@@ -41,9 +55,17 @@ def ccpo_commits(hub) -> list:
 
 
 @pytest.mark.parametrize("status, retry_after", [(500, None), (502, None), (409, None), (429, "1")])
-def test_a_refused_commit_is_sent_again_after_a_bounded_wait(db_path, hub, tmp_path, status, retry_after):
-    hub.inject("status", method="POST", path="/commit/", status=status, retry_after=retry_after,
-               message="another commit is in progress" if status == 409 else "try later")
+def test_a_refused_commit_is_sent_again_after_a_bounded_wait(
+    db_path, hub, tmp_path, status, retry_after
+):
+    hub.inject(
+        "status",
+        method="POST",
+        path="/commit/",
+        status=status,
+        retry_after=retry_after,
+        message="another commit is in progress" if status == 409 else "try later",
+    )
     result = publish(db_path, hub, tmp_path / "s", "--json")
     assert result.exit_code == 0, result.output
     [note] = [line for line in result.stderr.splitlines() if "sending again in" in line]
@@ -61,9 +83,14 @@ def test_a_hub_that_keeps_refusing_ends_in_exit_4_naming_the_status(db_path, hub
     *retries, line = [line for line in result.stderr.splitlines() if line.strip()]
     from ccpo_cli.hub_access import DEFAULT_RULE
 
-    assert len(retries) == DEFAULT_RULE.attempts - 1 and all("sending again in" in note for note in retries)
+    assert len(retries) == DEFAULT_RULE.attempts - 1 and all(
+        "sending again in" in note for note in retries
+    )
     assert line.startswith("error: ") and "HTTP 503" in line and TOKEN not in result.output
-    assert ccpo_commits(hub) == [] and store.run_publications(store.open_db(db_path), "return-hard") == []
+    assert (
+        ccpo_commits(hub) == []
+        and store.run_publications(store.open_db(db_path), "return-hard") == []
+    )
 
 
 def test_a_long_retry_after_is_not_slept_through(db_path, hub, tmp_path):
@@ -74,7 +101,9 @@ def test_a_long_retry_after_is_not_slept_through(db_path, hub, tmp_path):
 
 
 @pytest.mark.parametrize("answer", [502, None], ids=["502-after-landing", "connection-dropped"])
-def test_a_commit_whose_answer_was_lost_is_recognised_not_duplicated(db_path, hub, tmp_path, answer):
+def test_a_commit_whose_answer_was_lost_is_recognised_not_duplicated(
+    db_path, hub, tmp_path, answer
+):
     """The measured failure: the card commit landed, its answer failed, publish exited 4 and
     recorded nothing; a blind retry would have made a duplicate."""
     hub.inject("lost", method="POST", path="/commit/", status=answer)
@@ -87,7 +116,9 @@ def test_a_commit_whose_answer_was_lost_is_recognised_not_duplicated(db_path, hu
     assert document["commit_id"] == commit.oid
     [publication] = store.run_publications(store.open_db(db_path), "return-hard")
     assert publication["commit_id"] == commit.oid
-    assert hub.requests_to(f"/api/models/{REPO}/commits/main", "GET"), "the history was read before resending"
+    assert hub.requests_to(f"/api/models/{REPO}/commits/main", "GET"), (
+        "the history was read before resending"
+    )
 
 
 def test_a_lost_checkpoint_answer_is_recognised_and_still_verified(db_path, hub, tmp_path):
@@ -98,13 +129,18 @@ def test_a_lost_checkpoint_answer_is_recognised_and_still_verified(db_path, hub,
     result = publish(db_path, hub, tmp_path / "s", "--checkpoint", str(checkpoint), "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert document["checkpoint"]["found_landed"] is True and document["checkpoint"]["verified_by"] == "sha256"
+    assert (
+        document["checkpoint"]["found_landed"] is True
+        and document["checkpoint"]["verified_by"] == "sha256"
+    )
     assert len(ccpo_commits(hub)) == 2 and len(hub.commits_by_ccpo(REPO)) == 2
     assert hub.repos[REPO].tags == {"step-115": document["checkpoint"]["commit_id"]}
 
 
 @pytest.mark.slow
-def test_publish_to_a_silent_hub_exits_4_within_90_s_on_default_timeouts(db_path, hub, tmp_path, monkeypatch):
+def test_publish_to_a_silent_hub_exits_4_within_90_s_on_default_timeouts(
+    db_path, hub, tmp_path, monkeypatch
+):
     monkeypatch.delenv("CCPO_HUB_TIMEOUT", raising=False)
     monkeypatch.delenv("CCPO_HUB_DEADLINE", raising=False)
     hub.inject("silent", times=100, seconds=300)
@@ -123,7 +159,11 @@ def test_an_endless_or_trickling_answer_ends_within_the_deadline(db_path, hub, t
     result = publish(db_path, hub, tmp_path / "s", "--deadline", "3")
     line = assert_refused(result, 4, REPO)
     # the trickle is ended by the --deadline given (without one it never ends); the endless answer by the cap
-    assert ("deadline of 3 s" in line) if kind == "trickle" else ("exceeded" in line or "deadline of 3 s" in line), line
+    assert (
+        ("deadline of 3 s" in line)
+        if kind == "trickle"
+        else ("exceeded" in line or "deadline of 3 s" in line)
+    ), line
 
 
 # Runs the CLI and, at exit, writes the process's own peak RSS (VmHWM, in kB): the rusage of a
@@ -141,10 +181,18 @@ main()
 """
 
 
-def _child_peak_rss_mb(arguments: list[str], env: dict, folder) -> tuple[subprocess.CompletedProcess, float]:
+def _child_peak_rss_mb(
+    arguments: list[str], env: dict, folder
+) -> tuple[subprocess.CompletedProcess, float]:
     peak = folder / "peak-kb"
-    done = subprocess.run([sys.executable, "-c", MEASURED_CLI, str(peak), *arguments], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", MEASURED_CLI, str(peak), *arguments],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return done, int(peak.read_text()) / 1024
 
 
@@ -154,8 +202,23 @@ def test_an_endless_answer_stays_under_500_mb(db_path, hub, tmp_path):
 
     hub.inject("endless", times=100, seconds=60)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_ENDPOINT=hub.endpoint)
-    arguments = ["--db", str(db_path), "publish", "--run", "return-hard", "--repo", REPO, "--endpoint", hub.endpoint,
-                 "--staging", str(tmp_path / "s"), "--token", TOKEN, "--deadline", "20"]
+    arguments = [
+        "--db",
+        str(db_path),
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        REPO,
+        "--endpoint",
+        hub.endpoint,
+        "--staging",
+        str(tmp_path / "s"),
+        "--token",
+        TOKEN,
+        "--deadline",
+        "20",
+    ]
     done, peak_mb = _child_peak_rss_mb(arguments, env, tmp_path)
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr and "exceeded" in done.stderr, done.stderr
@@ -165,8 +228,13 @@ def test_an_endless_answer_stays_under_500_mb(db_path, hub, tmp_path):
 def test_a_wrong_shaped_answer_is_one_line_and_exit_4(db_path, hub, tmp_path):
     """Issue 21, item 7: `siblings` as a string gave a traceback."""
     hub.seed_repo(REPO, private=True)
-    hub.inject("answer", method="GET", path=f"/api/models/{REPO}", times=10,
-               body={"id": REPO, "sha": "0" * 40, "private": True, "siblings": "not-a-list"})
+    hub.inject(
+        "answer",
+        method="GET",
+        path=f"/api/models/{REPO}",
+        times=10,
+        body={"id": REPO, "sha": "0" * 40, "private": True, "siblings": "not-a-list"},
+    )
     result = publish(db_path, hub, tmp_path / "s")
     assert_refused(result, 4, REPO, "not of the shape ccpo expects")
 
@@ -186,7 +254,24 @@ def test_the_limits_apply_only_while_publishing(db_path, hub, tmp_path):
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "1,2"])
 def test_a_bad_deadline_is_refused_before_any_network(db_path, hub_env, tmp_path, value):
-    result = invoke("--db", db_path, "publish", "--run", "return-hard", "--repo", REPO, "--endpoint",
-                    "http://127.0.0.1:9", "--staging", tmp_path / "s", "--token", TOKEN, "--deadline", value)
-    assert result.exit_code in (2, 3), result.output  # typer refuses what is not a number (2), ccpo the rest (3)
+    result = invoke(
+        "--db",
+        db_path,
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        REPO,
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--staging",
+        tmp_path / "s",
+        "--token",
+        TOKEN,
+        "--deadline",
+        value,
+    )
+    assert result.exit_code in (2, 3), (
+        result.output
+    )  # typer refuses what is not a number (2), ccpo the rest (3)
     assert "Traceback" not in result.output

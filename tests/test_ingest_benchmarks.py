@@ -33,7 +33,9 @@ runner = CliRunner()
 
 
 def ingest(db_path: Path, path: Path, *args: str, run: str = "ws"):
-    return runner.invoke(app, ["--db", str(db_path), "ingest", str(path), "--run", run, "--json", *map(str, args)])
+    return runner.invoke(
+        app, ["--db", str(db_path), "ingest", str(path), "--run", run, "--json", *map(str, args)]
+    )
 
 
 def document(result) -> dict:
@@ -48,7 +50,10 @@ def facts_of(db_path: Path, run: str = "ws") -> dict:
 
 def counts(db_path: Path) -> tuple:
     db = open_db(db_path)
-    return tuple(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("runs", "evaluations", "run_facts"))
+    return tuple(
+        db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+        for t in ("runs", "evaluations", "run_facts")
+    )
 
 
 def nothing_recorded(db_path: Path) -> bool:
@@ -56,6 +61,7 @@ def nothing_recorded(db_path: Path) -> bool:
 
 
 # ---- WebShop -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("wrap", [None, 97])
 def test_a_webshop_console_log_with_spaces_in_its_metric_names_is_ingested(tmp_path, wrap):
@@ -75,17 +81,23 @@ def test_a_webshop_console_log_with_spaces_in_its_metric_names_is_ingested(tmp_p
     assert WEBSHOP_SCORE in report["unused_metric_keys"]
 
 
-def test_a_webshop_log_that_states_its_episodes_records_64_and_one_that_does_not_records_none(tmp_path):
+def test_a_webshop_log_that_states_its_episodes_records_64_and_one_that_does_not_records_none(
+    tmp_path,
+):
     stated, _ = write_webshop_console(tmp_path / "stated.log")
     document(ingest(tmp_path / "runs.db", stated, run="stated"))
     facts = facts_of(tmp_path / "runs.db", "stated")
     assert facts["episodes"] == 64
-    assert "split" not in facts  # verl-agent's WebShop default (test goals) is not what the log said
+    assert (
+        "split" not in facts
+    )  # verl-agent's WebShop default (test goals) is not what the log said
     assert (facts["adv_mode"], facts["max_steps"], facts["estimator"]) == ("mean_norm", 15, "gigpo")
     silent, _ = write_webshop_console(tmp_path / "silent.log", state_episodes=False)
     document(ingest(tmp_path / "runs.db", silent, run="silent"))
     assert "episodes" not in facts_of(tmp_path / "runs.db", "silent")  # never a default
-    assert all(row["episodes"] is None for row in run_evaluations(open_db(tmp_path / "runs.db"), "silent"))
+    assert all(
+        row["episodes"] is None for row in run_evaluations(open_db(tmp_path / "runs.db"), "silent")
+    )
 
 
 def test_a_stated_benchmark_that_the_metric_names_contradict_is_refused(tmp_path):
@@ -103,7 +115,11 @@ def test_an_unknown_benchmark_name_exits_3_listing_the_known_ones(tmp_path):
     log, _ = write_webshop_console(tmp_path / "webshop.log")
     result = ingest(tmp_path / "runs.db", log, "--benchmark", "mujoco")
     assert result.exit_code == 3 and "mujoco" in result.output
-    assert "alfworld" in result.output and "webshop" in result.output and "Traceback" not in result.output
+    assert (
+        "alfworld" in result.output
+        and "webshop" in result.output
+        and "Traceback" not in result.output
+    )
     assert not (tmp_path / "runs.db").exists()  # refused before the database is opened
 
 
@@ -115,8 +131,14 @@ def test_a_benchmark_the_metric_names_cannot_show_is_taken_as_stated(tmp_path):
     assert get_run(open_db(tmp_path / "runs.db"), "sk")["benchmark"] == "sokoban"
     # Without --benchmark nothing names one: not recorded, and said so.
     report = document(ingest(tmp_path / "runs.db", path, run="unnamed"))
-    assert report["benchmark"] is None and get_run(open_db(tmp_path / "runs.db"), "unnamed")["benchmark"] is None
-    assert any("benchmark not recorded" in warning and "--benchmark" in warning for warning in report["warnings"])
+    assert (
+        report["benchmark"] is None
+        and get_run(open_db(tmp_path / "runs.db"), "unnamed")["benchmark"] is None
+    )
+    assert any(
+        "benchmark not recorded" in warning and "--benchmark" in warning
+        for warning in report["warnings"]
+    )
     # A run that already records its benchmark keeps it; the benchmark's split default is not recorded.
     csv = tmp_path / "val.csv"
     csv.write_text("step,val/success_rate\n0,0.25\n5,0.5\n")
@@ -134,29 +156,49 @@ def test_a_webshop_log_into_a_run_recorded_as_alfworld_is_refused_and_changes_no
     before = counts(db_path)
     log, _ = write_webshop_console(tmp_path / "webshop.log")
     result = ingest(db_path, log, run="r")
-    assert result.exit_code == 3 and "benchmark" in result.output and "Traceback" not in result.output
+    assert (
+        result.exit_code == 3 and "benchmark" in result.output and "Traceback" not in result.output
+    )
     assert counts(db_path) == before
 
 
 def test_alfworld_logs_name_their_benchmark_by_their_task_type_rates(tmp_path):
-    report = document(ingest(tmp_path / "runs.db", write_ccpo(acceptance_rows(), tmp_path / "m.jsonl"), run="a"))
-    assert report["benchmark"] == "alfworld" and report["benchmark_evidence"].startswith("the metric names")
+    report = document(
+        ingest(tmp_path / "runs.db", write_ccpo(acceptance_rows(), tmp_path / "m.jsonl"), run="a")
+    )
+    assert report["benchmark"] == "alfworld" and report["benchmark_evidence"].startswith(
+        "the metric names"
+    )
     row = run_evaluations(open_db(tmp_path / "runs.db"), "a")[-1]
     assert set(row["task_types"]) == {"pick", "look", "clean", "heat", "cool", "pick2"}
 
 
 def test_search_logs_record_their_data_sources_as_task_types(tmp_path):
     path = tmp_path / "search.jsonl"
-    path.write_text(json.dumps({"step": 5, "val/success_rate": 0.4, "val/nq_success_rate": 0.5,
-                                "val/hotpotqa_success_rate": 0.25, "val/unkown_success_rate": 0.0}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "step": 5,
+                "val/success_rate": 0.4,
+                "val/nq_success_rate": 0.5,
+                "val/hotpotqa_success_rate": 0.25,
+                "val/unkown_success_rate": 0.0,
+            }
+        )
+        + "\n"
+    )
     report = document(ingest(tmp_path / "runs.db", path, run="s"))
     assert report["benchmark"] == "search"
     (row,) = run_evaluations(open_db(tmp_path / "runs.db"), "s")
-    assert {key: value["success"] for key, value in row["task_types"].items()} == {"nq": 50.0, "hotpotqa": 25.0}
+    assert {key: value["success"] for key, value in row["task_types"].items()} == {
+        "nq": 50.0,
+        "hotpotqa": 25.0,
+    }
     assert "val/unkown_success_rate" in report["unused_metric_keys"]  # verl-agent's padding source
 
 
 # ---- What the run printed -----------------------------------------------------------------
+
 
 def test_the_real_console_log_records_the_flags_it_printed(tmp_path):
     db_path = tmp_path / "runs.db"
@@ -164,17 +206,46 @@ def test_the_real_console_log_records_the_flags_it_printed(tmp_path):
     facts = facts_of(db_path, "real")
     # The printed config: verl-agent's GRPO normalises by the group std (norm_adv_by_std_in_grpo),
     # whatever algorithm.gigpo.mode (mean_norm) says beside it.
-    assert {key: facts[key] for key in ("estimator", "adv_mode", "gamma", "lr", "kl", "batch", "group", "max_steps",
-                                        "temperature", "split", "episodes", "invalid_penalty")} == {
-        "estimator": "grpo", "adv_mode": "mean_std_norm", "gamma": 1.0, "lr": 1e-6, "kl": 0.01, "batch": 16,
-        "group": 8, "max_steps": 50, "temperature": 0.4, "split": "valid_seen", "episodes": 128,
-        "invalid_penalty": 0.1}
+    assert {
+        key: facts[key]
+        for key in (
+            "estimator",
+            "adv_mode",
+            "gamma",
+            "lr",
+            "kl",
+            "batch",
+            "group",
+            "max_steps",
+            "temperature",
+            "split",
+            "episodes",
+            "invalid_penalty",
+        )
+    } == {
+        "estimator": "grpo",
+        "adv_mode": "mean_std_norm",
+        "gamma": 1.0,
+        "lr": 1e-6,
+        "kl": 0.01,
+        "batch": 16,
+        "group": 8,
+        "max_steps": 50,
+        "temperature": 0.4,
+        "split": "valid_seen",
+        "episodes": 128,
+        "invalid_penalty": 0.1,
+    }
     # total_epochs 150 x (16 prepared rows // 16 per batch): the total verl trained to.
     assert get_run(open_db(db_path), "real")["total_steps"] == 150
     assert get_run(open_db(db_path), "real")["status"] == "finished"
     assert report["stated_facts"]["model"] == "Qwen/Qwen2.5-1.5B-Instruct"
-    assert stated_arm_flags(facts) == {"estimator": "grpo", "adv_mode": "mean_std_norm", "gamma": 1.0,
-                                       "invalid_penalty": 0.1}
+    assert stated_arm_flags(facts) == {
+        "estimator": "grpo",
+        "adv_mode": "mean_std_norm",
+        "gamma": 1.0,
+        "invalid_penalty": 0.1,
+    }
 
 
 def test_what_the_log_printed_beats_an_option_that_contradicts_it(tmp_path):
@@ -187,11 +258,14 @@ def test_what_the_log_printed_beats_an_option_that_contradicts_it(tmp_path):
 
 # ---- CSV exports ----------------------------------------------------------------------------
 
+
 def test_a_csv_export_with_a_text_column_is_ingested_and_the_column_named(tmp_path):
     path = csv_with_text_column(tmp_path / "telemetry.csv")
     report = document(ingest(tmp_path / "runs.db", path, run="csv"))
     assert report["format"] == "csv" and report["skipped"] == 0 and report["new"] == 16
-    assert any("source_log" in warning and "text column" in warning for warning in report["warnings"])
+    assert any(
+        "source_log" in warning and "text column" in warning for warning in report["warnings"]
+    )
     assert "source_log" not in report["unused_metric_keys"]
 
 
@@ -217,19 +291,31 @@ def test_a_million_column_csv_is_refused_with_bounded_memory(tmp_path):
     # list and a dict of a million cells (about 45 times the file).
     assert peak < 4 * size, (peak, size)
     result = ingest(tmp_path / "runs.db", path, run="wide")
-    assert result.exit_code == 3 and "10,000 columns" in result.output and nothing_recorded(tmp_path / "runs.db")
+    assert (
+        result.exit_code == 3
+        and "10,000 columns" in result.output
+        and nothing_recorded(tmp_path / "runs.db")
+    )
 
 
 def test_a_row_wider_than_the_bound_is_skipped_and_cells_are_counted_as_csv_counts_them(tmp_path):
     path = tmp_path / "m.csv"
-    path.write_text("step,val/success_rate\n0,0.25\n" + "5," + ",".join(["0.5"] * MAX_CSV_COLUMNS) + "\n10,0.5\n")
+    path.write_text(
+        "step,val/success_rate\n0,0.25\n"
+        + "5,"
+        + ",".join(["0.5"] * MAX_CSV_COLUMNS)
+        + "\n10,0.5\n"
+    )
     report = document(ingest(tmp_path / "runs.db", path, run="c"))
     assert report["new"] == 2 and report["skipped_lines"][0]["line"] == 3
-    assert cell_count('a,"b,c",d') == 3 and cell_count('"x ""y"", z",1') == 2 and cell_count("a") == 1
+    assert (
+        cell_count('a,"b,c",d') == 3 and cell_count('"x ""y"", z",1') == 2 and cell_count("a") == 1
+    )
     assert cell_count(",".join("x" * 50), limit=10) == 11
 
 
 # ---- Symbolic links out of a run folder ------------------------------------------------------
+
 
 def _outside_log(tmp_path: Path) -> Path:
     secret = tmp_path / "elsewhere" / "secret.log"
@@ -242,7 +328,11 @@ def test_a_wandb_folder_whose_log_links_out_of_it_is_refused(tmp_path):
     folder.mkdir(parents=True)
     (folder / "output.log").symlink_to(_outside_log(tmp_path))
     result = ingest(tmp_path / "runs.db", folder.parent, run="w")
-    assert result.exit_code == 3 and "symbolic link" in result.output and "Traceback" not in result.output
+    assert (
+        result.exit_code == 3
+        and "symbolic link" in result.output
+        and "Traceback" not in result.output
+    )
     assert nothing_recorded(tmp_path / "runs.db")
 
 
@@ -262,20 +352,29 @@ def test_a_wandb_files_folder_that_links_out_is_refused_but_a_link_inside_is_rea
 def test_a_tensorboard_folder_with_an_event_file_linking_out_is_refused(tmp_path):
     from test_ingest_formats import write_events
 
-    outside = write_events(tmp_path / "elsewhere", {0: {"val/success_rate": 0.25}, 5: {"val/success_rate": 0.5}})
+    outside = write_events(
+        tmp_path / "elsewhere", {0: {"val/success_rate": 0.25}, 5: {"val/success_rate": 0.5}}
+    )
     event = next(p for p in outside.iterdir() if "tfevents" in p.name)
     run = tmp_path / "tb" / "seed0"
     run.mkdir(parents=True)
     os.symlink(event, run / event.name)
     result = ingest(tmp_path / "runs.db", run, run="t")
-    assert result.exit_code == 3 and "symbolic link" in result.output and nothing_recorded(tmp_path / "runs.db")
+    assert (
+        result.exit_code == 3
+        and "symbolic link" in result.output
+        and nothing_recorded(tmp_path / "runs.db")
+    )
 
 
 # ---- Unused metric keys --------------------------------------------------------------------
 
+
 def test_ingest_names_the_metric_keys_it_did_not_use_in_one_warning_line(tmp_path):
     path = write_console(acceptance_rows(3), tmp_path / "worker.log")
-    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "ingest", str(path), "--run", "r"])
+    result = runner.invoke(
+        app, ["--db", str(tmp_path / "runs.db"), "ingest", str(path), "--run", "r"]
+    )
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if "metric key(s) not recorded" in line]
     assert len(lines) == 1 and "actor/entropy" in lines[0] and "timing_s/step" in lines[0]
@@ -288,10 +387,21 @@ def test_the_unused_keys_are_bounded_and_the_warning_truncated_with_a_count(tmp_
     path = tmp_path / "many.jsonl"
     with path.open("w") as handle:
         for step in range(0, 30, 5):
-            handle.write(json.dumps({"step": step, "val/success_rate": 0.5,
-                                     **{f"custom/k{step}_{i:05d}": 1.0 for i in range(2500)}}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "step": step,
+                        "val/success_rate": 0.5,
+                        **{f"custom/k{step}_{i:05d}": 1.0 for i in range(2500)},
+                    }
+                )
+                + "\n"
+            )
     report = document(ingest(tmp_path / "runs.db", path, run="m"))
-    assert report["unused_metric_key_count"] == MAX_DROPPED_KEYS and report["unused_metric_keys_capped"] is True
+    assert (
+        report["unused_metric_key_count"] == MAX_DROPPED_KEYS
+        and report["unused_metric_keys_capped"] is True
+    )
     assert len(report["unused_metric_keys"]) == REPORTED_KEYS
     assert report["unused_metric_keys"] == sorted(report["unused_metric_keys"])
     (line,) = [warning for warning in report["warnings"] if "metric key(s) not recorded" in warning]
@@ -300,6 +410,8 @@ def test_the_unused_keys_are_bounded_and_the_warning_truncated_with_a_count(tmp_
 
 def test_a_long_csv_names_the_tags_it_dropped(tmp_path):
     path = tmp_path / "long.csv"
-    path.write_text("step,tag,value\n0,val/success_rate,0.25\n0,actor/entropy,0.6\n5,val/success_rate,0.5\n")
+    path.write_text(
+        "step,tag,value\n0,val/success_rate,0.25\n0,actor/entropy,0.6\n5,val/success_rate,0.5\n"
+    )
     report = document(ingest(tmp_path / "runs.db", path, run="l"))
     assert report["new"] == 2 and report["unused_metric_keys"] == ["actor/entropy"]

@@ -26,7 +26,9 @@ runner = CliRunner()
 
 
 def ingest(db_path: Path, path: Path, *extra: str) -> dict:
-    result = runner.invoke(app, ["--db", str(db_path), "ingest", str(path), "--run", "real", "--json", *extra])
+    result = runner.invoke(
+        app, ["--db", str(db_path), "ingest", str(path), "--run", "real", "--json", *extra]
+    )
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -50,12 +52,17 @@ def console_validations(text: str) -> dict[int, dict[str, float]]:
 
 def recorded(db_path: Path) -> dict[int, dict[str, float]]:
     return {
-        row["step"]: {"overall": row["success_rate"], **{k: v["success"] for k, v in row["task_types"].items()}}
+        row["step"]: {
+            "overall": row["success_rate"],
+            **{k: v["success"] for k, v in row["task_types"].items()},
+        }
         for row in run_evaluations(open_db(db_path), "real")
     }
 
 
-def assert_same_as_percent(stored: dict[int, dict[str, float]], logged: dict[int, dict[str, float]]) -> None:
+def assert_same_as_percent(
+    stored: dict[int, dict[str, float]], logged: dict[int, dict[str, float]]
+) -> None:
     assert sorted(stored) == sorted(logged)
     for step, rates in logged.items():
         assert stored[step].keys() == rates.keys(), step
@@ -75,43 +82,70 @@ def test_the_real_console_log_ingests_every_validation_exactly(tmp_path):
 def test_the_real_csv_export_ingests_every_validation_in_full_precision(tmp_path):
     with CSV_EXPORT.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
-    logged = {int(row["step"]): {"overall": float(row["val/success_rate"])} for row in rows if row["val/success_rate"]}
-    train = {int(row["step"]): float(row["episode/success_rate"]) for row in rows if row["episode/success_rate"]}
+    logged = {
+        int(row["step"]): {"overall": float(row["val/success_rate"])}
+        for row in rows
+        if row["val/success_rate"]
+    }
+    train = {
+        int(row["step"]): float(row["episode/success_rate"])
+        for row in rows
+        if row["episode/success_rate"]
+    }
     assert len(logged) >= 15
     document = ingest(tmp_path / "runs.db", CSV_EXPORT, "--format", "auto")
-    assert document["format"] == "csv" and document["new"] == len(logged) and document["skipped"] == 0
+    assert (
+        document["format"] == "csv" and document["new"] == len(logged) and document["skipped"] == 0
+    )
     assert document["last_step"] == max(int(row["step"]) for row in rows)
     assert_same_as_percent(recorded(tmp_path / "runs.db"), logged)
     for row in run_evaluations(open_db(tmp_path / "runs.db"), "real"):
         expected = train.get(row["step"])
-        assert row["train_success_rate"] == (None if expected is None else pytest.approx(100.0 * expected, abs=1e-9))
+        assert row["train_success_rate"] == (
+            None if expected is None else pytest.approx(100.0 * expected, abs=1e-9)
+        )
 
 
 def test_a_corrupted_copy_of_the_real_console_log_keeps_every_good_record(tmp_path):
     lines = CONSOLE_LOG.read_bytes().split(b"\n")
-    index = {int(re.search(rb"step:(\d+) ", line).group(1)): i for i, line in enumerate(lines)
-             if re.search(rb"\) \x1b\[0mstep:\d+ ", line) or re.search(rb"\)\x1b\[0m step:\d+ ", line)}
+    index = {
+        int(re.search(rb"step:(\d+) ", line).group(1)): i
+        for i, line in enumerate(lines)
+        if re.search(rb"\) \x1b\[0mstep:\d+ ", line) or re.search(rb"\)\x1b\[0m step:\d+ ", line)
+    }
     cut_validation, cut_training, restarted = index[100], index[101], index[50]
     # A restart padded the file with NULs where step 50's line starts, plus a line of nothing but NULs.
     lines[restarted] = b"\x00" * 5000 + lines[restarted]
     lines.insert(restarted, b"\x00" * 300)
-    cut_validation, cut_training = (i + 1 if i >= restarted else i for i in (cut_validation, cut_training))
+    cut_validation, cut_training = (
+        i + 1 if i >= restarted else i for i in (cut_validation, cut_training)
+    )
     # Two lines cut mid-key, as a capped console capture leaves them.
-    lines[cut_validation] = lines[cut_validation][: lines[cut_validation].index(b"val/success_rate") + 9]
+    lines[cut_validation] = lines[cut_validation][
+        : lines[cut_validation].index(b"val/success_rate") + 9
+    ]
     lines[cut_training] = lines[cut_training][: lines[cut_training].index(b"actor/pg_loss") + 5]
     binary = cut_training + 2
     lines.insert(binary, b"\xff\xfe\x80\x81 stray binary \xc3")
     corrupted = tmp_path / "restarted.log"
-    corrupted.write_bytes(b"\n".join(lines) + b"(TaskRunner pid=1) step:151 - val/succ")  # cut last line
+    corrupted.write_bytes(
+        b"\n".join(lines) + b"(TaskRunner pid=1) step:151 - val/succ"
+    )  # cut last line
     logged = console_validations(CONSOLE_LOG.read_text())
     del logged[100]
     document = ingest(tmp_path / "runs.db", corrupted)
     assert document["format"] == "console" and document["new"] == 30
     assert {item["line"] for item in document["skipped_lines"]} == {
-        restarted + 1, cut_validation + 1, cut_training + 1, binary + 1
+        restarted + 1,
+        cut_validation + 1,
+        cut_training + 1,
+        binary + 1,
     }
     assert document["skipped"] == 4 and document["cleaned_lines"] == [restarted + 2]
     assert document["incomplete_tail_line"] == len(lines) and document["last_step"] == 150
     assert_same_as_percent(recorded(tmp_path / "runs.db"), logged)
-    result = runner.invoke(app, ["--db", str(tmp_path / "strict.db"), "ingest", str(corrupted), "--run", "s", "--strict"])
+    result = runner.invoke(
+        app,
+        ["--db", str(tmp_path / "strict.db"), "ingest", str(corrupted), "--run", "s", "--strict"],
+    )
     assert result.exit_code == 3 and "Traceback" not in result.output

@@ -24,7 +24,14 @@ INTRO = (
     "you see a countertop 1, a fridge 1, a microwave 1, and a sinkbasin 1.\n\n"
     "Your task is to: put a cool apple in countertop."
 )
-CANDIDATES = ["go to countertop 1", "go to fridge 1", "go to microwave 1", "go to sinkbasin 1", "inventory", "look"]
+CANDIDATES = [
+    "go to countertop 1",
+    "go to fridge 1",
+    "go to microwave 1",
+    "go to sinkbasin 1",
+    "inventory",
+    "look",
+]
 
 
 def _decision(featurizer, candidates=CANDIDATES, history=()):
@@ -46,7 +53,10 @@ def test_cross_features_mark_task_words_and_repeats():
     featurizer = Featurizer()
     fields = dict(
         featurizer.candidate_fields(
-            "take apple 1 from countertop 1", {"put", "cool", "apple", "countertop"}, {"apple"}, ["take apple 1 from countertop 1"]
+            "take apple 1 from countertop 1",
+            {"put", "cool", "apple", "countertop"},
+            {"apple"},
+            ["take apple 1 from countertop 1"],
         )
     )
     assert "1|take" in fields["in_task"] and "4|take" in fields["in_task"]
@@ -58,7 +68,10 @@ def test_cross_features_mark_task_words_and_repeats():
 def test_untrained_policy_is_exactly_uniform_and_handles_ragged_candidates():
     featurizer = Featurizer()
     model = build_model(seed=0)
-    decisions = [_decision(featurizer), _decision(featurizer, CANDIDATES[:3], [Turn(INTRO, "look")])]
+    decisions = [
+        _decision(featurizer),
+        _decision(featurizer, CANDIDATES[:3], [Turn(INTRO, "look")]),
+    ]
     log_probs = model.log_probs(pack(decisions))
     assert log_probs.shape == (2, len(CANDIDATES))
     assert torch.allclose(log_probs[0], torch.full((6,), -math.log(6)))
@@ -78,7 +91,9 @@ def test_state_vector_depends_on_the_state_not_on_the_candidates():
     model = build_model(seed=0)
     full = model.state_vector(pack([_decision(featurizer)]))
     fewer = model.state_vector(pack([_decision(featurizer, CANDIDATES[:2])]))
-    later = model.state_vector(pack([_decision(featurizer, history=[Turn(INTRO, "go to fridge 1")])]))
+    later = model.state_vector(
+        pack([_decision(featurizer, history=[Turn(INTRO, "go to fridge 1")])])
+    )
     assert torch.equal(full, fewer)
     assert not torch.allclose(full, later)
 
@@ -91,7 +106,9 @@ def test_low_variance_kl_is_zero_at_the_reference_and_positive_away_from_it():
 
 def test_clip_removes_the_gradient_beyond_the_trust_region():
     old = torch.zeros(2)
-    new = torch.tensor([0.5, 0.05], requires_grad=True)  # ratios e^0.5 (outside 1.2) and e^0.05 (inside)
+    new = torch.tensor(
+        [0.5, 0.05], requires_grad=True
+    )  # ratios e^0.5 (outside 1.2) and e^0.05 (inside)
     loss, clipped = clipped_policy_loss(new, old, torch.ones(2), clip_ratio=0.2)
     loss.sum().backward()
     assert clipped.tolist() == [1.0, 0.0]
@@ -125,7 +142,15 @@ def test_update_with_zero_advantages_keeps_the_uniform_policy():
     reference = frozen_copy(model)
     config = UpdateConfig(entropy_coef=0.0)
     packed = pack([_decision(featurizer)])
-    update(model, reference, make_optimizer(model, config), packed, torch.tensor([2]), torch.zeros(1), config)
+    update(
+        model,
+        reference,
+        make_optimizer(model, config),
+        packed,
+        torch.tensor([2]),
+        torch.zeros(1),
+        config,
+    )
     np.testing.assert_allclose(model.log_probs(packed).detach().numpy(), -math.log(6), atol=1e-6)
 
 
@@ -138,6 +163,13 @@ def test_a_checkpoint_that_cannot_be_written_is_one_clear_error(tmp_path):
     blocker.write_text("a file where the checkpoint folder should be")
     model = build_model(seed=0)
     with pytest.raises(CcpoError, match="could not write checkpoint .*--resume"):
-        save_checkpoint(blocker / "step-000001.pt", model, make_optimizer(model, UpdateConfig()), 1,
-                        load_arm("grpo"), TrainConfig(), 0.0)
+        save_checkpoint(
+            blocker / "step-000001.pt",
+            model,
+            make_optimizer(model, UpdateConfig()),
+            1,
+            load_arm("grpo"),
+            TrainConfig(),
+            0.0,
+        )
     assert not list(tmp_path.glob("**/*.partial"))

@@ -9,7 +9,9 @@ from ccpo_cli.agents.projection import FALLBACK_CHARS, project_action, project_a
 
 
 def test_well_formed_response_gives_the_stripped_lowercased_action():
-    command, valid = project_action("<think>The apple is in the fridge.</think><action>  Go to Fridge 1 </action>")
+    command, valid = project_action(
+        "<think>The apple is in the fridge.</think><action>  Go to Fridge 1 </action>"
+    )
     assert (command, valid) == ("go to fridge 1", True)
 
 
@@ -19,11 +21,16 @@ def test_first_action_pair_wins():
 
 
 def test_inadmissible_but_well_formed_command_is_still_valid():
-    assert project_action("<think>hm</think><action>fly to the moon</action>") == ("fly to the moon", True)
+    assert project_action("<think>hm</think><action>fly to the moon</action>") == (
+        "fly to the moon",
+        True,
+    )
 
 
 def test_missing_action_pair_falls_back_to_last_30_lowercased_characters():
-    response = "<think>I will go somewhere</think> I choose: GO TO COUNTERTOP 1 right now, definitely."
+    response = (
+        "<think>I will go somewhere</think> I choose: GO TO COUNTERTOP 1 right now, definitely."
+    )
     command, valid = project_action(response)
     assert valid is False
     assert command == response.lower()[-30:]
@@ -46,7 +53,9 @@ def test_closing_tag_before_opening_tag_gives_an_empty_valid_command_as_in_verl_
 
 def test_tags_are_found_case_insensitively_but_command_is_lowercased():
     assert project_action("<think>a</think><ACTION>Take Apple 1 From Fridge 1</ACTION>") == (
-        "take apple 1 from fridge 1", True)
+        "take apple 1 from fridge 1",
+        True,
+    )
 
 
 def test_missing_think_open_or_close_tag_is_invalid_but_command_kept():
@@ -62,7 +71,10 @@ def test_think_tags_are_checked_on_the_original_case():
 
 def test_cjk_anywhere_makes_the_response_invalid():
     assert project_action("<think>我想</think><action>look</action>") == ("look", False)
-    assert project_action("<think>ok</think><action>go to 桌子 1</action>") == ("go to 桌子 1", False)
+    assert project_action("<think>ok</think><action>go to 桌子 1</action>") == (
+        "go to 桌子 1",
+        False,
+    )
 
 
 def test_non_cjk_unicode_is_fine():

@@ -51,7 +51,10 @@ def test_first_turn_prompt_exact_text():
 
 def test_history_entries_use_absolute_step_numbers_and_newlines():
     text = format_history([("obs a", "look"), ("obs b", "go to fridge 1")], first_step=4)
-    assert text == "[Observation 4: 'obs a', Action 4: 'look']\n[Observation 5: 'obs b', Action 5: 'go to fridge 1']"
+    assert (
+        text
+        == "[Observation 4: 'obs a', Action 4: 'look']\n[Observation 5: 'obs b', Action 5: 'go to fridge 1']"
+    )
 
 
 def play(prompter, turns):
@@ -65,12 +68,21 @@ def play(prompter, turns):
 
 def test_episode_prompts_keep_the_last_two_pairs_with_the_observation_before_each_action():
     prompter = EpisodePrompter()  # history length 2 by default
-    prompts = play(prompter, [
-        (INTRO, ["go to fridge 1", "go to microwave 1"], "go to fridge 1"),
-        ("You arrive at fridge 1. The fridge 1 is closed.", ["open fridge 1"], "open fridge 1"),
-        ("You open the fridge 1. In it, you see a apple 1.", ["take apple 1 from fridge 1"], "take apple 1 from fridge 1"),
-    ])
-    prompts.append(prompter.prompt("You pick up the apple 1 from the fridge 1.", ["go to microwave 1", "help"]))
+    prompts = play(
+        prompter,
+        [
+            (INTRO, ["go to fridge 1", "go to microwave 1"], "go to fridge 1"),
+            ("You arrive at fridge 1. The fridge 1 is closed.", ["open fridge 1"], "open fridge 1"),
+            (
+                "You open the fridge 1. In it, you see a apple 1.",
+                ["take apple 1 from fridge 1"],
+                "take apple 1 from fridge 1",
+            ),
+        ],
+    )
+    prompts.append(
+        prompter.prompt("You pick up the apple 1 from the fridge 1.", ["go to microwave 1", "help"])
+    )
 
     assert prompts[0] == first_turn_prompt(INTRO, ["go to fridge 1", "go to microwave 1"])
     assert prompts[1] == (

@@ -33,7 +33,9 @@ REPO = "tester/ccpo-claims"
 
 
 def _ours(hub) -> list:
-    return [c for c in hub.history(REPO) if KEY_PREFIX in c.description] if REPO in hub.repos else []
+    return (
+        [c for c in hub.history(REPO) if KEY_PREFIX in c.description] if REPO in hub.repos else []
+    )
 
 
 def _text(data) -> str:
@@ -44,7 +46,10 @@ def _text(data) -> str:
 def running_db(tmp_path) -> Path:
     path = tmp_path / "runs.db"
     db = seed_card_db(path)
-    db["runs"].update(next(db["runs"].rows_where("name = ?", [RUN]))["id"], {"backend": "local", "status": "running"})
+    db["runs"].update(
+        next(db["runs"].rows_where("name = ?", [RUN]))["id"],
+        {"backend": "local", "status": "running"},
+    )
     return path
 
 
@@ -53,22 +58,54 @@ def test_a_card_claims_no_checkpoint_that_was_saved_but_never_uploaded(running_d
     interim card the uploader commits says it publishes the numbers only."""
     db = open_db(running_db)
     step = run_evaluations(db, RUN)[-1]["step"]
-    entry, _ = outbox.enqueue(db, RUN, repo_id=REPO, revision="main", kind="card", role="interim", step=step,
-                              content_hash="claims", private=True, endpoint=hub.endpoint)
+    entry, _ = outbox.enqueue(
+        db,
+        RUN,
+        repo_id=REPO,
+        revision="main",
+        kind="card",
+        role="interim",
+        step=step,
+        content_hash="claims",
+        private=True,
+        endpoint=hub.endpoint,
+    )
     target = push_target(REPO, endpoint=hub.endpoint, window_start=0, staging=tmp_path / "staging")
     with hub_timeouts(target.timeouts):
         done = Uploader(db, running_db, RUN, target, TOKEN).process(entry)
     assert done.state == "done", done.reason
     (commit,) = _ours(hub)
     readme = _text(commit.files["README.md"])
-    assert "The checkpoint published here" not in readme and "No checkpoint is recorded with this card" in readme
+    assert (
+        "The checkpoint published here" not in readme
+        and "No checkpoint is recorded with this card" in readme
+    )
     assert json.loads(commit.files["results/ccpo_summary.json"])["checkpoint_step"] is None
 
 
 def test_publish_without_a_checkpoint_may_not_name_one_that_is_not_up(running_db, hub, tmp_path):
-    result = CliRunner().invoke(app, ["--db", str(running_db), "publish", "--run", RUN, "--repo", REPO,
-                                      "--endpoint", hub.endpoint, "--token", TOKEN, "--checkpoint-step", "115",
-                                      "--staging", str(tmp_path / "stage"), "--window-start", "0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(running_db),
+            "publish",
+            "--run",
+            RUN,
+            "--repo",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--checkpoint-step",
+            "115",
+            "--staging",
+            str(tmp_path / "stage"),
+            "--window-start",
+            "0",
+        ],
+    )
     assert result.exit_code == 3, result.output
     (line,) = result.output.strip().splitlines()
     assert "--checkpoint-step 115" in line and "give --checkpoint" in line
@@ -80,27 +117,83 @@ def test_weights_up_while_their_card_is_refused_by_the_hub_are_said(running_db, 
     best = max(run_evaluations(db, RUN), key=lambda row: row["success_rate"])["step"]
     weights = tmp_path / "step-best.pt"
     weights.write_bytes(b"weights of the best step")
-    outbox.enqueue(db, RUN, repo_id=REPO, revision="main", kind="checkpoint", role="best", step=best,
-                   content_hash="w", source=str(weights), private=True, endpoint=hub.endpoint)
+    outbox.enqueue(
+        db,
+        RUN,
+        repo_id=REPO,
+        revision="main",
+        kind="checkpoint",
+        role="best",
+        step=best,
+        content_hash="w",
+        source=str(weights),
+        private=True,
+        endpoint=hub.endpoint,
+    )
     target = push_target(REPO, endpoint=hub.endpoint, window_start=0, staging=tmp_path / "staging")
     uploader = Uploader(db, running_db, RUN, target, TOKEN)
     with hub_timeouts(target.timeouts):
         (entry,) = outbox.entries(db, RUN, REPO, state="pending")
         assert uploader.process(entry).state == "done"
-    hub.inject("status", method="POST", path="/commit/", status=403, times=50, message="no write access")
-    result = CliRunner().invoke(app, ["--db", str(running_db), "publish", "--follow", RUN, "--repo", REPO,
-                                      "--endpoint", hub.endpoint, "--token", TOKEN, "--window-start", "0", "--once",
-                                      "--timeout", "2", "--deadline", "10"])
+    hub.inject(
+        "status", method="POST", path="/commit/", status=403, times=50, message="no write access"
+    )
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(running_db),
+            "publish",
+            "--follow",
+            RUN,
+            "--repo",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--window-start",
+            "0",
+            "--once",
+            "--timeout",
+            "2",
+            "--deadline",
+            "10",
+        ],
+    )
     # Nothing was published by this command (exit 4, one line), and the line names the weights.
     assert result.exit_code == 4 and "Traceback" not in result.output
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and f"the best weights of step {best} are on the Hub" in last, result.output
+    assert (
+        last.startswith("error: ") and f"the best weights of step {best} are on the Hub" in last
+    ), result.output
     assert "no card names them" in last and "403" in last
     # Once the card cannot be refused any more, the same follower publishes it and says nothing.
     hub.faults.clear()
-    again = CliRunner().invoke(app, ["--db", str(running_db), "publish", "--follow", RUN, "--repo", REPO,
-                                     "--endpoint", hub.endpoint, "--token", TOKEN, "--window-start", "0", "--once",
-                                     "--retry-failed", "--timeout", "2", "--deadline", "10"])
+    again = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(running_db),
+            "publish",
+            "--follow",
+            RUN,
+            "--repo",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--window-start",
+            "0",
+            "--once",
+            "--retry-failed",
+            "--timeout",
+            "2",
+            "--deadline",
+            "10",
+        ],
+    )
     assert again.exit_code == 0 and "warning:" not in again.output, again.output
     # And a card that fails while another part is published: a warning line on stdout.
     target_db = open_db(running_db)
@@ -109,31 +202,53 @@ def test_weights_up_while_their_card_is_refused_by_the_hub_are_said(running_db, 
 
 # -- a short run trained with relative paths, followed from another folder ------------------------
 
+
 def _train(db: Path, run: str, steps: int, *, resume_dir: str | None = None):
     from ccpo_cli.arms import load_arm
     from ccpo_cli.backends.local import train_arm
     from ccpo_cli.backends.local.config import TrainConfig
 
-    config = TrainConfig(seed=0, steps=steps, tasks=2, group=2, eval_every=2, eval_games=4, max_steps=6,
-                         eval_max_steps=6, workers=1)
-    return train_arm(load_arm("grpo"), run, db, config, resume=resume_dir is not None, run_dir=resume_dir)
+    config = TrainConfig(
+        seed=0,
+        steps=steps,
+        tasks=2,
+        group=2,
+        eval_every=2,
+        eval_games=4,
+        max_steps=6,
+        eval_max_steps=6,
+        workers=1,
+    )
+    return train_arm(
+        load_arm("grpo"), run, db, config, resume=resume_dir is not None, run_dir=resume_dir
+    )
 
 
 def _as_an_older_ccpo_recorded_it(db_path: Path, run: str, folder: str) -> None:
     """Relative paths, as ccpo wrote them before they were made absolute: the checkpoints under
     `folder` (relative to the trainer's working folder) and the run folder itself."""
     with sqlite3.connect(db_path) as connection:
-        (identifier, config) = connection.execute("SELECT id, config FROM runs WHERE name = ?", [run]).fetchone()
+        (identifier, config) = connection.execute(
+            "SELECT id, config FROM runs WHERE name = ?", [run]
+        ).fetchone()
         document = json.loads(config)
         document["run_dir"] = folder
-        connection.execute("UPDATE runs SET config = ? WHERE id = ?", [json.dumps(document), identifier])
-        for row_id, path in connection.execute("SELECT id, path FROM checkpoints WHERE run_id = ?", [identifier]).fetchall():
-            connection.execute("UPDATE checkpoints SET path = ? WHERE id = ?",
-                               [f"{folder}/checkpoints/{Path(path).name}", row_id])
+        connection.execute(
+            "UPDATE runs SET config = ? WHERE id = ?", [json.dumps(document), identifier]
+        )
+        for row_id, path in connection.execute(
+            "SELECT id, path FROM checkpoints WHERE run_id = ?", [identifier]
+        ).fetchall():
+            connection.execute(
+                "UPDATE checkpoints SET path = ? WHERE id = ?",
+                [f"{folder}/checkpoints/{Path(path).name}", row_id],
+            )
 
 
 @pytest.mark.slow
-def test_a_short_run_resumed_by_a_relative_path_is_published_from_elsewhere_with_a_card(tmp_path, hub, monkeypatch):
+def test_a_short_run_resumed_by_a_relative_path_is_published_from_elsewhere_with_a_card(
+    tmp_path, hub, monkeypatch
+):
     trainer_folder, elsewhere = tmp_path / "trainer", tmp_path / "elsewhere"
     trainer_folder.mkdir()
     elsewhere.mkdir()
@@ -142,15 +257,36 @@ def test_a_short_run_resumed_by_a_relative_path_is_published_from_elsewhere_with
     _train(Path("runs.db"), "short", 4, resume_dir="ccpo-runs/short")
     db = open_db(trainer_folder / "runs.db")
     recorded = [row["path"] for row in db["checkpoints"].rows]
-    assert recorded and all(Path(path).is_absolute() and Path(path).is_file() for path in recorded), recorded
+    assert recorded and all(
+        Path(path).is_absolute() and Path(path).is_file() for path in recorded
+    ), recorded
     assert Path(json.loads(db["runs"].get(1)["config"])["run_dir"]).is_absolute()
 
     # Records as an older ccpo left them (relative to the trainer's folder) must be read as well.
     _as_an_older_ccpo_recorded_it(trainer_folder / "runs.db", "short", "ccpo-runs/short")
     monkeypatch.chdir(elsewhere)
-    result = CliRunner().invoke(app, ["--db", "../trainer/runs.db", "publish", "--follow", "short", "--repo", REPO,
-                                      "--endpoint", hub.endpoint, "--token", TOKEN, "--once", "--timeout", "60",
-                                      "--deadline", "600", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            "../trainer/runs.db",
+            "publish",
+            "--follow",
+            "short",
+            "--repo",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--once",
+            "--timeout",
+            "60",
+            "--deadline",
+            "600",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     commits = _ours(hub)
     weights = [c for c in commits if any(name.startswith("checkpoints/") for name in c.files)]
@@ -162,7 +298,9 @@ def test_a_short_run_resumed_by_a_relative_path_is_published_from_elsewhere_with
     assert "Weights without a full card" in readme and "ccpo did not build the full card" in readme
     final_weights = next(c for c in weights if "final weights" in c.message)
     assert f"commit `{final_weights.oid[:12]}`" in readme and "| 4 |" in readme, (
-        readme, [(c.oid[:12], c.message) for c in commits])
+        readme,
+        [(c.oid[:12], c.message) for c in commits],
+    )
     final = hub.repos[REPO].tags.get("final")
     assert final == cards[-1].oid
     assert json.loads(result.stdout)["weights_without_card"] == []

@@ -23,17 +23,41 @@ REPO = "tester/ccpo-verl-follow"
 RUN = "verl-run"
 
 
-
 def append_metrics(path, rows):
     with path.open("a", encoding="utf-8") as handle:
         for step, rate in rows:
-            handle.write(json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate}) + "\n")
+            handle.write(
+                json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate})
+                + "\n"
+            )
 
 
 def follow(db_path, run_dir, hub, *extra):
-    return CliRunner().invoke(app, ["--db", str(db_path), "publish", "--follow", RUN, "--repo", REPO, "--run-dir",
-                                    str(run_dir), "--endpoint", hub.endpoint, "--token", TOKEN, "--window-start", "0",
-                                    "--license", "apache-2.0", "--once", "--json", *extra])
+    return CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "publish",
+            "--follow",
+            RUN,
+            "--repo",
+            REPO,
+            "--run-dir",
+            str(run_dir),
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--window-start",
+            "0",
+            "--license",
+            "apache-2.0",
+            "--once",
+            "--json",
+            *extra,
+        ],
+    )
 
 
 @pytest.mark.usefixtures("stand_in_home")
@@ -42,9 +66,19 @@ def test_follow_a_growing_verl_run_folder(tmp_path, hub):
     checkpoint = step_folder(tmp_path, step=4)
     run_dir = checkpoint.parent.parent
     metrics = run_dir / "metrics.jsonl"
-    (run_dir / "config.json").write_text(json.dumps({
-        "run": RUN, "backend": "verl", "arm": {"name": arm.name, "fingerprint": arm.fingerprint},
-        "model": "Qwen/Qwen2.5-0.5B-Instruct", "seed": 0, "total_steps": 6, "metrics_file": str(metrics)}))
+    (run_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "run": RUN,
+                "backend": "verl",
+                "arm": {"name": arm.name, "fingerprint": arm.fingerprint},
+                "model": "Qwen/Qwen2.5-0.5B-Instruct",
+                "seed": 0,
+                "total_steps": 6,
+                "metrics_file": str(metrics),
+            }
+        )
+    )
     tracker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
     db_path = tmp_path / "runs.db"
 
@@ -75,7 +109,12 @@ def test_follow_a_growing_verl_run_folder(tmp_path, hub):
     assert final.message == f"ccpo: final card for {RUN}" and repo.tags["final"] == final.oid
     assert repo.private and repo.tags["step-6"] != repo.tags["step-4"]
     summary = json.loads(final.files["results/ccpo_summary.json"])
-    assert summary["weights"] == {"repo_id": REPO, "commit": repo.tags["step-6"], "revision": "step-6", "step": 6}
+    assert summary["weights"] == {
+        "repo_id": REPO,
+        "commit": repo.tags["step-6"],
+        "revision": "step-6",
+        "step": 6,
+    }
     ours = [c for c in hub.history(REPO) if KEY_PREFIX in c.description]
     assert len({c.description for c in ours}) == len(ours)
     db = store.open_db(db_path)
@@ -94,9 +133,36 @@ def test_a_checkpoint_waiting_for_its_upload_is_not_pruned(tmp_path):
 
 
 def test_follow_needs_a_run_or_a_run_folder(tmp_path, hub):
-    result = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "publish", "--follow", "nobody", "--repo",
-                                      REPO, "--endpoint", hub.endpoint, "--token", TOKEN, "--once"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "publish",
+            "--follow",
+            "nobody",
+            "--repo",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+            "--once",
+        ],
+    )
     assert result.exit_code == 3 and "no run named 'nobody'" in result.output
-    both = CliRunner().invoke(app, ["--db", str(tmp_path / "runs.db"), "publish", "--follow", "a", "--run", "a",
-                                    "--repo", REPO])
+    both = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "publish",
+            "--follow",
+            "a",
+            "--run",
+            "a",
+            "--repo",
+            REPO,
+        ],
+    )
     assert both.exit_code == 2 and "not both" in both.output

@@ -20,7 +20,6 @@ from ccpo_cli.hub import resolve_endpoint, resolve_token
 REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
 
 
-
 @pytest.fixture
 def db_path(tmp_path):
     path = tmp_path / "runs.db"
@@ -30,8 +29,20 @@ def db_path(tmp_path):
 
 def publish(db_path: Path, hub: FakeHub | None, staging: Path, *args: str, token: str = TOKEN):
     endpoint = hub.endpoint if hub else "http://127.0.0.1:9"
-    command = ["--db", str(db_path), "publish", "--run", "return-hard", "--repo", REPO,
-               "--endpoint", endpoint, "--staging", str(staging), *args]
+    command = [
+        "--db",
+        str(db_path),
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        REPO,
+        "--endpoint",
+        endpoint,
+        "--staging",
+        str(staging),
+        *args,
+    ]
     if token:
         command += ["--token", token]
     return CliRunner().invoke(app, command)
@@ -51,9 +62,15 @@ def test_publish_creates_a_private_repo_and_one_commit(db_path, hub, tmp_path):
     assert hub.repos[REPO].private
     commits = hub.commits_by_ccpo(REPO)
     assert len(commits) == 1
-    assert set(commits[0]["files"]) == {"README.md", "results/ccpo_summary.json", "results/learning_curve.png"}
+    assert set(commits[0]["files"]) == {
+        "README.md",
+        "results/ccpo_summary.json",
+        "results/learning_curve.png",
+    }
     assert commits[0]["header"]["parentCommit"] == hub.repos[REPO].branches["main"][0].oid
-    assert all(r.authorization == f"Bearer {TOKEN}" for r in hub.requests_to(f"/api/models/{REPO}/commit/"))
+    assert all(
+        r.authorization == f"Bearer {TOKEN}" for r in hub.requests_to(f"/api/models/{REPO}/commit/")
+    )
     card = ModelCard(head_files(hub)["README.md"].decode())
     assert card.data.eval_results[0].metric_value == 83.5
     summary = json.loads(head_files(hub)["results/ccpo_summary.json"])
@@ -69,11 +86,15 @@ def test_publish_creates_a_private_repo_and_one_commit(db_path, hub, tmp_path):
 def test_publish_into_an_existing_repo_replaces_its_ccpo_card(db_path, hub, tmp_path):
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
     db = store.open_db(db_path)
-    store.record_evaluation(db, "return-hard", 120, success_rate=87.5, episodes=128, temperature=0.4)
+    store.record_evaluation(
+        db, "return-hard", 120, success_rate=87.5, episodes=128, temperature=0.4
+    )
     store.update_run_state(db, "return-hard", last_step=124)
     result = publish(db_path, hub, tmp_path / "second", "--json")
     assert result.exit_code == 0, result.output
-    assert len(hub.requests_to("/api/repos/create", "POST")) == 2  # the second answered 409 and was accepted
+    assert (
+        len(hub.requests_to("/api/repos/create", "POST")) == 2
+    )  # the second answered 409 and was accepted
     assert len(hub.commits_by_ccpo(REPO)) == 2
     readme = head_files(hub)["README.md"].decode()
     assert "step 124 of 150" in readme and "step 119 of 150" not in readme
@@ -83,9 +104,13 @@ def test_publish_into_an_existing_repo_replaces_its_ccpo_card(db_path, hub, tmp_
 def test_hand_edited_readme_keeps_the_edits(db_path, hub, tmp_path):
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
     readme = head_files(hub)["README.md"].decode()
-    edited = readme.replace("<!-- ccpo:begin usage -->", "Thanks to the lab for the GPUs.\n\n<!-- ccpo:begin usage -->")
+    edited = readme.replace(
+        "<!-- ccpo:begin usage -->", "Thanks to the lab for the GPUs.\n\n<!-- ccpo:begin usage -->"
+    )
     # A key ccpo does not write (ccpo writes `language` itself since issue 32).
-    edited = edited.replace("library_name: transformers", "library_name: transformers\nthumbnail: t.png")
+    edited = edited.replace(
+        "library_name: transformers", "library_name: transformers\nthumbnail: t.png"
+    )
     edited = edited.replace("| held-out success | 83.5% |", "| held-out success | 12.0% |")
     hub.push_external_commit(REPO, {"README.md": edited.encode()})
     result = publish(db_path, hub, tmp_path / "second", "--json")
@@ -110,22 +135,32 @@ def test_hand_written_readme_without_ccpo_regions_is_not_overwritten(db_path, hu
 def test_a_concurrent_edit_is_merged_after_reading_the_head_again(db_path, hub, tmp_path):
     """412 (issue 20): ccpo re-reads the head and re-renders the card only; the edit survives."""
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
-    hub.before_next_commit = lambda repo: hub.push_external_commit(REPO, {"NOTES.md": b"edited meanwhile\n"})
+    hub.before_next_commit = lambda repo: hub.push_external_commit(
+        REPO, {"NOTES.md": b"edited meanwhile\n"}
+    )
     result = publish(db_path, hub, tmp_path / "second", "--json")
     assert result.exit_code == 0, result.output
     assert head_files(hub)["NOTES.md"] == b"edited meanwhile\n"
     history = hub.history(REPO)
-    assert history[-2].message == "edit on the website" and history[-1].message.startswith("ccpo: interim card")
+    assert history[-2].message == "edit on the website" and history[-1].message.startswith(
+        "ccpo: interim card"
+    )
     card_commits = hub.commits_by_ccpo(REPO)
-    assert len(card_commits) == 3  # first publish, the refused one, the one after reading the head again
+    assert (
+        len(card_commits) == 3
+    )  # first publish, the refused one, the one after reading the head again
     assert card_commits[-1]["header"]["parentCommit"] == history[-2].oid
     assert len(store.run_publications(store.open_db(db_path), "return-hard")) == 2
 
 
-def test_a_repository_that_keeps_changing_ends_in_exit_4_and_is_not_overwritten(db_path, hub, tmp_path):
+def test_a_repository_that_keeps_changing_ends_in_exit_4_and_is_not_overwritten(
+    db_path, hub, tmp_path
+):
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
     before = hub.history(REPO)
-    hub.inject("status", method="POST", path="/commit/", status=412, times=5, message=CONFLICT_MESSAGE)
+    hub.inject(
+        "status", method="POST", path="/commit/", status=412, times=5, message=CONFLICT_MESSAGE
+    )
     result = publish(db_path, hub, tmp_path / "second")
     assert result.exit_code == 4
     assert "412" in result.output and "nothing was overwritten" in result.output
@@ -164,16 +199,32 @@ def test_checkpoint_is_uploaded_then_verified(db_path, hub, tmp_path):
         {"README.md", "results/ccpo_summary.json", "results/learning_curve.png"},
     ]
     document = json.loads(result.stdout)
-    assert document["checkpoint"]["verified_files"] == 3 and document["checkpoint"]["verified_by"] == "sha256"
+    assert (
+        document["checkpoint"]["verified_files"] == 3
+        and document["checkpoint"]["verified_by"] == "sha256"
+    )
     assert document["checkpoint"]["bytes"] == 10240 + len('{"model_type": "qwen2"}\n') + 3
-    listed = [r for r in hub.requests_to(f"/api/models/{REPO}/revision/", "GET") if "blobs" in r.query]
+    listed = [
+        r for r in hub.requests_to(f"/api/models/{REPO}/revision/", "GET") if "blobs" in r.query
+    ]
     assert [value.lower() for value in listed[0].query["blobs"]] == ["true"]  # 0.3x sends "True"
     weights_commit = hub.history(REPO)[-2].oid
-    assert document["checkpoint"]["commit_id"] == weights_commit and hub.repos[REPO].tags == {"step-115": weights_commit}
+    assert document["checkpoint"]["commit_id"] == weights_commit and hub.repos[REPO].tags == {
+        "step-115": weights_commit
+    }
     summary = json.loads(head_files(hub)["results/ccpo_summary.json"])
-    assert summary["weights"] == {"repo_id": REPO, "commit": weights_commit, "revision": "step-115", "step": 115}
+    assert summary["weights"] == {
+        "repo_id": REPO,
+        "commit": weights_commit,
+        "revision": "step-115",
+        "step": 115,
+    }
     # The card itself cites the weights it describes, and its snippet loads exactly them.
-    readme = head_files(hub)["README.md"].decode() if isinstance(head_files(hub)["README.md"], bytes) else head_files(hub)["README.md"]
+    readme = (
+        head_files(hub)["README.md"].decode()
+        if isinstance(head_files(hub)["README.md"], bytes)
+        else head_files(hub)["README.md"]
+    )
     assert f"(step 115, revision `step-115`, commit `{weights_commit[:12]}`)" in readme
     assert 'revision = "step-115"' in readme
     [publication] = store.run_publications(store.open_db(db_path), "return-hard")
@@ -241,8 +292,13 @@ def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path,
     assert plan["dry_run"] is True and plan["private"] is True
     [card_commit] = plan["commits"]
     assert [f["path_in_repo"] for f in card_commit["files"]] == [
-        "README.md", "results/ccpo_summary.json", "results/learning_curve.png"]
-    assert all(f["size"] == (staging / f["path_in_repo"]).stat().st_size for f in card_commit["files"])
+        "README.md",
+        "results/ccpo_summary.json",
+        "results/learning_curve.png",
+    ]
+    assert all(
+        f["size"] == (staging / f["path_in_repo"]).stat().st_size for f in card_commit["files"]
+    )
     assert json.loads((staging / "commit_plan.json").read_text())["card_hash"] == plan["card_hash"]
     assert store.run_publications(store.open_db(db_path), "return-hard") == []
 
@@ -262,8 +318,21 @@ def test_missing_token_is_exit_4_with_a_hint(db_path, hub, tmp_path, monkeypatch
 
 
 def test_bad_repo_id_is_exit_3(db_path, hub_env, tmp_path):
-    result = CliRunner().invoke(app, ["--db", str(db_path), "publish", "--run", "return-hard", "--repo",
-                                      "not a repo", "--dry-run", "--staging", str(tmp_path / "s")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "publish",
+            "--run",
+            "return-hard",
+            "--repo",
+            "not a repo",
+            "--dry-run",
+            "--staging",
+            str(tmp_path / "s"),
+        ],
+    )
     assert result.exit_code == 3 and "owner/name" in result.output
 
 
@@ -273,8 +342,19 @@ def test_a_final_card_is_private_too_unless_public_is_asked(hub, tmp_path, flag)
     from helpers_cards import add_run
 
     path = tmp_path / "done.db"
-    add_run(store.open_db(path), "return-hard", "return-hard", mean=85.0, sd=4.0, n=10, best=92.0, last_step=150)
-    result = publish(path, hub, tmp_path / "staging", "--status", "final", *([flag] if flag else []))
+    add_run(
+        store.open_db(path),
+        "return-hard",
+        "return-hard",
+        mean=85.0,
+        sd=4.0,
+        n=10,
+        best=92.0,
+        last_step=150,
+    )
+    result = publish(
+        path, hub, tmp_path / "staging", "--status", "final", *([flag] if flag else [])
+    )
     assert result.exit_code == 0, result.output
     [create] = hub.requests_to("/api/repos/create", "POST")
     body = json.loads(create.body)  # 1.x sends "visibility", 0.3x "private"
@@ -291,7 +371,11 @@ def test_a_final_card_is_private_too_unless_public_is_asked(hub, tmp_path, flag)
 def test_an_existing_public_repository_is_refused_unless_public_is_asked(db_path, hub, tmp_path):
     hub.seed_repo(REPO, private=False)
     refused = publish(db_path, hub, tmp_path / "staging")
-    assert refused.exit_code == 3 and "is public on the Hub" in refused.stderr and "--public" in refused.stderr
+    assert (
+        refused.exit_code == 3
+        and "is public on the Hub" in refused.stderr
+        and "--public" in refused.stderr
+    )
     assert hub.commits_by_ccpo(REPO) == [] and hub.repos[REPO].private is False
     result = publish(db_path, hub, tmp_path / "staging2", "--public", "--json")
     assert result.exit_code == 0, result.output
@@ -299,20 +383,31 @@ def test_an_existing_public_repository_is_refused_unless_public_is_asked(db_path
     assert visibility["private"] is False and visibility["requested_private"] is False
 
 
-def test_an_existing_private_repository_asked_public_keeps_its_visibility_and_ccpo_says_so(db_path, hub, tmp_path):
+def test_an_existing_private_repository_asked_public_keeps_its_visibility_and_ccpo_says_so(
+    db_path, hub, tmp_path
+):
     hub.seed_repo(REPO, private=True)
     result = publish(db_path, hub, tmp_path / "staging", "--public", "--json")
     assert result.exit_code == 0, result.output
     assert hub.repos[REPO].private is True
-    assert "private on the Hub, not public as asked" in json.loads(result.stdout)["visibility"]["visibility_note"]
+    assert (
+        "private on the Hub, not public as asked"
+        in json.loads(result.stdout)["visibility"]["visibility_note"]
+    )
 
 
-def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(db_path, hub_env, tmp_path):
+def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(
+    db_path, hub_env, tmp_path
+):
     from ccpo_cli.hub import check_endpoint_supported
 
-    check_endpoint_supported(constants.ENDPOINT)  # the address huggingface_hub was started with: fine on every line
+    check_endpoint_supported(
+        constants.ENDPOINT
+    )  # the address huggingface_hub was started with: fine on every line
     if HUB_0X:
         result = publish(db_path, None, tmp_path / "staging")
         assert result.exit_code == 3 and "HF_ENDPOINT=http://127.0.0.1:9" in result.stderr
     else:
-        check_endpoint_supported("http://127.0.0.1:9")  # 1.x parses URLs against the client's endpoint
+        check_endpoint_supported(
+            "http://127.0.0.1:9"
+        )  # 1.x parses URLs against the client's endpoint

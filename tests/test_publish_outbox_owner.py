@@ -36,30 +36,66 @@ def db_path(tmp_path):
     runs.db, with no run folder to ingest)."""
     path = tmp_path / "runs.db"
     db = seed_card_db(path)
-    db["runs"].update(db["runs"].rows_where("name = ?", [RUN]).__next__()["id"], {"backend": "local",
-                                                                                    "status": "running"})
+    db["runs"].update(
+        db["runs"].rows_where("name = ?", [RUN]).__next__()["id"],
+        {"backend": "local", "status": "running"},
+    )
     return path
 
 
 def follow(db_path: Path, endpoint: str, *extra: str):
-    return CliRunner().invoke(app, ["--db", str(db_path), "publish", "--follow", RUN, "--repo", REPO, "--endpoint",
-                                    endpoint, "--token", TOKEN, "--window-start", "0", "--once", "--timeout", "2",
-                                    "--deadline", "10", *extra])
+    return CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "publish",
+            "--follow",
+            RUN,
+            "--repo",
+            REPO,
+            "--endpoint",
+            endpoint,
+            "--token",
+            TOKEN,
+            "--window-start",
+            "0",
+            "--once",
+            "--timeout",
+            "2",
+            "--deadline",
+            "10",
+            *extra,
+        ],
+    )
 
 
 def _card_entry(db_path: Path, endpoint: str):
     db = open_db(db_path)
     step = run_evaluations(db, RUN)[-1]["step"]
-    entry, _ = outbox.enqueue(db, RUN, repo_id=REPO, revision="main", kind="card", role="interim", step=step,
-                              content_hash="owned", private=True, endpoint=endpoint)
+    entry, _ = outbox.enqueue(
+        db,
+        RUN,
+        repo_id=REPO,
+        revision="main",
+        kind="card",
+        role="interim",
+        step=step,
+        content_hash="owned",
+        private=True,
+        endpoint=endpoint,
+    )
     return db, entry
 
 
 def _ours(hub) -> list:
-    return [c for c in hub.history(REPO) if KEY_PREFIX in c.description] if REPO in hub.repos else []
+    return (
+        [c for c in hub.history(REPO) if KEY_PREFIX in c.description] if REPO in hub.repos else []
+    )
 
 
 # -- the lock files ------------------------------------------------------------------------------
+
 
 def test_a_symlinked_lock_never_empties_the_file_it_points_to(tmp_path):
     precious = tmp_path / "precious.txt"
@@ -82,6 +118,7 @@ def test_a_lock_that_is_a_folder_is_refused_not_a_traceback(tmp_path):
 
 # -- one uploader per run ----------------------------------------------------------------------
 
+
 def test_a_second_follower_is_refused_while_the_first_holds_the_outbox(db_path, hub, tmp_path):
     target = push_target(REPO, endpoint=hub.endpoint)
     first = outbox_lock(target.staging_for(db_path, RUN), RUN, log=lambda message: None).acquire()
@@ -96,7 +133,9 @@ def test_a_second_follower_is_refused_while_the_first_holds_the_outbox(db_path, 
     assert len(_ours(hub)) >= 1
 
 
-def test_an_attempt_killed_mid_commit_is_looked_up_not_sent_again(db_path, hub, tmp_path, monkeypatch):
+def test_an_attempt_killed_mid_commit_is_looked_up_not_sent_again(
+    db_path, hub, tmp_path, monkeypatch
+):
     """kill -9 after the commit landed and before the attempt was recorded: the attempt never
     finished, so `attempts` is 0; the next uploader must still read the history first."""
     db, entry = _card_entry(db_path, hub.endpoint)
@@ -119,11 +158,17 @@ def test_an_attempt_killed_mid_commit_is_looked_up_not_sent_again(db_path, hub, 
 
 
 def test_nothing_published_is_exit_4_and_retry_failed_publishes_once_fixed(db_path, hub):
-    hub.inject("status", method="POST", path="/commit/", status=403, times=50, message="no write access")
+    hub.inject(
+        "status", method="POST", path="/commit/", status=403, times=50, message="no write access"
+    )
     refused = follow(db_path, hub.endpoint)
     assert refused.exit_code == 4 and "Traceback" not in refused.output
     last = refused.stderr.strip().splitlines()[-1]
-    assert last.startswith("error: ") and "nothing could be published" in last and "--retry-failed" in last
+    assert (
+        last.startswith("error: ")
+        and "nothing could be published" in last
+        and "--retry-failed" in last
+    )
     db = open_db(db_path)
     assert outbox.counts(db, RUN)["failed"] >= 1 and _ours(hub) == []
     hub.faults.clear()
@@ -150,12 +195,33 @@ def test_a_bad_poll_is_one_line_before_any_network(db_path, hub, poll):
     assert hub.requests == []
 
 
-def test_train_push_to_hub_into_an_existing_public_repository_is_refused_before_training(hub, tmp_path):
+def test_train_push_to_hub_into_an_existing_public_repository_is_refused_before_training(
+    hub, tmp_path
+):
     hub.seed_repo(REPO, private=False)
     db_path = tmp_path / "train.db"
-    result = CliRunner().invoke(app, ["--db", str(db_path), "train", "--arm", "return-hard", "--backend", "local",
-                                      "--run", "pub", "--steps", "2", "--push-to-hub", REPO, "--endpoint",
-                                      hub.endpoint, "--token", TOKEN])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "train",
+            "--arm",
+            "return-hard",
+            "--backend",
+            "local",
+            "--run",
+            "pub",
+            "--steps",
+            "2",
+            "--push-to-hub",
+            REPO,
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            TOKEN,
+        ],
+    )
     assert_refused(result, 3, "is public on the Hub", "--public")
     assert hub.commits_by_ccpo(REPO) == []
     assert not db_path.exists() or open_db(db_path)["runs"].count == 0

@@ -26,7 +26,9 @@ from ccpo_cli.hub import KEY_PREFIX
 from ccpo_cli.store import outbox
 
 REPO = "tester/ccpo-local-return-hard"
-SMALL = dict(steps=6, tasks=2, group=2, eval_every=2, eval_games=4, max_steps=6, eval_max_steps=6, workers=1)
+SMALL = dict(
+    steps=6, tasks=2, group=2, eval_every=2, eval_games=4, max_steps=6, eval_max_steps=6, workers=1
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +38,20 @@ def game_dirs():
     return {}
 
 
-
 def publisher(db_path: Path, hub: FakeHub, **options):
     from ccpo_cli.publishing.background import publisher_for
 
     messages: list[str] = []
-    observer = publisher_for(db_path, REPO, backend="local", endpoint=hub.endpoint, token=TOKEN,
-                             window_start=options.pop("window_start", 0), log=messages.append, **options)
+    observer = publisher_for(
+        db_path,
+        REPO,
+        backend="local",
+        endpoint=hub.endpoint,
+        token=TOKEN,
+        window_start=options.pop("window_start", 0),
+        log=messages.append,
+        **options,
+    )
     return observer, messages
 
 
@@ -54,7 +63,9 @@ def train(db_path: Path, game_dirs, run: str = "rh", observer=None, **options):
     from ccpo_cli.backends.local.config import TrainConfig
 
     config = TrainConfig(seed=0, **{**SMALL, **options}, **game_dirs)
-    result = train_arm(load_arm("return-hard"), run, db_path, config, log=lines.append, observer=observer)
+    result = train_arm(
+        load_arm("return-hard"), run, db_path, config, log=lines.append, observer=observer
+    )
     return result, lines
 
 
@@ -85,10 +96,22 @@ def assert_published_run(hub: FakeHub, db_path: Path, run: str) -> dict:
     assert weights["revision"] == f"step-{step}" and repo.tags[f"step-{step}"] == weights["commit"]
     [weights_commit] = [c for c in commits if c.oid == weights["commit"]]
     assert "checkpoint" in weights_commit.message or "weights" in weights_commit.message
-    readme = final.files["README.md"].decode() if isinstance(final.files["README.md"], bytes) else final.files["README.md"]
-    assert f"(revision `step-{step}`, commit `{weights['commit'][:12]}`)" in readme  # the card cites them too
-    local = Path(store.get_run(store.open_db(db_path), run)["config"]["run_dir"]) / "checkpoints" / f"step-{step:06d}.pt"
-    assert sha256(weights_commit.files[f"checkpoints/step-{step:06d}.pt"]) == sha256(local.read_bytes())
+    readme = (
+        final.files["README.md"].decode()
+        if isinstance(final.files["README.md"], bytes)
+        else final.files["README.md"]
+    )
+    assert (
+        f"(revision `step-{step}`, commit `{weights['commit'][:12]}`)" in readme
+    )  # the card cites them too
+    local = (
+        Path(store.get_run(store.open_db(db_path), run)["config"]["run_dir"])
+        / "checkpoints"
+        / f"step-{step:06d}.pt"
+    )
+    assert sha256(weights_commit.files[f"checkpoints/step-{step:06d}.pt"]) == sha256(
+        local.read_bytes()
+    )
     return summary
 
 
@@ -106,7 +129,9 @@ def test_training_pushes_cards_and_the_best_checkpoint(tmp_path, hub, game_dirs)
     assert sorted({e["step"] for e in cards if e["role"] == "interim"}) == evaluated
     interim_commits = [c for c in ccpo_commits(hub) if "interim card" in c.message]
     steps_committed = [int(c.message.rsplit("step ", 1)[1].rstrip(")")) for c in interim_commits]
-    assert len(steps_committed) == len(set(steps_committed)), "at most one card commit per evaluation"
+    assert len(steps_committed) == len(set(steps_committed)), (
+        "at most one card commit per evaluation"
+    )
     for entry in cards:  # every interim card is on the Hub, or the outbox says why not
         assert entry["state"] in ("done", "skipped"), entry
         if entry["state"] == "skipped":
@@ -119,7 +144,9 @@ def test_training_pushes_cards_and_the_best_checkpoint(tmp_path, hub, game_dirs)
 
 def test_runs_show_lists_every_publication_attempt(tmp_path, hub, game_dirs):
     db_path = tmp_path / "runs.db"
-    hub.inject("status", method="POST", path="/commit/", status=500, times=8)  # every attempt of the first entries
+    hub.inject(
+        "status", method="POST", path="/commit/", status=500, times=8
+    )  # every attempt of the first entries
     observer, _ = publisher(db_path, hub)
     train(db_path, game_dirs, observer=observer, steps=2, eval_every=1)
     shown = invoke("--db", db_path, "runs", "show", "rh", "--json")
@@ -128,12 +155,18 @@ def test_runs_show_lists_every_publication_attempt(tmp_path, hub, game_dirs):
     assert document and all(row["state"] in outbox.STATES for row in document)
     outcomes = [attempt["outcome"] for row in document for attempt in row["attempt_log"]]
     assert "retry" in outcomes, "the failed pushes are recorded"
-    assert any(attempt["reason"] and "HTTP 500" in attempt["reason"] for row in document for attempt in row["attempt_log"])
+    assert any(
+        attempt["reason"] and "HTTP 500" in attempt["reason"]
+        for row in document
+        for attempt in row["attempt_log"]
+    )
     table = invoke("--db", db_path, "runs", "show", "rh")
     assert "Hub publications" in table.stdout and "interim card" in table.stdout
 
 
-def test_a_silent_hub_changes_nothing_in_training_and_adds_only_the_bounded_wait(tmp_path, hub, game_dirs):
+def test_a_silent_hub_changes_nothing_in_training_and_adds_only_the_bounded_wait(
+    tmp_path, hub, game_dirs
+):
     plain_db = tmp_path / "plain" / "runs.db"
     plain_db.parent.mkdir()
     started = time.monotonic()
@@ -156,11 +189,15 @@ def test_a_silent_hub_changes_nothing_in_training_and_adds_only_the_bounded_wait
     assert any("still pending after waiting" in message for message in messages)
     attempts = [a for row in outbox.run_outbox(db, "rh") for a in row["attempt_log"]]
     outcomes = {a["outcome"] for a in attempts}
-    assert "retry" in outcomes and outcomes <= {"retry", "interrupted", "failed", "skipped"}, outcomes
+    assert "retry" in outcomes and outcomes <= {"retry", "interrupted", "failed", "skipped"}, (
+        outcomes
+    )
     assert not hub.repos or not ccpo_commits(hub)
 
 
-def test_a_resumed_outbox_recognises_a_commit_that_landed_before_the_uploader_died(tmp_path, hub, game_dirs):
+def test_a_resumed_outbox_recognises_a_commit_that_landed_before_the_uploader_died(
+    tmp_path, hub, game_dirs
+):
     from ccpo_cli.publishing.follow import follow_run
     from ccpo_cli.publishing.target import push_target
 
@@ -201,8 +238,19 @@ def test_a_resumed_run_never_replaces_a_better_recorded_checkpoint(tmp_path, hub
         files[step].write_bytes(bytes([step]) * 64)
     target = push_target(REPO, endpoint=hub.endpoint, window_start=0)
     # A stale request for step 2's checkpoint (enqueued when step 2 was the best) is still pending.
-    outbox.enqueue(db, "rh", repo_id=REPO, revision="main", kind="checkpoint", role="best", step=2,
-                   content_hash="stale", source=str(files[2]), private=True, endpoint=hub.endpoint)
+    outbox.enqueue(
+        db,
+        "rh",
+        repo_id=REPO,
+        revision="main",
+        kind="checkpoint",
+        role="best",
+        step=2,
+        content_hash="stale",
+        source=str(files[2]),
+        private=True,
+        endpoint=hub.endpoint,
+    )
     note_evaluations(db, "rh", target, checkpoint_for=files.get)
     # The resumed run's first evaluation is worse than step 4's.
     store.record_evaluation(db, "rh", 6, success_rate=60.0, episodes=4)
@@ -212,7 +260,9 @@ def test_a_resumed_run_never_replaces_a_better_recorded_checkpoint(tmp_path, hub
     Uploader(db, db_path, "rh", target, TOKEN).drain()
     checkpoints = {e.step: e for e in outbox.entries(db, "rh") if e.kind == "checkpoint"}
     assert sorted(checkpoints) == [2, 4]  # nothing asked for step 6: it is not the best
-    assert checkpoints[4].state == "done" and hub.repos[REPO].tags == {"step-4": checkpoints[4].commit_id}
+    assert checkpoints[4].state == "done" and hub.repos[REPO].tags == {
+        "step-4": checkpoints[4].commit_id
+    }
     assert checkpoints[2].state == "skipped" and "step 4" in checkpoints[2].reason
 
 
@@ -229,31 +279,74 @@ def test_a_backed_up_queue_makes_one_card_commit(tmp_path, hub):
     evaluations = store.run_evaluations(db, "return-hard")
     target = push_target(REPO, endpoint=hub.endpoint)
     for row in evaluations[-3:]:
-        outbox.enqueue(db, "return-hard", repo_id=REPO, revision="main", kind="card", role="interim", step=row["step"],
-                       content_hash=card_content_hash(evaluations, row["step"], "interim"), private=True,
-                       endpoint=hub.endpoint)
+        outbox.enqueue(
+            db,
+            "return-hard",
+            repo_id=REPO,
+            revision="main",
+            kind="card",
+            role="interim",
+            step=row["step"],
+            content_hash=card_content_hash(evaluations, row["step"], "interim"),
+            private=True,
+            endpoint=hub.endpoint,
+        )
     Uploader(db, db_path, "return-hard", target, TOKEN).drain()
     assert len(ccpo_commits(hub)) == 1
     states = [(e.step, e.state) for e in outbox.entries(db, "return-hard")]
     assert [state for _, state in states] == ["skipped", "skipped", "done"]
-    assert all("coalesced into the interim card of step" in e.reason
-               for e in outbox.entries(db, "return-hard", state="skipped"))
+    assert all(
+        "coalesced into the interim card of step" in e.reason
+        for e in outbox.entries(db, "return-hard", state="skipped")
+    )
 
 
 def test_push_options_need_push_to_hub_and_a_token(tmp_path, hub_env, monkeypatch):
-    result = invoke("--db", tmp_path / "runs.db", "train", "--arm", "return-hard", "--backend", "local",
-                    "--token-file", tmp_path / "t")
+    result = invoke(
+        "--db",
+        tmp_path / "runs.db",
+        "train",
+        "--arm",
+        "return-hard",
+        "--backend",
+        "local",
+        "--token-file",
+        tmp_path / "t",
+    )
     assert result.exit_code == 2 and "only apply with --push-to-hub" in result.output
-    result = invoke("--db", tmp_path / "runs.db", "train", "--arm", "return-hard", "--backend", "local",
-                    "--push-to-hub", "not a repo")
+    result = invoke(
+        "--db",
+        tmp_path / "runs.db",
+        "train",
+        "--arm",
+        "return-hard",
+        "--backend",
+        "local",
+        "--push-to-hub",
+        "not a repo",
+    )
     assert result.exit_code == 3 and "owner/name" in result.output
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    result = invoke("--db", tmp_path / "runs.db", "train", "--arm", "return-hard", "--backend", "local",
-                    "--push-to-hub", REPO, "--endpoint", "http://127.0.0.1:9")
+    result = invoke(
+        "--db",
+        tmp_path / "runs.db",
+        "train",
+        "--arm",
+        "return-hard",
+        "--backend",
+        "local",
+        "--push-to-hub",
+        REPO,
+        "--endpoint",
+        "http://127.0.0.1:9",
+    )
     assert result.exit_code == 4 and "no Hugging Face token" in result.output
-    assert not (tmp_path / "runs.db").exists() or store.list_runs(store.open_db(tmp_path / "runs.db")) == []
+    assert (
+        not (tmp_path / "runs.db").exists()
+        or store.list_runs(store.open_db(tmp_path / "runs.db")) == []
+    )
 
 
 @pytest.mark.slow
@@ -268,20 +361,60 @@ def test_acceptance_train_push_to_hub_against_a_faulty_hub(tmp_path, hub):
     hub.inject("endless", method="GET", path="/commits/", seconds=60)
     hub.inject("trickle", method="GET", path="/api/models/", seconds=60, interval=0.5)
     db_path = tmp_path / "runs.db"
-    result = invoke("--db", db_path, "train", "--arm", "return-hard", "--backend", "local", "--run", "acc",
-                    "--steps", "6", "--tasks", "2", "--group", "2", "--eval-every", "2", "--eval-games", "4",
-                    "--max-steps", "6", "--workers", "1", "--push-to-hub", REPO, "--endpoint", hub.endpoint,
-                    "--token", TOKEN, "--window-start", "0", "--timeout", "3", "--deadline", "6",
-                    "--push-wait", "150")
+    result = invoke(
+        "--db",
+        db_path,
+        "train",
+        "--arm",
+        "return-hard",
+        "--backend",
+        "local",
+        "--run",
+        "acc",
+        "--steps",
+        "6",
+        "--tasks",
+        "2",
+        "--group",
+        "2",
+        "--eval-every",
+        "2",
+        "--eval-games",
+        "4",
+        "--max-steps",
+        "6",
+        "--workers",
+        "1",
+        "--push-to-hub",
+        REPO,
+        "--endpoint",
+        hub.endpoint,
+        "--token",
+        TOKEN,
+        "--window-start",
+        "0",
+        "--timeout",
+        "3",
+        "--deadline",
+        "6",
+        "--push-wait",
+        "150",
+    )
     assert result.exit_code == 0, result.output
     assert all(fault.times == 0 for fault in hub.faults), [(f.kind, f.times) for f in hub.faults]
     assert_published_run(hub, db_path, "acc")
     db = store.open_db(db_path)
     entries = outbox.run_outbox(db, "acc")
-    assert all(e["state"] in ("done", "skipped") for e in entries), [(e["kind"], e["step"], e["state"], e["reason"]) for e in entries]
+    assert all(e["state"] in ("done", "skipped") for e in entries), [
+        (e["kind"], e["step"], e["state"], e["reason"]) for e in entries
+    ]
     outcomes = [a["outcome"] for e in entries for a in e["attempt_log"]]
     assert "retry" in outcomes, "runs.db records the failed pushes"
     interim = [c for c in ccpo_commits(hub) if "interim card" in c.message]
-    skipped = [e for e in entries if e["kind"] == "card" and e["role"] == "interim" and e["state"] == "skipped"]
+    skipped = [
+        e
+        for e in entries
+        if e["kind"] == "card" and e["role"] == "interim" and e["state"] == "skipped"
+    ]
     assert len(interim) + len(skipped) == len({e["step"] for e in store.run_evaluations(db, "acc")})
     assert "push: " in result.output

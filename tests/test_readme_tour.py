@@ -18,8 +18,22 @@ from ccpo_cli.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
-SMALL_TRAINING = ["--steps", "1", "--tasks", "1", "--group", "2", "--eval-every", "1", "--eval-games", "2",
-                  "--max-steps", "2", "--workers", "0"]
+SMALL_TRAINING = [
+    "--steps",
+    "1",
+    "--tasks",
+    "1",
+    "--group",
+    "2",
+    "--eval-every",
+    "1",
+    "--eval-games",
+    "2",
+    "--max-steps",
+    "2",
+    "--workers",
+    "0",
+]
 # Prefix of a tour command -> the options that make it small enough for a test (and nothing else).
 SHRINK = {
     "eval --run oracle-check": ["--episodes", "6", "--workers", "0"],
@@ -32,7 +46,9 @@ SHRINK = {
 def tour_commands() -> list[list[str]]:
     text = (ROOT / "README.md").read_text()
     block = text.split("## A tour", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
-    return [shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("ccpo ")]
+    return [
+        shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("ccpo ")
+    ]
 
 
 def _shrunk(args: list[str]) -> list[str]:
@@ -66,7 +82,10 @@ def test_every_tour_command_runs_as_written(hub, tmp_path, monkeypatch):
     monkeypatch.setenv("VERL_AGENT_HOME", str(ROOT.parent / "shared" / "verl-agent"))
     outputs = {}
     for args in tour_commands():
-        argv = [re.sub(r"^/tmp/", f"{tmp_path}/", arg).replace("~/", f"{home}/") for arg in _shrunk(args[1:])]
+        argv = [
+            re.sub(r"^/tmp/", f"{tmp_path}/", arg).replace("~/", f"{home}/")
+            for arg in _shrunk(args[1:])
+        ]
         result = runner.invoke(app, argv, env={"COLUMNS": "100"})
         assert result.exit_code == 0, f"{' '.join(args)}\n{result.output}"
         outputs[" ".join(args[1:4])] = result
@@ -75,4 +94,6 @@ def test_every_tour_command_runs_as_written(hub, tmp_path, monkeypatch):
     assert "plan: you/ccpo-alfworld-return-hard@main" in outputs["publish --run rh-7b"].stdout
     assert (tmp_path / "work" / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert list((tmp_path / "work" / "tb" / "rh-7b").glob("events.out.tfevents.*"))
-    assert "final card" in outputs["card --run rh-7b"].stderr  # --status auto: the example run finished
+    assert (
+        "final card" in outputs["card --run rh-7b"].stderr
+    )  # --status auto: the example run finished

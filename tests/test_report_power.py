@@ -19,13 +19,17 @@ from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_st
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("difference,sd,n", [(5.0, 7.0, 10), (3.0, 2.0, 4), (12.0, 11.4, 3), (1.0, 6.0, 40)])
+@pytest.mark.parametrize(
+    "difference,sd,n", [(5.0, 7.0, 10), (3.0, 2.0, 4), (12.0, 11.4, 3), (1.0, 6.0, 40)]
+)
 def test_paired_power_and_mdd_match_statsmodels(difference, sd, n):
     reference = TTestPower()
     assert power.paired_power(difference, sd, n) == pytest.approx(
-        reference.power(difference / sd, n, 0.05, alternative="two-sided"), rel=1e-9)
+        reference.power(difference / sd, n, 0.05, alternative="two-sided"), rel=1e-9
+    )
     assert power.paired_mdd(sd, n) == pytest.approx(
-        reference.solve_power(None, n, 0.05, 0.8, alternative="two-sided") * sd, rel=1e-5)
+        reference.solve_power(None, n, 0.05, 0.8, alternative="two-sided") * sd, rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("difference,sd,n", [(5.0, 7.0, 10), (20.0, 7.0, 3), (2.0, 3.0, 25)])
@@ -33,16 +37,20 @@ def test_welch_power_with_equal_spread_matches_statsmodels_two_sample(difference
     # With equal sds and equal n, Welch's df is 2n - 2 and its standard error the pooled one.
     reference = TTestIndPower()
     assert power.welch_power(difference, sd, n, sd, n) == pytest.approx(
-        reference.power(difference / sd, n, 0.05, ratio=1.0, alternative="two-sided"), rel=1e-9)
+        reference.power(difference / sd, n, 0.05, ratio=1.0, alternative="two-sided"), rel=1e-9
+    )
     assert power.welch_mdd(sd, n, sd, n) == pytest.approx(
-        reference.solve_power(None, n, 0.05, 0.8, ratio=1.0, alternative="two-sided") * sd, rel=1e-5)
+        reference.solve_power(None, n, 0.05, 0.8, ratio=1.0, alternative="two-sided") * sd, rel=1e-5
+    )
 
 
 @pytest.mark.parametrize("difference,sd", [(5.0, 7.0), (5.0, 3.0), (10.0, 11.4), (2.0, 1.0)])
 def test_seeds_needed_is_the_ceiling_of_statsmodels_solution(difference, sd):
     paired = TTestPower().solve_power(difference / sd, None, 0.05, 0.8, alternative="two-sided")
     assert power.paired_seeds_needed(difference, sd) == max(2, math.ceil(paired))
-    two_sample = TTestIndPower().solve_power(difference / sd, None, 0.05, 0.8, ratio=1.0, alternative="two-sided")
+    two_sample = TTestIndPower().solve_power(
+        difference / sd, None, 0.05, 0.8, ratio=1.0, alternative="two-sided"
+    )
     assert power.welch_seeds_needed(difference, sd, sd) == max(2, math.ceil(two_sample))
 
 
@@ -78,11 +86,23 @@ def test_too_few_seeds_say_so_instead_of_a_number():
 
 
 def _add(db, name, arm, seed, level, step1):
-    ensure_run(db, name, arm=arm, arm_fingerprint=f"fp-{arm}", seed=seed, base_model="m", backend="local",
-               total_steps=20, hardware="cpu", data_order_seed=seed)
+    ensure_run(
+        db,
+        name,
+        arm=arm,
+        arm_fingerprint=f"fp-{arm}",
+        seed=seed,
+        base_model="m",
+        backend="local",
+        total_steps=20,
+        hardware="cpu",
+        data_order_seed=seed,
+    )
     update_run_state(db, name, step1_rollout_hash=step1, status="finished", last_step=20)
     for step, rate in ((10, level - 2), (20, level + 2)):
-        record_evaluation(db, name, step, episodes=64, successes=round(rate * 0.64), temperature=0.4)
+        record_evaluation(
+            db, name, step, episodes=64, successes=round(rate * 0.64), temperature=0.4
+        )
 
 
 def test_compare_reports_paired_power_when_rollouts_match(tmp_path):
@@ -105,10 +125,14 @@ def test_compare_cli_prints_power_and_refuses_a_bad_detect(tmp_path):
     for seed in range(3):
         _add(db, f"a-{seed}", "grpo", seed, 60 + 10 * seed, f"h{seed}")
         _add(db, f"b-{seed}", "gigpo", seed, 57 + 10 * seed + seed, f"h{seed}")
-    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--detect", "5"])
+    result = runner.invoke(
+        app, ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--detect", "5"]
+    )
     assert result.exit_code == 0, result.output
     assert "minimum detectable difference" in result.stdout and "paired t" in result.stdout
-    as_json = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--json"])
+    as_json = runner.invoke(
+        app, ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--json"]
+    )
     pair = json.loads(as_json.stdout)["power"]["pairs"][0]
     assert pair["test"] == "paired t" and pair["mdd"] > 0 and pair["seeds_needed"] is None
     bad = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--detect", "0"])
@@ -127,19 +151,29 @@ def test_plot_draws_arm_means_with_t_intervals_and_paired_differences(tmp_path):
     document = compare_runs(db, window_start=10)
     curves = seed_curves(document)
     points = {point["step"]: point for point in pointwise(curves["grpo"])}
-    grpo = np.array([[run["evaluations"][i]["success"] for i in range(2)] for run in document["runs"]
-                     if run["arm"] == "grpo"])
+    grpo = np.array(
+        [
+            [run["evaluations"][i]["success"] for i in range(2)]
+            for run in document["runs"]
+            if run["arm"] == "grpo"
+        ]
+    )
     assert sorted(points) == [10, 20] and not any(point["missing"] for point in points.values())
     for index, step in enumerate((10, 20)):
         column = grpo[:, index]
         half = scipy_stats.t.ppf(0.975, 2) * column.std(ddof=1) / np.sqrt(3)
         assert points[step]["mean"] == pytest.approx(column.mean())
-        assert (points[step]["low"], points[step]["high"]) == pytest.approx((column.mean() - half, column.mean() + half))
+        assert (points[step]["low"], points[step]["high"]) == pytest.approx(
+            (column.mean() - half, column.mean() + half)
+        )
     differences = paired_differences(curves["grpo"], curves["gigpo"])
     assert sorted(differences) == [0, 1, 2]
     assert differences[2][20] == pytest.approx(curves["grpo"][2][20] - curves["gigpo"][2][20])
     plot = tmp_path / "arms.png"
-    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--plot", str(plot)])
+    result = runner.invoke(
+        app,
+        ["--db", str(tmp_path / "runs.db"), "compare", "--window-start", "10", "--plot", str(plot)],
+    )
     assert result.exit_code == 0, result.output
     import matplotlib.image
 
@@ -156,7 +190,9 @@ def test_the_plot_keeps_steps_that_only_some_seeds_evaluated(tmp_path):
     db = open_db(tmp_path / "runs.db")
     for seed, steps in ((0, (0, 10, 20, 30, 40)), (1, (0, 10, 20)), (2, (5, 15))):
         name = f"rh-{seed}"
-        store.ensure_run(db, name, arm="return-hard", arm_fingerprint="fp", seed=seed, total_steps=40)
+        store.ensure_run(
+            db, name, arm="return-hard", arm_fingerprint="fp", seed=seed, total_steps=40
+        )
         for step in steps:
             store.record_evaluation(db, name, step, success_rate=20.0 + step + seed, episodes=64)
     curves = seed_curves(compare_runs(db, None))
@@ -171,4 +207,6 @@ def test_welch_mdd_is_finite_where_scipy_lower_tail_is_nan():
     # the far tail is taken as an upper tail of the mirrored distribution instead.
     mdd = power.welch_mdd(0.4419417382415922, 2, 0.3866990209613932, 2)
     assert math.isfinite(mdd) and mdd > 0
-    assert power.welch_power(mdd, 0.4419417382415922, 2, 0.3866990209613932, 2) == pytest.approx(0.8, abs=1e-6)
+    assert power.welch_power(mdd, 0.4419417382415922, 2, 0.3866990209613932, 2) == pytest.approx(
+        0.8, abs=1e-6
+    )

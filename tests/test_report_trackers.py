@@ -31,22 +31,37 @@ def tensorboard_scalars(logdir: Path) -> dict[str, dict[int, float]]:
 
     accumulator = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
     accumulator.Reload()
-    return {tag: {event.step: event.value for event in accumulator.Scalars(tag)}
-            for tag in accumulator.Tags()["scalars"]}
+    return {
+        tag: {event.step: event.value for event in accumulator.Scalars(tag)}
+        for tag in accumulator.Tags()["scalars"]
+    }
 
 
 def trackio_logs(trackio_dir: Path, project: str, run: str) -> list[dict]:
     """The run's logs as trackio's own storage reads them (a fresh process: trackio reads
     TRACKIO_DIR when it is imported)."""
-    code = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
-            "print(json.dumps(SQLiteStorage.get_logs(sys.argv[1], sys.argv[2])))")
-    done = subprocess.run([sys.executable, "-c", code, project, run], capture_output=True, text=True, check=True,
-                          env=_env(trackio_dir), timeout=120)
+    code = (
+        "import json, sys; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps(SQLiteStorage.get_logs(sys.argv[1], sys.argv[2])))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, project, run],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_env(trackio_dir),
+        timeout=120,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _env(trackio_dir: Path) -> dict[str, str]:
-    return {**os.environ, "TRACKIO_DIR": str(trackio_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    return {
+        **os.environ,
+        "TRACKIO_DIR": str(trackio_dir),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": str(ROOT),
+    }
 
 
 @pytest.fixture
@@ -54,11 +69,27 @@ def ingested_db(tmp_path) -> Path:
     """An ingested-like 7B run (rates only, per-type rates) with a retracted evaluation."""
     path = tmp_path / "runs.db"
     db = open_db(path)
-    ensure_run(db, "rh-7b", arm=load_arm("return-hard"), seed=0, base_model="Qwen/Qwen2.5-7B-Instruct",
-               backend="verl", benchmark="alfworld", total_steps=150)
+    ensure_run(
+        db,
+        "rh-7b",
+        arm=load_arm("return-hard"),
+        seed=0,
+        base_model="Qwen/Qwen2.5-7B-Instruct",
+        backend="verl",
+        benchmark="alfworld",
+        total_steps=150,
+    )
     for step in range(10, 51, 10):
-        record_evaluation(db, "rh-7b", step, success_rate=40 + step / 2, episodes=128, temperature=0.4,
-                          task_types={"pick": 50.0 + step / 10, "heat": 25.0}, train_success_rate=30.0 + step)
+        record_evaluation(
+            db,
+            "rh-7b",
+            step,
+            success_rate=40 + step / 2,
+            episodes=128,
+            temperature=0.4,
+            task_types={"pick": 50.0 + step / 10, "heat": 25.0},
+            train_success_rate=30.0 + step,
+        )
     retract(db, "rh-7b", step=30, reason="evaluated on the training games")
     return path
 
@@ -66,9 +97,26 @@ def ingested_db(tmp_path) -> Path:
 def test_report_to_is_parsed_like_trls(tmp_path):
     assert parse_trackers("tensorboard,trackio") == ("tensorboard", "trackio")
     assert parse_trackers("none") == ()
-    result = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend", "local",
-                                 "--report-to", "wandb", "--steps", "1"])
-    assert result.exit_code == 2 and "--report-to 'wandb': use one or more of tensorboard, trackio" in result.stderr
+    result = runner.invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "train",
+            "--arm",
+            "grpo",
+            "--backend",
+            "local",
+            "--report-to",
+            "wandb",
+            "--steps",
+            "1",
+        ],
+    )
+    assert (
+        result.exit_code == 2
+        and "--report-to 'wandb': use one or more of tensorboard, trackio" in result.stderr
+    )
 
 
 def test_the_observer_writes_metrics_lines_as_they_come_and_forwards_to_the_publisher(tmp_path):
@@ -91,7 +139,10 @@ def test_the_observer_writes_metrics_lines_as_they_come_and_forwards_to_the_publ
     observer.started("r", tmp_path)
     metrics = tmp_path / "metrics.jsonl"
     with metrics.open("w") as handle:
-        handle.write(json.dumps({"step": 1, "wall_time": 1.7e9, "actor/kl": 0.5, "rollout_sha256": "ab"}) + "\n")
+        handle.write(
+            json.dumps({"step": 1, "wall_time": 1.7e9, "actor/kl": 0.5, "rollout_sha256": "ab"})
+            + "\n"
+        )
         handle.write('{"step": 2, "actor/kl": 0.2')  # a line still being written
     assert observer.progress() == "pushed step-1"
     with metrics.open("a") as handle:
@@ -100,35 +151,64 @@ def test_the_observer_writes_metrics_lines_as_they_come_and_forwards_to_the_publ
     observer.finished("finished", 2, None)
     assert calls == ["started", "evaluated 2", "finished finished"]
     scalars = tensorboard_scalars(tmp_path / "tensorboard")
-    assert scalars["actor/kl"] == pytest.approx({1: 0.5, 2: 0.2}) and scalars["val/success_rate"] == {2: 0.25}
+    assert scalars["actor/kl"] == pytest.approx({1: 0.5, 2: 0.2}) and scalars[
+        "val/success_rate"
+    ] == {2: 0.25}
 
 
 def test_export_to_tensorboard_and_csv_writes_the_standing_curve_once(ingested_db, tmp_path):
     out = tmp_path / "tb"
     for _ in range(2):  # exporting again replaces the earlier export
-        result = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "tensorboard", "rh-7b", "--out",
-                                     str(out), "--json"])
+        result = runner.invoke(
+            app,
+            [
+                "--db",
+                str(ingested_db),
+                "export",
+                "--to",
+                "tensorboard",
+                "rh-7b",
+                "--out",
+                str(out),
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)["runs"] == [{"run": "rh-7b", "points": 4, "written_to": str(out / "rh-7b")}]
-    assert len(list((out / "rh-7b").glob("events.out.tfevents.*"))) == 1 and sorted(os.listdir(out)) == ["rh-7b"]
+    assert json.loads(result.stdout)["runs"] == [
+        {"run": "rh-7b", "points": 4, "written_to": str(out / "rh-7b")}
+    ]
+    assert len(list((out / "rh-7b").glob("events.out.tfevents.*"))) == 1 and sorted(
+        os.listdir(out)
+    ) == ["rh-7b"]
     scalars = tensorboard_scalars(out / "rh-7b")
     standing = {row["step"]: row for row in run_evaluations(open_db(ingested_db), "rh-7b")}
-    assert sorted(scalars["val/success_rate"]) == [10, 20, 40, 50]  # the retracted step 30 is left out
+    assert sorted(scalars["val/success_rate"]) == [
+        10,
+        20,
+        40,
+        50,
+    ]  # the retracted step 30 is left out
     for step, value in scalars["val/success_rate"].items():
         assert value == pytest.approx(standing[step]["success_rate"] / 100)
     assert scalars["val/pick_and_place_success_rate"][50] == pytest.approx(0.55)
     assert scalars["episode/success_rate"][10] == pytest.approx(0.40)
-    result = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "csv", "rh-7b", "--out", str(tmp_path)])
+    result = runner.invoke(
+        app, ["--db", str(ingested_db), "export", "--to", "csv", "rh-7b", "--out", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     rows = list(csv.DictReader((tmp_path / "rh-7b.csv").open()))
     assert [int(row["step"]) for row in rows] == [10, 20, 40, 50]
-    assert [float(row["val/success_rate"]) for row in rows] == [standing[s]["success_rate"] / 100 for s in (10, 20, 40, 50)]
+    assert [float(row["val/success_rate"]) for row in rows] == [
+        standing[s]["success_rate"] / 100 for s in (10, 20, 40, 50)
+    ]
 
 
 def test_export_refuses_an_unknown_tracker_or_run(ingested_db, tmp_path):
     bad = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "wandb", "rh-7b"])
     assert bad.exit_code == 2 and "use one of tensorboard, trackio, csv" in bad.stderr
-    missing = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "csv", "nope", "--out", str(tmp_path)])
+    missing = runner.invoke(
+        app, ["--db", str(ingested_db), "export", "--to", "csv", "nope", "--out", str(tmp_path)]
+    )
     assert missing.exit_code == 3 and "nope" in missing.stderr and not list(tmp_path.glob("*.csv"))
 
 
@@ -136,11 +216,30 @@ def test_export_refuses_an_unknown_tracker_or_run(ingested_db, tmp_path):
 def test_export_to_trackio_is_read_back_by_trackio(ingested_db, tmp_path):
     trackio_dir = tmp_path / "trackio"
     for _ in range(2):
-        done = subprocess.run([sys.executable, "-m", "ccpo_cli", "--db", str(ingested_db), "export", "--to", "trackio",
-                               "rh-7b", "--project", "paper", "--json"], capture_output=True, text=True,
-                              env=_env(trackio_dir), timeout=300)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ccpo_cli",
+                "--db",
+                str(ingested_db),
+                "export",
+                "--to",
+                "trackio",
+                "rh-7b",
+                "--project",
+                "paper",
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            env=_env(trackio_dir),
+            timeout=300,
+        )
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["runs"][0]["points"] == 4  # trackio's own lines went to stderr
+        assert (
+            json.loads(done.stdout)["runs"][0]["points"] == 4
+        )  # trackio's own lines went to stderr
     logs = trackio_logs(trackio_dir, "paper", "rh-7b")
     assert [row["step"] for row in logs] == [10, 20, 40, 50]  # one copy after two exports
     assert [row["val/success_rate"] for row in logs] == pytest.approx([0.45, 0.50, 0.60, 0.65])
@@ -150,36 +249,88 @@ def test_export_to_trackio_is_read_back_by_trackio(ingested_db, tmp_path):
 def test_train_reports_to_tensorboard_and_trackio_with_the_held_out_curve(tmp_path):
     trackio_dir = tmp_path / "trackio"
     done = subprocess.run(
-        [sys.executable, "-m", "ccpo_cli", "--db", str(tmp_path / "runs.db"), "train", "--arm", "grpo", "--backend",
-         "local", "--run", "live", "--steps", "2", "--tasks", "1", "--group", "2", "--eval-every", "1",
-         "--eval-games", "2", "--max-steps", "2", "--workers", "0", "--report-to", "tensorboard,trackio"],
-        capture_output=True, text=True, cwd=tmp_path, env=_env(trackio_dir), timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "ccpo_cli",
+            "--db",
+            str(tmp_path / "runs.db"),
+            "train",
+            "--arm",
+            "grpo",
+            "--backend",
+            "local",
+            "--run",
+            "live",
+            "--steps",
+            "2",
+            "--tasks",
+            "1",
+            "--group",
+            "2",
+            "--eval-every",
+            "1",
+            "--eval-games",
+            "2",
+            "--max-steps",
+            "2",
+            "--workers",
+            "0",
+            "--report-to",
+            "tensorboard,trackio",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_env(trackio_dir),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     db = open_db(tmp_path / "runs.db")
     recorded = {row["step"]: row for row in run_evaluations(db, "live")}
     run_dir = next(tmp_path.rglob("live/metrics.jsonl")).parent
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     for line in lines:  # the held-out keys, as ingest reads them, on every evaluated step
-        assert line["val/success_rate"] == pytest.approx(recorded[line["step"]]["success_rate"] / 100)
+        assert line["val/success_rate"] == pytest.approx(
+            recorded[line["step"]]["success_rate"] / 100
+        )
         assert line["val/episodes"] == recorded[line["step"]]["episodes"] == 2
     scalars = tensorboard_scalars(run_dir / "tensorboard")
-    assert scalars["val/success_rate"] == pytest.approx({step: recorded[step]["success_rate"] / 100 for step in (1, 2)})
+    assert scalars["val/success_rate"] == pytest.approx(
+        {step: recorded[step]["success_rate"] / 100 for step in (1, 2)}
+    )
     assert set(scalars["actor/kl"]) == {1, 2}
     logs = trackio_logs(trackio_dir, "ccpo", "live")
     assert {row["step"]: row["val/success_rate"] for row in logs} == pytest.approx(
-        {step: recorded[step]["success_rate"] / 100 for step in (1, 2)})
+        {step: recorded[step]["success_rate"] / 100 for step in (1, 2)}
+    )
 
 
 def test_a_step_line_says_where_the_run_is_and_when():
     from ccpo_cli.backends.local.trainer import step_line
 
-    metrics = {"train/success_rate": 50.0, "train/episode_length": 12.0, "actor/pg_loss": -0.0123, "actor/kl": 0.0042,
-               "actor/grad_norm": 0.75, "advantage/mean": 0.01, "advantage/std": 0.9, "actor/entropy": 1.2,
-               "actor/clip_fraction": 0.1}
+    metrics = {
+        "train/success_rate": 50.0,
+        "train/episode_length": 12.0,
+        "actor/pg_loss": -0.0123,
+        "actor/kl": 0.0042,
+        "actor/grad_norm": 0.75,
+        "advantage/mean": 0.01,
+        "advantage/std": 0.9,
+        "actor/entropy": 1.2,
+        "actor/clip_fraction": 0.1,
+    }
     line = step_line("rh-seed0", 37, 200, metrics, 2.5, {"step": 30, "success": 62.5}, 90.0)
     assert line.startswith("step   37/200 ")
-    for part in ("2.5 s/step", "ETA 6.8 min", "held-out 62.5%@30", "loss -0.012", "kl 0.0042", "grad 0.75",
-                 "adv +0.01±0.90"):
+    for part in (
+        "2.5 s/step",
+        "ETA 6.8 min",
+        "held-out 62.5%@30",
+        "loss -0.012",
+        "kl 0.0042",
+        "grad 0.75",
+        "adv +0.01±0.90",
+    ):
         assert part in line, part
     assert re.search(r"\[rh-seed0 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\]$", line)
     assert "held-out -" in step_line("r", 1, 2, metrics, 1.0, None, 0.0)

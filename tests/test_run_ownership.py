@@ -24,8 +24,24 @@ from helpers_hostile import REPO_ROOT, assert_refused, db_state, invoke
 
 from ccpo_cli.store import get_run, open_db, run_evaluations
 
-TINY = ["--arm", "grpo", "--backend", "local", "--tasks", "1", "--group", "2", "--eval-every", "1",
-        "--eval-games", "2", "--max-steps", "4", "--workers", "0"]
+TINY = [
+    "--arm",
+    "grpo",
+    "--backend",
+    "local",
+    "--tasks",
+    "1",
+    "--group",
+    "2",
+    "--eval-every",
+    "1",
+    "--eval-games",
+    "2",
+    "--max-steps",
+    "4",
+    "--workers",
+    "0",
+]
 
 
 def train(db: Path, *args):
@@ -34,12 +50,17 @@ def train(db: Path, *args):
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under `folder` with the sha256 of its bytes (a byte-identical check)."""
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def metric_steps(folder: Path) -> list[int]:
-    return [json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [
+        json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +75,10 @@ def reference(tmp_path_factory):
 @pytest.fixture
 def copy_of_reference(reference, tmp_path):
     """The reference database and its run folder, copied where this test may change them."""
-    with sqlite3.connect(reference / "runs.db") as source, sqlite3.connect(tmp_path / "runs.db") as target:
+    with (
+        sqlite3.connect(reference / "runs.db") as source,
+        sqlite3.connect(tmp_path / "runs.db") as target,
+    ):
         source.backup(target)
     shutil.copytree(reference / "ccpo-runs", tmp_path / "ccpo-runs")
     return tmp_path
@@ -95,9 +119,22 @@ def test_resume_with_another_panel_or_tasks_is_refused_listing_every_difference(
     root = copy_of_reference
     folder = root / "ccpo-runs" / "ref"
     before, db_before = snapshot(folder), db_state(root / "runs.db")
-    result = train(root / "runs.db", "--run", "ref", "--steps", "4", "--resume", folder,
-                   "--eval-games", "4", "--tasks", "2")
-    line = assert_refused(result, 3, "run 'ref'", "eval_games: 2 recorded, 4 now", "tasks: 1 recorded, 2 now")
+    result = train(
+        root / "runs.db",
+        "--run",
+        "ref",
+        "--steps",
+        "4",
+        "--resume",
+        folder,
+        "--eval-games",
+        "4",
+        "--tasks",
+        "2",
+    )
+    line = assert_refused(
+        result, 3, "run 'ref'", "eval_games: 2 recorded, 4 now", "tasks: 1 recorded, 2 now"
+    )
     assert "steps" not in line.split("measures:")[1].split(";")[0]  # more steps is no difference
     assert snapshot(folder) == before and db_state(root / "runs.db")[1] == db_before[1]
 
@@ -113,12 +150,27 @@ def test_resume_with_fewer_steps_is_refused_instead_of_recorded_as_4_of_2(copy_o
 
 
 @pytest.mark.slow
-def test_resume_with_more_steps_and_other_workers_continues_and_records_the_change(copy_of_reference):
+def test_resume_with_more_steps_and_other_workers_continues_and_records_the_change(
+    copy_of_reference,
+):
     root = copy_of_reference
     folder = root / "ccpo-runs" / "ref"
     # Without --run and --seed the folder says which run it is; left-out options are the recorded ones.
-    result = invoke("--db", root / "runs.db", "train", "--arm", "grpo", "--backend", "local",
-                    "--resume", folder, "--steps", "3", "--workers", "1")
+    result = invoke(
+        "--db",
+        root / "runs.db",
+        "train",
+        "--arm",
+        "grpo",
+        "--backend",
+        "local",
+        "--resume",
+        folder,
+        "--steps",
+        "3",
+        "--workers",
+        "1",
+    )
     assert result.exit_code == 0, result.output
     db = open_db(root / "runs.db")
     run = get_run(db, "ref")
@@ -142,7 +194,13 @@ def test_a_second_trainer_is_refused_naming_the_owner(copy_of_reference):
     with RunLock(folder, "ref", owner, log=print):
         before = snapshot(folder)
         result = train(root / "runs.db", "--run", "ref", "--steps", "3", "--resume", folder)
-        assert_refused(result, 3, "run 'ref' is being trained by", f"pid {os.getpid()}", "refusing to train it twice")
+        assert_refused(
+            result,
+            3,
+            "run 'ref' is being trained by",
+            f"pid {os.getpid()}",
+            "refusing to train it twice",
+        )
         assert snapshot(folder) == before
     assert get_run(open_db(root / "runs.db"), "ref")["last_step"] == 2
 
@@ -159,7 +217,9 @@ def test_a_stale_lock_of_a_dead_trainer_is_taken_over_saying_so(copy_of_referenc
 
     root = copy_of_reference
     folder = root / "ccpo-runs" / "ref"
-    dead = ProcessOwner(pid=_dead_pid(), host=ProcessOwner.this_process().host, session="gone", started_at="then")
+    dead = ProcessOwner(
+        pid=_dead_pid(), host=ProcessOwner.this_process().host, session="gone", started_at="then"
+    )
     (folder / "trainer.lock").write_text(json.dumps(dead.as_dict()))
     result = train(root / "runs.db", "--run", "ref", "--steps", "3", "--resume", folder)
     assert result.exit_code == 0, result.output
@@ -174,7 +234,9 @@ def test_a_lock_of_another_host_is_refused_until_its_heartbeat_stops(copy_of_ref
 
     root = copy_of_reference
     folder = root / "ccpo-runs" / "ref"
-    elsewhere = ProcessOwner(pid=4242, host="another-machine", session="s-elsewhere", started_at="then")
+    elsewhere = ProcessOwner(
+        pid=4242, host="another-machine", session="s-elsewhere", started_at="then"
+    )
     (folder / "trainer.lock").write_text(json.dumps(elsewhere.as_dict()))
     before = snapshot(folder)
     refused = train(root / "runs.db", "--run", "ref", "--steps", "3", "--resume", folder)
@@ -192,9 +254,27 @@ def test_a_lock_of_another_host_is_refused_until_its_heartbeat_stops(copy_of_ref
 
 def _child_train(db: Path, run: str, steps: int, *extra: str) -> subprocess.Popen:
     environment = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200")
-    return subprocess.Popen([sys.executable, "-m", "ccpo_cli", "--db", str(db), "train", *TINY, "--run", run,
-                             "--steps", str(steps), *extra], cwd=db.parent, env=environment,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ccpo_cli",
+            "--db",
+            str(db),
+            "train",
+            *TINY,
+            "--run",
+            run,
+            "--steps",
+            str(steps),
+            *extra,
+        ],
+        cwd=db.parent,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.slow
@@ -224,7 +304,9 @@ def test_a_killed_trainer_shows_as_interrupted_with_its_last_step(tmp_path):
         time.sleep(0.5)
         try:
             with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as connection:
-                row = connection.execute("SELECT last_step FROM runs WHERE name = 'killed'").fetchone()
+                row = connection.execute(
+                    "SELECT last_step FROM runs WHERE name = 'killed'"
+                ).fetchone()
         except sqlite3.OperationalError:  # not created or not migrated yet
             continue
         if row and row[0]:

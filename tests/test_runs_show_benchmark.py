@@ -43,8 +43,13 @@ def evaluation_header(db_path: Path, run: str) -> list[str]:
 def test_webshop_and_sokoban_runs_show_no_alfworld_task_types(tmp_path):
     db_path = tmp_path / "r.db"
     ingest(db_path, ROUND3 / "jonp07hiper_ppo_webshop_dev_h100.txt", "webshop")
-    ingest(db_path, ROUND3 / "sfff_sokoban_turnppo_qwen3vl4b_20260524_113001_output.log", "sokoban",
-           "--benchmark", "sokoban")
+    ingest(
+        db_path,
+        ROUND3 / "sfff_sokoban_turnppo_qwen3vl4b_20260524_113001_output.log",
+        "sokoban",
+        "--benchmark",
+        "sokoban",
+    )
     ingest(db_path, ROUND3 / "jonp07hiper_ppo_alfworld_seed5_1_5b.txt", "alfworld")
     for run in ("webshop", "sokoban"):
         header = evaluation_header(db_path, run)
@@ -68,7 +73,9 @@ def test_a_split_the_log_does_not_name_is_not_recorded(tmp_path):
     """sfff's ALFWorld log prints no config: its split is not recorded (ALFWorld's verl-agent
     default is not the log's word); JonP07's prints env.alfworld.eval_dataset, so its split is."""
     db_path = tmp_path / "r.db"
-    document = ingest(db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "unnamed")
+    document = ingest(
+        db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "unnamed"
+    )
     assert "split" not in document["stated_facts"]
     ingest(db_path, ROUND3 / "jonp07hiper_ppo_alfworld_seed5_1_5b.txt", "printed")
     ingest(db_path, ROUND3 / "warmgigpo_webshop_sft2k_gigpo.log", "webshop")
@@ -81,8 +88,13 @@ def test_a_split_the_log_does_not_name_is_not_recorded(tmp_path):
     assert "split" not in shown["facts"] and shown["identity"]["protocol"]["split"] is None
     assert "split not recorded" in invoke(db_path, "runs", "show", "unnamed").stdout
     # A split given by its user is recorded as given.
-    ingest(db_path, ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log", "told",
-           "--split", "valid_unseen")
+    ingest(
+        db_path,
+        ROUND3 / "sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log",
+        "told",
+        "--split",
+        "valid_unseen",
+    )
     assert run_identity(db, "told").protocol.split == "valid_unseen"
 
 
@@ -91,10 +103,24 @@ def test_an_older_ingests_assumed_split_reads_as_not_recorded(tmp_path):
     db = open_db(tmp_path / "r.db")
     ensure_run(db, "old")
     run_id = next(db["runs"].rows_where("name = ?", ["old"]))["id"]
-    db["run_facts"].insert({"run_id": run_id, "key": "split", "value": json.dumps("valid_seen"),
-                            "source": "assumed (the log names no split): default: verl-agent validates on "
-                                      "eval_in_distribution (valid_seen)", "recorded_at": "2026-01-01T00:00:00Z"})
+    db["run_facts"].insert(
+        {
+            "run_id": run_id,
+            "key": "split",
+            "value": json.dumps("valid_seen"),
+            "source": "assumed (the log names no split): default: verl-agent validates on "
+            "eval_in_distribution (valid_seen)",
+            "recorded_at": "2026-01-01T00:00:00Z",
+        }
+    )
     assert run_identity(db, "old").protocol.split is None
-    db["run_facts"].insert({"run_id": run_id, "key": "split", "value": json.dumps("valid_unseen"),
-                            "source": "--split", "recorded_at": "2026-01-02T00:00:00Z"})
+    db["run_facts"].insert(
+        {
+            "run_id": run_id,
+            "key": "split",
+            "value": json.dumps("valid_unseen"),
+            "source": "--split",
+            "recorded_at": "2026-01-02T00:00:00Z",
+        }
+    )
     assert run_identity(db, "old").protocol.split == "valid_unseen"

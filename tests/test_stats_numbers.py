@@ -11,7 +11,18 @@ from ccpo_cli import stats
 
 @pytest.mark.parametrize(
     "n, expected",
-    [(2, 0.564), (3, 0.846), (5, 1.163), (8, 1.424), (10, 1.539), (16, 1.766), (20, 1.868), (30, 2.043), (50, 2.249), (100, 2.508)],
+    [
+        (2, 0.564),
+        (3, 0.846),
+        (5, 1.163),
+        (8, 1.424),
+        (10, 1.539),
+        (16, 1.766),
+        (20, 1.868),
+        (30, 2.043),
+        (50, 2.249),
+        (100, 2.508),
+    ],
 )
 def test_expected_max_of_normals_matches_the_published_table(n, expected):
     # The research table rounds to 3 decimals (its n = 20 entry, 1.868, is 1.86748 rounded up).
@@ -30,7 +41,9 @@ def test_expected_max_of_normals_exact_values_and_simulation():
         stats.expected_max_of_normals(0)
 
 
-@pytest.mark.parametrize("successes, trials", [(100, 128), (115, 128), (128, 128), (0, 20), (16, 20), (9, 12)])
+@pytest.mark.parametrize(
+    "successes, trials", [(100, 128), (115, 128), (128, 128), (0, 20), (16, 20), (9, 12)]
+)
 def test_wilson_interval_matches_scipy(successes, trials):
     reference = scipy_stats.binomtest(successes, trials).proportion_ci(0.95, method="wilson")
     low, high = stats.wilson_interval(successes, trials)
@@ -125,4 +138,6 @@ def test_probability_of_improvement_counts_pairs_and_ties():
     y = np.array([[4.0, 2.0]])
     assert stats.probability_of_improvement(x, y) == pytest.approx(0.75)
     u = scipy_stats.mannwhitneyu([0.8, 0.83, 0.78], [0.76, 0.79, 0.74]).statistic
-    assert stats.probability_of_improvement([0.8, 0.83, 0.78], [0.76, 0.79, 0.74]) == pytest.approx(u / 9)
+    assert stats.probability_of_improvement([0.8, 0.83, 0.78], [0.76, 0.79, 0.74]) == pytest.approx(
+        u / 9
+    )

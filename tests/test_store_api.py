@@ -15,9 +15,18 @@ def test_keys_and_foreign_keys_read_through_the_table_api():
     db = open_db(":memory:")
     assert db["runs"].pks == ["id"]
     assert db["task_type_results"].pks == ["evaluation_id", "task_type"]
-    references = {(fk.table, fk.column, fk.other_table, fk.other_column)
-                  for name in ("evaluations", "task_type_results", "episodes", "checkpoints", "publications", "conflicts")
-                  for fk in db[name].foreign_keys}
+    references = {
+        (fk.table, fk.column, fk.other_table, fk.other_column)
+        for name in (
+            "evaluations",
+            "task_type_results",
+            "episodes",
+            "checkpoints",
+            "publications",
+            "conflicts",
+        )
+        for fk in db[name].foreign_keys
+    }
     assert ("evaluations", "run_id", "runs", "id") in references
     assert ("episodes", "evaluation_id", "evaluations", "id") in references
     assert ("conflicts", "kept_evaluation_id", "evaluations", "id") in references
@@ -36,7 +45,10 @@ def test_records_and_queries_build_no_sql_by_hand():
     # Raw SQL belongs to the migrations (schema, append-only triggers); rows go through the API.
     for name in ("records.py", "queries.py"):
         tree = ast.parse((STORE_DIR / name).read_text(encoding="utf-8"))
-        strings = [node.value.upper() for node in ast.walk(tree)
-                   if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+        strings = [
+            node.value.upper()
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        ]
         for fragment in ("INSERT INTO", "UPDATE RUNS", "LIMIT 0", "PRAGMA TABLE_INFO"):
             assert not any(fragment in text for text in strings), (name, fragment)

@@ -25,7 +25,15 @@ from ccpo_cli.store import (
 )
 from ccpo_cli.store.db import MIGRATIONS
 
-TABLES = {"runs", "evaluations", "task_type_results", "episodes", "checkpoints", "publications", "conflicts"}
+TABLES = {
+    "runs",
+    "evaluations",
+    "task_type_results",
+    "episodes",
+    "checkpoints",
+    "publications",
+    "conflicts",
+}
 
 
 @pytest.fixture
@@ -45,11 +53,15 @@ def test_open_db_migrates_uses_wal_and_enforces_foreign_keys(tmp_path):
     assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert [m.name for m in MIGRATIONS.applied(db)] == [m.name for m in MIGRATIONS._migrations]
     with pytest.raises(sqlite3.IntegrityError):
-        db.execute("INSERT INTO evaluations (run_id, step, split, success_rate, content_hash, recorded_at) "
-                    "VALUES (999, 1, 'heldout', 50, 'x', 'now')")
+        db.execute(
+            "INSERT INTO evaluations (run_id, step, split, success_rate, content_hash, recorded_at) "
+            "VALUES (999, 1, 'heldout', 50, 'x', 'now')"
+        )
     again = open_db(path)  # a second connection: migrations not re-run, foreign keys on again
     assert again.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-    assert again.execute("SELECT COUNT(*) FROM _sqlite_migrations").fetchone()[0] == len(MIGRATIONS._migrations)
+    assert again.execute("SELECT COUNT(*) FROM _sqlite_migrations").fetchone()[0] == len(
+        MIGRATIONS._migrations
+    )
 
 
 def test_open_db_refuses_a_file_that_is_not_a_database(tmp_path):
@@ -62,12 +74,25 @@ def test_open_db_refuses_a_file_that_is_not_a_database(tmp_path):
 
 
 def test_ensure_run_creates_updates_and_guards_identity(db):
-    first = ensure_run(db, "rh-0", arm="return-hard", arm_fingerprint="f1", seed=0, config={"lr": 1e-6},
-                       package_versions={"torch": "2.13.0"}, git_dirty=True)
+    first = ensure_run(
+        db,
+        "rh-0",
+        arm="return-hard",
+        arm_fingerprint="f1",
+        seed=0,
+        config={"lr": 1e-6},
+        package_versions={"torch": "2.13.0"},
+        git_dirty=True,
+    )
     assert ensure_run(db, "rh-0", status="running", total_steps=150) == first
     run = get_run(db, "rh-0")
     assert (run["arm"], run["arm_fingerprint"], run["seed"], run["status"], run["total_steps"]) == (
-        "return-hard", "f1", 0, "running", 150)
+        "return-hard",
+        "f1",
+        0,
+        "running",
+        150,
+    )
     assert run["config"] == {"lr": 1e-6} and run["package_versions"] == {"torch": "2.13.0"}
     assert run["git_dirty"] is True and run["created_at"] <= run["updated_at"]
     with pytest.raises(InvalidInput, match="arm_fingerprint 'f1'"):
@@ -104,9 +129,16 @@ def test_update_run_state_moves_forward_and_fixes_the_step1_hash(db):
 
 def test_same_evaluation_twice_is_one_row_and_a_different_one_is_a_conflict(db):
     ensure_run(db, "r")
-    types = {"pick": {"episodes": 20, "successes": 16, "success": 80.0}, "look_at_obj_in_light": 50.0}
-    first = record_evaluation(db, "r", 70, episodes=128, successes=100, task_types=types, eval_seed=0)
-    second = record_evaluation(db, "r", 70, episodes=128, successes=100, task_types=types, eval_seed=0)
+    types = {
+        "pick": {"episodes": 20, "successes": 16, "success": 80.0},
+        "look_at_obj_in_light": 50.0,
+    }
+    first = record_evaluation(
+        db, "r", 70, episodes=128, successes=100, task_types=types, eval_seed=0
+    )
+    second = record_evaluation(
+        db, "r", 70, episodes=128, successes=100, task_types=types, eval_seed=0
+    )
     assert first == second
     assert (count(db, "evaluations"), count(db, "task_type_results")) == (1, 2)
     outcome = record_evaluation_outcome(db, "r", 70, episodes=128, successes=101, eval_seed=0)
@@ -120,15 +152,20 @@ def test_same_evaluation_twice_is_one_row_and_a_different_one_is_a_conflict(db):
     # The same conflicting content again is not a second conflict; another eval seed is new.
     record_evaluation(db, "r", 70, episodes=128, successes=101, eval_seed=0)
     assert count(db, "conflicts") == 1
-    assert record_evaluation_outcome(db, "r", 70, episodes=128, successes=90, eval_seed=1).outcome == "new"
+    assert (
+        record_evaluation_outcome(db, "r", 70, episodes=128, successes=90, eval_seed=1).outcome
+        == "new"
+    )
 
 
 def test_recorded_results_cannot_be_edited(db):
     ensure_run(db, "r")
     evaluation_id = record_evaluation(db, "r", 5, episode_rows=[{"won": True, "task_type": "pick"}])
-    for statement in ("UPDATE evaluations SET success_rate = 0 WHERE id = ?",
-                      "UPDATE task_type_results SET success_rate = 0 WHERE evaluation_id = ?",
-                      "UPDATE episodes SET won = 0 WHERE evaluation_id = ?"):
+    for statement in (
+        "UPDATE evaluations SET success_rate = 0 WHERE id = ?",
+        "UPDATE task_type_results SET success_rate = 0 WHERE evaluation_id = ?",
+        "UPDATE episodes SET won = 0 WHERE evaluation_id = ?",
+    ):
         with pytest.raises(sqlite3.IntegrityError, match="append-only"):
             db.execute(statement, [evaluation_id])
     assert run_evaluations(db, "r")[0]["success_rate"] == 100.0
@@ -137,16 +174,41 @@ def test_recorded_results_cannot_be_edited(db):
 def test_episode_rows_give_totals_turns_and_types(db):
     ensure_run(db, "r")
     rows = [
-        {"game_id": "g1", "task_type": "pick_two_obj_and_place", "won": True, "turns": 10, "invalid_turns": 1},
-        {"game_id": "g2", "task_type": "pick_two_obj_and_place", "won": False, "turns": 50, "invalid_turns": 7},
-        {"game_id": "g3", "task_type": "look", "won": True, "turns": 6, "invalid_turns": 0, "seed_used": 3},
+        {
+            "game_id": "g1",
+            "task_type": "pick_two_obj_and_place",
+            "won": True,
+            "turns": 10,
+            "invalid_turns": 1,
+        },
+        {
+            "game_id": "g2",
+            "task_type": "pick_two_obj_and_place",
+            "won": False,
+            "turns": 50,
+            "invalid_turns": 7,
+        },
+        {
+            "game_id": "g3",
+            "task_type": "look",
+            "won": True,
+            "turns": 6,
+            "invalid_turns": 0,
+            "seed_used": 3,
+        },
     ]
     evaluation_id = record_evaluation(db, "r", 5, episode_rows=rows, temperature=0.4)
     stored = run_evaluations(db, "r")[0]
-    assert (stored["episodes"], stored["successes"], stored["mean_turns"]) == (3, 2, pytest.approx(22.0))
+    assert (stored["episodes"], stored["successes"], stored["mean_turns"]) == (
+        3,
+        2,
+        pytest.approx(22.0),
+    )
     assert stored["task_types"]["pick2"] == {"episodes": 2, "successes": 1, "success": 50.0}
-    episodes = db.execute("SELECT game_id, won, extra FROM episodes WHERE evaluation_id = ? ORDER BY episode_index",
-                          [evaluation_id]).fetchall()
+    episodes = db.execute(
+        "SELECT game_id, won, extra FROM episodes WHERE evaluation_id = ? ORDER BY episode_index",
+        [evaluation_id],
+    ).fetchall()
     assert episodes == [("g1", 1, None), ("g2", 0, None), ("g3", 1, '{"seed_used":3}')]
 
 
@@ -171,10 +233,17 @@ def test_invalid_evaluations_are_refused_and_leave_nothing(db, kwargs, message):
 
 def test_an_evaluation_is_atomic(db):
     ensure_run(db, "r")
-    rows = [{"won": True, "episode_index": 0}, {"won": False, "episode_index": 0}]  # duplicate index
+    rows = [
+        {"won": True, "episode_index": 0},
+        {"won": False, "episode_index": 0},
+    ]  # duplicate index
     with pytest.raises(sqlite3.IntegrityError):
         record_evaluation(db, "r", 5, episode_rows=rows, task_types={"pick": 50.0})
-    assert (count(db, "evaluations"), count(db, "episodes"), count(db, "task_type_results")) == (0, 0, 0)
+    assert (count(db, "evaluations"), count(db, "episodes"), count(db, "task_type_results")) == (
+        0,
+        0,
+        0,
+    )
 
 
 def test_outer_write_transaction_rolls_back_everything(db):
@@ -193,8 +262,16 @@ def test_checkpoints_and_publications(db):
     with pytest.raises(InvalidInput, match="sha256"):
         record_checkpoint(db, "r", 115, "/ckpt/115", sha256="bb")
     assert run_checkpoints(db, "r")[0]["sha256"] == "aa"
-    record_publication(db, "r", "me/model", revision="main", commit_id="c1", card_hash="h1", status="interim",
-                       checkpoint_step=115)
+    record_publication(
+        db,
+        "r",
+        "me/model",
+        revision="main",
+        commit_id="c1",
+        card_hash="h1",
+        status="interim",
+        checkpoint_step=115,
+    )
     record_publication(db, "r", "me/model", commit_id="c2", card_hash="h2", status="final")
     assert [row["status"] for row in run_publications(db, "r")] == ["interim", "final"]
     with pytest.raises(InvalidInput, match="interim or final"):
@@ -208,5 +285,9 @@ def test_list_runs_summarises(db):
     record_evaluation(db, "a", 10, success_rate=20.0)
     runs = list_runs(db)
     assert [run["name"] for run in runs] == ["a", "b"]
-    assert (runs[0]["n_evaluations"], runs[0]["last_eval_step"], runs[0]["last_step"]) == (2, 10, 10)
+    assert (runs[0]["n_evaluations"], runs[0]["last_eval_step"], runs[0]["last_step"]) == (
+        2,
+        10,
+        10,
+    )
     assert runs[1]["n_evaluations"] == 0

@@ -36,8 +36,10 @@ def cli(db_path: Path, *args: str):
 
 
 def counts(db) -> tuple:
-    return tuple(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
-                 for t in ("runs", "evaluations", "task_type_results", "conflicts"))
+    return tuple(
+        db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+        for t in ("runs", "evaluations", "task_type_results", "conflicts")
+    )
 
 
 def write(fmt: str, rows, path: Path, **options) -> Path:
@@ -94,10 +96,16 @@ def test_ingesting_twice_and_a_grown_file(tmp_path):
 def test_cli_ingest_twice_leaves_row_counts_unchanged(tmp_path):
     path = write_console(acceptance_rows(3), tmp_path / "worker.log")
     db_path = tmp_path / "runs.db"
-    result = cli(db_path, "ingest", path, "--run", "rh", "--arm", "return-hard", "--seed", "0", "--json")
+    result = cli(
+        db_path, "ingest", path, "--run", "rh", "--arm", "return-hard", "--seed", "0", "--json"
+    )
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert document["schema_version"] == 1 and document["new"] == 24 and document["format"] == "console"
+    assert (
+        document["schema_version"] == 1
+        and document["new"] == 24
+        and document["format"] == "console"
+    )
     before = counts(open_db(db_path))
     result = cli(db_path, "ingest", path, "--run", "rh", "--arm", "return-hard")
     assert result.exit_code == 0, result.output
@@ -149,12 +157,18 @@ def test_a_malformed_line_is_skipped_or_under_strict_fails_the_whole_file(tmp_pa
     "content, message",
     [
         ('{"step": 1, "val/success_rate": 0.5}\n[1, 2]\n', ":2: expected a JSON object"),
-        ('{"step": 1, "val/success_rate": 0.5}\n{"val/success_rate": 0.5}\n', ":2: missing field 'step'"),
+        (
+            '{"step": 1, "val/success_rate": 0.5}\n{"val/success_rate": 0.5}\n',
+            ":2: missing field 'step'",
+        ),
         ('{"step": "five", "val/success_rate": 0.5}\n', ":1: field 'step' must be a whole number"),
         ('{"step": 2.5, "val/success_rate": 0.5}\n', ":1: field 'step' must be a whole number"),
         ('{"step": -1, "val/success_rate": 0.5}\n', ":1: field 'step' is negative"),
         ('{"step": 1, "val/success_rate": 83.5}\n', ":1: field 'val/success_rate' is 83.5"),
-        ('{"step": 1, "val/success_rate": "high"}\n', ":1: field 'val/success_rate' must be a number"),
+        (
+            '{"step": 1, "val/success_rate": "high"}\n',
+            ":1: field 'val/success_rate' must be a number",
+        ),
         ('{"step": 1, "data": [1]}\n', ":1: field 'data' must be an object"),
         ("step:5 - val/success_rate:0.5 - broken\n", ":1: malformed metrics line"),
         ("nothing to see here\nat all\n", "no 'step:N - key:value' lines found"),
@@ -186,9 +200,21 @@ def test_unreadable_inputs_exit_3_with_one_line(tmp_path, kind):
         assert tolerant.exit_code == 0 and json.loads(tolerant.stdout)["skipped_lines"] == [
             {"line": 2, "reason": "not UTF-8 text (binary content?)"}
         ]
-    expected = {"missing": "no such file", "empty": "empty", "binary": "binary", "directory": "not a regular file",
-                "latin1": ":2: not UTF-8"}[kind]
-    result = cli(tmp_path / "runs.db", "ingest", path, "--run", "r", *(["--strict"] if kind == "latin1" else []))
+    expected = {
+        "missing": "no such file",
+        "empty": "empty",
+        "binary": "binary",
+        "directory": "not a regular file",
+        "latin1": ":2: not UTF-8",
+    }[kind]
+    result = cli(
+        tmp_path / "runs.db",
+        "ingest",
+        path,
+        "--run",
+        "r",
+        *(["--strict"] if kind == "latin1" else []),
+    )
     assert result.exit_code == 3
     assert expected in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -217,7 +243,7 @@ def test_truncated_console_record_waits_for_its_wrapped_lines(tmp_path):
     path = write_console(acceptance_rows(3), tmp_path / "w.log", wrap=60)
     text = path.read_text()
     start = text.index("step:115 ")
-    cut = text[: text.index("\n", start + 200) + 1] + text[text.index("\n", start + 200) + 1:][:30]
+    cut = text[: text.index("\n", start + 200) + 1] + text[text.index("\n", start + 200) + 1 :][:30]
     path.write_text(cut)  # the step-115 record is mid-wrap, its last physical line unterminated
     db = open_db(tmp_path / "runs.db")
     report = ingest_file(db, path, "r")
@@ -236,7 +262,9 @@ def test_nan_missing_out_of_order_and_duplicate_steps(tmp_path):
     path = tmp_path / "m.jsonl"
     with path.open("w") as handle:
         for row in rows:
-            handle.write(json.dumps({"step": row["step"], **row["metrics"]}) + "\n")  # NaN as a JSON token
+            handle.write(
+                json.dumps({"step": row["step"], **row["metrics"]}) + "\n"
+            )  # NaN as a JSON token
     db = open_db(tmp_path / "runs.db")
     report = ingest_file(db, path, "r")
     steps = [row["step"] for row in run_evaluations(db, "r")]
@@ -251,12 +279,20 @@ def test_nan_missing_out_of_order_and_duplicate_steps(tmp_path):
 def test_a_changed_result_for_a_recorded_step_is_a_reported_conflict(tmp_path):
     rows = acceptance_rows()
     db_path = tmp_path / "runs.db"
-    assert cli(db_path, "ingest", write_ccpo(rows, tmp_path / "a.jsonl"), "--run", "r").exit_code == 0
-    rows[115]["metrics"]["val/success_rate"] = 0.5  # a resumed run re-evaluated step 115 differently
+    assert (
+        cli(db_path, "ingest", write_ccpo(rows, tmp_path / "a.jsonl"), "--run", "r").exit_code == 0
+    )
+    rows[115]["metrics"]["val/success_rate"] = (
+        0.5  # a resumed run re-evaluated step 115 differently
+    )
     result = cli(db_path, "ingest", write_ccpo(rows, tmp_path / "b.jsonl"), "--run", "r", "--json")
     assert result.exit_code == 0
     document = json.loads(result.stdout)
-    assert document["new"] == 0 and len(document["conflicts"]) == 1 and document["conflicts"][0]["step"] == 115
+    assert (
+        document["new"] == 0
+        and len(document["conflicts"]) == 1
+        and document["conflicts"][0]["step"] == 115
+    )
     assert "differs from the evaluation already recorded" in result.output
     db = open_db(db_path)
     kept = next(row for row in run_evaluations(db, "r") if row["step"] == 115)
@@ -269,7 +305,8 @@ def test_console_wrapping_at_any_width_reads_the_same(tmp_path, wrap):
     reference = parse_metrics_file(write_ccpo(rows, tmp_path / "m.jsonl"))
     wrapped = parse_metrics_file(write_console(rows, tmp_path / "w.log", wrap=wrap))
     assert [(r.step, r.metrics) for r in wrapped.records] == [
-        (r.step, {k: v for k, v in r.metrics.items() if k != "wall_time"}) for r in reference.records
+        (r.step, {k: v for k, v in r.metrics.items() if k != "wall_time"})
+        for r in reference.records
     ]
 
 
@@ -286,7 +323,9 @@ def test_console_log_with_ansi_prefixes_noise_and_numpy_reprs(tmp_path):
     with pytest.raises(InvalidInput, match=r"w.log:2: malformed"):
         parse_metrics_file(path, strict=True)
     assert [item["line"] for item in parse_metrics_file(path).skipped] == [2]
-    path.write_bytes(path.read_bytes().replace(b"(WorkerDict pid=9) step:6 - this is not ours\n", b""))
+    path.write_bytes(
+        path.read_bytes().replace(b"(WorkerDict pid=9) step:6 - this is not ours\n", b"")
+    )
     parsed = parse_metrics_file(path)
     assert parsed.format == "console"
     assert [(r.step, r.line) for r in parsed.records] == [(5, 1), (10, 3)]
@@ -297,12 +336,20 @@ def test_console_log_with_ansi_prefixes_noise_and_numpy_reprs(tmp_path):
 def test_acceptance_window_in_compare_json(tmp_path):
     db_path = tmp_path / "runs.db"
     path = write_verl_file(acceptance_rows(), tmp_path / "m.jsonl")
-    assert cli(db_path, "ingest", path, "--run", "rh", "--arm", "return-hard", "--total-steps", "150").exit_code == 0
+    assert (
+        cli(
+            db_path, "ingest", path, "--run", "rh", "--arm", "return-hard", "--total-steps", "150"
+        ).exit_code
+        == 0
+    )
     result = cli(db_path, "compare", "--json")
     assert result.exit_code == 0, result.output
     run = json.loads(result.stdout)["runs"][0]
     # The window starts at 7/15 of the recorded total: step 70 of 150, as on the seed card.
-    assert run["window"]["start"] == 70 and run["window"]["start_basis"] == "7/15 of the run's 150 total steps"
+    assert (
+        run["window"]["start"] == 70
+        and run["window"]["start_basis"] == "7/15 of the run's 150 total steps"
+    )
     assert run["window"]["mean"] == pytest.approx(83.5, abs=1e-9)
     assert run["window"]["sd"] == pytest.approx(6.5, abs=1e-9)
     assert run["window"]["n"] == 10 and run["window"]["steps"] == WINDOW_STEPS
@@ -327,10 +374,27 @@ def test_progress_reports_every_byte_and_is_off_without_a_terminal(tmp_path):
 def test_ingest_options_describe_the_run_and_bad_format_is_a_usage_error(tmp_path):
     path = write_ccpo(acceptance_rows(), tmp_path / "m.jsonl")
     db_path = tmp_path / "runs.db"
-    result = cli(db_path, "ingest", path, "--run", "r", "--seed", "2", "--base-model", "Qwen/Qwen2.5-7B-Instruct",
-                 "--total-steps", "150", "--format", "ccpo")
+    result = cli(
+        db_path,
+        "ingest",
+        path,
+        "--run",
+        "r",
+        "--seed",
+        "2",
+        "--base-model",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "--total-steps",
+        "150",
+        "--format",
+        "ccpo",
+    )
     assert result.exit_code == 0, result.output
-    row = open_db(db_path).execute("SELECT seed, base_model, total_steps, last_step FROM runs").fetchone()
+    row = (
+        open_db(db_path)
+        .execute("SELECT seed, base_model, total_steps, last_step FROM runs")
+        .fetchone()
+    )
     assert row == (2, "Qwen/Qwen2.5-7B-Instruct", 150, 119)
     assert cli(db_path, "ingest", path, "--run", "r", "--format", "yaml").exit_code == 2
     result = cli(db_path, "ingest", path, "--run", "r", "--format", "verl-file")
@@ -339,15 +403,26 @@ def test_ingest_options_describe_the_run_and_bad_format_is_a_usage_error(tmp_pat
     assert result.exit_code == 2 and "unknown arm" in result.output
 
 
-KEYS = ["val/success_rate", "val/pick_two_obj_and_place_success_rate", "actor/pg_loss", "timing_s/step",
-        "val/episode_length/mean", "critic/score/mean"]
+KEYS = [
+    "val/success_rate",
+    "val/pick_two_obj_and_place_success_rate",
+    "actor/pg_loss",
+    "timing_s/step",
+    "val/episode_length/mean",
+    "critic/score/mean",
+]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     steps=st.lists(
-        st.dictionaries(st.sampled_from(KEYS), st.integers(-5000, 100_000).map(lambda n: n / 1000), min_size=1),
-        min_size=1, max_size=6,
+        st.dictionaries(
+            st.sampled_from(KEYS), st.integers(-5000, 100_000).map(lambda n: n / 1000), min_size=1
+        ),
+        min_size=1,
+        max_size=6,
     ),
     wrap=st.integers(8, 300),
     pid=st.integers(1, 99999),

@@ -55,7 +55,9 @@ def test_a_live_trainer_on_this_host_is_running(db):
 
 def test_a_dead_trainer_on_this_host_is_interrupted_with_its_last_step(db):
     here = ProcessOwner.this_process()
-    start_session(db, "r", ProcessOwner(pid=_dead_pid(), host=here.host, session="s", boot_id=here.boot_id))
+    start_session(
+        db, "r", ProcessOwner(pid=_dead_pid(), host=here.host, session="s", boot_id=here.boot_id)
+    )
     shown = _status(db)
     assert (shown["status"], shown["recorded_status"]) == ("interrupted", "running")
     assert "is no longer running; last step 4" in shown["interrupted_because"]
@@ -64,8 +66,17 @@ def test_a_dead_trainer_on_this_host_is_interrupted_with_its_last_step(db):
 def test_a_reused_pid_is_not_taken_for_the_trainer(db):
     here = ProcessOwner.this_process()
     assert here.start_ticks is not None  # Linux: from /proc/<pid>/stat
-    start_session(db, "r", ProcessOwner(pid=os.getpid(), host=here.host, session="s", boot_id=here.boot_id,
-                                        start_ticks=here.start_ticks - 1))
+    start_session(
+        db,
+        "r",
+        ProcessOwner(
+            pid=os.getpid(),
+            host=here.host,
+            session="s",
+            boot_id=here.boot_id,
+            start_ticks=here.start_ticks - 1,
+        ),
+    )
     assert _status(db)["status"] == "interrupted"
 
 
@@ -97,7 +108,14 @@ def test_finished_and_failed_runs_are_shown_as_recorded(db):
 
 def test_failures_are_recorded_and_read_back(db):
     assert run_failure(db, "r") is None and failed_runs(db) == {}
-    record_failure(db, "r", "run 'r' stopped at step 5: non-finite loss", step=5, quantity="loss", value=float("nan"))
+    record_failure(
+        db,
+        "r",
+        "run 'r' stopped at step 5: non-finite loss",
+        step=5,
+        quantity="loss",
+        value=float("nan"),
+    )
     assert run_failure(db, "r") is None  # recorded, but the run's status is not failed
     update_run_state(db, "r", status="failed")
     failure = run_failure(db, "r")
@@ -107,6 +125,7 @@ def test_failures_are_recorded_and_read_back(db):
 
 
 # -- the folder and its lock ---------------------------------------------------------------------
+
 
 def test_the_lock_refuses_a_second_holder_and_is_free_after_release(tmp_path):
     folder = tmp_path / "run"
@@ -144,7 +163,9 @@ def test_a_lock_naming_a_dead_process_is_taken_over(tmp_path):
     (folder / "trainer.lock").write_text(json.dumps(dead.as_dict()))
     said: list[str] = []
     RunLock(folder, "r", ProcessOwner.this_process(), log=said.append).acquire().release()
-    assert said == [f"took over the lock of run 'r' from {dead.describe()}, which is no longer running"]
+    assert said == [
+        f"took over the lock of run 'r' from {dead.describe()}, which is no longer running"
+    ]
 
 
 def test_folder_identity_rules(tmp_path):

@@ -13,7 +13,12 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store import outbox
 from ccpo_cli.store.db import MIGRATIONS
 
-TARGET = {"repo_id": "tester/run", "revision": "main", "private": True, "endpoint": "http://127.0.0.1:9"}
+TARGET = {
+    "repo_id": "tester/run",
+    "revision": "main",
+    "private": True,
+    "endpoint": "http://127.0.0.1:9",
+}
 
 
 @pytest.fixture
@@ -30,14 +35,22 @@ def test_the_migration_is_named_as_agreed_and_creates_both_tables(db):
 
 
 def test_the_same_request_is_the_same_entry_whatever_its_state(db):
-    first, new = outbox.enqueue(db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET)
-    again, new_again = outbox.enqueue(db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET)
+    first, new = outbox.enqueue(
+        db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET
+    )
+    again, new_again = outbox.enqueue(
+        db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET
+    )
     assert new and not new_again and again.id == first.id
     attempt = outbox.start_attempt(db, first)
     outbox.finish_attempt(db, first, attempt, "done", commit_id="c" * 40)
-    done, created = outbox.enqueue(db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET)
+    done, created = outbox.enqueue(
+        db, "r", kind="card", role="interim", step=2, content_hash="h2", **TARGET
+    )
     assert not created and done.state == "done" and done.commit_id == "c" * 40
-    other, created = outbox.enqueue(db, "r", kind="card", role="interim", step=2, content_hash="h3", **TARGET)
+    other, created = outbox.enqueue(
+        db, "r", kind="card", role="interim", step=2, content_hash="h3", **TARGET
+    )
     assert created and other.id != first.id
 
 
@@ -47,7 +60,9 @@ def test_an_unknown_kind_or_role_is_refused(db):
 
 
 def test_a_failing_entry_is_retried_later_then_given_up(db):
-    entry, _ = outbox.enqueue(db, "r", kind="checkpoint", role="best", step=4, content_hash="c4", source="/x", **TARGET)
+    entry, _ = outbox.enqueue(
+        db, "r", kind="checkpoint", role="best", step=4, content_hash="c4", source="/x", **TARGET
+    )
     for number in range(1, outbox.MAX_ATTEMPTS + 1):
         attempt = outbox.start_attempt(db, entry)
         entry = outbox.finish_attempt(db, entry, attempt, "retry", reason="HTTP 500", retry_in_s=60)
@@ -61,9 +76,15 @@ def test_a_failing_entry_is_retried_later_then_given_up(db):
 
 
 def test_an_attempt_whose_process_died_is_shown_as_interrupted(db, tmp_path):
-    entry, _ = outbox.enqueue(db, "r", kind="card", role="interim", step=1, content_hash="h1", **TARGET)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
+    entry, _ = outbox.enqueue(
+        db, "r", kind="card", role="interim", step=1, content_hash="h1", **TARGET
+    )
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     attempt = outbox.start_attempt(db, entry)
     db["publication_attempts"].update(attempt, {"pid": int(dead.stdout)})
     [row] = outbox.run_outbox(db, "r")
@@ -77,6 +98,12 @@ def test_an_attempt_whose_process_died_is_shown_as_interrupted(db, tmp_path):
 
 def test_entries_come_checkpoints_first_within_a_step(db):
     outbox.enqueue(db, "r", kind="card", role="interim", step=4, content_hash="a", **TARGET)
-    outbox.enqueue(db, "r", kind="checkpoint", role="best", step=4, content_hash="b", source="/x", **TARGET)
+    outbox.enqueue(
+        db, "r", kind="checkpoint", role="best", step=4, content_hash="b", source="/x", **TARGET
+    )
     outbox.enqueue(db, "r", kind="card", role="interim", step=2, content_hash="c", **TARGET)
-    assert [(e.step, e.kind) for e in outbox.entries(db, "r")] == [(2, "card"), (4, "checkpoint"), (4, "card")]
+    assert [(e.step, e.kind) for e in outbox.entries(db, "r")] == [
+        (2, "card"),
+        (4, "checkpoint"),
+        (4, "card"),
+    ]

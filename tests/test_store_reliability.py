@@ -30,7 +30,11 @@ def ccpo_process(db_path: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     return subprocess.Popen(
         [sys.executable, "-m", "ccpo_cli", "--db", str(db_path), *args],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -46,7 +50,10 @@ def test_four_processes_ingesting_at_once_lose_nothing(tmp_path):
     open_db(db_path)
     files = [metrics_file(tmp_path / f"m{i}.jsonl", 1500, offset=i) for i in range(4)]
     blocker = hold_write_lock(db_path)  # all four start while the database is busy
-    processes = [ccpo_process(db_path, "ingest", str(path), "--run", f"run-{i}") for i, path in enumerate(files)]
+    processes = [
+        ccpo_process(db_path, "ingest", str(path), "--run", f"run-{i}")
+        for i, path in enumerate(files)
+    ]
     time.sleep(2.0)
     blocker.execute("COMMIT")
     blocker.close()
@@ -57,8 +64,10 @@ def test_four_processes_ingesting_at_once_lose_nothing(tmp_path):
     db = open_db(db_path)
     assert db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == 4 * 1500
     assert db.execute("SELECT COUNT(*) FROM task_type_results").fetchone()[0] == 4 * 1500 * 6
-    per_run = db.execute("SELECT runs.name, COUNT(*) FROM evaluations JOIN runs ON runs.id = run_id "
-                         "GROUP BY runs.name ORDER BY 1").fetchall()
+    per_run = db.execute(
+        "SELECT runs.name, COUNT(*) FROM evaluations JOIN runs ON runs.id = run_id "
+        "GROUP BY runs.name ORDER BY 1"
+    ).fetchall()
     assert per_run == [(f"run-{i}", 1500) for i in range(4)]
 
 

@@ -40,7 +40,11 @@ def _pull_from_folder(db_path: Path, parts: list, commit: str):
     totals = []
     for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
         if not part_already_merged(db, REPO, part.path_in_repo, None):
-            totals.append(merge_part(db, part.local_path, part.path_in_repo, Origin(REPO, commit, part.path_in_repo)))
+            totals.append(
+                merge_part(
+                    db, part.local_path, part.path_in_repo, Origin(REPO, commit, part.path_in_repo)
+                )
+            )
     return totals
 
 
@@ -48,9 +52,17 @@ def test_parts_are_typed_parquet_named_by_host_and_run(tmp_path, monkeypatch):
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "r1")
     parts = write_parts(open_db(a), tmp_path / "out", "node-a", repo_id=REPO)
-    assert sorted(part.table for part in parts) == ["conflicts", "evaluations", "facts", "publications", "runs"]
+    assert sorted(part.table for part in parts) == [
+        "conflicts",
+        "evaluations",
+        "facts",
+        "publications",
+        "runs",
+    ]
     for part in parts:
-        assert part.path_in_repo.startswith("data/node-a/r1/" + part.table + "-") and part.path_in_repo.endswith(".parquet")
+        assert part.path_in_repo.startswith(
+            "data/node-a/r1/" + part.table + "-"
+        ) and part.path_in_repo.endswith(".parquet")
     evaluations = next(part for part in parts if part.table == "evaluations")
     table = pq.read_table(evaluations.local_path)
     assert table.num_rows == 2
@@ -72,13 +84,19 @@ def test_a_pull_holds_every_row_once_and_a_second_pull_changes_nothing(tmp_path,
     _pull_from_folder(c, parts, "c1")
     assert table_snapshot(c) == table_snapshot(a)
     run = get_run(open_db(c), "r1")
-    assert run["uid"] == get_run(open_db(a), "r1")["uid"] and run["host"] == "node-a" and run["arm"] == "grpo"
+    assert (
+        run["uid"] == get_run(open_db(a), "r1")["uid"]
+        and run["host"] == "node-a"
+        and run["arm"] == "grpo"
+    )
     assert len(run_conflicts(open_db(c), "r1")) == 1
     assert dataset_sources(open_db(c), run["id"])[0]["commit_id"] == "c1"
     before = table_snapshot(c), [dict(r) for r in open_db(c)["runs"].rows]
     # Merging the same parts again (forgetting they were merged) still changes nothing.
     for part in parts:
-        merge_part(open_db(c), part.local_path, part.path_in_repo, Origin(REPO, "c1", part.path_in_repo))
+        merge_part(
+            open_db(c), part.local_path, part.path_in_repo, Origin(REPO, "c1", part.path_in_repo)
+        )
     assert (table_snapshot(c), [dict(r) for r in open_db(c)["runs"].rows]) == before
     # The pulled rows are known to be in the dataset: machine C has nothing of its own to push.
     assert list(export_chunks(open_db(c), repo_id=REPO)) == []
@@ -94,16 +112,23 @@ def test_same_named_runs_of_two_machines_stay_two_runs(tmp_path, monkeypatch):
     _pull_from_folder(b, parts_a, "c2")
     names = {run["name"]: run for run in list_runs(open_db(b))}
     assert set(names) == {"shared-name", "shared-name@node-a"}
-    assert names["shared-name"]["host"] == "node-b" and names["shared-name@node-a"]["host"] == "node-a"
+    assert (
+        names["shared-name"]["host"] == "node-b" and names["shared-name@node-a"]["host"] == "node-a"
+    )
     assert names["shared-name@node-a"]["seed"] == 0 and names["shared-name"]["seed"] == 1
     check_run_name("shared-name@node-a")  # the shown name is a valid run name for every command
     c = machine(tmp_path, "node-c", monkeypatch)
     _pull_from_folder(c, parts_a + parts_b, "c2")
-    assert sorted(run["name"] for run in list_runs(open_db(c))) == ["shared-name", "shared-name@node-b"]
+    assert sorted(run["name"] for run in list_runs(open_db(c))) == [
+        "shared-name",
+        "shared-name@node-b",
+    ]
     assert len(run_evaluations(open_db(c), "shared-name@node-b")) == 2
 
 
-def test_a_copied_database_is_the_same_run_and_a_different_result_is_a_conflict(tmp_path, monkeypatch):
+def test_a_copied_database_is_the_same_run_and_a_different_result_is_a_conflict(
+    tmp_path, monkeypatch
+):
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "r1")
     b = machine(tmp_path, "node-b", monkeypatch)
@@ -127,12 +152,17 @@ def test_a_copied_database_is_the_same_run_and_a_different_result_is_a_conflict(
     steps = sorted(row["step"] for row in run_evaluations(open_db(c), "r1"))
     assert steps == [2, 4]
     conflicts = run_conflicts(open_db(c), "r1")
-    assert sorted(row["step"] for row in conflicts) == [2, 4]  # the copy's conflict, and A's new one
+    assert sorted(row["step"] for row in conflicts) == [
+        2,
+        4,
+    ]  # the copy's conflict, and A's new one
     _pull_from_folder(b, parts_a, "c2")
     assert sorted(row["step"] for row in run_conflicts(open_db(b), "r1")) == [2, 4]
 
 
-def test_a_run_created_after_the_copy_and_ray_chunks_merge_in_one_transaction(tmp_path, monkeypatch):
+def test_a_run_created_after_the_copy_and_ray_chunks_merge_in_one_transaction(
+    tmp_path, monkeypatch
+):
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "r1")
     chunks = list(export_chunks(open_db(a)))
@@ -156,12 +186,24 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
     table = pq.read_table(evaluations.local_path)
     rates = table.column("success_rate").to_pylist()
     rates[0] = 99.0
-    altered = table.set_column(table.schema.get_field_index("success_rate"), "success_rate", pa.array(rates))
+    altered = table.set_column(
+        table.schema.get_field_index("success_rate"), "success_rate", pa.array(rates)
+    )
     pq.write_table(altered, evaluations.local_path)
     c = machine(tmp_path, "node-c", monkeypatch)
-    merge_part(open_db(c), runs_part.local_path, runs_part.path_in_repo, Origin(REPO, "c1", runs_part.path_in_repo))
+    merge_part(
+        open_db(c),
+        runs_part.local_path,
+        runs_part.path_in_repo,
+        Origin(REPO, "c1", runs_part.path_in_repo),
+    )
     with pytest.raises(InvalidInput, match="does not match its content hash|disagrees"):
-        merge_part(open_db(c), evaluations.local_path, evaluations.path_in_repo, Origin(REPO, "c1", evaluations.path_in_repo))
+        merge_part(
+            open_db(c),
+            evaluations.local_path,
+            evaluations.path_in_repo,
+            Origin(REPO, "c1", evaluations.path_in_repo),
+        )
     assert open_db(c)["evaluations"].count == 0
     assert not part_already_merged(open_db(c), REPO, evaluations.path_in_repo, None)
     # Right columns, wrong contents: an episode's extra fields that are not JSON.
@@ -169,7 +211,12 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
     rows[0]["episode_rows"][0]["extra"] = "{not json"
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), evaluations.local_path)
     with pytest.raises(InvalidInput, match="a row of evaluations that ccpo cannot read"):
-        merge_part(open_db(c), evaluations.local_path, evaluations.path_in_repo, Origin(REPO, "c1", evaluations.path_in_repo))
+        merge_part(
+            open_db(c),
+            evaluations.local_path,
+            evaluations.path_in_repo,
+            Origin(REPO, "c1", evaluations.path_in_repo),
+        )
     assert open_db(c)["evaluations"].count == 0
     not_parquet = tmp_path / "junk.parquet"
     not_parquet.write_bytes(b"PAR1 nothing")
@@ -189,5 +236,11 @@ def test_without_pyarrow_parts_are_one_clear_error(tmp_path, monkeypatch):
     with pytest.raises(CcpoError, match=r"pip install 'ccpo\[sync\]'"):
         write_parts(open_db(a), tmp_path / "out", "node-a", repo_id=REPO)
     # The Ray path moves rows without parquet: it does not need pyarrow.
-    assert merge_chunks(open_db(machine(tmp_path, "driver", monkeypatch)), list(export_chunks(open_db(a))),
-                        where="block").by_table["evaluations"]["new"] == 2
+    assert (
+        merge_chunks(
+            open_db(machine(tmp_path, "driver", monkeypatch)),
+            list(export_chunks(open_db(a))),
+            where="block",
+        ).by_table["evaluations"]["new"]
+        == 2
+    )

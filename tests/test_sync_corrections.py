@@ -32,15 +32,21 @@ def test_a_retraction_and_a_resolution_reach_the_machine_that_pulls(tmp_path, mo
     retract(open_db(a), "r1", step=4, reason="evaluated on the training games", by="alice@node-a")
     conflict = run_conflicts(open_db(a), "r1")[0]
     kept = conflict["content"]["success_rate"]
-    resolve(open_db(a), "r1", step=2, keep=repr(kept), reason="the rerun is right", by="alice@node-a")
+    resolve(
+        open_db(a), "r1", step=2, keep=repr(kept), reason="the rerun is right", by="alice@node-a"
+    )
     before_b = _standing_steps(b, "r1")
-    assert before_b != _standing_steps(a, "r1")  # the two machines disagree until the corrections travel
+    assert before_b != _standing_steps(
+        a, "r1"
+    )  # the two machines disagree until the corrections travel
 
     parts = _push_to_folder(a, tmp_path / "dataset", "node-a", "c2")
     assert {part.table for part in parts} >= {"retractions", "resolutions"}
     _pull_from_folder(b, parts, "c2")
     assert _standing_steps(b, "r1") == _standing_steps(a, "r1")
-    assert (2, kept) in _standing_steps(b, "r1") and all(step != 4 for step, _ in _standing_steps(b, "r1"))
+    assert (2, kept) in _standing_steps(b, "r1") and all(
+        step != 4 for step, _ in _standing_steps(b, "r1")
+    )
     [settled] = run_conflicts(open_db(b), "r1")
     assert settled["resolution"] is not None
 

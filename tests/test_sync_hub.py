@@ -30,13 +30,21 @@ REPO = "tester/ccpo-results"
 FAST = RetryRule(attempts=8, first_wait_s=0.05, max_wait_s=0.4)
 
 
-
 def _push(db_path: Path, hub: FakeHub, host: str, **options):
-    return push(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, host=host, **{"rule": FAST, **options})
+    return push(
+        open_db(db_path),
+        REPO,
+        token=TOKEN,
+        endpoint=hub.endpoint,
+        host=host,
+        **{"rule": FAST, **options},
+    )
 
 
 def _pull(db_path: Path, hub: FakeHub, **options):
-    return pull(open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"rule": FAST, **options})
+    return pull(
+        open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"rule": FAST, **options}
+    )
 
 
 def _evidence(*db_paths: Path) -> set[tuple]:
@@ -81,8 +89,10 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
         except Exception as error:  # reported below
             errors.append(error)
 
-    threads = [threading.Thread(target=push_from, args=(a, "node-a")),
-               threading.Thread(target=push_from, args=(b, "node-b"))]
+    threads = [
+        threading.Thread(target=push_from, args=(a, "node-a")),
+        threading.Thread(target=push_from, args=(b, "node-b")),
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -93,8 +103,14 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
     assert all(b'"parentCommit"' not in request.body for request in commits)  # no parent_commit
     assert hub.datasets[REPO].private
     files = hub.datasets[REPO].branches["main"][-1].files
-    assert {path.split("/")[1] for path in files if path.startswith("data/")} == {"node-a", "node-b"}
-    assert sum(1 for path in files if path.startswith("data/")) == results["node-a"]["parts"] + results["node-b"]["parts"]
+    assert {path.split("/")[1] for path in files if path.startswith("data/")} == {
+        "node-a",
+        "node-b",
+    }
+    assert (
+        sum(1 for path in files if path.startswith("data/"))
+        == results["node-a"]["parts"] + results["node-b"]["parts"]
+    )
 
     # The third machine: every evaluation of A and B exactly once.
     c = machine(tmp_path, "node-c", monkeypatch)
@@ -103,7 +119,9 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
     assert _evidence(c) == _evidence(a, b)
     db = open_db(c)
     snapshot = table_snapshot(c)
-    assert len(snapshot["evaluations"]) == len({(uid, digest) for uid, _, digest, *_ in snapshot["evaluations"]})
+    assert len(snapshot["evaluations"]) == len(
+        {(uid, digest) for uid, _, digest, *_ in snapshot["evaluations"]}
+    )
     # Same-named runs of two machines stay two runs, shown distinctly; the copied run is one run.
     names = {run["name"]: run for run in list_runs(db)}
     assert set(names) == {"r1", "shared", "shared@node-b"}
@@ -114,7 +132,11 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
     kept = [row for row in run_evaluations(db, "r1") if row["step"] == 4]
     assert len(step4) == 1 and len(kept) == 1
     assert {step4[0]["content_hash"], kept[0]["content_hash"]} == {
-        row["content_hash"] for path in (a, b) for row in run_evaluations(open_db(path), "r1") if row["step"] == 4}
+        row["content_hash"]
+        for path in (a, b)
+        for row in run_evaluations(open_db(path), "r1")
+        if row["step"] == 4
+    }
     assert sorted(row["step"] for row in run_evaluations(db, "r1")) == [2, 4, 6]
     # Where the pulled rows came from: the pinned dataset commit, for the card of each run.
     head = hub.datasets[REPO].branches["main"][-1].oid
@@ -123,10 +145,16 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
     assert sync_history(db, REPO)[-1]["commit_id"] == head
 
     # A second pull changes nothing.
-    before = table_snapshot(c), sorted(tuple(sorted(run.items())) for run in open_db(c)["runs"].rows)
+    before = (
+        table_snapshot(c),
+        sorted(tuple(sorted(run.items())) for run in open_db(c)["runs"].rows),
+    )
     second = _pull(c, hub)
     assert second["parts_merged"] == 0 and second["rows_new"] == 0
-    assert (table_snapshot(c), sorted(tuple(sorted(run.items())) for run in open_db(c)["runs"].rows)) == before
+    assert (
+        table_snapshot(c),
+        sorted(tuple(sorted(run.items())) for run in open_db(c)["runs"].rows),
+    ) == before
     # Nor does C have anything to push: what it pulled is known to be in the dataset.
     assert _push(c, hub, "node-c")["pushed"] is False
 
@@ -134,15 +162,22 @@ def test_three_machines_share_runs_through_one_dataset(two_machines, hub, tmp_pa
     monkeypatch.setenv("CCPO_HOST", "node-a")
     record_step(open_db(a), "shared", 8, 1)
     again = _push(a, hub, "node-a")
-    assert again["pushed"] and again["rows"] >= 1 and again["parts"] <= 2  # the new row and the run's snapshot
+    assert (
+        again["pushed"] and again["rows"] >= 1 and again["parts"] <= 2
+    )  # the new row and the run's snapshot
     _pull(b, hub)
     assert [row["step"] for row in run_evaluations(open_db(b), "shared@node-a")] == [2, 4, 8]
-    assert [row["step"] for row in run_evaluations(open_db(b), "shared")] == [2, 4]  # B's own, untouched
+    assert [row["step"] for row in run_evaluations(open_db(b), "shared")] == [
+        2,
+        4,
+    ]  # B's own, untouched
     # And B now holds the other side of r1's step 4 as a conflict too.
     assert [row["step"] for row in run_conflicts(open_db(b), "r1")].count(4) == 1
 
 
-def test_a_pull_pinned_to_an_older_commit_merges_that_commit_only(two_machines, hub, tmp_path, monkeypatch):
+def test_a_pull_pinned_to_an_older_commit_merges_that_commit_only(
+    two_machines, hub, tmp_path, monkeypatch
+):
     a, b = two_machines
     first = _push(a, hub, "node-a")
     _push(b, hub, "node-b")
@@ -171,16 +206,24 @@ def test_rate_limits_and_server_errors_are_retried_then_reported(two_machines, h
 
 
 @pytest.mark.parametrize("status", [502, None])
-def test_a_push_whose_commit_landed_but_whose_answer_was_lost_is_not_committed_twice(two_machines, hub, status):
+def test_a_push_whose_commit_landed_but_whose_answer_was_lost_is_not_committed_twice(
+    two_machines, hub, status
+):
     a, _ = two_machines
     hub.inject("lost", method="POST", path=f"/api/datasets/{REPO}/commit/", status=status)
     done = _push(a, hub, "node-a")
-    commits = [commit for commit in hub.datasets[REPO].branches["main"] if commit.message.startswith("ccpo sync")]
+    commits = [
+        commit
+        for commit in hub.datasets[REPO].branches["main"]
+        if commit.message.startswith("ccpo sync")
+    ]
     assert done["pushed"] and len(commits) == 1 and done["commit_id"] == commits[0].oid
     assert _push(a, hub, "node-a")["pushed"] is False  # the rows are known to be there
 
 
-def test_a_public_dataset_needs_public_and_limits_bound_the_work(two_machines, hub, tmp_path, monkeypatch):
+def test_a_public_dataset_needs_public_and_limits_bound_the_work(
+    two_machines, hub, tmp_path, monkeypatch
+):
     a, _ = two_machines
     hub.datasets.clear()
     public = _push(a, hub, "node-a", public=True)
@@ -198,7 +241,9 @@ def test_a_public_dataset_needs_public_and_limits_bound_the_work(two_machines, h
         _pull(c, hub, limits=SyncLimits(deadline_s=1e-9))
 
 
-def test_sync_commands_print_one_line_and_the_contract_exit_codes(two_machines, hub, tmp_path, monkeypatch):
+def test_sync_commands_print_one_line_and_the_contract_exit_codes(
+    two_machines, hub, tmp_path, monkeypatch
+):
     a, _ = two_machines
     base = ["--endpoint", hub.endpoint, "--token", TOKEN, "--repo", REPO]
     pushed = CliRunner().invoke(app, ["--db", str(a), "sync", "push", *base, "--json"])
@@ -211,12 +256,33 @@ def test_sync_commands_print_one_line_and_the_contract_exit_codes(two_machines, 
     assert "evaluations" in pulled.stdout and get_run(open_db(c), "r1")["host"] == "node-a"
     nothing = CliRunner().invoke(app, ["--db", str(c), "sync", "push", *base])
     assert nothing.exit_code == 0 and "nothing new to push" in nothing.output
-    wrong_token = CliRunner().invoke(app, ["--db", str(c), "sync", "pull", "--endpoint", hub.endpoint, "--token",
-                                           "hf_wrong", "--repo", REPO])
-    assert wrong_token.exit_code == 4 and "hf_wrong" not in wrong_token.output and "Traceback" not in wrong_token.output
-    bad_repo = CliRunner().invoke(app, ["--db", str(c), "sync", "pull", *base[:4], "--repo", "../../etc"])
+    wrong_token = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(c),
+            "sync",
+            "pull",
+            "--endpoint",
+            hub.endpoint,
+            "--token",
+            "hf_wrong",
+            "--repo",
+            REPO,
+        ],
+    )
+    assert (
+        wrong_token.exit_code == 4
+        and "hf_wrong" not in wrong_token.output
+        and "Traceback" not in wrong_token.output
+    )
+    bad_repo = CliRunner().invoke(
+        app, ["--db", str(c), "sync", "pull", *base[:4], "--repo", "../../etc"]
+    )
     assert bad_repo.exit_code == 3
-    missing_revision = CliRunner().invoke(app, ["--db", str(c), "sync", "pull", *base, "--revision", "f" * 40])
+    missing_revision = CliRunner().invoke(
+        app, ["--db", str(c), "sync", "pull", *base, "--revision", "f" * 40]
+    )
     assert missing_revision.exit_code == 4 and "no such dataset revision" in missing_revision.output
 
 
@@ -228,7 +294,9 @@ def test_the_retry_rule_waits_are_capped_and_jittered():
 def test_an_answer_of_another_shape_is_one_remote_error_line():
     from ccpo_cli.hub_access import HubClient, resolve_timeouts
 
-    hub = HubClient(api=None, token="hf_secret_x", repo_id=REPO, timeouts=resolve_timeouts(), rule=FAST)
+    hub = HubClient(
+        api=None, token="hf_secret_x", repo_id=REPO, timeouts=resolve_timeouts(), rule=FAST
+    )
 
     def wrong_shape():
         raise KeyError("path of hf_secret_x")  # what a tree entry without "path" gives

@@ -33,14 +33,19 @@ from ccpo_cli.experiments.matrix import (
 from ccpo_cli.store import get_run, open_db
 
 runner = CliRunner()
-TINY = dict(steps=4, tasks=2, group=2, eval_every=1, eval_games=4, max_steps=6, eval_max_steps=6, workers=0)
+TINY = dict(
+    steps=4, tasks=2, group=2, eval_every=1, eval_games=4, max_steps=6, eval_max_steps=6, workers=0
+)
 
 
 @pytest.fixture(scope="module")
 def game_dirs():
     from helpers_local_train import generated_games
 
-    return {"train_games_dir": str(generated_games("train", 6)), "eval_games_dir": str(generated_games("heldout", 6))}
+    return {
+        "train_games_dir": str(generated_games("train", 6)),
+        "eval_games_dir": str(generated_games("heldout", 6)),
+    }
 
 
 def metrics(db_path, name):
@@ -48,7 +53,9 @@ def metrics(db_path, name):
     return {row["step"]: row for row in map(json.loads, lines)}
 
 
-def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_numbers(game_dirs, tmp_path):
+def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_numbers(
+    game_dirs, tmp_path
+):
     db_path = tmp_path / "runs.db"
     gigpo = load_arm("gigpo")
     config = TrainConfig(seed=3, **TINY, **game_dirs)
@@ -60,23 +67,36 @@ def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_number
     train_arm(gigpo, "s2", db_path, replace(config, rollout_stream=2))
     s0, again, s1, s2 = (metrics(db_path, name) for name in ("s0", "s0-again", "s1", "s2"))
     # Stream 0 twice is the same run, bit for bit: an A/A without a stream would be vacuous.
-    assert [row["rollout_sha256"] for row in s0.values()] == [row["rollout_sha256"] for row in again.values()]
+    assert [row["rollout_sha256"] for row in s0.values()] == [
+        row["rollout_sha256"] for row in again.values()
+    ]
     # Step 1 is shared (the pairing check), every later step has its own sampling numbers.
     assert s0[1]["rollout_sha256"] == s1[1]["rollout_sha256"] == s2[1]["rollout_sha256"]
     for step in (2, 3, 4):
-        assert len({s0[step]["rollout_sha256"], s1[step]["rollout_sha256"], s2[step]["rollout_sha256"]}) == 3
+        assert (
+            len(
+                {s0[step]["rollout_sha256"], s1[step]["rollout_sha256"], s2[step]["rollout_sha256"]}
+            )
+            == 3
+        )
     db = open_db(db_path)
     assert get_run(db, "s0")["step1_rollout_hash"] == get_run(db, "s1")["step1_rollout_hash"]
     assert get_run(db, "s1")["config"]["train"]["rollout_stream"] == 1
     # Not an arm: the fingerprint is the arm's.
-    assert get_run(db, "s1")["arm_fingerprint"] == get_run(db, "s0")["arm_fingerprint"] == gigpo.fingerprint
+    assert (
+        get_run(db, "s1")["arm_fingerprint"]
+        == get_run(db, "s0")["arm_fingerprint"]
+        == gigpo.fingerprint
+    )
     from ccpo_cli.report.compare import compare_runs
     from ccpo_cli.store.identity import run_identity
 
     assert run_identity(db, "s1").rollout_stream == 1 and run_identity(db, "s0").rollout_stream == 0
     assert run_identity(db, "s1").as_dict()["rollout_stream"] == 1
     isolation = compare_runs(db, ["s0", "s1"], 2)["isolation"]
-    assert isolation["verdict"] == "fails" and any("rollout_stream" in line for line in isolation["differences"])
+    assert isolation["verdict"] == "fails" and any(
+        "rollout_stream" in line for line in isolation["differences"]
+    )
     # A resume may not change the stream: it is what the run measures.
     with pytest.raises(InvalidInput, match="rollout_stream"):
         train_arm(gigpo, "s1", db_path, replace(config, steps=5, rollout_stream=3), resume=True)
@@ -84,7 +104,12 @@ def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_number
 
 def test_every_step_and_evaluation_records_its_cpu_seconds(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
-    train_arm(load_arm("grpo"), "cpu", db_path, TrainConfig(seed=0, **{**TINY, "steps": 2, "workers": 1}, **game_dirs))
+    train_arm(
+        load_arm("grpo"),
+        "cpu",
+        db_path,
+        TrainConfig(seed=0, **{**TINY, "steps": 2, "workers": 1}, **game_dirs),
+    )
     rows = metrics(db_path, "cpu")
     assert sorted(rows) == [1, 2]
     for row in rows.values():
@@ -99,7 +124,15 @@ def test_variants_are_arms_of_a_matrix_a_set_or_a_stream_away():
     twin = parse_variant("gigpo-b=gigpo:stream=1")
     assert twin.arm.fingerprint == load_arm("gigpo").fingerprint and twin.stream == 1
     assert twin.described == "gigpo-b = gigpo (rollout stream 1)"
-    for bad in ("gigpo", "x=gigpo", "x=gigpo:", "=gigpo:stream=1", "x=gigpo:stream=-1", "x=gigpo:nope=1", "a/b=gigpo:stream=1"):
+    for bad in (
+        "gigpo",
+        "x=gigpo",
+        "x=gigpo:",
+        "=gigpo:stream=1",
+        "x=gigpo:stream=-1",
+        "x=gigpo:nope=1",
+        "a/b=gigpo:stream=1",
+    ):
         with pytest.raises((UsageError, InvalidInput)):
             parse_variant(bad)
     with pytest.raises(UsageError, match="no-such-arm"):
@@ -108,21 +141,45 @@ def test_variants_are_arms_of_a_matrix_a_set_or_a_stream_away():
 
 def test_the_same_arm_twice_on_one_stream_is_refused(tmp_path):
     gigpo = load_arm("gigpo")
-    design = MatrixDesign((MatrixArm("a", gigpo), MatrixArm("b", gigpo)), (0,), 30.0, recipe=default_recipe(**TINY))
+    design = MatrixDesign(
+        (MatrixArm("a", gigpo), MatrixArm("b", gigpo)), (0,), 30.0, recipe=default_recipe(**TINY)
+    )
     with pytest.raises(UsageError, match="same rollout stream"):
         run_matrix(tmp_path / "runs.db", design)
-    cli = runner.invoke(app, ["--db", str(tmp_path / "runs.db"), "matrix", "--arms", "gigpo,gigpo-b", "--seeds", "0",
-                              "--variant", "gigpo-b=gigpo:step_advantage_w=1"])
+    cli = runner.invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "matrix",
+            "--arms",
+            "gigpo,gigpo-b",
+            "--seeds",
+            "0",
+            "--variant",
+            "gigpo-b=gigpo:step_advantage_w=1",
+        ],
+    )
     assert cli.exit_code == 2 and "same rollout stream" in cli.output
 
 
 @pytest.mark.slow
 def test_warm_ups_rotate_over_the_arms_and_their_effect_is_reported(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
-    result = run_matrix(db_path, MatrixDesign(
-        ("grpo", "gigpo", "gigpo-b"), (0, 1, 2, 3), 30.0, recipe=default_recipe(**TINY, **game_dirs), prefix="r",
-        warm_start=2, window_start=2, variants=(parse_variant("gigpo-b=gigpo:stream=1"),),
-        warm_start_arms=("grpo", "gigpo")))
+    result = run_matrix(
+        db_path,
+        MatrixDesign(
+            ("grpo", "gigpo", "gigpo-b"),
+            (0, 1, 2, 3),
+            30.0,
+            recipe=default_recipe(**TINY, **game_dirs),
+            prefix="r",
+            warm_start=2,
+            window_start=2,
+            variants=(parse_variant("gigpo-b=gigpo:stream=1"),),
+            warm_start_arms=("grpo", "gigpo"),
+        ),
+    )
     db = open_db(db_path)
     # Seed s is warmed up by arm s mod 2: grpo trains seeds 0 and 2, gigpo seeds 1 and 3.
     assert result.warm_start_arms == {0: "grpo", 1: "gigpo", 2: "grpo", 3: "gigpo"}
@@ -132,14 +189,18 @@ def test_warm_ups_rotate_over_the_arms_and_their_effect_is_reported(game_dirs, t
         for label in ("grpo", "gigpo", "gigpo-b"):
             run = get_run(db, f"r-{label}-seed{seed}")
             assert run["config"]["start"]["arm"] == owner
-            assert run["config"]["train"]["start_from"] == str(checkpoint_path(default_run_dir(db_path, warmup["name"]), 2))
+            assert run["config"]["train"]["start_from"] == str(
+                checkpoint_path(default_run_dir(db_path, warmup["name"]), 2)
+            )
     # The twin forks from the same warm-up and then plays its own numbers.
     forked = metrics(db_path, "r-gigpo-seed1"), metrics(db_path, "r-gigpo-b-seed1")
     assert forked[0][3]["rollout_sha256"] != forked[1][3]["rollout_sha256"]
     assert get_run(db, "r-gigpo-b-seed1")["config"]["train"]["rollout_stream"] == 1
     effect = result.warm_start_effect
     assert effect["warmups_by_arm"] == {"gigpo": 2, "grpo": 2}
-    (pair,) = [pair for pair in effect["pairs"] if (pair["arm_a"], pair["arm_b"]) == ("grpo", "gigpo")]
+    (pair,) = [
+        pair for pair in effect["pairs"] if (pair["arm_a"], pair["arm_b"]) == ("grpo", "gigpo")
+    ]
     assert pair["n_warmup_a"] == pair["n_warmup_b"] == 2
     means = {entry["run"]: entry["window"]["mean"] for entry in result.comparison["runs"]}
     own = [means[f"r-grpo-seed{s}"] - means[f"r-gigpo-seed{s}"] for s in (0, 2)]
@@ -147,19 +208,33 @@ def test_warm_ups_rotate_over_the_arms_and_their_effect_is_reported(game_dirs, t
     assert pair["home_advantage"] == pytest.approx((sum(own) / 2 - sum(other) / 2) / 2)
     assert pair["balanced_difference"] == pytest.approx((sum(own) / 2 + sum(other) / 2) / 2)
     # Every block's CPU was measured, run by run.
-    assert len(result.block_cpu_seconds) == 4 and all(seconds > 0 for seconds in result.block_cpu_seconds)
+    assert len(result.block_cpu_seconds) == 4 and all(
+        seconds > 0 for seconds in result.block_cpu_seconds
+    )
     assert set(result.run_cpu_seconds) >= {"r-warmup-grpo-seed0", "r-gigpo-b-seed3"}
     assert result.arms == ["grpo", "gigpo", "gigpo-b = gigpo (rollout stream 1)"]
 
 
 def test_a_cpu_budget_stops_before_a_block_that_would_end_past_it(game_dirs, tmp_path):
-    result = run_matrix(tmp_path / "runs.db", MatrixDesign(
-        ("grpo", "gigpo"), (0, 1, 2), 30.0, recipe=default_recipe(**{**TINY, "steps": 1}, **game_dirs), prefix="b",
-        warm_start=0, window_start=1, cpu_minutes=1e-4))
+    result = run_matrix(
+        tmp_path / "runs.db",
+        MatrixDesign(
+            ("grpo", "gigpo"),
+            (0, 1, 2),
+            30.0,
+            recipe=default_recipe(**{**TINY, "steps": 1}, **game_dirs),
+            prefix="b",
+            warm_start=0,
+            window_start=1,
+            cpu_minutes=1e-4,
+        ),
+    )
     assert result.seeds_compared == [0] and result.seeds_not_started == [1, 2]
     assert "CPU-min budget" in result.stopped_reason
     with pytest.raises(UsageError, match="--cpu-minutes"):
-        run_matrix(tmp_path / "runs.db", MatrixDesign(("grpo", "gigpo"), (0,), 30.0, cpu_minutes=0.0))
+        run_matrix(
+            tmp_path / "runs.db", MatrixDesign(("grpo", "gigpo"), (0,), 30.0, cpu_minutes=0.0)
+        )
 
 
 def test_matrix_cli_refuses_bad_controls_before_training(tmp_path):

@@ -26,14 +26,26 @@ def test_the_preregistered_parameters_parse_and_name_fresh_seed_blocks():
     assert len(blocks) == 2 and not blocks[0] & blocks[1]
     assert not (blocks[0] | blocks[1]) & PILOTED
     rotations = [tuple(block["warm_start_arms"]) for block in plan["blocks"]]
-    assert rotations == [("gigpo", "grpo"), ("grpo", "gigpo")]  # the second block swaps the rotation
+    assert rotations == [
+        ("gigpo", "grpo"),
+        ("grpo", "gigpo"),
+    ]  # the second block swaps the rotation
 
 
 def test_a_block_without_runs_is_reported_as_not_run(tmp_path, capsys):
     from ccpo_cli.store import open_db
 
     open_db(tmp_path / "runs.db")
-    assert _confirm_script().main(["--db", str(tmp_path / "runs.db"),
-                                   "--preregistration", str(ROOT / "docs" / "testbed-preregistration.md")]) == 0
+    assert (
+        _confirm_script().main(
+            [
+                "--db",
+                str(tmp_path / "runs.db"),
+                "--preregistration",
+                str(ROOT / "docs" / "testbed-preregistration.md"),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "block-1: not run" in printed and "not reproduced" in printed

@@ -36,6 +36,7 @@ def arm_env(monkeypatch):
         for key, value in spec.to_environ().items():
             monkeypatch.setenv(key, value)
         return arm
+
     return use
 
 
@@ -46,7 +47,14 @@ def test_estimator_inputs_follow_the_cli_schema():
     assert inputs["step_index"].tolist() == [0, 1, 0, 1, 0, 1]
     assert inputs["env_reward"].tolist() == [0, 10, 0, 0, 0, 0]
     assert inputs["episode_reward"].tolist() == [10, 10, 0, 0, 0, 0]
-    assert inputs["response_mask"].shape == (6, 5) and inputs["response_mask"].sum(1).tolist() == [3, 5, 1, 4, 2, 5]
+    assert inputs["response_mask"].shape == (6, 5) and inputs["response_mask"].sum(1).tolist() == [
+        3,
+        5,
+        1,
+        4,
+        2,
+        5,
+    ]
     assert not inputs["is_pad"].any() and "phi_feats" not in inputs
     # Without `response_mask` it is the response part of the attention mask.
     del data.batch["response_mask"]
@@ -58,8 +66,13 @@ def test_spec_example_one_through_the_adapter(arm_name):
     data = spec_example_one()
     setup_hook.apply_arm(data, load_arm(arm_name))
     mask = data.batch["response_mask"]
-    assert data.batch["advantages"].shape == mask.shape and data.batch["advantages"].dtype == torch.float32
-    np.testing.assert_allclose(per_row(data.batch["advantages"], mask), EXAMPLE_ONE_EXPECTED[arm_name], atol=2e-4)
+    assert (
+        data.batch["advantages"].shape == mask.shape
+        and data.batch["advantages"].dtype == torch.float32
+    )
+    np.testing.assert_allclose(
+        per_row(data.batch["advantages"], mask), EXAMPLE_ONE_EXPECTED[arm_name], atol=2e-4
+    )
     assert torch.equal(data.batch["returns"], data.batch["advantages"])
 
 
@@ -85,7 +98,11 @@ def test_upstream_padding_trains_copies_with_their_source_rows_advantage():
     setup_hook.apply_arm(data, load_arm("gigpo"))  # the gigpo arm follows upstream by default
     values = per_row(data.batch["advantages"], data.batch["response_mask"])
     assert values[4] == values[2] and values[7] == values[1]  # copies of rows 3 and 1
-    assert not np.allclose(values[[0, 1, 2, 3, 5, 6]], np.array(EXAMPLE_ONE_EXPECTED["gigpo"])[[5, 1, 3, 0, 4, 2]], atol=1e-3)
+    assert not np.allclose(
+        values[[0, 1, 2, 3, 5, 6]],
+        np.array(EXAMPLE_ONE_EXPECTED["gigpo"])[[5, 1, 3, 0, 4, 2]],
+        atol=1e-3,
+    )
     assert setup_hook._PENDING_METRICS["ccpo/padding_rows"] == 2.0
 
 
@@ -112,7 +129,10 @@ def test_bad_batches_are_named():
 
 def test_advantage_tensor_broadcasts_rows_and_checks_shapes():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    assert advantage_tensor(np.array([2.0, -1.0]), mask).tolist() == [[2.0, 2.0, 0.0], [-1.0, 0.0, 0.0]]
+    assert advantage_tensor(np.array([2.0, -1.0]), mask).tolist() == [
+        [2.0, 2.0, 0.0],
+        [-1.0, 0.0, 0.0],
+    ]
     assert advantage_tensor(np.ones((2, 3)), mask).tolist() == [[1, 1, 0], [1, 0, 0]]
     with pytest.raises(InvalidInput):
         advantage_tensor(np.ones((2, 4)), mask)
@@ -133,7 +153,9 @@ def trainer_module():
     def adjust_batch(config, batch):
         return batch.select_rows(list(range(len(batch))) + [0])
 
-    return types.SimpleNamespace(compute_advantage=compute_advantage, adjust_batch=adjust_batch, calls=calls)
+    return types.SimpleNamespace(
+        compute_advantage=compute_advantage, adjust_batch=adjust_batch, calls=calls
+    )
 
 
 def test_wrapped_compute_advantage_runs_the_arm_and_delegates_the_rest(arm_env):
@@ -177,7 +199,9 @@ def test_arm_overrides_travel_with_the_arm(arm_env):
     module.compute_advantage(data, "ccpo")
     # docs/estimators.md §10.1, return-hard with edge_w = 0.
     expected = [2.32849, 2.38310, -1.16425, -1.73760, -1.16425, -0.64550]
-    np.testing.assert_allclose(per_row(data.batch["advantages"], data.batch["response_mask"]), expected, atol=2e-4)
+    np.testing.assert_allclose(
+        per_row(data.batch["advantages"], data.batch["response_mask"]), expected, atol=2e-4
+    )
 
 
 def test_features_are_required_when_the_arm_reads_them(arm_env):
@@ -207,7 +231,14 @@ def test_trainer_init_accepts_ccpo_only_for_the_launched_arm(arm_env):
 
     module = types.SimpleNamespace(RayPPOTrainer=Trainer, AdvantageEstimator=Enum())
     setup_hook.patch_trainer_module(module)
-    config = types.SimpleNamespace(algorithm=types.SimpleNamespace(adv_estimator="ccpo", get=lambda key, default=None: {"arm": arm.name, "fingerprint": arm.fingerprint} if key == "ccpo" else default))
+    config = types.SimpleNamespace(
+        algorithm=types.SimpleNamespace(
+            adv_estimator="ccpo",
+            get=lambda key, default=None: (
+                {"arm": arm.name, "fingerprint": arm.fingerprint} if key == "ccpo" else default
+            ),
+        )
+    )
     module.RayPPOTrainer(config)
     assert seen == ["grpo"] and config.algorithm.adv_estimator == "ccpo"
 
@@ -221,7 +252,9 @@ def test_validation_metrics_gain_the_mean_turns_of_the_validation_episodes(arm_e
 
     class Trainer:
         def __init__(self, config=None):
-            self.val_reward_fn = lambda batch, return_dict=False: rewarded.append(len(batch)) or {"reward_tensor": None}
+            self.val_reward_fn = lambda batch, return_dict=False: (
+                rewarded.append(len(batch)) or {"reward_tensor": None}
+            )
             self.logged = {"val/success_rate": 0.5}
 
         def _validate(self):

@@ -75,18 +75,29 @@ def merger_calls(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def step_folder(root: Path, *, step: int = 115, world_size: int = 2, ranks=None, layout: str = "actor",
-                architecture: str = "Qwen2ForCausalLM") -> Path:
+def step_folder(
+    root: Path,
+    *,
+    step: int = 115,
+    world_size: int = 2,
+    ranks=None,
+    layout: str = "actor",
+    architecture: str = "Qwen2ForCausalLM",
+) -> Path:
     """A global_step folder as verl's FSDPCheckpointManager lays it out (shard bytes are opaque here)."""
     folder = root / "run" / "checkpoints" / f"global_step_{step}"
     actor = folder / "actor"
     actor.mkdir(parents=True)
     for rank in range(world_size) if ranks is None else ranks:
-        (actor / f"model_world_size_{world_size}_rank_{rank}.pt").write_bytes(b"shard %d of step %d" % (rank, step))
+        (actor / f"model_world_size_{world_size}_rank_{rank}.pt").write_bytes(
+            b"shard %d of step %d" % (rank, step)
+        )
         (actor / f"optim_world_size_{world_size}_rank_{rank}.pt").write_bytes(b"optimizer")
     config_dir = actor / "huggingface" if layout == "huggingface" else actor
     config_dir.mkdir(exist_ok=True)
-    (config_dir / "config.json").write_text(json.dumps({"architectures": [architecture], "model_type": "qwen2"}))
+    (config_dir / "config.json").write_text(
+        json.dumps({"architectures": [architecture], "model_type": "qwen2"})
+    )
     (root / "run" / "config.json").write_text(json.dumps({"run": "verl-run", "backend": "verl"}))
     return folder
 
@@ -101,11 +112,30 @@ def games(tmp_path_factory) -> Path:
 
 
 def eval_cli(tmp_path: Path, games: Path, model: Path, *extra: str):
-    return CliRunner().invoke(app, [
-        "--db", str(tmp_path / "runs.db"), "--quiet", "eval", "--run", "ckpt", "--agent", "hf",
-        "--model", str(model), "--games", str(games), "--workers", "0", "--max-steps", "1",
-        "--max-new-tokens", "2", *extra,
-    ])
+    return CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(tmp_path / "runs.db"),
+            "--quiet",
+            "eval",
+            "--run",
+            "ckpt",
+            "--agent",
+            "hf",
+            "--model",
+            str(model),
+            "--games",
+            str(games),
+            "--workers",
+            "0",
+            "--max-steps",
+            "1",
+            "--max-new-tokens",
+            "2",
+            *extra,
+        ],
+    )
 
 
 # --- recognising a checkpoint ----------------------------------------------------------
@@ -116,15 +146,26 @@ def test_a_global_step_folder_is_found_with_step_shards_and_config(tmp_path, lay
     folder = step_folder(tmp_path, layout=layout)
     found = find_verl_checkpoint(folder)
     assert found.step == 115 and found.world_size == 2
-    assert [path.name for path in found.shards] == ["model_world_size_2_rank_0.pt", "model_world_size_2_rank_1.pt"]
-    assert found.config_dir == (folder / "actor" / ("huggingface" if layout == "huggingface" else "")).resolve()
-    assert find_verl_checkpoint(folder / "actor") == found  # the actor folder names the same checkpoint
+    assert [path.name for path in found.shards] == [
+        "model_world_size_2_rank_0.pt",
+        "model_world_size_2_rank_1.pt",
+    ]
+    assert (
+        found.config_dir
+        == (folder / "actor" / ("huggingface" if layout == "huggingface" else "")).resolve()
+    )
+    assert (
+        find_verl_checkpoint(folder / "actor") == found
+    )  # the actor folder names the same checkpoint
 
 
 def test_a_model_folder_or_a_hub_id_is_left_alone(tiny_model):
     assert find_verl_checkpoint(tiny_model) is None
     assert resolve_model_source(str(tiny_model)) == (str(tiny_model), None)
-    assert resolve_model_source("Qwen/Qwen2.5-1.5B-Instruct") == ("Qwen/Qwen2.5-1.5B-Instruct", None)
+    assert resolve_model_source("Qwen/Qwen2.5-1.5B-Instruct") == (
+        "Qwen/Qwen2.5-1.5B-Instruct",
+        None,
+    )
     with pytest.raises(InvalidInput, match="--merged-dir applies to a verl checkpoint"):
         resolve_model_source(str(tiny_model), merged_dir="/tmp/x")
 
@@ -176,19 +217,29 @@ def _fsdp_config_disagrees(root: Path) -> Path:
 MALFORMED = {
     "no actor folder": (_no_actor, "without an actor/ folder"),
     "no shards": (_no_shards, "no model shards"),
-    "missing rank": (lambda root: step_folder(root, world_size=4, ranks=[0, 1, 3]), "no model shard for rank(s) 2"),
+    "missing rank": (
+        lambda root: step_folder(root, world_size=4, ranks=[0, 1, 3]),
+        "no model shard for rank(s) 2",
+    ),
     "mixed world sizes": (_mixed_world_sizes, "several world sizes (2, 4)"),
     "empty shard": (_empty_shard, "empty model shard(s): model_world_size_2_rank_1.pt"),
     "no config": (_no_config, "no config.json in actor/huggingface/ or actor/"),
-    "fsdp_config disagrees": (_fsdp_config_disagrees, "world_size 8, but the shards are for world size 2"),
+    "fsdp_config disagrees": (
+        _fsdp_config_disagrees,
+        "world_size 8, but the shards are for world size 2",
+    ),
     "a folder of checkpoints": (_checkpoint_root, "checkpoints/global_step_40)"),
-    "not a causal LM": (lambda root: step_folder(root, architecture="Qwen2ForTokenClassification"),
-                        "not a causal language model"),
+    "not a causal LM": (
+        lambda root: step_folder(root, architecture="Qwen2ForTokenClassification"),
+        "not a causal language model",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))
-def test_a_malformed_checkpoint_is_one_line_exit_3_and_nothing_is_written(tmp_path, stand_in_home, games, case):
+def test_a_malformed_checkpoint_is_one_line_exit_3_and_nothing_is_written(
+    tmp_path, stand_in_home, games, case
+):
     make, message = MALFORMED[case]
     root = tmp_path / "checkpoints-here"
     root.mkdir()
@@ -220,15 +271,24 @@ def test_a_verl_agent_home_that_is_not_a_checkout_is_exit_3(tmp_path, monkeypatc
     assert f"verl-agent home {tmp_path.resolve()}: not a verl-agent checkout" in result.output
 
 
-def test_a_failing_merger_is_exit_1_with_its_error_and_leaves_no_folder(tmp_path, stand_in_home, monkeypatch, games):
+def test_a_failing_merger_is_exit_1_with_its_error_and_leaves_no_folder(
+    tmp_path, stand_in_home, monkeypatch, games
+):
     monkeypatch.setenv("STAND_IN_FAIL", "shard 1 is truncated")
     folder = step_folder(tmp_path)
     result = eval_cli(tmp_path, games, folder)
     assert result.exit_code == 1
-    assert "verl's model merger failed (exit 1): RuntimeError: shard 1 is truncated" in result.output
+    assert (
+        "verl's model merger failed (exit 1): RuntimeError: shard 1 is truncated" in result.output
+    )
     assert "Traceback" not in result.output
-    assert sorted(path.name for path in folder.iterdir()) == [f".{DEFAULT_MERGED_NAME}.merge.log", "actor"]
-    assert "Traceback" in (folder / f".{DEFAULT_MERGED_NAME}.merge.log").read_text()  # kept for the user
+    assert sorted(path.name for path in folder.iterdir()) == [
+        f".{DEFAULT_MERGED_NAME}.merge.log",
+        "actor",
+    ]
+    assert (
+        "Traceback" in (folder / f".{DEFAULT_MERGED_NAME}.merge.log").read_text()
+    )  # kept for the user
 
 
 # --- merging, reuse and the record -------------------------------------------------------
@@ -245,8 +305,11 @@ def test_the_merge_is_verified_recorded_and_reused(tmp_path, stand_in_home):
     assert record["run"] == "verl-run" and record["step"] == 115
     assert record["source"]["checkpoint"] == str(folder) and record["source"]["world_size"] == 2
     assert [shard["sha256"] for shard in record["source"]["shards"]] == [
-        hashlib.sha256((folder / "actor" / f"model_world_size_2_rank_{rank}.pt").read_bytes()).hexdigest()
-        for rank in (0, 1)]
+        hashlib.sha256(
+            (folder / "actor" / f"model_world_size_2_rank_{rank}.pt").read_bytes()
+        ).hexdigest()
+        for rank in (0, 1)
+    ]
     assert record["verl_agent"]["verl_version"] == "0.3.1.dev"
     assert record["verl_agent"]["commit"].startswith("not recorded")
     assert record["verification"]["passed"] and record["verification"]["forward"]["finite"]
@@ -260,7 +323,10 @@ def test_the_merge_is_verified_recorded_and_reused(tmp_path, stand_in_home):
     shard.write_bytes(b"a later save of the same step")
     _, third = resolve_model_source(str(folder))
     assert not third.reused and len(merger_calls(tmp_path)) == 2
-    assert third.record["source"]["shards"][1]["sha256"] == hashlib.sha256(shard.read_bytes()).hexdigest()
+    assert (
+        third.record["source"]["shards"][1]["sha256"]
+        == hashlib.sha256(shard.read_bytes()).hexdigest()
+    )
 
 
 def test_the_record_reads_the_commit_as_the_launcher_does_from_source_md(tmp_path, stand_in_home):
@@ -315,14 +381,29 @@ def _rewrite_weights(folder: Path, change) -> None:
     save_file(tensors, str(path), metadata={"format": "pt"})
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t.pop("model.norm.weight"), "missing model.norm.weight"),
-    (lambda t: t.update({"model.layers.9.mlp.up_proj.weight": t["model.norm.weight"].clone()}),
-     "unexpected model.layers.9.mlp.up_proj.weight"),
-    (lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:-1].clone()}), "shape differs: model.norm.weight"),
-    (lambda t: t["model.layers.0.self_attn.q_proj.weight"].fill_(float("nan")), "non-finite logits"),
-])
-def test_verification_catches_weights_that_do_not_fit_the_config(tmp_path, tiny_model, change, message):
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.pop("model.norm.weight"), "missing model.norm.weight"),
+        (
+            lambda t: t.update(
+                {"model.layers.9.mlp.up_proj.weight": t["model.norm.weight"].clone()}
+            ),
+            "unexpected model.layers.9.mlp.up_proj.weight",
+        ),
+        (
+            lambda t: t.update({"model.norm.weight": t["model.norm.weight"][:-1].clone()}),
+            "shape differs: model.norm.weight",
+        ),
+        (
+            lambda t: t["model.layers.0.self_attn.q_proj.weight"].fill_(float("nan")),
+            "non-finite logits",
+        ),
+    ],
+)
+def test_verification_catches_weights_that_do_not_fit_the_config(
+    tmp_path, tiny_model, change, message
+):
     import shutil
 
     folder = tmp_path / "merged"
@@ -369,8 +450,21 @@ def test_publish_dry_run_plans_the_merged_folder_with_its_record(tmp_path, stand
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)
     folder = step_folder(tmp_path, step=115)
-    args = ["--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/ckpt", "--dry-run",
-            "--staging", str(tmp_path / "staging"), "--checkpoint", str(folder), "--json"]
+    args = [
+        "--db",
+        str(db),
+        "publish",
+        "--run",
+        "return-hard",
+        "--repo",
+        "tester/ckpt",
+        "--dry-run",
+        "--staging",
+        str(tmp_path / "staging"),
+        "--checkpoint",
+        str(folder),
+        "--json",
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
@@ -389,9 +483,23 @@ def test_publish_of_a_malformed_checkpoint_is_exit_3(tmp_path, stand_in_home):
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)
     folder = step_folder(tmp_path, world_size=2, ranks=[1])
-    result = CliRunner().invoke(app, [
-        "--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/ckpt", "--dry-run",
-        "--staging", str(tmp_path / "staging"), "--checkpoint", str(folder)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db),
+            "publish",
+            "--run",
+            "return-hard",
+            "--repo",
+            "tester/ckpt",
+            "--dry-run",
+            "--staging",
+            str(tmp_path / "staging"),
+            "--checkpoint",
+            str(folder),
+        ],
+    )
     assert result.exit_code == 3 and "no model shard for rank(s) 0" in result.output
     assert not (tmp_path / "staging").exists() and os.listdir(folder) == ["actor"]
 
@@ -402,10 +510,16 @@ def test_vllm_takes_the_merged_folder_and_other_agents_take_model_as_given(tmp_p
     folder = step_folder(tmp_path)
     model, merged, step = resolve_eval_model(EvalOptions(run="r", agent="vllm", model=str(folder)))
     assert model == str(folder / DEFAULT_MERGED_NAME) and merged.checkpoint.step == step == 115
-    assert resolve_eval_model(EvalOptions(run="r", agent="local", model=str(folder))) == (str(folder), None, 0)
+    assert resolve_eval_model(EvalOptions(run="r", agent="local", model=str(folder))) == (
+        str(folder),
+        None,
+        0,
+    )
 
 
-def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(tmp_path, stand_in_home, hub_env, loopback_only):
+def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(
+    tmp_path, stand_in_home, hub_env, loopback_only
+):
     from fakehub import FakeHub
 
     from ccpo_cli import store
@@ -415,16 +529,36 @@ def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(tmp_path, s
     folder = step_folder(tmp_path)
     token = "hf_fake_token_for_checkpoint_tests"
     with FakeHub(token=token) as hub:
-        result = CliRunner().invoke(app, [
-            "--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/ckpt",
-            "--endpoint", hub.endpoint, "--token", token, "--staging", str(tmp_path / "staging"),
-            "--checkpoint", str(folder), "--json"])
+        result = CliRunner().invoke(
+            app,
+            [
+                "--db",
+                str(db),
+                "publish",
+                "--run",
+                "return-hard",
+                "--repo",
+                "tester/ckpt",
+                "--endpoint",
+                hub.endpoint,
+                "--token",
+                token,
+                "--staging",
+                str(tmp_path / "staging"),
+                "--checkpoint",
+                str(folder),
+                "--json",
+            ],
+        )
         assert result.exit_code == 0, result.output
         checkpoint_commit = hub.commits_by_ccpo("tester/ckpt")[0]
     assert {"model.safetensors", "config.json", MERGE_RECORD} <= set(checkpoint_commit["files"])
     assert not any(name.startswith(".") for name in checkpoint_commit["files"])
     document = json.loads(result.stdout)
-    assert document["checkpoint_source"]["step"] == 115 and document["checkpoint"]["verified_files"] >= 3
+    assert (
+        document["checkpoint_source"]["step"] == 115
+        and document["checkpoint"]["verified_files"] >= 3
+    )
     [publication] = store.run_publications(store.open_db(db), "return-hard")
     assert publication["checkpoint_step"] == 115
     assert loopback_only == []

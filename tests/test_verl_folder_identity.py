@@ -27,11 +27,16 @@ MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 def _launched_folder(tmp_path: Path):
     arm = load_arm("gigpo", {"rho": 0.59})
-    launch = build_launch(VerlLaunchRequest(arm=arm, model=MODEL, gpus=8, seed=3, runs_root=tmp_path / "runs"))
+    launch = build_launch(
+        VerlLaunchRequest(arm=arm, model=MODEL, gpus=8, seed=3, runs_root=tmp_path / "runs")
+    )
     prepare_run_folder(launch)
     with launch.metrics_path.open("w") as sink:
         for step, rate in ((10, 0.40), (20, 0.55), (30, 0.61)):
-            sink.write(json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate}) + "\n")
+            sink.write(
+                json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate})
+                + "\n"
+            )
     return launch, arm
 
 
@@ -40,16 +45,22 @@ def test_one_folder_followed_both_ways_records_the_same_identity_rho_included(tm
     by_train = open_db(tmp_path / "train.db")
     ingest_metrics(by_train, launch)  # what `ccpo train --backend verl` does while the run trains
     by_publish = open_db(tmp_path / "publish.db")
-    ingest_verl(by_publish, launch.run, launch.run_dir, log=lambda message: None)  # `ccpo publish --follow`
+    ingest_verl(
+        by_publish, launch.run, launch.run_dir, log=lambda message: None
+    )  # `ccpo publish --follow`
     from ccpo_cli.store import get_run
 
-    identities = [read_identities(db, [get_run(db, launch.run)])[launch.run] for db in (by_train, by_publish)]
+    identities = [
+        read_identities(db, [get_run(db, launch.run)])[launch.run] for db in (by_train, by_publish)
+    ]
     trained, published = identities
     assert published.arm.fingerprint == trained.arm.fingerprint == arm.fingerprint
     assert dict(published.arm.overrides) == dict(trained.arm.overrides)
     assert set(published.arm.overrides) == {"rho"}
     assert published.arm.flags["rho"] == trained.arm.flags["rho"] == 0.59
-    assert published.seed == trained.seed == 3 and published.base_model == trained.base_model == MODEL
+    assert (
+        published.seed == trained.seed == 3 and published.base_model == trained.base_model == MODEL
+    )
     assert published.unit == trained.unit
 
 

@@ -65,8 +65,12 @@ def ray_cluster(tmp_path_factory):
         "RAY_AUTH_MODE": "disabled",
     }
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars},
+    )
     try:
         yield ray, arm
     finally:
@@ -80,7 +84,9 @@ def worker_round_trip(adv_estimator: str):
     from ccpo_cli.backends.verl import setup_hook as hook
 
     data = ccpo_fake_trainer.fit_step(spec_example_one(), adv_estimator)
-    return hook.registered_estimators(), per_row(data.batch["advantages"], data.batch["response_mask"]).tolist()
+    return hook.registered_estimators(), per_row(
+        data.batch["advantages"], data.batch["response_mask"]
+    ).tolist()
 
 
 def worker_with_changed_fingerprint():
@@ -114,7 +120,8 @@ def test_fingerprint_mismatch_stops_the_worker(ray_cluster):
         ray.get(remote.remote(), timeout=120)
     # Wrong from the start: the setup hook refuses and the worker never runs a task.
     starting_wrong = ray.remote(num_cpus=0.1, max_retries=0)(worker_round_trip).options(
-        runtime_env={"env_vars": {worker_env.ARM_FINGERPRINT: "0" * 64}})
+        runtime_env={"env_vars": {worker_env.ARM_FINGERPRINT: "0" * 64}}
+    )
     with pytest.raises(ray.exceptions.WorkerCrashedError):
         ray.get(starting_wrong.remote("ccpo"), timeout=120)
     # The cluster itself is fine: a worker with the launched fingerprint still runs.
@@ -162,11 +169,30 @@ def test_registry_entry_is_idempotent_and_fails_loudly():
 
 
 def test_flat_record_is_flat_sorted_and_json_safe():
-    record = flat_record(3, {"val/success_rate": np.float64(0.5), "b": float("nan"), "a": float("inf"),
-                             "n": np.int64(4), "flag": True, "name": "x", "step": 99}, wall_time=12.5)
+    record = flat_record(
+        3,
+        {
+            "val/success_rate": np.float64(0.5),
+            "b": float("nan"),
+            "a": float("inf"),
+            "n": np.int64(4),
+            "flag": True,
+            "name": "x",
+            "step": 99,
+        },
+        wall_time=12.5,
+    )
     assert list(record) == ["step", "wall_time", "a", "b", "flag", "n", "name", "val/success_rate"]
-    assert record == {"step": 3, "wall_time": 12.5, "a": None, "b": None, "flag": 1.0, "n": 4.0, "name": "x",
-                      "val/success_rate": 0.5}
+    assert record == {
+        "step": 3,
+        "wall_time": 12.5,
+        "a": None,
+        "b": None,
+        "flag": 1.0,
+        "n": 4.0,
+        "name": "x",
+        "val/success_rate": 0.5,
+    }
 
 
 def test_tracking_mirror_appends_and_the_file_ingests_while_it_grows(tmp_path):
@@ -178,27 +204,40 @@ def test_tracking_mirror_appends_and_the_file_ingests_while_it_grows(tmp_path):
             self.logged.append(step)
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps({"step": 0, "wall_time": 1.0, "val/success_rate": 0.125}) + "\n")  # an earlier process
+    path.write_text(
+        json.dumps({"step": 0, "wall_time": 1.0, "val/success_rate": 0.125}) + "\n"
+    )  # an earlier process
     sink = MetricsSink(path)
     assert mirror_tracking_to_sink(Tracking, sink) is True
     assert mirror_tracking_to_sink(Tracking, sink) is False  # once only
     tracker = Tracking()
-    tracker.log({"val/success_rate": 0.5, "val/pick_and_place_success_rate": 1.0, "actor/kl": float("nan")}, step=5)
+    tracker.log(
+        {"val/success_rate": 0.5, "val/pick_and_place_success_rate": 1.0, "actor/kl": float("nan")},
+        step=5,
+    )
     assert tracker.logged == [5]
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert [line["step"] for line in lines] == [0, 5]  # appended, not truncated
     assert lines[1]["actor/kl"] is None and math.isfinite(lines[1]["wall_time"])
     db = open_db(tmp_path / "runs.db")
-    ingest_file(db, path, "r", fmt="ccpo", arm="gigpo", arm_fingerprint=load_arm("gigpo").fingerprint)
+    ingest_file(
+        db, path, "r", fmt="ccpo", arm="gigpo", arm_fingerprint=load_arm("gigpo").fingerprint
+    )
     tracker.log({"val/success_rate": 0.75}, step=10)
     ingest_file(db, path, "r", fmt="ccpo")
-    assert [(e["step"], e["success_rate"]) for e in run_evaluations(db, "r")] == [(0, 12.5), (5, 50.0), (10, 75.0)]
+    assert [(e["step"], e["success_rate"]) for e in run_evaluations(db, "r")] == [
+        (0, 12.5),
+        (5, 50.0),
+        (10, 75.0),
+    ]
     assert get_run(db, "r")["last_step"] == 10 and last_logged_step(path) == 10
 
 
 def test_setup_hook_sink_adds_estimator_diagnostics(tmp_path, monkeypatch):
     path = tmp_path / "m.jsonl"
-    tracking_module = types.SimpleNamespace(Tracking=type("Tracking", (), {"log": lambda self, data, step: None}))
+    tracking_module = types.SimpleNamespace(
+        Tracking=type("Tracking", (), {"log": lambda self, data, step: None})
+    )
     setup_hook.attach_metrics_sink(tracking_module, str(path))
     monkeypatch.setitem(setup_hook._PENDING_METRICS, "ccpo/rows", 6.0)
     tracking_module.Tracking().log({"val/success_rate": 0.5}, 1)
@@ -211,14 +250,33 @@ def test_entry_starts_ray_with_the_hook_and_the_run_environment(tmp_path):
     from ccpo_cli.backends.verl import entry
     from ccpo_cli.backends.verl.launcher import VerlLaunchRequest, build_launch
 
-    launch = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model="m", gpus=1, host_profile="lean",
-                                            runs_root=tmp_path, ray_address="10.0.0.1:6379"))
+    launch = build_launch(
+        VerlLaunchRequest(
+            arm=load_arm("gigpo"),
+            model="m",
+            gpus=1,
+            host_profile="lean",
+            runs_root=tmp_path,
+            ray_address="10.0.0.1:6379",
+        )
+    )
     arguments = entry.ray_init_arguments(launch.hydra_overrides(), dict(launch.environment))
     runtime_env = arguments["runtime_env"]
     assert runtime_env["worker_process_setup_hook"] == "ccpo_cli.backends.verl.setup_hook.setup"
     assert runtime_env["env_vars"][worker_env.ARM] == "gigpo"
     assert runtime_env["env_vars"][worker_env.ARM_FINGERPRINT] == load_arm("gigpo").fingerprint
-    assert runtime_env["env_vars"]["OMP_NUM_THREADS"] == "1" and runtime_env["env_vars"]["NCCL_DEBUG"] == "WARN"
-    assert arguments["address"] == "10.0.0.1:6379" and "num_cpus" not in arguments  # a cluster sizes itself
-    local = build_launch(VerlLaunchRequest(arm=load_arm("gigpo"), model="m", gpus=1, host_profile="lean", runs_root=tmp_path))
-    assert entry.ray_init_arguments(local.hydra_overrides(), dict(local.environment))["num_cpus"] == 64
+    assert (
+        runtime_env["env_vars"]["OMP_NUM_THREADS"] == "1"
+        and runtime_env["env_vars"]["NCCL_DEBUG"] == "WARN"
+    )
+    assert (
+        arguments["address"] == "10.0.0.1:6379" and "num_cpus" not in arguments
+    )  # a cluster sizes itself
+    local = build_launch(
+        VerlLaunchRequest(
+            arm=load_arm("gigpo"), model="m", gpus=1, host_profile="lean", runs_root=tmp_path
+        )
+    )
+    assert (
+        entry.ray_init_arguments(local.hydra_overrides(), dict(local.environment))["num_cpus"] == 64
+    )

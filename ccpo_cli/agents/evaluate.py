@@ -25,7 +25,9 @@ ProgressCallback = Callable[[int, int], None]  # (episodes finished, episodes in
 # (turn of the batch being played, its turn limit): episodes of one batch often all end at the turn
 # limit, so counting episodes alone would stand still for the whole batch (docs/alfworld-games.md).
 TurnCallback = Callable[[int, int], None]
-PhaseCallback = Callable[[str], None]  # a set-up phase, said before it starts (engine workers, model)
+PhaseCallback = Callable[
+    [str], None
+]  # a set-up phase, said before it starts (engine workers, model)
 
 
 @dataclass
@@ -79,7 +81,11 @@ class SeedEvaluation:
 
     @property
     def mean_turns(self) -> float:
-        return sum(e.turns for e in self.episodes) / len(self.episodes) if self.episodes else float("nan")
+        return (
+            sum(e.turns for e in self.episodes) / len(self.episodes)
+            if self.episodes
+            else float("nan")
+        )
 
     @property
     def invalid_turn_rate(self) -> float:
@@ -95,7 +101,11 @@ class SeedEvaluation:
             of_type = [e for e in self.episodes if e.task_type == key]
             if of_type:
                 won = sum(e.won for e in of_type)
-                table[key] = {"episodes": len(of_type), "successes": won, "success": _rate(won, len(of_type))}
+                table[key] = {
+                    "episodes": len(of_type),
+                    "successes": won,
+                    "success": _rate(won, len(of_type)),
+                }
         return table
 
     def summary(self) -> dict[str, Any]:
@@ -138,7 +148,9 @@ def select_games(game_paths: Sequence[str | os.PathLike], episodes: int | None) 
     for path in paths:
         by_type.setdefault(task_type_of_path(path), []).append(path)
     queues = [by_type[key] for key in TASK_TYPES if key in by_type]
-    interleaved = [queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)]
+    interleaved = [
+        queue[i] for i in range(max(map(len, queues))) for queue in queues if i < len(queue)
+    ]
     return [interleaved[i % len(interleaved)] for i in range(episodes)]
 
 
@@ -198,7 +210,9 @@ def play_batch(
         turns = [_turn(i, slots[i], observations[i], infos[i]) for i in live]
         decisions = agent.act(turns)
         if len(decisions) != len(turns):
-            raise CcpoError(f"agent {agent.name} returned {len(decisions)} decisions for {len(turns)} turns")
+            raise CcpoError(
+                f"agent {agent.name} returned {len(decisions)} decisions for {len(turns)} turns"
+            )
         actions: list[str | None] = [None] * len(slots)
         for slot, decision in zip(live, decisions):
             episode = slots[slot]
@@ -274,10 +288,15 @@ def evaluate(
         progress(0, total)  # the real total before the first episode, so a bar never shows 0/?
     results = []
     if on_phase is not None:
-        engines = "in this process" if workers == 0 else f"with {workers or 'the default'} engine workers"
+        engines = (
+            "in this process" if workers == 0 else f"with {workers or 'the default'} engine workers"
+        )
         on_phase(f"starting the game engine {engines} for {len(set(games))} games")
     with AlfworldBatchEnv(
-        sorted(set(games)), workers=workers, max_steps=max_steps, memo=memo,
+        sorted(set(games)),
+        workers=workers,
+        max_steps=max_steps,
+        memo=memo,
         walkthrough=bool(getattr(agent, "needs_walkthrough", False)),
     ) as env:
         for seed in seeds:
@@ -285,8 +304,13 @@ def evaluate(
             episodes_of_seed: list[EpisodeResult] = []
             for start in range(0, len(games), chunk):
                 episodes_of_seed += play_batch(
-                    env, agent, games[start:start + chunk], first_index=start,
-                    history_length=history_length, on_episode_end=count, on_turn=on_turn,
+                    env,
+                    agent,
+                    games[start : start + chunk],
+                    first_index=start,
+                    history_length=history_length,
+                    on_episode_end=count,
+                    on_turn=on_turn,
                     turn_limit=max_steps,
                 )
             results.append(SeedEvaluation(seed=int(seed), episodes=episodes_of_seed))

@@ -23,7 +23,9 @@ DEFAULT_BATCH_SIZE = 8
 def chat_prompt(tokenizer: Any, prompt: str) -> str:
     """The model input for one prompt: a single user turn plus the generation cue."""
     if not getattr(tokenizer, "chat_template", None):
-        raise InvalidInput("the tokenizer has no chat template (tokenizer_config.json: chat_template)")
+        raise InvalidInput(
+            "the tokenizer has no chat template (tokenizer_config.json: chat_template)"
+        )
     return tokenizer.apply_chat_template(
         [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
     )
@@ -38,8 +40,10 @@ def check_model_folder(path: str | Path) -> None:
     if not folder.is_dir() or (folder / "config.json").is_file():
         return
     if (folder / "actor").is_dir() or any(folder.glob("model_world_size_*_rank_*.pt")):
-        raise InvalidInput(f"{path}: a verl checkpoint, not a model folder; `ccpo eval --model` merges it "
-                           "with verl-agent's model merger (set VERL_AGENT_HOME)")
+        raise InvalidInput(
+            f"{path}: a verl checkpoint, not a model folder; `ccpo eval --model` merges it "
+            "with verl-agent's model merger (set VERL_AGENT_HOME)"
+        )
     raise InvalidInput(f"{path}: not a model folder (no config.json)")
 
 
@@ -61,16 +65,32 @@ def download_model(repo_id: str) -> Path:
     try:
         validate_repo_id(repo_id)
     except ValueError:
-        raise InvalidInput(f"--model {repo_id}: no such folder, and not a Hub model id either") from None
+        raise InvalidInput(
+            f"--model {repo_id}: no such folder, and not a Hub model id either"
+        ) from None
     timeouts = resolve_timeouts()
     client = HubClient(None, None, repo_id, timeouts)
     # One call of unknown size: every read is bounded, the whole by the command's deadline.
     with hub_timeouts(timeouts):
-        folder = Path(client.call("downloading the model", snapshot_download, repo_id,
-                                  allow_patterns=list(MODEL_FILE_PATTERNS), whole_deadline=True))
+        folder = Path(
+            client.call(
+                "downloading the model",
+                snapshot_download,
+                repo_id,
+                allow_patterns=list(MODEL_FILE_PATTERNS),
+                whole_deadline=True,
+            )
+        )
         if not any(folder.glob("*.safetensors")):
-            folder = Path(client.call("downloading the model", snapshot_download, repo_id,
-                                      allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"], whole_deadline=True))
+            folder = Path(
+                client.call(
+                    "downloading the model",
+                    snapshot_download,
+                    repo_id,
+                    allow_patterns=[*MODEL_FILE_PATTERNS, "*.bin"],
+                    whole_deadline=True,
+                )
+            )
     return folder
 
 
@@ -86,7 +106,9 @@ def load_model_and_tokenizer(path: str | Path, device: str = "cpu"):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path))
     except (OSError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first_line = (
+            str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        )
         raise InvalidInput(f"{path}: cannot load a causal language model ({first_line})") from None
     return model.to(device), tokenizer
 
@@ -114,7 +136,9 @@ class HFAgent(TextPolicyAgent):
         elif tokenizer is None:
             raise CcpoError("HFAgent: a model object needs its tokenizer")
         if not getattr(tokenizer, "chat_template", None):
-            raise InvalidInput("the model's tokenizer has no chat template (tokenizer_config.json: chat_template)")
+            raise InvalidInput(
+                "the model's tokenizer has no chat template (tokenizer_config.json: chat_template)"
+            )
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.temperature = float(temperature)
@@ -149,30 +173,40 @@ class HFAgent(TextPolicyAgent):
             "repetition_penalty": 1.0,
         }
         if self.temperature == 0:
-            return GenerationConfig(do_sample=False, top_k=None, top_p=None, temperature=None, **options)
-        return GenerationConfig(do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0, **options)
+            return GenerationConfig(
+                do_sample=False, top_k=None, top_p=None, temperature=None, **options
+            )
+        return GenerationConfig(
+            do_sample=True, temperature=self.temperature, top_k=0, top_p=1.0, **options
+        )
 
     def _generate_batch(self, prompts: Sequence[str]) -> list[str]:
         texts = [chat_prompt(self.tokenizer, prompt) for prompt in prompts]
         # no token_type_ids: a decoder's generate() refuses them, and a generic fast tokenizer
         # (PreTrainedTokenizerFast under transformers 4.x) emits them by default
         encoded = self.tokenizer(
-            texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False,
+            texts,
+            return_tensors="pt",
+            padding=True,
+            padding_side="left",
+            add_special_tokens=False,
             return_token_type_ids=False,
         ).to(self.model.device)
         with self._torch.inference_mode():
             output = self.model.generate(**encoded, generation_config=self._generation_config())
-        generated = output[:, encoded["input_ids"].shape[1]:]
+        generated = output[:, encoded["input_ids"].shape[1] :]
         return self.tokenizer.batch_decode(generated, skip_special_tokens=True)
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
         responses: list[str] = []
         for start in range(0, len(prompts), self.batch_size):
-            responses.extend(self._generate_batch(prompts[start:start + self.batch_size]))
+            responses.extend(self._generate_batch(prompts[start : start + self.batch_size]))
         return responses
 
 
-def make_hf_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> HFAgent:
+def make_hf_agent(
+    model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any
+) -> HFAgent:
     """Registry factory: `--agent hf --model PATH`."""
     if not model:
         raise InvalidInput("--agent hf needs --model PATH")

@@ -25,5 +25,7 @@ class OracleAgent:
     def act(self, observations: list[str], infos: list[dict[str, Any]]) -> list[str]:
         # Past the end of its plan (an unwinnable game) the oracle only looks, so the episode
         # runs to the step limit and counts as a failure rather than crashing.
-        return [plan[info["step"]] if info["step"] < len(plan) else "look"
-                for plan, info in zip(self._plans, infos)]
+        return [
+            plan[info["step"]] if info["step"] < len(plan) else "look"
+            for plan, info in zip(self._plans, infos)
+        ]

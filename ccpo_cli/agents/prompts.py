@@ -47,7 +47,7 @@ def extract_task(reset_observation: str) -> str:
     start = reset_observation.find(TASK_MARKER)
     if start == -1:
         raise ValueError("the observation holds no task ('Your task is to: ' is missing)")
-    return reset_observation[start + len(TASK_MARKER):].strip()
+    return reset_observation[start + len(TASK_MARKER) :].strip()
 
 
 def format_admissible(commands: Sequence[str]) -> str:
@@ -120,7 +120,7 @@ class EpisodePrompter:
         return history_prompt(
             task=self.task,
             steps_taken=len(self.history),
-            recent=self.history[-self.history_length:],
+            recent=self.history[-self.history_length :],
             observation=observation,
             admissible=admissible,
         )

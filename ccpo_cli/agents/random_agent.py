@@ -20,7 +20,9 @@ class RandomAgent:
         self._rngs: list[random.Random] = []
 
     def reset(self, observations: list[str], infos: list[dict[str, Any]]) -> None:
-        self._rngs = [random.Random(f"{self.seed}/{self._batches}/{slot}") for slot in range(len(infos))]
+        self._rngs = [
+            random.Random(f"{self.seed}/{self._batches}/{slot}") for slot in range(len(infos))
+        ]
         self._batches += 1
 
     def act(self, observations: list[str], infos: list[dict[str, Any]]) -> list[str]:

@@ -69,14 +69,18 @@ def _resolve(kind: str) -> AgentFactory:
     target = _BUILTIN_FACTORIES.get(kind)
     if target is None:
         if kind in AGENT_KINDS:
-            raise CcpoError(f"the '{kind}' agent is not available in this installation (nothing registered it)")
+            raise CcpoError(
+                f"the '{kind}' agent is not available in this installation (nothing registered it)"
+            )
         known = ", ".join(sorted(set(AGENT_KINDS) | set(AGENT_FACTORIES)))
         raise InvalidInput(f"unknown agent '{kind}' (known: {known})")
     module_name, function_name = target.split(":")
     try:
         module = import_module(module_name)
     except ModuleNotFoundError as error:  # e.g. no torch in this installation
-        raise CcpoError(f"the '{kind}' agent is not available in this installation ({error})") from None
+        raise CcpoError(
+            f"the '{kind}' agent is not available in this installation ({error})"
+        ) from None
     return getattr(module, function_name)
 
 

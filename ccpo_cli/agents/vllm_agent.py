@@ -64,8 +64,11 @@ class VLLMAgent(TextPolicyAgent):
         first = (self.seed * 1_000_003 + self._calls * 10_007) % (2**31)
         return [
             self._vllm.SamplingParams(
-                temperature=self.temperature, top_p=1.0, top_k=-1,
-                max_tokens=self.max_new_tokens, seed=first + index,
+                temperature=self.temperature,
+                top_p=1.0,
+                top_k=-1,
+                max_tokens=self.max_new_tokens,
+                seed=first + index,
             )
             for index in range(count)
         ]
@@ -80,7 +83,9 @@ class VLLMAgent(TextPolicyAgent):
         self.llm = None
 
 
-def make_vllm_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> VLLMAgent:
+def make_vllm_agent(
+    model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any
+) -> VLLMAgent:
     """Registry factory: `--agent vllm --model PATH`."""
     if not model:
         raise InvalidInput("--agent vllm needs --model PATH")

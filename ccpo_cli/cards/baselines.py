@@ -22,7 +22,13 @@ from ccpo_cli.paths import configs_dir
 
 BASELINES_FILE = "published_baselines.yaml"
 
-__all__ = ["BaselineData", "PublishedBaseline", "inherited_license", "load_baseline_data", "published_comparison"]
+__all__ = [
+    "BaselineData",
+    "PublishedBaseline",
+    "inherited_license",
+    "load_baseline_data",
+    "published_comparison",
+]
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,11 @@ def load_baseline_data(path: Path | None = None) -> BaselineData:
         raise InvalidInput(f"{path}: cannot read base-model licenses ({error})") from None
     benchmarks = all_benchmarks()
     rows = tuple(row for benchmark in benchmarks for row in benchmark.published_baselines)
-    protocols = {(benchmark.name, key): text for benchmark in benchmarks for key, text in benchmark.protocols.items()}
+    protocols = {
+        (benchmark.name, key): text
+        for benchmark in benchmarks
+        for key, text in benchmark.protocols.items()
+    }
     licenses = {str(k): str(v) for k, v in (document.get("base_model_licenses") or {}).items()}
     return BaselineData(rows, protocols, licenses)
 
@@ -60,8 +70,14 @@ def _short_backbone(backbone: str) -> str:
     return backbone.split("/")[-1]
 
 
-def published_comparison(base_model: str, protocol: str | None, data: BaselineData | None = None,
-                         *, benchmark: str | None, from_scratch: bool = False) -> dict:
+def published_comparison(
+    base_model: str,
+    protocol: str | None,
+    data: BaselineData | None = None,
+    *,
+    benchmark: str | None,
+    from_scratch: bool = False,
+) -> dict:
     """The card's published-results block for a run of `benchmark`: that benchmark's rows with
     a comparability verdict, and the prose groups of rows that are not comparable (by source
     and backbone, with the reason). A run whose benchmark is not recorded (None) is compared
@@ -70,7 +86,9 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
     A policy trained from scratch (the local CPU backend) is compared with none of them: the
     published rows are language models fine-tuned under the papers' protocols."""
     data = data or load_baseline_data()
-    groups: dict[Any, dict[str, Any]] = {}  # prose groups of incomparable rows, by source and setting
+    groups: dict[
+        Any, dict[str, Any]
+    ] = {}  # prose groups of incomparable rows, by source and setting
     rows, comparable, sources = [], [], []
     for baseline in data.baselines:
         if not baseline.on_card or baseline.benchmark != benchmark:
@@ -91,7 +109,9 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
                 verdict = "no: different backbone"
                 reason = f"a different backbone from this run's {_short_backbone(base_model)}"
             else:
-                description = data.protocols.get((baseline.benchmark, baseline.protocol), baseline.protocol)
+                description = data.protocols.get(
+                    (baseline.benchmark, baseline.protocol), baseline.protocol
+                )
                 verdict = "no: different protocol"
                 reason = (
                     f"the same backbone, but a different protocol ({description})"
@@ -100,8 +120,12 @@ def published_comparison(base_model: str, protocol: str | None, data: BaselineDa
                 )
             group = groups.setdefault(
                 (baseline.source, baseline.backbone),
-                {"source": baseline.source, "backbone": _short_backbone(baseline.backbone),
-                 "reason": reason, "numbers": []},
+                {
+                    "source": baseline.source,
+                    "backbone": _short_backbone(baseline.backbone),
+                    "reason": reason,
+                    "numbers": [],
+                },
             )
             group["numbers"].append(f"{baseline.method} {baseline.success:g}")
         if baseline.source not in sources:

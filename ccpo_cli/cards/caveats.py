@@ -18,7 +18,9 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:.{digits}f}"
 
 
-def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str) -> list[dict[str, Any]]:
+def arm_rows(
+    document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str
+) -> list[dict[str, Any]]:
     """The side-by-side table: one row per arm (comparison unit) with a window, in the
     comparison's order; `this_arm` is the card's own unit label."""
     rows = []
@@ -28,7 +30,9 @@ def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str)
         info = resolved.get(arm["arm"])
         rows.append(
             {
-                "label": f"{info.label} (`{arm['arm']}`)" if info and info.label != arm["arm"] else f"`{arm['arm']}`",
+                "label": f"{info.label} (`{arm['arm']}`)"
+                if info and info.label != arm["arm"]
+                else f"`{arm['arm']}`",
                 "mean": fmt(arm["mean"]),
                 "sd": fmt(arm["sd"]),
                 "n": arm["n"],
@@ -42,7 +46,10 @@ def arm_rows(document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str)
 
 
 def grpo_caveat(
-    arms_rows: list[dict], excluded: Mapping[str, list[str]], identities: Mapping[str, Any], arm_mean: float
+    arms_rows: list[dict],
+    excluded: Mapping[str, list[str]],
+    identities: Mapping[str, Any],
+    arm_mean: float,
 ) -> dict[str, Any]:
     """A claim against GRPO needs an isolated GRPO run; without one, say why there is none. The
     difference is arm minus arm: `arm_mean` is this run's arm level, never the run's own window."""
@@ -50,17 +57,27 @@ def grpo_caveat(
     if grpo_rows:
         row = grpo_rows[0]
         return {
-            "present": True, "label": row["label"], "mean": row["mean"], "sd": row["sd"], "n": row["n"],
+            "present": True,
+            "label": row["label"],
+            "mean": row["mean"],
+            "sd": row["sd"],
+            "n": row["n"],
             "n_seeds": f"{row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''}",
-            "difference": f"{arm_mean - row['raw']['mean']:+.1f}", "this_mean": fmt(arm_mean),
+            "difference": f"{arm_mean - row['raw']['mean']:+.1f}",
+            "this_mean": fmt(arm_mean),
         }
     rejected = [
-        name for name in excluded
+        name
+        for name in excluded
         if identities[name].arm is not None
         and estimator_family(identities[name].arm.name, identities[name].arm.flags or {}) == "grpo"
     ]
     if rejected:
-        return {"present": False, "rejected": f"run `{rejected[0]}`", "rejected_reason": shown_differences(excluded[rejected[0]])}
+        return {
+            "present": False,
+            "rejected": f"run `{rejected[0]}`",
+            "rejected_reason": shown_differences(excluded[rejected[0]]),
+        }
     return {"present": False}
 
 
@@ -75,13 +92,19 @@ def isolation_statement(run_rows: list[Mapping[str, Any]], isolation: Mapping[st
             "recorded for every run. Read the differences between arms as unverified."
         )
     shared = []
-    for column, label in (("hardware", "hardware"), ("seed", "seed"), ("data_order_seed", "data order"),
-                          ("base_model", "base model")):
+    for column, label in (
+        ("hardware", "hardware"),
+        ("seed", "seed"),
+        ("data_order_seed", "data order"),
+        ("base_model", "base model"),
+    ):
         values = {row.get(column) for row in run_rows}
         if len(values) == 1 and None not in values:
             shared.append(label)
-    statement = (f"What the comparison between arms does isolate is the estimator: the {len(run_rows)} runs passed "
-                 "ccpo's isolation check (they differ only in estimator flags)")
+    statement = (
+        f"What the comparison between arms does isolate is the estimator: the {len(run_rows)} runs passed "
+        "ccpo's isolation check (they differ only in estimator flags)"
+    )
     if shared:
         listed = shared[0] if len(shared) == 1 else ", ".join(shared[:-1]) + " and " + shared[-1]
         statement += f" and share {listed}"
@@ -98,13 +121,22 @@ def conflict_lines(document: Mapping[str, Any]) -> list[str]:
     for run, conflict in (document.get("conflicts") or {}).items():
         parts = []
         if conflict.get("steps"):
-            parts.append("evaluations at step" + ("s " if len(conflict["steps"]) > 1 else " ")
-                         + ", ".join(map(str, conflict["steps"])) + " were recorded twice with different results "
-                         "(the first recorded is used)")
+            parts.append(
+                "evaluations at step"
+                + ("s " if len(conflict["steps"]) > 1 else " ")
+                + ", ".join(map(str, conflict["steps"]))
+                + " were recorded twice with different results "
+                "(the first recorded is used)"
+            )
         for key, values in (conflict.get("facts") or {}).items():
-            use = ("a final card needs the run to reach the largest" if key == "total_steps"
-                   else "the first is used")
-            parts.append(f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})")
+            use = (
+                "a final card needs the run to reach the largest"
+                if key == "total_steps"
+                else "the first is used"
+            )
+            parts.append(
+                f"{key.replace('_', ' ')} was recorded as {' and as '.join(map(str, values))} ({use})"
+            )
         lines.append(f"run `{run}`: " + "; ".join(parts))
     return lines
 
@@ -113,20 +145,31 @@ def correction_lines(document: Mapping[str, Any]) -> list[str]:
     """One sentence per correction of the record the card's numbers reflect (issue 23): retracted
     evaluations and runs (left out of every number) and settled conflicts (the value kept)."""
     retracted = document.get("retracted") or {}
-    lines = [f"run `{run}` was retracted ({entry['reason']}; {entry['retracted_by']}, {entry['recorded_at'][:10]})"
-             for run, entry in (retracted.get("runs") or {}).items()]
-    lines += [f"run `{entry['run']}`: the evaluation at step {entry['step']} was retracted ({entry['reason']}; "
-              f"{entry['retracted_by']}, {entry['recorded_at'][:10]})" for entry in retracted.get("evaluations") or []]
+    lines = [
+        f"run `{run}` was retracted ({entry['reason']}; {entry['retracted_by']}, {entry['recorded_at'][:10]})"
+        for run, entry in (retracted.get("runs") or {}).items()
+    ]
+    lines += [
+        f"run `{entry['run']}`: the evaluation at step {entry['step']} was retracted ({entry['reason']}; "
+        f"{entry['retracted_by']}, {entry['recorded_at'][:10]})"
+        for entry in retracted.get("evaluations") or []
+    ]
     for run, rows in (document.get("resolved_conflicts") or {}).items():
-        lines += [f"run `{run}`: the conflict at step {row['step']} was settled keeping {fmt(row['kept_value'])} "
-                  f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
-                  for row in rows]
+        lines += [
+            f"run `{run}`: the conflict at step {row['step']} was settled keeping {fmt(row['kept_value'])} "
+            f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
+            for row in rows
+        ]
     return lines
 
 
 def _step_range(document: Mapping[str, Any], arm: str) -> tuple[int, int] | None:
-    steps = [step for entry in document["runs"] if entry.get("arm_label") == arm
-             for step in (entry.get("window") or {}).get("steps") or []]
+    steps = [
+        step
+        for entry in document["runs"]
+        if entry.get("arm_label") == arm
+        for step in (entry.get("window") or {}).get("steps") or []
+    ]
     return (min(steps), max(steps)) if steps else None
 
 
@@ -139,10 +182,13 @@ def window_steps_note(document: Mapping[str, Any], arms_rows: list[dict]) -> str
     spans = list(known.values())
     comparable = all(
         min(a[1], b[1]) - max(a[0], b[0]) >= 0.5 * (max(a[1], b[1]) - min(a[0], b[0]))
-        for index, a in enumerate(spans) for b in spans[index + 1:]
+        for index, a in enumerate(spans)
+        for b in spans[index + 1 :]
     )
     if comparable:
         return ""
     listed = "; ".join(f"{label}: steps {low}-{high}" for label, (low, high) in known.items())
-    return (f"The arms' windows cover different stretches of training ({listed}), so their means are of "
-            "different training: they are set side by side, not compared.")
+    return (
+        f"The arms' windows cover different stretches of training ({listed}), so their means are of "
+        "different training: they are set side by side, not compared."
+    )

@@ -142,7 +142,9 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
     document, excluded = isolated_comparison(db, name, window_start, identities=identities)
     this = _entry_for(document, name)
     total_steps = max(this.get("total_steps_recorded") or [None], key=lambda value: value or 0)
-    last_step = this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
+    last_step = (
+        this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
+    )
     check_status(name, status, this)
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
@@ -151,16 +153,37 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
     protocol = evaluation_protocol(identity.protocol, window)
     noise = single_evaluation_noise(this.get("single_eval_interval"), identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
-    resolved = {arm["arm"]: found for arm in document["arms"] if (found := resolve_document_arm(arm)) is not None}
+    resolved = {
+        arm["arm"]: found
+        for arm in document["arms"]
+        if (found := resolve_document_arm(arm)) is not None
+    }
     best_step = this["best"]["step"] if this["best"] else None
-    wanted = best_step if status == "interim" and this.get("run_state") != "stopped-early" else last_step
+    wanted = (
+        best_step if status == "interim" and this.get("run_state") != "stopped-early" else last_step
+    )
     return _Facts(
-        identity=identity, identities=identities, run_row=run_row, status=status, window_start=window["start"], document=document,
-        excluded=excluded, this=this, last_step=last_step, total_steps=total_steps, from_scratch=from_scratch,
-        license=license, protocol=protocol, noise=noise,
-        this_arm=resolve_arm(identity.arm, this.get("arm_label")), resolved=resolved, runs_by_name=runs_by_name,
-        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id), repo_id=repo_id,
-        evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]), headline=headline,
+        identity=identity,
+        identities=identities,
+        run_row=run_row,
+        status=status,
+        window_start=window["start"],
+        document=document,
+        excluded=excluded,
+        this=this,
+        last_step=last_step,
+        total_steps=total_steps,
+        from_scratch=from_scratch,
+        license=license,
+        protocol=protocol,
+        noise=noise,
+        this_arm=resolve_arm(identity.arm, this.get("arm_label")),
+        resolved=resolved,
+        runs_by_name=runs_by_name,
+        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id),
+        repo_id=repo_id,
+        evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]),
+        headline=headline,
     )
 
 
@@ -174,7 +197,11 @@ def _arm_tag(arm: str) -> str:
 
 def _arm_vars(facts: _Facts) -> dict[str, Any]:
     arm = facts.this_arm
-    others = [other.flags for label, other in facts.resolved.items() if label != arm.unit_label and other.flags]
+    others = [
+        other.flags
+        for label, other in facts.resolved.items()
+        if label != arm.unit_label and other.flags
+    ]
     # A flag inert in this arm cannot change its advantages, so it distinguishes nothing (docs/estimators.md).
     differing = distinguishing_flags(arm.flags, others) if others and arm.flags else []
     distinguishing = [(name, value) for name, value in differing if name not in arm.inert]
@@ -186,10 +213,17 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
         "distinguishing": ", ".join(f"`{name}={value}`" for name, value in distinguishing),
         "inert_differences": ", ".join(f"`{name}={value}`" for name, value in inert_differences),
         "compared": bool(others),
-        "overrides": ", ".join(f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())),
+        "overrides": ", ".join(
+            f"`{name}={format_flag_value(value)}`" for name, value in sorted(arm.overrides.items())
+        ),
         "flags": [
-            {"name": name, "value": format_flag_value(value),
-             "inert": EXTERNAL_INERT if is_external(arm.name) else arm.inert.get(name, "live: can change the advantages")}
+            {
+                "name": name,
+                "value": format_flag_value(value),
+                "inert": EXTERNAL_INERT
+                if is_external(arm.name)
+                else arm.inert.get(name, "live: can change the advantages"),
+            }
             for name, value in arm.flags.items()
         ],
         "flags_known": bool(arm.flags),
@@ -228,15 +262,25 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
     columns = task_type_columns(facts.identity, best)
     per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
     first_with_turns = next(
-        (point for point in facts.this.get("evaluations", []) if point.get("mean_turns") is not None), None)
+        (
+            point
+            for point in facts.this.get("evaluations", [])
+            if point.get("mean_turns") is not None
+        ),
+        None,
+    )
     return {
         "present": True,
         "step": best["step"],
         "success": fmt(best["success"]),
-        "turns": fmt(best.get("mean_turns")) if best.get("mean_turns") is not None else "not recorded",
+        "turns": fmt(best.get("mean_turns"))
+        if best.get("mean_turns") is not None
+        else "not recorded",
         "task_type_titles": [title for _, title in columns],
         "task_types": [fmt(value) if value is not None else "not recorded" for value in per_type],
-        "train_success": fmt(best["train_success_rate"]) if best.get("train_success_rate") is not None else "",
+        "train_success": fmt(best["train_success_rate"])
+        if best.get("train_success_rate") is not None
+        else "",
         "bias_sd": fmt(best["expected_max_bias_sd"]),
         "bias_points": fmt(best.get("expected_max_bias_points")),
         "bias_known": best.get("expected_max_bias_points") is not None,
@@ -252,7 +296,12 @@ def _weights_vars(weights: Mapping[str, Any] | None) -> dict[str, Any]:
     if not weights or not weights.get("commit"):
         return {"known": False}
     commit = str(weights["commit"])
-    return {"known": True, "commit": commit, "short": commit[:12], "revision": str(weights.get("revision") or commit)}
+    return {
+        "known": True,
+        "commit": commit,
+        "short": commit[:12],
+        "revision": str(weights.get("revision") or commit),
+    }
 
 
 def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
@@ -261,37 +310,73 @@ def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
     from ccpo_cli.errors import CcpoError
 
     if identity.benchmark is None:
-        return {"name": None, "title": "an unrecorded benchmark's", "known": False, "is_alfworld": False,
-                "description": "", "prompt": "", "task_types": 0}
+        return {
+            "name": None,
+            "title": "an unrecorded benchmark's",
+            "known": False,
+            "is_alfworld": False,
+            "description": "",
+            "prompt": "",
+            "task_types": 0,
+        }
     try:
         benchmark = load_benchmark(identity.benchmark)
     except CcpoError:
-        return {"name": identity.benchmark, "title": identity.benchmark, "known": False, "is_alfworld": False,
-                "description": "", "prompt": "", "task_types": 0}
-    return {"name": benchmark.name, "title": benchmark.display_name, "known": True,
-            "is_alfworld": benchmark.name == "alfworld", "description": " ".join(benchmark.description.split()),
-            "prompt": " ".join(benchmark.prompt_description.split()), "task_types": len(benchmark.task_types)}
+        return {
+            "name": identity.benchmark,
+            "title": identity.benchmark,
+            "known": False,
+            "is_alfworld": False,
+            "description": "",
+            "prompt": "",
+            "task_types": 0,
+        }
+    return {
+        "name": benchmark.name,
+        "title": benchmark.display_name,
+        "known": True,
+        "is_alfworld": benchmark.name == "alfworld",
+        "description": " ".join(benchmark.description.split()),
+        "prompt": " ".join(benchmark.prompt_description.split()),
+        "task_types": len(benchmark.task_types),
+    }
 
 
 def reference_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The reference runs (evaluation only) beside a card's arms."""
-    return [{"run": row["run"], "agent": row["agent"] or "agent not recorded", "mean": fmt(row["mean"]),
-             "n": row["n_evaluations"]} for row in document.get("references") or []]
+    return [
+        {
+            "run": row["run"],
+            "agent": row["agent"] or "agent not recorded",
+            "mean": fmt(row["mean"]),
+            "n": row["n_evaluations"],
+        }
+        for row in document.get("references") or []
+    ]
 
 
 def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
     trend = window.get("trend") or {}
     if trend.get("slope") is None:
         return {"tested": False, "converged": None, "text": trend.get("note") or "no trend test"}
-    per_100 = f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval " \
-              f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
+    per_100 = (
+        f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval "
+        f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
+    )
     if trend["converged"] is None and trend.get("note"):
         per_100 += f": {trend['note']}"
-    return {"tested": True, "converged": trend["converged"], "direction": trend["direction"],
-            "change": fmt(trend["change"]), "text": per_100}
+    return {
+        "tested": True,
+        "converged": trend["converged"],
+        "direction": trend["direction"],
+        "change": fmt(trend["change"]),
+        "text": per_100,
+    }
 
 
-def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict) -> dict[str, Any]:
+def _template_vars(
+    facts: _Facts, arms_table: list[dict], grpo: dict, published: dict
+) -> dict[str, Any]:
     run_row, window, protocol = facts.run_row, facts.this["window"], facts.protocol
     family = estimator_family(facts.this_arm.name, facts.this_arm.flags)
     single_seed = [row["label"] for row in arms_table if row["n_seeds"] <= 1]
@@ -311,10 +396,14 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "run_name": run_row["name"],
         "ccpo_version": __version__,
         "code_reference": f"commit {run_row['git_commit']}" if run_row.get("git_commit") else "",
-        "method": external_method(facts.this_arm.name, facts.this_arm.flags) if family == EXTERNAL
-        or is_external(facts.this_arm.name) else
-        {"family": family, "name": METHOD_NAMES[family], "short": METHOD_SHORT_NAMES[family],
-         "paragraph": METHOD_PARAGRAPHS[family]},
+        "method": external_method(facts.this_arm.name, facts.this_arm.flags)
+        if family == EXTERNAL or is_external(facts.this_arm.name)
+        else {
+            "family": family,
+            "name": METHOD_NAMES[family],
+            "short": METHOD_SHORT_NAMES[family],
+            "paragraph": METHOD_PARAGRAPHS[family],
+        },
         "arm": _arm_vars(facts),
         "protocol": {
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
@@ -326,31 +415,52 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
             "mixed": protocol["mixed"],
             "left_out": protocol["left_out"],
         },
-        "window": {"start": facts.window_start, "start_basis": window.get("start_basis") or "",
-                   "mean": fmt(window["mean"]), "sd": fmt(window["sd"]), "n": window["n"]},
+        "window": {
+            "start": facts.window_start,
+            "start_basis": window.get("start_basis") or "",
+            "mean": fmt(window["mean"]),
+            "sd": fmt(window["sd"]),
+            "n": window["n"],
+        },
         "trend": _trend_vars(window),
         "stopped_early": facts.this.get("run_state") == "stopped-early",
         "conflicts": conflict_lines(facts.document),
-        "corrections": correction_lines(facts.document),  # retractions and settled conflicts (issue 23)
+        "corrections": correction_lines(
+            facts.document
+        ),  # retractions and settled conflicts (issue 23)
         "isolation": {"verdict": facts.document["isolation"]["verdict"]},
         "best": _best_vars(facts),
-        "noise": {"available": facts.noise["half_width"] is not None, "half_width": fmt(facts.noise["half_width"]),
-                  "method": facts.noise["method"]},
+        "noise": {
+            "available": facts.noise["half_width"] is not None,
+            "half_width": fmt(facts.noise["half_width"]),
+            "method": facts.noise["method"],
+        },
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
         "arms_table": arms_table,
-        "window_steps_note": window_steps_note(facts.document, arms_table) if len(arms_table) > 1 else "",
+        "window_steps_note": window_steps_note(facts.document, arms_table)
+        if len(arms_table) > 1
+        else "",
         "references": reference_rows(facts.document),
         "this_n_seeds": own["n_seeds"] if own else 0,
         "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
         "excluded_runs": "; ".join(
-            f"`{name}` ({shown_differences(why) or 'isolation check failed'})" for name, why in facts.excluded.items()
+            f"`{name}` ({shown_differences(why) or 'isolation check failed'})"
+            for name, why in facts.excluded.items()
         ),
         # The window above is the run's own; the arm's level is over its seeds' means (report/compare.py).
-        "arm_level": {"mean": own["mean"], "sd": own["sd"], "n": own["n"],
-                      "sd_over": own["raw"].get("sd_over") or "evaluations"} if own else None,
+        "arm_level": {
+            "mean": own["mean"],
+            "sd": own["sd"],
+            "n": own["n"],
+            "sd_over": own["raw"].get("sd_over") or "evaluations",
+        }
+        if own
+        else None,
         "min_seeds_resolved": MIN_SEEDS_RESOLVED,
-        "under_replicated_arms": ", ".join(row["label"] for row in arms_table if row["n_seeds"] < MIN_SEEDS_RESOLVED),
+        "under_replicated_arms": ", ".join(
+            row["label"] for row in arms_table if row["n_seeds"] < MIN_SEEDS_RESOLVED
+        ),
         "grpo": grpo,
         "published": published,
         "any_single_seed": bool(single_seed),
@@ -358,7 +468,9 @@ def _template_vars(facts: _Facts, arms_table: list[dict], grpo: dict, published:
         "checkpoint_known": facts.checkpoint_step is not None,
         "single_seed_arms": ", ".join(single_seed),
         "isolation_statement": isolation_statement(
-            [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]], facts.document["isolation"]),
+            [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]],
+            facts.document["isolation"],
+        ),
         "setup": setup_rows(facts.identity, run_row, protocol, facts.this.get("facts")),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
@@ -379,14 +491,21 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
     return {
         "present": True,
         "note": window.get("headline_note") or f"no evaluation at step >= {facts.window_start}",
-        "rows": [{"step": point["step"], "success": fmt(point["success"]),
-                  "episodes": point.get("episodes") or "not recorded",
-                  "in_window": "yes" if point["step"] >= facts.window_start else "no"}
-                 for point in facts.this.get("evaluations") or []],
+        "rows": [
+            {
+                "step": point["step"],
+                "success": fmt(point["success"]),
+                "episodes": point.get("episodes") or "not recorded",
+                "in_window": "yes" if point["step"] >= facts.window_start else "no",
+            }
+            for point in facts.this.get("evaluations") or []
+        ],
     }
 
 
-def citation_vars(family: str, benchmark: str | None, published: Mapping[str, Any]) -> dict[str, Any]:
+def citation_vars(
+    family: str, benchmark: str | None, published: Mapping[str, Any]
+) -> dict[str, Any]:
     """The papers the card cites (configs/papers.yaml): the method's, the benchmark's and those of
     the published rows it quotes, each with its arXiv link; BibTeX for those whose authors and title
     are recorded, and ccpo's own entry."""
@@ -404,8 +523,11 @@ def citation_vars(family: str, benchmark: str | None, published: Mapping[str, An
     keys += [row["paper"] for row in published.get("rows") or [] if row.get("paper")]
     cited = [papers.paper(key) for key in dict.fromkeys(keys)]
     return {
-        "papers": [{"short": paper.short, "arxiv": paper.arxiv, "url": paper.url} for paper in cited],
-        "bibtex": [entry for paper in cited if (entry := paper.bibtex())] + [software_bibtex(__version__, code_url())],
+        "papers": [
+            {"short": paper.short, "arxiv": paper.arxiv, "url": paper.url} for paper in cited
+        ],
+        "bibtex": [entry for paper in cited if (entry := paper.bibtex())]
+        + [software_bibtex(__version__, code_url())],
     }
 
 
@@ -420,10 +542,18 @@ def framework_versions(run_row: Mapping[str, Any]) -> list[dict[str, str]]:
             recorded = json.loads(recorded)
         except ValueError:
             recorded = None
-    rows = [{"name": str(name), "version": str(version), "role": "recorded by the run"}
-            for name, version in (recorded.items() if isinstance(recorded, Mapping) else ())]
+    rows = [
+        {"name": str(name), "version": str(version), "role": "recorded by the run"}
+        for name, version in (recorded.items() if isinstance(recorded, Mapping) else ())
+    ]
     if not rows:
-        rows.append({"name": "training frameworks", "version": "not recorded", "role": "the run records none"})
+        rows.append(
+            {
+                "name": "training frameworks",
+                "version": "not recorded",
+                "role": "the run records none",
+            }
+        )
     from importlib import metadata
 
     for name in ("ccpo", "huggingface_hub"):
@@ -438,11 +568,17 @@ def framework_versions(run_row: Mapping[str, Any]) -> list[dict[str, str]]:
 def _metadata(facts: _Facts) -> dict[str, Any]:
     window, interim = facts.this["window"], facts.status == "interim"
     benchmark_tag = [facts.identity.benchmark] if facts.identity.benchmark else []
-    tags = [*(LOCAL_TAGS if facts.from_scratch else BASE_TAGS), *benchmark_tag, _arm_tag(facts.this_arm.name)]
+    tags = [
+        *(LOCAL_TAGS if facts.from_scratch else BASE_TAGS),
+        *benchmark_tag,
+        _arm_tag(facts.this_arm.name),
+    ]
     tags += ["interim"] if interim else []
     tags += [] if facts.headline else [TOO_FEW_TAG]
     base_model = facts.run_row.get("base_model")
-    lineage = {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
+    lineage = (
+        {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
+    )
     return {
         **lineage,
         # The local policy is a torch checkpoint loaded by ccpo, not a transformers text generator.
@@ -472,8 +608,14 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     for key, label in task_type_columns(facts.identity, facts.this.get("best") or {}):
         entry = window_types.get(key) or {}
         if entry.get("mean") is not None:
-            rows.append({"key": key, "name": f"{label} success (%)", "value": round(float(entry["mean"]), 1),
-                         "n": entry.get("n")})
+            rows.append(
+                {
+                    "key": key,
+                    "name": f"{label} success (%)",
+                    "value": round(float(entry["mean"]), 1),
+                    "n": entry.get("n"),
+                }
+            )
     return rows
 
 
@@ -503,8 +645,14 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "single_evaluation_noise": facts.noise,
         "arms": [row["raw"] for row in arms_table],
         "runs": [
-            {"run": entry["run"], "arm": entry["arm"], "arm_label": entry.get("arm_label"), "kind": entry["kind"],
-             "seed": entry["seed"], "window": entry["window"]}
+            {
+                "run": entry["run"],
+                "arm": entry["arm"],
+                "arm_label": entry.get("arm_label"),
+                "kind": entry["kind"],
+                "seed": entry["seed"],
+                "window": entry["window"],
+            }
             for entry in facts.document["runs"]
         ],
         "references": facts.document.get("references", []),
@@ -551,21 +699,36 @@ def build_card_context(
     arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
     own = next((row for row in arms_table if row["this"]), None)
     # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
-    level = own["raw"]["mean"] if own is not None and own["raw"].get("mean") is not None else facts.this["window"]["mean"]
+    level = (
+        own["raw"]["mean"]
+        if own is not None and own["raw"].get("mean") is not None
+        else facts.this["window"]["mean"]
+    )
     # Without a window mean there is no level to set against GRPO's; the card compares nothing then.
-    grpo = grpo_caveat(arms_table, facts.excluded, facts.identities, level) if level is not None else {"present": False}
+    grpo = (
+        grpo_caveat(arms_table, facts.excluded, facts.identities, level)
+        if level is not None
+        else {"present": False}
+    )
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
-        facts.run_row.get("base_model"), run_protocol if isinstance(run_protocol, str) else None,
-        load_baseline_data(), benchmark=facts.identity.benchmark, from_scratch=facts.from_scratch,
+        facts.run_row.get("base_model"),
+        run_protocol if isinstance(run_protocol, str) else None,
+        load_baseline_data(),
+        benchmark=facts.identity.benchmark,
+        from_scratch=facts.from_scratch,
     )
     return CardContext(
         run=facts.run_row["name"],
         status=status,
         repo_id=facts.repo_id,
-        template_vars=dict(_template_vars(facts, arms_table, grpo, published), weights=_weights_vars(weights)),
+        template_vars=dict(
+            _template_vars(facts, arms_table, grpo, published), weights=_weights_vars(weights)
+        ),
         metadata=_metadata(facts),
-        summary=dict(_summary(facts, arms_table, grpo, published),
-                     **({"weights": dict(weights)} if weights is not None else {})),
+        summary=dict(
+            _summary(facts, arms_table, grpo, published),
+            **({"weights": dict(weights)} if weights is not None else {}),
+        ),
         comparison=facts.document,
     )

@@ -28,14 +28,21 @@ def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any])
     }
 
 
-def single_evaluation_noise(interval: Mapping[str, Any] | None, protocol: EvaluationProtocol) -> dict[str, Any]:
+def single_evaluation_noise(
+    interval: Mapping[str, Any] | None, protocol: EvaluationProtocol
+) -> dict[str, Any]:
     """The comparison's single-evaluation interval, with the method spelled out for the card."""
     if not interval:
-        reason = ("the episodes per evaluation are not recorded" if not protocol.episodes
-                  else "no window mean to evaluate it at")
+        reason = (
+            "the episodes per evaluation are not recorded"
+            if not protocol.episodes
+            else "no window mean to evaluate it at"
+        )
         return {"half_width": None, "method": reason, "episodes": protocol.episodes}
     basis = interval.get("episodes_basis") or EPISODES_RECORDED
-    episodes = f"{interval['episodes']} episodes" + ("" if basis == EPISODES_RECORDED else f" ({basis})")
+    episodes = f"{interval['episodes']} episodes" + (
+        "" if basis == EPISODES_RECORDED else f" ({basis})"
+    )
     return {
         "half_width": interval["half_width"],
         "low": interval["low"],
@@ -50,8 +57,13 @@ def single_evaluation_noise(interval: Mapping[str, Any] | None, protocol: Evalua
     }
 
 
-def named_checkpoint(db: sqlite_utils.Database, run: str, wanted_step: int | None, given: int | None,
-                     repo_id: str | None = None) -> int | None:
+def named_checkpoint(
+    db: sqlite_utils.Database,
+    run: str,
+    wanted_step: int | None,
+    given: int | None,
+    repo_id: str | None = None,
+) -> int | None:
     """The checkpoint step a card may name as "published here": the one a publish sends and has
     landed before the card is committed (`given`), else `wanted_step` only when an upload of
     that step is recorded as landed (a publication with a commit, or a done outbox entry) in
@@ -64,15 +76,24 @@ def named_checkpoint(db: sqlite_utils.Database, run: str, wanted_step: int | Non
     return wanted_step if wanted_step in landed_checkpoint_steps(db, run, repo_id) else None
 
 
-def landed_checkpoint_steps(db: sqlite_utils.Database, run: str, repo_id: str | None = None) -> set[int]:
+def landed_checkpoint_steps(
+    db: sqlite_utils.Database, run: str, repo_id: str | None = None
+) -> set[int]:
     """Steps whose checkpoint upload runs.db records as landed on the Hub (in `repo_id`)."""
     from ccpo_cli.store.outbox import entries
 
-    steps = {int(row["checkpoint_step"]) for row in store.run_publications(db, run)
-             if row["checkpoint_step"] is not None and row["commit_id"]
-             and (repo_id is None or row["repo_id"] == repo_id)}
-    steps |= {entry.step for entry in entries(db, run, repo_id, state="done")
-              if entry.kind == "checkpoint" and entry.commit_id}
+    steps = {
+        int(row["checkpoint_step"])
+        for row in store.run_publications(db, run)
+        if row["checkpoint_step"] is not None
+        and row["commit_id"]
+        and (repo_id is None or row["repo_id"] == repo_id)
+    }
+    steps |= {
+        entry.step
+        for entry in entries(db, run, repo_id, state="done")
+        if entry.kind == "checkpoint" and entry.commit_id
+    }
     return steps
 
 

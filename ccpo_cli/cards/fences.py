@@ -47,7 +47,10 @@ def _merge_body(remote_body: str, new_body: str) -> str:
     for index, name in enumerate(order):
         if name in seen:
             continue
-        anchor = next((regions(merged)[prev] for prev in reversed(order[:index]) if prev in regions(merged)), None)
+        anchor = next(
+            (regions(merged)[prev] for prev in reversed(order[:index]) if prev in regions(merged)),
+            None,
+        )
         if anchor is None:
             merged = merged.rstrip("\n") + "\n\n" + new_regions[name] + "\n"
         else:
@@ -62,7 +65,11 @@ def _merge_metadata(remote: dict, new: dict) -> dict:
         if key != "tags":
             merged[key] = value
     new_tags = list(new.get("tags") or [])
-    kept = [tag for tag in (remote.get("tags") or []) if tag not in new_tags and tag not in TRANSIENT_TAGS]
+    kept = [
+        tag
+        for tag in (remote.get("tags") or [])
+        if tag not in new_tags and tag not in TRANSIENT_TAGS
+    ]
     merged["tags"] = new_tags + kept
     return merged
 

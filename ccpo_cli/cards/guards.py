@@ -37,7 +37,9 @@ def check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
         if not totals:
             raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
         if last_step is None or last_step < max(totals):
-            conflict = f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
+            conflict = (
+                f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
+            )
             raise InvalidInput(
                 f"run {run!r} is at step {last_step or 0} of {max(totals)}{conflict}: "
                 "a final card needs a finished run (use --status interim)"
@@ -49,23 +51,32 @@ def check_status(run: str, status: str, this: Mapping[str, Any]) -> None:
         )
 
 
-def check_headline(name: str, window: Mapping[str, Any], window_start: int, evaluations: int) -> bool:
+def check_headline(
+    name: str, window: Mapping[str, Any], window_start: int, evaluations: int
+) -> bool:
     """Whether the window holds enough evaluations for a window mean (the card's headline and
     model-index value). A run with evaluations but too few in the window still gets a card that
     says so and reports the evaluations it has (a repository that receives weights always gets
     a card); only a run with no evaluation at all is refused, having nothing to report."""
     if not evaluations:
-        raise InvalidInput(f"run {name!r} has no held-out evaluation yet; a card reports evaluations, so wait for one")
+        raise InvalidInput(
+            f"run {name!r} has no held-out evaluation yet; a card reports evaluations, so wait for one"
+        )
     return bool(window.get("n")) and bool(window.get("headline"))
 
 
 def card_license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:
     base_model = run_row.get("base_model")
     if not base_model and not from_scratch:
-        raise InvalidInput(f"run {run_row['name']!r} records no base model; ingest it with --base-model")
+        raise InvalidInput(
+            f"run {run_row['name']!r} records no base model; ingest it with --base-model"
+        )
     # A from-scratch policy inherits no license: it is ccpo's own work, under ccpo's license.
-    license = given or config_of(run_row).get("license") or (
-        PROJECT_LICENSE if from_scratch else inherited_license(base_model))
+    license = (
+        given
+        or config_of(run_row).get("license")
+        or (PROJECT_LICENSE if from_scratch else inherited_license(base_model))
+    )
     if not license:
         raise InvalidInput(
             f"run {run_row['name']!r} records no license and the base model {base_model} has none on "

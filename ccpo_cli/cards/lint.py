@@ -11,10 +11,28 @@ from ccpo_cli.errors import InvalidInput
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # Keys ccpo writes; anything else in a card it rendered means the template drifted.
 ALLOWED_KEYS = {
-    "base_model", "base_model_relation", "library_name", "pipeline_tag", "license", "tags",
-    "metrics", "model-index", "model_name", "language", "datasets", "license_name", "license_link",
+    "base_model",
+    "base_model_relation",
+    "library_name",
+    "pipeline_tag",
+    "license",
+    "tags",
+    "metrics",
+    "model-index",
+    "model_name",
+    "language",
+    "datasets",
+    "license_name",
+    "license_link",
 }
-REQUIRED_KEYS = ("base_model", "base_model_relation", "library_name", "pipeline_tag", "license", "model-index")
+REQUIRED_KEYS = (
+    "base_model",
+    "base_model_relation",
+    "library_name",
+    "pipeline_tag",
+    "license",
+    "model-index",
+)
 # A policy trained from scratch (the local CPU backend) has no base model. Its card says so with
 # this tag and then must carry neither `base_model` nor `base_model_relation`.
 FROM_SCRATCH_TAG = "trained-from-scratch"
@@ -34,13 +52,17 @@ PLACEHOLDERS = (
     re.compile(r"\(None\)|\[(?:None|TODO)\]|<(?:None|TODO)>"),
     re.compile(r"\bTODO(?=[:(])"),
 )
-LOCAL_PATH = re.compile(r"(?<![\w:/.])(/(home|Users|tmp|root|mnt|data|scratch|var|opt|work)/\S*|~/\S+|[A-Za-z]:\\\S+)")
+LOCAL_PATH = re.compile(
+    r"(?<![\w:/.])(/(home|Users|tmp|root|mnt|data|scratch|var|opt|work)/\S*|~/\S+|[A-Za-z]:\\\S+)"
+)
 
 
 # Phrases that point at a table: "above" ones at the arms table, "below" ones at any table after
 # them. A card that says either without the table it means sends the reader to nothing.
 ABOVE_ARMS = re.compile(r"\b(?:the arms above|the table above|shown above)\b", re.IGNORECASE)
-BELOW = re.compile(r"\b(?:results below|the full set is below|listed below|rows below)\b", re.IGNORECASE)
+BELOW = re.compile(
+    r"\b(?:results below|the full set is below|listed below|rows below)\b", re.IGNORECASE
+)
 ARMS_HEADING = "## The arms side by side"
 
 
@@ -80,13 +102,17 @@ def layout_problems(body: str) -> list[str]:
         if stripped.startswith("|") and stripped.endswith("|") and not set(stripped) <= set("|-: "):
             cells = [cell.strip() for cell in stripped[1:-1].split("|")]
             if any(cell == "" for cell in cells):
-                problems.append(f"body line {number}: an empty table cell (state why the value is missing)")
+                problems.append(
+                    f"body line {number}: an empty table cell (state why the value is missing)"
+                )
     sections = _sections(lines)
     arms_table = any(line.strip().startswith("|") for _, line in sections.get(ARMS_HEADING, []))
     table_lines = [number for number, line in lines if line.strip().startswith("|")]
     for number, line in lines:
         if ABOVE_ARMS.search(line) and not arms_table:
-            problems.append(f"body line {number}: refers to a table of arms above, and there is none")
+            problems.append(
+                f"body line {number}: refers to a table of arms above, and there is none"
+            )
         if BELOW.search(line) and not any(table > number for table in table_lines):
             problems.append(f"body line {number}: refers to a table below, and there is none")
     return problems
@@ -105,10 +131,14 @@ def lint_card(text: str, *, allow_extra_keys: bool = False) -> list[str]:
     for key in REQUIRED_KEYS:
         if too_few and key == "model-index":
             if metadata.get(key):
-                problems.append(f"metadata: a card tagged {TOO_FEW_TAG} claims no result, so it has no model-index")
+                problems.append(
+                    f"metadata: a card tagged {TOO_FEW_TAG} claims no result, so it has no model-index"
+                )
         elif from_scratch and key in LINEAGE_KEYS:
             if metadata.get(key):
-                problems.append(f"metadata: {key} is set on a card tagged {FROM_SCRATCH_TAG} (no base model)")
+                problems.append(
+                    f"metadata: {key} is set on a card tagged {FROM_SCRATCH_TAG} (no base model)"
+                )
         elif not metadata.get(key):
             problems.append(f"metadata: {key} is missing")
     if not allow_extra_keys:

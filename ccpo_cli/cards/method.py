@@ -60,6 +60,7 @@ METHOD_PARAGRAPHS = {
     ),
 }
 
+
 # The arm's `padding` flag (docs/estimators.md): what happens to the copies of rows a trainer adds
 # to fill its batch (`is_pad`). It is part of the fingerprint, so the card states it.
 def padding_rule(flags: Mapping[str, Any], *, pads: bool) -> str:
@@ -69,7 +70,9 @@ def padding_rule(flags: Mapping[str, Any], *, pads: bool) -> str:
         return "not recorded (the run predates the padding flag or records another value)"
     line = f"`{rule}`: {PADDING_MEANINGS[rule]}"
     if not pads:
-        line += "; the local backend adds no padding copies, so the rule changes nothing in this run"
+        line += (
+            "; the local backend adds no padding copies, so the rule changes nothing in this run"
+        )
     return line
 
 
@@ -84,17 +87,22 @@ def is_external(arm_name: str | None) -> bool:
 def external_estimator(arm_name: str | None, flags: Mapping[str, Any]) -> str:
     """The estimator an external arm's log printed (`algorithm.adv_estimator`)."""
     value = flags.get("adv_estimator")
-    return str(value) if value else (arm_name or "")[len(EXTERNAL_ARM_PREFIX):]
+    return str(value) if value else (arm_name or "")[len(EXTERNAL_ARM_PREFIX) :]
 
 
 def external_method(arm_name: str | None, flags: Mapping[str, Any]) -> dict[str, str]:
     """The method variables of a card for an external arm: its own estimator, not ccpo's words."""
     estimator = external_estimator(arm_name, flags)
-    return {"family": estimator_family(arm_name, flags), "name": f"verl-agent's `{estimator}` estimator",
-            "short": {"grpo": "GRPO", "gigpo": "GiGPO"}.get(estimator, estimator.upper()),
-            "paragraph": (f"The run trained verl-agent's `{estimator}` advantage estimator (`algorithm.adv_estimator="
-                          f"{estimator}`). ccpo does not implement it: the arm is known by the `algorithm.*` settings "
-                          "the run's log printed, listed below, and its fingerprint is theirs.")}
+    return {
+        "family": estimator_family(arm_name, flags),
+        "name": f"verl-agent's `{estimator}` estimator",
+        "short": {"grpo": "GRPO", "gigpo": "GiGPO"}.get(estimator, estimator.upper()),
+        "paragraph": (
+            f"The run trained verl-agent's `{estimator}` advantage estimator (`algorithm.adv_estimator="
+            f"{estimator}`). ccpo does not implement it: the arm is known by the `algorithm.*` settings "
+            "the run's log printed, listed below, and its fingerprint is theirs."
+        ),
+    }
 
 
 def estimator_family(arm_name: str | None, flags: Mapping[str, Any]) -> str:
@@ -125,13 +133,17 @@ def describe_ccpo_flags(flags: Mapping[str, Any]) -> str:
     gate = str(flags.get("gate", "hard"))
     rho = _number(flags.get("rho"))
     if gate == "global":
-        parts.append("a single task-level bucket (global gate) with feature-weighted siblings and no shrinkage")
+        parts.append(
+            "a single task-level bucket (global gate) with feature-weighted siblings and no shrinkage"
+        )
     else:
         parts.append("the exact (task, observation) anchor gate GiGPO and G2PO use")
         if rho == 0:
             parts.append("uniform sibling weighting")
         elif rho is not None:
-            parts.append(f"feature-weighted siblings shrunk toward the uniform baseline (rho={rho:g})")
+            parts.append(
+                f"feature-weighted siblings shrunk toward the uniform baseline (rho={rho:g})"
+            )
     if str(flags.get("backoff_task", "0")) not in ("0", "False", "false", "None", ""):
         parts.append("a task-level backoff bucket for anchors without siblings")
     jweight = _number(flags.get("jweight_c"))
@@ -149,8 +161,10 @@ def describe_ccpo_flags(flags: Mapping[str, Any]) -> str:
 
 def describe_arm(arm_name: str, flags: Mapping[str, Any]) -> str:
     if is_external(arm_name):
-        return (f"verl-agent's `{external_estimator(arm_name, flags)}` estimator with the `algorithm.*` settings its "
-                "log printed (not one of ccpo's arm files)")
+        return (
+            f"verl-agent's `{external_estimator(arm_name, flags)}` estimator with the `algorithm.*` settings its "
+            "log printed (not one of ccpo's arm files)"
+        )
     family = estimator_family(arm_name, flags)
     if family == "ccpo":
         return describe_ccpo_flags(flags)
@@ -169,7 +183,9 @@ def format_flag_value(value: Any) -> str:
     return str(value)
 
 
-def distinguishing_flags(flags: Mapping[str, Any], others: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+def distinguishing_flags(
+    flags: Mapping[str, Any], others: Iterable[Mapping[str, Any]]
+) -> list[tuple[str, str]]:
     """The flags whose value in this arm differs from at least one other arm's, in flag order."""
     others = list(others)
     differing = []

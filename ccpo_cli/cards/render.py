@@ -26,8 +26,11 @@ def card_data(context: CardContext) -> ModelCardData:
     meta = context.metadata
     benchmark = meta["benchmark"]
     # The source link needs a Hub id; a card rendered for a bare run name carries no link.
-    source_url = (f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}"
-                  if context.repo_id and "/" in context.repo_id else None)
+    source_url = (
+        f"https://huggingface.co/{context.repo_id}/blob/main/{SUMMARY_PATH}"
+        if context.repo_id and "/" in context.repo_id
+        else None
+    )
     shared = dict(
         task_type=meta["pipeline_tag"],
         task_name=f"{benchmark['title'] if benchmark['known'] else 'Held-out'} success",
@@ -38,10 +41,27 @@ def card_data(context: CardContext) -> ModelCardData:
         source_url=source_url,
     )
     # The headline first (readers take results[0]), then each task type over the same window.
-    results = [EvalResult(metric_type="success_rate", metric_value=meta["headline_value"],
-                          metric_name=meta["headline_name"], **shared)] if meta["headline_value"] is not None else []
-    results += [EvalResult(metric_type=f"success_rate_{row['key']}", metric_value=row["value"],
-                           metric_name=row["name"], **shared) for row in meta.get("task_type_results") or []]
+    results = (
+        [
+            EvalResult(
+                metric_type="success_rate",
+                metric_value=meta["headline_value"],
+                metric_name=meta["headline_name"],
+                **shared,
+            )
+        ]
+        if meta["headline_value"] is not None
+        else []
+    )
+    results += [
+        EvalResult(
+            metric_type=f"success_rate_{row['key']}",
+            metric_value=row["value"],
+            metric_name=row["name"],
+            **shared,
+        )
+        for row in meta.get("task_type_results") or []
+    ]
     return ModelCardData(
         base_model=meta.get("base_model"),  # none for a policy trained from scratch
         base_model_relation=meta.get("base_model_relation"),
@@ -72,6 +92,8 @@ def collapse_blank_runs(text: str) -> str:
 
 def render_card(context: CardContext) -> str:
     """README.md text for the context (YAML header and Markdown body)."""
-    card = ModelCard.from_template(card_data(context), template_path=str(template_path()), **context.template_vars)
+    card = ModelCard.from_template(
+        card_data(context), template_path=str(template_path()), **context.template_vars
+    )
     text = collapse_blank_runs(str(card))
     return text if text.endswith("\n") else text + "\n"

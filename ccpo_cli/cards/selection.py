@@ -37,15 +37,19 @@ def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None
     return compare_runs(db, runs, window_start=window_start)
 
 
-def card_identity(db: sqlite_utils.Database, run: str) -> tuple[RunIdentity, dict[str, RunIdentity]]:
+def card_identity(
+    db: sqlite_utils.Database, run: str
+) -> tuple[RunIdentity, dict[str, RunIdentity]]:
     """The run's identity (refused when a card cannot describe it) and every run's."""
     identities = all_identities(db)
     row = store.get_run(db, run)
     name = row["name"]
     if row.get("retracted"):  # `ccpo runs retract RUN`: its results are no longer claimed
         retracted = row["retracted"]
-        raise InvalidInput(f"run {name!r} was retracted ({retracted['reason']}; {retracted['retracted_by']}, "
-                           f"{retracted['recorded_at']}): a card does not describe a retracted run")
+        raise InvalidInput(
+            f"run {name!r} was retracted ({retracted['reason']}; {retracted['retracted_by']}, "
+            f"{retracted['recorded_at']}): a card does not describe a retracted run"
+        )
     identity = identities[name]
     if identity.is_reference:
         raise InvalidInput(
@@ -57,8 +61,13 @@ def card_identity(db: sqlite_utils.Database, run: str) -> tuple[RunIdentity, dic
     return identity, identities
 
 
-def isolated_comparison(db: sqlite_utils.Database, run: str, window_start: int | None, *,
-                        identities: dict[str, RunIdentity] | None = None) -> tuple[dict, dict[str, list[str]]]:
+def isolated_comparison(
+    db: sqlite_utils.Database,
+    run: str,
+    window_start: int | None,
+    *,
+    identities: dict[str, RunIdentity] | None = None,
+) -> tuple[dict, dict[str, list[str]]]:
     """The comparison document over `run`, every other seed of its arm (always kept), the other
     arms of the same setting whose runs do not fail the isolation check against them, and the
     reference runs of its benchmark; plus the runs left out with what excluded them. An arm whose
@@ -69,8 +78,14 @@ def isolated_comparison(db: sqlite_utils.Database, run: str, window_start: int |
         identity = identities[store.get_run(db, run)["name"]]
     with_evaluations = {row["name"] for row in store.list_runs(db) if row.get("n_evaluations")}
     own_unit, setting = identity.unit, identity.unit.setting()
-    own = [identity.run, *(name for name, other in identities.items()
-                           if name != identity.run and not other.is_reference and other.unit == own_unit)]
+    own = [
+        identity.run,
+        *(
+            name
+            for name, other in identities.items()
+            if name != identity.run and not other.is_reference and other.unit == own_unit
+        ),
+    ]
     others: dict[Any, list[str]] = defaultdict(list)
     excluded: dict[str, list[str]] = {}
     references = []
@@ -112,7 +127,9 @@ def trained_from_scratch(identity: RunIdentity) -> bool:
 class ResolvedArm:
     name: str  # the arm file's name
     label: str  # the arm's own short title, e.g. "CCPO return-hard"
-    unit_label: str  # the comparison's label of its unit (the name, its overrides, what sets it apart)
+    unit_label: (
+        str  # the comparison's label of its unit (the name, its overrides, what sets it apart)
+    )
     flags: dict[str, Any]
     fingerprint: str | None
     inert: dict[str, str]  # flag -> why it cannot change this arm's advantages
@@ -128,21 +145,37 @@ def resolve_arm(arm: ArmIdentity, unit_label: str | None = None) -> ResolvedArm:
     from ccpo_cli import arms
 
     flags = dict(arm.flags or {})
-    typed = arms.arm_from_flags(arm.name, flags, arm.description, arm.overrides) if arm.flags else None
+    typed = (
+        arms.arm_from_flags(arm.name, flags, arm.description, arm.overrides) if arm.flags else None
+    )
     inert = arms.inert_flags(typed) if typed is not None else {}
     label = (arm.description or arm.name).split(":")[0].strip() or arm.name
     if arm.overrides:
         label = f"{label} with {', '.join(f'{key}={value}' for key, value in sorted(arm.overrides.items()))}"
-    return ResolvedArm(arm.name, label, unit_label or arm.label, flags, arm.fingerprint, inert,
-                       dict(arm.overrides), arm.flags_source if arm.flags else FLAGS_NOT_RECORDED,
-                       dict(arm.contradictions), arm.recorded_fingerprint)
+    return ResolvedArm(
+        arm.name,
+        label,
+        unit_label or arm.label,
+        flags,
+        arm.fingerprint,
+        inert,
+        dict(arm.overrides),
+        arm.flags_source if arm.flags else FLAGS_NOT_RECORDED,
+        dict(arm.contradictions),
+        arm.recorded_fingerprint,
+    )
 
 
 def resolve_document_arm(arm_entry: Mapping[str, Any]) -> ResolvedArm | None:
     """The ResolvedArm of one arm of a comparison document (None for a run without an arm)."""
     if not arm_entry.get("arm_name"):
         return None
-    identity = ArmIdentity(arm_entry["arm_name"], arm_entry.get("arm_fingerprint"), arm_entry.get("arm_flags"),
-                           arm_entry.get("arm_overrides") or {}, arm_entry.get("arm_flags_source") or FLAGS_NOT_RECORDED,
-                           arm_entry.get("arm_description") or "")
+    identity = ArmIdentity(
+        arm_entry["arm_name"],
+        arm_entry.get("arm_fingerprint"),
+        arm_entry.get("arm_flags"),
+        arm_entry.get("arm_overrides") or {},
+        arm_entry.get("arm_flags_source") or FLAGS_NOT_RECORDED,
+        arm_entry.get("arm_description") or "",
+    )
     return resolve_arm(identity, arm_entry["arm"])

@@ -65,36 +65,57 @@ def _learning_rate(value: Any) -> str:
 def _provenance_rows(run_row: Mapping[str, Any]) -> list[tuple[str, Any]]:
     commit = run_row.get("git_commit")
     return [("hardware", run_row.get("hardware"))] + (
-        [("code commit", f"{commit}{' (dirty)' if run_row.get('git_dirty') else ''}")] if commit else []
+        [("code commit", f"{commit}{' (dirty)' if run_row.get('git_dirty') else ''}")]
+        if commit
+        else []
     )
 
 
-def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) -> list[dict[str, str]]:
+def local_setup_rows(
+    run_row: Mapping[str, Any], protocol: Mapping[str, Any]
+) -> list[dict[str, str]]:
     """The training-setup table of a local CPU run, from the keys `ccpo train --backend local` records."""
     config = config_of(run_row)
     train = _mapping(config.get("train"))
     update, model = _mapping(train.get("update")), _mapping(train.get("model"))
     pool, panel = _mapping(config.get("training_pool")), _mapping(config.get("eval_panel"))
-    size = ", ".join(f"{key} {model[key]}" for key in ("dim", "hidden") if model.get(key) is not None)
+    size = ", ".join(
+        f"{key} {model[key]}" for key in ("dim", "hidden") if model.get(key) is not None
+    )
     start = _mapping(config.get("start"))
-    origin = (f"forked at step {start.get('step')} from a run of arm {start.get('arm')} (shared warm start)"
-              if start else "trained from scratch")
-    rows = [("model", f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"
-             + (f" ({size})" if size else "") + "; no pretrained base model")]
+    origin = (
+        f"forked at step {start.get('step')} from a run of arm {start.get('arm')} (shared warm start)"
+        if start
+        else "trained from scratch"
+    )
+    rows = [
+        (
+            "model",
+            f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"
+            + (f" ({size})" if size else "")
+            + "; no pretrained base model",
+        )
+    ]
     rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
     if pool.get("games") is not None:
         source = redact_paths(pool.get("source"))
         rows.append(("training games", f"{pool['games']}" + (f", {source}" if source else "")))
     tasks, group = train.get("tasks"), train.get("group")
     if tasks is not None and group is not None:
-        rows.append(("batch", f"{tasks} tasks x {group} rollouts = {int(tasks) * int(group)} episodes/step"))
+        rows.append(
+            ("batch", f"{tasks} tasks x {group} rollouts = {int(tasks) * int(group)} episodes/step")
+        )
     if train.get("max_steps") is not None:
         rows.append(("max env steps", f"{train['max_steps']} per episode"))
     if update.get("learning_rate") is not None:
         rows.append(("learning rate", _learning_rate(update["learning_rate"])))
     if update.get("kl_coef") is not None:
         rows.append(("KL coef", f"{update['kl_coef']}"))
-    for key, label in (("entropy_coef", "entropy coef"), ("clip_ratio", "clip ratio"), ("epochs", "epochs per step")):
+    for key, label in (
+        ("entropy_coef", "entropy coef"),
+        ("clip_ratio", "clip ratio"),
+        ("epochs", "epochs per step"),
+    ):
         if update.get(key) is not None:
             rows.append((label, f"{update[key]}"))
     gamma = _mapping(_mapping(config.get("arm")).get("flags")).get("gamma")
@@ -106,8 +127,10 @@ def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) ->
     games = panel.get("games", train.get("eval_games", protocol.get("episodes")))
     every = train.get("eval_every")
     eval_bits = [
-        f"{games} held-out games" + (f" of the {panel['panel_games']}-game panel" if panel.get("panel_games") else "")
-        if games is not None else None,
+        f"{games} held-out games"
+        + (f" of the {panel['panel_games']}-game panel" if panel.get("panel_games") else "")
+        if games is not None
+        else None,
         f"temperature {temperature}" if temperature is not None else None,
         f"every {every} step{'' if every == 1 else 's'}" if every is not None else None,
     ]
@@ -122,8 +145,9 @@ def local_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any]) ->
 FACT_ROWS = ("batch", "group", "max_steps", "lr", "kl", "gamma")
 
 
-def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
-                    facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+def verl_setup_rows(
+    run_row: Mapping[str, Any], protocol: Mapping[str, Any], facts: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
     """The training-setup table of a verl-agent run, from its recorded Hydra configuration and
     protocol facts; what neither records is said to be not recorded."""
     flat = flatten(config_of(run_row))
@@ -136,30 +160,55 @@ def verl_setup_rows(run_row: Mapping[str, Any], protocol: Mapping[str, Any],
     rows.append(("benchmark", benchmark_row(run_row.get("benchmark"))))
     if value["batch"] is not None and value["group"] is not None:
         episodes = int(value["batch"]) * int(value["group"])
-        rows.append(("batch", f"{value['batch']} tasks x {value['group']} rollouts = {episodes} episodes/step"))
+        rows.append(
+            (
+                "batch",
+                f"{value['batch']} tasks x {value['group']} rollouts = {episodes} episodes/step",
+            )
+        )
     if value["max_steps"] is not None:
-        history = f", history length {value['history_length']}" if value["history_length"] is not None else ""
+        history = (
+            f", history length {value['history_length']}"
+            if value["history_length"] is not None
+            else ""
+        )
         rows.append(("max env steps", f"{value['max_steps']} per episode{history}"))
-    rows.append(("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED))
+    rows.append(
+        ("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED)
+    )
     if value["kl"] is not None:
-        rows.append(("KL", f"{value['kl']}" + (f", {value['kl_type']} estimator" if value["kl_type"] else "")))
+        rows.append(
+            (
+                "KL",
+                f"{value['kl']}" + (f", {value['kl_type']} estimator" if value["kl_type"] else ""),
+            )
+        )
     rows.append(("gamma", f"{value['gamma']}" if value["gamma"] is not None else NOT_RECORDED))
     if value["max_prompt"] is not None and value["max_response"] is not None:
-        rows.append(("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens"))
+        rows.append(
+            ("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens")
+        )
     rows.append(("training steps", run_row.get("total_steps")))
     rows.append(("seed", run_row.get("seed") if run_row.get("seed") is not None else NOT_RECORDED))
-    eval_bits = [f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
-                 f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
-                 f"temperature {protocol['temperature']}" if protocol.get("temperature") is not None
-                 else "temperature not recorded"]
+    eval_bits = [
+        f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
+        f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
+        f"temperature {protocol['temperature']}"
+        if protocol.get("temperature") is not None
+        else "temperature not recorded",
+    ]
     rows.append(("eval", ", ".join(eval_bits)))
     rows.append(("backend", run_row.get("backend")))
     hardware = run_row.get("hardware") or facts.get("hardware")
     return _rows(rows + _provenance_rows(dict(run_row, hardware=hardware or NOT_RECORDED)))
 
 
-def setup_rows(identity: RunIdentity, run_row: Mapping[str, Any], protocol: Mapping[str, Any],
-               facts: Mapping[str, Any] | None = None) -> list[dict[str, str]]:
+def setup_rows(
+    identity: RunIdentity,
+    run_row: Mapping[str, Any],
+    protocol: Mapping[str, Any],
+    facts: Mapping[str, Any] | None = None,
+) -> list[dict[str, str]]:
     if trained_from_scratch(identity):
         return local_setup_rows(run_row, protocol)
     return verl_setup_rows(run_row, protocol, facts)
@@ -192,6 +241,8 @@ def config_yaml(run_row: Mapping[str, Any], summary_path: str) -> str:
         # ALFWorld game ids read like "pick_and_place_simple-Apple-None-GarbageCan-0054" and can
         # run to hundreds of lines: the card gives their count, the summary JSON the list.
         panel = dict(config["eval_panel"])
-        panel["game_ids"] = f"{len(panel['game_ids'])} games, listed in {summary_path} (eval_panel_game_ids)"
+        panel["game_ids"] = (
+            f"{len(panel['game_ids'])} games, listed in {summary_path} (eval_panel_game_ids)"
+        )
         config = dict(config, eval_panel=panel)
     return yaml.safe_dump(redact_paths(config), sort_keys=True, default_flow_style=False).strip()

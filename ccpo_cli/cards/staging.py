@@ -71,8 +71,14 @@ def stage_card(
     if repo_id is not None:
         check_repo_id(repo_id, "--repo-id")
     context = build_card_context(
-        db, run, status=status, repo_id=repo_id, window_start=window_start, weights=weights,
-        license=license, checkpoint_step=checkpoint_step,
+        db,
+        run,
+        status=status,
+        repo_id=repo_id,
+        window_start=window_start,
+        weights=weights,
+        license=license,
+        checkpoint_step=checkpoint_step,
     )
     text = render_card(context)
     require_clean(text, f"the card of run {run!r}")
@@ -82,20 +88,30 @@ def stage_card(
     ours = existing is not None and has_regions(existing)
     if not force:
         if existing is not None and not ours:
-            raise InvalidInput(f"{readme}: exists and was not written by ccpo (no ccpo regions); "
-                               f"refusing to overwrite it ({clobber_hint})")
+            raise InvalidInput(
+                f"{readme}: exists and was not written by ccpo (no ccpo regions); "
+                f"refusing to overwrite it ({clobber_hint})"
+            )
         if not ours:
-            taken = [str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()]
+            taken = [
+                str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()
+            ]
             if taken:
-                raise InvalidInput(f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
-                                   f"refusing to overwrite ({clobber_hint})")
+                raise InvalidInput(
+                    f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
+                    f"refusing to overwrite ({clobber_hint})"
+                )
     if ours and merge_existing and existing != text:
         text = merge_into_remote(existing, text)
         # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
-        problems = [p for p in lint_card(text, allow_extra_keys=True) if not p.startswith("body line")]
+        problems = [
+            p for p in lint_card(text, allow_extra_keys=True) if not p.startswith("body line")
+        ]
         if problems:
-            raise InvalidInput(f"{readme}: the card merged into the existing README fails the lint: "
-                               + "; ".join(problems))
+            raise InvalidInput(
+                f"{readme}: the card merged into the existing README fails the lint: "
+                + "; ".join(problems)
+            )
     try:
         (folder / "results").mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -103,11 +119,13 @@ def stage_card(
     summary_file = folder / SUMMARY_PATH
     plot_file = folder / PLOT_PATH
     summary = json.dumps(context.summary, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    _write_all({
-        summary_file: lambda tmp: tmp.write_text(summary, encoding="utf-8"),
-        plot_file: lambda tmp: plot_learning_curves(context.comparison, tmp),
-        readme: lambda tmp: tmp.write_text(text, encoding="utf-8"),
-    })
+    _write_all(
+        {
+            summary_file: lambda tmp: tmp.write_text(summary, encoding="utf-8"),
+            plot_file: lambda tmp: plot_learning_curves(context.comparison, tmp),
+            readme: lambda tmp: tmp.write_text(text, encoding="utf-8"),
+        }
+    )
     return StagedCard(
         folder=folder,
         readme=readme,

@@ -43,7 +43,12 @@ GLOBAL_MARK = "_ccpo_global"  # attribute set on the global options a command ca
 
 
 def _global_options_template(
-    db: Annotated[Path | None, typer.Option("--db", metavar="PATH", help="The runs database (default: CCPO_DB, else ./runs.db).")] = None,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db", metavar="PATH", help="The runs database (default: CCPO_DB, else ./runs.db)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", help="Only results and errors.")] = False,
 ) -> None:
     """Never called: Typer builds the two options from this signature, then every command gets a copy."""
@@ -134,7 +139,9 @@ def _version(value: bool) -> None:
 @app.callback()
 def root(
     ctx: typer.Context,
-    db: Annotated[Path, typer.Option("--db", metavar="PATH", envvar="CCPO_DB", help="The runs database.")] = DEFAULT_DB,
+    db: Annotated[
+        Path, typer.Option("--db", metavar="PATH", envvar="CCPO_DB", help="The runs database.")
+    ] = DEFAULT_DB,
     quiet: Annotated[bool, typer.Option("--quiet", help="Only results and errors.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")

@@ -16,7 +16,10 @@ from ccpo_cli.cli.common import (
     output_format,
 )
 
-arms_app = typer.Typer(help="The estimator arms: every flag resolved, fingerprinted, inert flags explained.", no_args_is_help=True)
+arms_app = typer.Typer(
+    help="The estimator arms: every flag resolved, fingerprinted, inert flags explained.",
+    no_args_is_help=True,
+)
 
 
 @arms_app.command("list")
@@ -30,8 +33,15 @@ def list_command(as_json: JsonOption = False, fmt: FormatOption = None) -> None:
     from ccpo_cli.report.tables import arms_list_table
 
     arms = [load_arm(name) for name in list_arms()]
-    rows = [{"arm": arm.name, "estimator": arm.estimator, "description": arm.description, "fingerprint": arm.fingerprint}
-            for arm in arms]
+    rows = [
+        {
+            "arm": arm.name,
+            "estimator": arm.estimator,
+            "description": arm.description,
+            "fingerprint": arm.fingerprint,
+        }
+        for arm in arms
+    ]
     emit(output_format(fmt, as_json), {"arms": rows}, lambda: [arms_list_table(rows)])
 
 
@@ -42,8 +52,14 @@ def _display(value: object) -> str:
 @arms_app.command("show")
 @handle_errors
 def show_command(
-    arm_name: Annotated[str, typer.Argument(metavar="ARM", help="Arm name (see `ccpo arms list`).",
-                                            autocompletion=completion.arm_names)],
+    arm_name: Annotated[
+        str,
+        typer.Argument(
+            metavar="ARM",
+            help="Arm name (see `ccpo arms list`).",
+            autocompletion=completion.arm_names,
+        ),
+    ],
     assignments: SetOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
@@ -59,8 +75,15 @@ def show_command(
     inert = inert_flags(arm)
     flags = arm.flags()
     # Each flag also sits at the top level, so `jq .gate` works as well as `jq .flags.gate`.
-    document = {"arm": arm.name, "description": arm.description, "fingerprint": arm.fingerprint,
-                "overrides": dict(arm.overrides), "flags": flags, "inert": inert, **flags}
+    document = {
+        "arm": arm.name,
+        "description": arm.description,
+        "fingerprint": arm.fingerprint,
+        "overrides": dict(arm.overrides),
+        "flags": flags,
+        "inert": inert,
+        **flags,
+    }
 
     def tables() -> list:
         lines = [f"{arm.name}: {arm.description}", f"fingerprint {arm.fingerprint}"]
@@ -74,8 +97,12 @@ def show_command(
 @arms_app.command("diff")
 @handle_errors
 def diff_command(
-    first: Annotated[str, typer.Argument(metavar="ARM", help="First arm.", autocompletion=completion.arm_names)],
-    second: Annotated[str, typer.Argument(metavar="ARM", help="Second arm.", autocompletion=completion.arm_names)],
+    first: Annotated[
+        str, typer.Argument(metavar="ARM", help="First arm.", autocompletion=completion.arm_names)
+    ],
+    second: Annotated[
+        str, typer.Argument(metavar="ARM", help="Second arm.", autocompletion=completion.arm_names)
+    ],
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -88,10 +115,26 @@ def diff_command(
     from ccpo_cli.report.tables import differences_table
 
     arms = [load_arm(name) for name in (first, second)]
-    differences = arm_differences(arms[0].flags(), arms[1].flags(), inert_flags(arms[0]), inert_flags(arms[1]))
-    document = {"first": first, "second": second, "fingerprints": [arm.fingerprint for arm in arms],
-                "differences": [{"flag": d.field, "first": d.first, "second": d.second, "note": d.note}
-                                for d in differences]}
-    emit(output_format(fmt, as_json), document,
-         lambda: [differences_table(differences, first, second, "arms")] if differences
-         else [f"arms {first} and {second} resolve to the same flags (fingerprint {arms[0].fingerprint[:12]})"])
+    differences = arm_differences(
+        arms[0].flags(), arms[1].flags(), inert_flags(arms[0]), inert_flags(arms[1])
+    )
+    document = {
+        "first": first,
+        "second": second,
+        "fingerprints": [arm.fingerprint for arm in arms],
+        "differences": [
+            {"flag": d.field, "first": d.first, "second": d.second, "note": d.note}
+            for d in differences
+        ],
+    }
+    emit(
+        output_format(fmt, as_json),
+        document,
+        lambda: (
+            [differences_table(differences, first, second, "arms")]
+            if differences
+            else [
+                f"arms {first} and {second} resolve to the same flags (fingerprint {arms[0].fingerprint[:12]})"
+            ]
+        ),
+    )

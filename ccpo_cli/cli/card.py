@@ -28,21 +28,47 @@ class CardStatus(StrEnum):
     auto = "auto"  # final once the run finished, else interim (report/readiness.py)
 
 
-STATUS_HELP = "interim (run in progress), final (run finished) or auto (final once the run has finished)."
+STATUS_HELP = (
+    "interim (run in progress), final (run finished) or auto (final once the run has finished)."
+)
 
 
 @handle_errors
 def card(
     ctx: typer.Context,
-    run: Annotated[str, typer.Option("--run", metavar="RUN", help="The run whose card to render.",
-                                     autocompletion=completion.run_names)],
+    run: Annotated[
+        str,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="The run whose card to render.",
+            autocompletion=completion.run_names,
+        ),
+    ],
     status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
-    output: Annotated[Path | None, typer.Option("--output", help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.",
+        ),
+    ] = None,
     repo: OptionalHubRepoOption = None,
     window_start: WindowStartOption = None,
     license: LicenseOption = None,  # noqa: A002
-    checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the checkpoint the card describes (default: best so far for interim, last for final).")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing README (and results/) that ccpo did not write.")] = False,
+    checkpoint_step: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-step",
+            help="Step of the checkpoint the card describes (default: best so far for interim, last for final).",
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Overwrite an existing README (and results/) that ccpo did not write."
+        ),
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Render the Hub model card of a run from the database; numbers and caveats come from data.
@@ -57,20 +83,40 @@ def card(
     from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
 
-    readme = output or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
+    readme = (
+        output
+        or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
+    )
     db = open_db(settings(ctx).db, must_exist=True)
     ready = card_readiness(db, run, status.value, window_start)
     if status is CardStatus.auto:
         info(ctx, f"{ready.status} card ({ready.status_basis})")
     staged = stage_card(
-        db, run, readme, status=ready.status, repo_id=repo,
-        window_start=window_start, license=license, checkpoint_step=checkpoint_step,
-        force=force, merge_existing=True,
+        db,
+        run,
+        readme,
+        status=ready.status,
+        repo_id=repo,
+        window_start=window_start,
+        license=license,
+        checkpoint_step=checkpoint_step,
+        force=force,
+        merge_existing=True,
     )
     if as_json:
-        emit_json({"run": staged.context.run, "status": staged.context.status, "card": str(staged.readme),
-                   "card_hash": staged.card_hash, "files": {path: str(local) for path, local in staged.files.items()},
-                   "summary": staged.context.summary})
+        emit_json(
+            {
+                "run": staged.context.run,
+                "status": staged.context.status,
+                "card": str(staged.readme),
+                "card_hash": staged.card_hash,
+                "files": {path: str(local) for path, local in staged.files.items()},
+                "summary": staged.context.summary,
+            }
+        )
     else:
-        info(ctx, f"wrote {staged.readme} and {', '.join(str(p) for k, p in staged.files.items() if k != 'README.md')}")
+        info(
+            ctx,
+            f"wrote {staged.readme} and {', '.join(str(p) for k, p in staged.files.items() if k != 'README.md')}",
+        )
         say(str(staged.readme))

@@ -41,52 +41,122 @@ class OutputFormat(StrEnum):
 
 
 # Option types shared by several commands: one name, one flag and one help text each.
-JsonOption = Annotated[bool, typer.Option("--json", help="One JSON document on stdout (the same as --format json).")]
-FormatOption = Annotated[OutputFormat | None, typer.Option(
-    "--format", help="table (for people, fitted to the terminal), json (one document), csv, markdown or latex "
-    "(booktabs, for papers and pull requests). Default: table.", show_default=False)]
-TableOption = Annotated[str | None, typer.Option(
-    "--table", metavar="NAME", help="--format csv: which of the tables to write (default: the first); "
-    "markdown and table show them all.", show_default=False)]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="One JSON document on stdout (the same as --format json).")
+]
+FormatOption = Annotated[
+    OutputFormat | None,
+    typer.Option(
+        "--format",
+        help="table (for people, fitted to the terminal), json (one document), csv, markdown or latex "
+        "(booktabs, for papers and pull requests). Default: table.",
+        show_default=False,
+    ),
+]
+TableOption = Annotated[
+    str | None,
+    typer.Option(
+        "--table",
+        metavar="NAME",
+        help="--format csv: which of the tables to write (default: the first); "
+        "markdown and table show them all.",
+        show_default=False,
+    ),
+]
 SetOption = Annotated[
     list[str] | None,
-    typer.Option("--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."),
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override an arm flag (repeatable), e.g. --set edge_w=0."
+    ),
 ]
-WindowStartOption = Annotated[int | None, typer.Option(
-    "--window-start", help=f"First step of the window (default: the start a matrix run recorded, else {DEFAULT_WINDOW.describe()}).")]
-SeedsOption = Annotated[str | None, typer.Option(
-    "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}.")]
-ArmOption = Annotated[str, typer.Option(
-    "--arm", metavar="ARM", help="Arm name (see `ccpo arms list`).", autocompletion=completion.arm_names)]
-RunNameOption = Annotated[str, typer.Option(
-    "--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)]
+WindowStartOption = Annotated[
+    int | None,
+    typer.Option(
+        "--window-start",
+        help=f"First step of the window (default: the start a matrix run recorded, else {DEFAULT_WINDOW.describe()}).",
+    ),
+]
+SeedsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}."
+    ),
+]
+ArmOption = Annotated[
+    str,
+    typer.Option(
+        "--arm",
+        metavar="ARM",
+        help="Arm name (see `ccpo arms list`).",
+        autocompletion=completion.arm_names,
+    ),
+]
+RunNameOption = Annotated[
+    str, typer.Option("--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)
+]
 
 # How a command reaches the Hub (`ccpo publish`, `ccpo card`, `ccpo sync`, `ccpo train --push-to-hub`),
 # declared once. `--repo-id` is the v1 name of `--repo` in `ccpo card`, kept as an alias everywhere.
-HubRepoOption = Annotated[str, typer.Option("--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")]
-OptionalHubRepoOption = Annotated[str | None, typer.Option(
-    "--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")]
-HubTokenOption = Annotated[str | None, typer.Option(
-    "--token", help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine "
-    "(ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.", show_default=False)]
-HubTokenFileOption = Annotated[Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")]
-HubTimeoutOption = Annotated[str | None, typer.Option(
-    "--timeout", help="Hub timeouts in seconds, READ or CONNECT,READ: READ bounds one read of a transfer, and of a "
-    "metadata answer when below 20 (default: CCPO_HUB_TIMEOUT, else 10,300).")]
-HubDeadlineOption = Annotated[float | None, typer.Option(
-    "--deadline", help="Deadline of the whole command's Hub work in seconds (of each upload for --push-to-hub, of each "
-    "round for --follow), retries and waits included, however slowly answers come; a transfer adds its size at 1 MiB/s "
-    "(default: CCPO_HUB_DEADLINE, else 900; one metadata call at most 60).")]
-HubEndpointOption = Annotated[str | None, typer.Option(
-    "--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub).")]
+HubRepoOption = Annotated[
+    str, typer.Option("--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")
+]
+OptionalHubRepoOption = Annotated[
+    str | None, typer.Option("--repo", "--repo-id", metavar="OWNER/NAME", help="Hub repository id.")
+]
+HubTokenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="Hub token; '-' reads it from stdin. A token given here is visible to other users of this machine "
+        "(ps) while ccpo runs: prefer '-', --token-file, HF_TOKEN or the saved login. Never printed.",
+        show_default=False,
+    ),
+]
+HubTokenFileOption = Annotated[
+    Path | None, typer.Option("--token-file", help="File holding the Hub token (one line).")
+]
+HubTimeoutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        help="Hub timeouts in seconds, READ or CONNECT,READ: READ bounds one read of a transfer, and of a "
+        "metadata answer when below 20 (default: CCPO_HUB_TIMEOUT, else 10,300).",
+    ),
+]
+HubDeadlineOption = Annotated[
+    float | None,
+    typer.Option(
+        "--deadline",
+        help="Deadline of the whole command's Hub work in seconds (of each upload for --push-to-hub, of each "
+        "round for --follow), retries and waits included, however slowly answers come; a transfer adds its size at 1 MiB/s "
+        "(default: CCPO_HUB_DEADLINE, else 900; one metadata call at most 60).",
+    ),
+]
+HubEndpointOption = Annotated[
+    str | None,
+    typer.Option("--endpoint", help="Hub URL (default: HF_ENDPOINT, then the public Hub)."),
+]
 # `--no-private` is the hf CLI's word for `--public`; both stay. (Typer reads " /--no-private",
 # with its leading space, as a second "off" name of the flag.)
-HubPrivateOption = Annotated[bool | None, typer.Option(
-    "--private/--public", " /--no-private", help="Visibility of a new repository (default: private, final cards "
-    "included); an existing repository keeps its own, and ccpo says when it differs. --no-private is --public.")]
-HubRevisionOption = Annotated[str, typer.Option("--revision", help="Branch to commit to (created if missing).")]
-LicenseOption = Annotated[str | None, typer.Option(
-    "--license", help="License id, when neither the run nor its base model records one.")]
+HubPrivateOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--private/--public",
+        " /--no-private",
+        help="Visibility of a new repository (default: private, final cards "
+        "included); an existing repository keeps its own, and ccpo says when it differs. --no-private is --public.",
+    ),
+]
+HubRevisionOption = Annotated[
+    str, typer.Option("--revision", help="Branch to commit to (created if missing).")
+]
+LicenseOption = Annotated[
+    str | None,
+    typer.Option(
+        "--license", help="License id, when neither the run nor its base model records one."
+    ),
+]
+
 
 @dataclass
 class Settings:
@@ -111,8 +181,10 @@ WHOLE_NUMBER_LIMIT = 2**63 - 1
 def _check_whole_numbers(kwargs: dict[str, Any], ctx: typer.Context | None) -> None:
     for name, value in kwargs.items():
         if type(value) is int and not -WHOLE_NUMBER_LIMIT - 1 <= value <= WHOLE_NUMBER_LIMIT:
-            raise UsageError(f"{_option_name(ctx, name)} {value}: a whole number of at most {WHOLE_NUMBER_LIMIT} "
-                             "in size (what runs.db holds)")
+            raise UsageError(
+                f"{_option_name(ctx, name)} {value}: a whole number of at most {WHOLE_NUMBER_LIMIT} "
+                "in size (what runs.db holds)"
+            )
 
 
 def _option_name(ctx: typer.Context | None, name: str) -> str:
@@ -131,8 +203,13 @@ def handle_errors(command: Callable) -> Callable:
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any):
         try:
-            _check_whole_numbers(kwargs, next((arg for arg in (*args, *kwargs.values())
-                                               if isinstance(arg, typer.Context)), None))
+            _check_whole_numbers(
+                kwargs,
+                next(
+                    (arg for arg in (*args, *kwargs.values()) if isinstance(arg, typer.Context)),
+                    None,
+                ),
+            )
             return command(*args, **kwargs)
         except CcpoError as error:
             # A name or key from a file may hold control characters: escaped before the terminal.
@@ -181,7 +258,9 @@ def say(message: str) -> None:
 def output_format(fmt: OutputFormat | None, as_json: bool) -> OutputFormat:
     """--format, with --json as its alias for json; both given and different is a usage error."""
     if as_json and fmt not in (None, OutputFormat.json):
-        raise UsageError(f"--json is --format json: give one of them, not --json with --format {fmt.value}")
+        raise UsageError(
+            f"--json is --format json: give one of them, not --json with --format {fmt.value}"
+        )
     return OutputFormat.json if as_json else (fmt or OutputFormat.table)
 
 
@@ -205,20 +284,30 @@ def emit_json(document: dict) -> None:
     print(json.dumps(_json_safe(body), indent=2, allow_nan=False))
 
 
-def emit(fmt: OutputFormat, document: dict, tables: Callable[[], Iterable[Any]], *, table: str | None = None) -> None:
+def emit(
+    fmt: OutputFormat,
+    document: dict,
+    tables: Callable[[], Iterable[Any]],
+    *,
+    table: str | None = None,
+) -> None:
     """Print a command's result in the chosen format: the JSON document, or its tables (built
     by `tables()`, report/tables.py) as a fitted terminal table, CSV or Markdown. Lines that are
     not tables (notes, verdicts) print with the terminal tables and the Markdown."""
     if fmt is OutputFormat.json:
         if table is not None:
-            raise UsageError("--table picks a table of --format csv; --format json prints the whole document")
+            raise UsageError(
+                "--table picks a table of --format csv; --format json prints the whole document"
+            )
         emit_json(document)
         return
     from ccpo_cli.report import tables as formats
 
     items = list(tables())
     if table is not None and fmt is not OutputFormat.csv:
-        raise UsageError(f"--table picks a table of --format csv; --format {fmt.value} shows every table")
+        raise UsageError(
+            f"--table picks a table of --format csv; --format {fmt.value} shows every table"
+        )
     if fmt is OutputFormat.csv:
         sys.stdout.write(formats.csv_text(formats.pick_table(items, table)))
     elif fmt is OutputFormat.markdown:
@@ -228,7 +317,9 @@ def emit(fmt: OutputFormat, document: dict, tables: Callable[[], Iterable[Any]],
     else:
         console = stdout_console()
         for renderable in formats.terminal_renderables(items, console.width):
-            console.print(renderable, soft_wrap=False)  # notes wrap at words to the width, as the tables do
+            console.print(
+                renderable, soft_wrap=False
+            )  # notes wrap at words to the width, as the tables do
 
 
 def info(ctx: typer.Context, message: str) -> None:

@@ -26,15 +26,38 @@ from ccpo_cli.errors import UsageError
 @handle_errors
 def compare(
     ctx: typer.Context,
-    runs: Annotated[list[str] | None, typer.Argument(metavar="RUN", help="Runs to compare (default: all).",
-                                                     autocompletion=completion.run_names)] = None,
+    runs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="RUN",
+            help="Runs to compare (default: all).",
+            autocompletion=completion.run_names,
+        ),
+    ] = None,
     window_start: WindowStartOption = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write learning curves to this file; its extension picks the format (.png, .pdf, .svg).")] = None,
-    detect: Annotated[float | None, typer.Option("--detect", help="A difference in points: report the seeds per arm needed to detect it (80% power).")] = None,
-    include_failed: Annotated[bool, typer.Option("--include-failed", help="Compare runs that failed too (left out by default).")] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Write learning curves to this file; its extension picks the format (.png, .pdf, .svg).",
+        ),
+    ] = None,
+    detect: Annotated[
+        float | None,
+        typer.Option(
+            "--detect",
+            help="A difference in points: report the seeds per arm needed to detect it (80% power).",
+        ),
+    ] = None,
+    include_failed: Annotated[
+        bool,
+        typer.Option(
+            "--include-failed", help="Compare runs that failed too (left out by default)."
+        ),
+    ] = False,
 ) -> None:
     """Compare arms on their held-out window (not their best point).
 
@@ -52,8 +75,13 @@ def compare(
     chosen = output_format(fmt, as_json)
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    document = compare_runs(open_db(settings(ctx).db, must_exist=True), runs or None, window_start, detect=detect,
-                            include_failed=include_failed)
+    document = compare_runs(
+        open_db(settings(ctx).db, must_exist=True),
+        runs or None,
+        window_start,
+        detect=detect,
+        include_failed=include_failed,
+    )
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 

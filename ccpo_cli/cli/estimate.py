@@ -14,10 +14,15 @@ from ccpo_cli.cli.common import ArmOption, SetOption, emit_json, handle_errors, 
 def estimate_command(
     ctx: typer.Context,
     arm_name: ArmOption,
-    input_path: Annotated[Path, typer.Option("--input", metavar="FILE", help="Batch file, .json or .npz.")],
+    input_path: Annotated[
+        Path, typer.Option("--input", metavar="FILE", help="Batch file, .json or .npz.")
+    ],
     assignments: SetOption = None,
     output_path: Annotated[
-        Path | None, typer.Option("--output", metavar="FILE", help="Write .json or .npz here instead of stdout.")
+        Path | None,
+        typer.Option(
+            "--output", metavar="FILE", help="Write .json or .npz here instead of stdout."
+        ),
     ] = None,
 ) -> None:
     """Advantages for one rollout batch: n x L tensor plus per-row terms, rows in input order.
@@ -38,4 +43,7 @@ def estimate_command(
         return
     write_result(result, output_path)
     live = int(result.live.sum())
-    info(ctx, f"{arm.name} ({arm.fingerprint[:12]}): {batch.n_rows} rows, {live} live -> {output_path}")
+    info(
+        ctx,
+        f"{arm.name} ({arm.fingerprint[:12]}): {batch.n_rows} rows, {live} live -> {output_path}",
+    )

@@ -28,22 +28,87 @@ from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 @handle_errors
 def eval_command(
     ctx: typer.Context,
-    run: Annotated[str, typer.Option("--run", metavar="RUN", help="Run to record the evaluations under (created if new).",
-                                     autocompletion=completion.run_names)],
-    agent: Annotated[str, typer.Option("--agent", help="oracle | random | hf | vllm | local",
-                                       autocompletion=completion.agent_names)],
-    model: Annotated[str | None, typer.Option("--model", help="Model folder or id (hf, vllm; checkpoint for local). hf/vllm also take a verl global_step_N folder, merged by verl-agent's own merger and verified first.")] = None,
-    games: Annotated[Path | None, typer.Option("--games", help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).")] = None,
-    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per seed (default: every game once; fewer = a type-balanced subset).")] = None,
+    run: Annotated[
+        str,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="Run to record the evaluations under (created if new).",
+            autocompletion=completion.run_names,
+        ),
+    ],
+    agent: Annotated[
+        str,
+        typer.Option(
+            "--agent",
+            help="oracle | random | hf | vllm | local",
+            autocompletion=completion.agent_names,
+        ),
+    ],
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Model folder or id (hf, vllm; checkpoint for local). hf/vllm also take a verl global_step_N folder, merged by verl-agent's own merger and verified first.",
+        ),
+    ] = None,
+    games: Annotated[
+        Path | None,
+        typer.Option(
+            "--games",
+            help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).",
+        ),
+    ] = None,
+    episodes: Annotated[
+        int | None,
+        typer.Option(
+            "--episodes",
+            help="Episodes per seed (default: every game once; fewer = a type-balanced subset).",
+        ),
+    ] = None,
     seeds: SeedsOption = "0",
-    temperature: Annotated[float, typer.Option("--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy).")] = EVAL_TEMPERATURE,
-    workers: Annotated[int | None, typer.Option("--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process).")] = None,
-    step: Annotated[int | None, typer.Option("--step", help="Training step the evaluation is recorded at (default: a verl checkpoint's step, else 0).")] = None,
-    split: Annotated[str, typer.Option("--split", help="Split name recorded with the evaluations.")] = "heldout",
+    temperature: Annotated[
+        float,
+        typer.Option(
+            "--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy)."
+        ),
+    ] = EVAL_TEMPERATURE,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process)."
+        ),
+    ] = None,
+    step: Annotated[
+        int | None,
+        typer.Option(
+            "--step",
+            help="Training step the evaluation is recorded at (default: a verl checkpoint's step, else 0).",
+        ),
+    ] = None,
+    split: Annotated[
+        str, typer.Option("--split", help="Split name recorded with the evaluations.")
+    ] = "heldout",
     max_steps: Annotated[int, typer.Option("--max-steps", help="Step limit of an episode.")] = 50,
-    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512).")] = None,
-    verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).")] = None,
-    merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
+    max_new_tokens: Annotated[
+        int | None,
+        typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512)."),
+    ] = None,
+    verl_agent_home: Annotated[
+        Path | None,
+        typer.Option(
+            "--verl-agent-home",
+            "--verl-agent",
+            help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).",
+        ),
+    ] = None,
+    merged_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--merged-dir",
+            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
@@ -61,18 +126,39 @@ def eval_command(
 
     chosen = output_format(fmt, as_json)
     options = EvalOptions(
-        run=run, agent=agent, model=model, games=games, episodes=episodes,
-        seeds=parse_seeds(seeds), temperature=temperature, workers=workers, step=step,
-        split=split, max_steps=max_steps, max_new_tokens=max_new_tokens,
-        verl_agent_home=verl_agent_home, merged_dir=merged_dir,
+        run=run,
+        agent=agent,
+        model=model,
+        games=games,
+        episodes=episodes,
+        seeds=parse_seeds(seeds),
+        temperature=temperature,
+        workers=workers,
+        step=step,
+        split=split,
+        max_steps=max_steps,
+        max_new_tokens=max_new_tokens,
+        verl_agent_home=verl_agent_home,
+        merged_dir=merged_dir,
     )
 
     def announce(seed_document: dict) -> None:
         if seed_document["recorded"] == "conflict":
-            info(ctx, f"warning: seed {seed_document['seed']}: a different result was already "
-                      f"recorded for this run/step/seed; kept both (see conflicts)")
+            info(
+                ctx,
+                f"warning: seed {seed_document['seed']}: a different result was already "
+                f"recorded for this run/step/seed; kept both (see conflicts)",
+            )
 
-    with Progress("eval", "episodes", console=stderr_console(), quiet=settings(ctx).quiet) as progress:
-        document = run_eval(settings(ctx).db, options, progress=progress.update, on_seed_recorded=announce,
-                            on_turn=progress.turn, on_phase=progress.phase)
+    with Progress(
+        "eval", "episodes", console=stderr_console(), quiet=settings(ctx).quiet
+    ) as progress:
+        document = run_eval(
+            settings(ctx).db,
+            options,
+            progress=progress.update,
+            on_seed_recorded=announce,
+            on_turn=progress.turn,
+            on_phase=progress.phase,
+        )
     emit(chosen, document, lambda: eval_tables(document), table=table)

@@ -22,12 +22,29 @@ from ccpo_cli.errors import UsageError
 @handle_errors
 def export(
     ctx: typer.Context,
-    runs: Annotated[list[str], typer.Argument(metavar="RUN...", help="Runs to export (recorded or ingested).",
-                                              autocompletion=completion.run_names)],
-    to: Annotated[str, typer.Option("--to", metavar="TRACKER", help="tensorboard (event files), trackio (a project "
-                                    "in TRACKIO_DIR) or csv (one file per run).")],
-    out: Annotated[Path, typer.Option("--out", help="Folder for tensorboard (one sub-folder per run) and csv "
-                                      "(RUN.csv).")] = Path("ccpo-export"),
+    runs: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="RUN...",
+            help="Runs to export (recorded or ingested).",
+            autocompletion=completion.run_names,
+        ),
+    ],
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            metavar="TRACKER",
+            help="tensorboard (event files), trackio (a project "
+            "in TRACKIO_DIR) or csv (one file per run).",
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Folder for tensorboard (one sub-folder per run) and csv (RUN.csv)."
+        ),
+    ] = Path("ccpo-export"),
     project: Annotated[str, typer.Option("--project", help="The trackio project.")] = "ccpo",
     as_json: JsonOption = False,
     fmt: FormatOption = None,
@@ -48,9 +65,26 @@ def export(
     tracker = to.strip().lower()
     if tracker not in TRACKERS:
         raise UsageError(f"--to {to!r}: use one of {', '.join(TRACKERS)}")
-    results = export_runs(open_db(settings(ctx).db, must_exist=True), runs, tracker, out, project=project)
-    document = {"tracker": tracker, "runs": [{"run": r.run, "points": r.points, "written_to": r.written_to}
-                                             for r in results]}
-    emit(chosen, document, lambda: [table_of(document["runs"], [
-        ("run", NAME, lambda row: txt(row["run"])), ("points", NUMBER, lambda row: num(row["points"])),
-        ("written to", NAME, lambda row: txt(row["written_to"]))], name="exported", title=f"exported to {tracker}")])
+    results = export_runs(
+        open_db(settings(ctx).db, must_exist=True), runs, tracker, out, project=project
+    )
+    document = {
+        "tracker": tracker,
+        "runs": [{"run": r.run, "points": r.points, "written_to": r.written_to} for r in results],
+    }
+    emit(
+        chosen,
+        document,
+        lambda: [
+            table_of(
+                document["runs"],
+                [
+                    ("run", NAME, lambda row: txt(row["run"])),
+                    ("points", NUMBER, lambda row: num(row["points"])),
+                    ("written to", NAME, lambda row: txt(row["written_to"])),
+                ],
+                name="exported",
+                title=f"exported to {tracker}",
+            )
+        ],
+    )

@@ -18,8 +18,9 @@ from ccpo_cli.cli.common import (
     say,
 )
 
-games_app = typer.Typer(help="Generate and check ALFWorld games (the real engine's format).",
-                        no_args_is_help=True)
+games_app = typer.Typer(
+    help="Generate and check ALFWorld games (the real engine's format).", no_args_is_help=True
+)
 
 
 def _progress(ctx: typer.Context, verb: str):
@@ -35,10 +36,14 @@ def _progress(ctx: typer.Context, verb: str):
 def generate(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="Folder to write the games into.")],
-    split: Annotated[str, typer.Option("--split", help="train or heldout (separate seed spaces).")] = "train",
+    split: Annotated[
+        str, typer.Option("--split", help="train or heldout (separate seed spaces).")
+    ] = "train",
     n: Annotated[int, typer.Option("--n", help="Number of games.")] = 60,
     seed: Annotated[int, typer.Option("--seed", help="Generator seed.")] = 0,
-    room: Annotated[str, typer.Option("--room", help="small (CPU testbed) or large rooms.")] = "small",
+    room: Annotated[
+        str, typer.Option("--room", help="small (CPU testbed) or large rooms.")
+    ] = "small",
     workers: Annotated[int, typer.Option("--workers", help="Processes validating games.")] = 1,
     as_json: JsonOption = False,
 ) -> None:
@@ -51,16 +56,35 @@ def generate(
     from ccpo_cli.task_types import TASK_TYPES
 
     with preserved_argv():
-        games = generate_games(out, split, n, seed, room=room, workers=workers,
-                               progress=_progress(ctx, "generated"))
+        games = generate_games(
+            out, split, n, seed, room=room, workers=workers, progress=_progress(ctx, "generated")
+        )
     counts = {key: sum(g.task_type == key for g in games) for key in TASK_TYPES}
     if as_json:
-        emit_json({"out": str(out), "split": split, "seed": seed, "room": room, "n": len(games),
-                   "task_types": counts,
-                   "games": [{"game_id": g.game_id, "task_type": g.task_type, "sha256": g.sha256,
-                              "walkthrough_steps": len(g.walkthrough)} for g in games]})
+        emit_json(
+            {
+                "out": str(out),
+                "split": split,
+                "seed": seed,
+                "room": room,
+                "n": len(games),
+                "task_types": counts,
+                "games": [
+                    {
+                        "game_id": g.game_id,
+                        "task_type": g.task_type,
+                        "sha256": g.sha256,
+                        "walkthrough_steps": len(g.walkthrough),
+                    }
+                    for g in games
+                ],
+            }
+        )
         return
-    say(f"wrote {len(games)} games to {out} " + " ".join(f"{key}={count}" for key, count in counts.items()))
+    say(
+        f"wrote {len(games)} games to {out} "
+        + " ".join(f"{key}={count}" for key, count in counts.items())
+    )
 
 
 @games_app.command("check")
@@ -84,10 +108,21 @@ def check(
     chosen = output_format(fmt, as_json)
     with preserved_argv():
         report = check_games(folder, workers=workers, progress=_progress(ctx, "checked"))
-    document = {"folder": str(folder), "games": len(report.games), "ok": report.ok,
-                "won": sum(g.ok for g in report.games), "task_types": report.by_type(),
-                "failures": [{"game_id": g.game_id, "error": g.error} for g in report.failures]}
-    emit(chosen, document, lambda: [games_check_table(str(folder), report.by_type()),
-                                    *(f"FAILED {failure.game_id}: {failure.error}" for failure in report.failures)])
+    document = {
+        "folder": str(folder),
+        "games": len(report.games),
+        "ok": report.ok,
+        "won": sum(g.ok for g in report.games),
+        "task_types": report.by_type(),
+        "failures": [{"game_id": g.game_id, "error": g.error} for g in report.failures],
+    }
+    emit(
+        chosen,
+        document,
+        lambda: [
+            games_check_table(str(folder), report.by_type()),
+            *(f"FAILED {failure.game_id}: {failure.error}" for failure in report.failures),
+        ],
+    )
     if not report.ok:
         raise InvalidInput(f"{len(report.failures)} of {len(report.games)} games failed the check")

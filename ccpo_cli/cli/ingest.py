@@ -28,7 +28,9 @@ def _arm(name: str | None):
     return load_arm(name)
 
 
-def _formats(fmt: str | None, input_format: str | None, as_json: bool, readers: tuple[str, ...]) -> tuple[str, bool]:
+def _formats(
+    fmt: str | None, input_format: str | None, as_json: bool, readers: tuple[str, ...]
+) -> tuple[str, bool]:
     """(the reader, whether to print JSON): --format is the output format as everywhere else
     (json, table); a reader name given to --format (the v1 contract) is read as --input-format."""
     output = None
@@ -36,64 +38,165 @@ def _formats(fmt: str | None, input_format: str | None, as_json: bool, readers: 
         output = fmt
     elif fmt is not None:
         if fmt not in readers:
-            raise UsageError(f"--format {fmt}: use one of json, table (the output), or give the file's format "
-                             f"with --input-format {' | '.join(readers)}")
+            raise UsageError(
+                f"--format {fmt}: use one of json, table (the output), or give the file's format "
+                f"with --input-format {' | '.join(readers)}"
+            )
         if input_format is not None and input_format != fmt:
-            raise UsageError(f"--format {fmt} and --input-format {input_format}: give the file's format once")
+            raise UsageError(
+                f"--format {fmt} and --input-format {input_format}: give the file's format once"
+            )
         input_format = fmt
     reader = input_format or "auto"
     if reader not in readers:
         raise UsageError(f"--input-format {reader}: use one of {', '.join(readers)}")
     if as_json and output == "table":
-        raise UsageError("--json is --format json: give one of them, not --json with --format table")
+        raise UsageError(
+            "--json is --format json: give one of them, not --json with --format table"
+        )
     return reader, as_json or output == "json"
 
 
 @handle_errors
 def ingest(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help=(
-        "Metrics file or run folder: ccpo JSONL, verl file-logger JSONL, a verl console log, a per-step CSV "
-        "export, TensorBoard event files, or a wandb run folder."
-    ))],
-    run: Annotated[str, typer.Option("--run", metavar="RUN", help="Run name to record under (created if new).",
-                                     autocompletion=completion.run_names)],
-    arm: Annotated[str | None, typer.Option("--arm", metavar="ARM", help="Arm the run trained; its fingerprint must match the run's.",
-                                            autocompletion=completion.arm_names)] = None,
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help=(
+                "Metrics file or run folder: ccpo JSONL, verl file-logger JSONL, a verl console log, a per-step CSV "
+                "export, TensorBoard event files, or a wandb run folder."
+            )
+        ),
+    ],
+    run: Annotated[
+        str,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="Run name to record under (created if new).",
+            autocompletion=completion.run_names,
+        ),
+    ],
+    arm: Annotated[
+        str | None,
+        typer.Option(
+            "--arm",
+            metavar="ARM",
+            help="Arm the run trained; its fingerprint must match the run's.",
+            autocompletion=completion.arm_names,
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
-    total_steps: Annotated[int | None, typer.Option("--total-steps", help="Planned training steps.")] = None,
-    fmt: Annotated[str | None, typer.Option("--format", help=(
-        f"json (the same as --json) or table (the summary line); the v1 reader names ({FORMATS_HELP}) are "
-        "still read as --input-format."), show_default=False)] = None,
-    input_format: Annotated[str | None, typer.Option("--input-format", help=(
-        f"The file's format: {FORMATS_HELP} (default auto: decided by content)."), show_default=False)] = None,
-    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help=(
-        "The backend that trained the run (local or verl); not recorded when not given."))] = None,
-    hardware: Annotated[str | None, typer.Option("--hardware", help=(
-        "The hardware it trained on, as you would write it (e.g. 8xH100); recorded as a fact."))] = None,
-    benchmark: Annotated[str | None, typer.Option("--benchmark", autocompletion=completion.benchmark_names, help=(
-        "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
-        "or the printed config identify; a file that contradicts it is refused."
-    ))] = None,
-    split: Annotated[str | None, typer.Option("--split", help="Dataset split the evaluations ran on (default: the split the log names, else not recorded).")] = None,
-    temperature: Annotated[float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")] = None,
-    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.")] = None,
-    ended: Annotated[bool, typer.Option("--ended", help="The run has ended: short of its total steps it is recorded as stopped early.")] = False,
-    strict: Annotated[bool, typer.Option("--strict", help=(
-        f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
-        f"{LINE_LIMIT_HELP}) are skipped and reported, and the file is refused only when no record reads."
-    ))] = False,
-    metric: Annotated[str | None, typer.Option("--metric", help=(
-        "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
-        "read from its file name when it has one. FROM=TO reads a metric the log names FROM as TO, e.g. "
-        "val/val/success_rate=val/success_rate for a fork that renamed it."
-    ))] = None,
-    source_run: Annotated[str | None, typer.Option("--source-run", help=(
-        "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
-        "or a long step,tag,value table with a dir_name/run column)."
-    ))] = None,
+    total_steps: Annotated[
+        int | None, typer.Option("--total-steps", help="Planned training steps.")
+    ] = None,
+    fmt: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            help=(
+                f"json (the same as --json) or table (the summary line); the v1 reader names ({FORMATS_HELP}) are "
+                "still read as --input-format."
+            ),
+            show_default=False,
+        ),
+    ] = None,
+    input_format: Annotated[
+        str | None,
+        typer.Option(
+            "--input-format",
+            help=(f"The file's format: {FORMATS_HELP} (default auto: decided by content)."),
+            show_default=False,
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            autocompletion=completion.backend_names,
+            help=("The backend that trained the run (local or verl); not recorded when not given."),
+        ),
+    ] = None,
+    hardware: Annotated[
+        str | None,
+        typer.Option(
+            "--hardware",
+            help=(
+                "The hardware it trained on, as you would write it (e.g. 8xH100); recorded as a fact."
+            ),
+        ),
+    ] = None,
+    benchmark: Annotated[
+        str | None,
+        typer.Option(
+            "--benchmark",
+            autocompletion=completion.benchmark_names,
+            help=(
+                "The run's benchmark (alfworld, webshop, ...; docs/benchmarks.md). Without it, the one the metric names "
+                "or the printed config identify; a file that contradicts it is refused."
+            ),
+        ),
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            help="Dataset split the evaluations ran on (default: the split the log names, else not recorded).",
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")
+    ] = None,
+    episodes: Annotated[
+        int | None, typer.Option("--episodes", help="Episodes per evaluation.")
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.",
+        ),
+    ] = None,
+    ended: Annotated[
+        bool,
+        typer.Option(
+            "--ended",
+            help="The run has ended: short of its total steps it is recorded as stopped early.",
+        ),
+    ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict",
+            help=(
+                f"Refuse the file at its first unreadable line. Without it such lines (cut, garbled, binary, over "
+                f"{LINE_LIMIT_HELP}) are skipped and reported, and the file is refused only when no record reads."
+            ),
+        ),
+    ] = False,
+    metric: Annotated[
+        str | None,
+        typer.Option(
+            "--metric",
+            help=(
+                "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
+                "read from its file name when it has one. FROM=TO reads a metric the log names FROM as TO, e.g. "
+                "val/val/success_rate=val/success_rate for a fork that renamed it."
+            ),
+        ),
+    ] = None,
+    source_run: Annotated[
+        str | None,
+        typer.Option(
+            "--source-run",
+            help=(
+                "The run to read from a CSV export holding several (wandb panel columns '<run> - <metric>', "
+                "or a long step,tag,value table with a dir_name/run column)."
+            ),
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent).
@@ -126,8 +229,14 @@ def ingest(
     check_run_name(run)  # before open_db, like the file check below
     if benchmark is not None:
         load_benchmark(benchmark)  # an unknown name exits 3, naming the known ones
-    flat_config, facts = protocol_facts(config, split=split, temperature=temperature, episodes=episodes, seed=seed,
-                                        total_steps=total_steps)
+    flat_config, facts = protocol_facts(
+        config,
+        split=split,
+        temperature=temperature,
+        episodes=episodes,
+        seed=seed,
+        total_steps=total_steps,
+    )
     if hardware is not None:
         if not hardware.strip() or len(hardware) > 200:
             raise UsageError("--hardware: a short description such as 8xH100")
@@ -139,20 +248,41 @@ def ingest(
     show_bar = console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
     # --arm is the user's word for which arm the log trained: its name and fingerprint are recorded,
     # and the flags the log itself printed (facts) stand beside them (store/identity.py).
-    kwargs = dict(fmt=reader, benchmark=benchmark, backend=backend, arm=None if resolved_arm is None else resolved_arm.name,
-                  arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
-                  seed=facts.get("seed"), base_model=base_model,
-                  total_steps=facts.pop("total_steps", None), facts=facts, config=flat_config, ended=ended,
-                  strict=strict, metric=metric, source_run=source_run, rename=rename)
+    kwargs = dict(
+        fmt=reader,
+        benchmark=benchmark,
+        backend=backend,
+        arm=None if resolved_arm is None else resolved_arm.name,
+        arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
+        seed=facts.get("seed"),
+        base_model=base_model,
+        total_steps=facts.pop("total_steps", None),
+        facts=facts,
+        config=flat_config,
+        ended=ended,
+        strict=strict,
+        metric=metric,
+        source_run=source_run,
+        rename=rename,
+    )
     if show_bar:
-        columns = (TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(), TimeRemainingColumn())
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TimeRemainingColumn(),
+        )
         with Progress(*columns, console=console, transient=True) as progress:
             reading = progress.add_task(f"read {file.name}", total=size)
             recording = progress.add_task("record evaluations", total=None)
             report = ingest_file(
-                db, file, run,
+                db,
+                file,
+                run,
                 progress=lambda n: progress.advance(reading, n),
-                write_progress=lambda done, total: progress.update(recording, completed=done, total=total),
+                write_progress=lambda done, total: progress.update(
+                    recording, completed=done, total=total
+                ),
                 **kwargs,
             )
     else:

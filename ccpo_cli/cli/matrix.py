@@ -23,9 +23,13 @@ from ccpo_cli.cli.common import (
 from ccpo_cli.experiments.matrix import DEFAULT_DESIGN, list_designs
 from ccpo_cli.report.window import MatrixWindow
 
-DESIGN_HELP = ("The matrix design (configs/designs/NAME.yaml): warm-up, run length, evaluations and window, "
-               "games and rollouts per step, turn limits, panel and rooms; each option below of the same name "
-               "overrides one knob, and --dry-run prints every knob. Designs: " + ", ".join(list_designs()) + ".")
+DESIGN_HELP = (
+    "The matrix design (configs/designs/NAME.yaml): warm-up, run length, evaluations and window, "
+    "games and rollouts per step, turn limits, panel and rooms; each option below of the same name "
+    "overrides one knob, and --dry-run prints every knob. Designs: "
+    + ", ".join(list_designs())
+    + "."
+)
 
 
 def warm_start_lines(effect: dict | None) -> list[str]:
@@ -36,44 +40,161 @@ def warm_start_lines(effect: dict | None) -> list[str]:
     lines = [f"warm-ups trained by: {counts} seed(s)"]
     for pair in effect["pairs"]:
         if pair.get("home_advantage") is None:
-            lines.append(f"{pair['arm_a']} - {pair['arm_b']}: warm-start effect needs seeds with each arm's warm-up")
+            lines.append(
+                f"{pair['arm_a']} - {pair['arm_b']}: warm-start effect needs seeds with each arm's warm-up"
+            )
             continue
         p = pair.get("p_home_advantage")
-        lines.append(f"{pair['arm_a']} - {pair['arm_b']}: {pair['mean_difference_warmup_a']:+.1f} on {pair['n_warmup_a']} "
-                     f"seed(s) warmed by {pair['arm_a']}, {pair['mean_difference_warmup_b']:+.1f} on {pair['n_warmup_b']} "
-                     f"by {pair['arm_b']}: home advantage {pair['home_advantage']:+.1f} points"
-                     + ("" if p is None else f" (p = {p:.2f})") + f", balanced difference {pair['balanced_difference']:+.1f}")
+        lines.append(
+            f"{pair['arm_a']} - {pair['arm_b']}: {pair['mean_difference_warmup_a']:+.1f} on {pair['n_warmup_a']} "
+            f"seed(s) warmed by {pair['arm_a']}, {pair['mean_difference_warmup_b']:+.1f} on {pair['n_warmup_b']} "
+            f"by {pair['arm_b']}: home advantage {pair['home_advantage']:+.1f} points"
+            + ("" if p is None else f" (p = {p:.2f})")
+            + f", balanced difference {pair['balanced_difference']:+.1f}"
+        )
     return lines
 
 
 @handle_errors
 def matrix(
     ctx: typer.Context,
-    arms: Annotated[str, typer.Option("--arms", help="Arms to compare, e.g. grpo,gigpo,return-hard.",
-                                      autocompletion=completion.arm_list)],
-    seeds: Annotated[str, typer.Option("--seeds", metavar="SEEDS", help=f"Every arm runs every seed: {SEED_SYNTAX}.")] = "0-9",
-    minutes: Annotated[float, typer.Option("--minutes", help="Wall-time budget of the whole matrix; no block starts that would end past it.")] = 30.0,
-    prefix: Annotated[str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")] = "matrix",
+    arms: Annotated[
+        str,
+        typer.Option(
+            "--arms",
+            help="Arms to compare, e.g. grpo,gigpo,return-hard.",
+            autocompletion=completion.arm_list,
+        ),
+    ],
+    seeds: Annotated[
+        str,
+        typer.Option("--seeds", metavar="SEEDS", help=f"Every arm runs every seed: {SEED_SYNTAX}."),
+    ] = "0-9",
+    minutes: Annotated[
+        float,
+        typer.Option(
+            "--minutes",
+            help="Wall-time budget of the whole matrix; no block starts that would end past it.",
+        ),
+    ] = 30.0,
+    prefix: Annotated[
+        str, typer.Option("--prefix", help="Run names are PREFIX-ARM-seedN.")
+    ] = "matrix",
     design: Annotated[str, typer.Option("--design", help=DESIGN_HELP)] = DEFAULT_DESIGN,
-    steps: Annotated[int | None, typer.Option("--steps", help="Training steps per run, the warm-up's included (default: the design's).")] = None,
-    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step (default: the design's).")] = None,
-    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game (default: the design's).")] = None,
-    turn_limit: Annotated[int | None, typer.Option("--turn-limit", help="Turns per training episode (default: the design's).")] = None,
-    eval_turn_limit: Annotated[int | None, typer.Option("--eval-turn-limit", help="Turns per held-out episode (default: the design's).")] = None,
-    room: Annotated[str | None, typer.Option("--room", help="Room size of the shipped pool and panel: small, or large (search-sized rooms; default: the design's).")] = None,
-    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps from --eval-from, and at the last step (default: the design's).")] = None,
-    eval_games: Annotated[int | None, typer.Option("--eval-games", help="Evaluate on a fixed subset of N held-out games (default: the design's; the whole panel in every shipped design).")] = None,
-    eval_from: Annotated[int | None, typer.Option("--eval-from", help="First evaluated step (default: the design's, its window start); earlier evaluations draw the curve and are not compared.")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", help="Rollout worker processes.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help=f"First step of the compared window (default: {MatrixWindow.describe_rule()}).")] = None,
-    warm_start: Annotated[int | None, typer.Option("--warm-start", help="Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off (default: the design's).")] = None,
-    variant: Annotated[list[str] | None, typer.Option("--variant", metavar="LABEL=ARM:KEY=VALUE", help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.")] = None,
-    warm_start_arms: Annotated[str | None, typer.Option("--warm-start-arms", help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.")] = None,
-    cpu_minutes: Annotated[float | None, typer.Option("--cpu-minutes", help="CPU-time budget (trainers and rollout workers) beside --minutes; no block starts that would end past it. 2 cores x 30 min = 60.")] = None,
-    detect: Annotated[float, typer.Option("--detect", help="Report the seeds per arm needed to detect this many points.")] = 5.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the resolved design (every knob), the arms and the runs; train nothing.")] = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")] = None,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", metavar="ADDRESS|local", help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.")] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            "--steps",
+            help="Training steps per run, the warm-up's included (default: the design's).",
+        ),
+    ] = None,
+    tasks: Annotated[
+        int | None, typer.Option("--tasks", help="Games per step (default: the design's).")
+    ] = None,
+    group: Annotated[
+        int | None, typer.Option("--group", help="Rollouts per game (default: the design's).")
+    ] = None,
+    turn_limit: Annotated[
+        int | None,
+        typer.Option("--turn-limit", help="Turns per training episode (default: the design's)."),
+    ] = None,
+    eval_turn_limit: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-turn-limit", help="Turns per held-out episode (default: the design's)."
+        ),
+    ] = None,
+    room: Annotated[
+        str | None,
+        typer.Option(
+            "--room",
+            help="Room size of the shipped pool and panel: small, or large (search-sized rooms; default: the design's).",
+        ),
+    ] = None,
+    eval_every: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-every",
+            help="Held-out evaluation every K steps from --eval-from, and at the last step (default: the design's).",
+        ),
+    ] = None,
+    eval_games: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-games",
+            help="Evaluate on a fixed subset of N held-out games (default: the design's; the whole panel in every shipped design).",
+        ),
+    ] = None,
+    eval_from: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-from",
+            help="First evaluated step (default: the design's, its window start); earlier evaluations draw the curve and are not compared.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="Rollout worker processes.")
+    ] = None,
+    window_start: Annotated[
+        int | None,
+        typer.Option(
+            "--window-start",
+            help=f"First step of the compared window (default: {MatrixWindow.describe_rule()}).",
+        ),
+    ] = None,
+    warm_start: Annotated[
+        int | None,
+        typer.Option(
+            "--warm-start",
+            help="Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off (default: the design's).",
+        ),
+    ] = None,
+    variant: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--variant",
+            metavar="LABEL=ARM:KEY=VALUE",
+            help="An arm of --arms that is an arm file's arm with flags set (gigpo-flip=gigpo:step_advantage_w=-1, a positive control) or on another rollout stream (gigpo-b=gigpo:stream=1, an A/A control); repeatable.",
+        ),
+    ] = None,
+    warm_start_arms: Annotated[
+        str | None,
+        typer.Option(
+            "--warm-start-arms",
+            help="Arms that train the warm-ups in turn (seed s: number s mod n); default: every arm of --arms. One arm: it trains them all.",
+        ),
+    ] = None,
+    cpu_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--cpu-minutes",
+            help="CPU-time budget (trainers and rollout workers) beside --minutes; no block starts that would end past it. 2 cores x 30 min = 60.",
+        ),
+    ] = None,
+    detect: Annotated[
+        float,
+        typer.Option(
+            "--detect", help="Report the seeds per arm needed to detect this many points."
+        ),
+    ] = 5.0,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the resolved design (every knob), the arms and the runs; train nothing.",
+        ),
+    ] = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write the arms' curves to this PNG.")
+    ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray-address",
+            metavar="ADDRESS|local",
+            help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.",
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
@@ -97,15 +218,33 @@ def matrix(
     if not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
     testbed = load_design(design).with_options(
-        steps=steps, warm_start=warm_start, window_start=window_start, eval_from=eval_from, eval_every=eval_every,
-        tasks=tasks, group=group, turn_limit=turn_limit, eval_turn_limit=eval_turn_limit, eval_games=eval_games,
-        room=room)
+        steps=steps,
+        warm_start=warm_start,
+        window_start=window_start,
+        eval_from=eval_from,
+        eval_every=eval_every,
+        tasks=tasks,
+        group=group,
+        turn_limit=turn_limit,
+        eval_turn_limit=eval_turn_limit,
+        eval_games=eval_games,
+        room=room,
+    )
     plan = matrix_of_design(
-        testbed, tuple(parse_arm_list(arms)), tuple(parse_seeds(seeds)), minutes,
-        prefix=prefix, detect=detect, variants=tuple(parse_variant(spec) for spec in variant or ()),
-        warm_start_arms=tuple(parse_arm_list(warm_start_arms, minimum=1, option="--warm-start-arms"))
-        if warm_start_arms else (),
-        cpu_minutes=cpu_minutes, workers=workers,
+        testbed,
+        tuple(parse_arm_list(arms)),
+        tuple(parse_seeds(seeds)),
+        minutes,
+        prefix=prefix,
+        detect=detect,
+        variants=tuple(parse_variant(spec) for spec in variant or ()),
+        warm_start_arms=tuple(
+            parse_arm_list(warm_start_arms, minimum=1, option="--warm-start-arms")
+        )
+        if warm_start_arms
+        else (),
+        cpu_minutes=cpu_minutes,
+        workers=workers,
     )
     if dry_run:
         from ccpo_cli.cli.common import emit_json
@@ -113,11 +252,18 @@ def matrix(
         emit_json(plan_summary(plan, testbed, settings(ctx).db))
         return
     design = plan
-    result = run_matrix(settings(ctx).db, design, ray_address=ray_address,
-                        progress=lambda line: info(ctx, f"[matrix] {line}"))
+    result = run_matrix(
+        settings(ctx).db,
+        design,
+        ray_address=ray_address,
+        progress=lambda line: info(ctx, f"[matrix] {line}"),
+    )
     cpu = f", {sum(result.block_cpu_seconds) / 60:.1f} CPU-min" if result.block_cpu_seconds else ""
-    info(ctx, f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
-              f"in {result.elapsed_s / 60:.1f} min{cpu}")
+    info(
+        ctx,
+        f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
+        f"in {result.elapsed_s / 60:.1f} min{cpu}",
+    )
     for line in warm_start_lines(result.warm_start_effect):
         info(ctx, f"[matrix] {line}")
     if plot is not None and result.comparison:
@@ -126,17 +272,27 @@ def matrix(
         plot_learning_curves(result.comparison, plot)
         info(ctx, f"wrote {plot}")
     summary = {
-        "runs": result.run_names, "seeds_compared": result.seeds_compared,
-        "incomplete_block": result.incomplete_block, "seeds_not_started": result.seeds_not_started,
-        "elapsed_s": result.elapsed_s, "block_seconds": result.block_seconds,
-        "stopped_reason": result.stopped_reason, "incomplete_blocks": result.incomplete_blocks,
-        "nodes": result.nodes, "arms": result.arms, "block_cpu_seconds": result.block_cpu_seconds,
+        "runs": result.run_names,
+        "seeds_compared": result.seeds_compared,
+        "incomplete_block": result.incomplete_block,
+        "seeds_not_started": result.seeds_not_started,
+        "elapsed_s": result.elapsed_s,
+        "block_seconds": result.block_seconds,
+        "stopped_reason": result.stopped_reason,
+        "incomplete_blocks": result.incomplete_blocks,
+        "nodes": result.nodes,
+        "arms": result.arms,
+        "block_cpu_seconds": result.block_cpu_seconds,
         "run_cpu_seconds": result.run_cpu_seconds,
         "warm_start_arms": {str(seed): arm for seed, arm in result.warm_start_arms.items()},
         "warm_start_effect": result.warm_start_effect,
     }
     if chosen.value == "json" or result.comparison:
-        emit(chosen, {"matrix": summary, "compare": result.comparison},
-             lambda: comparison_tables(result.comparison), table=table)
+        emit(
+            chosen,
+            {"matrix": summary, "compare": result.comparison},
+            lambda: comparison_tables(result.comparison),
+            table=table,
+        )
     if result.incomplete_blocks:
         raise typer.Exit(130)

@@ -24,9 +24,19 @@ LOG_EVERY_S = 10.0
 
 
 class Progress:
-    def __init__(self, label: str, unit: str, *, console: Any, quiet: bool = False, every: int | None = None,
-                 every_s: float = LOG_EVERY_S, clock: Callable[[], float] = time.monotonic,
-                 terminal: bool | None = None, timer: bool = True):
+    def __init__(
+        self,
+        label: str,
+        unit: str,
+        *,
+        console: Any,
+        quiet: bool = False,
+        every: int | None = None,
+        every_s: float = LOG_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+        terminal: bool | None = None,
+        timer: bool = True,
+    ):
         self.label, self.unit, self.console, self.quiet = label, unit, console, quiet
         self.every, self.every_s, self.clock = every, every_s, clock
         self.terminal = console.is_terminal if terminal is None else terminal
@@ -56,9 +66,17 @@ class Progress:
                 Progress as Bar,
             )
 
-            self._bar = Bar(TextColumn(self.label), BarColumn(), MofNCompleteColumn(), TextColumn(self.unit),
-                            TextColumn("{task.fields[turn]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                            console=self.console, transient=True)
+            self._bar = Bar(
+                TextColumn(self.label),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(self.unit),
+                TextColumn("{task.fields[turn]}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task(self.unit, total=None, turn="")
         elif not self.quiet and self.every_s > 0 and self._with_timer:
@@ -85,8 +103,10 @@ class Progress:
         share = f" ({100 * done / total:.0f}%)" if total else ""
         of = f"/{total}" if total else ""
         turn = f", {self._turn}" if self._turn and not (total and done >= total) else ""
-        self.console.print(f"{self.label} {done}{of} {self.unit}{share}{turn}, {now - self._started:.0f} s",
-                           markup=False)
+        self.console.print(
+            f"{self.label} {done}{of} {self.unit}{share}{turn}, {now - self._started:.0f} s",
+            markup=False,
+        )
 
     def phase(self, text: str) -> None:
         """A set-up phase, as a line of its own (above the bar in a terminal)."""
@@ -119,8 +139,12 @@ class Progress:
             last = 0 if self._last_done is None else self._last_done
             every = self.every or max(1, (total or 0) // 10)
             finished = total is not None and done >= total
-            if done != last and (done - last >= every or finished or self.clock() - self._last_time >= self.every_s
-                                 or self._last_done is None):
+            if done != last and (
+                done - last >= every
+                or finished
+                or self.clock() - self._last_time >= self.every_s
+                or self._last_done is None
+            ):
                 self._write(done, total)
 
 
@@ -139,9 +163,15 @@ class TrainBar:
         from rich.progress import BarColumn, TextColumn
         from rich.progress import Progress as Bar
 
-        self._bar = Bar(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("step {task.completed:.0f}/{task.total:.0f}"), TextColumn("{task.fields[pace]}"),
-                        TextColumn("{task.fields[held_out]}"), console=self.console, transient=True)
+        self._bar = Bar(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("step {task.completed:.0f}/{task.total:.0f}"),
+            TextColumn("{task.fields[pace]}"),
+            TextColumn("{task.fields[held_out]}"),
+            console=self.console,
+            transient=True,
+        )
         self._bar.__enter__()
         return self
 
@@ -152,10 +182,21 @@ class TrainBar:
     def update(self, step: Any) -> None:
         """`step` is the trainer's `StepProgress` (backends/local/trainer.py)."""
         pace = f"{step.seconds_per_step:.1f} s/step  ETA {step.eta}"
-        held_out = "held-out -" if step.held_out is None else f"held-out {step.held_out:.1f}%@{step.held_out_step}"
+        held_out = (
+            "held-out -"
+            if step.held_out is None
+            else f"held-out {step.held_out:.1f}%@{step.held_out_step}"
+        )
         if self._task is None:
-            self._task = self._bar.add_task(step.run, total=step.total, completed=step.step, pace=pace,
-                                            held_out=held_out)
+            self._task = self._bar.add_task(
+                step.run, total=step.total, completed=step.step, pace=pace, held_out=held_out
+            )
         else:
-            self._bar.update(self._task, description=step.run, total=step.total, completed=step.step, pace=pace,
-                             held_out=held_out)
+            self._bar.update(
+                self._task,
+                description=step.run,
+                total=step.total,
+                completed=step.step,
+                pace=pace,
+                held_out=held_out,
+            )

@@ -34,19 +34,78 @@ from ccpo_cli.errors import UsageError
 @handle_errors
 def publish(
     ctx: typer.Context,
-    run: Annotated[str | None, typer.Option("--run", metavar="RUN", help="The run to publish (or --follow RUN).",
-                                            autocompletion=completion.run_names)] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="The run to publish (or --follow RUN).",
+            autocompletion=completion.run_names,
+        ),
+    ] = None,
     repo: OptionalHubRepoOption = None,
-    follow: Annotated[str | None, typer.Option("--follow", metavar="RUN", autocompletion=completion.run_names, help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.")] = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="--follow: the run folder (default: the one runs.db records).")] = None,
-    poll: Annotated[float, typer.Option("--poll", help="--follow: seconds between looks at the run.")] = 30.0,
-    once: Annotated[bool, typer.Option("--once", help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).")] = False,
+    follow: Annotated[
+        str | None,
+        typer.Option(
+            "--follow",
+            metavar="RUN",
+            autocompletion=completion.run_names,
+            help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
+        ),
+    ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--run-dir", help="--follow: the run folder (default: the one runs.db records)."
+        ),
+    ] = None,
+    poll: Annotated[
+        float, typer.Option("--poll", help="--follow: seconds between looks at the run.")
+    ] = 30.0,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once",
+            help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.",
+        ),
+    ] = False,
+    retry_failed: Annotated[
+        bool,
+        typer.Option(
+            "--retry-failed",
+            help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
+        ),
+    ] = False,
     status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
-    checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.")] = None,
-    verl_agent_home: Annotated[Path | None, typer.Option("--verl-agent-home", "--verl-agent", help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).")] = None,
-    merged_dir: Annotated[Path | None, typer.Option("--merged-dir", help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write the staging folder and commit plan (--follow: list what would be published); no network call.")] = False,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.",
+        ),
+    ] = None,
+    verl_agent_home: Annotated[
+        Path | None,
+        typer.Option(
+            "--verl-agent-home",
+            "--verl-agent",
+            help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).",
+        ),
+    ] = None,
+    merged_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--merged-dir",
+            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Write the staging folder and commit plan (--follow: list what would be published); no network call.",
+        ),
+    ] = False,
     private: HubPrivateOption = None,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
@@ -54,10 +113,18 @@ def publish(
     deadline: HubDeadlineOption = None,
     endpoint: HubEndpointOption = None,
     revision: HubRevisionOption = "main",
-    staging: Annotated[Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")] = None,
+    staging: Annotated[
+        Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")
+    ] = None,
     window_start: WindowStartOption = None,
     license: LicenseOption = None,  # noqa: A002
-    checkpoint_step: Annotated[int | None, typer.Option("--checkpoint-step", help="Step of the published checkpoint (default: best so far for interim, last for final).")] = None,
+    checkpoint_step: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-step",
+            help="Step of the published checkpoint (default: best so far for interim, last for final).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit.
@@ -65,15 +132,34 @@ def publish(
     Example: ccpo publish --run grpo-seed0 --repo me/grpo-alfworld --dry-run
     """
     if (run is None) == (follow is None):
-        raise UsageError("give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither")
+        raise UsageError(
+            "give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither"
+        )
     if repo is None:
         raise UsageError("--repo OWNER/NAME is required")
     if follow is not None:
-        _follow(ctx, follow, repo, run_dir=run_dir, poll=poll, once=once, retry_failed=retry_failed,
-                dry_run=dry_run, private=private, token=token,
-                token_file=token_file, timeout=timeout, deadline=deadline, endpoint=endpoint, revision=revision,
-                staging=staging, window_start=window_start, license=license, verl_agent_home=verl_agent_home,
-                as_json=as_json)
+        _follow(
+            ctx,
+            follow,
+            repo,
+            run_dir=run_dir,
+            poll=poll,
+            once=once,
+            retry_failed=retry_failed,
+            dry_run=dry_run,
+            private=private,
+            token=token,
+            token_file=token_file,
+            timeout=timeout,
+            deadline=deadline,
+            endpoint=endpoint,
+            revision=revision,
+            staging=staging,
+            window_start=window_start,
+            license=license,
+            verl_agent_home=verl_agent_home,
+            as_json=as_json,
+        )
         return
     # Imported here: the Hub client and the cards load only for a publication.
     from ccpo_cli.hub import publish_run
@@ -90,11 +176,25 @@ def publish(
     if status is CardStatus.auto:
         info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
-        db, run, repo, status=ready.status,
-        staging=staging, revision=revision, private=private, token=token,
-        endpoint=endpoint, checkpoint=checkpoint, dry_run=dry_run, window_start=window_start,
-        license=license, checkpoint_step=checkpoint_step, token_file=token_file, timeout=timeout,
-        verl_agent_home=verl_agent_home, merged_dir=merged_dir, deadline=deadline,
+        db,
+        run,
+        repo,
+        status=ready.status,
+        staging=staging,
+        revision=revision,
+        private=private,
+        token=token,
+        endpoint=endpoint,
+        checkpoint=checkpoint,
+        dry_run=dry_run,
+        window_start=window_start,
+        license=license,
+        checkpoint_step=checkpoint_step,
+        token_file=token_file,
+        timeout=timeout,
+        verl_agent_home=verl_agent_home,
+        merged_dir=merged_dir,
+        deadline=deadline,
         log=lambda message: info(ctx, escape_control(message)),
     )
     if as_json:
@@ -107,20 +207,27 @@ def publish(
             say(line)
         say(result["plan_file"])
     else:
-        info(ctx, f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})")
+        info(
+            ctx,
+            f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})",
+        )
         say(result["commit_url"])
 
 
 def _plan_lines(plan: dict, token_from: str) -> list[str]:
     """The dry run's plan as a person reads it: where, what in which commit, and the token."""
     visibility = "private" if plan["private"] else "public"
-    lines = [f"plan: {plan['repo_id']}@{plan['revision']} ({visibility} if created) on {plan['endpoint']}, "
-             f"{plan['status']} card of {plan['run']}"]
+    lines = [
+        f"plan: {plan['repo_id']}@{plan['revision']} ({visibility} if created) on {plan['endpoint']}, "
+        f"{plan['status']} card of {plan['run']}"
+    ]
     for number, commit in enumerate(plan["commits"], start=1):
         size = sum(entry.get("size") or 0 for entry in commit["files"])
         tag = f", tag {commit['tag']}" if commit.get("tag") else ""
-        lines.append(f"  commit {number} ({commit['purpose']}{tag}): {len(commit['files'])} file(s), {size:,} bytes: "
-                     f"{commit['commit_message']}")
+        lines.append(
+            f"  commit {number} ({commit['purpose']}{tag}): {len(commit['files'])} file(s), {size:,} bytes: "
+            f"{commit['commit_message']}"
+        )
         lines += [f"    {entry['path_in_repo']}" for entry in commit["files"][:12]]
         if len(commit["files"]) > 12:
             lines.append(f"    ... and {len(commit['files']) - 12} more")
@@ -128,22 +235,53 @@ def _plan_lines(plan: dict, token_from: str) -> list[str]:
     return lines
 
 
-def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, retry_failed, dry_run, private, token,
-            token_file, timeout, deadline, endpoint, revision, staging, window_start, license, verl_agent_home,
-            as_json) -> None:  # noqa: A002
+def _follow(
+    ctx: typer.Context,
+    run: str,
+    repo: str,
+    *,
+    run_dir,
+    poll,
+    once,
+    retry_failed,
+    dry_run,
+    private,
+    token,
+    token_file,
+    timeout,
+    deadline,
+    endpoint,
+    revision,
+    staging,
+    window_start,
+    license,
+    verl_agent_home,
+    as_json,
+) -> None:  # noqa: A002
     from ccpo_cli.hub_access import resolve_token
     from ccpo_cli.publishing.follow import check_poll, follow_run, plan_follow
     from ccpo_cli.publishing.target import push_target
 
     check_poll(poll)
-    target = push_target(repo, endpoint=endpoint, private=private, timeout=timeout, deadline=deadline,
-                         revision=revision, window_start=window_start, license=license, staging=staging)
+    target = push_target(
+        repo,
+        endpoint=endpoint,
+        private=private,
+        timeout=timeout,
+        deadline=deadline,
+        revision=revision,
+        window_start=window_start,
+        license=license,
+        staging=staging,
+    )
     if dry_run:  # no token, no lock, no network: what the outbox would publish now
         result = plan_follow(settings(ctx).db, run, target, run_dir=run_dir)
         if as_json:
             emit_json(result)
             return
-        info(ctx, f"dry run: nothing was sent; {len(result['would_publish'])} publication(s) pending")
+        info(
+            ctx, f"dry run: nothing was sent; {len(result['would_publish'])} publication(s) pending"
+        )
         for entry in result["would_publish"]:
             say(f"{entry['role']} {entry['kind']} of step {entry['step']}")
         return
@@ -151,20 +289,37 @@ def _follow(ctx: typer.Context, run: str, repo: str, *, run_dir, poll, once, ret
     if not secret:
         from ccpo_cli.errors import RemoteError
 
-        raise RemoteError("no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`")
+        raise RemoteError(
+            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
+        )
     from ccpo_cli.terminal_text import escape_control
 
     # The uploader's lines carry the Hub's words and names from files: escaped for the terminal.
-    result = follow_run(settings(ctx).db, run, target, secret, run_dir=run_dir, verl_agent_home=verl_agent_home,
-                        poll_s=poll, once=once, retry_failed=retry_failed,
-                        log=lambda message: info(ctx, escape_control(message)))
+    result = follow_run(
+        settings(ctx).db,
+        run,
+        target,
+        secret,
+        run_dir=run_dir,
+        verl_agent_home=verl_agent_home,
+        poll_s=poll,
+        once=once,
+        retry_failed=retry_failed,
+        log=lambda message: info(ctx, escape_control(message)),
+    )
     if as_json:
         emit_json(result)
         return
     outbox = result["outbox"]
-    say(f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
-        f"{outbox['failed']} failed, {outbox['skipped']} skipped")
+    say(
+        f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
+        f"{outbox['failed']} failed, {outbox['skipped']} skipped"
+    )
     for weights in result["weights_without_card"]:
-        say(escape_control(f"warning: the {weights['role']} weights of step {weights['step']} are on the Hub (commit "
-                           f"{str(weights['commit_id'])[:12]}, tag {weights['tag'] or 'none'}) but no card names them: "
-                           f"{weights['card']}"))
+        say(
+            escape_control(
+                f"warning: the {weights['role']} weights of step {weights['step']} are on the Hub (commit "
+                f"{str(weights['commit_id'])[:12]}, tag {weights['tag'] or 'none'}) but no card names them: "
+                f"{weights['card']}"
+            )
+        )

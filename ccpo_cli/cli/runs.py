@@ -22,26 +22,58 @@ from ccpo_cli.cli.common import (
     stdout_console,
 )
 
-runs_app = typer.Typer(help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True)
+runs_app = typer.Typer(
+    help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True
+)
 
-RunArgument = Annotated[str, typer.Argument(metavar="RUN", help="Run name.", autocompletion=completion.run_names)]
-ByOption = Annotated[str | None, typer.Option(
-    "--by", metavar="WHO", help="Who makes the correction (default: the login name at this host, USER@HOST).",
-    show_default=False)]
+RunArgument = Annotated[
+    str, typer.Argument(metavar="RUN", help="Run name.", autocompletion=completion.run_names)
+]
+ByOption = Annotated[
+    str | None,
+    typer.Option(
+        "--by",
+        metavar="WHO",
+        help="Who makes the correction (default: the login name at this host, USER@HOST).",
+        show_default=False,
+    ),
+]
 
 
 @runs_app.command("list")
 @handle_errors
 def list_command(
     ctx: typer.Context,
-    arm: Annotated[str | None, typer.Option("--arm", metavar="ARM", help="Only runs of this arm.",
-                                            autocompletion=completion.arm_names)] = None,
-    status: Annotated[str | None, typer.Option("--status", help="Only runs with this status (running, finished, "
-                                               "stopped, interrupted, failed).")] = None,
-    benchmark: Annotated[str | None, typer.Option("--benchmark", help="Only runs of this benchmark.",
-                                                  autocompletion=completion.benchmark_names)] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Only runs of this base model (its id or the part "
-                                              "after the last /).")] = None,
+    arm: Annotated[
+        str | None,
+        typer.Option(
+            "--arm",
+            metavar="ARM",
+            help="Only runs of this arm.",
+            autocompletion=completion.arm_names,
+        ),
+    ] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status",
+            help="Only runs with this status (running, finished, stopped, interrupted, failed).",
+        ),
+    ] = None,
+    benchmark: Annotated[
+        str | None,
+        typer.Option(
+            "--benchmark",
+            help="Only runs of this benchmark.",
+            autocompletion=completion.benchmark_names,
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="Only runs of this base model (its id or the part after the last /)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -61,8 +93,17 @@ def list_command(
     runs = RunFilter(arm=arm, status=status, benchmark=benchmark, model=model).apply(runs)
     summaries = success_summaries(db)
     for run in runs:
-        run.update(summaries.get(run["id"]) or {"last_success": None, "last_success_step": None, "best_success": None,
-                                                "best_success_step": None, "window_success": None, "window_n": 0})
+        run.update(
+            summaries.get(run["id"])
+            or {
+                "last_success": None,
+                "last_success_step": None,
+                "best_success": None,
+                "best_success_step": None,
+                "window_success": None,
+                "window_n": 0,
+            }
+        )
     emit(output_format(fmt, as_json), {"runs": runs}, lambda: [runs_table(runs)])
 
 
@@ -151,13 +192,30 @@ def diff_command(
     entries = []
     for name in (first, second):
         row = get_run(db, name)
-        entries.append({"identity": run_identity(db, name).as_dict(), "facts": run_facts(db, row["id"])["values"],
-                        "config": row.get("config") if isinstance(row.get("config"), dict) else {}})
+        entries.append(
+            {
+                "identity": run_identity(db, name).as_dict(),
+                "facts": run_facts(db, row["id"])["values"],
+                "config": row.get("config") if isinstance(row.get("config"), dict) else {},
+            }
+        )
     differences = run_differences(*entries)
-    document = {"first": first, "second": second,
-                "differences": [{"field": d.field, "first": d.first, "second": d.second} for d in differences]}
-    emit(output_format(fmt, as_json), document,
-         lambda: [differences_table(differences, first, second, "runs")] if differences else [f"runs {first} and {second}: nothing recorded differs"])
+    document = {
+        "first": first,
+        "second": second,
+        "differences": [
+            {"field": d.field, "first": d.first, "second": d.second} for d in differences
+        ],
+    }
+    emit(
+        output_format(fmt, as_json),
+        document,
+        lambda: (
+            [differences_table(differences, first, second, "runs")]
+            if differences
+            else [f"runs {first} and {second}: nothing recorded differs"]
+        ),
+    )
 
 
 @runs_app.command("retract")
@@ -165,9 +223,25 @@ def diff_command(
 def retract_command(
     ctx: typer.Context,
     run: RunArgument,
-    reason: Annotated[str, typer.Option("--reason", metavar="TEXT", help="Why the record is wrong (kept with it).")],
-    step: Annotated[int | None, typer.Option("--step", metavar="N", help="Retract the run's evaluations at this step only (default: the whole run).")] = None,
-    split: Annotated[str | None, typer.Option("--split", help="With --step: only the evaluations of this split (default: every split).")] = None,
+    reason: Annotated[
+        str,
+        typer.Option("--reason", metavar="TEXT", help="Why the record is wrong (kept with it)."),
+    ],
+    step: Annotated[
+        int | None,
+        typer.Option(
+            "--step",
+            metavar="N",
+            help="Retract the run's evaluations at this step only (default: the whole run).",
+        ),
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split",
+            help="With --step: only the evaluations of this split (default: every split).",
+        ),
+    ] = None,
     by: ByOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -181,14 +255,28 @@ def retract_command(
     from ccpo_cli.store import open_db
     from ccpo_cli.store.retractions import retract
 
-    result = retract(open_db(settings(ctx).db, must_exist=True), run, reason=reason, step=step, split=split, by=by)
+    result = retract(
+        open_db(settings(ctx).db, must_exist=True),
+        run,
+        reason=reason,
+        step=step,
+        split=split,
+        by=by,
+    )
     if as_json:
         emit_json({"retraction": result.as_dict()})
         return
-    what = f"run {run}" if step is None else f"{len(result.evaluation_ids)} evaluation(s) of run {run} at step {step}"
+    what = (
+        f"run {run}"
+        if step is None
+        else f"{len(result.evaluation_ids)} evaluation(s) of run {run} at step {step}"
+    )
     say(f"{what}: {'already retracted' if result.already else 'retracted'}")
     if not result.already:
-        info(ctx, "left out of `ccpo compare`, cards and publishing from now on; `ccpo runs show` still lists it")
+        info(
+            ctx,
+            "left out of `ccpo compare`, cards and publishing from now on; `ccpo runs show` still lists it",
+        )
 
 
 @runs_app.command("resolve")
@@ -196,11 +284,31 @@ def retract_command(
 def resolve_command(
     ctx: typer.Context,
     run: RunArgument,
-    step: Annotated[int, typer.Option("--step", metavar="N", help="The step whose conflicting results to settle.")],
-    keep: Annotated[str, typer.Option("--keep", metavar="VALUE", help="The success rate (percent) of the result that stands, as `ccpo runs show` prints it (83.6 matches 83.59375).")],
-    reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")] = None,
-    split: Annotated[str | None, typer.Option("--split", help="When several splits conflict at the step: which one.")] = None,
-    eval_seed: Annotated[int | None, typer.Option("--eval-seed", help="When several evaluation seeds conflict at the step: which one.")] = None,
+    step: Annotated[
+        int,
+        typer.Option("--step", metavar="N", help="The step whose conflicting results to settle."),
+    ],
+    keep: Annotated[
+        str,
+        typer.Option(
+            "--keep",
+            metavar="VALUE",
+            help="The success rate (percent) of the result that stands, as `ccpo runs show` prints it (83.6 matches 83.59375).",
+        ),
+    ],
+    reason: Annotated[
+        str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option("--split", help="When several splits conflict at the step: which one."),
+    ] = None,
+    eval_seed: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-seed", help="When several evaluation seeds conflict at the step: which one."
+        ),
+    ] = None,
     by: ByOption = None,
     as_json: JsonOption = False,
 ) -> None:
@@ -214,18 +322,32 @@ def resolve_command(
     from ccpo_cli.store import open_db
     from ccpo_cli.store.retractions import resolve
 
-    result = resolve(open_db(settings(ctx).db, must_exist=True), run, step=step, keep=keep, reason=reason,
-                     split=split, eval_seed=eval_seed, by=by)
+    result = resolve(
+        open_db(settings(ctx).db, must_exist=True),
+        run,
+        step=step,
+        keep=keep,
+        reason=reason,
+        split=split,
+        eval_seed=eval_seed,
+        by=by,
+    )
     if as_json:
         emit_json({"resolution": result.as_dict()})
         return
     if result.already:
         # Asked again: nothing was written, so nothing is claimed as done now.
-        say(f"run {run} step {step}: already resolved keeping {result.kept_value:g} "
-            f"(evaluation {result.kept_evaluation_id}, resolution {result.resolution_id}); nothing changed")
+        say(
+            f"run {run} step {step}: already resolved keeping {result.kept_value:g} "
+            f"(evaluation {result.kept_evaluation_id}, resolution {result.resolution_id}); nothing changed"
+        )
         return
-    say(f"run {run} step {step}: settled {len(result.settled_conflict_ids)} conflict(s), keeping "
-        f"{result.kept_value:g} (evaluation {result.kept_evaluation_id})")
+    say(
+        f"run {run} step {step}: settled {len(result.settled_conflict_ids)} conflict(s), keeping "
+        f"{result.kept_value:g} (evaluation {result.kept_evaluation_id})"
+    )
     if result.superseded_evaluation_ids:
-        info(ctx, f"retracted the result that stood (evaluation(s) {', '.join(map(str, result.superseded_evaluation_ids))})")
-
+        info(
+            ctx,
+            f"retracted the result that stood (evaluation(s) {', '.join(map(str, result.superseded_evaluation_ids))})",
+        )

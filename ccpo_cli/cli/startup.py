@@ -26,9 +26,14 @@ class _PandasOutsideSqliteUtils(importlib.abc.MetaPathFinder):
         for _ in range(_FRAMES):
             if frame is None:
                 break
-            if frame.f_globals.get("__name__") == "sqlite_utils.db" and frame.f_code.co_name == "<module>":
+            if (
+                frame.f_globals.get("__name__") == "sqlite_utils.db"
+                and frame.f_code.co_name == "<module>"
+            ):
                 # sqlite-utils catches ImportError: pandas is then "not installed" for it alone.
-                raise ModuleNotFoundError("pandas is not imported for sqlite-utils in the ccpo process", name=name)
+                raise ModuleNotFoundError(
+                    "pandas is not imported for sqlite-utils in the ccpo process", name=name
+                )
             frame = frame.f_back
         return None
 

@@ -28,7 +28,10 @@ sync_app = typer.Typer(
     no_args_is_help=True,
 )
 
-DeadlineOption = Annotated[float, typer.Option("--deadline", help="Seconds the whole push or pull may take, retries included.")]
+DeadlineOption = Annotated[
+    float,
+    typer.Option("--deadline", help="Seconds the whole push or pull may take, retries included."),
+]
 
 
 def _limits(deadline: float, max_mb: float | None, push: bool):
@@ -42,9 +45,13 @@ def _limits(deadline: float, max_mb: float | None, push: bool):
     if max_mb is None:
         return SyncLimits(deadline_s=deadline)
     if not (math.isfinite(max_mb) and 0 < max_mb <= 1 << 20):
-        raise UsageError(f"--max-mb must be a positive number of MiB (at most {1 << 20}), got {max_mb}")
+        raise UsageError(
+            f"--max-mb must be a positive number of MiB (at most {1 << 20}), got {max_mb}"
+        )
     size = int(max_mb * (1 << 20))
-    return SyncLimits(deadline_s=deadline, **({"max_push_bytes": size} if push else {"max_pull_bytes": size}))
+    return SyncLimits(
+        deadline_s=deadline, **({"max_push_bytes": size} if push else {"max_pull_bytes": size})
+    )
 
 
 @sync_app.command("push")
@@ -52,13 +59,23 @@ def _limits(deadline: float, max_mb: float | None, push: bool):
 def push_command(
     ctx: typer.Context,
     repo: HubRepoOption,
-    private: Annotated[bool, typer.Option("--private/--public", " /--no-private", help="--public: create the dataset public, or push to an existing public one (default: private only; --no-private is --public).")] = True,
+    private: Annotated[
+        bool,
+        typer.Option(
+            "--private/--public",
+            " /--no-private",
+            help="--public: create the dataset public, or push to an existing public one (default: private only; --no-private is --public).",
+        ),
+    ] = True,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
     timeout: HubTimeoutOption = None,
     endpoint: HubEndpointOption = None,
     deadline: DeadlineOption = 900.0,
-    max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048).")] = None,
+    max_mb: Annotated[
+        float | None,
+        typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048)."),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit.
@@ -68,15 +85,26 @@ def push_command(
     from ccpo_cli.hub_sync import sync_push
     from ccpo_cli.store import open_db
 
-    result = sync_push(open_db(settings(ctx).db, must_exist=True), repo, token=token, token_file=token_file,
-                       timeout=timeout, endpoint=endpoint, public=not private, limits=_limits(deadline, max_mb, push=True))
+    result = sync_push(
+        open_db(settings(ctx).db, must_exist=True),
+        repo,
+        token=token,
+        token_file=token_file,
+        timeout=timeout,
+        endpoint=endpoint,
+        public=not private,
+        limits=_limits(deadline, max_mb, push=True),
+    )
     if as_json:
         emit_json({"push": result})
     elif not result["pushed"]:
         info(ctx, result["note"])
     else:
-        info(ctx, f"pushed {result['rows']} row(s) of {result['runs']} run(s) in {result['parts']} part(s) "
-                  f"({result['bytes'] / 1024:.1f} KiB) to {result['repo_id']} as {result['host']}")
+        info(
+            ctx,
+            f"pushed {result['rows']} row(s) of {result['runs']} run(s) in {result['parts']} part(s) "
+            f"({result['bytes'] / 1024:.1f} KiB) to {result['repo_id']} as {result['host']}",
+        )
         say(result["commit_url"])
 
 
@@ -85,13 +113,25 @@ def push_command(
 def pull_command(
     ctx: typer.Context,
     repo: HubRepoOption,
-    revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="The dataset commit (or branch) to merge (default: main's head when the pull starts).")] = None,
+    revision: Annotated[
+        str | None,
+        typer.Option(
+            "--revision",
+            metavar="COMMIT",
+            help="The dataset commit (or branch) to merge (default: main's head when the pull starts).",
+        ),
+    ] = None,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
     timeout: HubTimeoutOption = None,
     endpoint: HubEndpointOption = None,
     deadline: DeadlineOption = 900.0,
-    max_mb: Annotated[float | None, typer.Option("--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192).")] = None,
+    max_mb: Annotated[
+        float | None,
+        typer.Option(
+            "--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
@@ -104,14 +144,28 @@ def pull_command(
     from ccpo_cli.store import open_db
 
     chosen = output_format(fmt, as_json)
-    result = sync_pull(open_db(settings(ctx).db), repo, revision=revision, token=token, token_file=token_file,
-                       timeout=timeout, endpoint=endpoint, limits=_limits(deadline, max_mb, push=False))
+    result = sync_pull(
+        open_db(settings(ctx).db),
+        repo,
+        revision=revision,
+        token=token,
+        token_file=token_file,
+        timeout=timeout,
+        endpoint=endpoint,
+        limits=_limits(deadline, max_mb, push=False),
+    )
     if chosen.value != "json":
         from ccpo_cli.terminal_text import escape_control
 
         for refused in result["parts_refused"]:  # names and reasons come from the dataset: escaped
-            info(ctx, f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
-                      f"{escape_control(refused['reason'])}")
-        info(ctx, f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
-                  f"{result['commit_id']}")
+            info(
+                ctx,
+                f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
+                f"{escape_control(refused['reason'])}",
+            )
+        info(
+            ctx,
+            f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
+            f"{result['commit_id']}",
+        )
     emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])

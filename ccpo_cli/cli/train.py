@@ -40,8 +40,10 @@ from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of
 
-_PUSH_WINDOW_HELP = ("--push-to-hub: first step of the window the cards report "
-                     "(default: " + DEFAULT_WINDOW.describe("the run's", example=False) + ").")
+_PUSH_WINDOW_HELP = (
+    "--push-to-hub: first step of the window the cards report "
+    "(default: " + DEFAULT_WINDOW.describe("the run's", example=False) + ")."
+)
 # Where Linux shows a CUDA device (a driver's device node; WSL's GPU bridge). Without one, torch
 # cannot see a GPU either, so the CPU machine's answer needs no torch import (a second of start-up).
 _CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
@@ -102,7 +104,9 @@ def _refuse_other_backend_options(ctx: typer.Context, backend: str) -> None:
     given = _given(ctx, LOCAL_ONLY if backend == VERL else VERL_ONLY)
     if given:
         other = LOCAL if backend == VERL else VERL
-        raise UsageError(f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})")
+        raise UsageError(
+            f"{', '.join(given)} only apply to --backend {other} (this run uses --backend {backend})"
+        )
 
 
 def _print_local(runs: list[dict[str, Any]]) -> None:
@@ -118,11 +122,20 @@ def _dry_run_script(result) -> str:
     a subshell of its own (each ends in `exec`), one after the other."""
     if len(result.scripts) == 1:
         return result.scripts[0]
-    parts = ["#!/usr/bin/env bash", f"# ccpo train --dry-run: {len(result.scripts)} launches, one per seed, run in turn;",
-             "# nothing was written or started.", "set -euo pipefail"]
+    parts = [
+        "#!/usr/bin/env bash",
+        f"# ccpo train --dry-run: {len(result.scripts)} launches, one per seed, run in turn;",
+        "# nothing was written or started.",
+        "set -euo pipefail",
+    ]
     for launch, script in zip(result.launches, result.scripts):
         body = "\n".join(line for line in script.splitlines() if not line.startswith("#!"))
-        parts += [f"# ── run {launch.run} (seed {launch.request.seed}): {launch.run_dir}/run.sh", "(", body, ")"]
+        parts += [
+            f"# ── run {launch.run} (seed {launch.request.seed}): {launch.run_dir}/run.sh",
+            "(",
+            body,
+            ")",
+        ]
     return "\n".join(parts) + "\n"
 
 
@@ -130,38 +143,139 @@ def _dry_run_script(result) -> str:
 def train(
     ctx: typer.Context,
     arm_name: ArmOption,
-    run: Annotated[str | None, typer.Option("--run", metavar="RUN", help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).")] = None,
-    backend: Annotated[str | None, typer.Option("--backend", autocompletion=completion.backend_names, help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.")] = None,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            metavar="RUN",
+            help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).",
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            autocompletion=completion.backend_names,
+            help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.",
+        ),
+    ] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None,
     seeds: SeedsOption = None,
-    steps: Annotated[int | None, typer.Option("--steps", help="Training steps (policy updates).")] = None,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Training steps (policy updates).")
+    ] = None,
     tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
-    group: Annotated[int | None, typer.Option("--group", help="Rollouts per game (group size).")] = None,
-    eval_every: Annotated[int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")] = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Turn limit per episode.")] = None,
+    group: Annotated[
+        int | None, typer.Option("--group", help="Rollouts per game (group size).")
+    ] = None,
+    eval_every: Annotated[
+        int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")
+    ] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", help="Turn limit per episode.")
+    ] = None,
     set_flags: SetOption = None,
-    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Resolve the runs and print them as one document; write and start nothing.")] = False,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Resolve the runs and print them as one document; write and start nothing.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     # local backend
-    eval_games: Annotated[int | None, typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games.")] = None,
-    eval_from: Annotated[int | None, typer.Option("--eval-from", help="local: first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.")] = None,
-    workers: Annotated[int | None, typer.Option("--workers", help="local: rollout worker processes.")] = None,
-    time_budget: Annotated[float | None, typer.Option("--time-budget", help="local: stop after this many minutes of training wall time.")] = None,
-    dump_batches: Annotated[bool | None, typer.Option("--dump-batches/--no-dump-batches", help="local: save each step's estimator batch as .npz.")] = None,
+    eval_games: Annotated[
+        int | None,
+        typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games."),
+    ] = None,
+    eval_from: Annotated[
+        int | None,
+        typer.Option(
+            "--eval-from",
+            help="local: first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option("--workers", help="local: rollout worker processes.")
+    ] = None,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--time-budget", help="local: stop after this many minutes of training wall time."
+        ),
+    ] = None,
+    dump_batches: Annotated[
+        bool | None,
+        typer.Option(
+            "--dump-batches/--no-dump-batches",
+            help="local: save each step's estimator batch as .npz.",
+        ),
+    ] = None,
     # verl backend
-    model: Annotated[str | None, typer.Option("--model", help="verl: base model (Hugging Face id or path).")] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="verl: base model (Hugging Face id or path).")
+    ] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", help="verl: GPUs per node.")] = None,
     nnodes: Annotated[int, typer.Option("--nnodes", help="verl: nodes.")] = 1,
-    ray_address: Annotated[str | None, typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one.")] = None,
-    verl_agent: Annotated[Path | None, typer.Option("--verl-agent", envvar="VERL_AGENT_HOME", help="verl: the verl-agent checkout (env VERL_AGENT_HOME).")] = None,
-    host_profile: Annotated[str, typer.Option("--host-profile", help="verl: host profile of the protocol (reference, lean).")] = "reference",
-    save_every: Annotated[int | None, typer.Option("--save-every", help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.")] = None,
-    report_to: Annotated[str | None, typer.Option("--report-to", metavar="TRACKERS", help="Write the curves while training to tensorboard (RUN_DIR/tensorboard) and/or trackio (project ccpo, in TRACKIO_DIR), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.")] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one."),
+    ] = None,
+    verl_agent: Annotated[
+        Path | None,
+        typer.Option(
+            "--verl-agent",
+            envvar="VERL_AGENT_HOME",
+            help="verl: the verl-agent checkout (env VERL_AGENT_HOME).",
+        ),
+    ] = None,
+    host_profile: Annotated[
+        str,
+        typer.Option(
+            "--host-profile", help="verl: host profile of the protocol (reference, lean)."
+        ),
+    ] = "reference",
+    save_every: Annotated[
+        int | None,
+        typer.Option(
+            "--save-every",
+            help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.",
+        ),
+    ] = None,
+    report_to: Annotated[
+        str | None,
+        typer.Option(
+            "--report-to",
+            metavar="TRACKERS",
+            help="Write the curves while training to tensorboard (RUN_DIR/tensorboard) and/or trackio (project ccpo, in TRACKIO_DIR), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
+        ),
+    ] = None,
     # publishing while training
-    push_to_hub: Annotated[str | None, typer.Option("--push-to-hub", metavar="OWNER/NAME", help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.")] = None,
-    push_wait: Annotated[float | None, typer.Option("--push-wait", help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.")] = None,
-    window_start: Annotated[int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)] = None,
+    push_to_hub: Annotated[
+        str | None,
+        typer.Option(
+            "--push-to-hub",
+            metavar="OWNER/NAME",
+            help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.",
+        ),
+    ] = None,
+    push_wait: Annotated[
+        float | None,
+        typer.Option(
+            "--push-wait",
+            help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.",
+        ),
+    ] = None,
+    window_start: Annotated[
+        int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)
+    ] = None,
     private: HubPrivateOption = None,
     token: HubTokenOption = None,
     token_file: HubTokenFileOption = None,
@@ -184,9 +298,16 @@ def train(
     arm = load_arm(arm_name, parse_set_options(set_flags) or None)
     _refuse_other_backend_options(ctx, chosen)
     db_path = settings(ctx).db
-    hub_options = {"--push-wait": push_wait, "--window-start": window_start, "--private/--public": private,
-                   "--token": token, "--token-file": token_file, "--timeout": timeout, "--deadline": deadline,
-                   "--endpoint": endpoint}
+    hub_options = {
+        "--push-wait": push_wait,
+        "--window-start": window_start,
+        "--private/--public": private,
+        "--token": token,
+        "--token-file": token_file,
+        "--timeout": timeout,
+        "--deadline": deadline,
+        "--endpoint": endpoint,
+    }
     observer = None
     if push_to_hub is None:
         stray = [name for name, value in hub_options.items() if value is not None]
@@ -194,20 +315,41 @@ def train(
             raise UsageError(f"{', '.join(stray)} only apply with --push-to-hub")
     elif not dry_run:
         if len(seed_values) > 1:
-            raise UsageError("--push-to-hub publishes one run: give one --seed (a repository per seed)")
+            raise UsageError(
+                "--push-to-hub publishes one run: give one --seed (a repository per seed)"
+            )
         from ccpo_cli.publishing.background import publisher_for
 
-        observer = publisher_for(db_path, push_to_hub, backend=chosen, endpoint=endpoint, private=private,
-                                 token=token, token_file=token_file, timeout=timeout, deadline=deadline,
-                                 end_wait_s=push_wait, window_start=window_start, verl_agent=verl_agent,
-                                 log=lambda message: info(ctx, message))
+        observer = publisher_for(
+            db_path,
+            push_to_hub,
+            backend=chosen,
+            endpoint=endpoint,
+            private=private,
+            token=token,
+            token_file=token_file,
+            timeout=timeout,
+            deadline=deadline,
+            end_wait_s=push_wait,
+            window_start=window_start,
+            verl_agent=verl_agent,
+            log=lambda message: info(ctx, message),
+        )
     if report_to is not None and not dry_run:
         from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
 
         trackers = parse_trackers(report_to)
         if trackers:
-            observer = ReportingObserver(trackers, inner=observer, log=lambda message: info(ctx, message))
-    schedule = {"steps": steps, "tasks": tasks, "group": group, "eval_every": eval_every, "max_steps": max_steps}
+            observer = ReportingObserver(
+                trackers, inner=observer, log=lambda message: info(ctx, message)
+            )
+    schedule = {
+        "steps": steps,
+        "tasks": tasks,
+        "group": group,
+        "eval_every": eval_every,
+        "max_steps": max_steps,
+    }
 
     def log(message: str) -> None:
         info(ctx, message)
@@ -223,14 +365,30 @@ def train(
 
         # In a terminal, a bar instead of a line per step; in a log, the step lines (with time and run).
         console = stderr_console()
-        with (TrainBar(console) if console.is_terminal and not settings(ctx).quiet and not dry_run
-              else contextlib.nullcontext()) as bar:
-            local_runs = train_local(LocalTrainRequest(
-                arm=arm, seeds=local_seeds, db_path=db_path, run=run, resume=resume, dry_run=dry_run, **schedule,
-                eval_games=eval_games, eval_from=eval_from, workers=workers, dump_batches=dump_batches,
-                time_budget_s=None if time_budget is None else time_budget * 60.0, observer=observer,
-                progress=None if bar is None else bar.update,
-            ), log)
+        with (
+            TrainBar(console)
+            if console.is_terminal and not settings(ctx).quiet and not dry_run
+            else contextlib.nullcontext()
+        ) as bar:
+            local_runs = train_local(
+                LocalTrainRequest(
+                    arm=arm,
+                    seeds=local_seeds,
+                    db_path=db_path,
+                    run=run,
+                    resume=resume,
+                    dry_run=dry_run,
+                    **schedule,
+                    eval_games=eval_games,
+                    eval_from=eval_from,
+                    workers=workers,
+                    dump_batches=dump_batches,
+                    time_budget_s=None if time_budget is None else time_budget * 60.0,
+                    observer=observer,
+                    progress=None if bar is None else bar.update,
+                ),
+                log,
+            )
         if as_json or dry_run:  # a dry run is one JSON document, whatever the number of seeds
             emit_json({"dry_run": dry_run, "runs": local_runs})
         else:
@@ -239,11 +397,26 @@ def train(
 
     from ccpo_cli.backends.verl.request import VerlTrainRequest, train_verl
 
-    result = train_verl(VerlTrainRequest(
-        arm=arm, seeds=seed_values, db_path=db_path, model=model, gpus=gpus, nnodes=nnodes, run=run,
-        resume=resume, dry_run=dry_run, **schedule, ray_address=ray_address,
-        verl_agent=verl_agent, host_profile=host_profile, save_every=save_every, observer=observer,
-    ), log)
+    result = train_verl(
+        VerlTrainRequest(
+            arm=arm,
+            seeds=seed_values,
+            db_path=db_path,
+            model=model,
+            gpus=gpus,
+            nnodes=nnodes,
+            run=run,
+            resume=resume,
+            dry_run=dry_run,
+            **schedule,
+            ray_address=ray_address,
+            verl_agent=verl_agent,
+            host_profile=host_profile,
+            save_every=save_every,
+            observer=observer,
+        ),
+        log,
+    )
     if as_json:
         emit_json({"dry_run": dry_run, "runs": result.runs})
     elif dry_run:  # verbatim (no console markup or emoji codes): it is a shell script

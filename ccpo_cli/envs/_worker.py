@@ -12,7 +12,12 @@ if __name__ == "__main__":
     # sees its pipe close and exits.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     settings = json.loads(sys.argv[3])
-    _worker_main(Connection(int(sys.argv[1]), writable=False),
-                 Connection(int(sys.argv[2]), readable=False),
-                 settings["max_steps"], settings["walkthrough"], settings["memo"],
-                 settings["pool_size"], settings.get("transition_cache", 0))
+    _worker_main(
+        Connection(int(sys.argv[1]), writable=False),
+        Connection(int(sys.argv[2]), readable=False),
+        settings["max_steps"],
+        settings["walkthrough"],
+        settings["memo"],
+        settings["pool_size"],
+        settings.get("transition_cache", 0),
+    )

@@ -31,7 +31,9 @@ DEFAULT_POOL_SIZE = 48
 class _SessionPool:
     """The loaded games of one process: slot -> session in use, plus idle sessions by game."""
 
-    def __init__(self, max_steps: int, walkthrough: bool, pool_size: int, transition_cache: int = 0):
+    def __init__(
+        self, max_steps: int, walkthrough: bool, pool_size: int, transition_cache: int = 0
+    ):
         from ccpo_cli.envs.transitions import TransitionCache
 
         self.max_steps = max_steps
@@ -39,7 +41,9 @@ class _SessionPool:
         self.pool_size = pool_size
         self.transitions = TransitionCache(transition_cache) if transition_cache > 0 else None
         self.active: dict[int, GameSession] = {}
-        self.idle: OrderedDict[int, GameSession] = OrderedDict()  # id(session) -> session, LRU first
+        self.idle: OrderedDict[int, GameSession] = (
+            OrderedDict()
+        )  # id(session) -> session, LRU first
 
     def _acquire(self, game_path: str) -> GameSession:
         for key, session in self.idle.items():
@@ -80,8 +84,15 @@ class _SessionPool:
         self.idle.clear()
 
 
-def _worker_main(receiver: Connection, sender: Connection, max_steps: int, walkthrough: bool,
-                 memo: bool, pool_size: int, transition_cache: int = 0) -> None:
+def _worker_main(
+    receiver: Connection,
+    sender: Connection,
+    max_steps: int,
+    walkthrough: bool,
+    memo: bool,
+    pool_size: int,
+    transition_cache: int = 0,
+) -> None:
     from ccpo_cli.envs import memo as memo_module
 
     try:
@@ -158,9 +169,16 @@ class AlfworldBatchEnv:
     else 0.0; `done` is True from the winning or step-limit step on.
     """
 
-    def __init__(self, game_paths: Sequence[str | os.PathLike], workers: int | None = None,
-                 max_steps: int = DEFAULT_MAX_STEPS, memo: bool = True, walkthrough: bool = False,
-                 pool_size: int = DEFAULT_POOL_SIZE, transition_cache: int = 0):
+    def __init__(
+        self,
+        game_paths: Sequence[str | os.PathLike],
+        workers: int | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        memo: bool = True,
+        walkthrough: bool = False,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        transition_cache: int = 0,
+    ):
         self._closed = True  # until fully started, so __del__ on a failed start is harmless
         self._workers: list[_Worker] = []
         self._local: _SessionPool | None = None
@@ -194,23 +212,43 @@ class AlfworldBatchEnv:
         package_root = str(Path(__file__).resolve().parents[2])
         environment = dict(os.environ)
         environment["PYTHONPATH"] = os.pathsep.join(
-            [package_root, *filter(None, [environment.get("PYTHONPATH")])])
-        settings = json.dumps({"max_steps": self.max_steps, "walkthrough": self.walkthrough,
-                               "memo": self.memo, "pool_size": self._pool_size,
-                               "transition_cache": self._transition_cache})
+            [package_root, *filter(None, [environment.get("PYTHONPATH")])]
+        )
+        settings = json.dumps(
+            {
+                "max_steps": self.max_steps,
+                "walkthrough": self.walkthrough,
+                "memo": self.memo,
+                "pool_size": self._pool_size,
+                "transition_cache": self._transition_cache,
+            }
+        )
         for _ in range(self.workers):
             to_child_read, to_child_write = os.pipe()
             from_child_read, from_child_write = os.pipe()
             process = subprocess.Popen(
-                [sys.executable, "-m", "ccpo_cli.envs._worker", str(to_child_read),
-                 str(from_child_write), settings],
-                pass_fds=(to_child_read, from_child_write), env=environment,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "ccpo_cli.envs._worker",
+                    str(to_child_read),
+                    str(from_child_write),
+                    settings,
+                ],
+                pass_fds=(to_child_read, from_child_write),
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
             )
             os.close(to_child_read)
             os.close(from_child_write)
-            self._workers.append(_Worker(process, Connection(to_child_write, readable=False),
-                                         Connection(from_child_read, writable=False)))
+            self._workers.append(
+                _Worker(
+                    process,
+                    Connection(to_child_write, readable=False),
+                    Connection(from_child_read, writable=False),
+                )
+            )
         for worker in self._workers:
             try:
                 _unwrap(worker.receiver.recv())
@@ -262,7 +300,8 @@ class AlfworldBatchEnv:
             return dict(method(items))
         # A reset goes to every worker, so those without slots in the new batch free theirs.
         per_worker: dict[int, list[tuple[int, str]]] = (
-            {index: [] for index in range(self.workers)} if command == "reset" else {})
+            {index: [] for index in range(self.workers)} if command == "reset" else {}
+        )
         for slot, value in items:
             per_worker.setdefault(slot % self.workers, []).append((slot, value))
         for index, chunk in per_worker.items():
@@ -303,7 +342,9 @@ class AlfworldBatchEnv:
             result.info["active"] = True
         return [r.observation for r in self._last], [r.info for r in self._last]
 
-    def step(self, actions: Sequence[str | None]) -> tuple[list[str], list[float], list[bool], list[dict]]:
+    def step(
+        self, actions: Sequence[str | None]
+    ) -> tuple[list[str], list[float], list[bool], list[dict]]:
         """Apply one action per slot. Slots whose episode has ended ignore their action (it may
         be None) and repeat their last observation with reward 0. Returns
         (observations, rewards, dones, infos)."""
@@ -311,7 +352,9 @@ class AlfworldBatchEnv:
             raise UsageError("step() before reset()")
         if len(actions) != len(self._batch):
             raise UsageError(f"step() got {len(actions)} actions for a batch of {len(self._batch)}")
-        live = [(slot, str(action)) for slot, action in enumerate(actions) if not self._last[slot].done]
+        live = [
+            (slot, str(action)) for slot, action in enumerate(actions) if not self._last[slot].done
+        ]
         results = self._run("step", live) if live else {}
         rewards = []
         for slot in range(len(self._batch)):
@@ -322,8 +365,12 @@ class AlfworldBatchEnv:
             else:
                 self._last[slot].info["active"] = False
                 rewards.append(0.0)
-        return ([r.observation for r in self._last], rewards, [r.done for r in self._last],
-                [r.info for r in self._last])
+        return (
+            [r.observation for r in self._last],
+            rewards,
+            [r.done for r in self._last],
+            [r.info for r in self._last],
+        )
 
     def _resolve(self, game: int | str) -> str:
         if isinstance(game, int):
@@ -344,4 +391,3 @@ def _game_file(path: str | os.PathLike) -> Path:
     if not candidate.is_file():
         raise InvalidInput(f"{path}: no game.tw-pddl found")
     return candidate.resolve()
-

@@ -81,10 +81,15 @@ def engine_copy_failure(error: OSError) -> str:
     """Why a new engine shell could not start: each one first copies Fast Downward's library
     (about 34 MB) into a temporary folder, which a full disk or a file-size limit refuses."""
     reason = error.strerror or str(error)
-    hint = "the file-size limit (ulimit -f) is below the library's size" if error.errno == errno.EFBIG \
+    hint = (
+        "the file-size limit (ulimit -f) is below the library's size"
+        if error.errno == errno.EFBIG
         else f"check the free space in {tempfile.gettempdir()} (TMPDIR)"
-    return (f"the ALFWorld engine could not copy its planner library into a temporary folder ({reason}): "
-            f"{hint}; nothing was played")
+    )
+    return (
+        f"the ALFWorld engine could not copy its planner library into a temporary folder ({reason}): "
+        f"{hint}; nothing was played"
+    )
 
 
 def game_id(game_path: str | os.PathLike) -> str:
@@ -124,8 +129,12 @@ class GameSession:
     never sends them.
     """
 
-    def __init__(self, game_path: str | os.PathLike | None = None,
-                 max_steps: int = DEFAULT_MAX_STEPS, walkthrough: bool = False):
+    def __init__(
+        self,
+        game_path: str | os.PathLike | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        walkthrough: bool = False,
+    ):
         require_engine()
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
@@ -133,8 +142,9 @@ class GameSession:
 
         self.max_steps = max_steps
         self.want_walkthrough = walkthrough
-        infos = textworld.EnvInfos(admissible_commands=True, won=True,
-                                   extras=["walkthrough"] if walkthrough else [])
+        infos = textworld.EnvInfos(
+            admissible_commands=True, won=True, extras=["walkthrough"] if walkthrough else []
+        )
         try:
             self._env = AlfredInfos(AlfredDemangler(PddlEnv(infos)))
         except OSError as error:  # Fast Downward copies its library into a temp folder first

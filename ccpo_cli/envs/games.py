@@ -48,8 +48,10 @@ def find_games(root: str | os.PathLike) -> list[str]:
         except (OSError, ValueError, RecursionError) as error:
             raise InvalidInput(f"{game_file}: not valid JSON ({error})") from None
         if not isinstance(game, dict):
-            raise InvalidInput(f"{game_file}: not an ALFWorld game (a JSON object is expected, "
-                               f"found a {type(game).__name__})")
+            raise InvalidInput(
+                f"{game_file}: not an ALFWorld game (a JSON object is expected, "
+                f"found a {type(game).__name__})"
+            )
         solvable = game.get("solvable", False)
         if solvable:
             games.append(str(game_file.resolve()))
@@ -57,6 +59,7 @@ def find_games(root: str | os.PathLike) -> list[str]:
 
 
 # ---- the shipped sets ----------------------------------------------------------------------
+
 
 def manifest_path(name: str) -> Path:
     return configs_dir() / "games" / name
@@ -89,7 +92,9 @@ def _verify_folder(folder: Path, manifest: dict) -> list[str]:
     paths = []
     for entry in manifest["games"]:
         game_folder = folder / entry["game_id"]
-        files = {name: (game_folder / name).read_bytes() for name in ("game.tw-pddl", "traj_data.json")}
+        files = {
+            name: (game_folder / name).read_bytes() for name in ("game.tw-pddl", "traj_data.json")
+        }
         if content_hash(files) != entry["sha256"]:
             raise InvalidInput(f"{game_folder}: content hash differs from the manifest")
         paths.append(str((game_folder / "game.tw-pddl").resolve()))
@@ -106,7 +111,9 @@ def _valid_paths(folder: Path, manifest: dict) -> list[str] | None:
         return None
 
 
-def materialize(manifest_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> list[str]:
+def materialize(
+    manifest_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None
+) -> list[str]:
     """The game paths (sorted) of a manifest's set, regenerated into the cache on first use and
     verified against the manifest's hashes every time (reading ~35 KB per game)."""
     manifest = load_manifest(manifest_file)
@@ -156,8 +163,10 @@ def _regenerate(target: Path, manifest: dict, manifest_file: Path) -> None:
         for file_name, data in files.items():
             (folder / file_name).write_bytes(data)
     if wanted:
-        raise InvalidInput(f"{manifest_file}: {len(wanted)} games could not be regenerated, "
-                           f"e.g. {next(iter(wanted))}")
+        raise InvalidInput(
+            f"{manifest_file}: {len(wanted)} games could not be regenerated, "
+            f"e.g. {next(iter(wanted))}"
+        )
 
 
 def manifest_name(name: str, room: str = "small") -> str:
@@ -177,6 +186,7 @@ def training_pool(cache_dir: str | os.PathLike | None = None, room: str = "small
 
 
 # ---- checking games ------------------------------------------------------------------------
+
 
 @dataclass
 class GameCheck:
@@ -236,8 +246,9 @@ def _task_type_of(path: str) -> str:
             return "?"
 
 
-def check_games(root: str | os.PathLike, workers: int = 1,
-                progress: Callable[[int, int], None] | None = None) -> CheckReport:
+def check_games(
+    root: str | os.PathLike, workers: int = 1, progress: Callable[[int, int], None] | None = None
+) -> CheckReport:
     """Load every game under `root` in the real engine and play its walkthrough (the stored
     one, else the planner's): each must not be won at step 0 and must be won exactly at the
     walkthrough's last step."""

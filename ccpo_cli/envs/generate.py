@@ -62,13 +62,51 @@ KITCHEN_OBJECTS: dict[str, frozenset[str]] = {
     "PepperShaker": frozenset(),
     "Kettle": frozenset({"clean"}),
 }
-KITCHEN_RECEPTACLES = ("CounterTop", "Cabinet", "Drawer", "DiningTable", "StoveBurner", "Shelf",
-                       "GarbageCan")
-BEDROOM_OBJECTS = ("AlarmClock", "Book", "CD", "CellPhone", "CreditCard", "KeyChain", "Laptop",
-                   "Pen", "Pencil", "Pillow", "Watch", "Mug", "Bowl", "Statue", "Vase", "Box",
-                   "RemoteControl", "TissueBox", "BaseballBat", "TennisRacket")
-BEDROOM_RECEPTACLES = ("Bed", "Desk", "Dresser", "SideTable", "Shelf", "Drawer", "ArmChair",
-                       "GarbageCan", "LaundryHamper", "Cabinet", "Safe", "Sofa")
+KITCHEN_RECEPTACLES = (
+    "CounterTop",
+    "Cabinet",
+    "Drawer",
+    "DiningTable",
+    "StoveBurner",
+    "Shelf",
+    "GarbageCan",
+)
+BEDROOM_OBJECTS = (
+    "AlarmClock",
+    "Book",
+    "CD",
+    "CellPhone",
+    "CreditCard",
+    "KeyChain",
+    "Laptop",
+    "Pen",
+    "Pencil",
+    "Pillow",
+    "Watch",
+    "Mug",
+    "Bowl",
+    "Statue",
+    "Vase",
+    "Box",
+    "RemoteControl",
+    "TissueBox",
+    "BaseballBat",
+    "TennisRacket",
+)
+BEDROOM_RECEPTACLES = (
+    "Bed",
+    "Desk",
+    "Dresser",
+    "SideTable",
+    "Shelf",
+    "Drawer",
+    "ArmChair",
+    "GarbageCan",
+    "LaundryHamper",
+    "Cabinet",
+    "Safe",
+    "Sofa",
+)
 LAMPS = ("DeskLamp", "FloorLamp")
 OPENABLE = frozenset({"Fridge", "Microwave", "Cabinet", "Drawer", "Safe"})
 APPLIANCES = ("Fridge", "Microwave", "SinkBasin")  # constants of the domain's actions
@@ -91,9 +129,9 @@ class GameSpec:
     split: str
     seed: int
     index: int
-    task_type: str          # short key
+    task_type: str  # short key
     object_type: str
-    target_type: str        # goal receptacle type, or the lamp type for `look`
+    target_type: str  # goal receptacle type, or the lamp type for `look`
     sentence: str
     problem: str
     room: str
@@ -114,8 +152,13 @@ class GameSpec:
     def traj_data(self) -> dict:
         look = self.task_type == "look"
         return {
-            "ccpo": {"generator": GENERATOR_VERSION, "index": self.index, "room": self.room,
-                     "seed": self.seed, "split": self.split},
+            "ccpo": {
+                "generator": GENERATOR_VERSION,
+                "index": self.index,
+                "room": self.room,
+                "seed": self.seed,
+                "split": self.split,
+            },
             "pddl_params": {
                 "mrecep_target": "",
                 "object_sliced": False,
@@ -129,6 +172,7 @@ class GameSpec:
 
 
 # ---- the PDDL problem ----------------------------------------------------------------------
+
 
 def _receptacle_id(rtype: str, number: int) -> str:
     # The demangler shows a sink basin as "sinkbasin N" only for ids like Sink|N|SinkBasin.
@@ -153,15 +197,31 @@ def _goal(task_type: str, obj: str, target: str) -> str:
             f" (objectType ?o1 {obj}Type) (inReceptacle ?o1 ?r)"
             f" (objectType ?o2 {obj}Type) (inReceptacle ?o2 ?r))))"
         )
-    state = {"clean": ["(cleanable ?o)", "(isClean ?o)"], "heat": ["(heatable ?o)", "(isHot ?o)"],
-             "cool": ["(coolable ?o)", "(isCool ?o)"]}.get(task_type, [])
-    conditions = " ".join([f"(objectType ?o {obj}Type)", f"(receptacleType ?r {target}Type)",
-                           *state, "(inReceptacle ?o ?r)"])
+    state = {
+        "clean": ["(cleanable ?o)", "(isClean ?o)"],
+        "heat": ["(heatable ?o)", "(isHot ?o)"],
+        "cool": ["(coolable ?o)", "(isCool ?o)"],
+    }.get(task_type, [])
+    conditions = " ".join(
+        [
+            f"(objectType ?o {obj}Type)",
+            f"(receptacleType ?r {target}Type)",
+            *state,
+            "(inReceptacle ?o ?r)",
+        ]
+    )
     return f"(:goal (exists (?r - receptacle ?o - object) (and {conditions})))"
 
 
-def _problem(name: str, receptacles: list[tuple[str, str]], objects: list[tuple[str, str, str]],
-             lamp_ids: set[str], task_type: str, obj: str, target: str) -> str:
+def _problem(
+    name: str,
+    receptacles: list[tuple[str, str]],
+    objects: list[tuple[str, str, str]],
+    lamp_ids: set[str],
+    task_type: str,
+    obj: str,
+    target: str,
+) -> str:
     """receptacles: (id, type); objects: (id, type, receptacle id)."""
     rtypes = sorted({rtype for _, rtype in receptacles} | set(APPLIANCES))
     otypes = sorted({otype for _, otype, _ in objects})
@@ -171,22 +231,32 @@ def _problem(name: str, receptacles: list[tuple[str, str]], objects: list[tuple[
     lines.append("  " + " ".join(f"{t}Type" for t in rtypes) + " - rtype")
     lines.append("  " + " ".join(oid for oid, _, _ in objects) + " - object")
     lines.append("  " + " ".join(rid for rid, _ in receptacles) + " - receptacle")
-    lines.append("  loc_bar_0 " + " ".join(location[rid] for rid, _ in receptacles) + " - location)")
+    lines.append(
+        "  loc_bar_0 " + " ".join(location[rid] for rid, _ in receptacles) + " - location)"
+    )
     lines += ["(:init", "  (atLocation agent1 loc_bar_0)"]
     for rid, rtype in receptacles:
-        facts = [f"(receptacleType {rid} {rtype}Type)", f"(receptacleAtLocation {rid} {location[rid]})"]
+        facts = [
+            f"(receptacleType {rid} {rtype}Type)",
+            f"(receptacleAtLocation {rid} {location[rid]})",
+        ]
         if rtype in OPENABLE:
             facts.append(f"(openable {rid})")
         lines.append("  " + " ".join(facts))
     for oid, otype, rid in objects:
-        facts = [f"(objectType {oid} {otype}Type)", f"(inReceptacle {oid} {rid})",
-                 f"(objectAtLocation {oid} {location[rid]})"]
+        facts = [
+            f"(objectType {oid} {otype}Type)",
+            f"(inReceptacle {oid} {rid})",
+            f"(objectAtLocation {oid} {location[rid]})",
+        ]
         if oid in lamp_ids:
             facts.append(f"(toggleable {oid})")
         else:
             facts.append(f"(pickupable {oid})")
             affordances = KITCHEN_OBJECTS.get(otype, frozenset())
-            facts += [f"({word}able {oid})" for word in ("clean", "heat", "cool") if word in affordances]
+            facts += [
+                f"({word}able {oid})" for word in ("clean", "heat", "cool") if word in affordances
+            ]
         lines.append("  " + " ".join(facts))
     movable = sorted({otype for oid, otype, _ in objects if oid not in lamp_ids})
     contain = [f"(canContain {rtype}Type {otype}Type)" for rtype in rtypes for otype in movable]
@@ -197,6 +267,7 @@ def _problem(name: str, receptacles: list[tuple[str, str]], objects: list[tuple[
 
 
 # ---- sampling a room -----------------------------------------------------------------------
+
 
 def _number(receptacle_types: list[str]) -> list[tuple[str, str]]:
     counts: dict[str, int] = {}
@@ -233,8 +304,9 @@ def _bedroom_receptacles(rng: random.Random, large: bool) -> list[str]:
     return rng.sample(pool, rng.randint(3, 5))
 
 
-def _sample(split: str, seed: int, index: int, task_type: str, room: str,
-            attempt: int) -> GameSpec | None:
+def _sample(
+    split: str, seed: int, index: int, task_type: str, room: str, attempt: int
+) -> GameSpec | None:
     rng = random.Random(f"ccpo-games/v{GENERATOR_VERSION}/{split}/{seed}/{room}/{index}/{attempt}")
     large = room == "large"
     bedroom = task_type == "look" or (task_type in ("pick", "pick2") and rng.random() < 0.5)
@@ -259,7 +331,9 @@ def _sample(split: str, seed: int, index: int, task_type: str, room: str,
     sources = [rid for rid, rtype in receptacles if rtype != target]
     if not large:
         # Small rooms: targets are in plain sight (closed appliances only in the large ones).
-        sources = [rid for rid, rtype in receptacles if rtype != target and rtype not in OPENABLE] or sources
+        sources = [
+            rid for rid, rtype in receptacles if rtype != target and rtype not in OPENABLE
+        ] or sources
     if not sources:
         return None
     n_targets = 2 if task_type == "pick2" else 1
@@ -307,6 +381,7 @@ def game_specs(split: str, seed: int, room: str = "small") -> Iterator[GameSpec]
 
 # ---- files ---------------------------------------------------------------------------------
 
+
 def game_document(spec: GameSpec, walkthrough: list[str] | None) -> dict:
     domain, grammar = engine_assets()
     return {
@@ -324,8 +399,10 @@ def _dump(document: dict) -> bytes:
 
 def game_files(spec: GameSpec, walkthrough: list[str] | None) -> dict[str, bytes]:
     """The exact bytes of the game's two files, by file name."""
-    return {"game.tw-pddl": _dump(game_document(spec, walkthrough)),
-            "traj_data.json": _dump(spec.traj_data())}
+    return {
+        "game.tw-pddl": _dump(game_document(spec, walkthrough)),
+        "traj_data.json": _dump(spec.traj_data()),
+    }
 
 
 def content_hash(files: dict[str, bytes]) -> str:
@@ -349,6 +426,7 @@ def write_game(root: Path, spec: GameSpec, walkthrough: list[str] | None) -> tup
 
 # ---- validation by the planner -------------------------------------------------------------
 
+
 def plan_and_replay(game_path: str | Path) -> list[str]:
     """Fast Downward's plan for a game (or its stored walkthrough), replayed in the engine: the
     plan, or InvalidInput when the game is won at step 0, has no plan, or its plan does not win
@@ -368,7 +446,9 @@ def replay(session: GameSession, plan: list[str], game_path: str | Path) -> list
     for number, command in enumerate(plan, start=1):
         result = session.step(command)
         if result.observation == "Nothing happens.":
-            raise InvalidInput(f"{game_path}: walkthrough step {number} {command!r} is not admissible")
+            raise InvalidInput(
+                f"{game_path}: walkthrough step {number} {command!r} is not admissible"
+            )
         if result.info["won"] != (number == len(plan)):
             raise InvalidInput(f"{game_path}: walkthrough wins at step {number} of {len(plan)}")
     return plan
@@ -395,9 +475,15 @@ class GeneratedGame:
     walkthrough: tuple[str, ...]
 
 
-def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str = "small",
-                   workers: int = 1, progress: Callable[[int, int], None] | None = None
-                   ) -> list[GeneratedGame]:
+def generate_games(
+    out: str | Path,
+    split: str,
+    n: int,
+    seed: int = 0,
+    room: str = "small",
+    workers: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[GeneratedGame]:
     """Write `n` validated games of (split, seed, room) under `out`; returns them in index
     order. A candidate whose planner check fails, or that repeats an earlier problem, is
     skipped (deterministically), and the next index takes its place."""
@@ -405,7 +491,9 @@ def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str
         raise UsageError(f"--n must be at least 1, got {n}")
     root = Path(out)
     if root.exists() and not root.is_dir():
-        raise InvalidInput(f"--out {out}: exists and is not a folder; refusing to write games over it")
+        raise InvalidInput(
+            f"--out {out}: exists and is not a folder; refusing to write games over it"
+        )
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -416,7 +504,9 @@ def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str
     chunk = max(8, 4 * max(1, workers))
     from ccpo_cli.envs import memo
 
-    executor = ProcessPoolExecutor(max_workers=workers, initializer=memo.install) if workers > 1 else None
+    executor = (
+        ProcessPoolExecutor(max_workers=workers, initializer=memo.install) if workers > 1 else None
+    )
     was_installed = memo.installed()
     memo.install()
     try:
@@ -424,16 +514,26 @@ def generate_games(out: str | Path, split: str, n: int, seed: int = 0, room: str
             batch = []
             while len(batch) < min(chunk, n - len(accepted)):
                 spec = next(specs)
-                key = hashlib.sha256((spec.sentence + spec.problem.split("\n", 1)[1]).encode()).hexdigest()
+                key = hashlib.sha256(
+                    (spec.sentence + spec.problem.split("\n", 1)[1]).encode()
+                ).hexdigest()
                 if key not in seen:
                     seen.add(key)
                     batch.append(spec)
-            plans = list(executor.map(_validate_spec, batch)) if executor else [_validate_spec(s) for s in batch]
+            plans = (
+                list(executor.map(_validate_spec, batch))
+                if executor
+                else [_validate_spec(s) for s in batch]
+            )
             for spec, plan in zip(batch, plans):
                 if plan is None or len(accepted) >= n:
                     continue
                 path, digest = write_game(root, spec, plan)
-                accepted.append(GeneratedGame(spec.index, spec.game_id, spec.task_type, str(path), digest, tuple(plan)))
+                accepted.append(
+                    GeneratedGame(
+                        spec.index, spec.game_id, spec.task_type, str(path), digest, tuple(plan)
+                    )
+                )
                 if progress:
                     progress(len(accepted), n)
     finally:

@@ -54,8 +54,9 @@ FAST_SYMBOL_COPIES = True
 GAME_TABLE_SIZE = 96
 
 
-def _memoize(original: Callable[..., Any], copy_result: Callable[[Any], Any] | None,
-             max_entries: int | None) -> Callable[..., Any]:
+def _memoize(
+    original: Callable[..., Any], copy_result: Callable[[Any], Any] | None, max_entries: int | None
+) -> Callable[..., Any]:
     table: OrderedDict[tuple, Any] = OrderedDict()
 
     def memoized(*args: Any, **kwargs: Any) -> Any:
@@ -97,7 +98,9 @@ def _copy_symbols(value: Any) -> Any:
         return value
     if isinstance(value, Symbol):
         copied = object.__new__(type(value))
-        copied.__dict__.update({key: _copy_symbol_attribute(key, item) for key, item in value.__dict__.items()})
+        copied.__dict__.update(
+            {key: _copy_symbol_attribute(key, item) for key, item in value.__dict__.items()}
+        )
         return copied
     return copy.deepcopy(value)
 
@@ -143,7 +146,9 @@ def install() -> None:
         textgen._parse_and_convert = _memoize(textgen._parse_and_convert, symbol_copier, None)
         query = _memoize(Rule.parse_conjunctive_query, None, None)
         Rule.parse_conjunctive_query = classmethod(lambda cls, expr: query(expr))
-        pddl_logic._parse_and_convert = _memoize(pddl_logic._parse_and_convert, copy.deepcopy, GAME_TABLE_SIZE)
+        pddl_logic._parse_and_convert = _memoize(
+            pddl_logic._parse_and_convert, copy.deepcopy, GAME_TABLE_SIZE
+        )
         fast_downward.pddl2sas = _memoize(fast_downward.pddl2sas, None, GAME_TABLE_SIZE)
         textgen.copy_context = _shallow_copy_context
         _ORIGINALS["check_flag"] = textgen.check_flag

@@ -32,8 +32,9 @@ class Episode:
     actions: list[str] = field(default_factory=list)
 
 
-def play_episodes(env: AlfworldBatchEnv, agent: Agent,
-                  games: Sequence[int | str] | None = None) -> list[Episode]:
+def play_episodes(
+    env: AlfworldBatchEnv, agent: Agent, games: Sequence[int | str] | None = None
+) -> list[Episode]:
     """Reset `env` on `games` (default: every game once), step until every slot has ended
     (a win or the step limit), and return one `Episode` per slot in slot order."""
     observations, infos = env.reset(games)
@@ -49,7 +50,14 @@ def play_episodes(env: AlfworldBatchEnv, agent: Agent,
         observations, step_rewards, dones, infos = env.step(actions)
         rewards = [total + reward for total, reward in zip(rewards, step_rewards)]
     return [
-        Episode(game_id=info["game_id"], task_type=info["task_type"], game_path=info["game_path"],
-                won=bool(info["won"]), turns=int(info["step"]), reward=reward, actions=taken)
+        Episode(
+            game_id=info["game_id"],
+            task_type=info["task_type"],
+            game_path=info["game_path"],
+            won=bool(info["won"]),
+            turns=int(info["step"]),
+            reward=reward,
+            actions=taken,
+        )
         for info, reward, taken in zip(infos, rewards, actions_taken)
     ]

@@ -78,7 +78,12 @@ class CacheStats:
         return self.hits / total if total else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"hits": self.hits, "misses": self.misses, "replayed": self.replayed, "hit_rate": self.hit_rate}
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "replayed": self.replayed,
+            "hit_rate": self.hit_rate,
+        }
 
 
 class TransitionCache:
@@ -174,7 +179,7 @@ class CachedSession:
         """Bring the engine to this episode's history (reset and replay when it lags)."""
         known = self._engine_history
         if known is not None and known == self._history[: len(known)]:
-            missing = self._history[len(known):]  # the engine is behind on this very path
+            missing = self._history[len(known) :]  # the engine is behind on this very path
         else:
             self.session.engine_reset()
             missing = self._history

@@ -81,6 +81,7 @@ class RolloutBatch:
 
 # ---- validation ------------------------------------------------------------------------------
 
+
 def _fail(source: str, key: str, message: str, row: int | None = None) -> InvalidInput:
     where = f"key '{key}'" if row is None else f"key '{key}', row {row}"
     return InvalidInput(f"{source}: {where}: {message}")
@@ -181,7 +182,11 @@ def _zero_one(array: np.ndarray, key: str, source: str) -> np.ndarray:
 def _matrix(data, key, n, source) -> np.ndarray:
     array = _as_array(data[key], key, source)
     if array.ndim != 2:
-        raise _fail(source, key, f"expected an n x {'L' if key == 'response_mask' else 'd'} matrix, got shape {array.shape}")
+        raise _fail(
+            source,
+            key,
+            f"expected an n x {'L' if key == 'response_mask' else 'd'} matrix, got shape {array.shape}",
+        )
     if array.shape[0] != n:
         raise _fail(source, key, f"expected {n} rows (as 'uid'), got {array.shape[0]}")
     return array
@@ -199,7 +204,9 @@ def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
     anchor_obs = _strings(data, "anchor_obs", n, source)
     step_index = _integers(data, "step_index", n, source)
     env_reward = _floats(data, "env_reward", n, source)
-    is_action_valid = _zero_one(_vector(data, "is_action_valid", n, source), "is_action_valid", source)
+    is_action_valid = _zero_one(
+        _vector(data, "is_action_valid", n, source), "is_action_valid", source
+    )
     episode_reward = _floats(data, "episode_reward", n, source)
     mask = _matrix(data, "response_mask", n, source)
     response_mask = _zero_one(mask, "response_mask", source).astype(np.float32)
@@ -208,7 +215,11 @@ def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
     if data.get("phi_feats") is not None:
         features = _matrix(data, "phi_feats", n, source)
         if features.dtype.kind not in "iuf" or features.shape[1] == 0:
-            raise _fail(source, "phi_feats", f"expected an n x d matrix of numbers (d >= 1), got dtype {features.dtype}")
+            raise _fail(
+                source,
+                "phi_feats",
+                f"expected an n x d matrix of numbers (d >= 1), got dtype {features.dtype}",
+            )
         phi_feats = np.ascontiguousarray(features, dtype=np.float32)
         finite = np.isfinite(phi_feats).all(axis=1)
         if not finite.all():
@@ -253,16 +264,41 @@ def _check_trajectories(batch: RolloutBatch, source: str) -> None:
         if trajectory not in first_of:
             first_of[trajectory] = row
             if step != 0:
-                raise _fail(source, "step_index", f"trajectory {trajectory!r} starts at step_index {step}, not 0 (missing step 0)", row)
+                raise _fail(
+                    source,
+                    "step_index",
+                    f"trajectory {trajectory!r} starts at step_index {step}, not 0 (missing step 0)",
+                    row,
+                )
         else:
             first = first_of[trajectory]
             if batch.uid[row] != batch.uid[first]:
-                raise _fail(source, "uid", f"trajectory {trajectory!r} is in task {batch.uid[first]!r} at row {first} but {batch.uid[row]!r} here", row)
+                raise _fail(
+                    source,
+                    "uid",
+                    f"trajectory {trajectory!r} is in task {batch.uid[first]!r} at row {first} but {batch.uid[row]!r} here",
+                    row,
+                )
             if batch.episode_reward[row] != batch.episode_reward[first]:
-                raise _fail(source, "episode_reward", f"differs within trajectory {trajectory!r} (row {first} has {batch.episode_reward[first]!r})", row)
+                raise _fail(
+                    source,
+                    "episode_reward",
+                    f"differs within trajectory {trajectory!r} (row {first} has {batch.episode_reward[first]!r})",
+                    row,
+                )
             expected = int(batch.step_index[previous_row]) + 1
             if step == expected - 1:
-                raise _fail(source, "step_index", f"duplicate step_index {step} in trajectory {trajectory!r} (also row {previous_row})", row)
+                raise _fail(
+                    source,
+                    "step_index",
+                    f"duplicate step_index {step} in trajectory {trajectory!r} (also row {previous_row})",
+                    row,
+                )
             if step != expected:
-                raise _fail(source, "step_index", f"trajectory {trajectory!r} jumps from step_index {expected - 1} to {step} (missing {expected})", row)
+                raise _fail(
+                    source,
+                    "step_index",
+                    f"trajectory {trajectory!r} jumps from step_index {expected - 1} to {step} (missing {expected})",
+                    row,
+                )
         previous_row = row

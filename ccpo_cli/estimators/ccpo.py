@@ -52,7 +52,9 @@ class UniformPool:
     variance: np.ndarray  # s², population variance of the pool (0 for a pool of one)
 
 
-def uniform_pool(targets: np.ndarray, bucket: np.ndarray, n_buckets: int, layout: Layout) -> UniformPool:
+def uniform_pool(
+    targets: np.ndarray, bucket: np.ndarray, n_buckets: int, layout: Layout
+) -> UniformPool:
     """Leave-one-trajectory-out moments from bucket sums minus the row's own-trajectory sums.
 
     Values are centred on their bucket mean first so the subtraction loses no precision.
@@ -76,7 +78,9 @@ def uniform_pool(targets: np.ndarray, bucket: np.ndarray, n_buckets: int, layout
         other_squares = (bucket_squares[bucket] - pair_squares[pair]) / others
     variance = np.where(others > 1, np.maximum(other_squares - other_mean**2, 0.0), 0.0)
     mean = np.where(others > 0, bucket_mean[bucket] + other_mean, np.nan)
-    return UniformPool(others=others, n_traj=bucket_traj - 1, bucket_traj=bucket_traj, mean=mean, variance=variance)
+    return UniformPool(
+        others=others, n_traj=bucket_traj - 1, bucket_traj=bucket_traj, mean=mean, variance=variance
+    )
 
 
 def _gate_levels(arm: Arm, layout: Layout) -> list[tuple[np.ndarray, int, float]]:
@@ -117,7 +121,9 @@ def _kernel_for_level(
 
     # buckets are independent: two at a time, each on one BLAS thread
     with side_by_side() as workers:
-        results = workers.map(statistics_of, [order[start:stop] for start, stop in zip(bounds[0], bounds[1])])
+        results = workers.map(
+            statistics_of, [order[start:stop] for start, stop in zip(bounds[0], bounds[1])]
+        )
     for rows, stats in results:
         baseline[rows] = stats.baseline
         n_eff[rows] = stats.n_eff
@@ -155,7 +161,9 @@ def ccpo_step_term(
         if not credited.any():
             continue
         if features is not None:
-            level_kernel, level_n_eff, level_sd = _kernel_for_level(features, targets, bucket, credited, layout, arm)
+            level_kernel, level_n_eff, level_sd = _kernel_for_level(
+                features, targets, bucket, credited, layout, arm
+            )
             kernel[credited] = level_kernel[credited]
             n_eff[credited] = level_n_eff[credited]
             local_sd[credited] = level_sd[credited]

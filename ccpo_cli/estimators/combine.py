@@ -17,7 +17,9 @@ def step_normalisation_on(arm: Arm) -> bool:
     return arm.adv_mode == "mean_std_norm"
 
 
-def normalise_live_steps(step: np.ndarray, live: np.ndarray, task: np.ndarray, n_tasks: int) -> np.ndarray:
+def normalise_live_steps(
+    step: np.ndarray, live: np.ndarray, task: np.ndarray, n_tasks: int
+) -> np.ndarray:
     """Per task, z-score the live rows when there are at least two; other rows keep their value."""
     out = np.asarray(step, dtype=np.float32).copy()
     live_rows = np.flatnonzero(live)
@@ -32,5 +34,7 @@ def normalise_live_steps(step: np.ndarray, live: np.ndarray, task: np.ndarray, n
 
 def combine_terms(episode: np.ndarray, step: np.ndarray, arm: Arm) -> np.ndarray:
     """ep_w·A^EP + step_advantage_w·A^step per row (float32); every valid token carries it."""
-    combined = arm.ep_w * np.asarray(episode, dtype=np.float64) + arm.step_advantage_w * np.asarray(step, dtype=np.float64)
+    combined = arm.ep_w * np.asarray(episode, dtype=np.float64) + arm.step_advantage_w * np.asarray(
+        step, dtype=np.float64
+    )
     return combined.astype(np.float32)

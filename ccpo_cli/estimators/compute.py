@@ -48,7 +48,11 @@ def _features_for(batch: RolloutBatch, arm: Arm, layout: Layout) -> Features | N
     if not features_active(arm):
         return None
     if batch.phi_feats is None:
-        reason = "std = local scales by kernel weights" if fixed_lambda(arm) == 0.0 else lambda_reason(arm)
+        reason = (
+            "std = local scales by kernel weights"
+            if fixed_lambda(arm) == 0.0
+            else lambda_reason(arm)
+        )
         raise InvalidInput(f"key 'phi_feats': missing, and arm '{arm.name}' needs it ({reason})")
     context = trajectory_context(layout) if arm.phi == "hidden+ctx" and arm.ctx_w > 0 else None
     return build_features(batch.phi_feats[layout.rows], context, arm.phi, arm.ctx_w, arm.whiten)
@@ -79,14 +83,22 @@ def _baseline_terms(
     task = layout.task[population]
     episode = episode_term(scores[population], task, layout.n_tasks, arm.adv_mode)
     if arm.estimator == "grpo":
-        return episode, np.zeros(population.size, dtype=np.float32), np.zeros(population.size, dtype=bool)
+        return (
+            episode,
+            np.zeros(population.size, dtype=np.float32),
+            np.zeros(population.size, dtype=bool),
+        )
     node = layout.node[population]
-    step = gigpo_step_term(returns[population], node, layout.n_nodes, arm.adv_mode).astype(np.float32)
+    step = gigpo_step_term(returns[population], node, layout.n_nodes, arm.adv_mode).astype(
+        np.float32
+    )
     live = np.bincount(node, minlength=layout.n_nodes)[node] > 1
     return episode, step, live
 
 
-def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None) -> AdvantageResult:
+def compute_advantages(
+    batch: RolloutBatch, arm: Arm, padding: str | None = None
+) -> AdvantageResult:
     """Per-row and per-token advantages of `batch` under `arm`, rows in the batch's order.
 
     `padding` (`inert` or `upstream`, see padding.py) overrides the arm's padding rule.
@@ -99,7 +111,9 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
 
     scores = row_scores(batch.episode_reward[rows], valid, arm.invalid_penalty)
     returns = penalised_returns(
-        discounted_return_to_go(batch.env_reward[rows], layout, arm.gamma), valid, arm.invalid_penalty
+        discounted_return_to_go(batch.env_reward[rows], layout, arm.gamma),
+        valid,
+        arm.invalid_penalty,
     )
     pad_rows, population = np.zeros(0, dtype=np.int64), np.arange(layout.n, dtype=np.int64)
     if rule == "upstream":
@@ -116,9 +130,15 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
     else:
         episode = episode_term(scores, layout.task, layout.n_tasks, arm.adv_mode)
         needs_values = arm.target == "nextnode" or arm.edge_w > 0
-        values = node_values(layout, batch.episode_reward[rows], arm.gamma, arm.success_reward) if needs_values else None
+        values = (
+            node_values(layout, batch.episode_reward[rows], arm.gamma, arm.success_reward)
+            if needs_values
+            else None
+        )
         if arm.target == "nextnode":
-            targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(np.float64)
+            targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(
+                np.float64
+            )
         else:
             targets = returns.astype(np.float64)
         with one_blas_thread():
@@ -143,7 +163,9 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
     if arm.step_permute:
         step = permute_within_tasks(step, live, layout.task[population])
     final = combine_terms(episode, step, arm)
-    canonical.update(episode_term=episode, step_term=step.astype(np.float64), final=final, live=live)
+    canonical.update(
+        episode_term=episode, step_term=step.astype(np.float64), final=final, live=live
+    )
     # Canonical entries go back to their batch positions: real rows, then any counted copies.
     positions = np.concatenate([rows, pad_rows])
 
@@ -158,8 +180,14 @@ def compute_advantages(batch: RolloutBatch, arm: Arm, padding: str | None = None
         elif key == "final":
             per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0.0, dtype=np.float32)
         else:
-            fill = np.nan if key in ("target", "baseline", "uniform_baseline", "kernel_baseline", "lam") else 0.0
-            per_row[key] = _scatter(positions, values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64)
+            fill = (
+                np.nan
+                if key in ("target", "baseline", "uniform_baseline", "kernel_baseline", "lam")
+                else 0.0
+            )
+            per_row[key] = _scatter(
+                positions, values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64
+            )
     advantages = (per_row["final"][:, None] * batch.response_mask).astype(np.float32)
     return AdvantageResult(arm=arm, advantages=advantages, per_row=per_row)
 
@@ -171,8 +199,9 @@ FINITE_OUTPUTS = ("final", "episode_term", "step_term")
 
 def non_finite_output(result: AdvantageResult) -> str | None:
     """Where the first non-finite value of a result is (`final, row 3 = nan`), or None."""
-    checks = [("advantages", result.advantages)] + [(key, result.per_row[key]) for key in FINITE_OUTPUTS
-                                                   if key in result.per_row]
+    checks = [("advantages", result.advantages)] + [
+        (key, result.per_row[key]) for key in FINITE_OUTPUTS if key in result.per_row
+    ]
     for name, values in checks:
         bad = np.argwhere(~np.isfinite(values))
         if bad.size:
@@ -185,8 +214,10 @@ def require_finite(result: AdvantageResult, source: str) -> AdvantageResult:
     """`result`, or InvalidInput when an advantage is not finite: the input or the flags overflow."""
     where = non_finite_output(result)
     if where is not None:
-        raise InvalidInput(f"{source}: arm '{result.arm.name}' gives a non-finite output ({where}); "
-                           "the batch's values or the arm's flags overflow")
+        raise InvalidInput(
+            f"{source}: arm '{result.arm.name}' gives a non-finite output ({where}); "
+            "the batch's values or the arm's flags overflow"
+        )
     return result
 
 

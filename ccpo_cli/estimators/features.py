@@ -18,7 +18,9 @@ import numpy as np
 
 from ccpo_cli.estimators.blas import SideBySide, side_by_side, usual_blas_threads
 
-_OVERSAMPLE = 29  # block width k + 29: a wide block costs little more per pass and converges much faster
+_OVERSAMPLE = (
+    29  # block width k + 29: a wide block costs little more per pass and converges much faster
+)
 _CHUNK_ROWS = 256
 _FLOAT32_TARGET = 1e-6  # predicted subspace error at which float32 sweeps hand over to float64
 _ACCEPTED_ERROR = 5e-7  # bound on sin(largest principal angle) to the exact top-k subspace
@@ -37,6 +39,7 @@ def _subspace_change(new: np.ndarray, old: np.ndarray) -> float:
 
 # Tall-skinny QR and SVD through small Gram matrices: LAPACK on a d × 32 panel is slow and, on a
 # busy machine, stalls its threads; the 32 × 32 problems below cost nothing.
+
 
 def _orthonormal_columns(panel: np.ndarray) -> np.ndarray:
     """Q with panel = Q·R, Q orthonormal, by two rounds of Cholesky QR (float64)."""
@@ -69,12 +72,20 @@ def _exact_directions(features: np.ndarray, mean: np.ndarray, k: int) -> np.ndar
 
 def _column_mean(features: np.ndarray, workers: SideBySide) -> np.ndarray:
     """Column means in float64 (block sums added in a fixed order)."""
-    return workers.sum_over_rows(features.shape[0], lambda lo, hi: features[lo:hi].sum(axis=0, dtype=np.float64)) / features.shape[0]
+    return (
+        workers.sum_over_rows(
+            features.shape[0], lambda lo, hi: features[lo:hi].sum(axis=0, dtype=np.float64)
+        )
+        / features.shape[0]
+    )
 
 
 def _squared_row_norms(rows: np.ndarray, workers: SideBySide) -> np.ndarray:
     return np.concatenate(
-        workers.over_rows(rows.shape[0], lambda lo, hi: np.einsum("ij,ij->i", rows[lo:hi], rows[lo:hi], dtype=np.float64))
+        workers.over_rows(
+            rows.shape[0],
+            lambda lo, hi: np.einsum("ij,ij->i", rows[lo:hi], rows[lo:hi], dtype=np.float64),
+        )
     )
 
 
@@ -115,16 +126,22 @@ def _normal_product(centred: np.ndarray, basis: np.ndarray, workers: SideBySide)
     return workers.sum_over_rows(n, widened)
 
 
-def _sweep(centred: np.ndarray, basis: np.ndarray, k: int, workers: SideBySide) -> tuple[np.ndarray, float]:
+def _sweep(
+    centred: np.ndarray, basis: np.ndarray, k: int, workers: SideBySide
+) -> tuple[np.ndarray, float]:
     """One subspace-iteration step: the new orthonormal basis (float64) and its contraction
     λ_width / λ_k, the factor by which the error shrinks per step (inf when λ_k is 0)."""
-    refined, values = _left_singular_pairs(_normal_product(centred, basis, workers).astype(np.float64))
+    refined, values = _left_singular_pairs(
+        _normal_product(centred, basis, workers).astype(np.float64)
+    )
     # values are singular values of XᵀX·V, i.e. already squared ones of X
     contraction = values[-1] / values[k - 1] if values[k - 1] > 0 else np.inf
     return refined, contraction
 
 
-def _iterated_directions(centred: np.ndarray, k: int, workers: SideBySide, seed: int = 0) -> np.ndarray | None:
+def _iterated_directions(
+    centred: np.ndarray, k: int, workers: SideBySide, seed: int = 0
+) -> np.ndarray | None:
     """Top-k right singular vectors of the centred rows by subspace iteration; None when it cannot
     vouch for them (then the caller takes the exact SVD).
 
@@ -139,14 +156,18 @@ def _iterated_directions(centred: np.ndarray, k: int, workers: SideBySide, seed:
     last_change = np.inf
     for sweep in range(_MAX_FLOAT32_SWEEPS):
         refined, contraction = _sweep(centred, basis, k, workers)
-        if sweep >= 2 and contraction >= _NO_GAP:  # (a random start can look gapless for a sweep or two)
+        if (
+            sweep >= 2 and contraction >= _NO_GAP
+        ):  # (a random start can look gapless for a sweep or two)
             return None
         basis = refined.astype(np.float32)
         if previous is not None:
             change = _subspace_change(refined[:, :k], previous)
             # stop at the target (predicted only where there is a gap), or once float32 rounding
             # stops the progress
-            predicted = contraction * change / (1.0 - contraction) if contraction < _NO_GAP else np.inf
+            predicted = (
+                contraction * change / (1.0 - contraction) if contraction < _NO_GAP else np.inf
+            )
             if predicted <= _FLOAT32_TARGET or (sweep >= 3 and change > 0.5 * last_change):
                 break
             last_change = change
@@ -170,7 +191,10 @@ def _uses_fast_path(n: int, d: int, k: int) -> bool:
 
 
 def _remove_and_normalise(
-    centred_rows: Callable[[int, int], np.ndarray], directions: np.ndarray | None, out: np.ndarray, workers: SideBySide
+    centred_rows: Callable[[int, int], np.ndarray],
+    directions: np.ndarray | None,
+    out: np.ndarray,
+    workers: SideBySide,
 ) -> None:
     """out = each centred row minus its projection on `directions`, L2-normalised (float32).
 
@@ -195,12 +219,16 @@ def _remove_and_normalise(
                 # (The basis is orthonormal, so ‖centred‖² = ‖residue‖² + ‖projection‖².)
                 projected_sq = np.einsum("ij,ij->i", projection, projection).astype(np.float64)
                 scale[norms_sq <= RESIDUE_TOLERANCE**2 * (norms_sq + projected_sq)] = 0.0
-            np.multiply(rows, scale[:, None].astype(rows.dtype), out=out[start:stop], casting="same_kind")
+            np.multiply(
+                rows, scale[:, None].astype(rows.dtype), out=out[start:stop], casting="same_kind"
+            )
 
     workers.over_rows(n, work)
 
 
-def principal_directions(features: np.ndarray, mean: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+def principal_directions(
+    features: np.ndarray, mean: np.ndarray, k: int, seed: int = 0
+) -> np.ndarray:
     """Top-k right singular vectors (d × k, orthonormal, float64) of `features − mean`.
 
     The subspace, not the individual vectors, is what whitening removes; it matches the exact SVD's
@@ -211,7 +239,9 @@ def principal_directions(features: np.ndarray, mean: np.ndarray, k: int, seed: i
     n, d = features.shape
     if _uses_fast_path(n, d, k):
         with side_by_side() as workers:
-            directions = _iterated_directions(_centred_float32(features, mean, workers), k, workers, seed)
+            directions = _iterated_directions(
+                _centred_float32(features, mean, workers), k, workers, seed
+            )
         if directions is not None:
             return directions
     return _exact_directions(features, mean, k)
@@ -250,7 +280,9 @@ class Features:
 
     def gram(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(φ_a·φ_b) over `rows` and the squared norms ‖φ_a‖², float64."""
-        consecutive = rows.size > 0 and rows[-1] - rows[0] + 1 == rows.size and np.all(np.diff(rows) == 1)
+        consecutive = (
+            rows.size > 0 and rows[-1] - rows[0] + 1 == rows.size and np.all(np.diff(rows) == 1)
+        )
         # canonical order keeps a task's rows together, so task buckets are views, not copies
         hidden = self.hidden[rows[0] : rows[-1] + 1] if consecutive else self.hidden[rows]
         gram = (hidden @ hidden.T).astype(np.float64)
@@ -262,7 +294,9 @@ class Features:
         return gram, np.diag(gram).copy()
 
 
-def build_features(hidden_states: np.ndarray, context: np.ndarray, phi: str, ctx_w: float, whiten_k: int) -> Features:
+def build_features(
+    hidden_states: np.ndarray, context: np.ndarray, phi: str, ctx_w: float, whiten_k: int
+) -> Features:
     """φ per docs/estimators.md §5.4 from raw hidden states (canonical row order) and the context block."""
     hidden = whiten(hidden_states, whiten_k)
     n = hidden.shape[0]

@@ -87,7 +87,9 @@ def neighbour_weights(
     return weights
 
 
-def kernel_statistics(weights: np.ndarray, targets: np.ndarray, trajectory: np.ndarray) -> KernelStats:
+def kernel_statistics(
+    weights: np.ndarray, targets: np.ndarray, trajectory: np.ndarray
+) -> KernelStats:
     """b^K, n_eff and the local sd for each credited row from its weights over the bucket.
 
     `trajectory` holds bucket-local trajectory codes 0..J_B−1 of the bucket members.

@@ -74,7 +74,9 @@ def build_layout(batch: RolloutBatch) -> Layout:
     )
 
 
-def group_mean_sd(values: np.ndarray, groups: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def group_mean_sd(
+    values: np.ndarray, groups: np.ndarray, n_groups: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-group size, mean and unbiased sd (sd 0 for groups of one), two-pass for accuracy."""
     values = np.asarray(values, dtype=np.float64)
     size = np.bincount(groups, minlength=n_groups)

@@ -16,10 +16,14 @@ class NodeValues:
     successor: np.ndarray  # V(S_i): next turn's node, or the terminal value after the last turn
 
 
-def node_values(layout: Layout, episode_reward: np.ndarray, gamma: float, success_reward: float) -> NodeValues:
+def node_values(
+    layout: Layout, episode_reward: np.ndarray, gamma: float, success_reward: float
+) -> NodeValues:
     """V(N) = mean over visits (j, t) of γ^(T_j − t)·R_j; terminal = success_reward on success, else 0."""
     reward = np.asarray(episode_reward, dtype=np.float64)
-    visit_value = np.power(float(gamma), (layout.traj_length - layout.step).astype(np.float64)) * reward
+    visit_value = (
+        np.power(float(gamma), (layout.traj_length - layout.step).astype(np.float64)) * reward
+    )
     _, value_of_node, _ = group_mean_sd(visit_value, layout.node, layout.n_nodes)
     current = value_of_node[layout.node]
     terminal = np.where(np.abs(reward - success_reward) < 1e-9, float(success_reward), 0.0)

@@ -31,7 +31,8 @@ def padding_sources(batch: RolloutBatch, layout: Layout) -> tuple[np.ndarray, np
     if pad_rows.size == 0:
         return pad_rows, np.zeros(0, dtype=np.int64)
     canonical = {
-        (str(batch.traj_uid[row]), int(batch.step_index[row])): index for index, row in enumerate(layout.rows)
+        (str(batch.traj_uid[row]), int(batch.step_index[row])): index
+        for index, row in enumerate(layout.rows)
     }
     sources = np.empty(pad_rows.size, dtype=np.int64)
     for position, row in enumerate(pad_rows):

@@ -11,11 +11,19 @@ def invalid_penalty(is_action_valid: np.ndarray, coefficient: float) -> np.ndarr
     return np.float32(coefficient) * invalid
 
 
-def penalised_returns(return_to_go: np.ndarray, is_action_valid: np.ndarray, coefficient: float) -> np.ndarray:
+def penalised_returns(
+    return_to_go: np.ndarray, is_action_valid: np.ndarray, coefficient: float
+) -> np.ndarray:
     """G_i = RTG_i − c·(1 − v_i), the GiGPO / CCPO return target (float32)."""
-    return np.asarray(return_to_go, dtype=np.float32) - invalid_penalty(is_action_valid, coefficient)
+    return np.asarray(return_to_go, dtype=np.float32) - invalid_penalty(
+        is_action_valid, coefficient
+    )
 
 
-def row_scores(episode_reward: np.ndarray, is_action_valid: np.ndarray, coefficient: float) -> np.ndarray:
+def row_scores(
+    episode_reward: np.ndarray, is_action_valid: np.ndarray, coefficient: float
+) -> np.ndarray:
     """σ_i = R_j − c·(1 − v_i): the row's summed token-level score (float32)."""
-    return np.asarray(episode_reward, dtype=np.float32) - invalid_penalty(is_action_valid, coefficient)
+    return np.asarray(episode_reward, dtype=np.float32) - invalid_penalty(
+        is_action_valid, coefficient
+    )

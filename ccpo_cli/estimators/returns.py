@@ -21,6 +21,8 @@ def discounted_return_to_go(rewards: np.ndarray, layout: Layout, gamma: float) -
     has_next = layout.next_row >= 0
     for turn in range(int(layout.step.max()), -1, -1):
         rows = np.flatnonzero(layout.step == turn)
-        following = np.where(has_next[rows], rtg[np.maximum(layout.next_row[rows], 0)], np.float32(0))
+        following = np.where(
+            has_next[rows], rtg[np.maximum(layout.next_row[rows], 0)], np.float32(0)
+        )
         rtg[rows] = rewards32[rows] + gamma32 * following
     return rtg

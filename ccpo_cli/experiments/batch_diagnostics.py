@@ -42,7 +42,11 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
     for path in paths:
         with np.load(path, allow_pickle=False) as batch:
             uid, traj, anchor = batch["uid"], batch["traj_uid"], batch["anchor_obs"]
-            step_index, reward, episode_reward = batch["step_index"], batch["env_reward"], batch["episode_reward"]
+            step_index, reward, episode_reward = (
+                batch["step_index"],
+                batch["env_reward"],
+                batch["episode_reward"],
+            )
         batches += 1
         decisions += len(uid)
         rewarded += int(np.count_nonzero(reward))
@@ -61,7 +65,11 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
         per_episode: dict[str, tuple[str, int, float]] = {}
         for key, trajectory, index, total in zip(uid, traj, step_index, episode_reward):
             previous = per_episode.get(str(trajectory))
-            per_episode[str(trajectory)] = (str(key), max(int(index) + 1, previous[1] if previous else 0), float(total))
+            per_episode[str(trajectory)] = (
+                str(key),
+                max(int(index) + 1, previous[1] if previous else 0),
+                float(total),
+            )
         by_group: dict[str, list[float]] = defaultdict(list)
         for key, length, total in per_episode.values():
             lengths.append(length)
@@ -74,12 +82,16 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
     if not batches:
         return {"batches": 0}
     return {
-        "batches": batches, "decisions": decisions, "episodes": episodes,
+        "batches": batches,
+        "decisions": decisions,
+        "episodes": episodes,
         "share_of_decisions_in_revisited_states": shared / decisions,
         "share_without_first_turn": shared_later / later if later else None,
         "trajectories_per_revisited_state": statistics.fmean(state_sizes) if state_sizes else None,
-        "horizon_mean_turns": statistics.fmean(lengths), "horizon_median_turns": statistics.median(lengths),
-        "success_rate": wins / episodes, "share_of_decisions_rewarded": rewarded / decisions,
+        "horizon_mean_turns": statistics.fmean(lengths),
+        "horizon_median_turns": statistics.median(lengths),
+        "success_rate": wins / episodes,
+        "share_of_decisions_rewarded": rewarded / decisions,
         "share_of_groups_all_alike": uniform_groups / groups,
     }
 
@@ -107,13 +119,20 @@ def step_term_overlap(paths: Iterable[Path]) -> dict[str, Any]:
     episode, step = np.concatenate(episode_terms), np.concatenate(step_terms)
     both = (episode != 0) & (step != 0)
     return {
-        "batches": len(episode_terms), "rows": int(len(episode)),
-        "correlation": float(np.corrcoef(episode, step)[0, 1]) if episode.std() > 0 and step.std() > 0 else None,
+        "batches": len(episode_terms),
+        "rows": int(len(episode)),
+        "correlation": float(np.corrcoef(episode, step)[0, 1])
+        if episode.std() > 0 and step.std() > 0
+        else None,
         "share_step_term_zero": float(np.mean(step == 0)),
         "share_episode_term_zero": float(np.mean(episode == 0)),
-        "sign_agreement_where_both_nonzero": float(np.mean(np.sign(episode[both]) == np.sign(step[both])))
-        if both.any() else None,
-        "mean_abs_step_term": float(np.mean(np.abs(step))), "mean_abs_episode_term": float(np.mean(np.abs(episode))),
+        "sign_agreement_where_both_nonzero": float(
+            np.mean(np.sign(episode[both]) == np.sign(step[both]))
+        )
+        if both.any()
+        else None,
+        "mean_abs_step_term": float(np.mean(np.abs(step))),
+        "mean_abs_episode_term": float(np.mean(np.abs(episode))),
     }
 
 
@@ -132,8 +151,11 @@ def advantage_overlap(paths: Iterable[Path]) -> dict[str, Any]:
             batch = {key: stored[key] for key in stored.files if key != "advantages"}
         grpo_terms.append(advantages_for(batch, grpo))
         gigpo_terms.append(advantages_for(batch, gigpo))
-        _, counts = np.unique(np.stack([batch["uid"].astype(str), batch["anchor_obs"].astype(str)]), axis=1,
-                              return_counts=True)
+        _, counts = np.unique(
+            np.stack([batch["uid"].astype(str), batch["anchor_obs"].astype(str)]),
+            axis=1,
+            return_counts=True,
+        )
         group_sizes.extend(int(count) for count in counts if count >= 2)
     if not grpo_terms:
         return {"batches": 0}
@@ -141,9 +163,13 @@ def advantage_overlap(paths: Iterable[Path]) -> dict[str, Any]:
     r = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else None
     both = (a != 0) & (b != 0)
     return {
-        "batches": len(grpo_terms), "rows": int(a.size), "correlation": r,
+        "batches": len(grpo_terms),
+        "rows": int(a.size),
+        "correlation": r,
         "share_of_gigpo_variance_unexplained_by_grpo": None if r is None else 1.0 - r * r,
-        "share_of_rows_with_opposite_signs": float(np.mean(np.sign(a[both]) != np.sign(b[both]))) if both.any() else None,
+        "share_of_rows_with_opposite_signs": float(np.mean(np.sign(a[both]) != np.sign(b[both])))
+        if both.any()
+        else None,
         "step_group_rows_mean": statistics.fmean(group_sizes) if group_sizes else None,
         "step_group_rows_median": statistics.median(group_sizes) if group_sizes else None,
     }

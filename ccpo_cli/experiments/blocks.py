@@ -39,7 +39,9 @@ class MatrixArm:
         """`gigpo-flip = gigpo [step_advantage_w=-1.0]`, `gigpo-b = gigpo (rollout stream 1)`."""
         parts = [self.arm.name]
         if self.arm.overrides:
-            parts.append("[" + ", ".join(f"{key}={value}" for key, value in self.arm.overrides) + "]")
+            parts.append(
+                "[" + ", ".join(f"{key}={value}" for key, value in self.arm.overrides) + "]"
+            )
         if self.stream:
             parts.append(f"(rollout stream {self.stream})")
         text = " ".join(parts)
@@ -102,13 +104,26 @@ class Block:
         if first is not None:
             name = warmup_run_name(self.prefix, first.label, self.seed)
             # No evaluations, so no panel subset either (as the warm-ups of earlier matrices recorded).
-            warmup = replace(self.recipe, steps=self.warm_start, eval_every=0, eval_from=0, eval_games=None,
-                             start_from=None, rollout_stream=first.stream)
+            warmup = replace(
+                self.recipe,
+                steps=self.warm_start,
+                eval_every=0,
+                eval_from=0,
+                eval_games=None,
+                start_from=None,
+                rollout_stream=first.stream,
+            )
             planned.append(BlockRun(first.arm, name, warmup, compared=False))
             start_from = str(checkpoint_path(self.run_dir(name), self.warm_start))
-        planned.extend(BlockRun(arm.arm, run_name(self.prefix, arm.label, self.seed),
-                                replace(self.recipe, start_from=start_from, rollout_stream=arm.stream), compared=True)
-                       for arm in self.arms)
+        planned.extend(
+            BlockRun(
+                arm.arm,
+                run_name(self.prefix, arm.label, self.seed),
+                replace(self.recipe, start_from=start_from, rollout_stream=arm.stream),
+                compared=True,
+            )
+            for arm in self.arms
+        )
         return planned
 
 
@@ -135,24 +150,36 @@ def run_finished(db, name: str) -> bool:
         return False
 
 
-def _train(run: BlockRun, db_path: str | Path, run_dir: Path, log: Callable[[str], None] | None) -> None:
+def _train(
+    run: BlockRun, db_path: str | Path, run_dir: Path, log: Callable[[str], None] | None
+) -> None:
     """The matrix's only call of the local trainer (it resumes a run stopped half-way)."""
     from ccpo_cli.backends.local.trainer import train_arm
 
     # A run stopped half-way continues from its folder; a run not started yet begins in it.
-    train_arm(run.arm, run.name, db_path, run.config, resume=run_dir.is_dir(), run_dir=run_dir, log=log)
+    train_arm(
+        run.arm, run.name, db_path, run.config, resume=run_dir.is_dir(), run_dir=run_dir, log=log
+    )
 
 
 def cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended (a run's rollout workers
     end with the run), user and system."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def train_block(block: Block, db_path: str | Path, *, log: Callable[[str], None] | None = None,
-                on_run: Callable[[int], None] | None = None,
-                announce: Callable[[str], None] | None = None) -> dict[str, float]:
+def train_block(
+    block: Block,
+    db_path: str | Path,
+    *,
+    log: Callable[[str], None] | None = None,
+    on_run: Callable[[int], None] | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, float]:
     """Train the runs of `block` that are not finished yet into `db_path`, and return the CPU
     seconds each took (0 for a run found finished). `on_run(k)` is called after the k-th
     compared run (1-based) is done, trained or found finished; `announce` gets a header line
@@ -169,7 +196,9 @@ def train_block(block: Block, db_path: str | Path, *, log: Callable[[str], None]
         before = cpu_seconds()
         if not run_finished(db, run.name):
             # A header per run, so a matrix log says where each run starts.
-            place = f"{compared + 1} of {count} in its block" if run.compared else "the block's warm-up"
+            place = (
+                f"{compared + 1} of {count} in its block" if run.compared else "the block's warm-up"
+            )
             header = run_header(run.name, run.arm.name, block.seed, place)
             for sink in {id(sink): sink for sink in (announce, log) if sink is not None}.values():
                 sink(header)

@@ -58,23 +58,39 @@ class Design:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise InvalidInput(f"{where}: {name} must be a whole number >= 0, got {value!r}")
         if self.warm_start >= self.steps:
-            raise InvalidInput(f"{where}: warm_start ({self.warm_start}) must be below steps ({self.steps}); 0 turns it off")
+            raise InvalidInput(
+                f"{where}: warm_start ({self.warm_start}) must be below steps ({self.steps}); 0 turns it off"
+            )
         if not self.warm_start <= self.window_start <= self.steps:
-            raise InvalidInput(f"{where}: window_start ({self.window_start}) must lie between the warm start "
-                               f"({self.warm_start}) and steps ({self.steps})")
+            raise InvalidInput(
+                f"{where}: window_start ({self.window_start}) must lie between the warm start "
+                f"({self.warm_start}) and steps ({self.steps})"
+            )
         if self.eval_from > self.window_start:
-            raise InvalidInput(f"{where}: eval_from ({self.eval_from}) must not be after window_start "
-                               f"({self.window_start}): the window's evaluations would be missing")
-        if self.eval_games is not None and (not isinstance(self.eval_games, int) or self.eval_games < 1):
-            raise InvalidInput(f"{where}: eval_games must be a whole number >= 1 or null, got {self.eval_games!r}")
+            raise InvalidInput(
+                f"{where}: eval_from ({self.eval_from}) must not be after window_start "
+                f"({self.window_start}): the window's evaluations would be missing"
+            )
+        if self.eval_games is not None and (
+            not isinstance(self.eval_games, int) or self.eval_games < 1
+        ):
+            raise InvalidInput(
+                f"{where}: eval_games must be a whole number >= 1 or null, got {self.eval_games!r}"
+            )
         if self.room not in ROOMS:
-            raise InvalidInput(f"{where}: room must be one of {', '.join(ROOMS)}, got {self.room!r}")
+            raise InvalidInput(
+                f"{where}: room must be one of {', '.join(ROOMS)}, got {self.room!r}"
+            )
 
     @property
     def evaluations(self) -> tuple[int, ...]:
         """The evaluated steps of a compared (forked) run, as the trainer's schedule gives them."""
         first = max(self.eval_from, self.warm_start + 1)
-        points = [step for step in range(first, self.steps + 1) if (step - self.eval_from) % self.eval_every == 0]
+        points = [
+            step
+            for step in range(first, self.steps + 1)
+            if (step - self.eval_from) % self.eval_every == 0
+        ]
         return tuple(points if points and points[-1] == self.steps else [*points, self.steps])
 
     @property
@@ -83,8 +99,11 @@ class Design:
 
     def knobs(self) -> dict[str, Any]:
         """Every field but the name and description, as `ccpo designs show` lists them."""
-        return {spec.name: getattr(self, spec.name) for spec in dataclasses.fields(self)
-                if spec.name not in ("name", "description")}
+        return {
+            spec.name: getattr(self, spec.name)
+            for spec in dataclasses.fields(self)
+            if spec.name not in ("name", "description")
+        }
 
     def with_options(self, **given: Any) -> Design:
         """This design with the options a user gave (None: not given) replacing its fields. A
@@ -98,18 +117,32 @@ class Design:
         steps = given.get("steps", self.steps)
         shift = steps - self.steps
         warm_start = given.get("warm_start", self.warm_start)
-        window = given.get("window_start", max(warm_start, self.window_start + shift)
-                           if self.window_start == self.steps else self.window_start)
-        eval_from = given.get("eval_from", min(max(0, self.eval_from + (shift if self.eval_from == self.steps else 0)),
-                                               window))
+        window = given.get(
+            "window_start",
+            max(warm_start, self.window_start + shift)
+            if self.window_start == self.steps
+            else self.window_start,
+        )
+        eval_from = given.get(
+            "eval_from",
+            min(max(0, self.eval_from + (shift if self.eval_from == self.steps else 0)), window),
+        )
         given.update(window_start=window, eval_from=eval_from)
         try:
             changed = dataclasses.replace(self, **given)
         except InvalidInput as error:
-            raise UsageError(f"design {self.name!r} with these options: "
-                             f"{str(error).removeprefix(f'design {self.name!r}: ')}") from None
-        differences = [f"{key}={value}" for key, value in changed.knobs().items() if value != self.knobs()[key]]
-        return dataclasses.replace(changed, name=f"{self.name}+{','.join(differences)}") if differences else self
+            raise UsageError(
+                f"design {self.name!r} with these options: "
+                f"{str(error).removeprefix(f'design {self.name!r}: ')}"
+            ) from None
+        differences = [
+            f"{key}={value}" for key, value in changed.knobs().items() if value != self.knobs()[key]
+        ]
+        return (
+            dataclasses.replace(changed, name=f"{self.name}+{','.join(differences)}")
+            if differences
+            else self
+        )
 
 
 def designs_dir() -> Path:

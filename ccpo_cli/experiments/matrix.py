@@ -81,10 +81,30 @@ NOT_PROTOCOL = frozenset({"workers", "torch_threads", "dump_batches", "design", 
 # The key of a variant that picks its rollout stream rather than an arm flag.
 STREAM_KEY = "stream"
 
-__all__ = ["DEFAULT_EVAL_EVERY", "DEFAULT_EVAL_GAMES", "DEFAULT_STEPS", "DEFAULT_WARM_START",
-           "DEFAULT_DESIGN", "DEFAULT_WINDOW_EVALUATIONS", "MatrixArm", "list_designs", "design_recipe", "matrix_of_design",
-           "MatrixDesign", "MatrixResult", "default_recipe", "parse_arm_list", "parse_seed_list", "parse_variant",
-           "plan_summary", "progress_line", "run_matrix", "run_name", "warm_start_effect", "warmup_run_name"]
+__all__ = [
+    "DEFAULT_EVAL_EVERY",
+    "DEFAULT_EVAL_GAMES",
+    "DEFAULT_STEPS",
+    "DEFAULT_WARM_START",
+    "DEFAULT_DESIGN",
+    "DEFAULT_WINDOW_EVALUATIONS",
+    "MatrixArm",
+    "list_designs",
+    "design_recipe",
+    "matrix_of_design",
+    "MatrixDesign",
+    "MatrixResult",
+    "default_recipe",
+    "parse_arm_list",
+    "parse_seed_list",
+    "parse_variant",
+    "plan_summary",
+    "progress_line",
+    "run_matrix",
+    "run_name",
+    "warm_start_effect",
+    "warmup_run_name",
+]
 
 
 def parse_seed_list(text: str) -> list[int]:
@@ -111,8 +131,10 @@ def parse_variant(text: str) -> MatrixArm:
     label, equals, rest = text.partition("=")
     label, parts = label.strip(), [part.strip() for part in rest.split(":")]
     if not equals or not label or not parts[0] or len(parts) < 2:
-        raise UsageError(f"--variant {text!r}: expected LABEL=ARM:KEY=VALUE, e.g. "
-                         "gigpo-flip=gigpo:step_advantage_w=-1 or gigpo-b=gigpo:stream=1")
+        raise UsageError(
+            f"--variant {text!r}: expected LABEL=ARM:KEY=VALUE, e.g. "
+            "gigpo-flip=gigpo:step_advantage_w=-1 or gigpo-b=gigpo:stream=1"
+        )
     check_run_name(label, "--variant")
     settings = [part for part in parts[1:] if part]
     streams = [part for part in settings if part.partition("=")[0].strip() == STREAM_KEY]
@@ -120,31 +142,45 @@ def parse_variant(text: str) -> MatrixArm:
     for part in streams:
         value = part.partition("=")[2].strip()
         if not value.isdigit():
-            raise UsageError(f"--variant {text!r}: stream must be a whole number >= 0, got {value!r}")
+            raise UsageError(
+                f"--variant {text!r}: stream must be a whole number >= 0, got {value!r}"
+            )
         stream = int(value)
     flags = parse_set_options([part for part in settings if part not in streams])
     arm = load_arm(parts[0], flags or None)
     if not flags and not stream:
-        raise UsageError(f"--variant {text!r}: set a flag or a stream; an arm file's arm needs no variant")
+        raise UsageError(
+            f"--variant {text!r}: set a flag or a stream; an arm file's arm needs no variant"
+        )
     return MatrixArm(label, arm, stream)
 
 
-def resolve_arms(arms: tuple[str | MatrixArm, ...], variants: tuple[MatrixArm, ...] = ()) -> tuple[MatrixArm, ...]:
+def resolve_arms(
+    arms: tuple[str | MatrixArm, ...], variants: tuple[MatrixArm, ...] = ()
+) -> tuple[MatrixArm, ...]:
     """The matrix's arms: each name is a variant's label or an arm file."""
     from ccpo_cli.arms import load_arm
 
     by_label = {variant.label: variant for variant in variants}
-    resolved = tuple(arm if isinstance(arm, MatrixArm) else by_label.get(arm) or MatrixArm(arm, load_arm(arm))
-                     for arm in arms)
+    resolved = tuple(
+        arm if isinstance(arm, MatrixArm) else by_label.get(arm) or MatrixArm(arm, load_arm(arm))
+        for arm in arms
+    )
     labels = [arm.label for arm in resolved]
     if len(resolved) < 2 or len(set(labels)) != len(labels):
         raise UsageError("a matrix needs at least two distinct arms")
-    identical = [(a.label, b.label) for i, a in enumerate(resolved) for b in resolved[i + 1:]
-                 if a.arm.fingerprint == b.arm.fingerprint and a.stream == b.stream]
+    identical = [
+        (a.label, b.label)
+        for i, a in enumerate(resolved)
+        for b in resolved[i + 1 :]
+        if a.arm.fingerprint == b.arm.fingerprint and a.stream == b.stream
+    ]
     if identical:
         first, second = identical[0]
-        raise UsageError(f"--arms: {first} and {second} are the same arm on the same rollout stream, so their "
-                         "runs would be identical; give one of them another stream (an A/A control)")
+        raise UsageError(
+            f"--arms: {first} and {second} are the same arm on the same rollout stream, so their "
+            "runs would be identical; give one of them another stream (an A/A control)"
+        )
     return resolved
 
 
@@ -152,7 +188,11 @@ def default_recipe(**fields: Any) -> TrainConfig:
     """The matrix's training configuration: the trainer's, with the matrix defaults above."""
     from ccpo_cli.backends.local.config import TrainConfig
 
-    defaults = {"steps": DEFAULT_STEPS, "eval_every": DEFAULT_EVAL_EVERY, "eval_games": DEFAULT_EVAL_GAMES}
+    defaults = {
+        "steps": DEFAULT_STEPS,
+        "eval_every": DEFAULT_EVAL_EVERY,
+        "eval_games": DEFAULT_EVAL_GAMES,
+    }
     return TrainConfig(**{**defaults, **fields})
 
 
@@ -161,20 +201,43 @@ def design_recipe(testbed: Design, **execution: Any) -> TrainConfig:
     executed (workers, torch_threads, dump_batches), which never changes what they measure."""
     from ccpo_cli.backends.local.config import TrainConfig
 
-    return TrainConfig(steps=testbed.steps, tasks=testbed.tasks, group=testbed.group, max_steps=testbed.turn_limit,
-                       eval_max_steps=testbed.eval_turn_limit, eval_every=testbed.eval_every,
-                       eval_games=testbed.eval_games, room=testbed.room, design=testbed.name, **execution)
+    return TrainConfig(
+        steps=testbed.steps,
+        tasks=testbed.tasks,
+        group=testbed.group,
+        max_steps=testbed.turn_limit,
+        eval_max_steps=testbed.eval_turn_limit,
+        eval_every=testbed.eval_every,
+        eval_games=testbed.eval_games,
+        room=testbed.room,
+        design=testbed.name,
+        **execution,
+    )
 
 
-def matrix_of_design(testbed: Design, arms: tuple[str | MatrixArm, ...], seeds: tuple[int, ...],
-                     minutes: float, *, workers: int | None = None, **matrix: Any) -> MatrixDesign:
+def matrix_of_design(
+    testbed: Design,
+    arms: tuple[str | MatrixArm, ...],
+    seeds: tuple[int, ...],
+    minutes: float,
+    *,
+    workers: int | None = None,
+    **matrix: Any,
+) -> MatrixDesign:
     """The matrix that trains `arms` × `seeds` under `testbed`, with `workers` rollout workers
     per run (None: the trainer's default); `matrix` holds the other MatrixDesign fields (prefix,
     variants, warm_start_arms, cpu_minutes, detect)."""
     execution = {} if workers is None else {"workers": workers}
-    return MatrixDesign(arms, seeds, minutes, recipe=design_recipe(testbed, **execution),
-                        eval_from=testbed.eval_from, window_start=testbed.window_start,
-                        warm_start=testbed.warm_start, **matrix)
+    return MatrixDesign(
+        arms,
+        seeds,
+        minutes,
+        recipe=design_recipe(testbed, **execution),
+        eval_from=testbed.eval_from,
+        window_start=testbed.window_start,
+        warm_start=testbed.warm_start,
+        **matrix,
+    )
 
 
 @dataclass(frozen=True)
@@ -205,7 +268,9 @@ class MatrixDesign:
 class MatrixResult:
     run_names: list[str]  # the runs of complete blocks, compared
     seeds_compared: list[int]
-    incomplete_block: dict[str, Any] | None  # the first of incomplete_blocks ({"seed", "runs"}), if any
+    incomplete_block: (
+        dict[str, Any] | None
+    )  # the first of incomplete_blocks ({"seed", "runs"}), if any
     seeds_not_started: list[int]
     elapsed_s: float
     stopped_reason: str
@@ -217,7 +282,9 @@ class MatrixResult:
     block_cpu_seconds: list[float] = field(default_factory=list)
     run_cpu_seconds: dict[str, float] = field(default_factory=dict)
     arms: list[str] = field(default_factory=list)  # each arm as `MatrixArm.described` says it
-    warm_start_arms: dict[int, str] = field(default_factory=dict)  # seed -> the arm that trained its warm-up
+    warm_start_arms: dict[int, str] = field(
+        default_factory=dict
+    )  # seed -> the arm that trained its warm-up
     warm_start_effect: dict[str, Any] | None = None
 
 
@@ -252,24 +319,46 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("seeds are whole numbers >= 0")
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
-    window = MATRIX_WINDOW.start(steps, warm_start, design.recipe.eval_every) if design.window_start is None \
+    window = (
+        MATRIX_WINDOW.start(steps, warm_start, design.recipe.eval_every)
+        if design.window_start is None
         else design.window_start
+    )
     if warm_start >= steps:
-        raise UsageError(f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off")
+        raise UsageError(
+            f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off"
+        )
     if not 0 <= warm_start <= window:
-        raise UsageError(f"--warm-start must be between 0 and the window start ({window}), got {warm_start}")
+        raise UsageError(
+            f"--warm-start must be between 0 and the window start ({window}), got {warm_start}"
+        )
     by_label = {arm.label: arm for arm in (*design.variants, *loaded)}
     if len(set(design.warm_start_arms)) != len(design.warm_start_arms):
-        raise UsageError(f"--warm-start-arms {','.join(design.warm_start_arms)}: name each arm once")
-    warm_arms = tuple(by_label.get(name) or MatrixArm(name, load_arm(name)) for name in design.warm_start_arms) or loaded
+        raise UsageError(
+            f"--warm-start-arms {','.join(design.warm_start_arms)}: name each arm once"
+        )
+    warm_arms = (
+        tuple(
+            by_label.get(name) or MatrixArm(name, load_arm(name)) for name in design.warm_start_arms
+        )
+        or loaded
+    )
     for arm in (*loaded, *warm_arms):
         check_run_name(warmup_run_name(design.prefix, arm.label, max(design.seeds)), "--prefix")
     first_evaluation = window if design.eval_from is None else design.eval_from
     run_root = str(Path(db_path).resolve().parent / "ccpo-runs")
-    blocks = [Block(seed, design.prefix, loaded, replace(design.recipe, seed=seed, eval_from=first_evaluation,
-                                                         window_start=window),
-                    warm_start, run_root, warmup_arm_for(seed, warm_arms) if warm_start else None)
-              for seed in design.seeds]
+    blocks = [
+        Block(
+            seed,
+            design.prefix,
+            loaded,
+            replace(design.recipe, seed=seed, eval_from=first_evaluation, window_start=window),
+            warm_start,
+            run_root,
+            warmup_arm_for(seed, warm_arms) if warm_start else None,
+        )
+        for seed in design.seeds
+    ]
     return _Plan(window, blocks, [arm.label for arm in loaded], loaded)
 
 
@@ -279,15 +368,24 @@ def plan_summary(design: MatrixDesign, testbed: Design, db_path: str | Path) -> 
     order (the warm-up first) with the arm that trains the warm-up. Nothing is written."""
     plan = _plan(design, db_path)
     return {
-        "design": {"name": testbed.name, "description": testbed.description, **testbed.knobs(),
-                   "evaluations": list(testbed.evaluations),
-                   "compared_evaluations": list(testbed.compared_evaluations)},
+        "design": {
+            "name": testbed.name,
+            "description": testbed.description,
+            **testbed.knobs(),
+            "evaluations": list(testbed.evaluations),
+            "compared_evaluations": list(testbed.compared_evaluations),
+        },
         "arms": [arm.described for arm in plan.arms],
         "seeds": [block.seed for block in plan.blocks],
         "window_start": plan.window,
-        "blocks": [{"seed": block.seed,
-                    "warm_up_trained_by": block.trains_warmup.label if block.trains_warmup else None,
-                    "runs": [run.name for run in block.runs()]} for block in plan.blocks],
+        "blocks": [
+            {
+                "seed": block.seed,
+                "warm_up_trained_by": block.trains_warmup.label if block.trains_warmup else None,
+                "runs": [run.name for run in block.runs()],
+            }
+            for block in plan.blocks
+        ],
     }
 
 
@@ -315,8 +413,11 @@ def protocol_differences(recorded: dict[str, Any] | None, planned: TrainConfig) 
     if not isinstance(recorded, dict):
         return ["its training settings are not recorded"]
     have, want = _comparable(_with_later_defaults(recorded)), _comparable(planned.as_dict())
-    return [f"{key} {have.get(key)!r} (now {want.get(key)!r})" for key in sorted(set(have) | set(want))
-            if have.get(key) != want.get(key)]
+    return [
+        f"{key} {have.get(key)!r} (now {want.get(key)!r})"
+        for key in sorted(set(have) | set(want))
+        if have.get(key) != want.get(key)
+    ]
 
 
 def check_rerun(db, plan: _Plan) -> None:
@@ -330,30 +431,56 @@ def check_rerun(db, plan: _Plan) -> None:
                 recorded = get_run(db, run.name)
             except InvalidInput:
                 continue
-            if recorded.get("config") is None and recorded["status"] == "created" and not recorded["n_evaluations"]:
+            if (
+                recorded.get("config") is None
+                and recorded["status"] == "created"
+                and not recorded["n_evaluations"]
+            ):
                 continue  # created for a Ray task that never came back: nothing was trained under this name
-            differences = protocol_differences((recorded.get("config") or {}).get("train"), run.config)
+            differences = protocol_differences(
+                (recorded.get("config") or {}).get("train"), run.config
+            )
             if recorded.get("arm_fingerprint") not in (None, run.arm.fingerprint):
-                differences.insert(0, f"arm fingerprint {recorded['arm_fingerprint']} (now {run.arm.fingerprint})")
+                differences.insert(
+                    0, f"arm fingerprint {recorded['arm_fingerprint']} (now {run.arm.fingerprint})"
+                )
             if differences:
                 found.append(f"{run.name}: {', '.join(differences)}")
     if found:
-        shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more run(s)" if len(found) > 3 else "")
-        raise InvalidInput(f"--prefix {plan.blocks[0].prefix!r} already holds runs trained with other settings "
-                           f"({shown}); reusing them would mix two protocols: give a new --prefix, or the "
-                           "settings they were trained with")
+        shown = "; ".join(found[:3]) + (
+            f"; and {len(found) - 3} more run(s)" if len(found) > 3 else ""
+        )
+        raise InvalidInput(
+            f"--prefix {plan.blocks[0].prefix!r} already holds runs trained with other settings "
+            f"({shown}); reusing them would mix two protocols: give a new --prefix, or the "
+            "settings they were trained with"
+        )
 
 
-def progress_line(done: int, total: int, elapsed_s: float, budget_s: float, power: dict | None,
-                  nodes: int | None = None) -> str:
+def progress_line(
+    done: int,
+    total: int,
+    elapsed_s: float,
+    budget_s: float,
+    power: dict | None,
+    nodes: int | None = None,
+) -> str:
     """`runs 4/20 · 7.9 min elapsed · 22.1 min left · MDD a vs b 12.3 (paired t, 2 seeds)`; with
     Ray, `runs 4/20 on 2 nodes · ...` (the nodes that have run blocks so far)."""
-    runs = f"runs {done}/{total}" + ("" if nodes is None else f" on {nodes} node{'s' if nodes != 1 else ''}")
-    parts = [runs, f"{elapsed_s / 60:.1f} min elapsed", f"{max(0.0, budget_s - elapsed_s) / 60:.1f} min left"]
+    runs = f"runs {done}/{total}" + (
+        "" if nodes is None else f" on {nodes} node{'s' if nodes != 1 else ''}"
+    )
+    parts = [
+        runs,
+        f"{elapsed_s / 60:.1f} min elapsed",
+        f"{max(0.0, budget_s - elapsed_s) / 60:.1f} min left",
+    ]
     for pair in (power or {}).get("pairs", []):
         if pair["mdd"] is not None:
             seeds = pair["n_pairs"] if pair["test"] == "paired t" else min(pair["n_a"], pair["n_b"])
-            parts.append(f"MDD {pair['arm_a']} vs {pair['arm_b']} {pair['mdd']:.1f} ({pair['test']}, {seeds} seeds)")
+            parts.append(
+                f"MDD {pair['arm_a']} vs {pair['arm_b']} {pair['mdd']:.1f} ({pair['test']}, {seeds} seeds)"
+            )
         else:
             parts.append(f"MDD {pair['arm_a']} vs {pair['arm_b']}: {pair['note']}")
     return " · ".join(parts)
@@ -365,8 +492,12 @@ class InProcessBlocks:
     capacity = 1
     counts_nodes = False
 
-    def __init__(self, db_path: str | Path, log: Callable[[str], None] | None,
-                 announce: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        db_path: str | Path,
+        log: Callable[[str], None] | None,
+        announce: Callable[[str], None] | None = None,
+    ):
         self.db_path, self.log, self.announce = db_path, log, announce
         self._waiting: list[Block] = []
         self._current: Block | None = None
@@ -376,7 +507,9 @@ class InProcessBlocks:
 
     def wait_one(self, on_run: Callable[[int], None]) -> BlockDone:
         self._current = self._waiting.pop(0)
-        spent = train_block(self._current, self.db_path, log=self.log, on_run=on_run, announce=self.announce)
+        spent = train_block(
+            self._current, self.db_path, log=self.log, on_run=on_run, announce=self.announce
+        )
         done, self._current = self._current, None
         return BlockDone(done, None, spent)
 
@@ -435,13 +568,20 @@ def run_matrix(
         longest block so far, counting the blocks still running."""
         predicted = max(block_seconds, default=0.0)
         if block_seconds and clock() - started + predicted > budget_s:
-            return (f"its block (about {predicted / 60:.1f} min, the longest so far) would end past the "
-                    f"{design.minutes:g}-min budget")
+            return (
+                f"its block (about {predicted / 60:.1f} min, the longest so far) would end past the "
+                f"{design.minutes:g}-min budget"
+            )
         predicted_cpu = max(block_cpu, default=0.0)
-        if cpu_budget_s is not None and block_cpu and \
-                sum(block_cpu) + predicted_cpu * (len(running) + 1) > cpu_budget_s:
-            return (f"its block (about {predicted_cpu / 60:.1f} CPU-min, the most so far) would end past the "
-                    f"{design.cpu_minutes:g} CPU-min budget")
+        if (
+            cpu_budget_s is not None
+            and block_cpu
+            and sum(block_cpu) + predicted_cpu * (len(running) + 1) > cpu_budget_s
+        ):
+            return (
+                f"its block (about {predicted_cpu / 60:.1f} CPU-min, the most so far) would end past the "
+                f"{design.cpu_minutes:g} CPU-min budget"
+            )
         return None
 
     def compared_names() -> list[str]:
@@ -452,8 +592,16 @@ def run_matrix(
 
     def report_run(index: int) -> None:
         if index < arm_count:  # a block's last run is reported with the new power below
-            progress(progress_line(len(complete) * arm_count + index, total, clock() - started, budget_s, power,
-                                   node_count()))
+            progress(
+                progress_line(
+                    len(complete) * arm_count + index,
+                    total,
+                    clock() - started,
+                    budget_s,
+                    power,
+                    node_count(),
+                )
+            )
 
     try:
         while waiting or running:
@@ -477,7 +625,16 @@ def run_matrix(
             if finished.node is not None:
                 nodes[finished.node] += 1
             power = compare_runs(db, compared_names(), plan.window, detect=design.detect)["power"]
-            progress(progress_line(len(complete) * arm_count, total, clock() - started, budget_s, power, node_count()))
+            progress(
+                progress_line(
+                    len(complete) * arm_count,
+                    total,
+                    clock() - started,
+                    budget_s,
+                    power,
+                    node_count(),
+                )
+            )
     except KeyboardInterrupt:
         incomplete = [block for block in executor.abandon() if block.seed in running]
         seeds = ", ".join(str(block.seed) for block in incomplete)
@@ -489,15 +646,33 @@ def run_matrix(
     stopped = [{"seed": block.seed, "runs": block.run_names} for block in incomplete]
     seen = complete | {block.seed for block in incomplete}
     done_blocks = [block for block in plan.blocks if block.seed in complete]
-    warm_by_seed = {block.seed: block.trains_warmup.label for block in done_blocks if block.trains_warmup is not None}
-    return MatrixResult(compared, [block.seed for block in done_blocks],
-                        stopped[0] if stopped else None, [seed for seed in design.seeds if seed not in seen],
-                        clock() - started, stopped_reason, comparison, block_seconds, stopped, dict(nodes),
-                        block_cpu, run_cpu, [arm.described for arm in plan.arms], warm_by_seed,
-                        warm_start_effect(comparison, warm_by_seed, done_blocks) if warm_by_seed else None)
+    warm_by_seed = {
+        block.seed: block.trains_warmup.label
+        for block in done_blocks
+        if block.trains_warmup is not None
+    }
+    return MatrixResult(
+        compared,
+        [block.seed for block in done_blocks],
+        stopped[0] if stopped else None,
+        [seed for seed in design.seeds if seed not in seen],
+        clock() - started,
+        stopped_reason,
+        comparison,
+        block_seconds,
+        stopped,
+        dict(nodes),
+        block_cpu,
+        run_cpu,
+        [arm.described for arm in plan.arms],
+        warm_by_seed,
+        warm_start_effect(comparison, warm_by_seed, done_blocks) if warm_by_seed else None,
+    )
 
 
-def warm_start_effect(comparison: dict[str, Any], warm_by_seed: dict[int, str], blocks: list[Block]) -> dict[str, Any]:
+def warm_start_effect(
+    comparison: dict[str, Any], warm_by_seed: dict[int, str], blocks: list[Block]
+) -> dict[str, Any]:
     """What continuing its own warm-up is worth to an arm, for every pair of arms that both
     trained warm-ups: the per-seed difference a − b (window means) on the seeds whose warm-up a
     trained, against those b trained. Half their gap is the *home advantage* h (a gains h when
@@ -513,20 +688,27 @@ def warm_start_effect(comparison: dict[str, Any], warm_by_seed: dict[int, str], 
     trained = sorted(set(warm_by_seed.values()))
     pairs = []
     for index, first in enumerate(labels):
-        for second in labels[index + 1:]:
+        for second in labels[index + 1 :]:
             if first.label not in trained or second.label not in trained:
                 continue
             groups: dict[str, list[float]] = {first.label: [], second.label: []}
             for block in blocks:
                 owner = warm_by_seed.get(block.seed)
-                name_a, name_b = run_name(block.prefix, first.label, block.seed), run_name(block.prefix, second.label, block.seed)
+                name_a, name_b = (
+                    run_name(block.prefix, first.label, block.seed),
+                    run_name(block.prefix, second.label, block.seed),
+                )
                 if owner in groups and name_a in means and name_b in means:
                     groups[owner].append(means[name_a] - means[name_b])
             own, other = groups[first.label], groups[second.label]
-            entry: dict[str, Any] = {"arm_a": first.label, "arm_b": second.label, "n_warmup_a": len(own),
-                                     "n_warmup_b": len(other),
-                                     "mean_difference_warmup_a": _mean_or_none(own),
-                                     "mean_difference_warmup_b": _mean_or_none(other)}
+            entry: dict[str, Any] = {
+                "arm_a": first.label,
+                "arm_b": second.label,
+                "n_warmup_a": len(own),
+                "n_warmup_b": len(other),
+                "mean_difference_warmup_a": _mean_or_none(own),
+                "mean_difference_warmup_b": _mean_or_none(other),
+            }
             if own and other:
                 entry["balanced_difference"] = (_mean_or_none(own) + _mean_or_none(other)) / 2
                 entry["home_advantage"] = (_mean_or_none(own) - _mean_or_none(other)) / 2

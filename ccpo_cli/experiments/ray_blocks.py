@@ -47,21 +47,32 @@ def connect(address: str):
         raise UsageError("--ray-address: give a cluster address (HOST:PORT) or 'local'")
     address = address.strip()
     if address == "auto":
-        raise UsageError("--ray-address auto would attach to whatever cluster this machine names; give the "
-                         "address, or 'local'")
+        raise UsageError(
+            "--ray-address auto would attach to whatever cluster this machine names; give the "
+            "address, or 'local'"
+        )
     if address == LOCAL and "ray" not in sys.modules:
         os.environ.setdefault(_LOOPBACK_ONLY_ENV, "0")
     if address != LOCAL:
         _reachable(address)
     ray = require_extra("verl", "ray", what="--ray-address")
     if ray.is_initialized():
-        raise UsageError("Ray is already connected in this process; ccpo matrix makes its own connection")
+        raise UsageError(
+            "Ray is already connected in this process; ccpo matrix makes its own connection"
+        )
     import logging
 
     try:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )
     except (ConnectionError, ValueError, RuntimeError, TimeoutError) as error:
-        raise RemoteError(f"--ray-address {address}: cannot connect to Ray ({' '.join(str(error).split())[:300]})") from None
+        raise RemoteError(
+            f"--ray-address {address}: cannot connect to Ray ({' '.join(str(error).split())[:300]})"
+        ) from None
     return ray
 
 
@@ -78,8 +89,10 @@ def _reachable(address: str) -> None:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
             pass
     except OSError as error:
-        raise RemoteError(f"--ray-address {address}: nothing answers there within {CONNECT_TIMEOUT_S:.0f} s "
-                          f"({error.strerror or type(error).__name__}); is the cluster up?") from None
+        raise RemoteError(
+            f"--ray-address {address}: nothing answers there within {CONNECT_TIMEOUT_S:.0f} s "
+            f"({error.strerror or type(error).__name__}); is the cluster up?"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -108,7 +121,9 @@ def run_block_task(block: Block, driver_rows: list[Chunk], database: str) -> Blo
     merge_chunks(db, driver_rows, where=f"the driver's rows of seed {block.seed}")
     spent = train_block(block, database)
     ids = [run_id(db, run.name) for run in block.runs()]
-    return BlockReturn(block.seed, list(export_chunks(db, ids, checkpoints=True)), _node_label(), spent)
+    return BlockReturn(
+        block.seed, list(export_chunks(db, ids, checkpoints=True)), _node_label(), spent
+    )
 
 
 def _node_label() -> str:
@@ -131,7 +146,9 @@ class RayBlocks:
         self.db_path = db_path
         cpus = float(self.ray.cluster_resources().get("CPU", 0))
         self.capacity = max(1, int(cpus // cpus_per_block))
-        self._task = self.ray.remote(num_cpus=cpus_per_block, max_retries=TASK_RETRIES)(run_block_task)
+        self._task = self.ray.remote(num_cpus=cpus_per_block, max_retries=TASK_RETRIES)(
+            run_block_task
+        )
         self._in_flight: dict[Any, Block] = {}
 
     def submit(self, block: Block) -> None:
@@ -157,12 +174,20 @@ class RayBlocks:
             cause = getattr(error, "cause", None)
             if isinstance(cause, CcpoError):
                 raise cause from None
-            raise CcpoError(f"the block of seed {block.seed} failed on the cluster: "
-                            f"{type(cause or error).__name__}: {' '.join(str(cause or error).split())[:300]}") from None
+            raise CcpoError(
+                f"the block of seed {block.seed} failed on the cluster: "
+                f"{type(cause or error).__name__}: {' '.join(str(cause or error).split())[:300]}"
+            ) from None
         except self.ray.exceptions.RayError as error:
-            raise CcpoError(f"the block of seed {block.seed} was lost on the cluster ({type(error).__name__}); "
-                            "run the matrix again to go on from its checkpoints") from None
-        merge_chunks(open_db(self.db_path), returned.chunks, where=f"seed {block.seed}'s block from {returned.node}")
+            raise CcpoError(
+                f"the block of seed {block.seed} was lost on the cluster ({type(error).__name__}); "
+                "run the matrix again to go on from its checkpoints"
+            ) from None
+        merge_chunks(
+            open_db(self.db_path),
+            returned.chunks,
+            where=f"seed {block.seed}'s block from {returned.node}",
+        )
         return BlockDone(block, returned.node, returned.run_cpu_s)
 
     def abandon(self) -> list[Block]:

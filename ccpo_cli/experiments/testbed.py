@@ -99,11 +99,20 @@ def load_run(db, name: str) -> RunData:
     eval_turns: dict[int, int] = {}
     for evaluation in run_evaluations(db, name):
         episodes = evaluation_episodes(db, evaluation["id"])
-        evaluations[int(evaluation["step"])] = {row["game_id"]: bool(row["won"]) for row in episodes}
+        evaluations[int(evaluation["step"])] = {
+            row["game_id"]: bool(row["won"]) for row in episodes
+        }
         eval_turns[int(evaluation["step"])] = sum(int(row["turns"] or 0) for row in episodes)
-    data = RunData(name, run.get("seed"), int(train.get("rollout_stream") or 0),
-                   int((config.get("start") or {}).get("step") or 0), train.get("start_from"), evaluations,
-                   eval_turns=eval_turns, start_arm=(config.get("start") or {}).get("arm"))
+    data = RunData(
+        name,
+        run.get("seed"),
+        int(train.get("rollout_stream") or 0),
+        int((config.get("start") or {}).get("step") or 0),
+        train.get("start_from"),
+        evaluations,
+        eval_turns=eval_turns,
+        start_arm=(config.get("start") or {}).get("arm"),
+    )
     folder = config.get("run_dir")
     metrics = Path(folder) / "metrics.jsonl" if folder else None
     if metrics is not None and metrics.is_file():
@@ -187,15 +196,32 @@ def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
 
     test = paired_t_test(differences)
     n, sd = test["n"], test["sd"]
-    result: dict[str, Any] = {"n": n, "mean": test["difference"], "sd": sd, "t": None, "p": None,
-                              "mdd": None, "effect_to_sd": None}
+    result: dict[str, Any] = {
+        "n": n,
+        "mean": test["difference"],
+        "sd": sd,
+        "t": None,
+        "p": None,
+        "mdd": None,
+        "effect_to_sd": None,
+    }
     if sd:
-        result.update(t=test["t"], p=test["p"], mdd=paired_mdd(sd, n), effect_to_sd=float(test["difference"] / sd))
+        result.update(
+            t=test["t"],
+            p=test["p"],
+            mdd=paired_mdd(sd, n),
+            effect_to_sd=float(test["difference"] / sd),
+        )
     return result
 
 
-def differences(data: MatrixData, arm_a: str, arm_b: str, steps_after_fork: Sequence[int],
-                games: set[str] | None = None) -> dict[int, float]:
+def differences(
+    data: MatrixData,
+    arm_a: str,
+    arm_b: str,
+    steps_after_fork: Sequence[int],
+    games: set[str] | None = None,
+) -> dict[int, float]:
     """Per seed, window mean of a − window mean of b over the evaluations at fork + offset."""
     found = {}
     for seed in data.seeds(arm_a, arm_b):
@@ -207,26 +233,33 @@ def differences(data: MatrixData, arm_a: str, arm_b: str, steps_after_fork: Sequ
     return found
 
 
-def home_advantage(found: Mapping[int, float], warmed_by: Mapping[int, str | None], arm_a: str, arm_b: str
-                   ) -> dict[str, Any]:
+def home_advantage(
+    found: Mapping[int, float], warmed_by: Mapping[int, str | None], arm_a: str, arm_b: str
+) -> dict[str, Any]:
     """The warm-start arm's effect on a − b: the per-seed differences on seeds whose warm-up a
     trained against those b trained. Half their gap is the home advantage h (a's gain when the
     warm-up is its own, its loss when it is b's); the mean of the two groups' means is a − b with
     the warm-up balanced out (what `ccpo_cli.experiments.matrix.warm_start_effect` reports)."""
     own = [value for seed, value in found.items() if warmed_by.get(seed) == arm_a]
     other = [value for seed, value in found.items() if warmed_by.get(seed) == arm_b]
-    result: dict[str, Any] = {"n_warmup_a": len(own), "n_warmup_b": len(other),
-                              "mean_difference_warmup_a": statistics.fmean(own) if own else None,
-                              "mean_difference_warmup_b": statistics.fmean(other) if other else None}
+    result: dict[str, Any] = {
+        "n_warmup_a": len(own),
+        "n_warmup_b": len(other),
+        "mean_difference_warmup_a": statistics.fmean(own) if own else None,
+        "mean_difference_warmup_b": statistics.fmean(other) if other else None,
+    }
     if own and other:
         result["home_advantage"] = (statistics.fmean(own) - statistics.fmean(other)) / 2
         result["balanced_difference"] = (statistics.fmean(own) + statistics.fmean(other)) / 2
     if len(own) >= 2 and len(other) >= 2:
         # Two groups of different seeds: nothing pairs them, so the one decision gives Welch's t.
-        result["p_home_advantage"] = two_arm_test(dict(enumerate(own)), dict(enumerate(other)), paired_by_design=())["p"]
+        result["p_home_advantage"] = two_arm_test(
+            dict(enumerate(own)), dict(enumerate(other)), paired_by_design=()
+        )["p"]
         # its standard error: half that of the gap between the two group means
-        result["home_advantage_se"] = 0.5 * math.sqrt(statistics.variance(own) / len(own)
-                                                      + statistics.variance(other) / len(other))
+        result["home_advantage_se"] = 0.5 * math.sqrt(
+            statistics.variance(own) / len(own) + statistics.variance(other) / len(other)
+        )
     return result
 
 
@@ -265,14 +298,19 @@ def binomial_range(n: int, alpha: float = ALPHA, coverage: float = 0.95) -> tupl
     return low, high
 
 
-def null_count_range(sizes: int | Sequence[int], alpha: float = ALPHA, draws: int = 20_000, seed: int = 0,
-                     coverage: float = 0.95) -> tuple[int, int]:
+def null_count_range(
+    sizes: int | Sequence[int],
+    alpha: float = ALPHA,
+    draws: int = 20_000,
+    seed: int = 0,
+    coverage: float = 0.95,
+) -> tuple[int, int]:
     """The same range for the leave-one-out count under normal null pairs, by simulation (the
     shared denominators make the count a little less spread than a binomial); `sizes` lists the
     pair sets tested separately (one leave-one-out per set), whose counts add up."""
     rng = np.random.default_rng(seed)
     counts = np.zeros(draws, dtype=int)
-    for n in ([sizes] if isinstance(sizes, int) else list(sizes)):
+    for n in [sizes] if isinstance(sizes, int) else list(sizes):
         samples = rng.standard_normal((draws, n))
         totals = samples.sum(axis=1, keepdims=True)
         squares = (samples**2).sum(axis=1, keepdims=True)
@@ -282,20 +320,26 @@ def null_count_range(sizes: int | Sequence[int], alpha: float = ALPHA, draws: in
         t = np.abs(samples) / np.sqrt(rest_var)
         counts += (t > stats.t.isf(alpha / 2, n - 2)).sum(axis=1)
     tail = (1 - coverage) / 2
-    return int(np.quantile(counts, tail, method="lower")), int(np.quantile(counts, 1 - tail, method="higher"))
+    return int(np.quantile(counts, tail, method="lower")), int(
+        np.quantile(counts, 1 - tail, method="higher")
+    )
 
 
-def aa_false_positive_rate(pair_differences: Mapping[Any, float] | Mapping[str, Mapping[Any, float]],
-                           alpha: float = ALPHA) -> dict[str, Any]:
+def aa_false_positive_rate(
+    pair_differences: Mapping[Any, float] | Mapping[str, Mapping[Any, float]], alpha: float = ALPHA
+) -> dict[str, Any]:
     """The A/A document: per-pair p-values, the count and rate below alpha, its Clopper–Pearson
     95 % interval, the binomial and simulated null ranges of the count, and the verdict.
 
     `pair_differences` is {seed: difference} for one A/A pair set, or {set name: {seed:
     difference}} for several (the twins of several arms): each set is tested leave-one-out
     within itself, since arms may differ in their noise, and the counts are pooled."""
-    groups = (dict(pair_differences) if pair_differences and all(isinstance(value, Mapping)
-                                                                 for value in pair_differences.values())
-              else {"": dict(pair_differences)})
+    groups = (
+        dict(pair_differences)
+        if pair_differences
+        and all(isinstance(value, Mapping) for value in pair_differences.values())
+        else {"": dict(pair_differences)}
+    )
     per_pair: list[dict[str, Any]] = []
     sizes = []
     for name, found in groups.items():
@@ -303,12 +347,17 @@ def aa_false_positive_rate(pair_differences: Mapping[Any, float] | Mapping[str, 
         p_values = leave_one_out_p_values([found[key] for key in keys])
         if p_values:
             sizes.append(len(p_values))
-        per_pair.extend({**({"set": name} if name else {}), "seed": key, "difference": found[key], "p": p}
-                        for key, p in zip(keys, p_values))
+        per_pair.extend(
+            {**({"set": name} if name else {}), "seed": key, "difference": found[key], "p": p}
+            for key, p in zip(keys, p_values)
+        )
     n = len(per_pair)
     if not n:
-        return {"pairs": sum(len(found) for found in groups.values()), "note": "needs ≥ 4 A/A pairs per set",
-                "within_binomial_range": None}
+        return {
+            "pairs": sum(len(found) for found in groups.values()),
+            "note": "needs ≥ 4 A/A pairs per set",
+            "within_binomial_range": None,
+        }
     p_values = [row["p"] for row in per_pair]
     count = sum(p < alpha for p in p_values)
     interval = stats.binomtest(count, n, alpha).proportion_ci(0.95, method="exact")
@@ -316,13 +365,19 @@ def aa_false_positive_rate(pair_differences: Mapping[Any, float] | Mapping[str, 
     simulated = null_count_range(sizes, alpha)
     uniform = stats.kstest(p_values, "uniform")
     return {
-        "pairs": n, "sets": {name or "pairs": len(found) for name, found in groups.items()}, "alpha": alpha,
-        "false_positives": count, "rate": count / n,
+        "pairs": n,
+        "sets": {name or "pairs": len(found) for name, found in groups.items()},
+        "alpha": alpha,
+        "false_positives": count,
+        "rate": count / n,
         "rate_interval_95": [float(interval.low), float(interval.high)],
-        "binomial_range_95": [low, high], "simulated_null_range_95": list(simulated),
+        "binomial_range_95": [low, high],
+        "simulated_null_range_95": list(simulated),
         "within_binomial_range": low <= count <= high,
         "ks_uniform_p": float(uniform.pvalue),
-        "whole_matrix": {name or "pairs": paired_stats(list(found.values())) for name, found in groups.items()},
+        "whole_matrix": {
+            name or "pairs": paired_stats(list(found.values())) for name, found in groups.items()
+        },
         "per_pair": per_pair,
     }
 
@@ -366,7 +421,9 @@ def fit_cost_model(runs: Iterable[RunData]) -> CostModel:
         evaluated = [step for step in run.eval_cpu_s if step in run.eval_turns]
         turns += sum(run.eval_turns[step] for step in evaluated)
         eval_cpu += sum(run.eval_cpu_s[step] for step in evaluated)
-    return CostModel(cpu / decisions if decisions else None, eval_cpu / turns if turns else None, fitted)
+    return CostModel(
+        cpu / decisions if decisions else None, eval_cpu / turns if turns else None, fitted
+    )
 
 
 @dataclass(frozen=True)
@@ -385,12 +442,20 @@ class SubDesign:
     @property
     def label(self) -> str:
         evaluations = ",".join(str(self.warm_start + offset) for offset in self.eval_offsets)
-        return (f"K={self.warm_start} H={self.horizon} evals@{evaluations} "
-                f"panel={'all' if self.panel is None else self.panel}")
+        return (
+            f"K={self.warm_start} H={self.horizon} evals@{evaluations} "
+            f"panel={'all' if self.panel is None else self.panel}"
+        )
 
 
-def block_cpu_seconds(data: MatrixData, labels: Sequence[str], seed: int, design: SubDesign, model: CostModel,
-                      panel_fraction: float = 1.0) -> float | None:
+def block_cpu_seconds(
+    data: MatrixData,
+    labels: Sequence[str],
+    seed: int,
+    design: SubDesign,
+    model: CostModel,
+    panel_fraction: float = 1.0,
+) -> float | None:
     """CPU seconds of one block of `design` with these arms: the warm-up's K steps, and each
     arm's `horizon` steps after the fork with its window's evaluations."""
     total = 0.0
@@ -418,36 +483,56 @@ def block_cpu_seconds(data: MatrixData, labels: Sequence[str], seed: int, design
     return total
 
 
-def design_point(data: MatrixData, arm_a: str, arm_b: str, design: SubDesign, model: CostModel,
-                 panels: Mapping[int, set[str]] | None = None, budget_cpu_minutes: float = THIRTY_MINUTE_CPU_MINUTES,
-                 ) -> dict[str, Any]:
+def design_point(
+    data: MatrixData,
+    arm_a: str,
+    arm_b: str,
+    design: SubDesign,
+    model: CostModel,
+    panels: Mapping[int, set[str]] | None = None,
+    budget_cpu_minutes: float = THIRTY_MINUTE_CPU_MINUTES,
+) -> dict[str, Any]:
     """One point of the design curve: the paired comparison a − b in `design`, its block cost
     and the signal it buys per CPU-minute."""
     games = None if design.panel is None else (panels or {}).get(design.panel)
     found = differences(data, arm_a, arm_b, design.eval_offsets, games)
     result = paired_stats(list(found.values()))
-    full = max((len(run.evaluations.get(run.start_step + design.eval_offsets[0], {}))
-                for run in data.runs[arm_a].values()), default=0)
+    full = max(
+        (
+            len(run.evaluations.get(run.start_step + design.eval_offsets[0], {}))
+            for run in data.runs[arm_a].values()
+        ),
+        default=0,
+    )
     fraction = 1.0 if games is None or not full else len(games) / full
-    costs = [block_cpu_seconds(data, [arm_a, arm_b], seed, design, model, fraction) for seed in found]
+    costs = [
+        block_cpu_seconds(data, [arm_a, arm_b], seed, design, model, fraction) for seed in found
+    ]
     known = [cost for cost in costs if cost is not None]
     block_minutes = statistics.fmean(known) / 60 if known else None
     ratio = result["effect_to_sd"]
     merit = None if ratio is None or not block_minutes else ratio**2 / block_minutes
     return {
-        "design": design.label, "warm_start": design.warm_start, "horizon": design.horizon,
-        "eval_steps": [design.warm_start + offset for offset in design.eval_offsets], "panel": design.panel,
-        "arms": [arm_a, arm_b], "seeds": sorted(found), **result,
+        "design": design.label,
+        "warm_start": design.warm_start,
+        "horizon": design.horizon,
+        "eval_steps": [design.warm_start + offset for offset in design.eval_offsets],
+        "panel": design.panel,
+        "arms": [arm_a, arm_b],
+        "seeds": sorted(found),
+        **result,
         "block_cpu_minutes": block_minutes,
         "effect_to_sd_squared_per_cpu_minute": merit,
-        f"expected_t_in_{budget_cpu_minutes:g}_cpu_minutes": None if merit is None else math.copysign(
-            math.sqrt(merit * budget_cpu_minutes), ratio),
+        f"expected_t_in_{budget_cpu_minutes:g}_cpu_minutes": None
+        if merit is None
+        else math.copysign(math.sqrt(merit * budget_cpu_minutes), ratio),
         "pairs_in_budget": None if not block_minutes else int(budget_cpu_minutes // block_minutes),
     }
 
 
-def seeds_within_budget(data: MatrixData, labels: Sequence[str], design: SubDesign, model: CostModel,
-                        cpu_minutes: float) -> tuple[list[int], float]:
+def seeds_within_budget(
+    data: MatrixData, labels: Sequence[str], design: SubDesign, model: CostModel, cpu_minutes: float
+) -> tuple[list[int], float]:
     """The seeds a matrix of these arms in `design` completes within `cpu_minutes`, seed-major
     (the matrix's own rule: no block starts that would end past the budget, by the costliest
     block so far), and the CPU minutes they take."""
@@ -464,10 +549,29 @@ def seeds_within_budget(data: MatrixData, labels: Sequence[str], design: SubDesi
     return kept, spent / 60
 
 
-__all__ = ["ALPHA", "THIRTY_MINUTE_CPU_MINUTES", "CostModel", "MatrixData", "RunData", "SubDesign",
-           "aa_false_positive_rate", "batch_structure", "binomial_range", "block_cpu_seconds", "design_point",
-           "differences", "fit_cost_model", "home_advantage", "leave_one_out_p_values", "load_matrix", "load_run",
-           "null_count_range", "paired_stats", "seeds_within_budget", "step_term_overlap"]
+__all__ = [
+    "ALPHA",
+    "THIRTY_MINUTE_CPU_MINUTES",
+    "CostModel",
+    "MatrixData",
+    "RunData",
+    "SubDesign",
+    "aa_false_positive_rate",
+    "batch_structure",
+    "binomial_range",
+    "block_cpu_seconds",
+    "design_point",
+    "differences",
+    "fit_cost_model",
+    "home_advantage",
+    "leave_one_out_p_values",
+    "load_matrix",
+    "load_run",
+    "null_count_range",
+    "paired_stats",
+    "seeds_within_budget",
+    "step_term_overlap",
+]
 
 # The batches' diagnostics live in batch_diagnostics.py; kept importable from here.
 from ccpo_cli.experiments.batch_diagnostics import batch_structure, step_term_overlap  # noqa: E402

@@ -30,10 +30,16 @@ UPLOADER_MODULE = "ccpo_cli.publishing.uploader"
 class BackgroundPublisher:
     """A TrainingObserver (backends/observer.py) that pushes a run to the Hub while it trains."""
 
-    def __init__(self, db_path: str | Path, target: PushTarget, token: str, *,
-                 log: Callable[[str], None] = lambda message: None,
-                 checkpoints: Callable[[object, str, Path], CheckpointFinder] | None = None,
-                 verl_agent_home: Path | None = None):
+    def __init__(
+        self,
+        db_path: str | Path,
+        target: PushTarget,
+        token: str,
+        *,
+        log: Callable[[str], None] = lambda message: None,
+        checkpoints: Callable[[object, str, Path], CheckpointFinder] | None = None,
+        verl_agent_home: Path | None = None,
+    ):
         self.db_path = Path(db_path)
         self.target = target
         self._token = token
@@ -51,24 +57,43 @@ class BackgroundPublisher:
         if self.process is not None and self.process.poll() is None:
             return
         if self.process is not None:
-            self.log(f"publishing: the uploader exited ({self.process.returncode}); starting it again")
-        command = [sys.executable, "-m", UPLOADER_MODULE, "--db", str(self.db_path), "--run", self.run]
+            self.log(
+                f"publishing: the uploader exited ({self.process.returncode}); starting it again"
+            )
+        command = [
+            sys.executable,
+            "-m",
+            UPLOADER_MODULE,
+            "--db",
+            str(self.db_path),
+            "--run",
+            self.run,
+        ]
         if self.verl_agent_home is not None:
             command += ["--verl-agent-home", str(self.verl_agent_home)]
         # huggingface_hub 0.3x reads the Hub address only from HF_ENDPOINT at start-up.
-        env = {**os.environ, "HF_ENDPOINT": self.target.endpoint, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        env = {
+            **os.environ,
+            "HF_ENDPOINT": self.target.endpoint,
+            "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        }
         self.log_path = self.target.staging_for(self.db_path, self.run) / "uploader.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log_file:
-            self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=log_file, stderr=log_file,
-                                            env=env, text=True)
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env, text=True
+            )
         self.process.stdin.write(self._token + "\n" + self.target.to_json() + "\n")
         self.process.stdin.flush()
 
     def _close_input(self) -> None:
         from ccpo_cli.publishing.uploader import FINISHED
 
-        if self.process is not None and self.process.stdin is not None and not self.process.stdin.closed:
+        if (
+            self.process is not None
+            and self.process.stdin is not None
+            and not self.process.stdin.closed
+        ):
             try:
                 self.process.stdin.write(FINISHED + "\n")
                 self.process.stdin.close()
@@ -91,12 +116,19 @@ class BackgroundPublisher:
         self._db = open_db(self.db_path)
         pending = counts(self._db, run)["pending"]
         if pending:
-            self.log(f"publishing: {pending} pending publication(s) of {run} from before; resuming them")
+            self.log(
+                f"publishing: {pending} pending publication(s) of {run} from before; resuming them"
+            )
         self._ensure_uploader()
 
     def evaluated(self, step: int) -> None:
-        note_evaluations(self._db, self.run, self.target, checkpoint_for=self._finder(self._db, self.run, self.run_dir),
-                         run_dir=self.run_dir)
+        note_evaluations(
+            self._db,
+            self.run,
+            self.target,
+            checkpoint_for=self._finder(self._db, self.run, self.run_dir),
+            run_dir=self.run_dir,
+        )
         self._ensure_uploader()
 
     def progress(self) -> str | None:
@@ -115,7 +147,14 @@ class BackgroundPublisher:
         if self._db is None:
             return
         if status == "finished":
-            note_end(self._db, self.run, self.target, last_step=last_step, checkpoint=checkpoint, run_dir=self.run_dir)
+            note_end(
+                self._db,
+                self.run,
+                self.target,
+                last_step=last_step,
+                checkpoint=checkpoint,
+                run_dir=self.run_dir,
+            )
             self._ensure_uploader()
         elif status != "stopped":
             self.evaluated(last_step)
@@ -131,22 +170,39 @@ class BackgroundPublisher:
         waited = time.monotonic() - started
         left = counts(self._db, self.run)
         if left["pending"]:
-            self.log(f"publishing: {left['pending']} publication(s) still pending after waiting {waited:.0f} s "
-                     f"(--push-wait); `ccpo publish --follow {self.run} --repo {self.target.repo_id}` resumes them")
-        self.log(f"publishing: {left['done']} done, {left['failed']} failed, {left['skipped']} skipped "
-                 f"(`ccpo runs show {self.run}` lists every attempt; uploader log {self.log_path})")
+            self.log(
+                f"publishing: {left['pending']} publication(s) still pending after waiting {waited:.0f} s "
+                f"(--push-wait); `ccpo publish --follow {self.run} --repo {self.target.repo_id}` resumes them"
+            )
+        self.log(
+            f"publishing: {left['done']} done, {left['failed']} failed, {left['skipped']} skipped "
+            f"(`ccpo runs show {self.run}` lists every attempt; uploader log {self.log_path})"
+        )
         from ccpo_cli.store.outbox import weights_without_card
 
         for weights in weights_without_card(self._db, self.run, self.target.repo_id):
-            self.log(f"publishing: warning: the {weights['role']} weights of step {weights['step']} are on the Hub "
-                     f"(commit {str(weights['commit_id'])[:12]}) but no card names them: {weights['card']}")
+            self.log(
+                f"publishing: warning: the {weights['role']} weights of step {weights['step']} are on the Hub "
+                f"(commit {str(weights['commit_id'])[:12]}) but no card names them: {weights['card']}"
+            )
 
 
-def publisher_for(db_path: str | Path, repo_id: str, *, backend: str, endpoint: str | None = None,
-                  private: bool | None = None, token: str | None = None, token_file: Path | None = None,
-                  timeout: str | None = None, deadline: float | None = None, end_wait_s: float | None = None,
-                  window_start: int | None = None, verl_agent: Path | None = None,
-                  log: Callable[[str], None] = lambda message: None) -> BackgroundPublisher:
+def publisher_for(
+    db_path: str | Path,
+    repo_id: str,
+    *,
+    backend: str,
+    endpoint: str | None = None,
+    private: bool | None = None,
+    token: str | None = None,
+    token_file: Path | None = None,
+    timeout: str | None = None,
+    deadline: float | None = None,
+    end_wait_s: float | None = None,
+    window_start: int | None = None,
+    verl_agent: Path | None = None,
+    log: Callable[[str], None] = lambda message: None,
+) -> BackgroundPublisher:
     """The publisher `ccpo train --push-to-hub` hands its backend, every option checked (and the
     token found) before training starts."""
     from ccpo_cli.errors import RemoteError
@@ -154,16 +210,26 @@ def publisher_for(db_path: str | Path, repo_id: str, *, backend: str, endpoint: 
     from ccpo_cli.publishing.plan import verl_checkpoints
     from ccpo_cli.publishing.target import push_target
 
-    target = push_target(repo_id, endpoint=endpoint, private=private, timeout=timeout, deadline=deadline,
-                         window_start=window_start,
-                         end_wait_s=end_wait_s)
+    target = push_target(
+        repo_id,
+        endpoint=endpoint,
+        private=private,
+        timeout=timeout,
+        deadline=deadline,
+        window_start=window_start,
+        end_wait_s=end_wait_s,
+    )
     secret = resolve_token(token, token_file)
     if not secret:
-        raise RemoteError("--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
-                          "`hf auth login`")
+        raise RemoteError(
+            "--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
+            "`hf auth login`"
+        )
     check_visibility(target, secret, log)
     finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == "verl" else None
-    return BackgroundPublisher(db_path, target, secret, log=log, checkpoints=finder, verl_agent_home=verl_agent)
+    return BackgroundPublisher(
+        db_path, target, secret, log=log, checkpoints=finder, verl_agent_home=verl_agent
+    )
 
 
 def check_visibility(target: PushTarget, token: str, log: Callable[[str], None]) -> None:
@@ -180,17 +246,27 @@ def check_visibility(target: PushTarget, token: str, log: Callable[[str], None])
     timeouts = replace(target.timeouts, command=min(target.timeouts.command, 30.0))
     try:
         with hub_timeouts(timeouts):
-            session = open_session(target.repo_id, token=token, endpoint=target.endpoint, timeouts=timeouts)
-            info = session.client.call("reading the repository", session.api.model_info, target.repo_id)
+            session = open_session(
+                target.repo_id, token=token, endpoint=target.endpoint, timeouts=timeouts
+            )
+            info = session.client.call(
+                "reading the repository", session.api.model_info, target.repo_id
+            )
     except HubCallError as failure:
         if failure.status != 404:  # 404: a new repository, created private unless --public
-            log(f"publishing: could not read {target.repo_id}'s visibility now ({failure}); the uploader checks "
-                "before its first upload")
+            log(
+                f"publishing: could not read {target.repo_id}'s visibility now ({failure}); the uploader checks "
+                "before its first upload"
+            )
         return
     public = getattr(info, "private", None) is False
     if public and target.private:
-        raise InvalidInput(f"--push-to-hub {target.repo_id}: the repository is public on the Hub; ccpo uploads "
-                           "checkpoints and cards to a public repository only with --public (nothing was trained "
-                           "or uploaded)")
+        raise InvalidInput(
+            f"--push-to-hub {target.repo_id}: the repository is public on the Hub; ccpo uploads "
+            "checkpoints and cards to a public repository only with --public (nothing was trained "
+            "or uploaded)"
+        )
     if public:
-        log(f"publishing: {target.repo_id} is a PUBLIC repository: every checkpoint and card goes up publicly")
+        log(
+            f"publishing: {target.repo_id} is a PUBLIC repository: every checkpoint and card goes up publicly"
+        )

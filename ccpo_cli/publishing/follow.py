@@ -26,7 +26,9 @@ from ccpo_cli.store.outbox import counts, entries
 DEFAULT_POLL_S = 30.0
 
 
-def _run_folder(run: dict[str, Any], explicit: Path | None, db_path: Path | None = None) -> Path | None:
+def _run_folder(
+    run: dict[str, Any], explicit: Path | None, db_path: Path | None = None
+) -> Path | None:
     """The run's folder, absolute. A relative folder recorded by a ccpo from before absolute
     paths was relative to the trainer's working folder: it is tried from here, then beside the
     database (where `ccpo-runs/RUN` is made by default)."""
@@ -35,8 +37,11 @@ def _run_folder(run: dict[str, Any], explicit: Path | None, db_path: Path | None
             raise InvalidInput(f"--run-dir {explicit}: not a folder")
         return Path(explicit).absolute()
     config = run.get("config") if isinstance(run.get("config"), dict) else {}
-    recorded = Path(config["run_dir"]) if config.get("run_dir") else (
-        Path(config["metrics_file"]).parent if config.get("metrics_file") else None)
+    recorded = (
+        Path(config["run_dir"])
+        if config.get("run_dir")
+        else (Path(config["metrics_file"]).parent if config.get("metrics_file") else None)
+    )
     if recorded is None or recorded.is_absolute():
         return recorded
     beside_db = [Path(db_path).absolute().parent / recorded] if db_path is not None else []
@@ -66,7 +71,11 @@ def _ended(run: dict[str, Any], kind: str | None) -> bool:
     followed from afar, whose trainer cannot update runs.db) it reached its planned last step."""
     if run.get("status") in ("finished", "failed", "stopped", "interrupted"):
         return True
-    return kind == "verl" and bool(run.get("total_steps")) and (run.get("last_step") or 0) >= run["total_steps"]
+    return (
+        kind == "verl"
+        and bool(run.get("total_steps"))
+        and (run.get("last_step") or 0) >= run["total_steps"]
+    )
 
 
 def _current(db, run: str) -> dict[str, Any]:
@@ -101,9 +110,21 @@ def follow_run(
     kind, folder = _what_to_follow(db, run, run_dir, backend, Path(db_path))
     lock = outbox_lock(target.staging_for(Path(db_path), run), run, log=log).acquire()
     try:
-        return _follow(db, Path(db_path), run, target, token, kind=kind, folder=folder,
-                       verl_agent_home=verl_agent_home, poll_s=poll_s, once=once, retry_failed=retry_failed,
-                       log=log, sleep=sleep)
+        return _follow(
+            db,
+            Path(db_path),
+            run,
+            target,
+            token,
+            kind=kind,
+            folder=folder,
+            verl_agent_home=verl_agent_home,
+            poll_s=poll_s,
+            once=once,
+            retry_failed=retry_failed,
+            log=log,
+            sleep=sleep,
+        )
     finally:
         lock.release()
 
@@ -113,8 +134,9 @@ def check_poll(poll_s: float) -> None:
         raise InvalidInput(f"--poll {poll_s}: expected seconds in (0, 86400]")
 
 
-def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None,
-                    db_path: Path | None = None) -> tuple[str | None, Path | None]:
+def _what_to_follow(
+    db, run: str, run_dir: Path | None, backend: str | None, db_path: Path | None = None
+) -> tuple[str | None, Path | None]:
     recorded = _known_run(db, run)
     kind = backend or (recorded or {}).get("backend")
     folder = _run_folder(recorded or {}, run_dir, db_path)
@@ -123,14 +145,22 @@ def _what_to_follow(db, run: str, run_dir: Path | None, backend: str | None,
 
         kind = launch_record(folder).get("backend")
     if recorded is None and kind != "verl":
-        raise InvalidInput(f"no run named {run!r} in the database; give --run-dir of a verl run folder to follow it")
+        raise InvalidInput(
+            f"no run named {run!r} in the database; give --run-dir of a verl run folder to follow it"
+        )
     if kind == "verl" and folder is None:
         raise InvalidInput(f"run {run!r}: which run folder to follow? give --run-dir")
     return kind, folder
 
 
-def plan_follow(db_path: str | Path, run: str, target: PushTarget, *, run_dir: Path | None = None,
-                backend: str | None = None) -> dict[str, Any]:
+def plan_follow(
+    db_path: str | Path,
+    run: str,
+    target: PushTarget,
+    *,
+    run_dir: Path | None = None,
+    backend: str | None = None,
+) -> dict[str, Any]:
     """`--follow --dry-run`: one round of reading the run and queueing what its evaluations ask
     for, without any network call; the entries that would be published."""
     db = open_db(db_path)
@@ -138,14 +168,36 @@ def plan_follow(db_path: str | Path, run: str, target: PushTarget, *, run_dir: P
     if kind == "verl":
         ingest_verl(db, run, folder, lambda message: None)
     finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
-    note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
+    note_evaluations(
+        db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None
+    )
     pending = entries(db, run, target.repo_id, state="pending")
-    return {"dry_run": True, "run": run, "repo_id": target.repo_id,
-            "would_publish": [{"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in pending]}
+    return {
+        "dry_run": True,
+        "run": run,
+        "repo_id": target.repo_id,
+        "would_publish": [
+            {"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in pending
+        ],
+    }
 
 
-def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind, folder, verl_agent_home, poll_s,
-            once, retry_failed, log, sleep) -> dict[str, Any]:
+def _follow(
+    db,
+    db_path: Path,
+    run: str,
+    target: PushTarget,
+    token: str,
+    *,
+    kind,
+    folder,
+    verl_agent_home,
+    poll_s,
+    once,
+    retry_failed,
+    log,
+    sleep,
+) -> dict[str, Any]:
     from ccpo_cli.errors import RemoteError
     from ccpo_cli.store.outbox import retry_failed as queue_failed_again
     from ccpo_cli.store.outbox import weights_without_card
@@ -154,7 +206,9 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
         again = queue_failed_again(db, run, target.repo_id)
         if again:
             log(f"follow {run}: {len(again)} failed publication(s) queued again (--retry-failed)")
-    uploader = Uploader(db, db_path, run, target, token, log=log, verl_agent_home=verl_agent_home, sleep=sleep)
+    uploader = Uploader(
+        db, db_path, run, target, token, log=log, verl_agent_home=verl_agent_home, sleep=sleep
+    )
     ended_noted = False
     attempted = 0
     while True:
@@ -162,20 +216,36 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
             ingest_verl(db, run, folder, log)
         current = _current(db, run)
         finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
-        note_evaluations(db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None)
+        note_evaluations(
+            db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None
+        )
         ended = _ended(current, kind)
         if current.get("status") == "interrupted" and not ended_noted:
-            log(f"follow {run}: its trainer is gone ({current.get('interrupted_because')}); publishing what is "
-                "pending, then stopping (no final card: the run did not finish)")
+            log(
+                f"follow {run}: its trainer is gone ({current.get('interrupted_because')}); publishing what is "
+                "pending, then stopping (no final card: the run did not finish)"
+            )
             ended_noted = True
-        if ended and current.get("status") in ("finished", None, "running", "created") and not ended_noted:
+        if (
+            ended
+            and current.get("status") in ("finished", None, "running", "created")
+            and not ended_noted
+        ):
             last = current.get("last_step") or 0
             if current.get("status") != "finished" and kind == "verl":
                 from ccpo_cli.store import update_run_state
 
-                update_run_state(db, run, status="finished")  # the log reached its planned last step
-            note_end(db, run, target, last_step=last, checkpoint=finder(last),
-                     run_dir=folder if kind != "verl" else None)
+                update_run_state(
+                    db, run, status="finished"
+                )  # the log reached its planned last step
+            note_end(
+                db,
+                run,
+                target,
+                last_step=last,
+                checkpoint=finder(last),
+                run_dir=folder if kind != "verl" else None,
+            )
             ended_noted = True
         before = len(entries(db, run, target.repo_id, state="pending"))
         if once:  # one bounded round: what is ready now, within the command's deadline
@@ -187,19 +257,32 @@ def _follow(db, db_path: Path, run: str, target: PushTarget, token: str, *, kind
             break
         sleep(poll_s)
     outbox = counts(db, run)
-    result = {"run": run, "repo_id": target.repo_id, "ended": ended, "outbox": outbox,
-              "done": [{"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
-                       for e in uploader.done],
-              # Weights up while their card was refused or failed: said, never left silent.
-              "weights_without_card": weights_without_card(db, run, target.repo_id)}
+    result = {
+        "run": run,
+        "repo_id": target.repo_id,
+        "ended": ended,
+        "outbox": outbox,
+        "done": [
+            {"kind": e.kind, "role": e.role, "step": e.step, "commit_id": e.commit_id, "tag": e.tag}
+            for e in uploader.done
+        ],
+        # Weights up while their card was refused or failed: said, never left silent.
+        "weights_without_card": weights_without_card(db, run, target.repo_id),
+    }
     if attempted and not uploader.done and outbox["failed"] + outbox["pending"] > 0:
-        failed = entries(db, run, target.repo_id, state="failed") or entries(db, run, target.repo_id, state="pending")
-        uncarded = "".join(f"; the {w['role']} weights of step {w['step']} are on the Hub (commit "
-                           f"{str(w['commit_id'])[:12]}) but no card names them"
-                           for w in result["weights_without_card"])
-        raise RemoteError(f"{run} -> {target.repo_id}: nothing could be published ({outbox['failed']} failed, "
-                          f"{outbox['pending']} pending; last reason: {failed[-1].reason or 'not recorded'}){uncarded}; "
-                          f"`ccpo publish --follow {run} --repo {target.repo_id} --retry-failed` tries again")
+        failed = entries(db, run, target.repo_id, state="failed") or entries(
+            db, run, target.repo_id, state="pending"
+        )
+        uncarded = "".join(
+            f"; the {w['role']} weights of step {w['step']} are on the Hub (commit "
+            f"{str(w['commit_id'])[:12]}) but no card names them"
+            for w in result["weights_without_card"]
+        )
+        raise RemoteError(
+            f"{run} -> {target.repo_id}: nothing could be published ({outbox['failed']} failed, "
+            f"{outbox['pending']} pending; last reason: {failed[-1].reason or 'not recorded'}){uncarded}; "
+            f"`ccpo publish --follow {run} --repo {target.repo_id} --retry-failed` tries again"
+        )
     return result
 
 

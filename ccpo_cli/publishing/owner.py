@@ -36,8 +36,13 @@ def outbox_lock(folder: Path, run: str, *, log: Callable[[str], None]) -> Outbox
     return OutboxLock(Path(folder), run, ProcessOwner.this_process(), log=log)
 
 
-def acquire_waiting(lock: OutboxLock, *, give_up: Callable[[], bool], poll_s: float = 1.0,
-                    sleep: Callable[[float], None] = time.sleep) -> OutboxLock | None:
+def acquire_waiting(
+    lock: OutboxLock,
+    *,
+    give_up: Callable[[], bool],
+    poll_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> OutboxLock | None:
     """Take `lock`, waiting while another uploader holds it; None once `give_up()` is true (the
     other one then finishes what is pending). A lock file that is not a regular file is refused."""
     while True:

@@ -54,7 +54,9 @@ def source_hash(path: Path) -> str:
         if parts[0] == DEFAULT_MERGED_NAME or any(part.startswith(".") for part in parts):
             continue  # ccpo's own merge inside a verl checkpoint, and hidden files, are not its content
         stat = item.stat()
-        digest.update(f"{item.relative_to(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+        digest.update(
+            f"{item.relative_to(path).as_posix()}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode()
+        )
     return digest.hexdigest()
 
 
@@ -79,12 +81,25 @@ def freeze(source: Path, run_dir: Path | None) -> Path:
 
 
 def _enqueue(db, run, target: PushTarget, **fields) -> tuple[OutboxEntry, bool]:
-    return enqueue(db, run, repo_id=target.repo_id, revision=target.revision, private=target.private,
-                   endpoint=target.endpoint, **fields)
+    return enqueue(
+        db,
+        run,
+        repo_id=target.repo_id,
+        revision=target.revision,
+        private=target.private,
+        endpoint=target.endpoint,
+        **fields,
+    )
 
 
-def note_evaluations(db: sqlite_utils.Database, run: str, target: PushTarget, *, checkpoint_for: CheckpointFinder,
-                     run_dir: Path | None = None) -> list[OutboxEntry]:
+def note_evaluations(
+    db: sqlite_utils.Database,
+    run: str,
+    target: PushTarget,
+    *,
+    checkpoint_for: CheckpointFinder,
+    run_dir: Path | None = None,
+) -> list[OutboxEntry]:
     """Enqueue what the run's recorded evaluations call for and is not queued yet; the new entries."""
     evaluations = run_evaluations(db, run)
     queued = entries(db, run, target.repo_id)
@@ -94,37 +109,80 @@ def note_evaluations(db: sqlite_utils.Database, run: str, target: PushTarget, *,
         if row["step"] in carded:
             continue
         carded.add(row["step"])
-        entry, created = _enqueue(db, run, target, kind="card", role="interim", step=row["step"],
-                                  content_hash=card_content_hash(evaluations, row["step"], "interim"))
+        entry, created = _enqueue(
+            db,
+            run,
+            target,
+            kind="card",
+            role="interim",
+            step=row["step"],
+            content_hash=card_content_hash(evaluations, row["step"], "interim"),
+        )
         new += [entry] if created else []
     best = best_evaluation(evaluations)
-    if best is not None and not any(e.kind == "checkpoint" and e.step == best["step"] for e in queued):
+    if best is not None and not any(
+        e.kind == "checkpoint" and e.step == best["step"] for e in queued
+    ):
         source = checkpoint_for(best["step"])
         if source is not None:
             kept = freeze(source, run_dir)
-            entry, created = _enqueue(db, run, target, kind="checkpoint", role="best", step=best["step"],
-                                      content_hash=source_hash(kept), source=str(kept))
+            entry, created = _enqueue(
+                db,
+                run,
+                target,
+                kind="checkpoint",
+                role="best",
+                step=best["step"],
+                content_hash=source_hash(kept),
+                source=str(kept),
+            )
             new += [entry] if created else []
     return new
 
 
-def note_end(db: sqlite_utils.Database, run: str, target: PushTarget, *, last_step: int, checkpoint: Path | None,
-             run_dir: Path | None = None) -> list[OutboxEntry]:
+def note_end(
+    db: sqlite_utils.Database,
+    run: str,
+    target: PushTarget,
+    *,
+    last_step: int,
+    checkpoint: Path | None,
+    run_dir: Path | None = None,
+) -> list[OutboxEntry]:
     """Enqueue the final weights (when the last step's checkpoint exists) and the final card."""
     new: list[OutboxEntry] = []
-    queued = any(e.kind == "checkpoint" and e.step == last_step for e in entries(db, run, target.repo_id))
+    queued = any(
+        e.kind == "checkpoint" and e.step == last_step for e in entries(db, run, target.repo_id)
+    )
     if checkpoint is not None and checkpoint.exists() and not queued:
         kept = freeze(checkpoint, run_dir)
-        entry, created = _enqueue(db, run, target, kind="checkpoint", role="final", step=last_step,
-                                  content_hash=source_hash(kept), source=str(kept))
+        entry, created = _enqueue(
+            db,
+            run,
+            target,
+            kind="checkpoint",
+            role="final",
+            step=last_step,
+            content_hash=source_hash(kept),
+            source=str(kept),
+        )
         new += [entry] if created else []
     evaluations = run_evaluations(db, run)
-    entry, created = _enqueue(db, run, target, kind="card", role="final", step=last_step,
-                              content_hash=card_content_hash(evaluations, last_step, "final"))
+    entry, created = _enqueue(
+        db,
+        run,
+        target,
+        kind="card",
+        role="final",
+        step=last_step,
+        content_hash=card_content_hash(evaluations, last_step, "final"),
+    )
     return new + ([entry] if created else [])
 
 
-def local_checkpoints(db: sqlite_utils.Database, run: str, run_dir: Path | None = None) -> CheckpointFinder:
+def local_checkpoints(
+    db: sqlite_utils.Database, run: str, run_dir: Path | None = None
+) -> CheckpointFinder:
     """The local trainer's checkpoint file of a step, as runs.db records it (None once removed).
 
     A ccpo from before absolute paths recorded them relative to the trainer's working folder,
@@ -140,7 +198,9 @@ def local_checkpoints(db: sqlite_utils.Database, run: str, run_dir: Path | None 
             if path.is_absolute() or path.is_file():
                 candidates = [path]
             else:
-                candidates = [Path(run_dir) / "checkpoints" / path.name] if run_dir is not None else []
+                candidates = (
+                    [Path(run_dir) / "checkpoints" / path.name] if run_dir is not None else []
+                )
             for candidate in candidates:
                 if candidate.is_file():
                     return candidate.absolute()

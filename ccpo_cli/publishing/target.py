@@ -33,7 +33,9 @@ class PushTarget:
     window_start: int | None = None
     license: str | None = None
     end_wait_s: float = DEFAULT_END_WAIT_S
-    staging: Path | None = None  # where cards are staged (default: beside runs.db, ccpo-publish-RUN/)
+    staging: Path | None = (
+        None  # where cards are staged (default: beside runs.db, ccpo-publish-RUN/)
+    )
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -49,7 +51,11 @@ class PushTarget:
         return cls(**document)
 
     def staging_for(self, db_path: Path, run: str) -> Path:
-        return self.staging if self.staging is not None else Path(db_path).resolve().parent / f"ccpo-publish-{run}"
+        return (
+            self.staging
+            if self.staging is not None
+            else Path(db_path).resolve().parent / f"ccpo-publish-{run}"
+        )
 
 
 def push_target(
@@ -72,6 +78,14 @@ def push_target(
     wait = DEFAULT_END_WAIT_S if end_wait_s is None else float(end_wait_s)
     if not 0 <= wait <= 86_400:
         raise InvalidInput(f"--push-wait {end_wait_s}: expected seconds in [0, 86400]")
-    return PushTarget(repo_id=repo_id, endpoint=resolve_endpoint(endpoint), timeouts=resolve_timeouts(timeout, deadline),
-                      revision=revision, private=True if private is None else private, window_start=window_start,
-                      license=license, end_wait_s=wait, staging=staging)
+    return PushTarget(
+        repo_id=repo_id,
+        endpoint=resolve_endpoint(endpoint),
+        timeouts=resolve_timeouts(timeout, deadline),
+        revision=revision,
+        private=True if private is None else private,
+        window_start=window_start,
+        license=license,
+        end_wait_s=wait,
+        staging=staging,
+    )

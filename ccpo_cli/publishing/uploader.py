@@ -77,7 +77,9 @@ class Uploader:
         best = [e for e in checkpoints if e.role == "best"]
         for older in best[:-1]:
             skip(self.db, older, f"superseded by the best checkpoint of step {best[-1].step}")
-        checkpoints = [e for e in checkpoints if e.role == "final" or e is best[-1]] if best else checkpoints
+        checkpoints = (
+            [e for e in checkpoints if e.role == "final" or e is best[-1]] if best else checkpoints
+        )
         ready = [e for e in checkpoints if is_ready(e)]
         if ready:
             return ready[0]
@@ -97,8 +99,13 @@ class Uploader:
         pending = entries(self.db, self.run, self.target.repo_id, state="pending")
         return min((seconds_until_ready(e) for e in pending), default=None)
 
-    def drain(self, *, keep_going: Callable[[], bool] = lambda: False, until: float | None = None,
-              wait_for_retries: bool = True) -> None:
+    def drain(
+        self,
+        *,
+        keep_going: Callable[[], bool] = lambda: False,
+        until: float | None = None,
+        wait_for_retries: bool = True,
+    ) -> None:
         """Work the outbox until nothing is pending and `keep_going()` is false (or `until`, a
         time.monotonic() value, passes). Without `wait_for_retries` (one bounded round, `--once`)
         it returns as soon as nothing is ready now: an entry waiting for its retry stays pending."""
@@ -121,9 +128,15 @@ class Uploader:
         from ccpo_cli.hub import open_session
 
         if self._session is None:
-            self._session = open_session(self.target.repo_id, token=self.token, endpoint=self.target.endpoint,
-                                         timeouts=self.target.timeouts, revision=self.target.revision, log=self.log,
-                                         rule=self.rule)
+            self._session = open_session(
+                self.target.repo_id,
+                token=self.token,
+                endpoint=self.target.endpoint,
+                timeouts=self.target.timeouts,
+                revision=self.target.revision,
+                log=self.log,
+                rule=self.rule,
+            )
         if self._repo is None:
             self._repo = self._session.ensure_repo(self.target.private)
         return self._session
@@ -146,8 +159,13 @@ class Uploader:
                 self._session = self._repo = None
             return self._finish(entry, attempt, "failed", reason=str(failure))
         except RemoteError as failure:  # e.g. verification found another file: worth another upload
-            return self._finish(entry, attempt, "retry", reason=str(failure),
-                                retry_in_s=self.rule.wait(entry.attempts, None))
+            return self._finish(
+                entry,
+                attempt,
+                "retry",
+                reason=str(failure),
+                retry_in_s=self.rule.wait(entry.attempts, None),
+            )
         except InvalidInput as refused:
             return self._finish(entry, attempt, "skipped", reason=str(refused))
         except CcpoError as failure:
@@ -156,10 +174,16 @@ class Uploader:
 
     def _finish(self, entry: OutboxEntry, attempt: int, outcome: str, **fields: Any) -> OutboxEntry:
         now = finish_attempt(self.db, entry, attempt, outcome, **fields)
-        label = {"done": f"done {str(now.commit_id)[:12]}", "retry": "failed, will retry",
-                 "failed": "failed", "skipped": "skipped"}[outcome]
-        self.log(f"push {entry.describe()} to {self.target.repo_id}: {label}"
-                 + (f" ({fields['reason']})" if fields.get("reason") and outcome != "done" else ""))
+        label = {
+            "done": f"done {str(now.commit_id)[:12]}",
+            "retry": "failed, will retry",
+            "failed": "failed",
+            "skipped": "skipped",
+        }[outcome]
+        self.log(
+            f"push {entry.describe()} to {self.target.repo_id}: {label}"
+            + (f" ({fields['reason']})" if fields.get("reason") and outcome != "done" else "")
+        )
         if outcome == "done":
             self.done.append(now)
         return now
@@ -181,8 +205,10 @@ class Uploader:
         if entry.role == "best":
             best = best_evaluation(run_evaluations(self.db, self.run))
             if best is not None and best["step"] != entry.step:
-                raise InvalidInput(f"step {best['step']} is the best recorded evaluation "
-                                   f"({best['success_rate']:.1f}%), not step {entry.step}; its checkpoint is not published as the best")
+                raise InvalidInput(
+                    f"step {best['step']} is the best recorded evaluation "
+                    f"({best['success_rate']:.1f}%), not step {entry.step}; its checkpoint is not published as the best"
+                )
         files = self._checkpoint_files(entry)
         session = self.session()
         key = self._key(entry)
@@ -191,14 +217,22 @@ class Uploader:
         landed = self._landed(entry, key)
         if landed is not None:
             session.verify(landed, files)
-            return {"commit_id": landed, "tag": session.tag(tag, landed, message)["tag"],
-                    "reason": "found on the Hub: an earlier attempt landed although its answer was lost"}
+            return {
+                "commit_id": landed,
+                "tag": session.tag(tag, landed, message)["tag"],
+                "reason": "found on the Hub: an earlier attempt landed although its answer was lost",
+            }
         if entry.base_commit is None:
             set_base_commit(self.db, entry, session.head_sha())
         result = session.upload_checkpoint(files, message=message, key=key, tag=tag)
-        return {"commit_id": result["commit_id"], "tag": result["tag"]["tag"] if result["tag"].get("created")
-                or result["tag"]["commit_id"] == result["commit_id"] else None,
-                "reason": result["tag"].get("note") or ("found on the Hub after a lost answer" if result["found_landed"] else None)}
+        return {
+            "commit_id": result["commit_id"],
+            "tag": result["tag"]["tag"]
+            if result["tag"].get("created") or result["tag"]["commit_id"] == result["commit_id"]
+            else None,
+            "reason": result["tag"].get("note")
+            or ("found on the Hub after a lost answer" if result["found_landed"] else None),
+        }
 
     def _checkpoint_files(self, entry: OutboxEntry) -> dict[str, Path]:
         from ccpo_cli.hub import checkpoint_files
@@ -219,40 +253,78 @@ class Uploader:
     def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
         """The published checkpoint a card names: for a final card the weights of its last step
         (None when they are not up), else the newest published best-so-far checkpoint."""
-        done = [e for e in entries(self.db, self.run, self.target.repo_id, state="done") if e.kind == "checkpoint"]
+        done = [
+            e
+            for e in entries(self.db, self.run, self.target.repo_id, state="done")
+            if e.kind == "checkpoint"
+        ]
         if card.role == "final":
             return next((e for e in reversed(done) if e.step == card.step), None)
         best = [e for e in done if e.role == "best"]
         return best[-1] if best else None
 
     def _newest_weights(self) -> OutboxEntry | None:
-        done = [e for e in entries(self.db, self.run, self.target.repo_id, state="done") if e.kind == "checkpoint"]
+        done = [
+            e
+            for e in entries(self.db, self.run, self.target.repo_id, state="done")
+            if e.kind == "checkpoint"
+        ]
         return done[-1] if done else None
 
-    def _weights_card(self, entry: OutboxEntry, weights: OutboxEntry, refused: str, folder: Path) -> dict[str, Any]:
+    def _weights_card(
+        self, entry: OutboxEntry, weights: OutboxEntry, refused: str, folder: Path
+    ) -> dict[str, Any]:
         """The README that says which weights are up and why no full card (publishing/weights_card.py)."""
         from ccpo_cli.publishing.weights_card import commit_weights_card
 
         session = self.session()
         key = self._key(entry)
         message = f"ccpo: weights card for {self.run} ({entry.role}, step {entry.step})"
-        cited = {"commit": weights.commit_id, "revision": weights.tag or weights.commit_id, "step": weights.step}
+        cited = {
+            "commit": weights.commit_id,
+            "revision": weights.tag or weights.commit_id,
+            "step": weights.step,
+        }
         landed = self._landed(entry, key)
         if landed is not None:
             result = {"commit_id": landed, "card_hash": None, "commit_url": None}
         else:
             if entry.base_commit is None:
                 set_base_commit(self.db, entry, session.head_sha())
-            result = commit_weights_card(session, self.db, self.run, weights=cited, reason=refused, status=entry.role,
-                                         license=self.target.license, key=key, message=message,
-                                         scratch=folder / ".hub-cache")
-        tag = session.tag("final", result["commit_id"], message)["tag"] if entry.role == "final" else None
-        record_publication(self.db, self.run, self.target.repo_id, revision=self.target.revision,
-                           commit_id=result["commit_id"], card_hash=result["card_hash"], status=entry.role,
-                           checkpoint_step=weights.step, url=result.get("commit_url"))
-        return {"commit_id": result["commit_id"], "tag": tag,
-                "reason": f"the full card was refused ({refused}); a weights card names the weights of step "
-                          f"{weights.step} instead"}
+            result = commit_weights_card(
+                session,
+                self.db,
+                self.run,
+                weights=cited,
+                reason=refused,
+                status=entry.role,
+                license=self.target.license,
+                key=key,
+                message=message,
+                scratch=folder / ".hub-cache",
+            )
+        tag = (
+            session.tag("final", result["commit_id"], message)["tag"]
+            if entry.role == "final"
+            else None
+        )
+        record_publication(
+            self.db,
+            self.run,
+            self.target.repo_id,
+            revision=self.target.revision,
+            commit_id=result["commit_id"],
+            card_hash=result["card_hash"],
+            status=entry.role,
+            checkpoint_step=weights.step,
+            url=result.get("commit_url"),
+        )
+        return {
+            "commit_id": result["commit_id"],
+            "tag": tag,
+            "reason": f"the full card was refused ({refused}); a weights card names the weights of step "
+            f"{weights.step} instead",
+        }
 
     def _card(self, entry: OutboxEntry) -> dict[str, Any]:
         from ccpo_cli.cards.staging import README_PATH, stage_card
@@ -261,14 +333,33 @@ class Uploader:
         weights = self._weights(entry)
         # Per process: two processes never write one staging folder (one uploader owns the
         # outbox at a time, but a killed one may have left its folder half-written).
-        folder = self.target.staging_for(self.db_path, self.run) / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
-        cited = None if weights is None else {"repo_id": self.target.repo_id, "commit": weights.commit_id,
-                                               "revision": weights.tag or weights.commit_id, "step": weights.step}
+        folder = (
+            self.target.staging_for(self.db_path, self.run)
+            / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
+        )
+        cited = (
+            None
+            if weights is None
+            else {
+                "repo_id": self.target.repo_id,
+                "commit": weights.commit_id,
+                "revision": weights.tag or weights.commit_id,
+                "step": weights.step,
+            }
+        )
         try:
-            staged = stage_card(self.db, self.run, folder / README_PATH, status=entry.role,
-                                repo_id=self.target.repo_id, window_start=self.target.window_start,
-                                license=self.target.license, checkpoint_step=None if weights is None else weights.step,
-                                weights=cited, force=True)
+            staged = stage_card(
+                self.db,
+                self.run,
+                folder / README_PATH,
+                status=entry.role,
+                repo_id=self.target.repo_id,
+                window_start=self.target.window_start,
+                license=self.target.license,
+                checkpoint_step=None if weights is None else weights.step,
+                weights=cited,
+                force=True,
+            )
         except InvalidInput as refused:
             # Weights always get a card: the full card is refused, but weights of the run are up.
             up = weights or self._newest_weights()
@@ -278,20 +369,41 @@ class Uploader:
         session = self.session()
         key = self._key(entry)
         landed = self._landed(entry, key)
-        message = (f"ccpo: final card for {self.run}" if entry.role == "final"
-                   else f"ccpo: interim card for {self.run} (step {entry.step})")
+        message = (
+            f"ccpo: final card for {self.run}"
+            if entry.role == "final"
+            else f"ccpo: interim card for {self.run} (step {entry.step})"
+        )
         if landed is not None:
-            result = {"commit_id": landed, "card_hash": staged.card_hash, "commit_url": None,
-                      "reason": "found on the Hub: an earlier attempt landed although its answer was lost"}
+            result = {
+                "commit_id": landed,
+                "card_hash": staged.card_hash,
+                "commit_url": None,
+                "reason": "found on the Hub: an earlier attempt landed although its answer was lost",
+            }
         else:
             if entry.base_commit is None:
                 set_base_commit(self.db, entry, session.head_sha())
             result = commit_card(session, staged, key=key, message=message)
-            result["reason"] = "found on the Hub after a lost answer" if result["found_landed"] else None
-        tag = session.tag("final", result["commit_id"], message)["tag"] if entry.role == "final" else None
-        record_publication(self.db, self.run, self.target.repo_id, revision=self.target.revision,
-                           commit_id=result["commit_id"], card_hash=result["card_hash"], status=entry.role,
-                           checkpoint_step=None if weights is None else weights.step, url=result.get("commit_url"))
+            result["reason"] = (
+                "found on the Hub after a lost answer" if result["found_landed"] else None
+            )
+        tag = (
+            session.tag("final", result["commit_id"], message)["tag"]
+            if entry.role == "final"
+            else None
+        )
+        record_publication(
+            self.db,
+            self.run,
+            self.target.repo_id,
+            revision=self.target.revision,
+            commit_id=result["commit_id"],
+            card_hash=result["card_hash"],
+            status=entry.role,
+            checkpoint_step=None if weights is None else weights.step,
+            url=result.get("commit_url"),
+        )
         return {"commit_id": result["commit_id"], "tag": tag, "reason": result["reason"]}
 
 
@@ -336,14 +448,25 @@ def main(argv: list[str] | None = None) -> int:
     from ccpo_cli.publishing.owner import acquire_waiting, outbox_lock
 
     db = open_db(args.db)
-    uploader = Uploader(db, Path(args.db), args.run, target, token, log=log,
-                        verl_agent_home=Path(args.verl_agent_home) if args.verl_agent_home else None)
+    uploader = Uploader(
+        db,
+        Path(args.db),
+        args.run,
+        target,
+        token,
+        log=log,
+        verl_agent_home=Path(args.verl_agent_home) if args.verl_agent_home else None,
+    )
     try:
         # A killed trainer's uploader may still be draining: wait for it, never work beside it.
-        lock = acquire_waiting(outbox_lock(target.staging_for(Path(args.db), args.run), args.run, log=log),
-                               give_up=trainer_done.is_set)
+        lock = acquire_waiting(
+            outbox_lock(target.staging_for(Path(args.db), args.run), args.run, log=log),
+            give_up=trainer_done.is_set,
+        )
         if lock is None:
-            log(f"uploader: another uploader works the outbox of {args.run}; it publishes what is pending")
+            log(
+                f"uploader: another uploader works the outbox of {args.run}; it publishes what is pending"
+            )
             return 0
         try:
             uploader.drain(keep_going=lambda: not trainer_done.is_set())

@@ -38,7 +38,9 @@ def _cell(value: Any) -> str:
     return " ".join(str(value).replace("|", "/").split())
 
 
-def weights_note(db: sqlite_utils.Database, run: str, *, weights: Mapping[str, Any], reason: str, status: str) -> str:
+def weights_note(
+    db: sqlite_utils.Database, run: str, *, weights: Mapping[str, Any], reason: str, status: str
+) -> str:
     """The fenced region: the weights, why no full card, the evaluations as recorded."""
     row = get_run(db, run)
     evaluations = run_evaluations(db, run)
@@ -60,17 +62,31 @@ def weights_note(db: sqlite_utils.Database, run: str, *, weights: Mapping[str, A
     if evaluations:
         shown = evaluations[-MAX_ROWS:]
         lines += ["| step | held-out success (%) | episodes |", "|---:|---:|---:|"]
-        lines += [f"| {e['step']} | {e['success_rate']:.1f} | {e.get('episodes') or 'not recorded'} |" for e in shown]
+        lines += [
+            f"| {e['step']} | {e['success_rate']:.1f} | {e.get('episodes') or 'not recorded'} |"
+            for e in shown
+        ]
         if len(evaluations) > len(shown):
-            lines += ["", f"The {len(evaluations) - len(shown)} earlier evaluations are left out of this table."]
+            lines += [
+                "",
+                f"The {len(evaluations) - len(shown)} earlier evaluations are left out of this table.",
+            ]
     else:
         lines.append("No evaluation of this run is recorded.")
     lines.append(END)
     return "\n".join(lines) + "\n"
 
 
-def weights_readme(db: sqlite_utils.Database, run: str, remote: str | None, *, weights: Mapping[str, Any],
-                   reason: str, status: str, license: str | None) -> str:  # noqa: A002 - the metadata key
+def weights_readme(
+    db: sqlite_utils.Database,
+    run: str,
+    remote: str | None,
+    *,
+    weights: Mapping[str, Any],
+    reason: str,
+    status: str,
+    license: str | None,
+) -> str:  # noqa: A002 - the metadata key
     """The README to commit: the Hub's own with the note's region replaced or appended, or a new
     one with the metadata ccpo knows (license, base model, tags)."""
     note = weights_note(db, run, weights=weights, reason=reason, status=status)
@@ -91,8 +107,19 @@ def weights_readme(db: sqlite_utils.Database, run: str, remote: str | None, *, w
     return f"---\n{header}\n---\n\n# {_cell(run)}\n\n{note}"
 
 
-def commit_weights_card(session, db: sqlite_utils.Database, run: str, *, weights: Mapping[str, Any], reason: str,
-                        status: str, license: str | None, key: str, message: str, scratch: Path) -> dict[str, Any]:
+def commit_weights_card(
+    session,
+    db: sqlite_utils.Database,
+    run: str,
+    *,
+    weights: Mapping[str, Any],
+    reason: str,
+    status: str,
+    license: str | None,
+    key: str,
+    message: str,
+    scratch: Path,
+) -> dict[str, Any]:
     """Commit the weights note as README.md against the head ccpo read (the Hub's README, if
     any, is kept around the note)."""
     from huggingface_hub import CommitOperationAdd
@@ -104,10 +131,22 @@ def commit_weights_card(session, db: sqlite_utils.Database, run: str, *, weights
     head_sha = getattr(head, "sha", None)
     names = {sibling.rfilename for sibling in (head.siblings or [])}
     remote = remote_readme(session, head_sha, scratch) if README_PATH in names else None
-    text = weights_readme(db, run, remote, weights=weights, reason=reason, status=status, license=license)
+    text = weights_readme(
+        db, run, remote, weights=weights, reason=reason, status=status, license=license
+    )
     data = text.encode("utf-8")
-    commit_id, landed = session.commit("committing the weights card", [CommitOperationAdd(README_PATH, data)],
-                                       message=message, key=key, since=head_sha, parent=head_sha,
-                                       size_bytes=len(data))
-    return {"commit_id": commit_id, "card_hash": sha256_text(text), "found_landed": landed,
-            "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}"}
+    commit_id, landed = session.commit(
+        "committing the weights card",
+        [CommitOperationAdd(README_PATH, data)],
+        message=message,
+        key=key,
+        since=head_sha,
+        parent=head_sha,
+        size_bytes=len(data),
+    )
+    return {
+        "commit_id": commit_id,
+        "card_hash": sha256_text(text),
+        "found_landed": landed,
+        "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
+    }

@@ -51,8 +51,14 @@ NEEDS_SEEDS_NOTE = "needs ≥ 2 seeds"
 NO_SEED_NOTE = "no recorded seed: runs without a seed count as no seed"
 
 
-def _run_entry(run: dict, identity: RunIdentity, evaluations: list[dict], window_start: int, start_basis: str,
-               confidence: float) -> dict:
+def _run_entry(
+    run: dict,
+    identity: RunIdentity,
+    evaluations: list[dict],
+    window_start: int,
+    start_basis: str,
+    confidence: float,
+) -> dict:
     measured = window_entry(evaluations, identity.protocol, window_start, confidence)
     best, interval = measured["best"], measured["single_eval_interval"]
     if best is not None and interval is not None:
@@ -61,8 +67,13 @@ def _run_entry(run: dict, identity: RunIdentity, evaluations: list[dict], window
     last_eval_step = max((row["step"] for row in evaluations), default=None)
     steps_seen = [step for step in (run["last_step"], last_eval_step) if step is not None]
     last_step = max(steps_seen) if steps_seen else None
-    totals = sorted({int(value) for value in [run["total_steps"], *run.get("fact_conflicts", {}).get("total_steps", [])]
-                     if value is not None})
+    totals = sorted(
+        {
+            int(value)
+            for value in [run["total_steps"], *run.get("fact_conflicts", {}).get("total_steps", [])]
+            if value is not None
+        }
+    )
     measured["window"]["start_basis"] = start_basis
     arm = identity.arm
     return {
@@ -94,8 +105,14 @@ def _run_entry(run: dict, identity: RunIdentity, evaluations: list[dict], window
         "conflicting_steps": run.get("conflicting_steps", []),
         "fact_conflicts": run.get("fact_conflicts", {}),
         "evaluations": [
-            {"evaluation_id": row["id"], "step": row["step"], "success": row["success_rate"],
-             "mean_turns": row["mean_turns"], "episodes": row["episodes"], "successes": row["successes"]}
+            {
+                "evaluation_id": row["id"],
+                "step": row["step"],
+                "success": row["success_rate"],
+                "mean_turns": row["mean_turns"],
+                "episodes": row["episodes"],
+                "successes": row["successes"],
+            }
             for row in evaluations
         ],
     }
@@ -122,13 +139,25 @@ def _mean(values: Iterable[float]) -> float:
 
 def _seed_task_types(entries: list[dict]) -> dict[str, float]:
     """Per task type, the mean over a seed's runs of their window means (types every run has)."""
-    keys = [key for key in entries[0]["window_task_types"] if all(key in entry["window_task_types"] for entry in entries)]
-    return {key: _mean(entry["window_task_types"][key]["mean"] for entry in entries) for key in keys}
+    keys = [
+        key
+        for key in entries[0]["window_task_types"]
+        if all(key in entry["window_task_types"] for entry in entries)
+    ]
+    return {
+        key: _mean(entry["window_task_types"][key]["mean"] for entry in entries) for key in keys
+    }
 
 
-def _seed_type_matrix(seed_types: list[dict[str, float]], seed_means: list[float]) -> tuple[list[str], list[list[float]]]:
+def _seed_type_matrix(
+    seed_types: list[dict[str, float]], seed_means: list[float]
+) -> tuple[list[str], list[list[float]]]:
     # Task types are the "tasks" of rliable's stratified bootstrap; use the ones every seed has.
-    shared = [key for key in (seed_types[0] if seed_types else {}) if all(key in row for row in seed_types)]
+    shared = [
+        key
+        for key in (seed_types[0] if seed_types else {})
+        if all(key in row for row in seed_types)
+    ]
     if shared:
         return shared, [[row[key] for key in shared] for row in seed_types]
     return ["all"], [[mean] for mean in seed_means]
@@ -144,14 +173,25 @@ def _identical_runs(entries: list[dict], hashes: dict[int, frozenset]) -> list[l
     return [names for names in by_content.values() if len(names) > 1]
 
 
-def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bootstrap_reps: int,
-               bootstrap_seed: int) -> dict:
+def _arm_entry(
+    label: str,
+    members: list[dict],
+    hashes: dict[int, frozenset],
+    bootstrap_reps: int,
+    bootstrap_seed: int,
+) -> dict:
     seeds, unseeded = _seed_groups(members)
     # One log recorded twice under one seed is one run: its copies add no evaluation. (Two seeds
     # whose rows happen to agree stay two seeds.)
-    identical = [group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)]
+    identical = [
+        group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)
+    ]
     copies = {name for group in identical for name in group[1:]}
-    seeds = {seed: kept for seed, runs in seeds.items() if (kept := [entry for entry in runs if entry["run"] not in copies])}
+    seeds = {
+        seed: kept
+        for seed, runs in seeds.items()
+        if (kept := [entry for entry in runs if entry["run"] not in copies])
+    }
     unseeded = [entry for entry in unseeded if entry["run"] not in copies]
     seed_means = [_mean(entry["window"]["mean"] for entry in runs) for runs in seeds.values()]
     n_seeds = len(seeds)
@@ -161,22 +201,37 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
     elif with_window:
         # One seed (or none recorded): the level is its runs' mean, the spread that of their evaluations.
-        pooled = stats.mean_sd_n([value for entry in with_window for value in entry["window"]["values"]])
-        mean = seed_means[0] if n_seeds == 1 else _mean(entry["window"]["mean"] for entry in unseeded)
+        pooled = stats.mean_sd_n(
+            [value for entry in with_window for value in entry["window"]["values"]]
+        )
+        mean = (
+            seed_means[0] if n_seeds == 1 else _mean(entry["window"]["mean"] for entry in unseeded)
+        )
         summary = {"mean": mean, "sd": pooled["sd"], "n": pooled["n"], "sd_over": "evaluations"}
     else:
         summary = {"mean": None, "sd": None, "n": 0, "sd_over": None}
     first = members[0]
-    repeated = {seed: [entry["run"] for entry in runs] for seed, runs in seeds.items() if len(runs) > 1}
+    repeated = {
+        seed: [entry["run"] for entry in runs] for seed, runs in seeds.items() if len(runs) > 1
+    }
     notes = []
     for group in identical:
-        notes.append(f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
-                     "counted once")
+        notes.append(
+            f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
+            "counted once"
+        )
     if repeated:
-        notes.append("; ".join(f"seed {seed}: {len(runs)} runs averaged as one seed" for seed, runs in repeated.items()))
+        notes.append(
+            "; ".join(
+                f"seed {seed}: {len(runs)} runs averaged as one seed"
+                for seed, runs in repeated.items()
+            )
+        )
     if unseeded:
-        notes.append(f"{len(unseeded)} run{'s' if len(unseeded) != 1 else ''} without a recorded seed "
-                     f"({', '.join(entry['run'] for entry in unseeded)}) counted as no seed")
+        notes.append(
+            f"{len(unseeded)} run{'s' if len(unseeded) != 1 else ''} without a recorded seed "
+            f"({', '.join(entry['run'] for entry in unseeded)}) counted as no seed"
+        )
     arm = {
         "arm": label,
         "arm_name": first["arm"],
@@ -189,7 +244,10 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "base_model": first["base_model"],
         "backend": first["backend"],
         "benchmark": first["benchmark"],
-        "protocol": {key: first["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")},
+        "protocol": {
+            key: first["protocol"][key]
+            for key in ("split", "temperature", "episodes", "turn_limit")
+        },
         "n_seeds": n_seeds,
         **summary,
         "runs": [entry["run"] for entry in members],
@@ -201,15 +259,27 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         "identical_runs": identical,
         "n_evaluations": sum(entry["window"]["n"] for entry in with_window),
         "evaluation_ids": [i for entry in with_window for i in entry["window"]["evaluation_ids"]],
-        "fingerprints": sorted({entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}),
+        "fingerprints": sorted(
+            {entry["arm_fingerprint"] for entry in members if entry["arm_fingerprint"]}
+        ),
         "window_steps": _window_steps(with_window),
         "resolved": n_seeds >= MIN_SEEDS_RESOLVED,
-        "note": None if n_seeds >= MIN_SEEDS_RESOLVED else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
+        "note": None
+        if n_seeds >= MIN_SEEDS_RESOLVED
+        else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
         "seed_notes": notes,
     }
-    arm["headline"] = bool(with_window) and all(entry["window"]["headline"] for entry in with_window)
-    arm["headline_note"] = next((entry["window"]["headline_note"] for entry in with_window
-                                 if not entry["window"]["headline"]), None)
+    arm["headline"] = bool(with_window) and all(
+        entry["window"]["headline"] for entry in with_window
+    )
+    arm["headline_note"] = next(
+        (
+            entry["window"]["headline_note"]
+            for entry in with_window
+            if not entry["window"]["headline"]
+        ),
+        None,
+    )
     seed_types = [_seed_task_types(runs) for runs in seeds.values()]
     arm["seed_task_types"] = seed_types
     if n_seeds:
@@ -218,7 +288,9 @@ def _arm_entry(label: str, members: list[dict], hashes: dict[int, frozenset], bo
         if n_seeds < MIN_SEEDS_INTERVAL:
             # Resampling one seed gives back that seed: a zero-width interval, not a result.
             iqm.update(ci_low=None, ci_high=None)
-        arm["iqm"] = dict(iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE)
+        arm["iqm"] = dict(
+            iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE
+        )
     else:
         arm["iqm"] = None
     return arm
@@ -241,33 +313,60 @@ def _window_coverage_note(first: dict, second: dict) -> str | None:
 
 def _comparable(first: dict, second: dict) -> bool:
     keys = ("base_model", "backend", "benchmark", "protocol")
-    return all(json.dumps(first[key], sort_keys=True) == json.dumps(second[key], sort_keys=True) for key in keys)
+    return all(
+        json.dumps(first[key], sort_keys=True) == json.dumps(second[key], sort_keys=True)
+        for key in keys
+    )
 
 
 def _seed_means(arm: dict) -> dict:
     return dict(zip(arm["seed_runs"], arm["seed_window_means"]))
 
 
-def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict],
-                     rollout_hashes: dict[str, str | None]) -> tuple[list[dict], list[dict]]:
+def _arm_comparisons(
+    arms: list[dict],
+    isolation_of: Callable[[list[str]], dict],
+    rollout_hashes: dict[str, str | None],
+) -> tuple[list[dict], list[dict]]:
     comparisons, not_compared = [], []
     for first, second in combinations(arms, 2):
         unseeded = [arm["arm"] for arm in (first, second) if not arm["n_seeds"]]
         if unseeded:
-            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": [],
-                                 "note": f"not compared: {' and '.join(unseeded)} "
-                                         f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed"})
+            not_compared.append(
+                {
+                    "arm_a": first["arm"],
+                    "arm_b": second["arm"],
+                    "differ_in": [],
+                    "note": f"not compared: {' and '.join(unseeded)} "
+                    f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed",
+                }
+            )
             continue
         unrecorded = [arm["arm"] for arm in (first, second) if not arm["arm_recorded"]]
         if unrecorded:  # nothing says such a pair differs in the arm: a difference would be a claim without evidence
-            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": ["arm not recorded"],
-                                 "note": f"not compared: the arm of {' and '.join(unrecorded)} is not recorded"})
+            not_compared.append(
+                {
+                    "arm_a": first["arm"],
+                    "arm_b": second["arm"],
+                    "differ_in": ["arm not recorded"],
+                    "note": f"not compared: the arm of {' and '.join(unrecorded)} is not recorded",
+                }
+            )
             continue
         if not _comparable(first, second):
-            differs = [key.replace("_", " ") for key in ("base_model", "backend", "benchmark", "protocol")
-                       if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)]
-            not_compared.append({"arm_a": first["arm"], "arm_b": second["arm"], "differ_in": differs,
-                                 "note": f"not compared: they differ in {', '.join(differs)}, not only in the arm"})
+            differs = [
+                key.replace("_", " ")
+                for key in ("base_model", "backend", "benchmark", "protocol")
+                if json.dumps(first[key], sort_keys=True) != json.dumps(second[key], sort_keys=True)
+            ]
+            not_compared.append(
+                {
+                    "arm_a": first["arm"],
+                    "arm_b": second["arm"],
+                    "differ_in": differs,
+                    "note": f"not compared: they differ in {', '.join(differs)}, not only in the arm",
+                }
+            )
             continue
         x, y = first["seed_task_types"], second["seed_task_types"]
         tasks = [task for task in (x[0] if x else {}) if all(task in row for row in x + y)]
@@ -281,8 +380,11 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
         welch = stats.welch_t_test(first["seed_window_means"], second["seed_window_means"])
         # Paired or Welch is decided once (stats.two_arm_test): seeds whose runs of both arms
         # recorded the same first rollouts were paired by their design (a matrix), and are tested so.
-        test = stats.two_arm_test(_seed_means(first), _seed_means(second),
-                                  paired_by_design=shared_rollout_seeds(first, second, rollout_hashes))
+        test = stats.two_arm_test(
+            _seed_means(first),
+            _seed_means(second),
+            paired_by_design=shared_rollout_seeds(first, second, rollout_hashes),
+        )
         enough = min(first["n_seeds"], second["n_seeds"]) >= MIN_SEEDS_INTERVAL
         pair = isolation_of(first["runs"] + second["runs"])
         comparisons.append(
@@ -292,15 +394,23 @@ def _arm_comparisons(arms: list[dict], isolation_of: Callable[[list[str]], dict]
                 "difference": welch["difference"],
                 "welch": welch,
                 "test": test,
-                "probability_of_improvement": stats.probability_of_improvement(matrix_a, matrix_b) if enough else None,
+                "probability_of_improvement": stats.probability_of_improvement(matrix_a, matrix_b)
+                if enough
+                else None,
                 "poi_note": None if enough else NEEDS_SEEDS_NOTE,
                 "poi_tasks": tasks,
                 "isolation": {key: pair[key] for key in ("verdict", "differences", "not_recorded")},
                 "resolved": first["resolved"] and second["resolved"],
                 "window_coverage": _window_coverage_note(first, second),
-                "note": "; ".join(note for note in (
-                    None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
-                    _window_coverage_note(first, second)) if note) or None,
+                "note": "; ".join(
+                    note
+                    for note in (
+                        None if first["resolved"] and second["resolved"] else UNRESOLVED_NOTE,
+                        _window_coverage_note(first, second),
+                    )
+                    if note
+                )
+                or None,
             }
         )
     return comparisons, not_compared
@@ -314,7 +424,10 @@ def _reference_entry(entry: dict, identity: RunIdentity) -> dict:
         "agent": identity.agent,
         "label": identity.agent or entry["run"],
         "benchmark": identity.benchmark,
-        "protocol": {key: entry["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")},
+        "protocol": {
+            key: entry["protocol"][key]
+            for key in ("split", "temperature", "episodes", "turn_limit")
+        },
         "mean": level["mean"],
         "sd": level["sd"],
         "n_evaluations": level["n"],
@@ -329,7 +442,12 @@ def _untrained_levels(arms: list[dict], entries_by_run: dict[str, dict]) -> list
     for arm in arms:
         per_seed = []
         for runs in arm["seed_runs"].values():
-            values = [row["success"] for name in runs for row in entries_by_run[name]["evaluations"] if row["step"] == 0]
+            values = [
+                row["success"]
+                for name in runs
+                for row in entries_by_run[name]["evaluations"]
+                if row["step"] == 0
+            ]
             if values:
                 per_seed.append(_mean(values))
         if per_seed:
@@ -337,14 +455,18 @@ def _untrained_levels(arms: list[dict], entries_by_run: dict[str, dict]) -> list
     return levels
 
 
-def _content_hashes(db: sqlite_utils.Database, run_ids: list[int], split: str | None) -> dict[int, frozenset]:
+def _content_hashes(
+    db: sqlite_utils.Database, run_ids: list[int], split: str | None
+) -> dict[int, frozenset]:
     if not run_ids:
         return {}
     marks = ", ".join("?" for _ in run_ids)
     where = f"run_id IN ({marks}) AND {STANDING}" + (" AND split = ?" if split is not None else "")
     found: dict[int, set] = defaultdict(set)
-    for row in db.query(f"SELECT run_id, content_hash FROM evaluations WHERE {where}",
-                        [*run_ids, *([split] if split is not None else [])]):
+    for row in db.query(
+        f"SELECT run_id, content_hash FROM evaluations WHERE {where}",
+        [*run_ids, *([split] if split is not None else [])],
+    ):
         found[row["run_id"]].add(row["content_hash"])
     return {run_id: frozenset(values) for run_id, values in found.items()}
 
@@ -416,22 +538,44 @@ def compare_runs(
         if run["hardware"] is None:
             run["hardware"] = run["facts"].get("hardware")  # an ingested run records it as a fact
         # n_conflicts counts the open conflicts; a settled one (`ccpo runs resolve`) is no longer one.
-        run["conflicting_steps"] = sorted({row["step"] for row in run_conflicts(db, run["id"])
-                                           if row["resolution"] is None}) if run["n_conflicts"] else []
+        run["conflicting_steps"] = (
+            sorted(
+                {row["step"] for row in run_conflicts(db, run["id"]) if row["resolution"] is None}
+            )
+            if run["n_conflicts"]
+            else []
+        )
     identities = read_identities(db, chosen, split=split)
-    evaluations = evaluations_for_runs(db, [run["id"] for run in chosen], split=split, provenance=False)
+    evaluations = evaluations_for_runs(
+        db, [run["id"] for run in chosen], split=split, provenance=False
+    )
     run_entries = []
     for run in chosen:
-        start, basis = run_window_start(window_start, run.get("config"), run["total_steps"], run["last_step"])
-        run_entries.append(_run_entry(run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence))
+        start, basis = run_window_start(
+            window_start, run.get("config"), run["total_steps"], run["last_step"]
+        )
+        run_entries.append(
+            _run_entry(
+                run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence
+            )
+        )
     entries_by_run = {entry["run"]: entry for entry in run_entries}
     failures = {run["name"]: run.get("failure") for run in chosen}
-    left_out = {entry["run"]: _failed_reason(failures.get(entry["run"]))
-                for entry in run_entries if entry["status"] == "failed" and not include_failed}
-    references = [_reference_entry(entry, identities[entry["run"]]) for entry in run_entries
-                  if identities[entry["run"]].is_reference and entry["run"] not in left_out]
-    trained = [entry for entry in run_entries
-               if not identities[entry["run"]].is_reference and entry["run"] not in left_out]
+    left_out = {
+        entry["run"]: _failed_reason(failures.get(entry["run"]))
+        for entry in run_entries
+        if entry["status"] == "failed" and not include_failed
+    }
+    references = [
+        _reference_entry(entry, identities[entry["run"]])
+        for entry in run_entries
+        if identities[entry["run"]].is_reference and entry["run"] not in left_out
+    ]
+    trained = [
+        entry
+        for entry in run_entries
+        if not identities[entry["run"]].is_reference and entry["run"] not in left_out
+    ]
     labels = unit_labels(identities[entry["run"]] for entry in trained)
     unit_of = {entry["run"]: labels[identities[entry["run"]].unit] for entry in trained}
     for entry in run_entries:
@@ -440,7 +584,10 @@ def compare_runs(
     for entry in trained:
         grouped[unit_of[entry["run"]]].append(entry)
     hashes = _content_hashes(db, [entry["run_id"] for entry in trained], split)
-    arms = [_arm_entry(label, members, hashes, bootstrap_reps, bootstrap_seed) for label, members in grouped.items()]
+    arms = [
+        _arm_entry(label, members, hashes, bootstrap_reps, bootstrap_seed)
+        for label, members in grouped.items()
+    ]
     arms.sort(key=lambda arm: (arm["mean"] is None, -(arm["mean"] or 0.0), arm["arm"]))
     _add_short_labels(arms, run_entries, unit_of)
     by_name = {run["name"]: run for run in chosen}
@@ -458,8 +605,12 @@ def compare_runs(
     starts = {entry["window"]["start"] for entry in run_entries}
     return {
         # The start every window shares (given, or the same share of equal totals), else None.
-        "window_start": window_start if window_start is not None else (starts.pop() if len(starts) == 1 else None),
-        "window_start_basis": "given" if window_start is not None else DEFAULT_WINDOW.describe(example=False),
+        "window_start": window_start
+        if window_start is not None
+        else (starts.pop() if len(starts) == 1 else None),
+        "window_start_basis": "given"
+        if window_start is not None
+        else DEFAULT_WINDOW.describe(example=False),
         "split": split,
         "runs": run_entries,
         "arms": arms,
@@ -468,14 +619,20 @@ def compare_runs(
         "references": references,
         "reference_levels": {
             "untrained": _untrained_levels(arms, entries_by_run),
-            "agents": [{"label": reference["label"], "mean": reference["mean"], "run": reference["run"]}
-                       for reference in references if reference["mean"] is not None],
+            "agents": [
+                {"label": reference["label"], "mean": reference["mean"], "run": reference["run"]}
+                for reference in references
+                if reference["mean"] is not None
+            ],
         },
         "left_out": left_out,
         "isolation": isolation_of(trained_names),
         "protocol_mixed": len(protocols) > 1 or any(entry["protocol_mixed"] for entry in trained),
-        "conflicts": {entry["run"]: {"steps": entry["conflicting_steps"], "facts": entry["fact_conflicts"]}
-                      for entry in run_entries if entry["conflicting_steps"] or entry["fact_conflicts"]},
+        "conflicts": {
+            entry["run"]: {"steps": entry["conflicting_steps"], "facts": entry["fact_conflicts"]}
+            for entry in run_entries
+            if entry["conflicting_steps"] or entry["fact_conflicts"]
+        },
         # Minimum detectable difference per compared arm pair (and seeds needed for `detect` points).
         "power": power_report(arms, comparisons, detect),
         "unit_differences": _unit_difference_lines(trained, identities),
@@ -489,8 +646,15 @@ def _add_short_labels(arms: list[dict], run_entries: list[dict], unit_of: dict[s
     """Each arm's short label and stable unit key (report/labels.py), its protocol fields as
     columns, and each trained run's unit label and key."""
     for arm, label in zip(arms, short_labels(arms)):
-        arm.update(label=label, unit_key=unit_key(arm), arm_stable=arm_name(arm),
-                   **{key: arm["protocol"][key] for key in ("split", "temperature", "episodes", "turn_limit")})
+        arm.update(
+            label=label,
+            unit_key=unit_key(arm),
+            arm_stable=arm_name(arm),
+            **{
+                key: arm["protocol"][key]
+                for key in ("split", "temperature", "episodes", "turn_limit")
+            },
+        )
     by_unit = {arm["arm"]: arm for arm in arms}
     for entry in run_entries:
         arm = by_unit.get(unit_of.get(entry["run"]))
@@ -498,21 +662,56 @@ def _add_short_labels(arms: list[dict], run_entries: list[dict], unit_of: dict[s
         entry["unit_key"] = None if arm is None else arm["unit_key"]
 
 
-def _retracted_section(db: sqlite_utils.Database, runs: dict[str, dict], run_ids: list[int]) -> dict:
+def _retracted_section(
+    db: sqlite_utils.Database, runs: dict[str, dict], run_ids: list[int]
+) -> dict:
     evaluations = retracted_evaluations(db, run_ids)
     return {
-        "runs": {name: {key: entry[key] for key in ("reason", "retracted_by", "recorded_at")} for name, entry in runs.items()},
-        "evaluations": [{key: entry[key] for key in ("run", "evaluation_id", "step", "split", "eval_seed", "reason",
-                                                      "retracted_by", "recorded_at")} for entry in evaluations.values()],
+        "runs": {
+            name: {key: entry[key] for key in ("reason", "retracted_by", "recorded_at")}
+            for name, entry in runs.items()
+        },
+        "evaluations": [
+            {
+                key: entry[key]
+                for key in (
+                    "run",
+                    "evaluation_id",
+                    "step",
+                    "split",
+                    "eval_seed",
+                    "reason",
+                    "retracted_by",
+                    "recorded_at",
+                )
+            }
+            for entry in evaluations.values()
+        ],
     }
 
 
 def _resolved_section(db: sqlite_utils.Database, runs: list[dict]) -> dict[str, list[dict]]:
     names = {run["id"]: run["name"] for run in runs}
     found = resolutions(db, list(names))
-    return {names[run_id]: [{key: row[key] for key in ("step", "split", "eval_seed", "kept_value", "kept_evaluation_id",
-                                                        "reason", "resolved_by", "recorded_at")} for row in rows]
-            for run_id, rows in found.items()}
+    return {
+        names[run_id]: [
+            {
+                key: row[key]
+                for key in (
+                    "step",
+                    "split",
+                    "eval_seed",
+                    "kept_value",
+                    "kept_evaluation_id",
+                    "reason",
+                    "resolved_by",
+                    "recorded_at",
+                )
+            }
+            for row in rows
+        ]
+        for run_id, rows in found.items()
+    }
 
 
 def _failed_reason(failure: dict | None) -> str:
@@ -524,7 +723,9 @@ def _failed_reason(failure: dict | None) -> str:
     return f"the run failed{where}; compare it with --include-failed"
 
 
-def _unit_difference_lines(trained: list[dict], identities: dict[str, RunIdentity]) -> dict[str, list[str]]:
+def _unit_difference_lines(
+    trained: list[dict], identities: dict[str, RunIdentity]
+) -> dict[str, list[str]]:
     """For runs of one arm name split into several arms: what sets each apart from the first."""
     by_name: dict[str, list[RunIdentity]] = defaultdict(list)
     for entry in trained:
@@ -537,7 +738,10 @@ def _unit_difference_lines(trained: list[dict], identities: dict[str, RunIdentit
             units.setdefault(identity.unit, identity)
         if len(units) > 1:
             first, *rest = units.values()
-            lines[name] = [f"{other.run} vs {first.run}: " + "; ".join(unit_differences(other, first)) for other in rest]
+            lines[name] = [
+                f"{other.run} vs {first.run}: " + "; ".join(unit_differences(other, first))
+                for other in rest
+            ]
     return lines
 
 

@@ -38,10 +38,14 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _same(first: Any, second: Any) -> bool:
-    return json.dumps(first, sort_keys=True, default=str) == json.dumps(second, sort_keys=True, default=str)
+    return json.dumps(first, sort_keys=True, default=str) == json.dumps(
+        second, sort_keys=True, default=str
+    )
 
 
-def _differences(first: Mapping[str, Any], second: Mapping[str, Any], prefix: str) -> list[Difference]:
+def _differences(
+    first: Mapping[str, Any], second: Mapping[str, Any], prefix: str
+) -> list[Difference]:
     found = []
     for key in sorted(set(first) | set(second)):
         a, b = first.get(key, NOT_RECORDED), second.get(key, NOT_RECORDED)
@@ -52,31 +56,50 @@ def _differences(first: Mapping[str, Any], second: Mapping[str, Any], prefix: st
 
 def run_differences(first: Mapping[str, Any], second: Mapping[str, Any]) -> list[Difference]:
     """Two runs' {"identity", "facts", "config"} (identity as `RunIdentity.as_dict()`)."""
+
     def identity(entry: Mapping[str, Any]) -> dict[str, Any]:
         recorded = dict(entry["identity"])
         arm = recorded.pop("arm") or {}
-        flat = {key: value for key, value in flatten(recorded).items()
-                if key not in ("run", "uid", "host") and not key.startswith("facts")}
+        flat = {
+            key: value
+            for key, value in flatten(recorded).items()
+            if key not in ("run", "uid", "host") and not key.startswith("facts")
+        }
         flat.update({"arm": arm.get("label"), "arm_fingerprint": arm.get("fingerprint")})
         return flat
 
     found = _differences(identity(first), identity(second), "")
     found += _differences(first.get("facts") or {}, second.get("facts") or {}, "facts.")
-    configs = [{key: value for key, value in flatten(entry.get("config") or {}).items()
-                if not any(key == skip or key.startswith(f"{skip}.") for skip in _RUN_SPECIFIC)}
-               for entry in (first, second)]
+    configs = [
+        {
+            key: value
+            for key, value in flatten(entry.get("config") or {}).items()
+            if not any(key == skip or key.startswith(f"{skip}.") for skip in _RUN_SPECIFIC)
+        }
+        for entry in (first, second)
+    ]
     found += _differences(configs[0], configs[1], "config.")
     return found
 
 
-def arm_differences(first_flags: Mapping[str, Any], second_flags: Mapping[str, Any],
-                    first_inert: Mapping[str, str], second_inert: Mapping[str, str]) -> list[Difference]:
+def arm_differences(
+    first_flags: Mapping[str, Any],
+    second_flags: Mapping[str, Any],
+    first_inert: Mapping[str, str],
+    second_inert: Mapping[str, str],
+) -> list[Difference]:
     """The resolved flags that differ; a flag inert in both arms is marked as such (it changes
     no advantage), one inert in one arm says which."""
     found = []
     for difference in _differences(first_flags, second_flags, ""):
-        inert = [side for side, flags in (("first", first_inert), ("second", second_inert)) if difference.field in flags]
-        note = ("inert in both" if len(inert) == 2 else f"inert in the {inert[0]} arm" if inert else "")
+        inert = [
+            side
+            for side, flags in (("first", first_inert), ("second", second_inert))
+            if difference.field in flags
+        ]
+        note = (
+            "inert in both" if len(inert) == 2 else f"inert in the {inert[0]} arm" if inert else ""
+        )
         found.append(Difference(difference.field, difference.first, difference.second, note))
     return found
 

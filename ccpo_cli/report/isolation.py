@@ -36,12 +36,36 @@ PROTOCOL_FIELDS = ("split", "temperature", "episodes", "turn_limit")
 # `arm` or `ccpo` namespace, the estimator selector, and any key named like an arm flag (Hydra
 # `+algorithm.ccpo.<flag>`, `algorithm.gamma`). Environment variables ccpo sets for its Ray
 # workers (CCPO_*) carry the arm and the run. Seeds are checked separately, per arm.
-ESTIMATOR_KEY_PARTS = {"arm", "ccpo", "adv_estimator", "arm_flags", "arm_fingerprint", "fingerprint"}
+ESTIMATOR_KEY_PARTS = {
+    "arm",
+    "ccpo",
+    "adv_estimator",
+    "arm_flags",
+    "arm_fingerprint",
+    "fingerprint",
+}
 # Keys that only name or locate one run (paths, names, resume state) or restate other keys.
 RUN_LOCAL_KEY_PARTS = {
-    "run", "run_name", "name", "experiment_name", "default_local_dir", "run_dir", "metrics_file",
-    "metrics_path", "output_dir", "checkpoint_dir", "resume", "resume_mode", "resume_from_path",
-    "hydra_overrides", "ray_address", "seed", "data_order_seed", "created_at", "wall_time", "resumes",
+    "run",
+    "run_name",
+    "name",
+    "experiment_name",
+    "default_local_dir",
+    "run_dir",
+    "metrics_file",
+    "metrics_path",
+    "output_dir",
+    "checkpoint_dir",
+    "resume",
+    "resume_mode",
+    "resume_from_path",
+    "hydra_overrides",
+    "ray_address",
+    "seed",
+    "data_order_seed",
+    "created_at",
+    "wall_time",
+    "resumes",
 }
 VERDICTS = ("passes", "fails", "unverifiable")
 
@@ -71,7 +95,9 @@ def _describe(values: dict[str, Any]) -> str:
     return " vs ".join(f"{value} ({', '.join(runs)})" for value, runs in by_value.items())
 
 
-def _field_check(name: str, values: dict[str, Any], differences: list[str], not_recorded: list[str]) -> None:
+def _field_check(
+    name: str, values: dict[str, Any], differences: list[str], not_recorded: list[str]
+) -> None:
     """A difference when recorded values disagree; not recorded when some run lacks the value."""
     recorded = {run: value for run, value in values.items() if value is not None}
     if len({json.dumps(value, sort_keys=True) for value in recorded.values()}) > 1:
@@ -86,9 +112,13 @@ def _config_differences(runs: list[dict], differences: list[str], not_recorded: 
     for run in runs:
         config = run["config"] if isinstance(run["config"], dict) and run["config"] else None
         configs[run["name"]] = (
-            None if config is None
-            else {key: value for key, value in flatten(config).items()
-                  if not _is_estimator_or_local(key) and key not in PER_SEED_CONFIG_KEYS}
+            None
+            if config is None
+            else {
+                key: value
+                for key, value in flatten(config).items()
+                if not _is_estimator_or_local(key) and key not in PER_SEED_CONFIG_KEYS
+            }
         )
     recorded = {name: flat for name, flat in configs.items() if flat is not None}
     if len(recorded) < len(configs):
@@ -100,8 +130,9 @@ def _config_differences(runs: list[dict], differences: list[str], not_recorded: 
             differences.append(f"config {key}: {_describe(values)}")
 
 
-def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: list[str],
-                      not_recorded: list[str]) -> None:
+def _seed_differences(
+    runs: list[dict], arm_of: dict[str, str], differences: list[str], not_recorded: list[str]
+) -> None:
     # A run without a recorded seed is no seed: it enters no seed set, and is named as not recorded.
     seeds_by_arm: dict[str, set] = defaultdict(set)
     for run in runs:
@@ -113,7 +144,10 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
     # Seeds within one arm are replicates; arms run on different seed sets are not paired.
     if len(seeds_by_arm) > 1 and len({frozenset(seeds) for seeds in seeds_by_arm.values()}) > 1:
         differences.append(
-            "seed: " + " vs ".join(f"{sorted(seeds, key=str)} ({arm})" for arm, seeds in seeds_by_arm.items())
+            "seed: "
+            + " vs ".join(
+                f"{sorted(seeds, key=str)} ({arm})" for arm, seeds in seeds_by_arm.items()
+            )
         )
     by_seed: dict[Any, list[dict]] = defaultdict(list)
     for run in runs:
@@ -123,19 +157,27 @@ def _seed_differences(runs: list[dict], arm_of: dict[str, str], differences: lis
         for seed, members in by_seed.items():
             label = field if len(by_seed) == 1 else f"{field} (seed {seed})"
             if len(members) > 1:
-                _field_check(label, {run["name"]: run[field] for run in members}, differences, not_recorded)
+                _field_check(
+                    label, {run["name"]: run[field] for run in members}, differences, not_recorded
+                )
             elif members[0][field] is None:
                 not_recorded.append(label)
     for key in PER_SEED_CONFIG_KEYS:
         for seed, members in by_seed.items():
-            values = {run["name"]: flatten(run["config"]).get(key) if isinstance(run["config"], dict) else None
-                      for run in members}
+            values = {
+                run["name"]: flatten(run["config"]).get(key)
+                if isinstance(run["config"], dict)
+                else None
+                for run in members
+            }
             if any(value is not None for value in values.values()):
                 label = f"config {key}" if len(by_seed) == 1 else f"config {key} (seed {seed})"
                 _field_check(label, values, differences, not_recorded)
 
 
-def isolation_check(runs: list[dict], identities: Mapping[str, RunIdentity], arm_of: dict[str, str]) -> dict:
+def isolation_check(
+    runs: list[dict], identities: Mapping[str, RunIdentity], arm_of: dict[str, str]
+) -> dict:
     """The isolation document of `ccpo compare --json` for `runs` (rows of list_runs: provenance,
     config, per-seed evidence); what each run is (model, benchmark, backend, seed, evaluation
     protocol, facts) is read from its recorded identity in `identities`; `arm_of` names each run's
@@ -148,13 +190,24 @@ def isolation_check(runs: list[dict], identities: Mapping[str, RunIdentity], arm
         if run["seed"] is not None:
             seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
     if len(runs) < 2:
-        return {"verdict": "passes", "estimator_only": True, "compared_runs": names, "differences": [],
-                "not_recorded": [], "seeds_by_arm": dict(seeds_by_arm),
-                "note": "one run: nothing to compare" if runs else "no runs: nothing to compare"}
+        return {
+            "verdict": "passes",
+            "estimator_only": True,
+            "compared_runs": names,
+            "differences": [],
+            "not_recorded": [],
+            "seeds_by_arm": dict(seeds_by_arm),
+            "note": "one run: nothing to compare" if runs else "no runs: nothing to compare",
+        }
     differences: list[str] = []
     not_recorded: list[str] = []
     for field in SHARED_IDENTITY_FIELDS:
-        _field_check(field, {name: getattr(identities[name], field) for name in names}, differences, not_recorded)
+        _field_check(
+            field,
+            {name: getattr(identities[name], field) for name in names},
+            differences,
+            not_recorded,
+        )
     for field in SHARED_RUN_FIELDS:
         _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
     _seed_differences(runs, arm_of, differences, not_recorded)
@@ -191,8 +244,11 @@ def shown_differences(differences: list[str]) -> str:
     A config difference is named by its key: its values (paths, often) are in the document."""
     shown = "; ".join(_config_key_only(text) for text in differences[:SHOWN_DIFFERENCES])
     more = len(differences) - SHOWN_DIFFERENCES
-    return shown + (f"; and {more} more difference{'s' if more != 1 else ''} (ccpo compare --json lists them)"
-                    if more > 0 else "")
+    return shown + (
+        f"; and {more} more difference{'s' if more != 1 else ''} (ccpo compare --json lists them)"
+        if more > 0
+        else ""
+    )
 
 
 # A path on the author's disk inside a difference (a base model loaded from a folder): a line
@@ -202,7 +258,10 @@ _PATH_IN_TEXT = re.compile(r"(?<![\w:/.])(?:/|~/)[^\s;,]+")
 
 def _config_key_only(difference: str) -> str:
     if not difference.startswith("config "):
-        return _PATH_IN_TEXT.sub(lambda found: "a local path ending in "
-                                 + "/".join(found.group(0).rstrip("/").split("/")[-2:]), difference)
+        return _PATH_IN_TEXT.sub(
+            lambda found: (
+                "a local path ending in " + "/".join(found.group(0).rstrip("/").split("/")[-2:])
+            ),
+            difference,
+        )
     return f"{difference.split(': ', 1)[0]} differs"
-

@@ -18,7 +18,15 @@ from typing import Any
 SEPARATOR = " · "
 NOT_RECORDED = "not recorded"
 # The identity fields of a unit besides the arm, in label order, with their abbreviation.
-LABEL_FIELDS = ("base_model", "backend", "benchmark", "split", "temperature", "episodes", "turn_limit")
+LABEL_FIELDS = (
+    "base_model",
+    "backend",
+    "benchmark",
+    "split",
+    "temperature",
+    "episodes",
+    "turn_limit",
+)
 
 
 def arm_name(arm: dict) -> str | None:
@@ -36,14 +44,21 @@ def identity_values(arm: dict) -> dict[str, Any]:
     """The unit's identity fields (LABEL_FIELDS) from an `arms[]` entry of the compare document."""
     protocol = arm.get("protocol") or {}
     values = {key: arm.get(key) for key in ("base_model", "backend", "benchmark")}
-    values.update({key: protocol.get(key) for key in ("split", "temperature", "episodes", "turn_limit")})
+    values.update(
+        {key: protocol.get(key) for key in ("split", "temperature", "episodes", "turn_limit")}
+    )
     return values
 
 
 def unit_key(arm: dict) -> str:
     """12 hex digits of the unit's identity (fingerprint or name, and LABEL_FIELDS)."""
-    identity = {"arm": arm.get("arm_fingerprint") or arm_name(arm) or arm.get("arm"), **identity_values(arm)}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    identity = {
+        "arm": arm.get("arm_fingerprint") or arm_name(arm) or arm.get("arm"),
+        **identity_values(arm),
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
+        :12
+    ]
 
 
 def _abbreviated(name: str, value: Any) -> str:
@@ -63,18 +78,25 @@ def _abbreviated(name: str, value: Any) -> str:
 def short_labels(arms: Sequence[dict]) -> list[str]:
     """One short label per `arms[]` entry, in order, each distinct."""
     values = [identity_values(arm) for arm in arms]
-    differing = [name for name in LABEL_FIELDS
-                 if len({json.dumps(row[name], default=str) for row in values}) > 1]
+    differing = [
+        name
+        for name in LABEL_FIELDS
+        if len({json.dumps(row[name], default=str) for row in values}) > 1
+    ]
     labels = []
     for arm, row in zip(arms, values):
         base = arm_name(arm) or arm.get("arm") or NOT_RECORDED
-        labels.append(SEPARATOR.join([base, *(_abbreviated(name, row[name]) for name in differing)]))
+        labels.append(
+            SEPARATOR.join([base, *(_abbreviated(name, row[name]) for name in differing)])
+        )
     # Units that still share a label differ in what the label leaves out (the arm file's flags
     # under one name): the fingerprint tells them apart.
     for label in {label for label in labels if labels.count(label) > 1}:
         for index in [i for i, other in enumerate(labels) if other == label]:
             fingerprint = arms[index].get("arm_fingerprint")
-            labels[index] = f"{label}{SEPARATOR}{fingerprint[:8] if fingerprint else unit_key(arms[index])[:8]}"
+            labels[index] = (
+                f"{label}{SEPARATOR}{fingerprint[:8] if fingerprint else unit_key(arms[index])[:8]}"
+            )
     return labels
 
 
@@ -85,9 +107,25 @@ def needs_legend(arms: Sequence[dict]) -> bool:
 
 def legend_rows(arms: Sequence[dict]) -> list[dict[str, Any]]:
     """Per unit: its short label, the arm, its fingerprint and every identity field in full."""
-    return [{"label": arm.get("label"), "arm": arm_name(arm), "arm_fingerprint": arm.get("arm_fingerprint"),
-             **identity_values(arm), "unit_key": arm.get("unit_key")} for arm in arms]
+    return [
+        {
+            "label": arm.get("label"),
+            "arm": arm_name(arm),
+            "arm_fingerprint": arm.get("arm_fingerprint"),
+            **identity_values(arm),
+            "unit_key": arm.get("unit_key"),
+        }
+        for arm in arms
+    ]
 
 
-__all__ = ["LABEL_FIELDS", "SEPARATOR", "arm_name", "identity_values", "legend_rows", "needs_legend",
-           "short_labels", "unit_key"]
+__all__ = [
+    "LABEL_FIELDS",
+    "SEPARATOR",
+    "arm_name",
+    "identity_values",
+    "legend_rows",
+    "needs_legend",
+    "short_labels",
+    "unit_key",
+]

@@ -48,15 +48,20 @@ def single_evaluation_counts(document: dict) -> dict[str, dict[int, tuple[int, i
     counts = {}
     for label, runs in runs_by_label.items():
         if len(runs) == 1:
-            counts[label] = {point["step"]: (point["successes"], point["episodes"]) for point in runs[0]["evaluations"]
-                             if point.get("episodes") and point.get("successes") is not None}
+            counts[label] = {
+                point["step"]: (point["successes"], point["episodes"])
+                for point in runs[0]["evaluations"]
+                if point.get("episodes") and point.get("successes") is not None
+            }
     return counts
 
 
 def seed_curves(document: dict) -> dict[str, dict[object, dict[int, float]]]:
     """{arm label: {seed: {step: success}}} for every trained run of the document; the runs of one
     seed are averaged into it at each step, and a run without a seed is a curve of its own."""
-    values: dict[str, dict[object, dict[int, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    values: dict[str, dict[object, dict[int, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for run in document["runs"]:
         label = run.get("arm_label")
         if label is None or not run["evaluations"]:
@@ -64,8 +69,13 @@ def seed_curves(document: dict) -> dict[str, dict[object, dict[int, float]]]:
         seed = run["seed"] if run["seed"] is not None else f"run {run['run']}"
         for point in run["evaluations"]:
             values[label][seed][point["step"]].append(point["success"])
-    return {label: {seed: {step: sum(rates) / len(rates) for step, rates in steps.items()}
-                    for seed, steps in seeds.items()} for label, seeds in values.items()}
+    return {
+        label: {
+            seed: {step: sum(rates) / len(rates) for step, rates in steps.items()}
+            for seed, steps in seeds.items()
+        }
+        for label, seeds in values.items()
+    }
 
 
 def _t_quantile(n: int) -> float:
@@ -88,16 +98,31 @@ def pointwise(per_seed: dict[object, dict[int, float]]) -> list[dict]:
             sd = math.sqrt(sum((value - mean) ** 2 for value in present) / (n - 1))
             half = _t_quantile(n) * sd / math.sqrt(n)
             low, high = mean - half, mean + half
-        points.append({"step": step, "mean": mean, "n": n, "missing": n < len(per_seed), "low": low, "high": high})
+        points.append(
+            {
+                "step": step,
+                "mean": mean,
+                "n": n,
+                "missing": n < len(per_seed),
+                "low": low,
+                "high": high,
+            }
+        )
     return points
 
 
-def paired_differences(first: dict[object, dict[int, float]],
-                       second: dict[object, dict[int, float]]) -> dict[object, dict[int, float]]:
+def paired_differences(
+    first: dict[object, dict[int, float]], second: dict[object, dict[int, float]]
+) -> dict[object, dict[int, float]]:
     """Per seed both arms ran, first - second at each step both evaluated."""
     return {
-        seed: {step: first[seed][step] - second[seed][step] for step in first[seed] if step in second[seed]}
-        for seed in first if seed in second and not isinstance(seed, str)
+        seed: {
+            step: first[seed][step] - second[seed][step]
+            for step in first[seed]
+            if step in second[seed]
+        }
+        for seed in first
+        if seed in second and not isinstance(seed, str)
     }
 
 
@@ -137,29 +162,58 @@ def _draw_curve(axes, points: list[dict], colour, label: str) -> None:
     axes.plot(steps, [point["mean"] for point in points], color=colour, linewidth=1.4, label=label)
     barred = [point for point in points if point["low"] is not None]
     if barred:
-        axes.errorbar([p["step"] for p in barred], [p["mean"] for p in barred],
-                      yerr=[[p["mean"] - p["low"] for p in barred], [p["high"] - p["mean"] for p in barred]],
-                      fmt="none", ecolor=colour, elinewidth=0.8, capsize=2, alpha=0.8)
+        axes.errorbar(
+            [p["step"] for p in barred],
+            [p["mean"] for p in barred],
+            yerr=[[p["mean"] - p["low"] for p in barred], [p["high"] - p["mean"] for p in barred]],
+            fmt="none",
+            ecolor=colour,
+            elinewidth=0.8,
+            capsize=2,
+            alpha=0.8,
+        )
     full = [point for point in points if not point["missing"]]
     partial = [point for point in points if point["missing"]]
     axes.scatter([p["step"] for p in full], [p["mean"] for p in full], color=colour, s=14, zorder=4)
     if partial:
-        axes.scatter([p["step"] for p in partial], [p["mean"] for p in partial], facecolors="white",
-                     edgecolors=colour, s=26, zorder=4)
+        axes.scatter(
+            [p["step"] for p in partial],
+            [p["mean"] for p in partial],
+            facecolors="white",
+            edgecolors=colour,
+            s=26,
+            zorder=4,
+        )
     banded = [point for point in points if point["low"] is not None]
     if banded:
-        axes.fill_between([p["step"] for p in banded], [p["low"] for p in banded], [p["high"] for p in banded],
-                          color=colour, alpha=0.18, linewidth=0)
+        axes.fill_between(
+            [p["step"] for p in banded],
+            [p["low"] for p in banded],
+            [p["high"] for p in banded],
+            color=colour,
+            alpha=0.18,
+            linewidth=0,
+        )
 
 
 def _mark_retracted(axes, document: dict, colours: dict) -> None:
     """An x on the step axis at each retracted evaluation of a drawn arm (left out of the curve)."""
     arm_of = {run["run"]: run.get("arm_label") for run in document["runs"]}
-    retracted = [(entry["step"], arm_of.get(entry["run"])) for entry in (document.get("retracted") or {}).get("evaluations") or []]
+    retracted = [
+        (entry["step"], arm_of.get(entry["run"]))
+        for entry in (document.get("retracted") or {}).get("evaluations") or []
+    ]
     retracted = [(step, arm) for step, arm in retracted if arm in colours]
     if retracted:
-        axes.scatter([step for step, _ in retracted], [1.5] * len(retracted), marker="x", s=30, zorder=5,
-                     color=[colours[arm] for _, arm in retracted], label="retracted evaluation (left out)")
+        axes.scatter(
+            [step for step, _ in retracted],
+            [1.5] * len(retracted),
+            marker="x",
+            s=30,
+            zorder=5,
+            color=[colours[arm] for _, arm in retracted],
+            label="retracted evaluation (left out)",
+        )
 
 
 def plot_learning_curves(document: dict, path: str | Path) -> Path:
@@ -198,13 +252,25 @@ def learning_curve_figure(document: dict):
     colours = {arm: palette[index % len(palette)] for index, arm in enumerate(order)}
     leader = order[0] if order else None
     partners = [arm for arm in _compared_pairs(document, leader) if arm in curves] if leader else []
-    pairs = {arm: {seed: curve for seed, curve in paired_differences(curves[leader], curves[arm]).items() if curve}
-             for arm in partners}
+    pairs = {
+        arm: {
+            seed: curve
+            for seed, curve in paired_differences(curves[leader], curves[arm]).items()
+            if curve
+        }
+        for arm in partners
+    }
     pairs = {arm: differences for arm, differences in pairs.items() if differences}
     many = len(order) > 4
     if pairs:
-        figure, (top, bottom) = plt.subplots(2, 1, figsize=(11 if many else 9, 7.5), dpi=120, sharex=True,
-                                             gridspec_kw={"height_ratios": [3, 2]})
+        figure, (top, bottom) = plt.subplots(
+            2,
+            1,
+            figsize=(11 if many else 9, 7.5),
+            dpi=120,
+            sharex=True,
+            gridspec_kw={"height_ratios": [3, 2]},
+        )
     else:
         figure, top = plt.subplots(figsize=(11 if many else 8.5, 4.8), dpi=120)
         bottom = None
@@ -220,17 +286,31 @@ def learning_curve_figure(document: dict):
         if n_seeds == 1 and arm in single:
             points = _with_wilson(points, single[arm])
         any_missing |= any(point["missing"] for point in points)
-        any_band |= any(point["low"] is not None and point.get("interval") != "wilson" for point in points)
+        any_band |= any(
+            point["low"] is not None and point.get("interval") != "wilson" for point in points
+        )
         any_wilson |= any(point.get("interval") == "wilson" for point in points)
         last_step = max(last_step, points[-1]["step"])
-        _draw_curve(top, points, colours[arm], f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})")
+        _draw_curve(
+            top,
+            points,
+            colours[arm],
+            f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})",
+        )
     _mark_retracted(top, document, colours)
     for level in (document.get("reference_levels") or {}).get("untrained", []):
         if level["arm"] in colours:
-            top.axhline(level["mean"], color=colours[level["arm"]], linestyle=":", linewidth=0.9, alpha=0.8)
+            top.axhline(
+                level["mean"], color=colours[level["arm"]], linestyle=":", linewidth=0.9, alpha=0.8
+            )
     for index, reference in enumerate((document.get("reference_levels") or {}).get("agents", [])):
-        top.axhline(reference["mean"], color="black", linestyle=("--", "-.", ":")[index % 3], linewidth=0.9,
-                    label=f"reference: {reference['label']} ({reference['mean']:.1f}%)")
+        top.axhline(
+            reference["mean"],
+            color="black",
+            linestyle=("--", "-.", ":")[index % 3],
+            linewidth=0.9,
+            label=f"reference: {reference['label']} ({reference['mean']:.1f}%)",
+        )
     start, window_label = _window(document)
     if start is not None:
         top.axvspan(start, max(last_step, start), color="grey", alpha=0.12, label=window_label)
@@ -254,16 +334,27 @@ def learning_curve_figure(document: dict):
     top.set_title("; ".join(notes), fontsize="medium", wrap=True)
     if top.get_legend_handles_labels()[0]:
         # Outside the axes: a long label or many arms never cover the curves or run off the figure.
-        top.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        top.legend(
+            fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0
+        )
     if bottom is not None:
         for arm, differences in pairs.items():
             points = pointwise(differences)
-            _draw_curve(bottom, points, colours[arm],
-                        f"{short.get(leader, leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)")
+            _draw_curve(
+                bottom,
+                points,
+                colours[arm],
+                f"{short.get(leader, leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)",
+            )
         bottom.axhline(0.0, color="black", linewidth=0.8)
         bottom.set_ylabel("difference, same seed (points)")
-        bottom.set_title("Paired difference to the leading arm (band = 95 % t interval over pairs)", fontsize="medium")
-        bottom.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+        bottom.set_title(
+            "Paired difference to the leading arm (band = 95 % t interval over pairs)",
+            fontsize="medium",
+        )
+        bottom.legend(
+            fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0
+        )
         bottom.set_xlabel("training step")
     else:
         top.set_xlabel("training step")

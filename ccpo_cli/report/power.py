@@ -42,11 +42,15 @@ def t_test_power(noncentrality: float, df: float, alpha: float = ALPHA) -> float
     """Power of a two-sided t-test with `df` degrees of freedom at this noncentrality."""
     critical = t_ppf(1 - alpha / 2, df)
     # P(T < -c; nc) = P(T > c; -nc): both tails as upper tails of the noncentral t.
-    near, far = (noncentral_t_sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality)))
+    near, far = (
+        noncentral_t_sf(critical, df, value) for value in (abs(noncentrality), -abs(noncentrality))
+    )
     return near + far
 
 
-def paired_power(difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA) -> float:
+def paired_power(
+    difference: float, sd_of_differences: float, n_pairs: int, alpha: float = ALPHA
+) -> float:
     """Power of the paired (one-sample) t-test on n_pairs differences with this sd."""
     return t_test_power(difference / sd_of_differences * math.sqrt(n_pairs), n_pairs - 1, alpha)
 
@@ -57,7 +61,9 @@ def welch_df(sd_a: float, n_a: int, sd_b: float, n_b: int) -> float:
     return (va + vb) ** 2 / (va**2 / (n_a - 1) + vb**2 / (n_b - 1))
 
 
-def welch_power(difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA) -> float:
+def welch_power(
+    difference: float, sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA
+) -> float:
     """Power of Welch's t-test (noncentral t with Welch's standard error and df)."""
     standard_error = math.sqrt(sd_a**2 / n_a + sd_b**2 / n_b)
     return t_test_power(difference / standard_error, welch_df(sd_a, n_a, sd_b, n_b), alpha)
@@ -75,24 +81,32 @@ def _smallest_detectable(power_at: Any, scale: float, power: float) -> float:
     return 0.5 * (lower + upper)
 
 
-def paired_mdd(sd_of_differences: float, n_pairs: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    return _smallest_detectable(lambda d: paired_power(d, sd_of_differences, n_pairs, alpha),
-                                sd_of_differences, power)
+def paired_mdd(
+    sd_of_differences: float, n_pairs: int, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    return _smallest_detectable(
+        lambda d: paired_power(d, sd_of_differences, n_pairs, alpha), sd_of_differences, power
+    )
 
 
-def welch_mdd(sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA, power: float = POWER) -> float:
-    return _smallest_detectable(lambda d: welch_power(d, sd_a, n_a, sd_b, n_b, alpha),
-                                math.sqrt(sd_a**2 + sd_b**2), power)
+def welch_mdd(
+    sd_a: float, n_a: int, sd_b: float, n_b: int, alpha: float = ALPHA, power: float = POWER
+) -> float:
+    return _smallest_detectable(
+        lambda d: welch_power(d, sd_a, n_a, sd_b, n_b, alpha), math.sqrt(sd_a**2 + sd_b**2), power
+    )
 
 
-def paired_seeds_needed(difference: float, sd_of_differences: float, alpha: float = ALPHA,
-                        power: float = POWER) -> int | None:
+def paired_seeds_needed(
+    difference: float, sd_of_differences: float, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
     """Smallest number of paired seeds whose test detects `difference` (None above the cap)."""
     return _first_n(lambda n: paired_power(difference, sd_of_differences, n, alpha) >= power)
 
 
-def welch_seeds_needed(difference: float, sd_a: float, sd_b: float, alpha: float = ALPHA,
-                       power: float = POWER) -> int | None:
+def welch_seeds_needed(
+    difference: float, sd_a: float, sd_b: float, alpha: float = ALPHA, power: float = POWER
+) -> int | None:
     """Smallest equal number of seeds per arm whose Welch test detects `difference`."""
     return _first_n(lambda n: welch_power(difference, sd_a, n, sd_b, n, alpha) >= power)
 
@@ -137,18 +151,37 @@ def pair_power(
     on all seeds.
     """
     result: dict[str, Any] = {
-        "test": None, "n_a": len(seed_means_a), "n_b": len(seed_means_b), "n_pairs": None,
-        "seeds_left_out": [], "observed_difference": None, "sd": None, "sd_a": None, "sd_b": None,
-        "p": None, "mdd": None, "alpha": alpha, "power": power, "detect": detect,
-        "seeds_needed": None, "note": None,
+        "test": None,
+        "n_a": len(seed_means_a),
+        "n_b": len(seed_means_b),
+        "n_pairs": None,
+        "seeds_left_out": [],
+        "observed_difference": None,
+        "sd": None,
+        "sd_a": None,
+        "sd_b": None,
+        "p": None,
+        "mdd": None,
+        "alpha": alpha,
+        "power": power,
+        "detect": detect,
+        "seeds_needed": None,
+        "note": None,
     }
     if seed_means_a and seed_means_b:
-        result["observed_difference"] = float(np.mean(list(seed_means_a.values())) - np.mean(list(seed_means_b.values())))
+        result["observed_difference"] = float(
+            np.mean(list(seed_means_a.values())) - np.mean(list(seed_means_b.values()))
+        )
     decided = two_arm_test(seed_means_a, seed_means_b, paired_by_design=paired_seeds)
     if decided["test"] == PAIRED:
         sd = decided["sd"]
-        result.update(test=PAIRED, n_pairs=decided["n"], seeds_left_out=decided["seeds_left_out"],
-                      observed_difference=decided["difference"], sd=sd)
+        result.update(
+            test=PAIRED,
+            n_pairs=decided["n"],
+            seeds_left_out=decided["seeds_left_out"],
+            observed_difference=decided["difference"],
+            sd=sd,
+        )
         if not sd:
             result["note"] = "the paired differences do not vary: power is undefined"
             return result
@@ -173,7 +206,9 @@ def pair_power(
     return result
 
 
-def shared_rollout_seeds(arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]) -> list[Any]:
+def shared_rollout_seeds(
+    arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]
+) -> list[Any]:
     """Seeds whose runs in both arms all recorded one and the same non-empty step-1 rollout hash:
     the record that the design paired them."""
     shared = []
@@ -206,9 +241,13 @@ def power_report(
         arm_a, arm_b = by_label[comparison["arm_a"]], by_label[comparison["arm_b"]]
         means_a = dict(zip(arm_a["seed_runs"], arm_a["seed_window_means"]))
         means_b = dict(zip(arm_b["seed_runs"], arm_b["seed_window_means"]))
-        pairs.append({
-            "arm_a": arm_a["arm"],
-            "arm_b": arm_b["arm"],
-            **pair_power(means_a, means_b, comparison["test"]["paired_seeds"], detect, alpha, power),
-        })
+        pairs.append(
+            {
+                "arm_a": arm_a["arm"],
+                "arm_b": arm_b["arm"],
+                **pair_power(
+                    means_a, means_b, comparison["test"]["paired_seeds"], detect, alpha, power
+                ),
+            }
+        )
     return {"alpha": alpha, "power": power, "detect": detect, "sided": "two-sided", "pairs": pairs}

@@ -41,19 +41,27 @@ def suggested_window_start(entry: dict) -> int | None:
     """The latest start whose window holds MIN_HEADLINE_EVALUATIONS evaluations of the run's
     protocol, or None when the run has fewer than that in all."""
     episodes = entry["window"]["protocol"].get("episodes")
-    steps = sorted(row["step"] for row in entry["evaluations"] if episodes is None or row["episodes"] in (None, episodes))
+    steps = sorted(
+        row["step"]
+        for row in entry["evaluations"]
+        if episodes is None or row["episodes"] in (None, episodes)
+    )
     return steps[-MIN_HEADLINE_EVALUATIONS] if len(steps) >= MIN_HEADLINE_EVALUATIONS else None
 
 
-def card_readiness(db: sqlite_utils.Database, run: str, status: str, window_start: int | None) -> CardReadiness:
+def card_readiness(
+    db: sqlite_utils.Database, run: str, status: str, window_start: int | None
+) -> CardReadiness:
     """The status to render (`auto` resolved) and, with the default window, InvalidInput naming
     the --window-start to pass when that window is too short for a window mean."""
     entry = _entry(db, run, window_start) if status == AUTO or window_start is None else {}
     if status == AUTO:
         state = entry.get("run_state", "unknown")
-        resolved = CardReadiness("final" if state == "finished" else "interim",
-                                 f"--status auto: the run is {state} (step {entry.get('last_step')} of "
-                                 f"{entry.get('total_steps')})")
+        resolved = CardReadiness(
+            "final" if state == "finished" else "interim",
+            f"--status auto: the run is {state} (step {entry.get('last_step')} of "
+            f"{entry.get('total_steps')})",
+        )
     else:
         resolved = CardReadiness(status, "given")
     if window_start is None and entry and entry["window"]["n"] < MIN_HEADLINE_EVALUATIONS:
@@ -63,7 +71,8 @@ def card_readiness(db: sqlite_utils.Database, run: str, status: str, window_star
             raise InvalidInput(
                 f"run {run!r}: the default window (step >= {window['start']}, {window['start_basis']}) holds "
                 f"{window['n']} evaluation(s), a window mean needs {MIN_HEADLINE_EVALUATIONS}; pass "
-                f"--window-start {suggestion} for the last {MIN_HEADLINE_EVALUATIONS} evaluations, or wait for more")
+                f"--window-start {suggestion} for the last {MIN_HEADLINE_EVALUATIONS} evaluations, or wait for more"
+            )
     return resolved
 
 

@@ -37,7 +37,10 @@ from ccpo_cli.errors import CcpoError, UsageError
 from ccpo_cli.extras import check_extra, require_extra
 
 TRACKERS = ("tensorboard", "trackio", "csv")
-LIVE_TRACKERS = ("tensorboard", "trackio")  # --report-to: metrics.jsonl already is the run's CSV-like log
+LIVE_TRACKERS = (
+    "tensorboard",
+    "trackio",
+)  # --report-to: metrics.jsonl already is the run's CSV-like log
 DEFAULT_TRACKIO_PROJECT = "ccpo"
 
 
@@ -48,7 +51,9 @@ def parse_trackers(text: str, allowed: tuple[str, ...] = LIVE_TRACKERS) -> tuple
         return ()
     unknown = [name for name in names if name not in allowed]
     if unknown or not names:
-        raise UsageError(f"--report-to {text!r}: use one or more of {', '.join(allowed)} (comma-separated) or none")
+        raise UsageError(
+            f"--report-to {text!r}: use one or more of {', '.join(allowed)} (comma-separated) or none"
+        )
     return tuple(dict.fromkeys(names))
 
 
@@ -79,9 +84,13 @@ class TensorBoardSink:
         self._writer = EventFileWriter(str(logdir))
 
     def write(self, point: ScalarPoint) -> None:
-        values = [self._summary.Value(tag=tag, simple_value=value) for tag, value in point.values.items()]
+        values = [
+            self._summary.Value(tag=tag, simple_value=value) for tag, value in point.values.items()
+        ]
         wall_time = point.wall_time if point.wall_time is not None else datetime.now().timestamp()
-        self._writer.add_event(self._event(wall_time=wall_time, step=point.step, summary=self._summary(value=values)))
+        self._writer.add_event(
+            self._event(wall_time=wall_time, step=point.step, summary=self._summary(value=values))
+        )
 
     def close(self) -> None:
         self._writer.flush()
@@ -98,7 +107,9 @@ def _stdout_to_stderr() -> Iterator[None]:
 class TrackioSink:
     """One trackio run (`name`) in `project`, stored where trackio stores it (TRACKIO_DIR)."""
 
-    def __init__(self, project: str, name: str, config: Mapping[str, Any] | None = None, *, replace: bool) -> None:
+    def __init__(
+        self, project: str, name: str, config: Mapping[str, Any] | None = None, *, replace: bool
+    ) -> None:
         trackio = require_extra("trackio", "trackio", what="a trackio run")
         from trackio.sqlite_storage import SQLiteStorage
 
@@ -106,8 +117,15 @@ class TrackioSink:
         with _stdout_to_stderr():
             if replace and name in SQLiteStorage.get_runs(project):
                 SQLiteStorage.delete_run(project, name)
-            trackio.init(project=project, name=name, config=dict(config or {}), resume="allow", embed=False,
-                         auto_log_cpu=False, auto_log_gpu=False)
+            trackio.init(
+                project=project,
+                name=name,
+                config=dict(config or {}),
+                resume="allow",
+                embed=False,
+                auto_log_cpu=False,
+                auto_log_gpu=False,
+            )
 
     def write(self, point: ScalarPoint) -> None:
         with _stdout_to_stderr():
@@ -133,8 +151,13 @@ class CsvSink:
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["step", "wall_time", *keys])
         for point in self._points:
-            writer.writerow([point.step, "" if point.wall_time is None else repr(point.wall_time),
-                             *(repr(point.values[key]) if key in point.values else "" for key in keys)])
+            writer.writerow(
+                [
+                    point.step,
+                    "" if point.wall_time is None else repr(point.wall_time),
+                    *(repr(point.values[key]) if key in point.values else "" for key in keys),
+                ]
+            )
         self._path.parent.mkdir(parents=True, exist_ok=True)
         partial = self._path.with_name(f".{self._path.name}.{os.getpid()}.partial")
         partial.write_text(buffer.getvalue())
@@ -142,6 +165,7 @@ class CsvSink:
 
 
 # ----------------------------------------------------------------------------- while training
+
 
 def check_installed(trackers: tuple[str, ...]) -> None:
     """CcpoError (exit 1, a missing optional runtime) naming the extra to install, before training."""
@@ -157,19 +181,32 @@ def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:
     if not isinstance(step, int) or isinstance(step, bool):
         return None
     data = record.get("data") if isinstance(record.get("data"), Mapping) else record
-    values = {key: float(value) for key, value in data.items()
-              if key not in ("step", "wall_time") and isinstance(value, (int, float)) and not isinstance(value, bool)
-              and math.isfinite(value)}
+    values = {
+        key: float(value)
+        for key, value in data.items()
+        if key not in ("step", "wall_time")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
     wall_time = record.get("wall_time")
-    return ScalarPoint(step, values, float(wall_time) if isinstance(wall_time, (int, float)) else None)
+    return ScalarPoint(
+        step, values, float(wall_time) if isinstance(wall_time, (int, float)) else None
+    )
 
 
 class ReportingObserver:
     """A `TrainingObserver` that writes the run's metrics.jsonl to trackers as it grows, around
     another observer (the Hub publisher) that it forwards every call to."""
 
-    def __init__(self, trackers: tuple[str, ...], *, project: str = DEFAULT_TRACKIO_PROJECT, inner: Any = None,
-                 log: Any = None) -> None:
+    def __init__(
+        self,
+        trackers: tuple[str, ...],
+        *,
+        project: str = DEFAULT_TRACKIO_PROJECT,
+        inner: Any = None,
+        log: Any = None,
+    ) -> None:
         self.trackers, self.project, self.inner, self.log = trackers, project, inner, log
         check_installed(trackers)  # before training, not as a logged failure at its first step
         self._sinks: list[Any] = []
@@ -185,8 +222,10 @@ class ReportingObserver:
             elif tracker == "trackio":
                 self._sinks.append(TrackioSink(self.project, run, {"run": run}, replace=False))
         if self.log is not None:
-            where = {"tensorboard": f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}",
-                     "trackio": f"trackio show --project {self.project}"}
+            where = {
+                "tensorboard": f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}",
+                "trackio": f"trackio show --project {self.project}",
+            }
             self.log("curves: " + "; ".join(where[tracker] for tracker in self.trackers))
         if self.inner is not None:
             self.inner.started(run, run_dir)
@@ -234,6 +273,7 @@ class ReportingObserver:
 
 # ----------------------------------------------------------------------------- any recorded run
 
+
 def _wall_time(recorded_at: str | None) -> float | None:
     if not recorded_at:
         return None
@@ -243,7 +283,9 @@ def _wall_time(recorded_at: str | None) -> float | None:
         return None
 
 
-def run_scalars(evaluations: list[dict[str, Any]], task_metrics: Mapping[str, str]) -> list[ScalarPoint]:
+def run_scalars(
+    evaluations: list[dict[str, Any]], task_metrics: Mapping[str, str]
+) -> list[ScalarPoint]:
     """Standing evaluations (store.queries rows with `task_types`) as points, one per step (the
     mean where a step has several evaluation seeds); `task_metrics` maps a task type's short key
     to the benchmark's metric name."""
@@ -255,17 +297,28 @@ def run_scalars(evaluations: list[dict[str, Any]], task_metrics: Mapping[str, st
         values: dict[str, list[float]] = {}
         for row in rows:
             train = row.get("train_success_rate")
-            found = [("val/success_rate", row["success_rate"] / 100.0), ("val/episodes", row.get("episodes")),
-                     ("val/successes", row.get("successes")), ("val/episode_length/mean", row.get("mean_turns")),
-                     ("episode/success_rate", None if train is None else train / 100.0)]
-            found += [(task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
-                      for key, result in (row.get("task_types") or {}).items()]
+            found = [
+                ("val/success_rate", row["success_rate"] / 100.0),
+                ("val/episodes", row.get("episodes")),
+                ("val/successes", row.get("successes")),
+                ("val/episode_length/mean", row.get("mean_turns")),
+                ("episode/success_rate", None if train is None else train / 100.0),
+            ]
+            found += [
+                (task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
+                for key, result in (row.get("task_types") or {}).items()
+            ]
             for key, value in found:
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     values.setdefault(key, []).append(float(value))
         wall = [time for row in rows if (time := _wall_time(row.get("recorded_at"))) is not None]
-        points.append(ScalarPoint(step, {key: sum(found) / len(found) for key, found in values.items()},
-                                  max(wall) if wall else None))
+        points.append(
+            ScalarPoint(
+                step,
+                {key: sum(found) / len(found) for key, found in values.items()},
+                max(wall) if wall else None,
+            )
+        )
     return points
 
 
@@ -281,8 +334,15 @@ def _safe_name(run: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.@" else "_" for char in run)
 
 
-def export_run(points: list[ScalarPoint], run: str, tracker: str, out: Path, *, project: str,
-               config: Mapping[str, Any] | None = None) -> ExportResult:
+def export_run(
+    points: list[ScalarPoint],
+    run: str,
+    tracker: str,
+    out: Path,
+    *,
+    project: str,
+    config: Mapping[str, Any] | None = None,
+) -> ExportResult:
     """Write one run's points to `tracker`, replacing an earlier export of the same run."""
     if tracker == "tensorboard":
         final = out / _safe_name(run)
@@ -313,8 +373,9 @@ def export_run(points: list[ScalarPoint], run: str, tracker: str, out: Path, *, 
     return ExportResult(run, tracker, len(points), where)
 
 
-def export_runs(db: Any, runs: list[str], tracker: str, out: Path, *, project: str = DEFAULT_TRACKIO_PROJECT
-                ) -> list[ExportResult]:
+def export_runs(
+    db: Any, runs: list[str], tracker: str, out: Path, *, project: str = DEFAULT_TRACKIO_PROJECT
+) -> list[ExportResult]:
     """`ccpo export`: each named run's standing held-out curve to `tracker` (InvalidInput for a
     run that is not recorded or is retracted, before anything is written)."""
     from ccpo_cli.benchmarks import load_benchmark
@@ -324,21 +385,49 @@ def export_runs(db: Any, runs: list[str], tracker: str, out: Path, *, project: s
     chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
     retracted = [run["name"] for run in chosen if run.get("retracted")]
     if retracted:
-        raise InvalidInput(f"run(s) {', '.join(retracted)} are retracted (ccpo runs show): nothing of them to export")
+        raise InvalidInput(
+            f"run(s) {', '.join(retracted)} are retracted (ccpo runs show): nothing of them to export"
+        )
     results = []
     for run in chosen:
         metrics: dict[str, str] = {}
         if run.get("benchmark"):
             try:
-                metrics = {task.key: task.metric for task in load_benchmark(run["benchmark"]).task_types}
+                metrics = {
+                    task.key: task.metric for task in load_benchmark(run["benchmark"]).task_types
+                }
             except CcpoError:
                 metrics = {}  # a benchmark this ccpo does not ship: the per-type keys keep their short names
-        config = {key: run.get(key) for key in ("arm", "arm_fingerprint", "seed", "base_model", "backend", "benchmark",
-                                                "total_steps") if run.get(key) is not None}
+        config = {
+            key: run.get(key)
+            for key in (
+                "arm",
+                "arm_fingerprint",
+                "seed",
+                "base_model",
+                "backend",
+                "benchmark",
+                "total_steps",
+            )
+            if run.get(key) is not None
+        }
         points = run_scalars(run_evaluations(db, run["name"]), metrics)
-        results.append(export_run(points, run["name"], tracker, out, project=project, config=config))
+        results.append(
+            export_run(points, run["name"], tracker, out, project=project, config=config)
+        )
     return results
 
 
-__all__ = ["DEFAULT_TRACKIO_PROJECT", "LIVE_TRACKERS", "TRACKERS", "ExportResult", "ReportingObserver", "ScalarPoint",
-           "export_run", "export_runs", "numeric_scalars", "parse_trackers", "run_scalars"]
+__all__ = [
+    "DEFAULT_TRACKIO_PROJECT",
+    "LIVE_TRACKERS",
+    "TRACKERS",
+    "ExportResult",
+    "ReportingObserver",
+    "ScalarPoint",
+    "export_run",
+    "export_runs",
+    "numeric_scalars",
+    "parse_trackers",
+    "run_scalars",
+]

@@ -51,14 +51,18 @@ class FractionWindow:
     def start(self, total_steps: int | None, last_step: int | None) -> tuple[int, str]:
         """(first step of the window, how it was chosen) of a run with no given start."""
         if total_steps:
-            return math.ceil(total_steps * self.fraction), f"{self.share} of the run's {total_steps} total steps"
+            return math.ceil(
+                total_steps * self.fraction
+            ), f"{self.share} of the run's {total_steps} total steps"
         if last_step:
-            return (math.ceil(last_step * self.fraction),
-                    f"total steps not recorded: {self.share} of the last step seen ({last_step})")
+            return (
+                math.ceil(last_step * self.fraction),
+                f"total steps not recorded: {self.share} of the last step seen ({last_step})",
+            )
         return 0, "neither total steps nor a step recorded: from step 0"
 
     def describe(self, whose: str = "each run's recorded", example: bool = True) -> str:
-        """"7/15 of each run's recorded total steps, the seed card's 70 of 150"."""
+        """ "7/15 of each run's recorded total steps, the seed card's 70 of 150"."""
         text = f"{self.share} of {whose} total steps"
         if example:
             text += f", the seed card's {math.ceil(self.example_total * self.fraction)} of {self.example_total}"
@@ -92,7 +96,11 @@ class MatrixWindow:
         return "the design's last compared evaluation points, never before the warm start ends"
 
     def describe(self) -> str:
-        points = "the last evaluation point" if self.evaluations == 1 else f"the last {self.evaluations} evaluation points"
+        points = (
+            "the last evaluation point"
+            if self.evaluations == 1
+            else f"the last {self.evaluations} evaluation points"
+        )
         return f"{points} of the run, never before the warm start ends"
 
 
@@ -101,11 +109,17 @@ RECORDED_BASIS = "the window its matrix compared, recorded with the run"
 
 def recorded_window_start(config: Any) -> int | None:
     """The window start a matrix recorded in a run's config (`TrainConfig.window_start`), else None."""
-    recorded = ((config or {}).get("train") or {}).get("window_start") if isinstance(config, dict) else None
+    recorded = (
+        ((config or {}).get("train") or {}).get("window_start")
+        if isinstance(config, dict)
+        else None
+    )
     return recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
 
 
-def run_window_start(given: int | None, config: Any, total_steps: int | None, last_step: int | None) -> tuple[int, str]:
+def run_window_start(
+    given: int | None, config: Any, total_steps: int | None, last_step: int | None
+) -> tuple[int, str]:
     """Where one run's window starts, and why: a given `--window-start`; else the start its matrix
     recorded (so `compare` and `card` of a matrix run average the window the matrix compared,
     whatever `--eval-from` it trained with); else the default rule."""
@@ -139,17 +153,27 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
     n_candidates = len(window_evals)
     bias_sd = stats.expected_max_of_normals(n_candidates)
     if n_candidates < MIN_HEADLINE_EVALUATIONS:
-        noise_sd, basis = None, (f"left out: {n_candidates} evaluation{'s' if n_candidates != 1 else ''} "
-                                 f"in the window, too few to measure their noise")
+        noise_sd, basis = (
+            None,
+            (
+                f"left out: {n_candidates} evaluation{'s' if n_candidates != 1 else ''} "
+                f"in the window, too few to measure their noise"
+            ),
+        )
     elif trend.get("converged") is False:
-        noise_sd, basis = trend["residual_sd"], "the detrended window (the window still moves, so its sd counts the trend)"
+        noise_sd, basis = (
+            trend["residual_sd"],
+            "the detrended window (the window still moves, so its sd counts the trend)",
+        )
     else:
         noise_sd, basis = window["sd"], "the window sd"
     return {
         "step": best["step"],
         "success": best["success_rate"],
         "task_types": {key: best["task_types"][key]["success"] for key in task_type_keys([best])},
-        "task_type_episodes": {key: best["task_types"][key]["episodes"] for key in task_type_keys([best])},
+        "task_type_episodes": {
+            key: best["task_types"][key]["episodes"] for key in task_type_keys([best])
+        },
         "mean_turns": best["mean_turns"],
         "episodes": best["episodes"],
         "successes": best["successes"],
@@ -163,7 +187,9 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
     }
 
 
-def _single_eval_interval(window: dict, protocol: EvaluationProtocol, confidence: float) -> dict | None:
+def _single_eval_interval(
+    window: dict, protocol: EvaluationProtocol, confidence: float
+) -> dict | None:
     """The Wilson interval of one evaluation at the window mean; None when the episodes per
     evaluation are not recorded (never an assumed panel size)."""
     from ccpo_cli import stats
@@ -172,8 +198,15 @@ def _single_eval_interval(window: dict, protocol: EvaluationProtocol, confidence
         return None
     episodes = int(protocol.episodes)
     low, high = stats.wilson_interval(window["mean"] / 100 * episodes, episodes, confidence)
-    return {"at": window["mean"], "episodes": episodes, "episodes_basis": protocol.episodes_basis,
-            "confidence": confidence, "low": 100 * low, "high": 100 * high, "half_width": 100 * (high - low) / 2}
+    return {
+        "at": window["mean"],
+        "episodes": episodes,
+        "episodes_basis": protocol.episodes_basis,
+        "confidence": confidence,
+        "low": 100 * low,
+        "high": 100 * high,
+        "half_width": 100 * (high - low) / 2,
+    }
 
 
 def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
@@ -202,12 +235,18 @@ def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
         if all(row["successes"] is not None for row in window_evals):
             # Measurement precision of the whole window (all its episodes pooled), not of one eval.
             low, high = stats.wilson_interval(window["successes"], window["episodes"], confidence)
-            window["pooled_interval"] = {"low": 100 * low, "high": 100 * high, "confidence": confidence}
+            window["pooled_interval"] = {
+                "low": 100 * low,
+                "high": 100 * high,
+                "confidence": confidence,
+            }
     else:
         window["episodes"] = window["successes"] = None
 
 
-def window_entry(evaluations: list[dict], protocol: EvaluationProtocol, window_start: int, confidence: float) -> dict:
+def window_entry(
+    evaluations: list[dict], protocol: EvaluationProtocol, window_start: int, confidence: float
+) -> dict:
     """{"window", "window_task_types", "best", "single_eval_interval", "protocols"} of one run
     whose recorded protocol is `protocol`."""
     from ccpo_cli import stats
@@ -215,17 +254,32 @@ def window_entry(evaluations: list[dict], protocol: EvaluationProtocol, window_s
     in_window = [row for row in evaluations if row["step"] >= window_start]
     chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
     chosen_ids = {row["id"] for row in chosen}
-    raw = stats.window_stats([row["step"] for row in chosen], [row["success_rate"] for row in chosen], window_start)
+    raw = stats.window_stats(
+        [row["step"] for row in chosen], [row["success_rate"] for row in chosen], window_start
+    )
     raw.pop("indices")
-    shown = {"split": protocol.split, "temperature": protocol.temperature, "episodes": protocol.episodes}
-    window = dict(raw, start=window_start, evaluation_ids=[row["id"] for row in chosen], protocol=shown,
-                  values=[row["success_rate"] for row in chosen],
-                  protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
-                  left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids])
+    shown = {
+        "split": protocol.split,
+        "temperature": protocol.temperature,
+        "episodes": protocol.episodes,
+    }
+    window = dict(
+        raw,
+        start=window_start,
+        evaluation_ids=[row["id"] for row in chosen],
+        protocol=shown,
+        values=[row["success_rate"] for row in chosen],
+        protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
+        left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids],
+    )
     window["headline"] = window["n"] >= MIN_HEADLINE_EVALUATIONS
-    window["headline_note"] = None if window["headline"] else (
-        f"{window['n']} evaluation{'s' if window['n'] != 1 else ''} at step >= {window_start}: a window mean "
-        f"needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
+    window["headline_note"] = (
+        None
+        if window["headline"]
+        else (
+            f"{window['n']} evaluation{'s' if window['n'] != 1 else ''} at step >= {window_start}: a window mean "
+            f"needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
+        )
     )
     trend = stats.trend_test(window["steps"], [row["success_rate"] for row in chosen], confidence)
     window["trend"] = trend
@@ -234,8 +288,10 @@ def window_entry(evaluations: list[dict], protocol: EvaluationProtocol, window_s
     counts: dict[tuple, int] = {}
     for row in evaluations:
         counts[_row_key(row)] = counts.get(_row_key(row), 0) + 1
-    protocols = [{"split": protocol.split, "episodes": key[0], "temperature": key[1], "n": n}
-                 for key, n in counts.items()]
+    protocols = [
+        {"split": protocol.split, "episodes": key[0], "temperature": key[1], "n": n}
+        for key, n in counts.items()
+    ]
     return {
         "window": window,
         "window_task_types": _window_task_types(chosen),
@@ -260,4 +316,3 @@ def run_state(status: str | None, last_step: int | None, total_steps: list[int])
     if status == "interrupted":
         return "interrupted"
     return "stopped-early" if status == "stopped" else "running"
-

@@ -175,7 +175,9 @@ def m003_run_facts(db: sqlite_utils.Database) -> None:
     # recorded later that disagrees is kept as a conflict instead of replacing the first.
     db["run_facts"].create(
         {"id": int, "run_id": int, "key": str, "value": str, "source": str, "recorded_at": str},
-        pk="id", not_null={"run_id", "key", "value", "recorded_at"}, foreign_keys=[("run_id", "runs", "id")],
+        pk="id",
+        not_null={"run_id", "key", "value", "recorded_at"},
+        foreign_keys=[("run_id", "runs", "id")],
     )
     db["run_facts"].create_index(["run_id", "key", "value"], unique=True)
 
@@ -477,6 +479,8 @@ def _db_file(db: sqlite_utils.Database) -> str:
 
 def _write_failed(db: sqlite_utils.Database, error: BaseException) -> CcpoError:
     return CcpoError(f"{_db_file(db)}: the write failed and nothing was recorded ({error})")
+
+
 def _with_lock_retry(action, what: str):
     deadline = time.monotonic() + LOCK_RETRY_SECONDS
     delay = 0.05
@@ -510,8 +514,10 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
         if not parent.is_dir():
             raise InvalidInput(f"{path_text}: folder {parent} does not exist")
         if must_exist and not Path(path_text).is_file():
-            raise InvalidInput(f"{path_text}: no such runs database (check --db / CCPO_DB); "
-                               "this command only reads one and never creates it")
+            raise InvalidInput(
+                f"{path_text}: no such runs database (check --db / CCPO_DB); "
+                "this command only reads one and never creates it"
+            )
     try:
         connection = sqlite3.connect(
             path_text, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -558,22 +564,32 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
     tables = [name for name in db.table_names() if not name.startswith("sqlite_")]
     applied = [migration.name for migration in MIGRATIONS.applied(db)]
     if application_id not in (0, APPLICATION_ID):
-        raise InvalidInput(f"{path}: an SQLite file of another application (application_id "
-                           f"{application_id:#x}), not a ccpo runs database; refusing to touch it")
+        raise InvalidInput(
+            f"{path}: an SQLite file of another application (application_id "
+            f"{application_id:#x}), not a ccpo runs database; refusing to touch it"
+        )
     if application_id == 0 and tables and not applied:
-        raise InvalidInput(f"{path}: an SQLite file with tables of its own ({', '.join(sorted(tables)[:5])}) "
-                           "and no ccpo schema; not a ccpo runs database, refusing to touch it")
+        raise InvalidInput(
+            f"{path}: an SQLite file with tables of its own ({', '.join(sorted(tables)[:5])}) "
+            "and no ccpo schema; not a ccpo runs database, refusing to touch it"
+        )
     known = _known_migrations()
     unknown = [name for name in applied if name not in known]
     if unknown:
-        raise InvalidInput(f"{path}: written by a newer ccpo (it holds migration(s) this ccpo does not know: "
-                           f"{', '.join(unknown)}); upgrade ccpo to use it")
+        raise InvalidInput(
+            f"{path}: written by a newer ccpo (it holds migration(s) this ccpo does not know: "
+            f"{', '.join(unknown)}); upgrade ccpo to use it"
+        )
     if user_version > len(known):
-        raise InvalidInput(f"{path}: written by a newer ccpo (schema version {user_version}, this ccpo knows "
-                           f"up to {len(known)}); upgrade ccpo to use it")
+        raise InvalidInput(
+            f"{path}: written by a newer ccpo (schema version {user_version}, this ccpo knows "
+            f"up to {len(known)}); upgrade ccpo to use it"
+        )
     if application_id == APPLICATION_ID and not applied:
-        raise InvalidInput(f"{path}: stamped as a ccpo runs database but its migrations table is gone; "
-                           "not a usable runs database")
+        raise InvalidInput(
+            f"{path}: stamped as a ccpo runs database but its migrations table is gone; "
+            "not a usable runs database"
+        )
     return application_id == APPLICATION_ID
 
 
@@ -581,20 +597,27 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
 def _expected_columns() -> dict[str, frozenset[str]]:
     reference = sqlite_utils.Database(memory=True)
     MIGRATIONS.apply(reference)
-    return {table.name: frozenset(table.columns_dict) for table in reference.tables
-            if table.name != Migrations.migrations_table}
+    return {
+        table.name: frozenset(table.columns_dict)
+        for table in reference.tables
+        if table.name != Migrations.migrations_table
+    }
 
 
 def _check_columns(db: sqlite_utils.Database, path: str) -> None:
     for name, expected in _expected_columns().items():
         table = db.table(name)
         if not table.exists():
-            raise InvalidInput(f"{path}: table {name} is missing; the schema was changed by hand, "
-                               "not a usable runs database")
+            raise InvalidInput(
+                f"{path}: table {name} is missing; the schema was changed by hand, "
+                "not a usable runs database"
+            )
         missing = sorted(expected - set(table.columns_dict))
         if missing:
-            raise InvalidInput(f"{path}: table {name} lacks column(s) {', '.join(missing)} "
-                               "(renamed or dropped by hand?); not a usable runs database")
+            raise InvalidInput(
+                f"{path}: table {name} lacks column(s) {', '.join(missing)} "
+                "(renamed or dropped by hand?); not a usable runs database"
+            )
 
 
 @contextlib.contextmanager

@@ -49,7 +49,6 @@ def round_rate(value: float | None) -> float | None:
     return round(float(value), RATE_DECIMALS)
 
 
-
 def finite(value: Any, field: str) -> float | None:
     if value is None:
         return None
@@ -104,7 +103,9 @@ def normalise_episodes(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]
                 "task_type": task_type,
                 "won": int(bool(row["won"])),
                 "turns": non_negative_int(row.get("turns"), f"episode {index} turns"),
-                "invalid_turns": non_negative_int(row.get("invalid_turns"), f"episode {index} invalid_turns"),
+                "invalid_turns": non_negative_int(
+                    row.get("invalid_turns"), f"episode {index} invalid_turns"
+                ),
                 "reward": finite(row.get("reward"), f"episode {index} reward"),
                 "extra": json_text(extra) if extra else None,
             }
@@ -124,14 +125,20 @@ def normalise_task_types(
         if isinstance(value, Mapping):
             count = non_negative_int(value.get("episodes"), f"task type {key} episodes")
             wins = non_negative_int(value.get("successes"), f"task type {key} successes")
-            rate = finite(value.get("success", value.get("success_rate")), f"task type {key} success")
+            rate = finite(
+                value.get("success", value.get("success_rate")), f"task type {key} success"
+            )
         else:
             count, wins, rate = None, None, finite(value, f"task type {key} success")
         if rate is None and count:
             rate = 100.0 * (wins or 0) / count
         if rate is None:
             continue
-        result[key] = {"episodes": count, "successes": wins, "success_rate": check_rate(rate, f"task type {key} success")}
+        result[key] = {
+            "episodes": count,
+            "successes": wins,
+            "success_rate": check_rate(rate, f"task type {key} success"),
+        }
     if episodes and not result:
         for key in TASK_TYPES:
             mine = [e for e in episodes if e["task_type"] == key]
@@ -148,7 +155,6 @@ def normalise_task_types(
 def content_hash(content: Mapping[str, Any]) -> str:
     text = json.dumps(content, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
-
 
 
 def evaluation_content(
@@ -183,7 +189,9 @@ def evaluation_content(
     rate = finite(success_rate, f"step {step} success_rate")
     if rate is None:
         if not episodes:
-            raise InvalidInput(f"step {step}: an evaluation needs success_rate or episodes and successes")
+            raise InvalidInput(
+                f"step {step}: an evaluation needs success_rate or episodes and successes"
+            )
         rate = 100.0 * (successes or 0) / episodes
     elif episodes and successes is not None and abs(rate - 100.0 * successes / episodes) > 1e-6:
         raise InvalidInput(

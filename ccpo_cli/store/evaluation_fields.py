@@ -49,8 +49,9 @@ def _optional_count(value: Any, key: str) -> int | None:
     return whole_number(value, key, what="a whole number of episodes")
 
 
-def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str],
-                            benchmark: Benchmark | None = None) -> dict[str, Any] | None:
+def evaluation_from_metrics(
+    record: MetricRecord, where: str, warnings: list[str], benchmark: Benchmark | None = None
+) -> dict[str, Any] | None:
     """The `record_evaluation` keyword arguments one step's metrics describe, or None when
     the step has no held-out evaluation. Per-type rates are `benchmark`'s (none without one).
     NaN/null values are left out with a warning; a value that cannot be recorded raises
@@ -59,18 +60,24 @@ def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str
     per_type = task_type_keys(benchmark)
     if OVERALL_KEY not in metrics:
         if any(key in metrics for key in per_type):
-            warnings.append(f"{where}: step {record.step} has per-type rates but no {OVERALL_KEY}; skipped")
+            warnings.append(
+                f"{where}: step {record.step} has per-type rates but no {OVERALL_KEY}; skipped"
+            )
         return None
     overall = _rate_percent(metrics[OVERALL_KEY], OVERALL_KEY)
     if overall is None:
-        warnings.append(f"{where}: step {record.step}: {OVERALL_KEY} is NaN or missing; evaluation not recorded")
+        warnings.append(
+            f"{where}: step {record.step}: {OVERALL_KEY} is NaN or missing; evaluation not recorded"
+        )
         return None
     task_types = {}
     for metric_key, short in per_type.items():
         if metric_key in metrics:
             rate = _rate_percent(metrics[metric_key], metric_key)
             if rate is None:
-                warnings.append(f"{where}: step {record.step}: {metric_key} is NaN or missing; left out")
+                warnings.append(
+                    f"{where}: step {record.step}: {metric_key} is NaN or missing; left out"
+                )
             else:
                 task_types[short] = rate
     train_rate = metrics.get(TRAIN_SUCCESS_KEY)
@@ -79,7 +86,9 @@ def evaluation_from_metrics(record: MetricRecord, where: str, warnings: list[str
         "success_rate": overall,
         "task_types": task_types,
         "mean_turns": _optional_number(metrics.get(MEAN_TURNS_KEY), MEAN_TURNS_KEY),
-        "train_success_rate": _rate_percent(train_rate, TRAIN_SUCCESS_KEY) if train_rate is not None else None,
+        "train_success_rate": _rate_percent(train_rate, TRAIN_SUCCESS_KEY)
+        if train_rate is not None
+        else None,
         "episodes": _optional_count(metrics.get(EPISODES_KEY), EPISODES_KEY),
         "successes": _optional_count(metrics.get(SUCCESSES_KEY), SUCCESSES_KEY),
     }

@@ -38,9 +38,29 @@ from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.store.db import utc_now
 from ccpo_cli.store.readers.base import StatedConfig
 
-FACT_KEYS = ("split", "temperature", "episodes", "seed", "hardware", "model", "estimator", "batch", "group",
-             "max_steps", "gamma", "lr", "kl", "total_steps", "adv_mode", "step_advantage_w", "invalid_penalty",
-             "arm_flags", "agent", "resumed_from", "algorithm")
+FACT_KEYS = (
+    "split",
+    "temperature",
+    "episodes",
+    "seed",
+    "hardware",
+    "model",
+    "estimator",
+    "batch",
+    "group",
+    "max_steps",
+    "gamma",
+    "lr",
+    "kl",
+    "total_steps",
+    "adv_mode",
+    "step_advantage_w",
+    "invalid_penalty",
+    "arm_flags",
+    "agent",
+    "resumed_from",
+    "algorithm",
+)
 # The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
 # The split (ALFWorld's key is named here for the card's evidence), the estimator's own
 # settings and the facts a switch can cancel are read by `facts_from_config` below.
@@ -73,8 +93,13 @@ ESTIMATOR_KEY = "algorithm.adv_estimator"
 # and sets algorithm.adv_estimator to ccpo whatever the arm's estimator.
 CCPO_FLAG_PREFIX = "algorithm.ccpo."
 # Facts that are arm flags under another name (or the same one): fact -> Arm flag.
-FACT_FLAGS = {"estimator": "estimator", "adv_mode": "adv_mode", "gamma": "gamma", "invalid_penalty": "invalid_penalty",
-              "step_advantage_w": "step_advantage_w"}
+FACT_FLAGS = {
+    "estimator": "estimator",
+    "adv_mode": "adv_mode",
+    "gamma": "gamma",
+    "invalid_penalty": "invalid_penalty",
+    "step_advantage_w": "step_advantage_w",
+}
 _RECORDED_FORM = {spec.name: spec for spec in FLAG_SPECS}
 # verl-agent's data preparation: the placeholder rows one epoch and one validation read.
 _PREPARE_SIZE = re.compile(r"--(?P<which>train|val)_data_size[ =](?P<rows>\d+)\b")
@@ -125,15 +150,31 @@ def _scalar(text: str) -> Any:
 # benchmarks.py, arms.py, experiments/designs.py, the protocol files). Such a file flattens into
 # keys no run has, so taken as a run's config it would be recorded silently as facts of nothing.
 _CCPO_DEFINITIONS = (
-    ("benchmark definition", "configs/benchmarks", "name the benchmark with --benchmark {name}",
-     {"env_name_contains", "identifying_metrics", "evaluation_split", "published_baselines"}),
+    (
+        "benchmark definition",
+        "configs/benchmarks",
+        "name the benchmark with --benchmark {name}",
+        {"env_name_contains", "identifying_metrics", "evaluation_split", "published_baselines"},
+    ),
     ("arm definition", "configs/arms", "name the arm with --arm {name}", {"flags"}),
-    ("design", "configs/designs", "a design is for `ccpo matrix --design {name}`",
-     {"warm_start", "eval_every", "eval_from", "window_start", "eval_games"}),
-    ("launch protocol", "configs/protocol", "give the run's resolved Hydra config or its launch command",
-     {"entrypoint", "host_profiles", "placeholder_data"}),
-    ("table of base-model licenses", "configs", "give the run's resolved Hydra config or its launch command",
-     {"base_model_licenses"}),
+    (
+        "design",
+        "configs/designs",
+        "a design is for `ccpo matrix --design {name}`",
+        {"warm_start", "eval_every", "eval_from", "window_start", "eval_games"},
+    ),
+    (
+        "launch protocol",
+        "configs/protocol",
+        "give the run's resolved Hydra config or its launch command",
+        {"entrypoint", "host_profiles", "placeholder_data"},
+    ),
+    (
+        "table of base-model licenses",
+        "configs",
+        "give the run's resolved Hydra config or its launch command",
+        {"base_model_licenses"},
+    ),
 )
 
 
@@ -142,8 +183,10 @@ def _refuse_ccpo_definition(path: Path, document: Mapping[str, Any]) -> None:
     for kind, folder, hint, marks in _CCPO_DEFINITIONS:
         if keys & marks:
             name = str(document.get("name") or "NAME")
-            raise InvalidInput(f"{path}: this is a ccpo {kind} (like those in {folder}/), not a run's config; "
-                               + hint.format(name=name))
+            raise InvalidInput(
+                f"{path}: this is a ccpo {kind} (like those in {folder}/), not a run's config; "
+                + hint.format(name=name)
+            )
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -162,7 +205,9 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         _refuse_ccpo_definition(path, document)
     flat = flatten(document) if isinstance(document, Mapping) else _command_overrides(text)
     if not flat:
-        raise InvalidInput(f"{path}: neither a Hydra config nor a launch command with key=value overrides")
+        raise InvalidInput(
+            f"{path}: neither a Hydra config nor a launch command with key=value overrides"
+        )
     return flat
 
 
@@ -184,8 +229,11 @@ def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
     names the arm's flags under algorithm.ccpo (its adv_estimator is always ccpo); verl-agent's
     own GRPO normalises by the group's std when algorithm.norm_adv_by_std_in_grpo is true, its
     GiGPO by algorithm.gigpo.mode."""
-    arm_flags = {key[len(CCPO_FLAG_PREFIX):]: value for key, value in flat.items()
-                 if key.startswith(CCPO_FLAG_PREFIX) and key[len(CCPO_FLAG_PREFIX):] in FLAG_NAMES}
+    arm_flags = {
+        key[len(CCPO_FLAG_PREFIX) :]: value
+        for key, value in flat.items()
+        if key.startswith(CCPO_FLAG_PREFIX) and key[len(CCPO_FLAG_PREFIX) :] in FLAG_NAMES
+    }
     facts: dict[str, Any] = {}
     estimator = arm_flags.get("estimator", flat.get(ESTIMATOR_KEY))
     if estimator is not None:
@@ -196,7 +244,9 @@ def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
             if arm_flags.get(flag) is not None:
                 facts[flag] = arm_flags[flag]
     elif estimator == "grpo" and flat.get("algorithm.norm_adv_by_std_in_grpo") is not None:
-        facts["adv_mode"] = "mean_std_norm" if _true(flat["algorithm.norm_adv_by_std_in_grpo"]) else "mean_norm"
+        facts["adv_mode"] = (
+            "mean_std_norm" if _true(flat["algorithm.norm_adv_by_std_in_grpo"]) else "mean_norm"
+        )
     elif estimator == "gigpo":
         if flat.get("algorithm.gigpo.mode") is not None:
             facts["adv_mode"] = flat["algorithm.gigpo.mode"]
@@ -244,8 +294,11 @@ def states_val_only(flat: Mapping[str, Any] | None) -> bool:
 def algorithm_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
     """Every `algorithm.*` key the config states, as printed, by its name under `algorithm.`:
     what an estimator ccpo does not implement is known by (store/identity.py)."""
-    return {key[len(ALGORITHM_PREFIX):]: value for key, value in sorted(flat.items())
-            if key.startswith(ALGORITHM_PREFIX) and not key.startswith(CCPO_FLAG_PREFIX)}
+    return {
+        key[len(ALGORITHM_PREFIX) :]: value
+        for key, value in sorted(flat.items())
+        if key.startswith(ALGORITHM_PREFIX) and not key.startswith(CCPO_FLAG_PREFIX)
+    }
 
 
 def _true(value: Any) -> bool:
@@ -258,7 +311,11 @@ def facts_from_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     variable (`unexpanded_variables`) states nothing."""
     variables = unexpanded_variables(flat)
     flat = {key: value for key, value in flat.items() if key not in variables}
-    facts = {name: flat[key] for name, key in VERL_CONFIG_KEYS.items() if name != "split" and flat.get(key) is not None}
+    facts = {
+        name: flat[key]
+        for name, key in VERL_CONFIG_KEYS.items()
+        if name != "split" and flat.get(key) is not None
+    }
     coefficient = flat.get("actor_rollout_ref.actor.invalid_action_penalty_coef")
     if coefficient is not None:
         facts["invalid_penalty"] = coefficient
@@ -305,7 +362,9 @@ def facts_from_log(stated: Sequence[StatedConfig]) -> tuple[dict[str, Any] | Non
     launched: dict[str, Any] = {}
     for item in stated:
         if item.kind == "launch":
-            launched.update(flat_config(item) or {})  # a traced line that does not split states nothing
+            launched.update(
+                flat_config(item) or {}
+            )  # a traced line that does not split states nothing
     flat = dict(launched, **(resolved or {}))
     facts = facts_from_config(flat) if flat else {}
     resumed = [item.value for item in stated if item.kind == "resume"]
@@ -317,10 +376,20 @@ def facts_from_log(stated: Sequence[StatedConfig]) -> tuple[dict[str, Any] | Non
             for match in _PREPARE_SIZE.finditer(item.value):
                 rows.setdefault(match.group("which"), int(match.group("rows")))
     repeats = flat.get("actor_rollout_ref.rollout.val_kwargs.n")
-    if "val" in rows and isinstance(repeats, int) and not isinstance(repeats, bool) and repeats >= 1:
+    if (
+        "val" in rows
+        and isinstance(repeats, int)
+        and not isinstance(repeats, bool)
+        and repeats >= 1
+    ):
         facts["episodes"] = rows["val"] * repeats
     epochs, batch = flat.get("trainer.total_epochs"), flat.get("data.train_batch_size")
-    if "total_steps" not in facts and "train" in rows and _positive_int(epochs) and _positive_int(batch):
+    if (
+        "total_steps" not in facts
+        and "train" in rows
+        and _positive_int(epochs)
+        and _positive_int(batch)
+    ):
         steps = int(epochs) * (rows["train"] // int(batch))
         if steps > 0:
             facts["total_steps"] = steps
@@ -341,14 +410,18 @@ def stated_arm_flags(facts: Mapping[str, Any]) -> dict[str, Any]:
     value that is not a valid value of its flag is returned as it was recorded (it still
     differs from the registry's). Whether a difference matters (an inert flag) is for
     `ccpo_cli.arms.inert_flags` to say."""
-    stated: dict[str, Any] = {flag: facts[fact] for fact, flag in FACT_FLAGS.items() if facts.get(fact) is not None}
+    stated: dict[str, Any] = {
+        flag: facts[fact] for fact, flag in FACT_FLAGS.items() if facts.get(fact) is not None
+    }
     arm_flags = facts.get("arm_flags")
     if isinstance(arm_flags, Mapping):
         stated.update({flag: value for flag, value in arm_flags.items() if flag in FLAG_NAMES})
     recorded = {}
     for flag, value in stated.items():
         try:
-            recorded[flag] = _RECORDED_FORM[flag].recorded(coerce_flag(flag, value, source="recorded fact"))
+            recorded[flag] = _RECORDED_FORM[flag].recorded(
+                coerce_flag(flag, value, source="recorded fact")
+            )
         except CcpoError:
             recorded[flag] = value
     return {flag: recorded[flag] for flag in FLAG_NAMES if flag in recorded}
@@ -358,18 +431,30 @@ def _encode(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _record(db: sqlite_utils.Database, run_id: int, key: str, value: Any, source: str | None) -> None:
+def _record(
+    db: sqlite_utils.Database, run_id: int, key: str, value: Any, source: str | None
+) -> None:
     db["run_facts"].insert(
-        {"run_id": run_id, "key": key, "value": _encode(value), "source": source, "recorded_at": utc_now()},
+        {
+            "run_id": run_id,
+            "key": key,
+            "value": _encode(value),
+            "source": source,
+            "recorded_at": utc_now(),
+        },
         ignore=True,  # the same value again is already on record
     )
 
 
-def record_facts(db: sqlite_utils.Database, run_id: int, facts: Mapping[str, Any], source: str | None = None) -> list[dict]:
+def record_facts(
+    db: sqlite_utils.Database, run_id: int, facts: Mapping[str, Any], source: str | None = None
+) -> list[dict]:
     """Record facts of a run; returns the conflicts this created ({key, recorded, given})."""
     unknown = sorted(set(facts) - set(FACT_KEYS))
     if unknown:
-        raise InvalidInput(f"unknown run facts: {', '.join(unknown)} (known: {', '.join(FACT_KEYS)})")
+        raise InvalidInput(
+            f"unknown run facts: {', '.join(unknown)} (known: {', '.join(FACT_KEYS)})"
+        )
     recorded = run_facts(db, run_id)["values"]
     conflicts = []
     for key, value in facts.items():
@@ -381,7 +466,9 @@ def record_facts(db: sqlite_utils.Database, run_id: int, facts: Mapping[str, Any
     return conflicts
 
 
-def record_run_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], source: str) -> list[dict]:
+def record_run_facts(
+    db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], source: str
+) -> list[dict]:
     """`record_facts` for a run named `run` (a backend that knows its own protocol says it here)."""
     row = _run_row(db, run)
     if row is None:
@@ -401,21 +488,34 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
         seen.setdefault(row["key"], [])
         if value not in seen[row["key"]]:
             seen[row["key"]].append(value)
-    return {"values": values, "conflicts": {key: found for key, found in seen.items() if len(found) > 1}}
+    return {
+        "values": values,
+        "conflicts": {key: found for key, found in seen.items() if len(found) > 1},
+    }
 
 
 def _run_row(db: sqlite_utils.Database, run: str) -> dict | None:
-    rows = list(db["runs"].rows_where("name = ?", [run], select="id, total_steps, last_step, status, config"))
+    rows = list(
+        db["runs"].rows_where(
+            "name = ?", [run], select="id, total_steps, last_step, status, config"
+        )
+    )
     return rows[0] if rows else None
 
 
-def reconcile_total_steps(db: sqlite_utils.Database, run: str, given: int | None,
-                          source: str | None = None) -> tuple[int | None, dict | None]:
+def reconcile_total_steps(
+    db: sqlite_utils.Database, run: str, given: int | None, source: str | None = None
+) -> tuple[int | None, dict | None]:
     """The total steps to write for `run`, and the conflict when `given` differs from what is
     recorded: the recorded total stays in the runs table, and both values are kept as facts, so
     a shorter total can never make an unfinished run look finished."""
     row = _run_row(db, run)
-    if given is None or row is None or row["total_steps"] is None or int(given) == int(row["total_steps"]):
+    if (
+        given is None
+        or row is None
+        or row["total_steps"] is None
+        or int(given) == int(row["total_steps"])
+    ):
         return given, None
     _record(db, row["id"], "total_steps", int(row["total_steps"]), "runs.total_steps")
     _record(db, row["id"], "total_steps", int(given), source)
@@ -433,10 +533,17 @@ def derived_status(last_step: int | None, total_steps: list[int], ended: bool) -
     return "stopped" if ended else "running"
 
 
-def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str, Any], *,
-                        config: Mapping[str, Any] | None = None,
-                        ended: bool = False, source: str | None = None,
-                        stated: Mapping[str, Any] | None = None, stated_source: str | None = None) -> list[dict]:
+def record_ingest_facts(
+    db: sqlite_utils.Database,
+    run: str,
+    facts: Mapping[str, Any],
+    *,
+    config: Mapping[str, Any] | None = None,
+    ended: bool = False,
+    source: str | None = None,
+    stated: Mapping[str, Any] | None = None,
+    stated_source: str | None = None,
+) -> list[dict]:
     """After an ingest: record what the log stated (`stated`, first), then the facts given (a
     split neither names stays not recorded); keep the config when the run has none, and set the
     status from the data. Returns the fact conflicts this created."""
@@ -448,8 +555,14 @@ def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str,
     changes: dict[str, Any] = {}
     if config and not row["config"]:
         changes["config"] = json.dumps(dict(config), sort_keys=True, separators=(",", ":"))
-    totals = [int(value) for value in [row["total_steps"], *run_facts(db, row["id"])["conflicts"].get("total_steps", [])]
-              if value is not None]
+    totals = [
+        int(value)
+        for value in [
+            row["total_steps"],
+            *run_facts(db, row["id"])["conflicts"].get("total_steps", []),
+        ]
+        if value is not None
+    ]
     status = derived_status(row["last_step"], totals, ended)
     if status == "running" and row["status"] in ("stopped", "failed"):
         status = None  # an ingest without --ended never undoes the word that the run has ended
@@ -460,19 +573,29 @@ def record_ingest_facts(db: sqlite_utils.Database, run: str, facts: Mapping[str,
     return conflicts
 
 
-def protocol_facts(config_file: str | Path | None, **given: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+def protocol_facts(
+    config_file: str | Path | None, **given: Any
+) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The flattened config (None without a file) and the facts of an ingest: those the config
     gives, overridden by the options given (None means not given)."""
     flat = read_config_file(config_file) if config_file is not None else None
     facts = facts_from_config(flat) if flat else {}
     facts.update({key: value for key, value in given.items() if value is not None})
     for key, value in facts.items():  # runs.db holds 64-bit integers; a config may state more
-        if type(value) is int and not -2**63 <= value < 2**63:
-            raise InvalidInput(f"the config's {key} {value}: a whole number past what runs.db holds (2^63 - 1)")
-    if isinstance(facts.get("seed"), int):  # given, or read from the config: one seed range (seeds.py)
+        if type(value) is int and not -(2**63) <= value < 2**63:
+            raise InvalidInput(
+                f"the config's {key} {value}: a whole number past what runs.db holds (2^63 - 1)"
+            )
+    if isinstance(
+        facts.get("seed"), int
+    ):  # given, or read from the config: one seed range (seeds.py)
         from ccpo_cli.seeds import check_seed
 
-        check_seed(facts["seed"], "--seed" if given.get("seed") is not None else "the config's seed")
+        check_seed(
+            facts["seed"], "--seed" if given.get("seed") is not None else "the config's seed"
+        )
     if facts.get("episodes") is not None and int(facts["episodes"]) <= 0:
-        raise InvalidInput(f"--episodes must be a positive number of episodes, got {facts['episodes']}")
+        raise InvalidInput(
+            f"--episodes must be a positive number of episodes, got {facts['episodes']}"
+        )
     return flat, facts

@@ -51,7 +51,9 @@ FLAGS_REGISTRY_UNCHECKED = "ccpo's arm file (the run recorded no fingerprint to 
 FLAGS_COMPLETED = "the run's record, completed from ccpo's arm file"
 FLAGS_STATED = "ccpo's arm file, with the flags the run's own log printed in its place"
 FLAGS_NOT_RECORDED = "not recorded"
-FLAGS_EXTERNAL = "the run's log (verl's algorithm.* keys as printed; an estimator outside ccpo's arm files)"
+FLAGS_EXTERNAL = (
+    "the run's log (verl's algorithm.* keys as printed; an estimator outside ccpo's arm files)"
+)
 EXTERNAL_PREFIX = "verl-agent:"
 EPISODES_RECORDED = "recorded"
 EPISODES_NOT_RECORDED = "not recorded"
@@ -77,7 +79,9 @@ class ArmIdentity:
     description: str = ""
     # Flags the run's log printed that contradict the arm file: flag -> (printed, arm file's).
     contradictions: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
-    recorded_fingerprint: str | None = None  # what the run recorded, when the printed flags change it
+    recorded_fingerprint: str | None = (
+        None  # what the run recorded, when the printed flags change it
+    )
 
     @property
     def is_external(self) -> bool:
@@ -92,12 +96,19 @@ class ArmIdentity:
         return f"{self.name} [{', '.join(f'{key}={value}' for key, value in sorted(self.overrides.items()))}]"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "label": self.label, "fingerprint": self.fingerprint,
-                "flags": None if self.flags is None else dict(self.flags), "overrides": dict(self.overrides),
-                "flags_source": self.flags_source,
-                "contradictions": {flag: {"printed": printed, "arm_file": other}
-                                   for flag, (printed, other) in self.contradictions.items()},
-                "recorded_fingerprint": self.recorded_fingerprint}
+        return {
+            "name": self.name,
+            "label": self.label,
+            "fingerprint": self.fingerprint,
+            "flags": None if self.flags is None else dict(self.flags),
+            "overrides": dict(self.overrides),
+            "flags_source": self.flags_source,
+            "contradictions": {
+                flag: {"printed": printed, "arm_file": other}
+                for flag, (printed, other) in self.contradictions.items()
+            },
+            "recorded_fingerprint": self.recorded_fingerprint,
+        }
 
 
 @dataclass(frozen=True)
@@ -124,9 +135,15 @@ class EvaluationProtocol:
         return (self.split, self.temperature, episodes, self.turn_limit)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"split": self.split, "temperature": self.temperature, "episodes": self.episodes,
-                "episodes_basis": self.episodes_basis, "turn_limit": self.turn_limit, "mixed": self.mixed,
-                "split_assumed": self.split_assumed}
+        return {
+            "split": self.split,
+            "temperature": self.temperature,
+            "episodes": self.episodes,
+            "episodes_basis": self.episodes_basis,
+            "turn_limit": self.turn_limit,
+            "mixed": self.mixed,
+            "split_assumed": self.split_assumed,
+        }
 
 
 @dataclass(frozen=True)
@@ -146,7 +163,16 @@ class ComparisonUnit:
 
 
 # The fields of a unit, named as a label or a reason says them.
-UNIT_FIELDS = ("arm", "base model", "backend", "benchmark", "split", "temperature", "episodes", "turn limit")
+UNIT_FIELDS = (
+    "arm",
+    "base model",
+    "backend",
+    "benchmark",
+    "split",
+    "temperature",
+    "episodes",
+    "turn limit",
+)
 
 
 @dataclass(frozen=True)
@@ -183,22 +209,43 @@ class RunIdentity:
             arm_key = f"run:{self.run}"
         else:
             arm_key = self.arm.fingerprint or f"name:{self.arm.label}"
-        return ComparisonUnit(arm_key, self.base_model, self.backend, self.benchmark, self.protocol.key())
+        return ComparisonUnit(
+            arm_key, self.base_model, self.backend, self.benchmark, self.protocol.key()
+        )
 
     def unit_values(self) -> dict[str, Any]:
         """The unit's fields by their names in UNIT_FIELDS (for labels and reasons)."""
         protocol = self.protocol
-        return dict(zip(UNIT_FIELDS, (
-            self.arm.fingerprint if self.arm is not None else None, self.base_model, self.backend, self.benchmark,
-            protocol.split, protocol.temperature, protocol.episodes, protocol.turn_limit,
-        )))
+        return dict(
+            zip(
+                UNIT_FIELDS,
+                (
+                    self.arm.fingerprint if self.arm is not None else None,
+                    self.base_model,
+                    self.backend,
+                    self.benchmark,
+                    protocol.split,
+                    protocol.temperature,
+                    protocol.episodes,
+                    protocol.turn_limit,
+                ),
+            )
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "run": self.run, "uid": self.uid, "host": self.host, "kind": self.kind,
-            "arm": None if self.arm is None else self.arm.as_dict(), "seed": self.seed,
-            "base_model": self.base_model, "backend": self.backend, "benchmark": self.benchmark,
-            "protocol": self.protocol.as_dict(), "total_steps": self.total_steps, "agent": self.agent,
+            "run": self.run,
+            "uid": self.uid,
+            "host": self.host,
+            "kind": self.kind,
+            "arm": None if self.arm is None else self.arm.as_dict(),
+            "seed": self.seed,
+            "base_model": self.base_model,
+            "backend": self.backend,
+            "benchmark": self.benchmark,
+            "protocol": self.protocol.as_dict(),
+            "total_steps": self.total_steps,
+            "agent": self.agent,
             "start": None if self.start is None else dict(self.start),
             "rollout_stream": self.rollout_stream,
         }
@@ -207,7 +254,11 @@ class RunIdentity:
 def unit_differences(first: RunIdentity, second: RunIdentity) -> list[str]:
     """The unit fields in which two runs differ, each as 'field: a vs b'."""
     a, b = first.unit_values(), second.unit_values()
-    return [f"{name}: {_shown(a[name])} vs {_shown(b[name])}" for name in UNIT_FIELDS if a[name] != b[name]]
+    return [
+        f"{name}: {_shown(a[name])} vs {_shown(b[name])}"
+        for name in UNIT_FIELDS
+        if a[name] != b[name]
+    ]
 
 
 def _shown(value: Any) -> str:
@@ -260,8 +311,11 @@ def _with_stated_flags(arm: ArmIdentity, facts: Mapping[str, Any]) -> ArmIdentit
     stated = stated_arm_flags(facts)
     if not stated or arm.flags is None:
         return arm
-    contradictions = {flag: (value, arm.flags[flag]) for flag, value in stated.items()
-                      if flag in arm.flags and arm.flags[flag] != value}
+    contradictions = {
+        flag: (value, arm.flags[flag])
+        for flag, value in stated.items()
+        if flag in arm.flags and arm.flags[flag] != value
+    }
     if not contradictions:
         return arm
     if arm.flags_source == FLAGS_RECORDED:
@@ -270,9 +324,14 @@ def _with_stated_flags(arm: ArmIdentity, facts: Mapping[str, Any]) -> ArmIdentit
 
     flags = {**arm.flags, **{flag: printed for flag, (printed, _) in contradictions.items()}}
     typed = arms.arm_from_flags(arm.name, flags, arm.description)
-    return replace(arm, flags=flags, flags_source=FLAGS_STATED, contradictions=contradictions,
-                   fingerprint=typed.fingerprint if typed is not None else None,
-                   recorded_fingerprint=arm.fingerprint)
+    return replace(
+        arm,
+        flags=flags,
+        flags_source=FLAGS_STATED,
+        contradictions=contradictions,
+        fingerprint=typed.fingerprint if typed is not None else None,
+        recorded_fingerprint=arm.fingerprint,
+    )
 
 
 def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
@@ -292,13 +351,24 @@ def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
     base = _registry_flags(str(name))
     if not isinstance(overrides, Mapping):
         # Recorded flags without recorded overrides: the overrides are what differs from the arm file.
-        overrides = {key: value for key, value in (flags or {}).items()
-                     if base is not None and key in base and base[key] != value} if flags else {}
+        overrides = (
+            {
+                key: value
+                for key, value in (flags or {}).items()
+                if base is not None and key in base and base[key] != value
+            }
+            if flags
+            else {}
+        )
     overrides = {str(key): value for key, value in overrides.items()}
     registry = _registry_arm(str(name), tuple(sorted(overrides.items())))
     description = registry.description if registry is not None else ""
-    if flags is not None and registry is not None and not set(registry.flags()) <= set(flags) \
-            and fingerprint in (None, registry.fingerprint):
+    if (
+        flags is not None
+        and registry is not None
+        and not set(registry.flags()) <= set(flags)
+        and fingerprint in (None, registry.fingerprint)
+    ):
         # A partial record (older configs kept only some flags): the arm file fills in the rest.
         flags = {**registry.flags(), **flags}
         source = FLAGS_COMPLETED
@@ -309,7 +379,14 @@ def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
         source = FLAGS_REGISTRY if fingerprint else FLAGS_REGISTRY_UNCHECKED
     else:
         source = FLAGS_NOT_RECORDED
-    return ArmIdentity(str(name), fingerprint, None if flags is None else dict(flags), overrides, source, description)
+    return ArmIdentity(
+        str(name),
+        fingerprint,
+        None if flags is None else dict(flags),
+        overrides,
+        source,
+        description,
+    )
 
 
 def external_arm(algorithm: Mapping[str, Any]) -> ArmIdentity | None:
@@ -323,13 +400,27 @@ def external_arm(algorithm: Mapping[str, Any]) -> ArmIdentity | None:
         return None
     mode = algorithm.get(f"{estimator}.mode")
     if estimator == "grpo" and algorithm.get("norm_adv_by_std_in_grpo") is not None:
-        mode = "mean_std_norm" if str(algorithm["norm_adv_by_std_in_grpo"]).lower() in ("true", "1") else "mean_norm"
+        mode = (
+            "mean_std_norm"
+            if str(algorithm["norm_adv_by_std_in_grpo"]).lower() in ("true", "1")
+            else "mean_norm"
+        )
     name = f"{EXTERNAL_PREFIX}{estimator}" + (f"({mode})" if isinstance(mode, str) and mode else "")
     flags = dict(sorted(algorithm.items()))
-    canonical = json.dumps({"external": "verl-agent", "algorithm": flags}, sort_keys=True, separators=(",", ":"),
-                           default=str)
-    return ArmIdentity(name, hashlib.sha256(canonical.encode()).hexdigest(), flags, {}, FLAGS_EXTERNAL,
-                       f"verl-agent's {estimator} estimator, as the run's log printed it")
+    canonical = json.dumps(
+        {"external": "verl-agent", "algorithm": flags},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return ArmIdentity(
+        name,
+        hashlib.sha256(canonical.encode()).hexdigest(),
+        flags,
+        {},
+        FLAGS_EXTERNAL,
+        f"verl-agent's {estimator} estimator, as the run's log printed it",
+    )
 
 
 def _run_arm(row: Mapping[str, Any], facts: Mapping[str, Any]) -> ArmIdentity | None:
@@ -351,17 +442,23 @@ def _facts_by_run(db: sqlite_utils.Database, run_ids: Sequence[int]) -> dict[int
     if not run_ids or "run_facts" not in db.table_names():
         return facts
     marks = ", ".join("?" for _ in run_ids)
-    for row in db.query(f"SELECT run_id, key, value, source FROM run_facts WHERE run_id IN ({marks}) ORDER BY id",
-                        list(run_ids)):
+    for row in db.query(
+        f"SELECT run_id, key, value, source FROM run_facts WHERE run_id IN ({marks}) ORDER BY id",
+        list(run_ids),
+    ):
         if row["key"] == "split" and (row["source"] or "").startswith(_ASSUMED):
             continue  # an older ingest's benchmark default, not the log's word: the split is not recorded
-        facts[row["run_id"]].setdefault(row["key"], _json(row["value"]))  # the first value recorded stands
+        facts[row["run_id"]].setdefault(
+            row["key"], _json(row["value"])
+        )  # the first value recorded stands
         if row["key"] == "split" and SPLIT_ASSUMED_KEY not in facts[row["run_id"]]:
             facts[row["run_id"]][SPLIT_ASSUMED_KEY] = None
     return facts
 
 
-def _protocols_by_run(db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None) -> dict[int, Counter]:
+def _protocols_by_run(
+    db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None
+) -> dict[int, Counter]:
     """Per run, how many evaluations used each (episodes, temperature)."""
     counts: dict[int, Counter] = defaultdict(Counter)
     if not run_ids:
@@ -370,18 +467,25 @@ def _protocols_by_run(db: sqlite_utils.Database, run_ids: Sequence[int], split: 
     # Standing evaluations only: a retracted one (store/retractions.py) says nothing of the protocol.
     where = f"run_id IN ({marks}) AND {STANDING}" + (" AND split = ?" if split is not None else "")
     params = [*run_ids, *([split] if split is not None else [])]
-    for row in db.query(f"SELECT run_id, episodes, temperature, COUNT(*) AS n FROM evaluations WHERE {where} "
-                        "GROUP BY run_id, episodes, temperature", params):
+    for row in db.query(
+        f"SELECT run_id, episodes, temperature, COUNT(*) AS n FROM evaluations WHERE {where} "
+        "GROUP BY run_id, episodes, temperature",
+        params,
+    ):
         counts[row["run_id"]][(row["episodes"], row["temperature"])] += row["n"]
     return counts
 
 
-def _rates_without_episodes(db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None) -> dict[int, list[float]]:
+def _rates_without_episodes(
+    db: sqlite_utils.Database, run_ids: Sequence[int], split: str | None
+) -> dict[int, list[float]]:
     rates: dict[int, list[float]] = defaultdict(list)
     if not run_ids:
         return rates
     marks = ", ".join("?" for _ in run_ids)
-    where = f"run_id IN ({marks}) AND episodes IS NULL AND {STANDING}" + (" AND split = ?" if split is not None else "")
+    where = f"run_id IN ({marks}) AND episodes IS NULL AND {STANDING}" + (
+        " AND split = ?" if split is not None else ""
+    )
     params = [*run_ids, *([split] if split is not None else [])]
     for row in db.query(f"SELECT run_id, success_rate FROM evaluations WHERE {where}", params):
         rates[row["run_id"]].append(float(row["success_rate"]))
@@ -409,10 +513,12 @@ def infer_episodes(rates_percent: Iterable[float]) -> int | None:
     if len(informative) < MIN_INFERENCE_RATES:
         return None
     digits = max(_decimals(value) for value in informative)
-    tolerance = (0.5 * 10.0 ** -digits if digits < 9 else 1e-9) + 1e-12  # float error on the boundary
+    tolerance = (0.5 * 10.0**-digits if digits < 9 else 1e-9) + 1e-12  # float error on the boundary
     candidate = None
     for episodes in range(2, MAX_INFERRED_EPISODES + 1):
-        if all(abs(round(value * episodes) / episodes - value) <= tolerance for value in informative):
+        if all(
+            abs(round(value * episodes) / episodes - value) <= tolerance for value in informative
+        ):
             candidate = episodes
             break
     if candidate is None:
@@ -426,7 +532,9 @@ def infer_episodes(rates_percent: Iterable[float]) -> int | None:
 
 def _protocol(facts: Mapping[str, Any], counts: Counter, rates: list[float]) -> EvaluationProtocol:
     if counts:
-        (episodes, temperature), _ = max(counts.items(), key=lambda item: (item[1], item[0][0] or 0))
+        (episodes, temperature), _ = max(
+            counts.items(), key=lambda item: (item[1], item[0][0] or 0)
+        )
     else:
         episodes, temperature = None, None
     evaluation_key = (episodes, temperature)
@@ -461,16 +569,23 @@ def _kind(row: Mapping[str, Any]) -> str:
     return kind if kind in (TRAINING, EVALUATION) else TRAINING
 
 
-def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, Any]], *,
-                    split: str | None = "heldout") -> dict[str, RunIdentity]:
+def read_identities(
+    db: sqlite_utils.Database,
+    run_rows: Sequence[Mapping[str, Any]],
+    *,
+    split: str | None = "heldout",
+) -> dict[str, RunIdentity]:
     """The identity of each run (rows of `store.list_runs`), keyed by run name; `split` is the
     evaluations' split whose protocol is read (the held-out role by default). Three queries in all."""
     ids = [int(row["id"]) for row in run_rows]
     facts = _facts_by_run(db, ids)
     counts = _protocols_by_run(db, ids, split)
-    unrecorded = [identifier for identifier in ids
-                  if not any(episodes is not None for episodes, _ in counts.get(identifier, {}))
-                  and facts.get(identifier, {}).get("episodes") is None]
+    unrecorded = [
+        identifier
+        for identifier in ids
+        if not any(episodes is not None for episodes, _ in counts.get(identifier, {}))
+        and facts.get(identifier, {}).get("episodes") is None
+    ]
     rates = _rates_without_episodes(db, unrecorded, split)
     identities = {}
     for row in run_rows:
@@ -480,20 +595,35 @@ def read_identities(db: sqlite_utils.Database, run_rows: Sequence[Mapping[str, A
         start = _mapping(row.get("config")).get("start")
         stream = _mapping(_mapping(row.get("config")).get("train")).get("rollout_stream")
         identities[row["name"]] = RunIdentity(
-            run=row["name"], run_id=identifier, uid=row.get("uid"), host=row.get("host"), kind=_kind(row),
+            run=row["name"],
+            run_id=identifier,
+            uid=row.get("uid"),
+            host=row.get("host"),
+            kind=_kind(row),
             arm=_run_arm(row, run_facts),
-            seed=row.get("seed"), base_model=row.get("base_model"),
-            backend=row.get("backend"), benchmark=row.get("benchmark"),
-            protocol=_protocol({**run_facts, SPLIT_ASSUMED_KEY: split_assumed}, counts.get(identifier, Counter()),
-                               rates.get(identifier, [])),
-            total_steps=row.get("total_steps"), agent=run_facts.get("agent"),
-            start=dict(start) if isinstance(start, Mapping) else None, facts=dict(run_facts),
-            rollout_stream=stream if isinstance(stream, int) and not isinstance(stream, bool) else None,
+            seed=row.get("seed"),
+            base_model=row.get("base_model"),
+            backend=row.get("backend"),
+            benchmark=row.get("benchmark"),
+            protocol=_protocol(
+                {**run_facts, SPLIT_ASSUMED_KEY: split_assumed},
+                counts.get(identifier, Counter()),
+                rates.get(identifier, []),
+            ),
+            total_steps=row.get("total_steps"),
+            agent=run_facts.get("agent"),
+            start=dict(start) if isinstance(start, Mapping) else None,
+            facts=dict(run_facts),
+            rollout_stream=stream
+            if isinstance(stream, int) and not isinstance(stream, bool)
+            else None,
         )
     return identities
 
 
-def run_identity(db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout") -> RunIdentity:
+def run_identity(
+    db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout"
+) -> RunIdentity:
     """One run's identity (InvalidInput if there is no such run)."""
     from ccpo_cli.store.queries import get_run
 
@@ -501,7 +631,9 @@ def run_identity(db: sqlite_utils.Database, run: str | int, *, split: str | None
     return read_identities(db, [row], split=split)[row["name"]]
 
 
-def all_identities(db: sqlite_utils.Database, *, split: str | None = "heldout") -> dict[str, RunIdentity]:
+def all_identities(
+    db: sqlite_utils.Database, *, split: str | None = "heldout"
+) -> dict[str, RunIdentity]:
     return read_identities(db, list_runs(db), split=split)
 
 
@@ -520,8 +652,12 @@ def unit_labels(identities: Iterable[RunIdentity]) -> dict[ComparisonUnit, str]:
             labels[units[0]] = label
             continue
         values = {unit: members[unit].unit_values() for unit in units}
-        differing = [name for name in UNIT_FIELDS
-                     if len({json.dumps(values[unit][name], sort_keys=True, default=str) for unit in units}) > 1]
+        differing = [
+            name
+            for name in UNIT_FIELDS
+            if len({json.dumps(values[unit][name], sort_keys=True, default=str) for unit in units})
+            > 1
+        ]
         for unit in units:
             parts = [f"{name} {_short(name, values[unit][name])}" for name in differing]
             labels[unit] = f"{label} ({', '.join(parts)})"

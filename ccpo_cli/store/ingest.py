@@ -81,8 +81,15 @@ from ccpo_cli.store.records import (
 )
 
 __all__ = [
-    "FORMATS", "MAX_LINE_BYTES", "MAX_LINE_TEXT", "IngestReport", "ParsedFile", "evaluation_from_metrics",
-    "ingest_file", "parse_metrics_file", "require_metrics_file",
+    "FORMATS",
+    "MAX_LINE_BYTES",
+    "MAX_LINE_TEXT",
+    "IngestReport",
+    "ParsedFile",
+    "evaluation_from_metrics",
+    "ingest_file",
+    "parse_metrics_file",
+    "require_metrics_file",
 ]
 
 # The report keeps this many skipped lines (with reasons) and cleaned line numbers; the counts are exact.
@@ -119,14 +126,20 @@ class IngestReport:
     skipped_lines: list[dict[str, Any]] = field(default_factory=list)
     cleaned: int = 0
     cleaned_lines: list[int] = field(default_factory=list)
-    fact_conflicts: list[dict[str, Any]] = field(default_factory=list)  # protocol facts (store/facts.py)
+    fact_conflicts: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # protocol facts (store/facts.py)
     benchmark: str | None = None
     benchmark_evidence: str | None = None
-    stated_facts: dict[str, Any] = field(default_factory=dict)  # what the log printed (store/facts.py)
+    stated_facts: dict[str, Any] = field(
+        default_factory=dict
+    )  # what the log printed (store/facts.py)
     unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
     kind: str | None = None  # "evaluation" for a log that only validated (trainer.val_only)
     first_step: int | None = None
-    config_left_out_lines: list[int] = field(default_factory=list)  # other output inside a printed config
+    config_left_out_lines: list[int] = field(
+        default_factory=list
+    )  # other output inside a printed config
     summary_not_placed: bool = False  # a wandb summary's validation whose step is not known
 
     def skip(self, event: Skipped) -> None:
@@ -146,17 +159,32 @@ class IngestReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path, "format": self.format, "run": self.run, "lines": self.lines, "steps": self.steps,
-            "last_step": self.last_step, "evaluations_found": self.evaluations_found, "new": self.new,
-            "duplicates": self.duplicates, "conflicts": self.conflicts, "warnings": self.warnings,
-            "incomplete_tail_line": self.incomplete_tail_line, "skipped": self.skipped,
-            "skipped_lines": self.skipped_lines, "cleaned": self.cleaned, "cleaned_lines": self.cleaned_lines,
+            "path": self.path,
+            "format": self.format,
+            "run": self.run,
+            "lines": self.lines,
+            "steps": self.steps,
+            "last_step": self.last_step,
+            "evaluations_found": self.evaluations_found,
+            "new": self.new,
+            "duplicates": self.duplicates,
+            "conflicts": self.conflicts,
+            "warnings": self.warnings,
+            "incomplete_tail_line": self.incomplete_tail_line,
+            "skipped": self.skipped,
+            "skipped_lines": self.skipped_lines,
+            "cleaned": self.cleaned,
+            "cleaned_lines": self.cleaned_lines,
             "fact_conflicts": self.fact_conflicts,
-            "benchmark": self.benchmark, "benchmark_evidence": self.benchmark_evidence,
-            "stated_facts": self.stated_facts, "kind": self.kind, "first_step": self.first_step,
+            "benchmark": self.benchmark,
+            "benchmark_evidence": self.benchmark_evidence,
+            "stated_facts": self.stated_facts,
+            "kind": self.kind,
+            "first_step": self.first_step,
             "resumed_from": self.stated_facts.get("resumed_from"),
             "config_left_out_lines": self.config_left_out_lines,
-            "unused_metric_keys": self.unused_metric_keys, "unused_metric_key_count": len(self.unused_keys),
+            "unused_metric_keys": self.unused_metric_keys,
+            "unused_metric_key_count": len(self.unused_keys),
             "unused_metric_keys_capped": len(self.unused_keys) >= MAX_DROPPED_KEYS,
         }
 
@@ -180,8 +208,16 @@ def _where(path: Path | str, line: int | None) -> str:
     return f"{path}:{line}" if line is not None else str(path)
 
 
-def _events(path: Path, fmt: str, stats: ReadStats, report: IngestReport, strict: bool,
-            metric: str | None, source_run: str | None, rename: MetricRename | None = None):
+def _events(
+    path: Path,
+    fmt: str,
+    stats: ReadStats,
+    report: IngestReport,
+    strict: bool,
+    metric: str | None,
+    source_run: str | None,
+    rename: MetricRename | None = None,
+):
     """The records of the file and what it stated about its run, with skips, cleaned lines and
     the tail noted in `report` (raised at once under `strict`); `rename` applied to each record."""
     report.format, events = read_events(
@@ -218,18 +254,29 @@ class ParsedFile:
     skipped: list[dict[str, Any]] = field(default_factory=list)
 
 
-def parse_metrics_file(path: str | Path, fmt: str = "auto", progress: ProgressCallback | None = None,
-                       *, strict: bool = False, metric: str | None = None,
-                       source_run: str | None = None) -> ParsedFile:
+def parse_metrics_file(
+    path: str | Path,
+    fmt: str = "auto",
+    progress: ProgressCallback | None = None,
+    *,
+    strict: bool = False,
+    metric: str | None = None,
+    source_run: str | None = None,
+) -> ParsedFile:
     """Read a metrics file into per-step records without touching any database."""
     if fmt not in FORMATS:
         raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     path = require_metrics_file(path)
     stats = ReadStats(progress)
     report = IngestReport(path=str(path), format=fmt, run="")
-    records = [event for event in _events(path, fmt, stats, report, strict, metric, source_run)
-               if isinstance(event, MetricRecord)]
-    return ParsedFile(path, report.format, records, stats.lines, report.incomplete_tail_line, report.skipped_lines)
+    records = [
+        event
+        for event in _events(path, fmt, stats, report, strict, metric, source_run)
+        if isinstance(event, MetricRecord)
+    ]
+    return ParsedFile(
+        path, report.format, records, stats.lines, report.incomplete_tail_line, report.skipped_lines
+    )
 
 
 def _refuse_if_nothing_read(path: Path, report: IngestReport, stated: list[StatedConfig]) -> None:
@@ -250,7 +297,9 @@ def _refuse_if_nothing_read(path: Path, report: IngestReport, stated: list[State
         )
     if report.incomplete_tail_line is None:
         if report.format == "console":
-            raise InvalidInput(f"{path}: no 'step:N - key:value' lines found; not a verl console log")
+            raise InvalidInput(
+                f"{path}: no 'step:N - key:value' lines found; not a verl console log"
+            )
         raise InvalidInput(f"{path}: no metrics records found in this {report.format} file")
 
 
@@ -262,11 +311,19 @@ def _summarise(path: Path, report: IngestReport) -> None:
         )
     if report.skipped:
         named = "; ".join(
-            f"line {item['line']}: {item['reason'][:100]}" if item["line"] is not None else item["reason"][:100]
+            f"line {item['line']}: {item['reason'][:100]}"
+            if item["line"] is not None
+            else item["reason"][:100]
             for item in report.skipped_lines[:WARNED_LINES]
         )
-        more = f"; and {report.skipped - WARNED_LINES} more (all in --json)" if report.skipped > WARNED_LINES else ""
-        report.warnings.append(f"{path}: skipped {report.skipped} line(s) that could not be read: {named}{more}")
+        more = (
+            f"; and {report.skipped - WARNED_LINES} more (all in --json)"
+            if report.skipped > WARNED_LINES
+            else ""
+        )
+        report.warnings.append(
+            f"{path}: skipped {report.skipped} line(s) that could not be read: {named}{more}"
+        )
     if report.incomplete_tail_line is not None:
         report.warnings.append(
             f"{path}:{report.incomplete_tail_line}: incomplete last line (file still being written?); "
@@ -288,9 +345,14 @@ def _summarise(path: Path, report: IngestReport) -> None:
     if report.unused_keys:
         count = len(report.unused_keys)
         named = ", ".join(sorted(report.unused_keys)[:WARNED_KEYS])
-        more = f" and {count - WARNED_KEYS}{'+' if count >= MAX_DROPPED_KEYS else ''} more (all in --json)" \
-            if count > WARNED_KEYS else ""
-        report.warnings.append(f"{path}: {count} metric key(s) not recorded (runs.db has no place for them): {named}{more}")
+        more = (
+            f" and {count - WARNED_KEYS}{'+' if count >= MAX_DROPPED_KEYS else ''} more (all in --json)"
+            if count > WARNED_KEYS
+            else ""
+        )
+        report.warnings.append(
+            f"{path}: {count} metric key(s) not recorded (runs.db has no place for them): {named}{more}"
+        )
 
 
 class _BenchmarkChoice:
@@ -374,7 +436,10 @@ def ingest_file(
     report = IngestReport(path=str(path), format=fmt, run=run)
     stats = ReadStats(progress)
     choice = _BenchmarkChoice(path, stated_benchmark)
-    choice.see(benchmark_for_env_name((config or {}).get("env.env_name")), "the --config file's env.env_name")
+    choice.see(
+        benchmark_for_env_name((config or {}).get("env.env_name")),
+        "the --config file's env.env_name",
+    )
     stated: list[StatedConfig] = []
     with write_transaction(db):
         source = str(path.resolve())
@@ -382,8 +447,14 @@ def ingest_file(
         run_is_new = recorded is None
         choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
-            db, run, arm=arm, arm_fingerprint=arm_fingerprint, seed=seed, base_model=base_model,
-            total_steps=_reconcile_total(db, run, total_steps, source, report), backend=backend,
+            db,
+            run,
+            arm=arm,
+            arm_fingerprint=arm_fingerprint,
+            seed=seed,
+            base_model=base_model,
+            total_steps=_reconcile_total(db, run, total_steps, source, report),
+            backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
         for event in _events(path, fmt, stats, report, strict, metric, source_run, rename):
@@ -391,16 +462,24 @@ def ingest_file(
                 _note_stated(event, stated, choice, report)
                 continue
             if not event.summary:
-                report.first_step = event.step if report.first_step is None else min(report.first_step, event.step)
+                report.first_step = (
+                    event.step if report.first_step is None else min(report.first_step, event.step)
+                )
             detected = detect_benchmark(event.metrics)
             if detected is not None:
-                choice.see(detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})")
-            report.note_unused(key for key in event.metrics if key not in evaluation_keys(choice.current))
+                choice.see(
+                    detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})"
+                )
+            report.note_unused(
+                key for key in event.metrics if key not in evaluation_keys(choice.current)
+            )
             if event.summary:
                 event = _summary_evaluation(db, run, path, event, report)
             if _record_one(db, run, path, source, event, report, strict, choice.current):
                 report.steps += 1
-                report.last_step = event.step if report.last_step is None else max(report.last_step, event.step)
+                report.last_step = (
+                    event.step if report.last_step is None else max(report.last_step, event.step)
+                )
             if write_progress is not None:
                 write_progress(report.evaluations_found, None)
         report.lines = stats.lines
@@ -411,18 +490,28 @@ def ingest_file(
         printed_config, report.stated_facts = facts_from_log(stated)
         stated_facts = dict(report.stated_facts)
         stated_total = stated_facts.pop("total_steps", None)  # a runs column, not a fact
-        val_only = states_val_only(config) or any(states_val_only(flat_config(item)) for item in stated)
+        val_only = states_val_only(config) or any(
+            states_val_only(flat_config(item)) for item in stated
+        )
         if val_only:
             stated_total = None  # an evaluation-only log trains no step
             _mark_reference(db, run, path, run_is_new, report)
         elif stated_total is not None and total_steps is None:
-            ensure_run(db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report))
+            ensure_run(
+                db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report)
+            )
         _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
         conflicts = record_ingest_facts(
-            db, run, facts or {}, config=config or printed_config,
-            ended=ended, source=source, stated=stated_facts, stated_source=f"{source} (printed by the run)",
+            db,
+            run,
+            facts or {},
+            config=config or printed_config,
+            ended=ended,
+            source=source,
+            stated=stated_facts,
+            stated_source=f"{source} (printed by the run)",
         )
         if report.kind == "evaluation":
             update_run_state(db, run, status="finished")  # it validated; it was never to train
@@ -435,7 +524,9 @@ def ingest_file(
     return report
 
 
-def _reconcile_total(db, run: str, total_steps: int | None, source: str, report: IngestReport) -> int | None:
+def _reconcile_total(
+    db, run: str, total_steps: int | None, source: str, report: IngestReport
+) -> int | None:
     """The total steps to write for the run, or None with a different one kept as a conflict
     (store/facts.py)."""
     total_steps, conflict = reconcile_total_steps(db, run, total_steps, source)
@@ -448,15 +539,21 @@ def _reconcile_total(db, run: str, total_steps: int | None, source: str, report:
     return total_steps
 
 
-def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice,
-                 report: IngestReport) -> None:
+def _note_stated(
+    event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice, report: IngestReport
+) -> None:
     if len(stated) < MAX_STATED_CONFIGS:
         stated.append(event)
     if event.left_out_count:
-        report.config_left_out_lines.extend(event.left_out[:REPORTED_LINES - len(report.config_left_out_lines)])
+        report.config_left_out_lines.extend(
+            event.left_out[: REPORTED_LINES - len(report.config_left_out_lines)]
+        )
         shown = ", ".join(str(number) for number in event.left_out[:WARNED_LINES])
-        more = f" and {event.left_out_count - WARNED_LINES} more (all in --json)" \
-            if event.left_out_count > WARNED_LINES else ""
+        more = (
+            f" and {event.left_out_count - WARNED_LINES} more (all in --json)"
+            if event.left_out_count > WARNED_LINES
+            else ""
+        )
         report.warnings.append(
             f"{report.path}:{event.line}: the printed config was read around {event.left_out_count} line(s) of other "
             f"output interleaved with it (lines {shown}{more}); those lines are not part of the config"
@@ -464,7 +561,10 @@ def _note_stated(event: StatedConfig, stated: list[StatedConfig], choice: _Bench
     if event.kind in ("resolved", "launch"):
         env_name = (flat_config(event) or {}).get("env.env_name")
         what = "the printed config's" if event.kind == "resolved" else "the traced launch command's"
-        choice.see(benchmark_for_env_name(env_name), f"{what} env.env_name {env_name!r} (line {event.line})")
+        choice.see(
+            benchmark_for_env_name(env_name),
+            f"{what} env.env_name {env_name!r} (line {event.line})",
+        )
 
 
 def _mark_reference(db, run: str, path: Path, run_is_new: bool, report: IngestReport) -> None:
@@ -478,15 +578,22 @@ def _mark_reference(db, run: str, path: Path, run_is_new: bool, report: IngestRe
     )
 
 
-def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None, base_model: str | None) -> None:
+def _fill_identity(
+    db, run: str, stated: Mapping[str, Any], *, seed: int | None, base_model: str | None
+) -> None:
     """The printed seed and model become the run's seed and base model where neither an option
     nor an earlier record gave one (a different printed value stays a fact conflict); a model
     path in the Hugging Face cache is the Hub model it holds."""
     row = next(db["runs"].rows_where("name = ?", [run], select="seed, base_model"))
     fill: dict[str, Any] = {}
     printed_seed = stated.get("seed")
-    if seed is None and row["seed"] is None and isinstance(printed_seed, (int, float)) \
-            and not isinstance(printed_seed, bool) and float(printed_seed).is_integer():
+    if (
+        seed is None
+        and row["seed"] is None
+        and isinstance(printed_seed, (int, float))
+        and not isinstance(printed_seed, bool)
+        and float(printed_seed).is_integer()
+    ):
         fill["seed"] = int(printed_seed)
     if base_model is None and row["base_model"] is None and isinstance(stated.get("model"), str):
         fill["base_model"] = hub_model_id(stated["model"])  # the fact keeps the path as printed
@@ -494,14 +601,17 @@ def _fill_identity(db, run: str, stated: Mapping[str, Any], *, seed: int | None,
         ensure_run(db, run, **fill)
 
 
-def _warn_unexpanded(path: Path, config: Mapping[str, Any] | None, stated: list[StatedConfig],
-                     report: IngestReport) -> None:
+def _warn_unexpanded(
+    path: Path, config: Mapping[str, Any] | None, stated: list[StatedConfig], report: IngestReport
+) -> None:
     """Name the settings whose value is a variable the script never expanded (not recorded)."""
     found = dict(unexpanded_variables(config))
     for item in stated:
         found.update(unexpanded_variables(flat_config(item)))
     if found:
-        named = ", ".join(f"{key}=${variable}" for key, variable in sorted(found.items())[:WARNED_KEYS])
+        named = ", ".join(
+            f"{key}=${variable}" for key, variable in sorted(found.items())[:WARNED_KEYS]
+        )
         more = f" and {len(found) - WARNED_KEYS} more" if len(found) > WARNED_KEYS else ""
         report.warnings.append(
             f"{path}: not recorded as facts, their values are variables the launch script never expanded: "
@@ -509,7 +619,9 @@ def _warn_unexpanded(path: Path, config: Mapping[str, Any] | None, stated: list[
         )
 
 
-def _summary_evaluation(db, run: str, path: Path, record: MetricRecord, report: IngestReport) -> MetricRecord:
+def _summary_evaluation(
+    db, run: str, path: Path, record: MetricRecord, report: IngestReport
+) -> MetricRecord:
     """A wandb summary's record, its validation placed at the step it was measured at.
 
     The summary keeps the last value of `val/success_rate` and the last step logged (`_step`),
@@ -524,12 +636,22 @@ def _summary_evaluation(db, run: str, path: Path, record: MetricRecord, report: 
         return training
     latest = latest_standing_evaluation(db, run, at_most=record.step)
     value = validation[OVERALL_KEY]
-    if latest is not None and isinstance(value, (int, float)) and not isinstance(value, bool) \
-            and agree_at_precision(latest["success_rate"], 100.0 * value):
+    if (
+        latest is not None
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and agree_at_precision(latest["success_rate"], 100.0 * value)
+    ):
         return MetricRecord(latest["step"], validation, record.line)
     report.summary_not_placed = True
-    why = (f"it differs from the run's latest recorded validation (step {latest['step']}, "
-           f"{latest['success_rate']:g} %)") if latest is not None else "the run has no validation recorded yet"
+    why = (
+        (
+            f"it differs from the run's latest recorded validation (step {latest['step']}, "
+            f"{latest['success_rate']:g} %)"
+        )
+        if latest is not None
+        else "the run has no validation recorded yet"
+    )
     report.warnings.append(
         f"{path}: a wandb summary keeps {OVERALL_KEY} {value!r} without the step it was measured at (its _step "
         f"{record.step} is the last step logged) and {why}: not recorded; ingest the run's output.log or "
@@ -538,7 +660,9 @@ def _summary_evaluation(db, run: str, path: Path, record: MetricRecord, report: 
     return training
 
 
-def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report: IngestReport) -> None:
+def _record_benchmark(
+    db, run: str, path: Path, choice: _BenchmarkChoice, report: IngestReport
+) -> None:
     """Record the benchmark chosen, or say that none is recorded."""
     if choice.current is not None:
         ensure_run(db, run, benchmark=choice.current.name)
@@ -550,15 +674,25 @@ def _record_benchmark(db, run: str, path: Path, choice: _BenchmarkChoice, report
     )
 
 
-def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, report: IngestReport, strict: bool,
-                benchmark: Benchmark | None) -> bool:
+def _record_one(
+    db,
+    run: str,
+    path: Path,
+    source: str,
+    record: MetricRecord,
+    report: IngestReport,
+    strict: bool,
+    benchmark: Benchmark | None,
+) -> bool:
     """Record the step's evaluation, if it has one; False when the record was skipped."""
     where = _where(path, record.line)
     try:
         evaluation = evaluation_from_metrics(record, where, report.warnings, benchmark)
         if evaluation is None:
             return True
-        outcome = record_evaluation_outcome(db, run, source_file=source, source_line=record.line, **evaluation)
+        outcome = record_evaluation_outcome(
+            db, run, source_file=source, source_line=record.line, **evaluation
+        )
     except (BadRecord, InvalidInput) as error:
         if strict:
             raise InvalidInput(f"{where}: {error}") from None
@@ -571,8 +705,12 @@ def _record_one(db, run: str, path: Path, source: str, record: MetricRecord, rep
         report.duplicates += 1
     else:
         report.conflicts.append(
-            {"step": evaluation["step"], "line": record.line, "kept_evaluation_id": outcome.evaluation_id,
-             "conflict_id": outcome.conflict_id}
+            {
+                "step": evaluation["step"],
+                "line": record.line,
+                "kept_evaluation_id": outcome.evaluation_id,
+                "conflict_id": outcome.conflict_id,
+            }
         )
         report.warnings.append(
             f"{where}: step {evaluation['step']} differs from the evaluation already recorded "

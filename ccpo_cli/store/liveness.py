@@ -54,7 +54,7 @@ def process_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     try:  # the command name (field 2) may hold spaces and parentheses: split after the last ')'
-        return int(stat[stat.rindex(")") + 2:].split()[19])
+        return int(stat[stat.rindex(")") + 2 :].split()[19])
     except (ValueError, IndexError):
         return None
 
@@ -73,8 +73,14 @@ class ProcessOwner:
     @classmethod
     def this_process(cls) -> ProcessOwner:
         pid = os.getpid()
-        return cls(pid=pid, host=this_host(), session=uuid.uuid4().hex, boot_id=_boot_id(),
-                   start_ticks=process_start_ticks(pid), started_at=utc_now())
+        return cls(
+            pid=pid,
+            host=this_host(),
+            session=uuid.uuid4().hex,
+            boot_id=_boot_id(),
+            start_ticks=process_start_ticks(pid),
+            started_at=utc_now(),
+        )
 
     @classmethod
     def from_mapping(cls, data: Any) -> ProcessOwner | None:
@@ -82,9 +88,14 @@ class ProcessOwner:
         if not isinstance(data, dict):
             return None
         try:
-            return cls(pid=int(data["pid"]), host=str(data["host"]), session=str(data.get("session") or ""),
-                       boot_id=data.get("boot_id"), start_ticks=None if data.get("start_ticks") is None
-                       else int(data["start_ticks"]), started_at=data.get("started_at"))
+            return cls(
+                pid=int(data["pid"]),
+                host=str(data["host"]),
+                session=str(data.get("session") or ""),
+                boot_id=data.get("boot_id"),
+                start_ticks=None if data.get("start_ticks") is None else int(data["start_ticks"]),
+                started_at=data.get("started_at"),
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -117,15 +128,29 @@ class ProcessOwner:
 
 # -- writing -------------------------------------------------------------------------------------
 
-def start_session(db: sqlite_utils.Database, run: str | int, owner: ProcessOwner,
-                  every_s: float = HEARTBEAT_EVERY_S) -> None:
+
+def start_session(
+    db: sqlite_utils.Database,
+    run: str | int,
+    owner: ProcessOwner,
+    every_s: float = HEARTBEAT_EVERY_S,
+) -> None:
     """Record that `owner` trains `run` from now on (replacing any earlier session)."""
     now = utc_now()
     with write_transaction(db):
         db["run_liveness"].upsert(
-            {"run_id": run_id(db, run), "session": owner.session, "pid": owner.pid, "host": owner.host,
-             "boot_id": owner.boot_id, "start_ticks": owner.start_ticks, "started_at": owner.started_at or now,
-             "heartbeat_at": now, "heartbeat_every_s": float(every_s), "ended_at": None},
+            {
+                "run_id": run_id(db, run),
+                "session": owner.session,
+                "pid": owner.pid,
+                "host": owner.host,
+                "boot_id": owner.boot_id,
+                "start_ticks": owner.start_ticks,
+                "started_at": owner.started_at or now,
+                "heartbeat_at": now,
+                "heartbeat_every_s": float(every_s),
+                "ended_at": None,
+            },
             pk="run_id",
         )
 
@@ -133,41 +158,70 @@ def start_session(db: sqlite_utils.Database, run: str | int, owner: ProcessOwner
 def beat(db: sqlite_utils.Database, run: str | int, session: str) -> None:
     """A heartbeat of `session` (a session that another trainer replaced is left alone)."""
     with write_transaction(db):
-        db.execute("UPDATE run_liveness SET heartbeat_at = ? WHERE run_id = ? AND session = ?",
-                   [utc_now(), run_id(db, run), session])
+        db.execute(
+            "UPDATE run_liveness SET heartbeat_at = ? WHERE run_id = ? AND session = ?",
+            [utc_now(), run_id(db, run), session],
+        )
 
 
 def end_session(db: sqlite_utils.Database, run: str | int, session: str) -> None:
     with write_transaction(db):
-        db.execute("UPDATE run_liveness SET ended_at = ?, heartbeat_at = ? WHERE run_id = ? AND session = ?",
-                   [utc_now(), utc_now(), run_id(db, run), session])
+        db.execute(
+            "UPDATE run_liveness SET ended_at = ?, heartbeat_at = ? WHERE run_id = ? AND session = ?",
+            [utc_now(), utc_now(), run_id(db, run), session],
+        )
 
 
-def record_failure(db: sqlite_utils.Database, run: str | int, message: str, *, step: int | None = None,
-                   quantity: str | None = None, value: Any = None, session: str | None = None) -> int:
+def record_failure(
+    db: sqlite_utils.Database,
+    run: str | int,
+    message: str,
+    *,
+    step: int | None = None,
+    quantity: str | None = None,
+    value: Any = None,
+    session: str | None = None,
+) -> int:
     """Record why `run` failed (append-only: a run resumed and failed again has both rows)."""
     with write_transaction(db):
-        return int(db["run_failures"].insert(
-            {"run_id": run_id(db, run), "session": session, "step": step, "quantity": quantity,
-             "value": None if value is None else repr(value), "message": message, "recorded_at": utc_now()}
-        ).last_pk)
+        return int(
+            db["run_failures"]
+            .insert(
+                {
+                    "run_id": run_id(db, run),
+                    "session": session,
+                    "step": step,
+                    "quantity": quantity,
+                    "value": None if value is None else repr(value),
+                    "message": message,
+                    "recorded_at": utc_now(),
+                }
+            )
+            .last_pk
+        )
 
 
 class Heartbeat:
     """A background thread that beats for one session every `every_s` seconds, on its own
     connection (a missed beat is skipped: the heartbeat never stops training)."""
 
-    def __init__(self, db_path: str | Path, run: str, session: str, every_s: float = HEARTBEAT_EVERY_S):
+    def __init__(
+        self, db_path: str | Path, run: str, session: str, every_s: float = HEARTBEAT_EVERY_S
+    ):
         self.db_path, self.run, self.session, self.every_s = db_path, run, session, every_s
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"ccpo-heartbeat-{run}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop, name=f"ccpo-heartbeat-{run}", daemon=True
+        )
 
     def _loop(self) -> None:
         from ccpo_cli.store.db import open_db
 
         db = None
         while not self._stop.wait(self.every_s):
-            with contextlib.suppress(Exception):  # a busy or vanished database: try at the next beat
+            with contextlib.suppress(
+                Exception
+            ):  # a busy or vanished database: try at the next beat
                 db = db or open_db(self.db_path)
                 beat(db, self.run, self.session)
         if db is not None:
@@ -184,6 +238,7 @@ class Heartbeat:
 
 
 # -- reading -------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RunFailure:
@@ -210,8 +265,9 @@ def _age_s(stamp: str, now: datetime.datetime) -> float:
     return (now - datetime.datetime.fromisoformat(stamp)).total_seconds()
 
 
-def live_status_of(row: dict[str, Any], liveness: dict[str, Any] | None,
-                   now: datetime.datetime | None = None) -> LiveStatus:
+def live_status_of(
+    row: dict[str, Any], liveness: dict[str, Any] | None, now: datetime.datetime | None = None
+) -> LiveStatus:
     """The status to show for a runs row, given its `run_liveness` row (or None)."""
     recorded = row.get("status")
     if liveness is None:
@@ -223,19 +279,34 @@ def live_status_of(row: dict[str, Any], liveness: dict[str, Any] | None,
     step = row.get("last_step")
     at = f" at step {step}" if step is not None else ""
     if liveness.get("ended_at"):
-        return LiveStatus("interrupted", recorded, f"its trainer ({owner.describe()}) ended{at} without recording "
-                          "how the run ended", owner, heartbeat)
+        return LiveStatus(
+            "interrupted",
+            recorded,
+            f"its trainer ({owner.describe()}) ended{at} without recording how the run ended",
+            owner,
+            heartbeat,
+        )
     state = owner.state()
     if state == "gone":
-        return LiveStatus("interrupted", recorded, f"its trainer ({owner.describe()}) is no longer running; "
-                          f"last step {step}", owner, heartbeat)
+        return LiveStatus(
+            "interrupted",
+            recorded,
+            f"its trainer ({owner.describe()}) is no longer running; last step {step}",
+            owner,
+            heartbeat,
+        )
     if state == "unknown" and heartbeat:
         age = _age_s(heartbeat, now or datetime.datetime.now(datetime.UTC))
         limit = float(liveness.get("heartbeat_every_s") or HEARTBEAT_EVERY_S) * STALE_AFTER_BEATS
         if age > limit:
-            return LiveStatus("interrupted", recorded, f"no heartbeat from its trainer ({owner.describe()}) for "
-                              f"{age / 60:.0f} min (it beats every {limit / STALE_AFTER_BEATS:.0f} s); last step {step}",
-                              owner, heartbeat)
+            return LiveStatus(
+                "interrupted",
+                recorded,
+                f"no heartbeat from its trainer ({owner.describe()}) for "
+                f"{age / 60:.0f} min (it beats every {limit / STALE_AFTER_BEATS:.0f} s); last step {step}",
+                owner,
+                heartbeat,
+            )
     return LiveStatus(recorded, recorded, None, owner, heartbeat)
 
 
@@ -244,7 +315,9 @@ def _liveness_rows(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, d
     if not ids:
         return {}
     marks = ", ".join("?" for _ in ids)
-    return {row["run_id"]: row for row in db["run_liveness"].rows_where(f"run_id IN ({marks})", ids)}
+    return {
+        row["run_id"]: row for row in db["run_liveness"].rows_where(f"run_id IN ({marks})", ids)
+    }
 
 
 def _latest_failures(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, RunFailure]:
@@ -254,7 +327,9 @@ def _latest_failures(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int,
     marks = ", ".join("?" for _ in ids)
     latest: dict[int, RunFailure] = {}
     for row in db["run_failures"].rows_where(f"run_id IN ({marks})", ids, order_by="id"):
-        latest[row["run_id"]] = RunFailure(row["step"], row["quantity"], row["value"], row["message"], row["recorded_at"])
+        latest[row["run_id"]] = RunFailure(
+            row["step"], row["quantity"], row["value"], row["message"], row["recorded_at"]
+        )
     return latest
 
 

@@ -95,19 +95,43 @@ def enqueue(
     with write_transaction(db):
         identifier = run_id(db, run)
         key = [identifier, repo_id, kind, int(step), content_hash]
-        existing = next(table.rows_where("run_id = ? AND repo_id = ? AND kind = ? AND step = ? AND content_hash = ?",
-                                         key, limit=1), None)
+        existing = next(
+            table.rows_where(
+                "run_id = ? AND repo_id = ? AND kind = ? AND step = ? AND content_hash = ?",
+                key,
+                limit=1,
+            ),
+            None,
+        )
         if existing is not None:
             return OutboxEntry.from_row(existing), False
         now = utc_now()
-        row = {"run_id": identifier, "repo_id": repo_id, "revision": revision, "kind": kind, "role": role,
-               "step": int(step), "content_hash": content_hash, "source": source, "private": int(bool(private)),
-               "endpoint": endpoint, "state": "pending", "attempts": 0, "created_at": now, "updated_at": now}
+        row = {
+            "run_id": identifier,
+            "repo_id": repo_id,
+            "revision": revision,
+            "kind": kind,
+            "role": role,
+            "step": int(step),
+            "content_hash": content_hash,
+            "source": source,
+            "private": int(bool(private)),
+            "endpoint": endpoint,
+            "state": "pending",
+            "attempts": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
         return _entry(db, int(table.insert(row).last_pk)), True
 
 
-def entries(db: sqlite_utils.Database, run: str | int, repo_id: str | None = None, *,
-            state: str | None = None) -> list[OutboxEntry]:
+def entries(
+    db: sqlite_utils.Database,
+    run: str | int,
+    repo_id: str | None = None,
+    *,
+    state: str | None = None,
+) -> list[OutboxEntry]:
     """A run's entries (of one repository, in one state), by step, checkpoints before cards."""
     where, params = ["run_id = ?"], [run_id(db, run)]
     if repo_id is not None:
@@ -117,12 +141,17 @@ def entries(db: sqlite_utils.Database, run: str | int, repo_id: str | None = Non
         where.append("state = ?")
         params.append(state)
     rows = db["publication_outbox"].rows_where(
-        " AND ".join(where), params, order_by="step, CASE kind WHEN 'checkpoint' THEN 0 ELSE 1 END, id")
+        " AND ".join(where),
+        params,
+        order_by="step, CASE kind WHEN 'checkpoint' THEN 0 ELSE 1 END, id",
+    )
     return [OutboxEntry.from_row(row) for row in rows]
 
 
 def is_ready(entry: OutboxEntry, now: str | None = None) -> bool:
-    return entry.state == "pending" and (entry.next_attempt_at is None or entry.next_attempt_at <= (now or utc_now()))
+    return entry.state == "pending" and (
+        entry.next_attempt_at is None or entry.next_attempt_at <= (now or utc_now())
+    )
 
 
 def seconds_until_ready(entry: OutboxEntry) -> float:
@@ -135,14 +164,19 @@ def seconds_until_ready(entry: OutboxEntry) -> float:
 def start_attempt(db: sqlite_utils.Database, entry: OutboxEntry) -> int:
     """Record that an attempt at `entry` starts now (by this process); the attempt's id."""
     with write_transaction(db):
-        return int(db["publication_attempts"].insert(
-            {"outbox_id": entry.id, "started_at": utc_now(), "pid": os.getpid()}).last_pk)
+        return int(
+            db["publication_attempts"]
+            .insert({"outbox_id": entry.id, "started_at": utc_now(), "pid": os.getpid()})
+            .last_pk
+        )
 
 
 def set_base_commit(db: sqlite_utils.Database, entry: OutboxEntry, commit_id: str) -> None:
     """The remote head seen before the entry's first commit: its landed commit is after it."""
     with write_transaction(db):
-        db["publication_outbox"].update(entry.id, {"base_commit": commit_id, "updated_at": utc_now()})
+        db["publication_outbox"].update(
+            entry.id, {"base_commit": commit_id, "updated_at": utc_now()}
+        )
 
 
 def finish_attempt(
@@ -159,7 +193,9 @@ def finish_attempt(
     """Close an attempt and move its entry: done, skipped, failed, or (retry) pending again after
     `retry_in_s`, or failed once MAX_ATTEMPTS are spent. The entry as it is now."""
     if outcome not in ATTEMPT_OUTCOMES:
-        raise InvalidInput(f"attempt outcome {outcome!r} is not one of {', '.join(ATTEMPT_OUTCOMES)}")
+        raise InvalidInput(
+            f"attempt outcome {outcome!r} is not one of {', '.join(ATTEMPT_OUTCOMES)}"
+        )
     now = utc_now()
     with write_transaction(db):
         current = _entry(db, entry.id)
@@ -170,13 +206,22 @@ def finish_attempt(
         elif outcome == "skipped":
             change.update(state="skipped", next_attempt_at=None)
         elif outcome == "failed" or attempts >= MAX_ATTEMPTS:
-            change.update(state="failed", next_attempt_at=None,
-                          reason=reason if outcome == "failed" else f"{reason} (gave up after {attempts} attempts)")
+            change.update(
+                state="failed",
+                next_attempt_at=None,
+                reason=reason
+                if outcome == "failed"
+                else f"{reason} (gave up after {attempts} attempts)",
+            )
         else:
-            when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=max(retry_in_s or 0.0, 0.0))
+            when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+                seconds=max(retry_in_s or 0.0, 0.0)
+            )
             change.update(state="pending", next_attempt_at=when.isoformat(timespec="microseconds"))
-        db["publication_attempts"].update(attempt_id, {"finished_at": now, "outcome": outcome, "reason": reason,
-                                                       "commit_id": commit_id})
+        db["publication_attempts"].update(
+            attempt_id,
+            {"finished_at": now, "outcome": outcome, "reason": reason, "commit_id": commit_id},
+        )
         db["publication_outbox"].update(entry.id, change)
         return _entry(db, entry.id)
 
@@ -184,7 +229,10 @@ def finish_attempt(
 def was_attempted(db: sqlite_utils.Database, entry: OutboxEntry) -> bool:
     """Whether any attempt at `entry` was started, finished or not: an attempt whose process was
     killed mid-commit is not counted in `attempts`, and its commit may have landed."""
-    return entry.attempts > 0 or db["publication_attempts"].count_where("outbox_id = ?", [entry.id]) > 0
+    return (
+        entry.attempts > 0
+        or db["publication_attempts"].count_where("outbox_id = ?", [entry.id]) > 0
+    )
 
 
 def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[OutboxEntry]:
@@ -193,9 +241,16 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
     moved = []
     with write_transaction(db):
         for entry in entries(db, run, repo_id, state="failed"):
-            db["publication_outbox"].update(entry.id, {"state": "pending", "attempts": 0, "next_attempt_at": None,
-                                                       "reason": f"queued again by --retry-failed (was: {entry.reason})",
-                                                       "updated_at": utc_now()})
+            db["publication_outbox"].update(
+                entry.id,
+                {
+                    "state": "pending",
+                    "attempts": 0,
+                    "next_attempt_at": None,
+                    "reason": f"queued again by --retry-failed (was: {entry.reason})",
+                    "updated_at": utc_now(),
+                },
+            )
             moved.append(_entry(db, entry.id))
     return moved
 
@@ -203,8 +258,15 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
 def skip(db: sqlite_utils.Database, entry: OutboxEntry, reason: str) -> OutboxEntry:
     """Mark a pending entry skipped without an attempt (a newer card took its place in the queue)."""
     with write_transaction(db):
-        db["publication_outbox"].update(entry.id, {"state": "skipped", "reason": reason, "next_attempt_at": None,
-                                                   "updated_at": utc_now()})
+        db["publication_outbox"].update(
+            entry.id,
+            {
+                "state": "skipped",
+                "reason": reason,
+                "next_attempt_at": None,
+                "updated_at": utc_now(),
+            },
+        )
         return _entry(db, entry.id)
 
 
@@ -228,8 +290,9 @@ def run_outbox(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]
         return []
     marks = ", ".join("?" for _ in found)
     attempts: dict[int, list[dict[str, Any]]] = {entry.id: [] for entry in found}
-    for row in db["publication_attempts"].rows_where(f"outbox_id IN ({marks})", [e.id for e in found],
-                                                     order_by="id"):
+    for row in db["publication_attempts"].rows_where(
+        f"outbox_id IN ({marks})", [e.id for e in found], order_by="id"
+    ):
         if row["finished_at"] is None:
             row["outcome"] = "running" if _alive(row["pid"]) else "interrupted"
         attempts[row["outbox_id"]].append(row)
@@ -238,23 +301,32 @@ def run_outbox(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]
 
 def last_push(db: sqlite_utils.Database, run: str | int) -> dict[str, Any] | None:
     """The latest finished attempt of a run with its entry (the train progress line shows it)."""
-    row = next(db.query(
-        "SELECT a.outcome, a.reason, a.commit_id, a.finished_at, o.kind, o.role, o.step, o.state "
-        "FROM publication_attempts a JOIN publication_outbox o ON o.id = a.outbox_id "
-        "WHERE o.run_id = ? AND a.finished_at IS NOT NULL ORDER BY a.id DESC LIMIT 1", [run_id(db, run)]), None)
+    row = next(
+        db.query(
+            "SELECT a.outcome, a.reason, a.commit_id, a.finished_at, o.kind, o.role, o.step, o.state "
+            "FROM publication_attempts a JOIN publication_outbox o ON o.id = a.outbox_id "
+            "WHERE o.run_id = ? AND a.finished_at IS NOT NULL ORDER BY a.id DESC LIMIT 1",
+            [run_id(db, run)],
+        ),
+        None,
+    )
     return row
 
 
 def counts(db: sqlite_utils.Database, run: str | int) -> dict[str, int]:
     """How many entries of a run are in each state."""
     found = {state: 0 for state in STATES}
-    for row in db.query("SELECT state, COUNT(*) AS n FROM publication_outbox WHERE run_id = ? GROUP BY state",
-                        [run_id(db, run)]):
+    for row in db.query(
+        "SELECT state, COUNT(*) AS n FROM publication_outbox WHERE run_id = ? GROUP BY state",
+        [run_id(db, run)],
+    ):
         found[row["state"]] = row["n"]
     return found
 
 
-def weights_without_card(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[dict[str, Any]]:
+def weights_without_card(
+    db: sqlite_utils.Database, run: str | int, repo_id: str
+) -> list[dict[str, Any]]:
     """Checkpoints on the Hub (done) that no published card names: no done card at their step or
     later (a final checkpoint needs the final card). Each with why the card is missing: the
     reason of its failed or skipped card, or that it is still pending."""
@@ -262,12 +334,29 @@ def weights_without_card(db: sqlite_utils.Database, run: str | int, repo_id: str
     cards = [e for e in done if e.kind == "card"]
     missing = []
     for weights in (e for e in done if e.kind == "checkpoint" and e.state == "done"):
-        relevant = [c for c in cards if c.step >= weights.step and (weights.role != "final" or c.role == "final")]
+        relevant = [
+            c
+            for c in cards
+            if c.step >= weights.step and (weights.role != "final" or c.role == "final")
+        ]
         if any(c.state == "done" for c in relevant):
             continue
         unpublished = [c for c in relevant if c.state in ("failed", "pending")] or relevant
-        reason = (f"its card is {unpublished[-1].state}" + (f": {unpublished[-1].reason}" if unpublished[-1].reason
-                                                          else "")) if unpublished else "no card was queued for it"
-        missing.append({"step": weights.step, "role": weights.role, "commit_id": weights.commit_id,
-                        "tag": weights.tag, "card": reason})
+        reason = (
+            (
+                f"its card is {unpublished[-1].state}"
+                + (f": {unpublished[-1].reason}" if unpublished[-1].reason else "")
+            )
+            if unpublished
+            else "no card was queued for it"
+        )
+        missing.append(
+            {
+                "step": weights.step,
+                "role": weights.role,
+                "commit_id": weights.commit_id,
+                "tag": weights.tag,
+                "card": reason,
+            }
+        )
     return missing

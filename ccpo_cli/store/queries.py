@@ -57,30 +57,44 @@ def list_runs(db: sqlite_utils.Database) -> list[dict[str, Any]]:
     """Every run (all columns, JSON decoded) with n_evaluations and last_eval_step (of its standing
     evaluations), n_conflicts (open), n_settled_conflicts, n_retracted (retracted evaluations) and
     retracted (the retraction of the whole run, or None), ordered by name."""
-    return _with_retraction(db, [_decode_run(row) for row in db.query(_RUN_SUMMARY + " ORDER BY runs.name")])
+    return _with_retraction(
+        db, [_decode_run(row) for row in db.query(_RUN_SUMMARY + " ORDER BY runs.name")]
+    )
 
 
 def get_run(db: sqlite_utils.Database, run: str | int) -> dict[str, Any]:
     """One run as a dict (as in `list_runs`); InvalidInput if it does not exist."""
     identifier = run_id(db, run)
-    return _with_retraction(db, [_decode_run(next(db.query(_RUN_SUMMARY + " WHERE runs.id = ?", [identifier])))])[0]
+    return _with_retraction(
+        db, [_decode_run(next(db.query(_RUN_SUMMARY + " WHERE runs.id = ?", [identifier])))]
+    )[0]
 
 
 def run_evaluations(
-    db: sqlite_utils.Database, run: str | int, *, split: str | None = "heldout", include_retracted: bool = False
+    db: sqlite_utils.Database,
+    run: str | int,
+    *,
+    split: str | None = "heldout",
+    include_retracted: bool = False,
 ) -> list[dict[str, Any]]:
     """The standing evaluations of a run ordered by step then id, each with `task_types`
     ({short key: {"episodes", "successes", "success"}}); `split=None` gives every split.
     `include_retracted` adds the retracted ones, each with its `retracted` record."""
     identifier = run_id(db, run)
-    return evaluations_for_runs(db, [identifier], split=split, include_retracted=include_retracted).get(identifier, [])
+    return evaluations_for_runs(
+        db, [identifier], split=split, include_retracted=include_retracted
+    ).get(identifier, [])
 
 
 _PROVENANCE_COLUMNS = ("source_file", "source_line", "content_hash", "recorded_at")
 
 
 def evaluations_for_runs(
-    db: sqlite_utils.Database, run_ids: list[int], *, split: str | None = "heldout", provenance: bool = True,
+    db: sqlite_utils.Database,
+    run_ids: list[int],
+    *,
+    split: str | None = "heldout",
+    provenance: bool = True,
     include_retracted: bool = False,
 ) -> dict[int, list[dict[str, Any]]]:
     """Standing evaluations of many runs at once (two queries in all), keyed by run id.
@@ -96,10 +110,18 @@ def evaluations_for_runs(
     if not include_retracted:
         where += f" AND {STANDING}"
     params: list[Any] = list(run_ids) + ([split] if split is not None else [])
-    columns = None if provenance else [name for name in db["evaluations"].columns_dict if name not in _PROVENANCE_COLUMNS]
+    columns = (
+        None
+        if provenance
+        else [name for name in db["evaluations"].columns_dict if name not in _PROVENANCE_COLUMNS]
+    )
     evaluations = list(
-        db["evaluations"].rows_where(where, params, order_by="run_id, step, id",
-                                     select="*" if columns is None else ", ".join(columns))
+        db["evaluations"].rows_where(
+            where,
+            params,
+            order_by="run_id, step, id",
+            select="*" if columns is None else ", ".join(columns),
+        )
     )
     by_id = {row["id"]: row for row in evaluations}
     for row in evaluations:
@@ -120,8 +142,11 @@ def evaluations_for_runs(
         retracted = retracted_evaluations(db, list(run_ids))
         for row in evaluations:
             found = retracted.get(row["id"])
-            row["retracted"] = None if found is None else {
-                key: found[key] for key in ("id", "reason", "retracted_by", "recorded_at")}
+            row["retracted"] = (
+                None
+                if found is None
+                else {key: found[key] for key in ("id", "reason", "retracted_by", "recorded_at")}
+            )
     grouped: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in run_ids}
     for row in evaluations:
         grouped[row["run_id"]].append(row)
@@ -130,7 +155,9 @@ def evaluations_for_runs(
 
 def evaluation_episodes(db: sqlite_utils.Database, evaluation_id: int) -> list[dict[str, Any]]:
     """The recorded episodes of one evaluation, in episode order."""
-    return list(db["episodes"].rows_where("evaluation_id = ?", [evaluation_id], order_by="episode_index"))
+    return list(
+        db["episodes"].rows_where("evaluation_id = ?", [evaluation_id], order_by="episode_index")
+    )
 
 
 def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
@@ -140,13 +167,29 @@ def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, A
 
     identifier = run_id(db, run)
     rows = list(db["conflicts"].rows_where("run_id = ?", [identifier], order_by="step, id"))
-    settled = {conflict: resolution for resolution in resolutions(db, [identifier]).get(identifier, [])
-               for conflict in resolution["settled_conflict_ids"]}
+    settled = {
+        conflict: resolution
+        for resolution in resolutions(db, [identifier]).get(identifier, [])
+        for conflict in resolution["settled_conflict_ids"]
+    }
     for row in rows:
         row["content"] = json.loads(row["content"])
         found = settled.get(row["id"])
-        row["resolution"] = None if found is None else {
-            key: found[key] for key in ("id", "kept_value", "kept_evaluation_id", "resolved_by", "recorded_at", "reason")}
+        row["resolution"] = (
+            None
+            if found is None
+            else {
+                key: found[key]
+                for key in (
+                    "id",
+                    "kept_value",
+                    "kept_evaluation_id",
+                    "resolved_by",
+                    "recorded_at",
+                    "reason",
+                )
+            }
+        )
     return rows
 
 

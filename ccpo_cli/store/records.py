@@ -30,8 +30,17 @@ if TYPE_CHECKING:
 
 # Fields that say *which* experiment a run is; changing one after the fact would silently
 # relabel recorded evaluations, so a different value is refused rather than updated.
-IDENTITY_FIELDS = ("arm", "arm_fingerprint", "seed", "base_model", "benchmark", "data_order_seed", "kind",
-                   "arm_flags", "arm_overrides")
+IDENTITY_FIELDS = (
+    "arm",
+    "arm_fingerprint",
+    "seed",
+    "base_model",
+    "benchmark",
+    "data_order_seed",
+    "kind",
+    "arm_flags",
+    "arm_overrides",
+)
 # A run either trains (an arm on a base model) or only evaluates an agent: a reference run
 # (`ccpo eval` of the oracle, the random agent or a checkpoint under a new run name).
 RUN_KINDS = ("training", "evaluation")
@@ -54,14 +63,18 @@ class EvaluationOutcome:
     conflict_id: int | None = None
 
 
-def _first(table: sqlite_utils.db.Table, where: str, values: Sequence[Any], **options: Any) -> dict[str, Any] | None:
+def _first(
+    table: sqlite_utils.db.Table, where: str, values: Sequence[Any], **options: Any
+) -> dict[str, Any] | None:
     return next(table.rows_where(where, list(values), limit=1, **options), None)
 
 
 def run_id(db: sqlite_utils.Database, run: str | int) -> int:
     """The id of a run given its name or id; InvalidInput if there is no such run."""
     by_id = isinstance(run, int) and not isinstance(run, bool)
-    row = _first(db["runs"], "id = ?" if by_id else "name = ?", [run if by_id else str(run)], select="id")
+    row = _first(
+        db["runs"], "id = ?" if by_id else "name = ?", [run if by_id else str(run)], select="id"
+    )
     if row is None:
         raise InvalidInput(f"no run named {run!r} in the database")
     return int(row["id"])
@@ -83,7 +96,9 @@ def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str
     if arm is None or isinstance(arm, str):
         return {"arm": arm, "arm_fingerprint": arm_fingerprint}
     if arm_fingerprint is not None and arm_fingerprint != arm.fingerprint:
-        raise InvalidInput(f"arm {arm.name!r} has fingerprint {arm.fingerprint}, not {arm_fingerprint}")
+        raise InvalidInput(
+            f"arm {arm.name!r} has fingerprint {arm.fingerprint}, not {arm_fingerprint}"
+        )
     return {
         "arm": arm.name,
         "arm_fingerprint": arm.fingerprint,
@@ -155,7 +170,14 @@ def ensure_run(
         recorded = _first(runs, "name = ?", [name])
         now = utc_now()
         if recorded is None:
-            row = dict(given, name=name, uid=new_run_uid(), host=this_host(), created_at=now, updated_at=now)
+            row = dict(
+                given,
+                name=name,
+                uid=new_run_uid(),
+                host=this_host(),
+                created_at=now,
+                updated_at=now,
+            )
             row.setdefault("status", "created")
             row.setdefault("kind", "training")
             return int(runs.insert(row).last_pk)
@@ -227,21 +249,33 @@ def record_evaluation_outcome(
 ) -> EvaluationOutcome:
     """`record_evaluation`, also saying whether the row was new, a duplicate or a conflict."""
     checked = evaluation_content(
-        step, split=split, episodes=episodes, successes=successes, success_rate=success_rate,
-        mean_turns=mean_turns, temperature=temperature, eval_seed=eval_seed, task_types=task_types,
-        episode_rows=episode_rows, train_success_rate=train_success_rate,
+        step,
+        split=split,
+        episodes=episodes,
+        successes=successes,
+        success_rate=success_rate,
+        mean_turns=mean_turns,
+        temperature=temperature,
+        eval_seed=eval_seed,
+        task_types=task_types,
+        episode_rows=episode_rows,
+        train_success_rate=train_success_rate,
     )
     row, digest, step = checked.row, checked.content_hash, checked.row["step"]
     with write_transaction(db):
         identifier = run_id(db, run)
-        same = _first(db["evaluations"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id")
+        same = _first(
+            db["evaluations"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id"
+        )
         if same is not None:
             return EvaluationOutcome(int(same["id"]), "duplicate")
         # Against the result that stands: a retracted one (store/retractions.py) no longer does, so
         # a corrected evaluation recorded after a retraction is new, not a conflict.
         clash = _first(
-            db["evaluations"], f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
-            [identifier, step, row["split"], row["eval_seed"]], order_by="id",
+            db["evaluations"],
+            f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
+            [identifier, step, row["split"], row["eval_seed"]],
+            order_by="id",
         )
         now = utc_now()
         if clash is not None and _same_at_precision(db, clash, row, checked.task_types):
@@ -251,17 +285,39 @@ def record_evaluation_outcome(
             # The conflict path: the same differing content seen twice is one conflict row
             # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
             db["conflicts"].insert(
-                {"run_id": identifier, "step": step, "split": row["split"], "eval_seed": row["eval_seed"],
-                 "kept_evaluation_id": clash["id"], "content_hash": digest, "content": checked.content_json,
-                 "source_file": source_file, "source_line": source_line, "recorded_at": now},
+                {
+                    "run_id": identifier,
+                    "step": step,
+                    "split": row["split"],
+                    "eval_seed": row["eval_seed"],
+                    "kept_evaluation_id": clash["id"],
+                    "content_hash": digest,
+                    "content": checked.content_json,
+                    "source_file": source_file,
+                    "source_line": source_line,
+                    "recorded_at": now,
+                },
                 ignore=True,
             )
-            conflict = _first(db["conflicts"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id")
+            conflict = _first(
+                db["conflicts"],
+                "run_id = ? AND content_hash = ?",
+                [identifier, digest],
+                select="id",
+            )
             return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
         evaluation_id = insert_evaluation_rows(
-            db, identifier, row, checked.task_types, checked.episodes, content_hash=digest,
-            train_success_rate=checked.train_success_rate, source_file=source_file, source_line=source_line,
-            recorded_at=now)
+            db,
+            identifier,
+            row,
+            checked.task_types,
+            checked.episodes,
+            content_hash=digest,
+            train_success_rate=checked.train_success_rate,
+            source_file=source_file,
+            source_line=source_line,
+            recorded_at=now,
+        )
         return EvaluationOutcome(evaluation_id, "new")
 
 
@@ -281,8 +337,12 @@ def agree_at_precision(first: float, second: float) -> bool:
     return abs(float(fine) - float(coarse)) <= 0.5 * 10.0 ** -_decimals(coarse) + 1e-9
 
 
-def _same_at_precision(db: sqlite_utils.Database, recorded: Mapping[str, Any], row: Mapping[str, Any],
-                       task_types: Mapping[str, Mapping[str, Any]]) -> bool:
+def _same_at_precision(
+    db: sqlite_utils.Database,
+    recorded: Mapping[str, Any],
+    row: Mapping[str, Any],
+    task_types: Mapping[str, Mapping[str, Any]],
+) -> bool:
     """Whether a new evaluation says what a recorded one says, each number at the coarser of the
     two precisions: same fields given, same task types, every value agreeing."""
     for name in _COMPARED_FIELDS:
@@ -291,20 +351,32 @@ def _same_at_precision(db: sqlite_utils.Database, recorded: Mapping[str, Any], r
             return False
         if mine is not None and not agree_at_precision(float(mine), float(theirs)):
             return False
-    recorded_types = {item["task_type"]: item["success_rate"]
-                      for item in db["task_type_results"].rows_where("evaluation_id = ?", [recorded["id"]])}
+    recorded_types = {
+        item["task_type"]: item["success_rate"]
+        for item in db["task_type_results"].rows_where("evaluation_id = ?", [recorded["id"]])
+    }
     new_types = {key: value.get("success_rate") for key, value in task_types.items()}
     if set(recorded_types) != set(new_types):
         return False
-    return all(recorded_types[key] is not None and new_types[key] is not None
-               and agree_at_precision(float(recorded_types[key]), float(new_types[key])) for key in new_types)
+    return all(
+        recorded_types[key] is not None
+        and new_types[key] is not None
+        and agree_at_precision(float(recorded_types[key]), float(new_types[key]))
+        for key in new_types
+    )
 
 
-def latest_standing_evaluation(db: sqlite_utils.Database, run: str | int, *, at_most: int,
-                               split: str = "heldout") -> dict[str, Any] | None:
+def latest_standing_evaluation(
+    db: sqlite_utils.Database, run: str | int, *, at_most: int, split: str = "heldout"
+) -> dict[str, Any] | None:
     """The run's standing evaluation of the latest step not after `at_most` (its step and rate)."""
-    return _first(db["evaluations"], f"run_id = ? AND step <= ? AND split = ? AND {STANDING}",
-                  [run_id(db, run), int(at_most), split], select="id, step, success_rate", order_by="step DESC, id")
+    return _first(
+        db["evaluations"],
+        f"run_id = ? AND step <= ? AND split = ? AND {STANDING}",
+        [run_id(db, run), int(at_most), split],
+        select="id, step, success_rate",
+        order_by="step DESC, id",
+    )
 
 
 def mark_new_run_reference(db: sqlite_utils.Database, run: str, run_is_new: bool) -> bool:
@@ -320,28 +392,51 @@ def mark_new_run_reference(db: sqlite_utils.Database, run: str, run_is_new: bool
 
 
 def insert_evaluation_rows(
-    db: sqlite_utils.Database, identifier: int, row: Mapping[str, Any], task_types: Mapping[str, Mapping[str, Any]],
-    episodes: Sequence[Mapping[str, Any]], *, content_hash: str, train_success_rate: float | None,
-    source_file: str | None, source_line: int | None, recorded_at: str,
+    db: sqlite_utils.Database,
+    identifier: int,
+    row: Mapping[str, Any],
+    task_types: Mapping[str, Mapping[str, Any]],
+    episodes: Sequence[Mapping[str, Any]],
+    *,
+    content_hash: str,
+    train_success_rate: float | None,
+    source_file: str | None,
+    source_line: int | None,
+    recorded_at: str,
 ) -> int:
     """Write one checked evaluation (its row, per-type rows and episodes) and move the run's
     last step on; the caller holds the write transaction and has ruled out a duplicate. The one
     place an evaluation row is inserted (a settled conflict's kept result comes through here too,
     store/retractions.py)."""
     evaluation_id = int(
-        db["evaluations"].insert(
-            dict(row, run_id=identifier, train_success_rate=train_success_rate, source_file=source_file,
-                 source_line=source_line, content_hash=content_hash, recorded_at=recorded_at)
-        ).last_pk
+        db["evaluations"]
+        .insert(
+            dict(
+                row,
+                run_id=identifier,
+                train_success_rate=train_success_rate,
+                source_file=source_file,
+                source_line=source_line,
+                content_hash=content_hash,
+                recorded_at=recorded_at,
+            )
+        )
+        .last_pk
     )
     db["task_type_results"].insert_all(
-        {"evaluation_id": evaluation_id, "task_type": key, **value} for key, value in task_types.items()
+        {"evaluation_id": evaluation_id, "task_type": key, **value}
+        for key, value in task_types.items()
     )
     db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in episodes)
     step = row["step"]
     recorded_last = db["runs"].get(identifier)["last_step"]
-    db["runs"].update(identifier, {"last_step": step if recorded_last is None else max(recorded_last, step),
-                                   "updated_at": recorded_at})
+    db["runs"].update(
+        identifier,
+        {
+            "last_step": step if recorded_last is None else max(recorded_last, step),
+            "updated_at": recorded_at,
+        },
+    )
     return evaluation_id
 
 
@@ -385,7 +480,9 @@ def record_checkpoint(
     checkpoints = db["checkpoints"]
     with write_transaction(db):
         identifier = run_id(db, run)
-        existing = _first(checkpoints, "run_id = ? AND step = ? AND path = ?", [identifier, step, str(path)])
+        existing = _first(
+            checkpoints, "run_id = ? AND step = ? AND path = ?", [identifier, step, str(path)]
+        )
         if existing is not None:
             if sha256 is not None and existing["sha256"] not in (None, sha256):
                 raise InvalidInput(
@@ -393,12 +490,23 @@ def record_checkpoint(
                     f"{existing['sha256']}, not {sha256}"
                 )
             given = {"sha256": sha256, "size_bytes": size_bytes, "evaluation_id": evaluation_id}
-            missing = {key: value for key, value in given.items() if value is not None and existing[key] is None}
+            missing = {
+                key: value
+                for key, value in given.items()
+                if value is not None and existing[key] is None
+            }
             if missing:
                 checkpoints.update(existing["id"], missing)
             return int(existing["id"])
-        row = {"run_id": identifier, "step": step, "path": str(path), "sha256": sha256, "size_bytes": size_bytes,
-               "evaluation_id": evaluation_id, "created_at": utc_now()}
+        row = {
+            "run_id": identifier,
+            "step": step,
+            "path": str(path),
+            "sha256": sha256,
+            "size_bytes": size_bytes,
+            "evaluation_id": evaluation_id,
+            "created_at": utc_now(),
+        }
         return int(checkpoints.insert(row).last_pk)
 
 
@@ -421,7 +529,15 @@ def record_publication(
     if status is not None and status not in ("interim", "final"):
         raise InvalidInput(f"publication status {status!r} is not interim or final")
     with write_transaction(db):
-        row = {"run_id": run_id(db, run), "repo_id": repo_id, "revision": revision, "commit_id": commit_id,
-               "card_hash": card_hash, "status": status, "checkpoint_step": checkpoint_step, "url": url,
-               "published_at": utc_now()}
+        row = {
+            "run_id": run_id(db, run),
+            "repo_id": repo_id,
+            "revision": revision,
+            "commit_id": commit_id,
+            "card_hash": card_hash,
+            "status": status,
+            "checkpoint_step": checkpoint_step,
+            "url": url,
+            "published_at": utc_now(),
+        }
         return int(db["publications"].insert(row).last_pk)

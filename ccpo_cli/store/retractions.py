@@ -70,12 +70,24 @@ class Retraction:
     already: bool  # everything asked for was retracted before: nothing new was written
 
     def as_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "step": self.step, "retraction_ids": list(self.retraction_ids),
-                "evaluation_ids": list(self.evaluation_ids), "already_retracted": self.already}
+        return {
+            "run": self.run,
+            "step": self.step,
+            "retraction_ids": list(self.retraction_ids),
+            "evaluation_ids": list(self.evaluation_ids),
+            "already_retracted": self.already,
+        }
 
 
-def retract(db: sqlite_utils.Database, run: str, *, reason: str, step: int | None = None,
-            split: str | None = None, by: str | None = None) -> Retraction:
+def retract(
+    db: sqlite_utils.Database,
+    run: str,
+    *,
+    reason: str,
+    step: int | None = None,
+    split: str | None = None,
+    by: str | None = None,
+) -> Retraction:
     """Retract the whole run (`step` None) or its standing evaluations at `step` (of `split`, or
     of every split). Idempotent: what is already retracted is not retracted twice."""
     reason_text = _checked_text(reason, "--reason", required=True)
@@ -88,27 +100,63 @@ def retract(db: sqlite_utils.Database, run: str, *, reason: str, step: int | Non
         identifier = run_id(db, run)
         now = utc_now()
         if step is None:
-            existing = next(db["retractions"].rows_where("run_id = ? AND evaluation_id IS NULL", [identifier],
-                                                        order_by="id", limit=1, select="id"), None)
+            existing = next(
+                db["retractions"].rows_where(
+                    "run_id = ? AND evaluation_id IS NULL",
+                    [identifier],
+                    order_by="id",
+                    limit=1,
+                    select="id",
+                ),
+                None,
+            )
             if existing is not None:
                 return Retraction(run, None, (int(existing["id"]),), (), True)
-            row = {"run_id": identifier, "evaluation_id": None, "step": None, "reason": reason_text,
-                   "retracted_by": actor, "recorded_at": now}
+            row = {
+                "run_id": identifier,
+                "evaluation_id": None,
+                "step": None,
+                "reason": reason_text,
+                "retracted_by": actor,
+                "recorded_at": now,
+            }
             return Retraction(run, None, (int(db["retractions"].insert(row).last_pk),), (), False)
         where = "run_id = ? AND step = ?" + (" AND split = ?" if split is not None else "")
         params = [identifier, step, *([split] if split is not None else [])]
         at_step = list(db["evaluations"].rows_where(where, params, order_by="id", select="id"))
         if not at_step:
-            steps = [row["step"] for row in db.query(
-                "SELECT DISTINCT step FROM evaluations WHERE run_id = ? ORDER BY step", [identifier])]
+            steps = [
+                row["step"]
+                for row in db.query(
+                    "SELECT DISTINCT step FROM evaluations WHERE run_id = ? ORDER BY step",
+                    [identifier],
+                )
+            ]
             shown = ", ".join(map(str, steps[:20])) + (" ..." if len(steps) > 20 else "")
-            raise InvalidInput(f"run {run!r} has no evaluation at step {step}" + (f" of split {split!r}" if split else "")
-                               + (f" (its evaluated steps: {shown})" if steps else " (it has no evaluation)"))
+            raise InvalidInput(
+                f"run {run!r} has no evaluation at step {step}"
+                + (f" of split {split!r}" if split else "")
+                + (f" (its evaluated steps: {shown})" if steps else " (it has no evaluation)")
+            )
         ids = [int(row["id"]) for row in at_step]
-        done = {int(row["evaluation_id"]): int(row["id"]) for row in db["retractions"].rows_where(
-            f"evaluation_id IN ({', '.join('?' for _ in ids)})", ids, select="id, evaluation_id")}
-        new = [{"run_id": identifier, "evaluation_id": evaluation, "step": step, "reason": reason_text,
-                "retracted_by": actor, "recorded_at": now} for evaluation in ids if evaluation not in done]
+        done = {
+            int(row["evaluation_id"]): int(row["id"])
+            for row in db["retractions"].rows_where(
+                f"evaluation_id IN ({', '.join('?' for _ in ids)})", ids, select="id, evaluation_id"
+            )
+        }
+        new = [
+            {
+                "run_id": identifier,
+                "evaluation_id": evaluation,
+                "step": step,
+                "reason": reason_text,
+                "retracted_by": actor,
+                "recorded_at": now,
+            }
+            for evaluation in ids
+            if evaluation not in done
+        ]
         retraction_ids = list(done.values())
         for row in new:
             retraction_ids.append(int(db["retractions"].insert(row).last_pk))
@@ -118,13 +166,20 @@ def retract(db: sqlite_utils.Database, run: str, *, reason: str, step: int | Non
 def retracted_runs(db: sqlite_utils.Database) -> dict[int, dict[str, Any]]:
     """{run id: the first retraction of the whole run} (reason, retracted_by, recorded_at)."""
     found: dict[int, dict[str, Any]] = {}
-    for row in db.query("SELECT id, run_id, reason, retracted_by, recorded_at FROM retractions "
-                        "WHERE evaluation_id IS NULL ORDER BY id"):
-        found.setdefault(int(row["run_id"]), {key: row[key] for key in ("id", "reason", "retracted_by", "recorded_at")})
+    for row in db.query(
+        "SELECT id, run_id, reason, retracted_by, recorded_at FROM retractions "
+        "WHERE evaluation_id IS NULL ORDER BY id"
+    ):
+        found.setdefault(
+            int(row["run_id"]),
+            {key: row[key] for key in ("id", "reason", "retracted_by", "recorded_at")},
+        )
     return found
 
 
-def retracted_evaluations(db: sqlite_utils.Database, run_ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+def retracted_evaluations(
+    db: sqlite_utils.Database, run_ids: list[int] | None = None
+) -> dict[int, dict[str, Any]]:
     """{evaluation id: its retraction} for the runs given (all runs when None)."""
     where, params = "r.evaluation_id IS NOT NULL", []
     if run_ids is not None:
@@ -135,11 +190,14 @@ def retracted_evaluations(db: sqlite_utils.Database, run_ids: list[int] | None =
     rows = db.query(
         "SELECT r.id, r.run_id, r.evaluation_id, r.reason, r.retracted_by, r.recorded_at, e.step, e.split, "
         f"e.eval_seed, runs.name AS run FROM retractions r JOIN evaluations e ON e.id = r.evaluation_id "
-        f"JOIN runs ON runs.id = r.run_id WHERE {where} ORDER BY r.id", params)
+        f"JOIN runs ON runs.id = r.run_id WHERE {where} ORDER BY r.id",
+        params,
+    )
     return {int(row["evaluation_id"]): dict(row) for row in rows}
 
 
 # ----------------------------------------------------------------------------- conflicts
+
 
 def _parse_value(text: str) -> tuple[float, int]:
     """'83.6' -> (83.6, 1): the value and the decimals it was written with."""
@@ -156,7 +214,7 @@ def _parse_value(text: str) -> tuple[float, int]:
 
 def _matches(candidate: float, value: float, decimals: int) -> bool:
     # The value as the user wrote it: 83.6 is 83.59375 shown with one decimal.
-    return abs(candidate - value) <= 0.5 * 10 ** -decimals + 1e-9
+    return abs(candidate - value) <= 0.5 * 10**-decimals + 1e-9
 
 
 @dataclass(frozen=True)
@@ -173,58 +231,129 @@ class Resolution:
     already: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {"resolution_id": self.resolution_id, "run": self.run, "step": self.step, "split": self.split,
-                "eval_seed": self.eval_seed, "kept_value": self.kept_value,
-                "kept_evaluation_id": self.kept_evaluation_id, "settled_conflict_ids": list(self.settled_conflict_ids),
-                "superseded_evaluation_ids": list(self.superseded_evaluation_ids), "already_settled": self.already}
+        return {
+            "resolution_id": self.resolution_id,
+            "run": self.run,
+            "step": self.step,
+            "split": self.split,
+            "eval_seed": self.eval_seed,
+            "kept_value": self.kept_value,
+            "kept_evaluation_id": self.kept_evaluation_id,
+            "settled_conflict_ids": list(self.settled_conflict_ids),
+            "superseded_evaluation_ids": list(self.superseded_evaluation_ids),
+            "already_settled": self.already,
+        }
 
 
 def _open_conflicts(db: sqlite_utils.Database, identifier: int, step: int) -> list[dict[str, Any]]:
     rows = db.query(
         "SELECT * FROM conflicts WHERE run_id = ? AND step = ? AND id NOT IN (SELECT conflict_id FROM settled_conflicts) "
-        "ORDER BY id", [identifier, step])
+        "ORDER BY id",
+        [identifier, step],
+    )
     return [dict(row, content=json.loads(row["content"])) for row in rows]
 
 
-def _standing(db: sqlite_utils.Database, identifier: int, step: int, split: str, eval_seed: int | None) -> list[dict]:
-    return list(db.query(
-        f"SELECT id, success_rate, content_hash FROM evaluations WHERE run_id = ? AND step = ? AND split = ? "
-        f"AND eval_seed IS ? AND {STANDING} ORDER BY id", [identifier, step, split, eval_seed]))
+def _standing(
+    db: sqlite_utils.Database, identifier: int, step: int, split: str, eval_seed: int | None
+) -> list[dict]:
+    return list(
+        db.query(
+            f"SELECT id, success_rate, content_hash FROM evaluations WHERE run_id = ? AND step = ? AND split = ? "
+            f"AND eval_seed IS ? AND {STANDING} ORDER BY id",
+            [identifier, step, split, eval_seed],
+        )
+    )
 
 
-def _insert_conflict_result(db: sqlite_utils.Database, identifier: int, conflict: dict[str, Any]) -> int:
+def _insert_conflict_result(
+    db: sqlite_utils.Database, identifier: int, conflict: dict[str, Any]
+) -> int:
     """The conflicting result, recorded as an evaluation of its own (its content is canonical already)."""
     content = conflict["content"]
-    row = {key: content.get(key) for key in ("step", "split", "episodes", "successes", "success_rate", "mean_turns",
-                                              "temperature", "eval_seed")}
+    row = {
+        key: content.get(key)
+        for key in (
+            "step",
+            "split",
+            "episodes",
+            "successes",
+            "success_rate",
+            "mean_turns",
+            "temperature",
+            "eval_seed",
+        )
+    }
     return insert_evaluation_rows(
-        db, identifier, row, content.get("task_types") or {}, content.get("episodes_rows") or [],
-        content_hash=conflict["content_hash"], train_success_rate=None, source_file=RESOLVED_SOURCE,
-        source_line=int(conflict["id"]), recorded_at=utc_now())
+        db,
+        identifier,
+        row,
+        content.get("task_types") or {},
+        content.get("episodes_rows") or [],
+        content_hash=conflict["content_hash"],
+        train_success_rate=None,
+        source_file=RESOLVED_SOURCE,
+        source_line=int(conflict["id"]),
+        recorded_at=utc_now(),
+    )
 
 
-def _earlier_resolution(db: sqlite_utils.Database, identifier: int, run: str, step: int, value: float, decimals: int,
-                        split: str | None, eval_seed: int | None) -> Resolution | None:
+def _earlier_resolution(
+    db: sqlite_utils.Database,
+    identifier: int,
+    run: str,
+    step: int,
+    value: float,
+    decimals: int,
+    split: str | None,
+    eval_seed: int | None,
+) -> Resolution | None:
     for row in reversed(resolutions(db, [identifier]).get(identifier, [])):
-        if row["step"] != step or (split is not None and row["split"] != split) or (
-                eval_seed is not None and row["eval_seed"] != eval_seed):
+        if (
+            row["step"] != step
+            or (split is not None and row["split"] != split)
+            or (eval_seed is not None and row["eval_seed"] != eval_seed)
+        ):
             continue
         if not _matches(float(row["kept_value"]), value, decimals):
             # Settled before with another value: a second settlement would silently undo the
             # first, so it is refused and the standing settlement named.
             raise InvalidInput(
                 f"run {run!r} step {step}: already resolved keeping {float(row['kept_value']):g} "
-                f"(resolution {row['id']}, by {row.get('resolved_by') or 'unknown'}); nothing changed")
-        superseded = [int(item["evaluation_id"]) for item in db["retractions"].rows_where(
-            "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id")]
-        return Resolution(int(row["id"]), run, step, row["split"], row["eval_seed"], float(row["kept_value"]),
-                          int(row["kept_evaluation_id"]), tuple(row["settled_conflict_ids"]), tuple(superseded),
-                          already=True)
+                f"(resolution {row['id']}, by {row.get('resolved_by') or 'unknown'}); nothing changed"
+            )
+        superseded = [
+            int(item["evaluation_id"])
+            for item in db["retractions"].rows_where(
+                "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id"
+            )
+        ]
+        return Resolution(
+            int(row["id"]),
+            run,
+            step,
+            row["split"],
+            row["eval_seed"],
+            float(row["kept_value"]),
+            int(row["kept_evaluation_id"]),
+            tuple(row["settled_conflict_ids"]),
+            tuple(superseded),
+            already=True,
+        )
     return None
 
 
-def resolve(db: sqlite_utils.Database, run: str, *, step: int, keep: str, reason: str | None = None,
-            split: str | None = None, eval_seed: int | None = None, by: str | None = None) -> Resolution:
+def resolve(
+    db: sqlite_utils.Database,
+    run: str,
+    *,
+    step: int,
+    keep: str,
+    reason: str | None = None,
+    split: str | None = None,
+    eval_seed: int | None = None,
+    by: str | None = None,
+) -> Resolution:
     """Settle the open conflicts of `run` at `step` by keeping the result whose success rate is
     `keep` (percent, as written: '83.6' matches 83.59375). `split`/`eval_seed` choose among
     several conflicting groups at the step."""
@@ -233,47 +362,93 @@ def resolve(db: sqlite_utils.Database, run: str, *, step: int, keep: str, reason
     actor = _checked_text(by if by is not None else default_actor(), "--by", required=True)
     with write_transaction(db):
         identifier = run_id(db, run)
-        conflicts = [row for row in _open_conflicts(db, identifier, step)
-                     if (split is None or row["split"] == split) and (eval_seed is None or row["eval_seed"] == eval_seed)]
+        conflicts = [
+            row
+            for row in _open_conflicts(db, identifier, step)
+            if (split is None or row["split"] == split)
+            and (eval_seed is None or row["eval_seed"] == eval_seed)
+        ]
         if not conflicts:
-            earlier = _earlier_resolution(db, identifier, run, step, value, decimals, split, eval_seed)
+            earlier = _earlier_resolution(
+                db, identifier, run, step, value, decimals, split, eval_seed
+            )
             if earlier is not None:
                 return earlier  # the same settlement asked for again: nothing new to write
-            raise InvalidInput(f"run {run!r} has no open conflict at step {step}"
-                               + (" for that split and seed" if split is not None or eval_seed is not None else "")
-                               + " (ccpo runs show lists its conflicts)")
-        groups = sorted({(row["split"], row["eval_seed"]) for row in conflicts}, key=lambda g: (g[0], -1 if g[1] is None else g[1]))
+            raise InvalidInput(
+                f"run {run!r} has no open conflict at step {step}"
+                + (" for that split and seed" if split is not None or eval_seed is not None else "")
+                + " (ccpo runs show lists its conflicts)"
+            )
+        groups = sorted(
+            {(row["split"], row["eval_seed"]) for row in conflicts},
+            key=lambda g: (g[0], -1 if g[1] is None else g[1]),
+        )
         candidates = []  # (group, kind, row)
         for group in groups:
             for standing in _standing(db, identifier, step, *group):
                 candidates.append((group, "standing", standing, standing["success_rate"]))
             for conflict in conflicts:
                 if (conflict["split"], conflict["eval_seed"]) == group:
-                    candidates.append((group, "conflict", conflict, conflict["content"].get("success_rate")))
-        matching = [candidate for candidate in candidates
-                    if candidate[3] is not None and _matches(float(candidate[3]), value, decimals)]
-        shown = "; ".join(f"{kind} {row['id']} ({group[0]}, seed {group[1]}): {rate}" for group, kind, row, rate in candidates)
+                    candidates.append(
+                        (group, "conflict", conflict, conflict["content"].get("success_rate"))
+                    )
+        matching = [
+            candidate
+            for candidate in candidates
+            if candidate[3] is not None and _matches(float(candidate[3]), value, decimals)
+        ]
+        shown = "; ".join(
+            f"{kind} {row['id']} ({group[0]}, seed {group[1]}): {rate}"
+            for group, kind, row, rate in candidates
+        )
         if not matching:
-            raise InvalidInput(f"--keep {keep}: no result at step {step} of run {run!r} has that success rate "
-                               f"(the results: {shown})")
+            raise InvalidInput(
+                f"--keep {keep}: no result at step {step} of run {run!r} has that success rate "
+                f"(the results: {shown})"
+            )
         matched_groups = {candidate[0] for candidate in matching}
         if len(matched_groups) > 1:
-            raise InvalidInput(f"--keep {keep} matches results of several splits or seeds at step {step}; choose one "
-                               f"with --split and --eval-seed (the results: {shown})")
+            raise InvalidInput(
+                f"--keep {keep} matches results of several splits or seeds at step {step}; choose one "
+                f"with --split and --eval-seed (the results: {shown})"
+            )
         (group,) = matched_groups
         standing_match = [candidate for candidate in matching if candidate[1] == "standing"]
         if not standing_match and len(matching) > 1:
-            raise InvalidInput(f"--keep {keep} matches several conflicting results at step {step} "
-                               f"({', '.join(str(candidate[2]['id']) for candidate in matching)}); write the value "
-                               "with more decimals")
+            raise InvalidInput(
+                f"--keep {keep} matches several conflicting results at step {step} "
+                f"({', '.join(str(candidate[2]['id']) for candidate in matching)}); write the value "
+                "with more decimals"
+            )
         chosen = (standing_match or matching)[0]
-        return _settle(db, identifier, run, step, group, conflicts, chosen[1], chosen[2], float(chosen[3]),
-                       reason_text, actor)
+        return _settle(
+            db,
+            identifier,
+            run,
+            step,
+            group,
+            conflicts,
+            chosen[1],
+            chosen[2],
+            float(chosen[3]),
+            reason_text,
+            actor,
+        )
 
 
-def _settle(db: sqlite_utils.Database, identifier: int, run: str, step: int, group: tuple[str, int | None],
-            conflicts: list[dict[str, Any]], kind: str, chosen: dict[str, Any], kept_rate: float,
-            reason_text: str | None, actor: str) -> Resolution:
+def _settle(
+    db: sqlite_utils.Database,
+    identifier: int,
+    run: str,
+    step: int,
+    group: tuple[str, int | None],
+    conflicts: list[dict[str, Any]],
+    kind: str,
+    chosen: dict[str, Any],
+    kept_rate: float,
+    reason_text: str | None,
+    actor: str,
+) -> Resolution:
     """Keep `chosen` (the standing evaluation, or a conflicting result) for `group` at `step`:
     the resolution row, the conflicts it settles, the evaluations it supersedes."""
     settled = [row for row in conflicts if (row["split"], row["eval_seed"]) == group]
@@ -284,47 +459,121 @@ def _settle(db: sqlite_utils.Database, identifier: int, run: str, step: int, gro
     else:
         kept_id = _insert_conflict_result(db, identifier, chosen)
         kept_hash = chosen["content_hash"]
-        superseded = [int(row["id"]) for row in _standing(db, identifier, step, *group) if int(row["id"]) != kept_id]
-    resolution_id = int(db["conflict_resolutions"].insert({
-        "run_id": identifier, "step": step, "split": group[0], "eval_seed": group[1], "kept_value": kept_rate,
-        "kept_evaluation_id": kept_id, "kept_content_hash": kept_hash, "reason": reason_text,
-        "resolved_by": actor, "recorded_at": now}).last_pk)
+        superseded = [
+            int(row["id"])
+            for row in _standing(db, identifier, step, *group)
+            if int(row["id"]) != kept_id
+        ]
+    resolution_id = int(
+        db["conflict_resolutions"]
+        .insert(
+            {
+                "run_id": identifier,
+                "step": step,
+                "split": group[0],
+                "eval_seed": group[1],
+                "kept_value": kept_rate,
+                "kept_evaluation_id": kept_id,
+                "kept_content_hash": kept_hash,
+                "reason": reason_text,
+                "resolved_by": actor,
+                "recorded_at": now,
+            }
+        )
+        .last_pk
+    )
     db["settled_conflicts"].insert_all(
-        {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled)
+        {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled
+    )
     db["retractions"].insert_all(
-        {"run_id": identifier, "evaluation_id": evaluation, "step": step,
-         "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
-                   f"(resolution {resolution_id})", "retracted_by": actor, "recorded_at": now,
-         "resolution_id": resolution_id}
-        for evaluation in superseded)
-    return Resolution(resolution_id, run, step, group[0], group[1], kept_rate, kept_id,
-                      tuple(int(row["id"]) for row in settled), tuple(superseded))
+        {
+            "run_id": identifier,
+            "evaluation_id": evaluation,
+            "step": step,
+            "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
+            f"(resolution {resolution_id})",
+            "retracted_by": actor,
+            "recorded_at": now,
+            "resolution_id": resolution_id,
+        }
+        for evaluation in superseded
+    )
+    return Resolution(
+        resolution_id,
+        run,
+        step,
+        group[0],
+        group[1],
+        kept_rate,
+        kept_id,
+        tuple(int(row["id"]) for row in settled),
+        tuple(superseded),
+    )
 
 
-def resolve_by_content(db: sqlite_utils.Database, run: str, identifier: int, *, step: int, split: str,
-                       eval_seed: int | None, kept_content_hash: str, reason: str | None,
-                       by: str) -> Resolution | None:
+def resolve_by_content(
+    db: sqlite_utils.Database,
+    run: str,
+    identifier: int,
+    *,
+    step: int,
+    split: str,
+    eval_seed: int | None,
+    kept_content_hash: str,
+    reason: str | None,
+    by: str,
+) -> Resolution | None:
     """Settle the open conflicts of one group as another machine settled them, keeping the
     result with `kept_content_hash` (`ccpo sync`, store/sync_corrections.py); None when nothing
     here is open for it, or the kept result is not here. Inside the caller's transaction."""
     reason_text = _checked_text(reason or "", "a synced resolution's reason", required=False)
     actor = _checked_text(by, "a synced resolution's author", required=True)
-    conflicts = [row for row in _open_conflicts(db, identifier, step)
-                 if row["split"] == split and row["eval_seed"] == eval_seed]
+    conflicts = [
+        row
+        for row in _open_conflicts(db, identifier, step)
+        if row["split"] == split and row["eval_seed"] == eval_seed
+    ]
     if not conflicts:
         return None
     for standing in _standing(db, identifier, step, split, eval_seed):
         if standing["content_hash"] == kept_content_hash:
-            return _settle(db, identifier, run, step, (split, eval_seed), conflicts, "standing", standing,
-                           float(standing["success_rate"]), reason_text, actor)
+            return _settle(
+                db,
+                identifier,
+                run,
+                step,
+                (split, eval_seed),
+                conflicts,
+                "standing",
+                standing,
+                float(standing["success_rate"]),
+                reason_text,
+                actor,
+            )
     for conflict in conflicts:
-        if conflict["content_hash"] == kept_content_hash and conflict["content"].get("success_rate") is not None:
-            return _settle(db, identifier, run, step, (split, eval_seed), conflicts, "conflict", conflict,
-                           float(conflict["content"]["success_rate"]), reason_text, actor)
+        if (
+            conflict["content_hash"] == kept_content_hash
+            and conflict["content"].get("success_rate") is not None
+        ):
+            return _settle(
+                db,
+                identifier,
+                run,
+                step,
+                (split, eval_seed),
+                conflicts,
+                "conflict",
+                conflict,
+                float(conflict["content"]["success_rate"]),
+                reason_text,
+                actor,
+            )
     return None
 
 
-def resolutions(db: sqlite_utils.Database, run_ids: list[int] | None = None) -> dict[int, list[dict[str, Any]]]:
+def resolutions(
+    db: sqlite_utils.Database, run_ids: list[int] | None = None
+) -> dict[int, list[dict[str, Any]]]:
     """{run id: its conflict resolutions, oldest first, each with the conflict ids it settled}."""
     where, params = "", []
     if run_ids is not None:
@@ -336,9 +585,14 @@ def resolutions(db: sqlite_utils.Database, run_ids: list[int] | None = None) -> 
     settled: dict[int, list[int]] = {}
     if rows:
         marks = ", ".join("?" for _ in rows)
-        for item in db.query(f"SELECT conflict_id, resolution_id FROM settled_conflicts WHERE resolution_id IN ({marks}) "
-                             "ORDER BY conflict_id", [row["id"] for row in rows]):
+        for item in db.query(
+            f"SELECT conflict_id, resolution_id FROM settled_conflicts WHERE resolution_id IN ({marks}) "
+            "ORDER BY conflict_id",
+            [row["id"] for row in rows],
+        ):
             settled.setdefault(int(item["resolution_id"]), []).append(int(item["conflict_id"]))
     for row in rows:
-        found.setdefault(int(row["run_id"]), []).append(dict(row, settled_conflict_ids=settled.get(int(row["id"]), [])))
+        found.setdefault(int(row["run_id"]), []).append(
+            dict(row, settled_conflict_ids=settled.get(int(row["id"]), []))
+        )
     return found

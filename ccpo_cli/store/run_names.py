@@ -27,7 +27,8 @@ def run_names(db_path: str | Path, prefix: str = "", *, limit: int = MAX_NAMES) 
     try:
         # A prefix match by characters, case-sensitive, with no wildcard (LIKE would read % and _).
         rows = connection.execute(
-            "SELECT name FROM runs WHERE substr(name, 1, ?) = ? ORDER BY name LIMIT ?", (len(prefix), prefix, int(limit))
+            "SELECT name FROM runs WHERE substr(name, 1, ?) = ? ORDER BY name LIMIT ?",
+            (len(prefix), prefix, int(limit)),
         ).fetchall()
     except sqlite3.Error:
         return []

@@ -19,14 +19,24 @@ def success_summaries(db: sqlite_utils.Database) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     rows = db.query(
         f"SELECT run_id, step, success_rate FROM evaluations WHERE split = 'heldout' AND {STANDING} "
-        "ORDER BY run_id, step, id")
+        "ORDER BY run_id, step, id"
+    )
     for row in rows:
-        entry = found.setdefault(row["run_id"], {"best_success": None, "best_success_step": None, "window_success": None,
-                                                 "window_n": 0})
+        entry = found.setdefault(
+            row["run_id"],
+            {
+                "best_success": None,
+                "best_success_step": None,
+                "window_success": None,
+                "window_n": 0,
+            },
+        )
         entry["last_success"], entry["last_success_step"] = row["success_rate"], row["step"]
         if entry["best_success"] is None or row["success_rate"] > entry["best_success"]:
             entry["best_success"], entry["best_success_step"] = row["success_rate"], row["step"]
-    for row in db.query("SELECT run_id, AVG(success_rate) AS mean, COUNT(*) AS n FROM compare_window GROUP BY run_id"):
+    for row in db.query(
+        "SELECT run_id, AVG(success_rate) AS mean, COUNT(*) AS n FROM compare_window GROUP BY run_id"
+    ):
         if row["run_id"] in found:
             found[row["run_id"]].update(window_success=row["mean"], window_n=row["n"])
     return found
@@ -44,10 +54,12 @@ class RunFilter:
 
     def keeps(self, run: dict[str, Any]) -> bool:
         model = run.get("base_model") or ""
-        return ((self.arm is None or run.get("arm") == self.arm)
-                and (self.status is None or run.get("status") == self.status)
-                and (self.benchmark is None or run.get("benchmark") == self.benchmark)
-                and (self.model is None or self.model in (model, model.rsplit("/", 1)[-1])))
+        return (
+            (self.arm is None or run.get("arm") == self.arm)
+            and (self.status is None or run.get("status") == self.status)
+            and (self.benchmark is None or run.get("benchmark") == self.benchmark)
+            and (self.model is None or self.model in (model, model.rsplit("/", 1)[-1]))
+        )
 
     def apply(self, runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         return [run for run in runs if self.keeps(run)]

@@ -25,19 +25,51 @@ from ccpo_cli.errors import InvalidInput
 # The part tables of this module, in merge order: resolutions first (they derive their own
 # retractions), then the retractions a person made.
 TABLES = ("resolutions", "retractions")
-RETRACTION_COLUMNS = ("run_uid", "scope", "content_hash", "step", "reason", "retracted_by", "recorded_at")
-RESOLUTION_COLUMNS = ("run_uid", "step", "split", "eval_seed", "kept_value", "kept_content_hash", "reason",
-                      "resolved_by", "recorded_at")
+RETRACTION_COLUMNS = (
+    "run_uid",
+    "scope",
+    "content_hash",
+    "step",
+    "reason",
+    "retracted_by",
+    "recorded_at",
+)
+RESOLUTION_COLUMNS = (
+    "run_uid",
+    "step",
+    "split",
+    "eval_seed",
+    "kept_value",
+    "kept_content_hash",
+    "reason",
+    "resolved_by",
+    "recorded_at",
+)
 
 
 def schemas(pa: Any) -> dict[str, list[tuple[str, Any]]]:
     text, integer, real = pa.string(), pa.int64(), pa.float64()
     return {
-        "retractions": [("run_uid", text), ("scope", text), ("content_hash", text), ("step", integer),
-                        ("reason", text), ("retracted_by", text), ("recorded_at", text)],
-        "resolutions": [("run_uid", text), ("step", integer), ("split", text), ("eval_seed", integer),
-                        ("kept_value", real), ("kept_content_hash", text), ("reason", text),
-                        ("resolved_by", text), ("recorded_at", text)],
+        "retractions": [
+            ("run_uid", text),
+            ("scope", text),
+            ("content_hash", text),
+            ("step", integer),
+            ("reason", text),
+            ("retracted_by", text),
+            ("recorded_at", text),
+        ],
+        "resolutions": [
+            ("run_uid", text),
+            ("step", integer),
+            ("split", text),
+            ("eval_seed", integer),
+            ("kept_value", real),
+            ("kept_content_hash", text),
+            ("reason", text),
+            ("resolved_by", text),
+            ("recorded_at", text),
+        ],
     }
 
 
@@ -48,19 +80,30 @@ def item_parts(table: str, row: dict[str, Any]) -> tuple[Any, ...]:
     return (row["step"], row["split"], row["eval_seed"], row["kept_content_hash"])
 
 
-def export_rows(db: sqlite_utils.Database, table: str, run: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+def export_rows(
+    db: sqlite_utils.Database, table: str, run: dict[str, Any]
+) -> Iterator[list[dict[str, Any]]]:
     """A run's corrections in part form: its retractions made by a person (those a resolution
     implies are derived again where it is merged) and its resolutions."""
     uid = run["uid"]
     if table == "retractions":
-        rows = [dict(row, run_uid=uid) for row in db.query(
-            "SELECT CASE WHEN r.evaluation_id IS NULL THEN 'run' ELSE 'evaluation' END AS scope, "
-            "e.content_hash AS content_hash, r.step AS step, r.reason AS reason, r.retracted_by AS retracted_by, "
-            "r.recorded_at AS recorded_at FROM retractions r LEFT JOIN evaluations e ON e.id = r.evaluation_id "
-            "WHERE r.run_id = ? AND r.resolution_id IS NULL ORDER BY r.id", [run["id"]])]
+        rows = [
+            dict(row, run_uid=uid)
+            for row in db.query(
+                "SELECT CASE WHEN r.evaluation_id IS NULL THEN 'run' ELSE 'evaluation' END AS scope, "
+                "e.content_hash AS content_hash, r.step AS step, r.reason AS reason, r.retracted_by AS retracted_by, "
+                "r.recorded_at AS recorded_at FROM retractions r LEFT JOIN evaluations e ON e.id = r.evaluation_id "
+                "WHERE r.run_id = ? AND r.resolution_id IS NULL ORDER BY r.id",
+                [run["id"]],
+            )
+        ]
     else:
-        rows = [dict({key: row[key] for key in RESOLUTION_COLUMNS if key != "run_uid"}, run_uid=uid)
-                for row in db["conflict_resolutions"].rows_where("run_id = ?", [run["id"]], order_by="id")]
+        rows = [
+            dict({key: row[key] for key in RESOLUTION_COLUMNS if key != "run_uid"}, run_uid=uid)
+            for row in db["conflict_resolutions"].rows_where(
+                "run_id = ?", [run["id"]], order_by="id"
+            )
+        ]
     if rows:
         yield rows
 
@@ -74,24 +117,37 @@ def _text(row: dict[str, Any], key: str, where: str, *, required: bool = True) -
     return value
 
 
-def _merge_resolution(db: sqlite_utils.Database, row: dict[str, Any], local: dict[str, Any], where: str) -> str:
+def _merge_resolution(
+    db: sqlite_utils.Database, row: dict[str, Any], local: dict[str, Any], where: str
+) -> str:
     from ccpo_cli.store.retractions import resolve_by_content
 
     step = row.get("step")
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise InvalidInput(f"{where}: a resolution without a step")
-    done = resolve_by_content(db, local["name"], local["id"], step=step, split=_text(row, "split", where),
-                              eval_seed=row.get("eval_seed"), kept_content_hash=_text(row, "kept_content_hash", where),
-                              reason=_text(row, "reason", where, required=False), by=_text(row, "resolved_by", where))
+    done = resolve_by_content(
+        db,
+        local["name"],
+        local["id"],
+        step=step,
+        split=_text(row, "split", where),
+        eval_seed=row.get("eval_seed"),
+        kept_content_hash=_text(row, "kept_content_hash", where),
+        reason=_text(row, "reason", where, required=False),
+        by=_text(row, "resolved_by", where),
+    )
     if done is not None:
         return "new"
     same = db["conflict_resolutions"].count_where(
         "run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND kept_content_hash = ?",
-        [local["id"], step, row["split"], row.get("eval_seed"), row["kept_content_hash"]])
+        [local["id"], step, row["split"], row.get("eval_seed"), row["kept_content_hash"]],
+    )
     return "duplicate" if same else "not_here"
 
 
-def merge_row(db: sqlite_utils.Database, table: str, row: dict[str, Any], local: dict[str, Any], where: str) -> str:
+def merge_row(
+    db: sqlite_utils.Database, table: str, row: dict[str, Any], local: dict[str, Any], where: str
+) -> str:
     """Apply one correction to run `local`; the outcome (new, duplicate, not_here)."""
     if table == "resolutions":
         # A merged correction is not a change of the run on this machine (as a merged evaluation
@@ -106,20 +162,45 @@ def merge_row(db: sqlite_utils.Database, table: str, row: dict[str, Any], local:
     if scope == "run":
         if db["retractions"].count_where("run_id = ? AND evaluation_id IS NULL", [local["id"]]):
             return "duplicate"
-        db["retractions"].insert({"run_id": local["id"], "evaluation_id": None, "step": None, "reason": reason,
-                                  "retracted_by": by, "recorded_at": _text(row, "recorded_at", where)})
+        db["retractions"].insert(
+            {
+                "run_id": local["id"],
+                "evaluation_id": None,
+                "step": None,
+                "reason": reason,
+                "retracted_by": by,
+                "recorded_at": _text(row, "recorded_at", where),
+            }
+        )
         return "new"
     if scope != "evaluation":
         raise InvalidInput(f"{where}: a retraction of scope {scope!r} (expected run or evaluation)")
-    found = [item["id"] for item in db["evaluations"].rows_where(
-        "run_id = ? AND content_hash = ?", [local["id"], _text(row, "content_hash", where)], select="id")]
+    found = [
+        item["id"]
+        for item in db["evaluations"].rows_where(
+            "run_id = ? AND content_hash = ?",
+            [local["id"], _text(row, "content_hash", where)],
+            select="id",
+        )
+    ]
     if not found:
         return "not_here"
-    taken = {item["evaluation_id"] for item in db["retractions"].rows_where(
-        f"evaluation_id IN ({', '.join('?' for _ in found)})", found, select="evaluation_id")}
+    taken = {
+        item["evaluation_id"]
+        for item in db["retractions"].rows_where(
+            f"evaluation_id IN ({', '.join('?' for _ in found)})", found, select="evaluation_id"
+        )
+    }
     fresh = [evaluation for evaluation in found if evaluation not in taken]
     for evaluation in fresh:
-        db["retractions"].insert({"run_id": local["id"], "evaluation_id": evaluation, "step": row.get("step"),
-                                  "reason": reason, "retracted_by": by,
-                                  "recorded_at": _text(row, "recorded_at", where)})
+        db["retractions"].insert(
+            {
+                "run_id": local["id"],
+                "evaluation_id": evaluation,
+                "step": row.get("step"),
+                "reason": reason,
+                "retracted_by": by,
+                "recorded_at": _text(row, "recorded_at", where),
+            }
+        )
     return "new" if fresh else "duplicate"

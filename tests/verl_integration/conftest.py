@@ -17,7 +17,9 @@ if HOME and os.path.abspath(HOME) not in sys.path:
 def pytest_collection_modifyitems(config, items):
     if HOME:
         return
-    skip = pytest.mark.skip(reason="VERL_AGENT_HOME is not set: no verl-agent checkout to test against (.ci/run sets it)")
+    skip = pytest.mark.skip(
+        reason="VERL_AGENT_HOME is not set: no verl-agent checkout to test against (.ci/run sets it)"
+    )
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:

@@ -30,7 +30,9 @@ from omegaconf import OmegaConf
 # verl calls `get_torch_device().empty_cache()` after generating and its memory logger (around the
 # reference pass) asks the device for memory figures; torch.cpu has none of these functions.
 _CPU_DEVICE_FUNCTIONS = {
-    "empty_cache": lambda: None, "memory_allocated": lambda: 0, "memory_reserved": lambda: 0,
+    "empty_cache": lambda: None,
+    "memory_allocated": lambda: 0,
+    "memory_reserved": lambda: 0,
     "mem_get_info": lambda: (0, 0),
 }
 for _name, _function in _CPU_DEVICE_FUNCTIONS.items():
@@ -45,20 +47,32 @@ def trainer_config(verl_agent_home: str, overrides: list[str]):
     """verl-agent's `ppo_trainer.yaml` with the given dotted overrides (as Hydra applies them)."""
     base = OmegaConf.load(Path(verl_agent_home) / "verl/trainer/config/ppo_trainer.yaml")
     small = [
-        "data.max_prompt_length=96", "data.max_response_length=6", "data.truncation=left",
-        "data.train_batch_size=3", "data.return_raw_chat=True",
-        "env.rollout.n=4", "env.max_steps=4",
-        "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.top_k=0",
+        "data.max_prompt_length=96",
+        "data.max_response_length=6",
+        "data.truncation=left",
+        "data.train_batch_size=3",
+        "data.return_raw_chat=True",
+        "env.rollout.n=4",
+        "env.max_steps=4",
+        "actor_rollout_ref.rollout.n=1",
+        "actor_rollout_ref.rollout.top_k=0",
         "actor_rollout_ref.rollout.val_kwargs.top_k=0",
         "actor_rollout_ref.actor.use_invalid_action_penalty=True",
         "actor_rollout_ref.actor.invalid_action_penalty_coef=0.1",
         "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=256",
-        "algorithm.gamma=0.95", "algorithm.gigpo.mode=mean_std_norm",
-        "trainer.n_gpus_per_node=2", "trainer.nnodes=1", "trainer.logger=[console]",
-        "trainer.resume_mode=disable", "trainer.total_training_steps=1", "trainer.total_epochs=1",
-        "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1",
+        "algorithm.gamma=0.95",
+        "algorithm.gigpo.mode=mean_std_norm",
+        "trainer.n_gpus_per_node=2",
+        "trainer.nnodes=1",
+        "trainer.logger=[console]",
+        "trainer.resume_mode=disable",
+        "trainer.total_training_steps=1",
+        "trainer.total_epochs=1",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
         "trainer.device=cpu",
     ]
     return OmegaConf.merge(base, OmegaConf.from_dotlist(small + list(overrides)))
@@ -103,7 +117,10 @@ def game_manager(config, tasks: list[str]):
 
     class GameManager(EnvironmentManagerBase):
         def _observations(self, states):
-            text = [f"Your task is to: {task} something. You are at the {state}." for task, state in zip(self.envs.tasks, states)]
+            text = [
+                f"Your task is to: {task} something. You are at the {state}."
+                for task, state in zip(self.envs.tasks, states)
+            ]
             return {"text": text, "image": None, "anchor": list(states)}
 
         def reset(self, kwargs=None):
@@ -135,7 +152,12 @@ class CpuWorkerGroup:
 
     def generate_sequences(self, prompts):
         # As ActorRolloutRefWorker.generate_sequences does before handing prompts to the rollout.
-        prompts.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id})
+        prompts.meta_info.update(
+            {
+                "eos_token_id": self.tokenizer.eos_token_id,
+                "pad_token_id": self.tokenizer.pad_token_id,
+            }
+        )
         return self.rollout.generate_sequences(prompts)
 
     def compute_log_prob(self, data):
@@ -163,7 +185,10 @@ def reference_worker(config, model):
 
     ref_config = OmegaConf.merge(config.actor_rollout_ref.ref, {"use_torch_compile": False})
     return types.SimpleNamespace(
-        _is_lora=False, _is_ref=True, world_size=1, config=config.actor_rollout_ref,
+        _is_lora=False,
+        _is_ref=True,
+        world_size=1,
+        config=config.actor_rollout_ref,
         ulysses_sharding_manager=FSDPUlyssesShardingManager(None),
         ref_policy=DataParallelPPOActor(config=ref_config, actor_module=model),
     )
@@ -180,15 +205,23 @@ def prompt_batches(tokenizer, config, n_tasks: int):
         chat = [{"role": "user", "content": ""}]
         text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         input_ids, attention_mask = verl_F.tokenize_and_postprocess_data(
-            prompt=text, tokenizer=tokenizer, max_length=config.data.max_prompt_length,
-            pad_token_id=tokenizer.pad_token_id, left_pad=True, truncation="left",
+            prompt=text,
+            tokenizer=tokenizer,
+            max_length=config.data.max_prompt_length,
+            pad_token_id=tokenizer.pad_token_id,
+            left_pad=True,
+            truncation="left",
         )
-        rows.append({
-            "input_ids": input_ids[0], "attention_mask": attention_mask[0],
-            "position_ids": compute_position_id_with_mask(attention_mask)[0],
-            "raw_prompt_ids": tokenizer.encode(text, add_special_tokens=False),
-            "raw_prompt": chat, "data_source": "hashgame",
-        })
+        rows.append(
+            {
+                "input_ids": input_ids[0],
+                "attention_mask": attention_mask[0],
+                "position_ids": compute_position_id_with_mask(attention_mask)[0],
+                "raw_prompt_ids": tokenizer.encode(text, add_special_tokens=False),
+                "raw_prompt": chat,
+                "data_source": "hashgame",
+            }
+        )
     return [collate_fn(rows)]
 
 
@@ -203,15 +236,21 @@ class ReplayCollector:
 
     def multi_turn_loop(self, gen_batch, actor_rollout_wg, envs, is_train=True):
         if not is_train:
-            output = self.collector.multi_turn_loop(gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=False)
+            output = self.collector.multi_turn_loop(
+                gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=False
+            )
             self.validation_outputs.append(copy.deepcopy(output))
             return output
         if self.first_output is None:
-            self.first_output = self.collector.multi_turn_loop(gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=True)
+            self.first_output = self.collector.multi_turn_loop(
+                gen_batch=gen_batch, actor_rollout_wg=actor_rollout_wg, envs=envs, is_train=True
+            )
         return copy.deepcopy(self.first_output)
 
 
-def cpu_trainer(config, tokenizer, collector, actor_group, *, reference_group=None, envs=None, val_envs=None):
+def cpu_trainer(
+    config, tokenizer, collector, actor_group, *, reference_group=None, envs=None, val_envs=None
+):
     """A `RayPPOTrainer` whose `fit` runs here: the attributes `fit` and `_validate` read."""
     from agent_system.reward_manager.episode import EpisodeRewardManager
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -227,14 +266,24 @@ def cpu_trainer(config, tokenizer, collector, actor_group, *, reference_group=No
     trainer.ref_in_actor = False
     trainer.use_rm = False
     trainer.use_critic = False
-    trainer.envs = envs or game_manager(config, [TASKS[i // config.env.rollout.n % len(TASKS)] for i in range(n_tasks * config.env.rollout.n)])
-    trainer.val_envs = val_envs or game_manager(config, [TASKS[i % len(TASKS)] for i in range(n_tasks)])
+    trainer.envs = envs or game_manager(
+        config,
+        [
+            TASKS[i // config.env.rollout.n % len(TASKS)]
+            for i in range(n_tasks * config.env.rollout.n)
+        ],
+    )
+    trainer.val_envs = val_envs or game_manager(
+        config, [TASKS[i % len(TASKS)] for i in range(n_tasks)]
+    )
     trainer.reward_fn = EpisodeRewardManager(tokenizer=tokenizer, num_examine=0)
     trainer.val_reward_fn = EpisodeRewardManager(tokenizer=tokenizer, num_examine=0)
     trainer.train_dataloader = prompt_batches(tokenizer, config, n_tasks)
     trainer.val_dataloader = prompt_batches(tokenizer, config, n_tasks)
     trainer.total_training_steps = 1
-    trainer.resource_pool_manager = types.SimpleNamespace(get_n_gpus=lambda: config.trainer.n_gpus_per_node)
+    trainer.resource_pool_manager = types.SimpleNamespace(
+        get_n_gpus=lambda: config.trainer.n_gpus_per_node
+    )
     trainer.validation_generations_logger = None
     return trainer
 

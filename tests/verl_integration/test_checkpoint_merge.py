@@ -33,9 +33,17 @@ WORLD_SIZE = 2
 
 def write_checkpoint(model_dir: Path, run_dir: Path, verl_home: Path) -> Path:
     step_dir = run_dir / "checkpoints" / f"global_step_{STEP}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(verl_home), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, str(WRITER), str(model_dir), str(step_dir), str(WORLD_SIZE), str(STEP)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(verl_home), os.environ.get("PYTHONPATH")])),
+    )
+    done = subprocess.run(
+        [sys.executable, str(WRITER), str(model_dir), str(step_dir), str(WORLD_SIZE), str(STEP)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     # what the ccpo launcher writes beside trainer.default_local_dir=RUN/checkpoints
     (run_dir / "config.json").write_text(json.dumps({"run": "tiny-verl", "backend": "verl"}))
@@ -56,7 +64,9 @@ def fresh_copy(trained, tmp_path):
     _, step_dir = trained
     run_copy = tmp_path / "run"
     shutil.copytree(step_dir.parent.parent, run_copy)
-    shutil.rmtree(run_copy / "checkpoints" / step_dir.name / DEFAULT_MERGED_NAME, ignore_errors=True)
+    shutil.rmtree(
+        run_copy / "checkpoints" / step_dir.name / DEFAULT_MERGED_NAME, ignore_errors=True
+    )
     return run_copy / "checkpoints" / step_dir.name
 
 
@@ -69,7 +79,9 @@ def test_the_checkpoint_is_laid_out_as_verl_saves_it(trained):
     assert "config.json" in names and "tokenizer_config.json" in names
 
 
-def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorded(trained, verl_home):
+def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorded(
+    trained, verl_home
+):
     from safetensors.torch import load_file
 
     model_dir, step_dir = trained
@@ -81,24 +93,43 @@ def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorde
     original.setdefault("lm_head.weight", original["model.embed_tokens.weight"])  # tied
     assert set(rebuilt) <= set(original) and "model.embed_tokens.weight" in rebuilt
     for name, tensor in rebuilt.items():  # verl's merger writes bfloat16
-        assert tensor.dtype == original[name].bfloat16().dtype and tensor.equal(original[name].bfloat16()), name
+        assert tensor.dtype == original[name].bfloat16().dtype and tensor.equal(
+            original[name].bfloat16()
+        ), name
 
     record = json.loads((Path(model) / MERGE_RECORD).read_text())
     assert record["run"] == "tiny-verl" and record["step"] == STEP
-    assert record["source"]["checkpoint"] == str(step_dir) and record["source"]["world_size"] == WORLD_SIZE
+    assert (
+        record["source"]["checkpoint"] == str(step_dir)
+        and record["source"]["world_size"] == WORLD_SIZE
+    )
     assert [shard["sha256"] for shard in record["source"]["shards"]] == [
-        hashlib.sha256((step_dir / "actor" / f"model_world_size_{WORLD_SIZE}_rank_{rank}.pt").read_bytes()).hexdigest()
-        for rank in range(WORLD_SIZE)]
+        hashlib.sha256(
+            (step_dir / "actor" / f"model_world_size_{WORLD_SIZE}_rank_{rank}.pt").read_bytes()
+        ).hexdigest()
+        for rank in range(WORLD_SIZE)
+    ]
     assert record["merger"]["command"][1:8] == [
-        str(verl_home / "scripts" / "model_merger.py"), "merge", "--backend", "fsdp",
-        "--local_dir", str(step_dir / "actor"), "--target_dir"]
-    assert record["verl_agent"]["verl_version"] == (verl_home / "verl" / "version" / "version").read_text().strip()
+        str(verl_home / "scripts" / "model_merger.py"),
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(step_dir / "actor"),
+        "--target_dir",
+    ]
+    assert (
+        record["verl_agent"]["verl_version"]
+        == (verl_home / "verl" / "version" / "version").read_text().strip()
+    )
     assert record["verl_agent"]["commit"].startswith(TESTED_COMMIT)
     verification = record["verification"]
     assert verification["passed"] and verification["architecture"] == "Qwen2ForCausalLM"
     assert verification["dtypes"] == ["BF16"] and verification["forward"]["finite"]
     assert verification["forward"]["dtype"] == "bfloat16"  # checked as stored, not upcast
-    assert verification["parameters"] == sum(t.numel() for n, t in original.items() if n != "lm_head.weight")
+    assert verification["parameters"] == sum(
+        t.numel() for n, t in original.items() if n != "lm_head.weight"
+    )
 
     again, second = resolve_model_source(str(step_dir))
     assert again == model and second.reused
@@ -107,7 +138,10 @@ def test_verls_merger_rebuilds_the_weights_and_the_merge_is_verified_and_recorde
 def test_the_record_names_the_tested_verl_agent_commit(verl_home):
     """What the merge record says of the checkout the suite runs against (20bd331, read from git
     or from its SOURCE.md)."""
-    assert verl_agent_record(verl_home)["commit"].startswith(TESTED_COMMIT) and TESTED_COMMIT == "20bd331"
+    assert (
+        verl_agent_record(verl_home)["commit"].startswith(TESTED_COMMIT)
+        and TESTED_COMMIT == "20bd331"
+    )
 
 
 def test_the_hf_agent_on_the_checkpoint_generates_as_the_saved_weights_do(trained):
@@ -122,29 +156,50 @@ def test_the_hf_agent_on_the_checkpoint_generates_as_the_saved_weights_do(traine
     model, merged, step = resolve_eval_model(EvalOptions(run="r", agent="hf", model=str(step_dir)))
     assert merged.checkpoint.step == step == STEP
     prompts = ["You are in the middle of a room.", "go to fridge 1"]
-    from_checkpoint = build_agent("hf", model, temperature=0.0, seed=0, max_new_tokens=6).generate(prompts)
+    from_checkpoint = build_agent("hf", model, temperature=0.0, seed=0, max_new_tokens=6).generate(
+        prompts
+    )
 
     reference = AutoModelForCausalLM.from_pretrained(str(model_dir))
     with torch.no_grad():
         for parameter in reference.parameters():  # what the merged bfloat16 weights hold
             parameter.copy_(parameter.bfloat16().float())
-    expected = HFAgent(reference, AutoTokenizer.from_pretrained(str(model_dir)), temperature=0.0,
-                       max_new_tokens=6).generate(prompts)
+    expected = HFAgent(
+        reference, AutoTokenizer.from_pretrained(str(model_dir)), temperature=0.0, max_new_tokens=6
+    ).generate(prompts)
     assert from_checkpoint == expected and all(isinstance(text, str) for text in expected)
 
 
 def test_publish_dry_run_plans_the_merged_folder_and_its_record(fresh_copy, tmp_path):
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)
-    result = CliRunner().invoke(app, [
-        "--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/tiny-verl", "--dry-run",
-        "--staging", str(tmp_path / "staging"), "--checkpoint", str(fresh_copy), "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db),
+            "publish",
+            "--run",
+            "return-hard",
+            "--repo",
+            "tester/tiny-verl",
+            "--dry-run",
+            "--staging",
+            str(tmp_path / "staging"),
+            "--checkpoint",
+            str(fresh_copy),
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     plan = json.loads(result.stdout)
     files = {entry["path_in_repo"]: entry for entry in plan["commits"][0]["files"]}
     merged = fresh_copy / DEFAULT_MERGED_NAME
     assert {"model.safetensors", "config.json", "tokenizer.json", MERGE_RECORD} <= set(files)
-    assert files["model.safetensors"]["sha256"] == hashlib.sha256((merged / "model.safetensors").read_bytes()).hexdigest()
+    assert (
+        files["model.safetensors"]["sha256"]
+        == hashlib.sha256((merged / "model.safetensors").read_bytes()).hexdigest()
+    )
     assert plan["checkpoint_step"] == STEP and plan["checkpoint_source"]["step"] == STEP
     assert plan["checkpoint_source"]["run"] == "tiny-verl"
 
@@ -158,7 +213,10 @@ def test_config_in_actor_huggingface_merges_too(fresh_copy):
             path.rename(actor / "huggingface" / path.name)
     model, merged = resolve_model_source(str(fresh_copy))
     assert merged.record["source"]["config"] == str(actor / "huggingface")
-    assert merged.record["merger"]["command"][-2:] == ["--hf_model_path", str(actor / "huggingface")]
+    assert merged.record["merger"]["command"][-2:] == [
+        "--hf_model_path",
+        str(actor / "huggingface"),
+    ]
     assert merged.record["verification"]["passed"]
 
 
@@ -167,9 +225,23 @@ def test_a_truncated_shard_fails_verls_merger_with_one_line_and_exit_1(fresh_cop
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)
-    result = CliRunner().invoke(app, [
-        "--db", str(db), "publish", "--run", "return-hard", "--repo", "tester/tiny-verl", "--dry-run",
-        "--staging", str(tmp_path / "staging"), "--checkpoint", str(fresh_copy)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "--db",
+            str(db),
+            "publish",
+            "--run",
+            "return-hard",
+            "--repo",
+            "tester/tiny-verl",
+            "--dry-run",
+            "--staging",
+            str(tmp_path / "staging"),
+            "--checkpoint",
+            str(fresh_copy),
+        ],
+    )
     assert result.exit_code == 1
     assert "verl's model merger failed" in result.output and "Traceback" not in result.output
     assert not (fresh_copy / DEFAULT_MERGED_NAME).exists()

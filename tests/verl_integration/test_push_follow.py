@@ -34,9 +34,17 @@ STEP = 6
 
 def write_step(model_dir: Path, run_dir: Path, verl_home: Path, step: int) -> Path:
     step_dir = run_dir / "checkpoints" / f"global_step_{step}"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(verl_home), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, str(WRITER), str(model_dir), str(step_dir), "2", str(step)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(verl_home), os.environ.get("PYTHONPATH")])),
+    )
+    done = subprocess.run(
+        [sys.executable, str(WRITER), str(model_dir), str(step_dir), "2", str(step)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return step_dir
 
@@ -44,11 +52,15 @@ def write_step(model_dir: Path, run_dir: Path, verl_home: Path, step: int) -> Pa
 def append_metrics(path: Path, rows: list[tuple[int, float]]) -> None:
     with path.open("a", encoding="utf-8") as handle:
         for step, rate in rows:
-            handle.write(json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate}) + "\n")
+            handle.write(
+                json.dumps({"step": step, "wall_time": 1.7e9 + step, "val/success_rate": rate})
+                + "\n"
+            )
 
 
-
-def test_follow_ingests_merges_with_verls_merger_and_publishes(tmp_path, hub, verl_home, monkeypatch):
+def test_follow_ingests_merges_with_verls_merger_and_publishes(
+    tmp_path, hub, verl_home, monkeypatch
+):
     from typer.testing import CliRunner
 
     from ccpo_cli.cli.app import app
@@ -57,18 +69,49 @@ def test_follow_ingests_merges_with_verls_merger_and_publishes(tmp_path, hub, ve
     run_dir = tmp_path / "ccpo-runs" / RUN
     (run_dir / "checkpoints").mkdir(parents=True)
     metrics = run_dir / "metrics.jsonl"
-    (run_dir / "config.json").write_text(json.dumps({
-        "run": RUN, "backend": "verl", "arm": {"name": arm.name, "fingerprint": arm.fingerprint},
-        "model": "Qwen/Qwen2.5-0.5B-Instruct", "seed": 0, "total_steps": STEP, "metrics_file": str(metrics),
-    }))
+    (run_dir / "config.json").write_text(
+        json.dumps(
+            {
+                "run": RUN,
+                "backend": "verl",
+                "arm": {"name": arm.name, "fingerprint": arm.fingerprint},
+                "model": "Qwen/Qwen2.5-0.5B-Instruct",
+                "seed": 0,
+                "total_steps": STEP,
+                "metrics_file": str(metrics),
+            }
+        )
+    )
     model_dir = save_tiny_lm(tmp_path / "base")
     db_path = tmp_path / "runs.db"
 
     def follow():
-        return CliRunner().invoke(app, ["--db", str(db_path), "publish", "--follow", RUN, "--repo", REPO,
-                                        "--run-dir", str(run_dir), "--endpoint", hub.endpoint, "--token", TOKEN,
-                                        "--window-start", "0", "--license", "apache-2.0", "--once",
-                                        "--verl-agent-home", str(verl_home), "--json"])
+        return CliRunner().invoke(
+            app,
+            [
+                "--db",
+                str(db_path),
+                "publish",
+                "--follow",
+                RUN,
+                "--repo",
+                REPO,
+                "--run-dir",
+                str(run_dir),
+                "--endpoint",
+                hub.endpoint,
+                "--token",
+                TOKEN,
+                "--window-start",
+                "0",
+                "--license",
+                "apache-2.0",
+                "--once",
+                "--verl-agent-home",
+                str(verl_home),
+                "--json",
+            ],
+        )
 
     # Round 1: three evaluations, the best (step 4) saved by verl's checkpoint manager.
     append_metrics(metrics, [(2, 0.25), (3, 0.25), (4, 0.5)])

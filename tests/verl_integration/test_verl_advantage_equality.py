@@ -32,10 +32,16 @@ pytestmark = pytest.mark.slow  # each test runs verl-agent's code for seconds to
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 LAYOUTS = {
     # two ranks, micro-batches of 9: the batch is padded to a multiple of 18, then balanced
-    "padded": ["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=9",
-               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=9"],
-    "unpadded": ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-                 "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1"],
+    "padded": [
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=9",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=9",
+    ],
+    "unpadded": [
+        "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+    ],
 }
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +60,13 @@ def parts(verl_agent_home):
     config = cpu_trainer.trainer_config(verl_agent_home, LAYOUTS["padded"])
     torch.manual_seed(0)
     collector = cpu_trainer.ReplayCollector(TrajectoryCollector(config, tokenizer))
-    return {"home": verl_agent_home, "tokenizer": tokenizer, "model": model, "collector": collector, "runs": {}}
+    return {
+        "home": verl_agent_home,
+        "tokenizer": tokenizer,
+        "model": model,
+        "collector": collector,
+        "runs": {},
+    }
 
 
 def trained_batch(parts, estimator: str, layout: str, arm=None):
@@ -64,14 +76,20 @@ def trained_batch(parts, estimator: str, layout: str, arm=None):
     key = (estimator, arm.name if arm else None, layout)
     if key in parts["runs"]:
         return parts["runs"][key]
-    config = cpu_trainer.trainer_config(parts["home"], LAYOUTS[layout] + [f"algorithm.adv_estimator={estimator}"])
+    config = cpu_trainer.trainer_config(
+        parts["home"], LAYOUTS[layout] + [f"algorithm.adv_estimator={estimator}"]
+    )
     ranks = config.trainer.n_gpus_per_node
     actor = cpu_trainer.CpuWorkerGroup(config, parts["model"], parts["tokenizer"], world_size=ranks)
     reference = None
     if arm is not None and features_active(arm):
         worker = cpu_trainer.reference_worker(config, parts["model"])
-        reference = cpu_trainer.CpuWorkerGroup(config, parts["model"], parts["tokenizer"], reference_worker=worker, world_size=ranks)
-    trainer = cpu_trainer.cpu_trainer(config, parts["tokenizer"], parts["collector"], actor, reference_group=reference)
+        reference = cpu_trainer.CpuWorkerGroup(
+            config, parts["model"], parts["tokenizer"], reference_worker=worker, world_size=ranks
+        )
+    trainer = cpu_trainer.cpu_trainer(
+        config, parts["tokenizer"], parts["collector"], actor, reference_group=reference
+    )
     batch = cpu_trainer.run_fit(trainer, seed=0)
     parts["runs"][key] = batch
     return batch
@@ -80,6 +98,7 @@ def trained_batch(parts, estimator: str, layout: str, arm=None):
 @pytest.fixture
 def hook_for(monkeypatch):
     """Start the setup hook for an arm as a Ray worker would, with the launcher's environment."""
+
     def start(arm):
         spec = worker_env.ArmSpec(arm.name, arm.fingerprint, {})
         for name, value in spec.to_environ().items():
@@ -88,6 +107,7 @@ def hook_for(monkeypatch):
         monkeypatch.delenv(worker_env.METRICS_JSONL, raising=False)
         monkeypatch.setenv(worker_env.CAPTURE_FEATURES, "1" if features_active(arm) else "0")
         setup_hook.setup()
+
     return start
 
 
@@ -97,8 +117,22 @@ def ccpo_estimate(arm_name: str, inputs: dict, folder: Path) -> dict:
     source, output = folder / "batch.json", folder / "advantages.json"
     source.write_text(json.dumps(document), encoding="utf-8")
     completed = subprocess.run(
-        [sys.executable, "-m", "ccpo_cli", "estimate", "--arm", arm_name, "--input", str(source), "--output", str(output)],
-        capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "ccpo_cli",
+            "estimate",
+            "--arm",
+            arm_name,
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
     assert completed.returncode == 0, completed.stderr
     return json.loads(output.read_text(encoding="utf-8"))
@@ -110,7 +144,9 @@ def padding_count(batch) -> int:
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("arm_name", ARMS)
-def test_hook_gives_what_ccpo_estimate_gives_on_the_same_rows(parts, hook_for, tmp_path, arm_name, layout):
+def test_hook_gives_what_ccpo_estimate_gives_on_the_same_rows(
+    parts, hook_for, tmp_path, arm_name, layout
+):
     arm = load_arm(arm_name)
     hook_for(arm)
     batch = trained_batch(parts, "ccpo", layout, arm)
@@ -121,10 +157,16 @@ def test_hook_gives_what_ccpo_estimate_gives_on_the_same_rows(parts, hook_for, t
     estimated = ccpo_estimate(arm_name, inputs, tmp_path)
     assert estimated["fingerprint"] == arm.fingerprint
     trained = batch.batch["advantages"].numpy()
-    difference = float(np.max(np.abs(trained - np.asarray(estimated["advantages"], dtype=np.float32))))
-    print(f"{arm_name} {layout}: {len(batch)} rows, {pads} padding, max |hook - ccpo estimate| = {difference:.3g}")
+    difference = float(
+        np.max(np.abs(trained - np.asarray(estimated["advantages"], dtype=np.float32)))
+    )
+    print(
+        f"{arm_name} {layout}: {len(batch)} rows, {pads} padding, max |hook - ccpo estimate| = {difference:.3g}"
+    )
     assert difference <= 1e-6
-    assert np.abs(trained).sum() > 0 and torch.equal(batch.batch["returns"], batch.batch["advantages"])
+    assert np.abs(trained).sum() > 0 and torch.equal(
+        batch.batch["returns"], batch.batch["advantages"]
+    )
     lengths = batch.batch["response_mask"].sum(-1)
     assert len(set(lengths.tolist())) > 2  # responses of several lengths: the masks matter
 
@@ -142,15 +184,23 @@ def test_baseline_arms_equal_verl_agents_own_estimator(parts, hook_for, arm_name
     assert (padding_count(ours) > 0) == (layout == "padded")
     mask = ours.batch["response_mask"].bool()
     ours_rows = ours.batch["advantages"][mask.any(-1)].numpy()
-    difference = float(np.abs(ours.batch["advantages"].numpy() - upstream.batch["advantages"].numpy()).max())
-    print(f"{arm_name} {layout}: {len(ours)} rows ({padding_count(ours)} padding); max |ccpo - verl-agent| = {difference:.3g}")
+    difference = float(
+        np.abs(ours.batch["advantages"].numpy() - upstream.batch["advantages"].numpy()).max()
+    )
+    print(
+        f"{arm_name} {layout}: {len(ours)} rows ({padding_count(ours)} padding); max |ccpo - verl-agent| = {difference:.3g}"
+    )
     assert difference <= 1e-5
     assert np.abs(ours_rows).sum() > 0
     if layout == "padded":
         # With the inert rule the same rows would train on other advantages than upstream's.
         inert = setup_hook.apply_arm(copy.deepcopy(ours), arm, padding="inert")
         real = ~estimator_inputs(inert)["is_pad"]
-        apart = np.abs(inert.batch["advantages"].numpy() - upstream.batch["advantages"].numpy()).max(axis=1)
-        print(f"{arm_name} {layout}: padding = inert would differ from verl-agent by up to {apart[real].max():.3g} "
-              f"on real rows ({apart.max():.3g} with the copies)")
+        apart = np.abs(
+            inert.batch["advantages"].numpy() - upstream.batch["advantages"].numpy()
+        ).max(axis=1)
+        print(
+            f"{arm_name} {layout}: padding = inert would differ from verl-agent by up to {apart[real].max():.3g} "
+            f"on real rows ({apart.max():.3g} with the copies)"
+        )
         assert apart[real].max() > 1e-2

@@ -41,7 +41,12 @@ def unpad_input(hidden_states, attention_mask):
 
 
 def pad_input(hidden_states, indices, batch, seqlen):
-    out = torch.zeros(batch * seqlen, *hidden_states.shape[1:], dtype=hidden_states.dtype, device=hidden_states.device)
+    out = torch.zeros(
+        batch * seqlen,
+        *hidden_states.shape[1:],
+        dtype=hidden_states.dtype,
+        device=hidden_states.device,
+    )
     out[indices] = hidden_states
     return out.reshape(batch, seqlen, *hidden_states.shape[1:])
 
@@ -62,16 +67,26 @@ def verl_parts(verl_agent_home):
     import verl.workers.fsdp_workers as fsdp_workers
     from helpers_tiny_lm import tiny_qwen2, train_tokenizer
 
-    for name, function in {"unpad_input": unpad_input, "pad_input": pad_input,
-                           "index_first_axis": index_first_axis, "rearrange": rearrange}.items():
+    for name, function in {
+        "unpad_input": unpad_input,
+        "pad_input": pad_input,
+        "index_first_axis": index_first_axis,
+        "rearrange": rearrange,
+    }.items():
         if not hasattr(dp_actor, name):
             setattr(dp_actor, name, function)
     unpatched = fsdp_workers.ActorRolloutRefWorker.compute_ref_log_prob
     setup_hook.patch_actor_module(dp_actor)
     setup_hook.patch_worker_module(fsdp_workers)
     tokenizer = train_tokenizer()
-    return types.SimpleNamespace(home=verl_agent_home, dp_actor=dp_actor, workers=fsdp_workers, unpatched=unpatched,
-                                 model=tiny_qwen2(tokenizer, hidden_size=32, layers=2, heads=2), vocab=len(tokenizer))
+    return types.SimpleNamespace(
+        home=verl_agent_home,
+        dp_actor=dp_actor,
+        workers=fsdp_workers,
+        unpatched=unpatched,
+        model=tiny_qwen2(tokenizer, hidden_size=32, layers=2, heads=2),
+        vocab=len(tokenizer),
+    )
 
 
 def verl_rows(vocab: int, duplicates=(1, 4)):
@@ -82,8 +97,21 @@ def verl_rows(vocab: int, duplicates=(1, 4)):
         prompt = torch.randint(3, vocab, (prompt_length,), generator=generator)
         response = torch.randint(3, vocab, (response_length,), generator=generator)
         left, right = PROMPT_WIDTH - prompt_length, RESPONSE_WIDTH - response_length
-        ids.append(torch.cat([torch.zeros(left, dtype=torch.long), prompt, response, torch.zeros(right, dtype=torch.long)]))
-        masks.append(torch.cat([torch.zeros(left), torch.ones(prompt_length + response_length), torch.zeros(right)]).long())
+        ids.append(
+            torch.cat(
+                [
+                    torch.zeros(left, dtype=torch.long),
+                    prompt,
+                    response,
+                    torch.zeros(right, dtype=torch.long),
+                ]
+            )
+        )
+        masks.append(
+            torch.cat(
+                [torch.zeros(left), torch.ones(prompt_length + response_length), torch.zeros(right)]
+            ).long()
+        )
         prompts.append(prompt)
     order = list(range(len(ids))) + list(duplicates)
     input_ids, attention_mask = torch.stack(ids)[order], torch.stack(masks)[order]
@@ -97,25 +125,41 @@ def reference_worker(parts, *, remove_padding: bool, dynamic: bool):
 
     from verl_integration import cpu_trainer
 
-    config = cpu_trainer.trainer_config(parts.home, [
-        f"actor_rollout_ref.model.use_remove_padding={remove_padding}",
-        f"actor_rollout_ref.ref.log_prob_use_dynamic_bsz={dynamic}",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3",
-        f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={PROMPT_WIDTH + RESPONSE_WIDTH + 8}",
-    ])
+    config = cpu_trainer.trainer_config(
+        parts.home,
+        [
+            f"actor_rollout_ref.model.use_remove_padding={remove_padding}",
+            f"actor_rollout_ref.ref.log_prob_use_dynamic_bsz={dynamic}",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=3",
+            f"actor_rollout_ref.ref.log_prob_max_token_len_per_gpu={PROMPT_WIDTH + RESPONSE_WIDTH + 8}",
+        ],
+    )
     # As the worker's constructor does: the ref actor learns the model's padding mode.
-    ref_config = OmegaConf.merge(config.actor_rollout_ref.ref, {"use_remove_padding": remove_padding, "use_torch_compile": False})
+    ref_config = OmegaConf.merge(
+        config.actor_rollout_ref.ref,
+        {"use_remove_padding": remove_padding, "use_torch_compile": False},
+    )
     actor = parts.dp_actor.DataParallelPPOActor(config=ref_config, actor_module=parts.model)
-    return types.SimpleNamespace(_is_lora=False, _is_ref=True, world_size=1, config=config.actor_rollout_ref,
-                                 ulysses_sharding_manager=FSDPUlyssesShardingManager(None), ref_policy=actor)
+    return types.SimpleNamespace(
+        _is_lora=False,
+        _is_ref=True,
+        world_size=1,
+        config=config.actor_rollout_ref,
+        ulysses_sharding_manager=FSDPUlyssesShardingManager(None),
+        ref_policy=actor,
+    )
 
 
 def prompt_alone_states(model, prompts) -> torch.Tensor:
     with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-        return torch.stack([
-            model(input_ids=prompt[None], use_cache=False, output_hidden_states=True).hidden_states[-1][0, -1].float()
-            for prompt in prompts
-        ])
+        return torch.stack(
+            [
+                model(input_ids=prompt[None], use_cache=False, output_hidden_states=True)
+                .hidden_states[-1][0, -1]
+                .float()
+                for prompt in prompts
+            ]
+        )
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["fixed-micro-batches", "dynamic-bsz"])
@@ -125,27 +169,39 @@ def test_reference_pass_ships_last_prompt_states(verl_parts, remove_padding, dyn
     from verl.utils.seqlen_balancing import rearrange_micro_batches
 
     input_ids, attention_mask, position_ids, prompts = verl_rows(verl_parts.vocab)
-    data = DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": attention_mask,
-                                        "position_ids": position_ids, "responses": input_ids[:, PROMPT_WIDTH:]})
+    data = DataProto.from_dict(
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "position_ids": position_ids,
+            "responses": input_ids[:, PROMPT_WIDTH:],
+        }
+    )
     worker = reference_worker(verl_parts, remove_padding=remove_padding, dynamic=dynamic)
     output = verl_parts.workers.ActorRolloutRefWorker.compute_ref_log_prob(worker, data)
     features = output.batch[FEATURES_KEY]
     assert features.shape == (len(prompts), 32) and features.dtype == torch.float32
     expected = prompt_alone_states(verl_parts.model, prompts)
     difference = float((features - expected).abs().max())
-    print(f"remove_padding={remove_padding} dynamic={dynamic}: max |feature - prompt alone| = {difference:.3g}")
+    print(
+        f"remove_padding={remove_padding} dynamic={dynamic}: max |feature - prompt alone| = {difference:.3g}"
+    )
     assert difference <= BF16_TOLERANCE
     # Rows are told apart: each row's feature is nearest to its own prompt's state.
     distances = torch.cdist(features, expected)
     assert torch.equal(distances.argmin(dim=1)[:8], torch.arange(8))
-    assert torch.equal(features[-2:], features[[1, 4]])  # padding copies share their source's features
+    assert torch.equal(
+        features[-2:], features[[1, 4]]
+    )  # padding copies share their source's features
     assert worker.ref_policy._ccpo_recorder is None
     # The wrapper changes nothing in what verl computes.
     plain = verl_parts.unpatched(worker, DataProto.from_dict(tensors=dict(data.batch.items())))
     assert torch.equal(plain.batch["ref_log_prob"], output.batch["ref_log_prob"])
     if dynamic:
         # The configuration really regroups rows out of batch order.
-        _, groups = rearrange_micro_batches(batch=data.batch, max_token_len=PROMPT_WIDTH + RESPONSE_WIDTH + 8)
+        _, groups = rearrange_micro_batches(
+            batch=data.batch, max_token_len=PROMPT_WIDTH + RESPONSE_WIDTH + 8
+        )
         flat = [row for group in groups for row in group]
         assert len(groups) > 1 and flat != sorted(flat)
 
@@ -156,10 +212,18 @@ def test_layouts_agree_with_each_other(verl_parts):
     input_ids, attention_mask, position_ids, _ = verl_rows(verl_parts.vocab)
     results = {}
     for remove_padding in (False, True):
-        data = DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": attention_mask,
-                                            "position_ids": position_ids, "responses": input_ids[:, PROMPT_WIDTH:]})
+        data = DataProto.from_dict(
+            tensors={
+                "input_ids": input_ids,
+                "attention_mask": attention_mask,
+                "position_ids": position_ids,
+                "responses": input_ids[:, PROMPT_WIDTH:],
+            }
+        )
         worker = reference_worker(verl_parts, remove_padding=remove_padding, dynamic=False)
-        results[remove_padding] = verl_parts.workers.ActorRolloutRefWorker.compute_ref_log_prob(worker, data).batch[FEATURES_KEY]
+        results[remove_padding] = verl_parts.workers.ActorRolloutRefWorker.compute_ref_log_prob(
+            worker, data
+        ).batch[FEATURES_KEY]
     difference = float((results[False] - results[True]).abs().max())
     print(f"max |padded - remove-padding| = {difference:.3g}")
     assert difference <= BF16_TOLERANCE

@@ -46,8 +46,9 @@ def save_rank(rank: int, world_size: int, model_dir: str, step_dir: str, step: i
             use_orig_params=False,
         )
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
-        manager = FSDPCheckpointManager(model=model, optimizer=optimizer, lr_scheduler=None,
-                                        processing_class=tokenizer)
+        manager = FSDPCheckpointManager(
+            model=model, optimizer=optimizer, lr_scheduler=None, processing_class=tokenizer
+        )
         manager.save_checkpoint(os.path.join(step_dir, "actor"), global_step=step)
     finally:
         dist.destroy_process_group()

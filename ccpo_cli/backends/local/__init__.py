@@ -10,8 +10,14 @@ The names are loaded on first use, so importing a torch-free part of the package
 never imports torch.
 """
 
-_PUBLIC = {"LocalPolicyAgent": "agent", "make_local_agent": "agent", "TrainConfig": "config",
-           "TrainResult": "trainer", "load_policy": "trainer", "train_arm": "trainer"}
+_PUBLIC = {
+    "LocalPolicyAgent": "agent",
+    "make_local_agent": "agent",
+    "TrainConfig": "config",
+    "TrainResult": "trainer",
+    "load_policy": "trainer",
+    "train_arm": "trainer",
+}
 
 
 def __getattr__(name: str):
@@ -22,4 +28,11 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
 
 
-__all__ = ["LocalPolicyAgent", "TrainConfig", "TrainResult", "load_policy", "make_local_agent", "train_arm"]
+__all__ = [
+    "LocalPolicyAgent",
+    "TrainConfig",
+    "TrainResult",
+    "load_policy",
+    "make_local_agent",
+    "train_arm",
+]

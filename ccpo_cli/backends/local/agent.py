@@ -43,7 +43,9 @@ class LocalPolicyAgent(Agent):
 
     def start_batch(self, observations: Sequence[str], infos: Sequence[Mapping[str, Any]]) -> None:
         self._rngs = {
-            slot: np.random.default_rng([self.seed, self._batches, slot, zlib.crc32(str(info.get("game_id", "")).encode())])
+            slot: np.random.default_rng(
+                [self.seed, self._batches, slot, zlib.crc32(str(info.get("game_id", "")).encode())]
+            )
             for slot, info in enumerate(infos)
         }
         self._batches += 1
@@ -65,17 +67,25 @@ class LocalPolicyAgent(Agent):
             log_probs = self.model.log_probs(pack(features), temperature=self.temperature).numpy()
         decisions = []
         for row, turn, candidates in zip(log_probs, turns, candidate_lists):
-            rng = self._rngs.setdefault(turn.slot, np.random.default_rng([self.seed, self._batches, turn.slot]))
-            decisions.append(Decision(command=candidates[sample_index(row[: len(candidates)], rng)]))
+            rng = self._rngs.setdefault(
+                turn.slot, np.random.default_rng([self.seed, self._batches, turn.slot])
+            )
+            decisions.append(
+                Decision(command=candidates[sample_index(row[: len(candidates)], rng)])
+            )
         return decisions
 
 
-def make_local_agent(model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any) -> LocalPolicyAgent:
+def make_local_agent(
+    model: str | None, *, temperature: float = EVAL_TEMPERATURE, seed: int = 0, **options: Any
+) -> LocalPolicyAgent:
     """The registry factory: `model` is a checkpoint file or a run folder (its latest checkpoint)."""
     from ccpo_cli.backends.local.trainer import load_policy
 
     if not model:
-        raise InvalidInput("--agent local needs --model CHECKPOINT (a step-*.pt file or a run folder)")
+        raise InvalidInput(
+            "--agent local needs --model CHECKPOINT (a step-*.pt file or a run folder)"
+        )
     if options:
         raise InvalidInput(f"--agent local takes no options {sorted(options)}")
     policy, _ = load_policy(model)

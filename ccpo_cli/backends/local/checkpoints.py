@@ -33,7 +33,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest: int = CHECKPOINT_KEEP) -> list[Path]:
+def checkpoints_to_remove(
+    found: list[Path], best_step: int | None, keep_newest: int = CHECKPOINT_KEEP
+) -> list[Path]:
     """All checkpoints but the newest few and the best-evaluated step's, which an interim card
     names as the one it publishes and so must stay on disk."""
     found = sorted(found)
@@ -42,8 +44,16 @@ def checkpoints_to_remove(found: list[Path], best_step: int | None, keep_newest:
     return [path for path in found if path not in newest and path.name != best_name]
 
 
-def save_checkpoint(path: Path, model: CommandScorer, optimizer, step: int, arm: Arm, config: TrainConfig,
-                    train_wall_s: float, step1_rollout_hash: str | None = None) -> None:
+def save_checkpoint(
+    path: Path,
+    model: CommandScorer,
+    optimizer,
+    step: int,
+    arm: Arm,
+    config: TrainConfig,
+    train_wall_s: float,
+    step1_rollout_hash: str | None = None,
+) -> None:
     # One partial file per writer: two processes never write into the same one.
     partial = path.with_suffix(f".{os.getpid()}.partial")
     document = {

@@ -53,8 +53,9 @@ class UpdateConfig:
         return asdict(self)
 
 
-
-def _setting(default: Any = dataclasses.MISSING, *, resume: str, factory: Any = dataclasses.MISSING) -> Any:
+def _setting(
+    default: Any = dataclasses.MISSING, *, resume: str, factory: Any = dataclasses.MISSING
+) -> Any:
     return field(default=default, default_factory=factory, metadata={"resume": resume})
 
 
@@ -87,7 +88,9 @@ class TrainConfig:
     workers: int = _setting(resume=FREE, factory=default_workers)
     torch_threads: int = _setting(1, resume=FREE)
     update: UpdateConfig = _setting(resume=PROTOCOL, factory=UpdateConfig)
-    model: dict = _setting(resume=PROTOCOL, factory=lambda: {"dim": 32, "hidden": 64, "init_std": 0.3})
+    model: dict = _setting(
+        resume=PROTOCOL, factory=lambda: {"dim": 32, "hidden": 64, "init_std": 0.3}
+    )
     dump_batches: bool = _setting(False, resume=FREE)
     # Stop once this much training wall time (evaluation excluded) has passed.
     time_budget_s: float | None = _setting(None, resume=FREE)
@@ -114,8 +117,9 @@ class TrainConfig:
     def evaluates_after(self, step: int, *, last: bool) -> bool:
         """Whether training step `step` (1-based) is followed by an evaluation: every `eval_every`
         steps from `eval_from`, and always after the run's last step (`last`)."""
-        return bool(self.eval_every) and (last or (step >= self.eval_from
-                                                   and (step - self.eval_from) % self.eval_every == 0))
+        return bool(self.eval_every) and (
+            last or (step >= self.eval_from and (step - self.eval_from) % self.eval_every == 0)
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -128,13 +132,17 @@ class TrainConfig:
         values = {key: value for key, value in recorded.items() if key in known}
         if isinstance(values.get("update"), Mapping):
             update_fields = {spec.name for spec in dataclasses.fields(UpdateConfig)}
-            values["update"] = UpdateConfig(**{k: v for k, v in values["update"].items() if k in update_fields})
+            values["update"] = UpdateConfig(
+                **{k: v for k, v in values["update"].items() if k in update_fields}
+            )
         elif "update" in values:
             del values["update"]
         return cls(**values)
 
 
-RESUME_RULE: dict[str, str] = {spec.name: spec.metadata["resume"] for spec in dataclasses.fields(TrainConfig)}
+RESUME_RULE: dict[str, str] = {
+    spec.name: spec.metadata["resume"] for spec in dataclasses.fields(TrainConfig)
+}
 
 
 def resume_base(recorded: Mapping[str, Any]) -> TrainConfig:
@@ -143,8 +151,10 @@ def resume_base(recorded: Mapping[str, Any]) -> TrainConfig:
     run already spent is not carried over, nor a worker count of another machine)."""
     restored = TrainConfig.from_record(recorded)
     fresh = TrainConfig()
-    return dataclasses.replace(restored, **{name: getattr(fresh, name) for name, rule in RESUME_RULE.items()
-                                            if rule == FREE})
+    return dataclasses.replace(
+        restored,
+        **{name: getattr(fresh, name) for name, rule in RESUME_RULE.items() if rule == FREE},
+    )
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,9 @@ def _leaves(value: Any, prefix: str) -> dict[str, Any]:
     return {prefix: value}
 
 
-def resume_check(recorded: Mapping[str, Any], config: TrainConfig, recorded_total_steps: int | None = None) -> ResumeCheck:
+def resume_check(
+    recorded: Mapping[str, Any], config: TrainConfig, recorded_total_steps: int | None = None
+) -> ResumeCheck:
     """Compare a resume's `config` with the run's recorded config (`runs.config["train"]`).
 
     `recorded_total_steps` (the runs table's total, which a time budget may have cut) is what
@@ -183,7 +195,9 @@ def resume_check(recorded: Mapping[str, Any], config: TrainConfig, recorded_tota
         if rule == GROW:
             floor = recorded_total_steps if recorded_total_steps is not None else before
             if after < floor:
-                refused.append(f"{name}: {floor} recorded, {after} now (a resume may add steps, never remove them)")
+                refused.append(
+                    f"{name}: {floor} recorded, {after} now (a resume may add steps, never remove them)"
+                )
             elif after != before:
                 allowed[name] = {"from": before, "to": after}
         elif rule == FREE:
@@ -193,6 +207,8 @@ def resume_check(recorded: Mapping[str, Any], config: TrainConfig, recorded_tota
             old_leaves, new_leaves = _leaves(before, name), _leaves(after, name)
             for key in sorted(set(old_leaves) | set(new_leaves)):
                 if old_leaves.get(key, "not recorded") != new_leaves.get(key, "not recorded"):
-                    refused.append(f"{key}: {old_leaves.get(key, 'not recorded')!r} recorded, "
-                                   f"{new_leaves.get(key, 'not given')!r} now")
+                    refused.append(
+                        f"{key}: {old_leaves.get(key, 'not recorded')!r} recorded, "
+                        f"{new_leaves.get(key, 'not given')!r} now"
+                    )
     return ResumeCheck(tuple(refused), allowed, tuple(missing))

@@ -21,7 +21,23 @@ HISTORY_TURNS = 2
 _TOKEN = re.compile(r"[a-z0-9]+")
 # Words that carry no task or object identity; kept out of the overlap features only.
 _FUNCTION_WORDS = frozenset(
-    {"a", "an", "the", "to", "in", "on", "from", "with", "of", "some", "and", "is", "it", "you", "your"}
+    {
+        "a",
+        "an",
+        "the",
+        "to",
+        "in",
+        "on",
+        "from",
+        "with",
+        "of",
+        "some",
+        "and",
+        "is",
+        "it",
+        "you",
+        "your",
+    }
 )
 
 
@@ -41,7 +57,7 @@ def task_sentence(observation: str) -> str:
     at = lowered.find(marker)
     if at < 0:
         return ""
-    return observation[at + len(marker):].strip().split("\n")[0].strip()
+    return observation[at + len(marker) :].strip().split("\n")[0].strip()
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,9 @@ class Featurizer:
             weights.extend([weight] * len(values))
         return np.asarray(ids, dtype=np.int64), np.asarray(weights, dtype=np.float32)
 
-    def state_fields(self, task: str, observation: str, history: list[Turn]) -> list[tuple[str, list[str]]]:
+    def state_fields(
+        self, task: str, observation: str, history: list[Turn]
+    ) -> list[tuple[str, list[str]]]:
         fields = [("task", ngrams(tokens(task))), ("obs", ngrams(tokens(observation)))]
         recent = history[-HISTORY_TURNS:][::-1]  # most recent first
         for lag, turn in enumerate(recent, start=1):
@@ -140,8 +158,12 @@ class Featurizer:
         for candidate in candidates:
             words = tokens(candidate)
             static = self._cached_bag(self._static_cache, candidate, _static_fields, words)
-            paired = self._cached_bag(self._task_cache, (frozen_task, candidate), _task_fields, words, task_words)
-            dynamic = self._bag(_dynamic_fields(candidate, words, observation_words, previous_actions))
+            paired = self._cached_bag(
+                self._task_cache, (frozen_task, candidate), _task_fields, words, task_words
+            )
+            dynamic = self._bag(
+                _dynamic_fields(candidate, words, observation_words, previous_actions)
+            )
             out.candidate_ids.append(np.concatenate([static[0], paired[0], dynamic[0]]))
             out.candidate_weights.append(np.concatenate([static[1], paired[1], dynamic[1]]))
         return out
@@ -160,7 +182,9 @@ def _task_fields(words: list[str], task_words: set[str]) -> list[tuple[str, list
     """Command x task: which command words the task mentions, task word x verb and x word."""
     verb = _verb(words)
     task_overlap = [
-        f"{position}|{verb}" for position, word in enumerate(words) if word not in _FUNCTION_WORDS and word in task_words
+        f"{position}|{verb}"
+        for position, word in enumerate(words)
+        if word not in _FUNCTION_WORDS and word in task_words
     ]
     content_words = [w for w in words if w not in _FUNCTION_WORDS and not w.isdigit()]
     task_content = sorted(w for w in task_words if w not in _FUNCTION_WORDS)

@@ -38,7 +38,9 @@ def panel_games(folder: str | None = None, room: str = "small") -> list[str]:
     return list(heldout_panel(room=room))
 
 
-def evaluation_games(count: int | None, folder: str | None = None, room: str = "small") -> list[str]:
+def evaluation_games(
+    count: int | None, folder: str | None = None, room: str = "small"
+) -> list[str]:
     """The whole panel (None), or the same type-balanced `count` games `ccpo eval --episodes`
     would play."""
     from ccpo_cli.agents.evaluate import select_games
@@ -52,15 +54,19 @@ def describe_training(folder: str | None = None, room: str = "small") -> str:
     return folder or f"shipped training pool (configs/games/{manifest_name(POOL_MANIFEST, room)})"
 
 
-def describe_panel(games: list[str], count: int | None, folder: str | None = None, room: str = "small") -> dict:
+def describe_panel(
+    games: list[str], count: int | None, folder: str | None = None, room: str = "small"
+) -> dict:
     from ccpo_cli.envs.games import HELDOUT_MANIFEST, manifest_name
 
     panel_size = len(panel_games(folder, room))
     return {
-        "source": folder or f"shipped held-out panel (configs/games/{manifest_name(HELDOUT_MANIFEST, room)})",
+        "source": folder
+        or f"shipped held-out panel (configs/games/{manifest_name(HELDOUT_MANIFEST, room)})",
         "games": len(games),
         "panel_games": panel_size,
-        "subset": None if count is None or count == panel_size
+        "subset": None
+        if count is None or count == panel_size
         else f"fixed type-balanced subset: {len(games)} of the {panel_size} panel games, task types "
         "taken in turn in sorted order (as `ccpo eval --episodes N`)",
         "game_ids": [f"{Path(g).parent.parent.name}/{Path(g).parent.name}" for g in games],

@@ -93,7 +93,9 @@ def _read_identity_document(path: Path) -> Any:
             raise ValueError("too large")
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
-        raise InvalidInput(f"{path}: not a ccpo run identity record; refusing to use the folder") from None
+        raise InvalidInput(
+            f"{path}: not a ccpo run identity record; refusing to use the folder"
+        ) from None
 
 
 def read_identity(folder: Path) -> FolderIdentity | None:
@@ -105,20 +107,33 @@ def read_identity(folder: Path) -> FolderIdentity | None:
     if not isinstance(document, Mapping) or document.get("format") != FOLDER_FORMAT:
         raise InvalidInput(f"{path}: not a ccpo run identity record; refusing to use the folder")
     try:
-        return FolderIdentity(run=str(document["run"]), uid=str(document["uid"]), db=str(document["db"]),
-                              backend=str(document.get("backend", LOCAL)), created_at=str(document.get("created_at", "")))
+        return FolderIdentity(
+            run=str(document["run"]),
+            uid=str(document["uid"]),
+            db=str(document["db"]),
+            backend=str(document.get("backend", LOCAL)),
+            created_at=str(document.get("created_at", "")),
+        )
     except KeyError as missing:
-        raise InvalidInput(f"{path}: run identity record without {missing}; refusing to use the folder") from None
+        raise InvalidInput(
+            f"{path}: run identity record without {missing}; refusing to use the folder"
+        ) from None
 
 
-def write_identity(folder: Path, run: str, uid: str, db_path: str | Path, backend: str = LOCAL) -> FolderIdentity:
+def write_identity(
+    folder: Path, run: str, uid: str, db_path: str | Path, backend: str = LOCAL
+) -> FolderIdentity:
     """Record (atomically) that `folder` belongs to run `run` with global id `uid`."""
     existing = read_identity(folder)
     if existing is not None and existing.uid == uid:
         return existing
-    identity = FolderIdentity(run=run, uid=uid, db=str(Path(db_path).resolve()), backend=backend, created_at=utc_now())
+    identity = FolderIdentity(
+        run=run, uid=uid, db=str(Path(db_path).resolve()), backend=backend, created_at=utc_now()
+    )
     partial = folder / f".{IDENTITY_FILE}.{uuid.uuid4().hex}.partial"
-    partial.write_text(json.dumps({"format": FOLDER_FORMAT, **asdict(identity)}, indent=2, sort_keys=True) + "\n")
+    partial.write_text(
+        json.dumps({"format": FOLDER_FORMAT, **asdict(identity)}, indent=2, sort_keys=True) + "\n"
+    )
     partial.replace(folder / IDENTITY_FILE)
     return identity
 
@@ -135,37 +150,50 @@ def _same_path(a: str | Path, b: str | Path) -> bool:
         return False
 
 
-def check_folder(folder: Path, run: str, db_path: str | Path, recorded: Mapping[str, Any] | None) -> None:
+def check_folder(
+    folder: Path, run: str, db_path: str | Path, recorded: Mapping[str, Any] | None
+) -> None:
     """Refuse (InvalidInput, nothing changed) to train run `run` in a folder that is not its own.
 
     `recorded` is the run's row in runs.db (None when the database has no such run)."""
     identity = read_identity(folder)
     if identity is not None:
         if identity.run != run:
-            raise InvalidInput(f"{folder} belongs to {identity.describe()}, not to run {run!r}; refusing to touch it "
-                               f"(continue that run with --run {identity.run}, or train {run!r} in its own folder)")
+            raise InvalidInput(
+                f"{folder} belongs to {identity.describe()}, not to run {run!r}; refusing to touch it "
+                f"(continue that run with --run {identity.run}, or train {run!r} in its own folder)"
+            )
         if recorded is None:
-            raise InvalidInput(f"{folder} belongs to {identity.describe()}, which {db_path} does not hold; "
-                               f"refusing to touch it (use --db {identity.db}, or a new --run)")
+            raise InvalidInput(
+                f"{folder} belongs to {identity.describe()}, which {db_path} does not hold; "
+                f"refusing to touch it (use --db {identity.db}, or a new --run)"
+            )
         if recorded.get("uid") and recorded["uid"] != identity.uid:
-            raise InvalidInput(f"{folder} belongs to another run named {run!r} ({identity.describe()}); this "
-                               f"database's run {run!r} has uid {recorded['uid']}; refusing to touch it")
+            raise InvalidInput(
+                f"{folder} belongs to another run named {run!r} ({identity.describe()}); this "
+                f"database's run {run!r} has uid {recorded['uid']}; refusing to touch it"
+            )
         return
     if not folder.exists():
         return
     if not folder.is_dir():
         raise InvalidInput(f"{folder} is not a folder; a run folder is needed")
-    if not [entry for entry in folder.iterdir() if entry.name != LOCK_FILE and not _in_progress(entry)]:
+    if not [
+        entry for entry in folder.iterdir() if entry.name != LOCK_FILE and not _in_progress(entry)
+    ]:
         return  # empty: a folder made for this run that never got further, or is being started
     config = (recorded or {}).get("config")
     recorded_dir = config.get("run_dir") if isinstance(config, Mapping) else None
     if recorded_dir is not None and _same_path(recorded_dir, folder):
         return  # written by a ccpo from before run.json, and recorded as this run's folder
-    raise InvalidInput(f"{folder} holds files but no {IDENTITY_FILE}, and runs.db does not record it as run "
-                       f"{run!r}'s folder; refusing to touch it (give --resume the run's own folder, or a new --run)")
+    raise InvalidInput(
+        f"{folder} holds files but no {IDENTITY_FILE}, and runs.db does not record it as run "
+        f"{run!r}'s folder; refusing to touch it (give --resume the run's own folder, or a new --run)"
+    )
 
 
 # -- the lock ----------------------------------------------------------------------------------
+
 
 def _try_flock(fd: int) -> bool | None:
     """True: locked; False: another open file holds it; None: the file system has no flock."""
@@ -215,8 +243,15 @@ class RunLock:
     doing = "being trained"
     twice = "refusing to train it twice: wait for that trainer or stop it"
 
-    def __init__(self, folder: Path, run: str, owner: ProcessOwner, *, log: Callable[[str], None],
-                 gone_elsewhere: Callable[[ProcessOwner], bool] = lambda owner: False):
+    def __init__(
+        self,
+        folder: Path,
+        run: str,
+        owner: ProcessOwner,
+        *,
+        log: Callable[[str], None],
+        gone_elsewhere: Callable[[ProcessOwner], bool] = lambda owner: False,
+    ):
         self.folder, self.run, self.owner, self.log = folder, run, owner, log
         self.gone_elsewhere = gone_elsewhere
         self.path = folder / self.lock_file
@@ -227,29 +262,45 @@ class RunLock:
             who = previous.describe()
         else:
             who = "another process (its lock record is being written or unreadable)"
-        return InvalidInput(f"run {self.run!r} is {self.doing} by {who} (lock {self.path}); {self.twice}")
+        return InvalidInput(
+            f"run {self.run!r} is {self.doing} by {who} (lock {self.path}); {self.twice}"
+        )
 
     def _open(self) -> int:
         """The lock file, never through a link (a symlinked lock would empty the file it names)
         and only when it is a regular file: anything else is refused, nothing touched."""
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+            fd = os.open(
+                self.path,
+                os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                0o644,
+            )
         except OSError as error:
-            kind = "a symbolic link" if error.errno == errno.ELOOP else (error.strerror or type(error).__name__)
-            raise InvalidInput(f"lock {self.path}: not a regular file ({kind}); refusing to use it "
-                               "(remove it if nothing else needs it)") from None
+            kind = (
+                "a symbolic link"
+                if error.errno == errno.ELOOP
+                else (error.strerror or type(error).__name__)
+            )
+            raise InvalidInput(
+                f"lock {self.path}: not a regular file ({kind}); refusing to use it "
+                "(remove it if nothing else needs it)"
+            ) from None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise InvalidInput(f"lock {self.path}: not a regular file; refusing to use it "
-                               "(remove it if nothing else needs it)")
+            raise InvalidInput(
+                f"lock {self.path}: not a regular file; refusing to use it "
+                "(remove it if nothing else needs it)"
+            )
         return fd
 
     def acquire(self) -> RunLock:
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise InvalidInput(f"{self.folder}: cannot create the folder of lock {self.lock_file} "
-                               f"({error.strerror or error})") from None
+            raise InvalidInput(
+                f"{self.folder}: cannot create the folder of lock {self.lock_file} "
+                f"({error.strerror or error})"
+            ) from None
         fd = self._open()
         locked = None
         try:
@@ -264,8 +315,11 @@ class RunLock:
                 if state == "unknown" and not self.gone_elsewhere(previous):
                     raise InvalidInput(
                         f"run {self.run!r} is locked by {previous.describe()} (lock {self.path}), and runs.db does not "
-                        f"show that {self.holder} stopped; if it is gone, delete {self.path} and try again")
-                self.log(f"took over the lock of run {self.run!r} from {previous.describe()}, which is no longer running")
+                        f"show that {self.holder} stopped; if it is gone, delete {self.path} and try again"
+                    )
+                self.log(
+                    f"took over the lock of run {self.run!r} from {previous.describe()}, which is no longer running"
+                )
             record = (json.dumps(self.owner.as_dict(), sort_keys=True) + "\n").encode("utf-8")
             os.ftruncate(fd, 0)
             os.pwrite(fd, record, 0)

@@ -85,9 +85,16 @@ def pack(decisions: list[DecisionFeatures]) -> PackedDecisions:
 
 
 class CommandScorer(nn.Module):
-    def __init__(self, num_buckets: int = NUM_BUCKETS, dim: int = 32, hidden: int = 64, init_std: float = 0.3):
+    def __init__(
+        self, num_buckets: int = NUM_BUCKETS, dim: int = 32, hidden: int = 64, init_std: float = 0.3
+    ):
         super().__init__()
-        self.config = {"num_buckets": num_buckets, "dim": dim, "hidden": hidden, "init_std": init_std}
+        self.config = {
+            "num_buckets": num_buckets,
+            "dim": dim,
+            "hidden": hidden,
+            "init_std": init_std,
+        }
         self.state_bag = nn.EmbeddingBag(num_buckets, dim, mode="sum")
         self.candidate_bag = nn.EmbeddingBag(num_buckets, dim, mode="sum")
         self.prior_bag = nn.EmbeddingBag(num_buckets, 1, mode="sum")
@@ -101,20 +108,28 @@ class CommandScorer(nn.Module):
 
     def state_vector(self, packed: PackedDecisions) -> torch.Tensor:
         """(n_decisions, dim): the part of the network that depends on the state alone."""
-        return self.state_bag(packed.state_ids, packed.state_offsets, per_sample_weights=packed.state_weights)
+        return self.state_bag(
+            packed.state_ids, packed.state_offsets, per_sample_weights=packed.state_weights
+        )
 
     def logits(self, packed: PackedDecisions) -> torch.Tensor:
         """(n_decisions, max_candidates) scores, -inf on padding."""
         state = self.state_vector(packed)[packed.candidate_decision]
         candidate = self.candidate_bag(
-            packed.candidate_ids, packed.candidate_offsets, per_sample_weights=packed.candidate_weights
+            packed.candidate_ids,
+            packed.candidate_offsets,
+            per_sample_weights=packed.candidate_weights,
         )
         prior = self.prior_bag(
-            packed.candidate_ids, packed.candidate_offsets, per_sample_weights=packed.candidate_weights
+            packed.candidate_ids,
+            packed.candidate_offsets,
+            per_sample_weights=packed.candidate_weights,
         ).squeeze(-1)
         joint = torch.cat([state, candidate, state * candidate], dim=-1)
         score = self.out(torch.relu(self.hidden(joint))).squeeze(-1) + prior
-        table = torch.full((packed.num_decisions, packed.max_candidates), float("-inf"), dtype=score.dtype)
+        table = torch.full(
+            (packed.num_decisions, packed.max_candidates), float("-inf"), dtype=score.dtype
+        )
         return table.index_put((packed.candidate_decision, packed.candidate_slot), score)
 
     def log_probs(self, packed: PackedDecisions, temperature: float = 1.0) -> torch.Tensor:
@@ -143,4 +158,6 @@ def build_model(seed: int, **config) -> CommandScorer:
 def entropy(log_probs: torch.Tensor) -> torch.Tensor:
     """Per-decision entropy of a padded log-prob table (-inf on padding)."""
     probs = log_probs.exp()
-    return -(probs * torch.where(torch.isfinite(log_probs), log_probs, torch.zeros_like(log_probs))).sum(-1)
+    return -(
+        probs * torch.where(torch.isfinite(log_probs), log_probs, torch.zeros_like(log_probs))
+    ).sum(-1)

@@ -21,8 +21,9 @@ class NonFiniteTraining(CcpoError):
 
     def __init__(self, quantity: str, value: float, where: str = ""):
         self.quantity, self.value = quantity, value
-        super().__init__(f"non-finite {quantity} ({value!r}{', ' + where if where else ''}); "
-                         "it was not applied")
+        super().__init__(
+            f"non-finite {quantity} ({value!r}{', ' + where if where else ''}); it was not applied"
+        )
 
 
 def low_variance_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> torch.Tensor:
@@ -31,7 +32,10 @@ def low_variance_kl(log_probs: torch.Tensor, ref_log_probs: torch.Tensor) -> tor
 
 
 def clipped_policy_loss(
-    log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, clip_ratio: float
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_ratio: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-decision PPO-clip loss and whether the clip was active."""
     ratio = torch.exp(log_probs - old_log_probs)
@@ -54,7 +58,11 @@ def ppo_loss(
     policy_loss, clipped = clipped_policy_loss(chosen, old_log_probs, advantages, config.clip_ratio)
     kl = low_variance_kl(chosen, ref_log_probs)
     decision_entropy = entropy(table)
-    loss = policy_loss.mean() + config.kl_coef * kl.mean() - config.entropy_coef * decision_entropy.mean()
+    loss = (
+        policy_loss.mean()
+        + config.kl_coef * kl.mean()
+        - config.entropy_coef * decision_entropy.mean()
+    )
     stats = {
         "policy_loss": float(policy_loss.detach().mean()),
         "kl": float(kl.detach().mean()),
@@ -64,7 +72,9 @@ def ppo_loss(
     return loss, stats
 
 
-def chosen_log_probs(model: CommandScorer, packed: PackedDecisions, actions: torch.Tensor) -> torch.Tensor:
+def chosen_log_probs(
+    model: CommandScorer, packed: PackedDecisions, actions: torch.Tensor
+) -> torch.Tensor:
     with torch.no_grad():
         return model.log_probs(packed).gather(1, actions[:, None]).squeeze(1)
 
@@ -85,12 +95,16 @@ def update(
     model.train()
     for epoch in range(config.epochs):
         optimizer.zero_grad(set_to_none=True)
-        loss, stats = ppo_loss(model, packed, actions, old_log_probs, ref_log_probs, advantages, config)
+        loss, stats = ppo_loss(
+            model, packed, actions, old_log_probs, ref_log_probs, advantages, config
+        )
         if not torch.isfinite(loss):
             raise NonFiniteTraining("loss", float(loss.detach()), f"epoch {epoch + 1}")
         loss.backward()
         # The norm before clipping: a non-finite one would make every clipped gradient NaN.
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm))
+        stats["grad_norm"] = float(
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+        )
         if not math.isfinite(stats["grad_norm"]):
             raise NonFiniteTraining("gradient norm", stats["grad_norm"], f"epoch {epoch + 1}")
         optimizer.step()

@@ -23,8 +23,18 @@ from ccpo_cli.vocabulary import LOCAL
 
 BACKEND = LOCAL
 # The request's fields that are `TrainConfig` fields of the same name (None: the config's default).
-_CONFIG_FIELDS = ("steps", "tasks", "group", "eval_every", "max_steps", "eval_games", "eval_from", "workers",
-                  "dump_batches", "time_budget_s")
+_CONFIG_FIELDS = (
+    "steps",
+    "tasks",
+    "group",
+    "eval_every",
+    "max_steps",
+    "eval_games",
+    "eval_from",
+    "workers",
+    "dump_batches",
+    "time_budget_s",
+)
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,9 @@ class LocalTrainRequest:
 
     def given_options(self) -> dict[str, Any]:
         """The options given on the command line (what a dry run shows)."""
-        return {name: getattr(self, name) for name in _CONFIG_FIELDS if getattr(self, name) is not None}
+        return {
+            name: getattr(self, name) for name in _CONFIG_FIELDS if getattr(self, name) is not None
+        }
 
     def base_config(self) -> TrainConfig:
         """What an option left out means: the trainer's default, or, resuming, what the run
@@ -90,7 +102,9 @@ class LocalTrainRequest:
         if len(self.seeds) > 1:
             raise UsageError("--resume continues one run: give one --seed, not --seeds")
         if not self.resume.is_dir():
-            raise InvalidInput(f"--resume {self.resume}: no such run folder (nothing was started; check the path)")
+            raise InvalidInput(
+                f"--resume {self.resume}: no such run folder (nothing was started; check the path)"
+            )
 
 
 def _recorded_train_config(folder: Path) -> TrainConfig | None:
@@ -110,10 +124,10 @@ def _recorded_train_config(folder: Path) -> TrainConfig | None:
         return None
 
 
-
 def run_header(name: str, arm: str, seed: int | None, place: str) -> str:
     """The line that opens a run in a log of several (multi-seed train, matrix blocks)."""
     return f"── run {name}: {arm}, seed {seed} ({place}) ──"
+
 
 def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Train each seed in turn (or, for a dry run, describe the runs); one summary per run."""
@@ -124,22 +138,48 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
     for index, seed in enumerate(seeds, start=1):
         name = request.run_name(seed)
         config = request.train_config(seed)
-        identity = {"run": name, "backend": BACKEND, "arm": request.arm.name,
-                    "fingerprint": request.arm.fingerprint, "seed": seed}
+        identity = {
+            "run": name,
+            "backend": BACKEND,
+            "arm": request.arm.name,
+            "fingerprint": request.arm.fingerprint,
+            "seed": seed,
+        }
         if request.dry_run:
-            runs.append({**identity, "options": request.given_options(), "resume": resume, "config": config.as_dict()})
+            runs.append(
+                {
+                    **identity,
+                    "options": request.given_options(),
+                    "resume": resume,
+                    "config": config.as_dict(),
+                }
+            )
             continue
         if len(seeds) > 1:  # a header per run, so a multi-seed log says where each run starts
             log(run_header(name, request.arm.name, seed, f"{index} of {len(seeds)}"))
         require_extra("local", "torch", what="ccpo train --backend local")
         from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
 
-        result = train_arm(request.arm, name, request.db_path, config, resume=request.resume is not None,
-                           run_dir=request.resume, log=log, observer=request.observer,
-                           progress=request.progress)
-        runs.append({
-            **identity, "run": result.run, "run_dir": str(result.run_dir), "last_step": result.last_step,
-            "train_wall_s": result.train_wall_s, "evaluations": result.evaluations,
-            "step1_rollout_hash": result.step1_rollout_hash,
-        })
+        result = train_arm(
+            request.arm,
+            name,
+            request.db_path,
+            config,
+            resume=request.resume is not None,
+            run_dir=request.resume,
+            log=log,
+            observer=request.observer,
+            progress=request.progress,
+        )
+        runs.append(
+            {
+                **identity,
+                "run": result.run,
+                "run_dir": str(result.run_dir),
+                "last_step": result.last_step,
+                "train_wall_s": result.train_wall_s,
+                "evaluations": result.evaluations,
+                "step1_rollout_hash": result.step1_rollout_hash,
+            }
+        )
     return runs

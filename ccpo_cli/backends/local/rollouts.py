@@ -50,7 +50,9 @@ def flat_decisions(trajectories: list[Trajectory]) -> list[Decision]:
     return [decision for trajectory in trajectories for decision in trajectory.decisions]
 
 
-def estimate_batch(trajectories: list[Trajectory], phi_feats: np.ndarray | None = None) -> dict[str, np.ndarray]:
+def estimate_batch(
+    trajectories: list[Trajectory], phi_feats: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
     """The `ccpo estimate` input for these trajectories, rows in `flat_decisions` order."""
     uid, traj_uid, anchor_obs, step_index, env_reward, episode_reward = [], [], [], [], [], []
     for trajectory in trajectories:
@@ -95,7 +97,10 @@ def rollout_digest(trajectories: list[Trajectory]) -> str:
             "traj_uid": trajectory.traj_uid,
             "game_id": trajectory.game_id,
             "won": trajectory.won,
-            "turns": [[d.observation, list(d.candidates), d.action_index, d.reward] for d in trajectory.decisions],
+            "turns": [
+                [d.observation, list(d.candidates), d.action_index, d.reward]
+                for d in trajectory.decisions
+            ],
         }
         digest.update(json.dumps(record, sort_keys=True).encode())
         digest.update(b"\n")

@@ -102,7 +102,15 @@ class TrainResult:
 class _Run:
     """One training run's state and the steps that change it."""
 
-    def __init__(self, arm: Arm, run_name: str, db, config: TrainConfig, run_dir: Path, log: Callable[[str], None]):
+    def __init__(
+        self,
+        arm: Arm,
+        run_name: str,
+        db,
+        config: TrainConfig,
+        run_dir: Path,
+        log: Callable[[str], None],
+    ):
         self.arm = arm
         self.run_name = run_name
         self.db = db
@@ -111,9 +119,13 @@ class _Run:
         self.log = log
         self.start_step = 0  # the step this session started from (a resume's checkpoint step)
         self.pool_games = game_sets.training_games(config.train_games_dir, config.room)
-        self.panel = game_sets.evaluation_games(config.eval_games, config.eval_games_dir, config.room)
+        self.panel = game_sets.evaluation_games(
+            config.eval_games, config.eval_games_dir, config.room
+        )
         if config.tasks > len(self.pool_games):
-            raise InvalidInput(f"--tasks {config.tasks} exceeds the {len(self.pool_games)} training games")
+            raise InvalidInput(
+                f"--tasks {config.tasks} exceeds the {len(self.pool_games)} training games"
+            )
         # The initial weights depend on the seed only; the reference is their frozen copy.
         self.model = build_model(config.seed, **config.model)
         self.reference = frozen_copy(self.model)
@@ -124,15 +136,21 @@ class _Run:
         self.step1_hash: str | None = None
         # Each time this run record was continued: at which step, and which free settings changed.
         self.resumes: list[dict[str, Any]] = []
-        self.start = self._start_document(Path(config.start_from)) if config.start_from is not None else None
+        self.start = (
+            self._start_document(Path(config.start_from)) if config.start_from is not None else None
+        )
 
     def _start_document(self, checkpoint: Path) -> dict[str, Any]:
         saved = read_checkpoint(checkpoint)
         self._check_seed(checkpoint, saved)
         if saved["model_config"] != self.model.config:
-            raise InvalidInput(f"{checkpoint} holds a policy of shape {saved['model_config']}, not {self.model.config}")
+            raise InvalidInput(
+                f"{checkpoint} holds a policy of shape {saved['model_config']}, not {self.model.config}"
+            )
         if int(saved["step"]) >= self.config.steps:
-            raise UsageError(f"{checkpoint} is at step {saved['step']}; --steps ({self.config.steps}) must go beyond it")
+            raise UsageError(
+                f"{checkpoint} is at step {saved['step']}; --steps ({self.config.steps}) must go beyond it"
+            )
         return saved
 
     # -- setup -----------------------------------------------------------------------------
@@ -141,14 +159,26 @@ class _Run:
             "backend": BACKEND,
             "resumes": list(self.resumes),
             "train": self.config.as_dict(),
-            "arm": {"name": self.arm.name, "fingerprint": self.arm.fingerprint, "flags": self.arm.flags()},
-            "training_pool": {"games": len(self.pool_games),
-                              "source": game_sets.describe_training(self.config.train_games_dir, self.config.room)},
-            "eval_panel": game_sets.describe_panel(self.panel, self.config.eval_games, self.config.eval_games_dir,
-                                                   self.config.room),
+            "arm": {
+                "name": self.arm.name,
+                "fingerprint": self.arm.fingerprint,
+                "flags": self.arm.flags(),
+            },
+            "training_pool": {
+                "games": len(self.pool_games),
+                "source": game_sets.describe_training(
+                    self.config.train_games_dir, self.config.room
+                ),
+            },
+            "eval_panel": game_sets.describe_panel(
+                self.panel, self.config.eval_games, self.config.eval_games_dir, self.config.room
+            ),
             "run_dir": str(self.run_dir),
-        } | ({"start": {"arm": self.start.get("arm"), "step": int(self.start["step"])}}
-             if self.start is not None else {})
+        } | (
+            {"start": {"arm": self.start.get("arm"), "step": int(self.start["step"])}}
+            if self.start is not None
+            else {}
+        )
 
     def record_provenance(self, db_path: str | Path) -> None:
         commit, dirty = git_state()
@@ -170,19 +200,33 @@ class _Run:
             config=self.provenance_config(),
         )
         # The evaluation protocol is this trainer's own, so it is a recorded fact, not a guess.
-        record_run_facts(self.db, self.run_name, {
-            "split": "heldout", "temperature": self.config.eval_temperature, "seed": self.config.seed,
-            "episodes": len(self.panel) * self.config.eval_episodes, "max_steps": self.config.eval_max_steps,
-        }, source="ccpo train --backend local")
-        write_identity(self.run_dir, self.run_name, get_run(self.db, self.run_name)["uid"], db_path, BACKEND)
-        self.write_file("config.json", json.dumps(self.provenance_config(), indent=2, sort_keys=True))
+        record_run_facts(
+            self.db,
+            self.run_name,
+            {
+                "split": "heldout",
+                "temperature": self.config.eval_temperature,
+                "seed": self.config.seed,
+                "episodes": len(self.panel) * self.config.eval_episodes,
+                "max_steps": self.config.eval_max_steps,
+            },
+            source="ccpo train --backend local",
+        )
+        write_identity(
+            self.run_dir, self.run_name, get_run(self.db, self.run_name)["uid"], db_path, BACKEND
+        )
+        self.write_file(
+            "config.json", json.dumps(self.provenance_config(), indent=2, sort_keys=True)
+        )
 
     def check_folder(self, step: int) -> None:
         """Stop (exit 1) when the run folder went away while the run trained: writing on would
         make a new folder that no record names."""
         if not (self.run_dir / IDENTITY_FILE).is_file():
-            raise CcpoError(f"{self.run_dir} was removed while run {self.run_name!r} trained (at step {step}); "
-                            "the run is recorded as failed, its evaluations in runs.db are kept")
+            raise CcpoError(
+                f"{self.run_dir} was removed while run {self.run_name!r} trained (at step {step}); "
+                "the run is recorded as failed, its evaluations in runs.db are kept"
+            )
 
     def write_file(self, name: str, text: str) -> None:
         partial = self.run_dir / f".{name}.{os.getpid()}.partial"
@@ -190,7 +234,9 @@ class _Run:
             partial.write_text(text)
             partial.replace(self.run_dir / name)
         except OSError as error:
-            raise CcpoError(f"could not write {self.run_dir / name} ({error.strerror or error})") from None
+            raise CcpoError(
+                f"could not write {self.run_dir / name} ({error.strerror or error})"
+            ) from None
 
     def append_metrics(self, metrics: dict[str, Any]) -> None:
         self.check_folder(metrics["step"])
@@ -198,8 +244,10 @@ class _Run:
             with open(self.run_dir / "metrics.jsonl", "a") as handle:
                 handle.write(json.dumps(metrics) + "\n")
         except OSError as error:
-            raise CcpoError(f"could not append to {self.run_dir / 'metrics.jsonl'} ({error.strerror or error}); "
-                            "the run is recorded as failed") from None
+            raise CcpoError(
+                f"could not append to {self.run_dir / 'metrics.jsonl'} ({error.strerror or error}); "
+                "the run is recorded as failed"
+            ) from None
 
     def resume(self) -> bool:
         path = latest_checkpoint(self.run_dir)
@@ -208,7 +256,9 @@ class _Run:
         try:
             saved = read_checkpoint(path)
         except InvalidInput as error:
-            raise InvalidInput(f"{error}; move it out of {path.parent} to resume from the checkpoint before it") from None
+            raise InvalidInput(
+                f"{error}; move it out of {path.parent} to resume from the checkpoint before it"
+            ) from None
         if saved.get("arm_fingerprint") != self.arm.fingerprint:
             raise InvalidInput(
                 f"{path} was trained with arm {saved.get('arm')} ({saved.get('arm_fingerprint')}), "
@@ -227,11 +277,15 @@ class _Run:
         self._load(self.start)
         if self.step1_hash is not None:
             update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
-        self.log(f"{self.run_name} starts from {self.config.start_from} ({self.start.get('arm')}, step {self.step})")
+        self.log(
+            f"{self.run_name} starts from {self.config.start_from} ({self.start.get('arm')}, step {self.step})"
+        )
 
     def _check_seed(self, path: Path, saved: dict[str, Any]) -> None:
         if saved["config"]["seed"] != self.config.seed:
-            raise InvalidInput(f"{path} was trained with seed {saved['config']['seed']}, not {self.config.seed}")
+            raise InvalidInput(
+                f"{path} was trained with seed {saved['config']['seed']}, not {self.config.seed}"
+            )
 
     def _load(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
@@ -245,7 +299,11 @@ class _Run:
         """What `rollout_stream` adds to a training step's sampling seeds: nothing for stream 0,
         nor for the steps the run shares with its stream-0 twin (step 1, or up to its start)."""
         shared_until = max(1, int(self.start["step"]) if self.start is not None else 0)
-        return (self.config.rollout_stream,) if self.config.rollout_stream and step > shared_until else ()
+        return (
+            (self.config.rollout_stream,)
+            if self.config.rollout_stream and step > shared_until
+            else ()
+        )
 
     def step_jobs(self, step: int) -> list[EpisodeJob]:
         config = self.config
@@ -260,7 +318,10 @@ class _Run:
                     game_path=str(self.pool_games[int(game_index)]),
                     uid=uid,
                     traj_uids=tuple(f"{uid}/ep{episode}" for episode in range(config.group)),
-                    seeds=tuple((config.seed, step, 1, task_index, episode, *salt) for episode in range(config.group)),
+                    seeds=tuple(
+                        (config.seed, step, 1, task_index, episode, *salt)
+                        for episode in range(config.group)
+                    ),
                     temperature=config.temperature,
                     max_steps=config.max_steps,
                 )
@@ -284,15 +345,22 @@ class _Run:
         advantages = advantages_for(batch, self.arm)
         bad = np.flatnonzero(~np.isfinite(advantages))
         if bad.size:
-            raise NonFiniteTraining("advantage", float(advantages[bad[0]]), f"row {int(bad[0])} of the batch")
+            raise NonFiniteTraining(
+                "advantage", float(advantages[bad[0]]), f"row {int(bad[0])} of the batch"
+            )
         if self.config.dump_batches:
             dump_dir = self.run_dir / "batches"
             dump_dir.mkdir(parents=True, exist_ok=True)
             save_npz(dump_dir / f"step-{step:06d}.npz", dict(batch, advantages=advantages))
         actions = torch.tensor([d.action_index for d in decisions], dtype=torch.long)
         stats = update(
-            self.model, self.reference, self.optimizer, packed, actions,
-            torch.from_numpy(advantages.astype(np.float32)), self.config.update,
+            self.model,
+            self.reference,
+            self.optimizer,
+            packed,
+            actions,
+            torch.from_numpy(advantages.astype(np.float32)),
+            self.config.update,
         )
         elapsed = time.perf_counter() - started
         cpu_s = time.process_time() - cpu_started + worker_cpu_s
@@ -320,7 +388,9 @@ class _Run:
         }
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(self, rollout_pool: RolloutPool, step: int, train_success_rate: float | None = None) -> dict[str, Any]:
+    def evaluate(
+        self, rollout_pool: RolloutPool, step: int, train_success_rate: float | None = None
+    ) -> dict[str, Any]:
         config = self.config
         started, cpu_started = time.perf_counter(), time.process_time()
         jobs = [
@@ -330,7 +400,9 @@ class _Run:
                 traj_uids=tuple(f"eval/{index}/ep{e}" for e in range(config.eval_episodes)),
                 # The same numbers in every arm at a given step (paired comparisons), fresh ones at
                 # each step, so that a window's evaluations average out their sampling noise.
-                seeds=tuple((config.eval_seed, 2, step, index, e) for e in range(config.eval_episodes)),
+                seeds=tuple(
+                    (config.eval_seed, 2, step, index, e) for e in range(config.eval_episodes)
+                ),
                 temperature=config.eval_temperature,
                 max_steps=config.eval_max_steps,
                 keep_features=False,
@@ -339,8 +411,14 @@ class _Run:
         ]
         episodes = [t for group in rollout_pool.play(jobs) for t in group]
         rows = [
-            {"game_id": t.game_id, "task_type": t.task_type, "won": t.won, "turns": len(t.decisions),
-             "invalid_turns": 0, "reward": t.episode_reward}
+            {
+                "game_id": t.game_id,
+                "task_type": t.task_type,
+                "won": t.won,
+                "turns": len(t.decisions),
+                "invalid_turns": 0,
+                "reward": t.episode_reward,
+            }
             for t in episodes
         ]
         wins = sum(t.won for t in episodes)
@@ -358,12 +436,23 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
             "cpu_s": time.process_time() - cpu_started + rollout_pool.worker_cpu_s,
-            "task_types": {name: {"episodes": n, "successes": won} for name, (n, won) in sorted(by_type.items())},
+            "task_types": {
+                name: {"episodes": n, "successes": won}
+                for name, (n, won) in sorted(by_type.items())
+            },
         }
         record_evaluation(
-            self.db, self.run_name, step, split="heldout", episodes=len(rows), successes=wins,
-            success_rate=result["success"], mean_turns=result["mean_turns"],
-            temperature=config.eval_temperature, eval_seed=config.eval_seed, episode_rows=rows,
+            self.db,
+            self.run_name,
+            step,
+            split="heldout",
+            episodes=len(rows),
+            successes=wins,
+            success_rate=result["success"],
+            mean_turns=result["mean_turns"],
+            temperature=config.eval_temperature,
+            eval_seed=config.eval_seed,
+            episode_rows=rows,
             train_success_rate=train_success_rate,
         )
         self.evaluations.append(result)
@@ -372,24 +461,44 @@ class _Run:
     def checkpoint(self, step: int) -> None:
         self.check_folder(step)
         path = checkpoint_path(self.run_dir, step)
-        save_checkpoint(path, self.model, self.optimizer, step, self.arm, self.config, self.train_wall_s,
-                        self.step1_hash)
-        record_checkpoint(self.db, self.run_name, step, str(path), sha256=file_sha256(path),
-                          size_bytes=path.stat().st_size)
+        save_checkpoint(
+            path,
+            self.model,
+            self.optimizer,
+            step,
+            self.arm,
+            self.config,
+            self.train_wall_s,
+            self.step1_hash,
+        )
+        record_checkpoint(
+            self.db,
+            self.run_name,
+            step,
+            str(path),
+            sha256=file_sha256(path),
+            size_bytes=path.stat().st_size,
+        )
         best = best_evaluation(run_evaluations(self.db, self.run_name))
         best_step = None if best is None else best["step"]
-        for old in checkpoints_to_remove(list((self.run_dir / "checkpoints").glob("step-*.pt")), best_step):
+        for old in checkpoints_to_remove(
+            list((self.run_dir / "checkpoints").glob("step-*.pt")), best_step
+        ):
             old.unlink()
 
 
 def _validate(config: TrainConfig) -> None:
     for name in ("steps", "tasks", "group", "max_steps", "eval_episodes", "eval_max_steps"):
         if getattr(config, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}")
+            raise UsageError(
+                f"--{name.replace('_', '-')} must be at least 1, got {getattr(config, name)}"
+            )
     if config.eval_every < 0:
         raise UsageError(f"--eval-every must be >= 0, got {config.eval_every}")
     if not 0 <= config.eval_from <= config.steps:
-        raise UsageError(f"--eval-from must be between 0 and --steps ({config.steps}), got {config.eval_from}")
+        raise UsageError(
+            f"--eval-from must be between 0 and --steps ({config.steps}), got {config.eval_from}"
+        )
     if config.eval_games is not None and config.eval_games < 1:
         raise UsageError(f"--eval-games must be at least 1, got {config.eval_games}")
     if config.workers < 0:
@@ -423,23 +532,39 @@ def train_arm(
     of being a log line; evaluations are logged either way.
     """
     if not isinstance(arm, Arm):
-        raise UsageError(f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}")
+        raise UsageError(
+            f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}"
+        )
     if not isinstance(config, TrainConfig):
         raise UsageError(f"train_arm takes a TrainConfig, not {type(config).__name__}")
     _validate(config)
     log = log or (lambda message: None)
     # Absolute from here on: the checkpoint paths and run folder runs.db records are read by a
     # follower or a resume started from another folder (docs/publishing.md, "Run folders").
-    folder = (Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)).absolute()
+    folder = (
+        Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)
+    ).absolute()
     if resume and run_dir is not None and not folder.is_dir():
-        raise InvalidInput(f"--resume {folder}: no such run folder (nothing was started; check the path)")
+        raise InvalidInput(
+            f"--resume {folder}: no such run folder (nothing was started; check the path)"
+        )
     db = open_db(db_path)
-    _refuse_what_is_not_a_continuation(db, db_path, folder, run_name, arm, config, resume)  # touching nothing
+    _refuse_what_is_not_a_continuation(
+        db, db_path, folder, run_name, arm, config, resume
+    )  # touching nothing
     torch.set_num_threads(config.torch_threads)
     owner = ProcessOwner.this_process()
-    with RunLock(folder, run_name, owner, log=log, gone_elsewhere=lambda other: owner_is_stale(db, run_name, other)):
+    with RunLock(
+        folder,
+        run_name,
+        owner,
+        log=log,
+        gone_elsewhere=lambda other: owner_is_stale(db, run_name, other),
+    ):
         # Again, now that no other trainer can change the folder or the record.
-        recorded, allowed = _refuse_what_is_not_a_continuation(db, db_path, folder, run_name, arm, config, resume)
+        recorded, allowed = _refuse_what_is_not_a_continuation(
+            db, db_path, folder, run_name, arm, config, resume
+        )
         run = _Run(arm, run_name, db, config, folder, log)
         resumed = resume and run.resume()
         if recorded is not None:
@@ -457,16 +582,27 @@ def train_arm(
             end_session(db, run_name, owner.session)
 
 
-def _refuse_what_is_not_a_continuation(db, db_path: str | Path, folder: Path, run_name: str, arm: Arm,
-                                       config: TrainConfig, resume: bool) -> tuple[dict[str, Any] | None, dict | None]:
+def _refuse_what_is_not_a_continuation(
+    db,
+    db_path: str | Path,
+    folder: Path,
+    run_name: str,
+    arm: Arm,
+    config: TrainConfig,
+    resume: bool,
+) -> tuple[dict[str, Any] | None, dict | None]:
     """InvalidInput when this start would touch a folder of another run, restart a run that has
     checkpoints without `resume`, or change what a recorded run measures; else the recorded run
     and the settings it may change."""
     recorded = _recorded_run(db, run_name)
     check_folder(folder, run_name, db_path, recorded)
     if not resume and latest_checkpoint(folder) is not None:
-        raise InvalidInput(f"run {run_name!r} already has checkpoints in {folder}; pass --resume or a new --run")
-    allowed = _continuation_changes(recorded, run_name, arm, config) if recorded is not None else None
+        raise InvalidInput(
+            f"run {run_name!r} already has checkpoints in {folder}; pass --resume or a new --run"
+        )
+    allowed = (
+        _continuation_changes(recorded, run_name, arm, config) if recorded is not None else None
+    )
     return recorded, allowed
 
 
@@ -477,45 +613,80 @@ def _recorded_run(db, run_name: str) -> dict[str, Any] | None:
         return None
 
 
-def _continuation_changes(recorded: dict[str, Any], run_name: str, arm: Arm, config: TrainConfig) -> dict[str, Any]:
+def _continuation_changes(
+    recorded: dict[str, Any], run_name: str, arm: Arm, config: TrainConfig
+) -> dict[str, Any]:
     """The settings this start of a recorded run changes that it may change (more steps, other
     workers...); InvalidInput listing every difference that would change what the run measures."""
-    if recorded.get("backend") not in (None, BACKEND) or recorded.get("kind") not in (None, "training"):
-        raise InvalidInput(f"run {run_name!r} is recorded as a {recorded.get('kind') or 'training'} run of backend "
-                           f"{recorded.get('backend')}, not a local training run; use a new --run name")
+    if recorded.get("backend") not in (None, BACKEND) or recorded.get("kind") not in (
+        None,
+        "training",
+    ):
+        raise InvalidInput(
+            f"run {run_name!r} is recorded as a {recorded.get('kind') or 'training'} run of backend "
+            f"{recorded.get('backend')}, not a local training run; use a new --run name"
+        )
     differences = []
     if recorded.get("arm_fingerprint") not in (None, arm.fingerprint):
-        differences.append(f"arm: {recorded.get('arm')} ({str(recorded['arm_fingerprint'])[:12]}) recorded, "
-                           f"{arm.name} ({arm.fingerprint[:12]}) now")
+        differences.append(
+            f"arm: {recorded.get('arm')} ({str(recorded['arm_fingerprint'])[:12]}) recorded, "
+            f"{arm.name} ({arm.fingerprint[:12]}) now"
+        )
     recorded_config = recorded.get("config") if isinstance(recorded.get("config"), dict) else {}
     train = recorded_config.get("train")
-    check = resume_check(train, config, recorded.get("total_steps")) if isinstance(train, dict) else None
+    check = (
+        resume_check(train, config, recorded.get("total_steps"))
+        if isinstance(train, dict)
+        else None
+    )
     if check is not None:
         differences.extend(check.refused)
     if differences:
-        raise InvalidInput(f"run {run_name!r} is recorded with other settings, and continuing it may not change "
-                           f"what it measures: {'; '.join(differences)}; train a new --run to change them")
+        raise InvalidInput(
+            f"run {run_name!r} is recorded with other settings, and continuing it may not change "
+            f"what it measures: {'; '.join(differences)}; train a new --run to change them"
+        )
     return {} if check is None else check.allowed
 
 
-def _resume_history(recorded: dict[str, Any], step: int, resumed: bool, changed: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _resume_history(
+    recorded: dict[str, Any], step: int, resumed: bool, changed: dict[str, Any] | None
+) -> list[dict[str, Any]]:
     """The run's record of its starts, with this one added (the step it continues from, and what changed)."""
     recorded_config = recorded.get("config") if isinstance(recorded.get("config"), dict) else {}
     history = list(recorded_config.get("resumes") or [])
     # Only a continuation from a checkpoint, or a change of free settings, is a resume: a run
     # recorded ahead of its training (a matrix's plan) that starts fresh is not.
     if resumed or changed:
-        history.append({"at_step": step, "from_checkpoint": bool(resumed), "at": utc_now(), "changed": changed or {}})
+        history.append(
+            {
+                "at_step": step,
+                "from_checkpoint": bool(resumed),
+                "at": utc_now(),
+                "changed": changed or {},
+            }
+        )
     return history
 
 
-def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: TrainingObserver | None,
-           progress: Callable[[StepProgress], None] | None = None) -> TrainResult:
+def _train(
+    run: _Run,
+    db_path: str | Path,
+    owner: ProcessOwner,
+    observer: TrainingObserver | None,
+    progress: Callable[[StepProgress], None] | None = None,
+) -> TrainResult:
     config, db, run_name, log = run.config, run.db, run.run_name, run.log
     status = "failed"
-    with RolloutPool(run.model, config.workers) as rollout_pool, Heartbeat(db_path, run_name, owner.session):
+    with (
+        RolloutPool(run.model, config.workers) as rollout_pool,
+        Heartbeat(db_path, run_name, owner.session),
+    ):
         step = run.step
-        run.start_step, session_s = run.step, 0.0  # this session's steps and seconds give s/step and the ETA
+        run.start_step, session_s = (
+            run.step,
+            0.0,
+        )  # this session's steps and seconds give s/step and the ETA
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
                 _report_eval(log, run.evaluate(rollout_pool, 0))
@@ -529,25 +700,44 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 metrics["wall_time"] = time.time()
                 update_run_state(db, run_name, last_step=step)
                 session_s += metrics["timing/step_s"]
-                pace, last_eval = session_s / (step - run.start_step), run.evaluations[-1] if run.evaluations else None
-                line = (step_line(run_name, step, config.steps, metrics, pace, last_eval, run.train_wall_s)
-                        + (f"  {pushed}" if observer is not None and (pushed := notify(log, observer.progress)) else ""))
+                pace, last_eval = (
+                    session_s / (step - run.start_step),
+                    run.evaluations[-1] if run.evaluations else None,
+                )
+                line = step_line(
+                    run_name, step, config.steps, metrics, pace, last_eval, run.train_wall_s
+                ) + (
+                    f"  {pushed}"
+                    if observer is not None and (pushed := notify(log, observer.progress))
+                    else ""
+                )
                 if progress is None:
                     log(line)
                 else:
-                    progress(StepProgress(
-                        run=run_name, step=step, total=config.steps, seconds_per_step=pace,
-                        eta=_duration(pace * max(0, config.steps - step)),
-                        held_out=None if last_eval is None else last_eval["success"],
-                        held_out_step=None if last_eval is None else last_eval["step"], line=line))
-                out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
+                    progress(
+                        StepProgress(
+                            run=run_name,
+                            step=step,
+                            total=config.steps,
+                            seconds_per_step=pace,
+                            eta=_duration(pace * max(0, config.steps - step)),
+                            held_out=None if last_eval is None else last_eval["success"],
+                            held_out_step=None if last_eval is None else last_eval["step"],
+                            line=line,
+                        )
+                    )
+                out_of_time = (
+                    config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
+                )
                 last = step == config.steps or out_of_time
                 evaluated = config.evaluates_after(step, last=last)
                 if evaluated:
                     evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
                     _report_eval(log, evaluation)
                     # The step's line carries its evaluation's cost, so a run's CPU is its metrics' sum.
-                    metrics.update({"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]})
+                    metrics.update(
+                        {"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]}
+                    )
                     metrics.update(held_out_metrics(evaluation))
                 run.append_metrics(metrics)
                 if evaluated or last:
@@ -555,17 +745,28 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
                 if evaluated and observer is not None:
                     notify(log, functools.partial(observer.evaluated, step))
                 if out_of_time:
-                    log(f"time budget of {config.time_budget_s / 60:.1f} min reached at step {step}")
+                    log(
+                        f"time budget of {config.time_budget_s / 60:.1f} min reached at step {step}"
+                    )
                     break
             status = "finished"
             if run.step < config.steps:
                 # The time budget ended the run as planned: its length is what it reached.
                 ensure_run(db, run_name, total_steps=run.step)
         except NonFiniteTraining as error:
-            message = (f"run {run_name!r} stopped at step {step}: {error}; recorded as failed, with its evaluations "
-                       f"(ccpo runs show {run_name})")
-            record_failure(db, run_name, message, step=step, quantity=error.quantity, value=error.value,
-                           session=owner.session)
+            message = (
+                f"run {run_name!r} stopped at step {step}: {error}; recorded as failed, with its evaluations "
+                f"(ccpo runs show {run_name})"
+            )
+            record_failure(
+                db,
+                run_name,
+                message,
+                step=step,
+                quantity=error.quantity,
+                value=error.value,
+                session=owner.session,
+            )
             raise CcpoError(message) from None
         except CcpoError as error:
             record_failure(db, run_name, str(error), step=step, session=owner.session)
@@ -576,8 +777,15 @@ def _train(run: _Run, db_path: str | Path, owner: ProcessOwner, observer: Traini
         finally:
             update_run_state(db, run_name, status=status)
             if observer is not None:
-                notify(log, lambda: observer.finished(status, run.step, checkpoint_path(run.run_dir, run.step)))
-    return TrainResult(run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash)
+                notify(
+                    log,
+                    lambda: observer.finished(
+                        status, run.step, checkpoint_path(run.run_dir, run.step)
+                    ),
+                )
+    return TrainResult(
+        run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash
+    )
 
 
 def _drop_metrics_after(path: Path, step: int) -> None:
@@ -586,13 +794,20 @@ def _drop_metrics_after(path: Path, step: int) -> None:
     if not path.exists():
         return
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with open(path, encoding="utf-8", errors="replace") as source, open(partial, "w", encoding="utf-8") as kept:
+    with (
+        open(path, encoding="utf-8", errors="replace") as source,
+        open(partial, "w", encoding="utf-8") as kept,
+    ):
         for line in source:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("step"), int)
+                and record["step"] <= step
+            ):
                 kept.write(line if line.endswith("\n") else line + "\n")
     partial.replace(path)
 
@@ -603,12 +818,21 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
-def step_line(run_name: str, step: int, total: int, metrics: dict[str, Any], seconds_per_step: float,
-              last_eval: dict[str, Any] | None, train_wall_s: float) -> str:
+def step_line(
+    run_name: str,
+    step: int,
+    total: int,
+    metrics: dict[str, Any],
+    seconds_per_step: float,
+    last_eval: dict[str, Any] | None,
+    train_wall_s: float,
+) -> str:
     """One training step as a log line: where it is (N/total, s/step, the ETA of the training
     left, not counting evaluations), the trainer's own numbers, the last held-out value, and
     the run and an ISO time, so that a line read from a log file says which run and when."""
-    held_out = f"held-out {last_eval['success']:.1f}%@{last_eval['step']}" if last_eval else "held-out -"
+    held_out = (
+        f"held-out {last_eval['success']:.1f}%@{last_eval['step']}" if last_eval else "held-out -"
+    )
     return (
         f"step {step:4d}/{total}  train {metrics['train/success_rate']:5.1f}%  len {metrics['train/episode_length']:4.1f}  "
         f"loss {metrics['actor/pg_loss']:+.3f}  kl {metrics['actor/kl']:.4f}  grad {metrics['actor/grad_norm']:.2f}  "
@@ -635,8 +859,10 @@ def held_out_metrics(result: dict[str, Any]) -> dict[str, float | int]:
     task_metrics = {task.key: task.metric for task in load_benchmark("alfworld").task_types}
 
     metrics: dict[str, float | int] = {
-        OVERALL_KEY: result["successes"] / result["episodes"], EPISODES_KEY: result["episodes"],
-        SUCCESSES_KEY: result["successes"], MEAN_TURNS_KEY: result["mean_turns"],
+        OVERALL_KEY: result["successes"] / result["episodes"],
+        EPISODES_KEY: result["episodes"],
+        SUCCESSES_KEY: result["successes"],
+        MEAN_TURNS_KEY: result["mean_turns"],
     }
     for name, counts in (result.get("task_types") or {}).items():
         try:
@@ -656,5 +882,11 @@ def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:
 
 
 __all__ = [
-    "TrainConfig", "TrainResult", "checkpoints_to_remove", "latest_checkpoint", "load_policy", "save_checkpoint", "train_arm",
+    "TrainConfig",
+    "TrainResult",
+    "checkpoints_to_remove",
+    "latest_checkpoint",
+    "load_policy",
+    "save_checkpoint",
+    "train_arm",
 ]

@@ -69,13 +69,22 @@ def candidates_of(admissible: Sequence[str]) -> tuple[str, ...]:
 def sample_index(log_probs: np.ndarray, rng: np.random.Generator) -> int:
     probs = np.exp(log_probs.astype(np.float64) - np.max(log_probs))
     cumulative = np.cumsum(probs)
-    return int(min(np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(probs) - 1))
+    return int(
+        min(
+            np.searchsorted(cumulative, rng.random() * cumulative[-1], side="right"), len(probs) - 1
+        )
+    )
 
 
 class EpisodePlayer:
     """Plays episodes of games with a policy, in whatever process it lives in."""
 
-    def __init__(self, model: CommandScorer, featurizer: Featurizer | None = None, transition_entries: int = 0):
+    def __init__(
+        self,
+        model: CommandScorer,
+        featurizer: Featurizer | None = None,
+        transition_entries: int = 0,
+    ):
         from ccpo_cli.envs.transitions import TransitionCache
 
         self.model = model
@@ -113,7 +122,9 @@ class EpisodePlayer:
         after = _counts(self.transitions)
         return trajectories, tuple(a - b for a, b in zip(after, before))
 
-    def _episode(self, session, job: EpisodeJob, traj_uid: str, rng: np.random.Generator) -> Trajectory:
+    def _episode(
+        self, session, job: EpisodeJob, traj_uid: str, rng: np.random.Generator
+    ) -> Trajectory:
         result = session.reset()
         task = task_sentence(result.info.get("task") or result.observation)
         trajectory = Trajectory(job.uid, traj_uid, session.game_id, session.task_type)
@@ -127,7 +138,13 @@ class EpisodePlayer:
             index = sample_index(log_probs.numpy()[: len(candidates)], rng)
             result = session.step(candidates[index])
             trajectory.decisions.append(
-                Decision(observation, candidates, index, float(result.reward), features if job.keep_features else None)
+                Decision(
+                    observation,
+                    candidates,
+                    index,
+                    float(result.reward),
+                    features if job.keep_features else None,
+                )
             )
             history.append(Turn(observation, candidates[index]))
             observation = result.observation
@@ -202,7 +219,9 @@ def _die_with_parent() -> None:
         pass
 
 
-def _play_in_worker(indexed_job: tuple[int, EpisodeJob]) -> tuple[int, list[Trajectory], tuple[int, int, int], float]:
+def _play_in_worker(
+    indexed_job: tuple[int, EpisodeJob],
+) -> tuple[int, list[Trajectory], tuple[int, int, int], float]:
     """A job played in a worker, with the worker's CPU seconds for it (its process time: the
     cost of the job whatever else the machine runs)."""
     index, job = indexed_job
@@ -243,8 +262,9 @@ class RolloutPool:
         results: list[list[Trajectory] | None] = [None] * len(jobs)
         self.worker_cpu_s = 0.0
         # Longest-first would need lengths we do not know; one job at a time balances well enough.
-        for index, trajectories, counts, cpu_s in self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)),
-                                                                           chunksize=1):
+        for index, trajectories, counts, cpu_s in self._pool.imap_unordered(
+            _play_in_worker, list(enumerate(jobs)), chunksize=1
+        ):
             results[index] = trajectories
             self.worker_cpu_s += cpu_s
             _add_counts(counts)
@@ -263,5 +283,3 @@ class RolloutPool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-

@@ -39,7 +39,9 @@ def _numpy(value: Any) -> np.ndarray:
 def _non_tensor(data: Any, key: str) -> np.ndarray:
     fields = data.non_tensor_batch
     if key not in fields:
-        raise InvalidInput(f"rollout batch: non_tensor_batch has no '{key}' (have: {', '.join(sorted(fields))})")
+        raise InvalidInput(
+            f"rollout batch: non_tensor_batch has no '{key}' (have: {', '.join(sorted(fields))})"
+        )
     return np.asarray(fields[key])
 
 
@@ -54,8 +56,10 @@ def response_mask_of(data: Any) -> Any:
     if has_tensor(data, "response_mask"):
         return batch["response_mask"]
     if has_tensor(data, "responses") and has_tensor(data, "attention_mask"):
-        return batch["attention_mask"][:, -batch["responses"].shape[1]:]
-    raise InvalidInput("rollout batch: no 'response_mask' and no 'responses' + 'attention_mask' to derive it")
+        return batch["attention_mask"][:, -batch["responses"].shape[1] :]
+    raise InvalidInput(
+        "rollout batch: no 'response_mask' and no 'responses' + 'attention_mask' to derive it"
+    )
 
 
 def turn_indices(traj_uid: np.ndarray) -> np.ndarray:
@@ -126,7 +130,9 @@ def estimator_inputs(data: Any, *, with_features: bool = True) -> dict[str, np.n
     if with_features and has_tensor(data, FEATURES_KEY):
         features = _numpy(data.batch[FEATURES_KEY]).astype(np.float32)
         if features.ndim != 2 or features.shape[0] != len(traj_uid):
-            raise InvalidInput(f"rollout batch: '{FEATURES_KEY}' has shape {features.shape}, expected ({len(traj_uid)}, d)")
+            raise InvalidInput(
+                f"rollout batch: '{FEATURES_KEY}' has shape {features.shape}, expected ({len(traj_uid)}, d)"
+            )
         inputs["phi_feats"] = features
     return inputs
 
@@ -144,7 +150,9 @@ def advantage_tensor(advantages: Any, like: Any) -> Any:
     if values.dim() == 1:
         values = values[:, None]
     elif tuple(values.shape) != tuple(mask.shape):
-        raise InvalidInput(f"advantages of shape {tuple(values.shape)} do not match the response mask {tuple(mask.shape)}")
+        raise InvalidInput(
+            f"advantages of shape {tuple(values.shape)} do not match the response mask {tuple(mask.shape)}"
+        )
     if values.shape[0] != mask.shape[0]:
         raise InvalidInput(f"{values.shape[0]} advantage rows for {mask.shape[0]} batch rows")
     return (values.to(mask.device) * mask).contiguous()

@@ -21,7 +21,13 @@ import torch
 
 # Attribute names under which wrappers (FSDP, activation checkpointing, PEFT, DDP) keep the
 # module they wrap.
-_WRAPPER_ATTRIBUTES = ("_fsdp_wrapped_module", "_checkpoint_wrapped_module", "module", "base_model", "model")
+_WRAPPER_ATTRIBUTES = (
+    "_fsdp_wrapped_module",
+    "_checkpoint_wrapped_module",
+    "module",
+    "base_model",
+    "model",
+)
 
 
 class CaptureError(RuntimeError):
@@ -44,7 +50,9 @@ def find_final_norm(model: torch.nn.Module) -> torch.nn.Module:
             inner = getattr(module, name, None)
             if isinstance(inner, torch.nn.Module):
                 frontier.append(inner)
-    raise CaptureError(f"no final norm (a module with `layers` and `norm`) inside {type(model).__name__}")
+    raise CaptureError(
+        f"no final norm (a module with `layers` and `norm`) inside {type(model).__name__}"
+    )
 
 
 class FinalNormCapture:
@@ -79,7 +87,9 @@ class FinalNormCapture:
 def last_prompt_column(seqlen: int, response_length: int) -> int:
     column = seqlen - response_length - 1
     if column < 0:
-        raise CaptureError(f"sequence length {seqlen} leaves no prompt before {response_length} response tokens")
+        raise CaptureError(
+            f"sequence length {seqlen} leaves no prompt before {response_length} response tokens"
+        )
     return column
 
 
@@ -95,7 +105,9 @@ def last_prompt_features_padded(
 ) -> torch.Tensor:
     """(batch, hidden) features from a (batch, seqlen, hidden) norm output."""
     if hidden.dim() != 3 or hidden.shape[:2] != attention_mask.shape:
-        raise CaptureError(f"padded norm output {tuple(hidden.shape)} does not match mask {tuple(attention_mask.shape)}")
+        raise CaptureError(
+            f"padded norm output {tuple(hidden.shape)} does not match mask {tuple(attention_mask.shape)}"
+        )
     column = last_prompt_column(attention_mask.shape[1], response_length)
     masked = (attention_mask[:, column] == 0).nonzero().flatten().tolist()
     if masked:
@@ -113,7 +125,9 @@ def last_prompt_features_packed(
     """
     flat = hidden.reshape(-1, hidden.shape[-1])
     if flat.shape[0] != indices.numel():
-        raise CaptureError(f"packed norm output has {flat.shape[0]} tokens but {indices.numel()} indices")
+        raise CaptureError(
+            f"packed norm output has {flat.shape[0]} tokens but {indices.numel()} indices"
+        )
     batch, seqlen = attention_mask.shape
     column = last_prompt_column(seqlen, response_length)
     indices = indices.to(device="cpu", dtype=torch.long).flatten()
@@ -124,7 +138,9 @@ def last_prompt_features_packed(
     found = in_range & (indices[safe] == wanted) if indices.numel() else in_range
     if not bool(found.all()):
         missing = (~found).nonzero().flatten().tolist()
-        raise CaptureError(f"rows {missing[:8]} have no kept token at the last prompt column {column}")
+        raise CaptureError(
+            f"rows {missing[:8]} have no kept token at the last prompt column {column}"
+        )
     return _as_features(flat[safe.to(flat.device)])
 
 

@@ -52,8 +52,13 @@ def require(home: Path | None) -> Path:
     """The checkout to launch from, or a CcpoError saying how to get one."""
     if home is None:
         raise CcpoError(f"no verl-agent checkout: {GET_VERL_AGENT}")
-    if not (home / "verl" / "trainer" / "main_ppo.py").is_file() or not (home / "agent_system").is_dir():
-        raise CcpoError(f"{home} is not a verl-agent checkout (no verl/trainer/main_ppo.py and agent_system/); {GET_VERL_AGENT}")
+    if (
+        not (home / "verl" / "trainer" / "main_ppo.py").is_file()
+        or not (home / "agent_system").is_dir()
+    ):
+        raise CcpoError(
+            f"{home} is not a verl-agent checkout (no verl/trainer/main_ppo.py and agent_system/); {GET_VERL_AGENT}"
+        )
     return home
 
 
@@ -63,7 +68,11 @@ def read_commit(home: Path) -> tuple[str | None, str | None]:
     if (home / ".git").exists():
         try:
             completed = subprocess.run(
-                ["git", "-C", str(home), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+                ["git", "-C", str(home), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
             completed = None
@@ -88,21 +97,33 @@ def describe(home: Path | None) -> dict[str, Any]:
     """What config.json and the dry-run say about the checkout, with a warning when it is not the tested tree."""
     if home is None:
         return {
-            "path": None, "commit": None, "commit_source": None, "tested_commit": TESTED_COMMIT,
+            "path": None,
+            "commit": None,
+            "commit_source": None,
+            "tested_commit": TESTED_COMMIT,
             "warning": f"no verl-agent checkout given (--verl-agent or VERL_AGENT_HOME): its commit is not recorded; "
-                       f"the tested commit is {TESTED_COMMIT}",
+            f"the tested commit is {TESTED_COMMIT}",
         }
     commit, source = read_commit(home)
     if commit is None:
-        warning = (f"the commit of verl-agent at {home} is unknown (no .git, no SOURCE.md naming it); "
-                   f"this backend is tested against commit {TESTED_COMMIT}")
+        warning = (
+            f"the commit of verl-agent at {home} is unknown (no .git, no SOURCE.md naming it); "
+            f"this backend is tested against commit {TESTED_COMMIT}"
+        )
     elif not is_tested_commit(commit):
-        warning = (f"verl-agent at {home} is commit {commit[:12]}, not the tested commit {TESTED_COMMIT}: "
-                   "Hydra keys or patch points may differ")
+        warning = (
+            f"verl-agent at {home} is commit {commit[:12]}, not the tested commit {TESTED_COMMIT}: "
+            "Hydra keys or patch points may differ"
+        )
     else:
         warning = None
-    return {"path": str(home), "commit": commit, "commit_source": source, "tested_commit": TESTED_COMMIT,
-            "warning": warning}
+    return {
+        "path": str(home),
+        "commit": commit,
+        "commit_source": source,
+        "tested_commit": TESTED_COMMIT,
+        "warning": warning,
+    }
 
 
 def ray_runtime_env_vars(home: Path | None) -> dict[str, str] | None:
@@ -121,7 +142,9 @@ def ray_runtime_env_vars(home: Path | None) -> dict[str, str] | None:
     except (OSError, SyntaxError):
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "PPO_RAY_RUNTIME_ENV" for target in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            getattr(target, "id", None) == "PPO_RAY_RUNTIME_ENV" for target in node.targets
+        ):
             try:
                 value = ast.literal_eval(node.value)
             except ValueError:
@@ -130,8 +153,9 @@ def ray_runtime_env_vars(home: Path | None) -> dict[str, str] | None:
     return None
 
 
-def merged_worker_env(verl_env_vars: Mapping[str, str] | None, defaults: Mapping[str, str],
-                      run_env: Mapping[str, str]) -> dict[str, str]:
+def merged_worker_env(
+    verl_env_vars: Mapping[str, str] | None, defaults: Mapping[str, str], run_env: Mapping[str, str]
+) -> dict[str, str]:
     """verl-agent's worker variables (or, without them, the defaults older trees set), then the run's own."""
     merged = dict(defaults if verl_env_vars is None else verl_env_vars)
     merged.update(run_env)

@@ -111,11 +111,15 @@ def find_verl_checkpoint(path: str | Path | None) -> VerlCheckpoint | None:
     if _shard_files(folder):
         return _read_actor(folder.parent, folder)
     if STEP_FOLDER.match(folder.name):
-        raise InvalidInput(f"{folder}: a verl global_step folder without an actor/ folder (no model shards to merge)")
+        raise InvalidInput(
+            f"{folder}: a verl global_step folder without an actor/ folder (no model shards to merge)"
+        )
     steps = _step_folders(folder)
     if steps:
-        latest = (folder / "latest_checkpointed_iteration.txt")
-        named = latest.read_text(encoding="utf-8").strip() if latest.is_file() else str(steps[-1][0])
+        latest = folder / "latest_checkpointed_iteration.txt"
+        named = (
+            latest.read_text(encoding="utf-8").strip() if latest.is_file() else str(steps[-1][0])
+        )
         raise InvalidInput(
             f"{folder}: a folder of verl checkpoints, not one checkpoint; pass one of its global_step_N "
             f"folders (latest: {folder / f'global_step_{named}'})"
@@ -126,30 +130,43 @@ def find_verl_checkpoint(path: str | Path | None) -> VerlCheckpoint | None:
 def _read_actor(folder: Path, actor: Path) -> VerlCheckpoint:
     shards = _shard_files(actor)
     if not shards:
-        raise InvalidInput(f"{actor}: no model shards (model_world_size_W_rank_R.pt) in this verl checkpoint")
+        raise InvalidInput(
+            f"{actor}: no model shards (model_world_size_W_rank_R.pt) in this verl checkpoint"
+        )
     sizes = sorted({size for size, _ in shards.values()})
     if len(sizes) > 1:
-        raise InvalidInput(f"{actor}: model shards of several world sizes ({', '.join(map(str, sizes))}); "
-                           "the folder mixes two saves")
+        raise InvalidInput(
+            f"{actor}: model shards of several world sizes ({', '.join(map(str, sizes))}); "
+            "the folder mixes two saves"
+        )
     world_size = sizes[0]
     ranks = {rank: path for path, (_, rank) in shards.items()}
     missing = sorted(set(range(world_size)) - set(ranks))
     if missing:
-        raise InvalidInput(f"{actor}: world size {world_size} but no model shard for rank(s) "
-                           f"{', '.join(map(str, missing))}")
+        raise InvalidInput(
+            f"{actor}: world size {world_size} but no model shard for rank(s) "
+            f"{', '.join(map(str, missing))}"
+        )
     empty = sorted(path.name for path in ranks.values() if path.stat().st_size == 0)
     if empty:
         raise InvalidInput(f"{actor}: empty model shard(s): {', '.join(empty)}")
     _check_fsdp_config(actor, world_size)
-    config_dir = next((d for d in (actor / "huggingface", actor) if (d / "config.json").is_file()), None)
+    config_dir = next(
+        (d for d in (actor / "huggingface", actor) if (d / "config.json").is_file()), None
+    )
     if config_dir is None:
-        raise InvalidInput(f"{actor}: no config.json in actor/huggingface/ or actor/ (verl saves the model "
-                           "config there; without it the shards cannot be merged)")
+        raise InvalidInput(
+            f"{actor}: no config.json in actor/huggingface/ or actor/ (verl saves the model "
+            "config there; without it the shards cannot be merged)"
+        )
     _check_architecture(config_dir / "config.json")
     step_match = STEP_FOLDER.match(folder.name)
     return VerlCheckpoint(
-        folder=folder.resolve(), actor=actor.resolve(), step=int(step_match.group(1)) if step_match else None,
-        world_size=world_size, shards=tuple(ranks[rank].resolve() for rank in range(world_size)),
+        folder=folder.resolve(),
+        actor=actor.resolve(),
+        step=int(step_match.group(1)) if step_match else None,
+        world_size=world_size,
+        shards=tuple(ranks[rank].resolve() for rank in range(world_size)),
         config_dir=config_dir.resolve(),
     )
 
@@ -160,8 +177,10 @@ def _check_architecture(path: Path) -> None:
     except (ValueError, AttributeError):
         raise InvalidInput(f"{path}: not a JSON object") from None
     if not any(str(name).endswith("ForCausalLM") for name in architectures):
-        raise InvalidInput(f"{path}: architecture {architectures or 'not recorded'} is not a causal language "
-                           "model; ccpo evaluates and publishes causal LMs only")
+        raise InvalidInput(
+            f"{path}: architecture {architectures or 'not recorded'} is not a causal language "
+            "model; ccpo evaluates and publishes causal LMs only"
+        )
 
 
 def _check_fsdp_config(actor: Path, world_size: int) -> None:
@@ -174,7 +193,9 @@ def _check_fsdp_config(actor: Path, world_size: int) -> None:
     except (ValueError, AttributeError):
         raise InvalidInput(f"{path}: not a JSON object") from None
     if recorded is not None and int(recorded) != world_size:
-        raise InvalidInput(f"{path}: world_size {recorded}, but the shards are for world size {world_size}")
+        raise InvalidInput(
+            f"{path}: world_size {recorded}, but the shards are for world size {world_size}"
+        )
 
 
 # --- verl-agent's merger ---------------------------------------------------------------
@@ -190,7 +211,9 @@ def find_verl_agent(explicit: str | Path | None = None) -> Path:
         )
     home = Path(named).expanduser().resolve()
     if not (home / "verl" / "__init__.py").is_file():
-        raise InvalidInput(f"verl-agent home {home}: not a verl-agent checkout (no verl/__init__.py)")
+        raise InvalidInput(
+            f"verl-agent home {home}: not a verl-agent checkout (no verl/__init__.py)"
+        )
     merger_command(home)  # refuses a checkout without a merger
     return home
 
@@ -202,7 +225,9 @@ def merger_command(home: Path) -> list[str]:
     script = home / "scripts" / "model_merger.py"
     if script.is_file():
         return [str(script)]
-    raise InvalidInput(f"verl-agent home {home}: no model merger (neither verl/model_merger/ nor scripts/model_merger.py)")
+    raise InvalidInput(
+        f"verl-agent home {home}: no model merger (neither verl/model_merger/ nor scripts/model_merger.py)"
+    )
 
 
 def verl_interpreter() -> str:
@@ -221,7 +246,9 @@ def verl_agent_record(home: Path) -> dict[str, Any]:
         "commit": commit or "not recorded (no .git, no SOURCE.md naming it)",
         "commit_source": source or "not recorded",
         "dirty": git_state(home)[1] if source == "git" else "not recorded",
-        "verl_version": version_file.read_text(encoding="utf-8").strip() if version_file.is_file() else "not recorded",
+        "verl_version": version_file.read_text(encoding="utf-8").strip()
+        if version_file.is_file()
+        else "not recorded",
     }
 
 
@@ -231,10 +258,21 @@ def _failure_line(output: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-def run_merger(checkpoint: VerlCheckpoint, home: Path, target: Path, log_path: Path) -> dict[str, Any]:
+def run_merger(
+    checkpoint: VerlCheckpoint, home: Path, target: Path, log_path: Path
+) -> dict[str, Any]:
     """Run verl's merger on the actor folder into `target`; its whole output goes to `log_path`."""
-    command = [verl_interpreter(), *merger_command(home), "merge", "--backend", "fsdp",
-               "--local_dir", str(checkpoint.actor), "--target_dir", str(target)]
+    command = [
+        verl_interpreter(),
+        *merger_command(home),
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(checkpoint.actor),
+        "--target_dir",
+        str(target),
+    ]
     if not checkpoint.config_in_actor:
         # The merger reads the config from --local_dir unless told otherwise (both its versions
         # accept --hf_model_path for this).
@@ -244,9 +282,13 @@ def run_merger(checkpoint: VerlCheckpoint, home: Path, target: Path, log_path: P
     started = time.monotonic()
     try:
         with log_path.open("w", encoding="utf-8") as log_file:
-            done = subprocess.run(command, cwd=home, env=env, stdout=log_file, stderr=subprocess.STDOUT, check=False)
+            done = subprocess.run(
+                command, cwd=home, env=env, stdout=log_file, stderr=subprocess.STDOUT, check=False
+            )
     except OSError as error:
-        raise CcpoError(f"could not start verl's model merger ({command[0]}: {error.strerror or error})") from None
+        raise CcpoError(
+            f"could not start verl's model merger ({command[0]}: {error.strerror or error})"
+        ) from None
     if done.returncode != 0:
         reason = _failure_line(log_path.read_text(encoding="utf-8", errors="replace"))
         raise CcpoError(
@@ -260,8 +302,10 @@ def run_merger(checkpoint: VerlCheckpoint, home: Path, target: Path, log_path: P
 
 
 def _shard_stamps(checkpoint: VerlCheckpoint) -> list[dict[str, Any]]:
-    return [{"file": path.name, "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
-            for path in checkpoint.shards]
+    return [
+        {"file": path.name, "bytes": path.stat().st_size, "mtime_ns": path.stat().st_mtime_ns}
+        for path in checkpoint.shards
+    ]
 
 
 def recorded_run(checkpoint: VerlCheckpoint) -> dict[str, Any]:
@@ -275,18 +319,33 @@ def recorded_run(checkpoint: VerlCheckpoint) -> dict[str, Any]:
             name = None
         if name:
             return {"run": name, "run_folder": str(run_folder)}
-    return {"run": None, "run_folder": "not recorded (the checkpoint is not inside a ccpo run folder)"}
+    return {
+        "run": None,
+        "run_folder": "not recorded (the checkpoint is not inside a ccpo run folder)",
+    }
 
 
-def build_record(checkpoint: VerlCheckpoint, merger: dict[str, Any], verl_agent: dict[str, Any],
-                 verification: dict[str, Any]) -> dict[str, Any]:
-    shards = [dict(stamp, sha256=file_sha256(path)) for stamp, path in zip(_shard_stamps(checkpoint), checkpoint.shards)]
+def build_record(
+    checkpoint: VerlCheckpoint,
+    merger: dict[str, Any],
+    verl_agent: dict[str, Any],
+    verification: dict[str, Any],
+) -> dict[str, Any]:
+    shards = [
+        dict(stamp, sha256=file_sha256(path))
+        for stamp, path in zip(_shard_stamps(checkpoint), checkpoint.shards)
+    ]
     return {
         "format": RECORD_FORMAT,
         **recorded_run(checkpoint),
         "step": checkpoint.step,
-        "source": {"checkpoint": str(checkpoint.folder), "actor": str(checkpoint.actor),
-                   "config": str(checkpoint.config_dir), "world_size": checkpoint.world_size, "shards": shards},
+        "source": {
+            "checkpoint": str(checkpoint.folder),
+            "actor": str(checkpoint.actor),
+            "config": str(checkpoint.config_dir),
+            "world_size": checkpoint.world_size,
+            "shards": shards,
+        },
         "merger": merger,
         "verl_agent": verl_agent,
         "verification": verification,
@@ -309,9 +368,13 @@ def record_matches(record: dict[str, Any] | None, checkpoint: VerlCheckpoint) ->
     """Whether a merge record describes these very shards (and its verification passed)."""
     if not record or record.get("source", {}).get("checkpoint") != str(checkpoint.folder):
         return False
-    recorded = [{key: shard.get(key) for key in ("file", "bytes", "mtime_ns")}
-                for shard in record["source"].get("shards", [])]
-    return recorded == _shard_stamps(checkpoint) and bool(record.get("verification", {}).get("passed"))
+    recorded = [
+        {key: shard.get(key) for key in ("file", "bytes", "mtime_ns")}
+        for shard in record["source"].get("shards", [])
+    ]
+    return recorded == _shard_stamps(checkpoint) and bool(
+        record.get("verification", {}).get("passed")
+    )
 
 
 # --- the whole step --------------------------------------------------------------------
@@ -326,9 +389,13 @@ def _prepare_target(target: Path, checkpoint: VerlCheckpoint) -> None:
     record = read_record(target)
     if record is not None and target == checkpoint.folder / DEFAULT_MERGED_NAME:
         return  # ccpo's own folder inside the checkpoint (its recorded path differs once the run folder moves)
-    if any(target.iterdir()) and (record is None or record["source"].get("checkpoint") != str(checkpoint.folder)):
-        raise InvalidInput(f"--merged-dir {target}: holds something other than a ccpo merge of {checkpoint.folder}; "
-                           "name an empty or new folder")
+    if any(target.iterdir()) and (
+        record is None or record["source"].get("checkpoint") != str(checkpoint.folder)
+    ):
+        raise InvalidInput(
+            f"--merged-dir {target}: holds something other than a ccpo merge of {checkpoint.folder}; "
+            "name an empty or new folder"
+        )
 
 
 def merge_checkpoint(
@@ -342,7 +409,9 @@ def merge_checkpoint(
     shards, `global_step_N/ccpo_merged_hf`) and return the verified folder and its record."""
     from ccpo_cli.backends.verl.checkpoint_verify import verify_merged_model
 
-    target = Path(target).expanduser().resolve() if target else checkpoint.folder / DEFAULT_MERGED_NAME
+    target = (
+        Path(target).expanduser().resolve() if target else checkpoint.folder / DEFAULT_MERGED_NAME
+    )
     existing = read_record(target) if target.is_dir() else None
     if record_matches(existing, checkpoint):
         return MergedModel(target, checkpoint, existing, reused=True)
@@ -355,15 +424,21 @@ def merge_checkpoint(
             shutil.rmtree(partial)
         partial.mkdir(parents=True)
     except OSError as error:
-        raise CcpoError(f"cannot write the merged model in {target.parent} ({error.strerror or error}); "
-                        "pass --merged-dir to put it elsewhere") from None
+        raise CcpoError(
+            f"cannot write the merged model in {target.parent} ({error.strerror or error}); "
+            "pass --merged-dir to put it elsewhere"
+        ) from None
     if log is not None:
-        log(f"merging {checkpoint.actor} ({checkpoint.world_size} shard(s)) with verl's model merger from {home}")
+        log(
+            f"merging {checkpoint.actor} ({checkpoint.world_size} shard(s)) with verl's model merger from {home}"
+        )
     try:
         merger = dict(run_merger(checkpoint, home, partial, log_path), renamed_to=str(target))
         verification = verify_merged_model(partial)
         record = build_record(checkpoint, merger, verl_agent_record(home), verification)
-        (partial / MERGE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        (partial / MERGE_RECORD).write_text(
+            json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
         if target.exists():
             shutil.rmtree(target)  # an earlier merge of this checkpoint, now stale (checked above)
         os.replace(partial, target)
@@ -387,5 +462,3 @@ def resolve_model_source(
         return model, None
     merged = merge_checkpoint(checkpoint, verl_agent_home=verl_agent_home, target=merged_dir)
     return str(merged.folder), merged
-
-

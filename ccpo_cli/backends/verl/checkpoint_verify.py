@@ -76,14 +76,21 @@ def compare_with_config(folder: Path, config: Any) -> dict[str, Any]:
             missing.append(group[0][0])
         if len(group) > 1:
             tied.append([name for name, _ in group])
-        wrong_shape += [f"{name} {list(stored[name][0])} (config: {list(shape)})"
-                        for name, shape in present if stored[name][0] != shape]
+        wrong_shape += [
+            f"{name} {list(stored[name][0])} (config: {list(shape)})"
+            for name, shape in present
+            if stored[name][0] != shape
+        ]
     unexpected = sorted(set(stored) - known)
-    problems = (["missing " + _listed(missing)] if missing else []) + \
-               (["unexpected " + _listed(unexpected)] if unexpected else []) + \
-               (["shape differs: " + _listed(wrong_shape)] if wrong_shape else [])
+    problems = (
+        (["missing " + _listed(missing)] if missing else [])
+        + (["unexpected " + _listed(unexpected)] if unexpected else [])
+        + (["shape differs: " + _listed(wrong_shape)] if wrong_shape else [])
+    )
     if problems:
-        raise CcpoError(f"{folder}: the merged weights do not match config.json: " + "; ".join(problems))
+        raise CcpoError(
+            f"{folder}: the merged weights do not match config.json: " + "; ".join(problems)
+        )
     return {
         "tensors": len(stored),
         "parameters": parameters,
@@ -108,23 +115,36 @@ def forward_pass(folder: Path, config: Any) -> dict[str, Any]:
         # in the stored dtype (bfloat16 from verl's merger): half the memory of a float32 load
         model = AutoModelForCausalLM.from_pretrained(str(folder), dtype="auto").eval()
     except (OSError, ValueError) as error:
-        raise CcpoError(f"{folder}: the merged model does not load ({str(error).strip().splitlines()[0]})") from None
+        raise CcpoError(
+            f"{folder}: the merged model does not load ({str(error).strip().splitlines()[0]})"
+        ) from None
     text = PROBE_TEXT
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": PROBE_TEXT}],
-                                             add_generation_prompt=True, tokenize=False)
-    encoded = tokenizer(text, return_tensors="pt", add_special_tokens=False, return_token_type_ids=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": PROBE_TEXT}], add_generation_prompt=True, tokenize=False
+        )
+    encoded = tokenizer(
+        text, return_tensors="pt", add_special_tokens=False, return_token_type_ids=False
+    )
     started = time.monotonic()
     with torch.inference_mode():
         logits = model(**encoded).logits
     expected = (1, encoded["input_ids"].shape[1], config.vocab_size)
     if tuple(logits.shape) != expected:
-        raise CcpoError(f"{folder}: the forward pass gave logits of shape {list(logits.shape)}, expected {list(expected)}")
+        raise CcpoError(
+            f"{folder}: the forward pass gave logits of shape {list(logits.shape)}, expected {list(expected)}"
+        )
     if not bool(torch.isfinite(logits).all()):
-        raise CcpoError(f"{folder}: the forward pass gave non-finite logits (NaN or inf): the merged weights are broken")
-    return {"input_tokens": expected[1], "logits_shape": list(expected), "finite": True,
-            "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-            "seconds": round(time.monotonic() - started, 3)}
+        raise CcpoError(
+            f"{folder}: the forward pass gave non-finite logits (NaN or inf): the merged weights are broken"
+        )
+    return {
+        "input_tokens": expected[1],
+        "logits_shape": list(expected),
+        "finite": True,
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "seconds": round(time.monotonic() - started, 3),
+    }
 
 
 def verify_merged_model(folder: str | Path) -> dict[str, Any]:
@@ -135,11 +155,21 @@ def verify_merged_model(folder: str | Path) -> dict[str, Any]:
     try:
         config = AutoConfig.from_pretrained(str(folder))
     except (OSError, ValueError) as error:
-        raise CcpoError(f"{folder}: the merged model has no readable config.json ({error})") from None
+        raise CcpoError(
+            f"{folder}: the merged model has no readable config.json ({error})"
+        ) from None
     architectures = list(getattr(config, "architectures", None) or [])
     if not any(name.endswith("ForCausalLM") for name in architectures):
-        raise CcpoError(f"{folder}: architecture {architectures or 'not recorded'} is not a causal language "
-                        "model; ccpo evaluates and publishes causal LMs only")
+        raise CcpoError(
+            f"{folder}: architecture {architectures or 'not recorded'} is not a causal language "
+            "model; ccpo evaluates and publishes causal LMs only"
+        )
     tensors = compare_with_config(folder, config)
     forward = forward_pass(folder, config)
-    return {"passed": True, "architecture": architectures[0], "against": "config.json", **tensors, "forward": forward}
+    return {
+        "passed": True,
+        "architecture": architectures[0],
+        "against": "config.json",
+        **tensors,
+        "forward": forward,
+    }

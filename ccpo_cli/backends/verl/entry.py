@@ -23,7 +23,11 @@ ENTRYPOINT = "CCPO_VERL_ENTRYPOINT"
 # Comma-separated names of the environment variables every Ray worker must see.
 FORWARD_ENV = "CCPO_WORKER_ENV_KEYS"
 # What verl's own `ray.init` would have set for its workers.
-VERL_WORKER_DEFAULTS = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "VLLM_LOGGING_LEVEL": "WARN"}
+VERL_WORKER_DEFAULTS = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "VLLM_LOGGING_LEVEL": "WARN",
+}
 
 
 def _override(argv: list[str], key: str) -> str | None:
@@ -48,10 +52,16 @@ def verl_runtime_env() -> dict | None:
     return dict(getter())
 
 
-def ray_init_arguments(argv: list[str], environ: dict[str, str], verl_env: dict | None = None) -> dict:
+def ray_init_arguments(
+    argv: list[str], environ: dict[str, str], verl_env: dict | None = None
+) -> dict:
     forwarded = [name for name in environ.get(FORWARD_ENV, "").split(",") if name]
     runtime_env = dict(verl_env or {})
-    env_vars = dict(runtime_env.get("env_vars") or {}) if verl_env is not None else dict(VERL_WORKER_DEFAULTS)
+    env_vars = (
+        dict(runtime_env.get("env_vars") or {})
+        if verl_env is not None
+        else dict(VERL_WORKER_DEFAULTS)
+    )
     env_vars.update({name: environ[name] for name in forwarded if name in environ})
     runtime_env.update({"worker_process_setup_hook": SETUP_HOOK, "env_vars": env_vars})
     arguments: dict = {"runtime_env": runtime_env}
@@ -76,7 +86,9 @@ def main(argv: list[str] | None = None) -> None:
 
     argv = sys.argv[1:] if argv is None else argv
     if not os.environ.get(worker_env.ARM):
-        raise SystemExit(f"{worker_env.ARM} is not set: start runs with `ccpo train --backend verl` (run.sh)")
+        raise SystemExit(
+            f"{worker_env.ARM} is not set: start runs with `ccpo train --backend verl` (run.sh)"
+        )
     from ccpo_cli.backends.verl import setup_hook
 
     setup_hook.setup()  # this process too, and it fails fast on a fingerprint mismatch
@@ -85,7 +97,9 @@ def main(argv: list[str] | None = None) -> None:
     # Exactly as `python -m verl.trainer.main_ppo`: run as __main__, Hydra looks for `config/` next
     # to the file; imported under its own name it looks for a package `verl.trainer.config`, which
     # verl-agent's tree does not have (no __init__.py), and stops.
-    runpy.run_module(os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"), run_name="__main__", alter_sys=True)
+    runpy.run_module(
+        os.environ.get(ENTRYPOINT, "verl.trainer.main_ppo"), run_name="__main__", alter_sys=True
+    )
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def protocol_facts(launch: VerlLaunch) -> dict[str, Any]:
     return facts
 
 
-def record_run(db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], *, status: str) -> int:
+def record_run(
+    db: Any, launch: VerlLaunch, provenance_info: Mapping[str, Any], *, status: str
+) -> int:
     from ccpo_cli.store import ensure_run
     from ccpo_cli.store.facts import record_run_facts
 
@@ -76,7 +78,9 @@ def launch_record(run_dir: Path) -> dict[str, Any]:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        raise InvalidInput(f"{path}: no readable verl launch record (config.json) in the run folder") from None
+        raise InvalidInput(
+            f"{path}: no readable verl launch record (config.json) in the run folder"
+        ) from None
     if not isinstance(document, dict) or document.get("backend") != BACKEND:
         raise InvalidInput(f"{path}: not the launch record of a verl run")
     return document
@@ -95,11 +99,15 @@ def recorded_arm(record: Mapping[str, Any], where: Path) -> Any:
         raise InvalidInput(f"{where}: the launch record names no arm")
     flags = arm.get("flags")
     typed = arm_from_flags(name, flags, overrides=overrides) if isinstance(flags, dict) else None
-    if typed is None:  # a record written before flags were recorded: the arm file with its overrides
+    if (
+        typed is None
+    ):  # a record written before flags were recorded: the arm file with its overrides
         typed = load_arm(name, overrides or None)
     if fingerprint and typed.fingerprint != fingerprint:
-        raise InvalidInput(f"{where}: arm {name!r} rebuilds to fingerprint {typed.fingerprint[:12]}, "
-                           f"not the recorded {str(fingerprint)[:12]}")
+        raise InvalidInput(
+            f"{where}: arm {name!r} rebuilds to fingerprint {typed.fingerprint[:12]}, "
+            f"not the recorded {str(fingerprint)[:12]}"
+        )
     return typed
 
 
@@ -114,9 +122,17 @@ def follow_run_folder(db: Any, run: str, run_dir: Path) -> Any:
     metrics = Path(record.get("metrics_file") or run_dir / "metrics.jsonl")
     if not metrics.is_file() or metrics.stat().st_size == 0:
         return None
-    return ingest_file(db, metrics, run, fmt="ccpo", arm=recorded_arm(record, run_dir / run_folder.CONFIG),
-                       seed=record.get("seed"), base_model=record.get("model"),
-                       total_steps=record.get("total_steps"), backend=BACKEND)
+    return ingest_file(
+        db,
+        metrics,
+        run,
+        fmt="ccpo",
+        arm=recorded_arm(record, run_dir / run_folder.CONFIG),
+        seed=record.get("seed"),
+        base_model=record.get("model"),
+        total_steps=record.get("total_steps"),
+        backend=BACKEND,
+    )
 
 
 def ingest_metrics(db: Any, launch: VerlLaunch) -> Any:
@@ -153,15 +169,21 @@ def start(
     try:
         with log_path.open("ab") as log_file:
             process = subprocess.Popen(
-                ["bash", str(launch.run_dir / run_folder.RUN_SCRIPT)], cwd=home, env=env,
-                stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+                ["bash", str(launch.run_dir / run_folder.RUN_SCRIPT)],
+                cwd=home,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
     except OSError as error:
         update_run_state(db, launch.run, status="failed")
         raise CcpoError(f"run {launch.run}: could not start run.sh ({error})") from None
     run_folder.mark_launched(launch, process.pid)
     update_run_state(db, launch.run, status="running")
-    log(f"run {launch.run}: started pid {process.pid}; log {log_path}; metrics {launch.metrics_path}")
+    log(
+        f"run {launch.run}: started pid {process.pid}; log {log_path}; metrics {launch.metrics_path}"
+    )
     if observer is not None:
         notify(log, lambda: observer.started(launch.run, launch.run_dir))
     while True:
@@ -182,8 +204,12 @@ def start(
     return code
 
 
-def _ingest_progress(db: Any, launch: VerlLaunch, log: Callable[[str], None],
-                     observer: TrainingObserver | None = None) -> None:
+def _ingest_progress(
+    db: Any,
+    launch: VerlLaunch,
+    log: Callable[[str], None],
+    observer: TrainingObserver | None = None,
+) -> None:
     try:
         report = ingest_metrics(db, launch)
     except InvalidInput as error:  # reported, and read again at the next poll
@@ -205,8 +231,17 @@ def _keep_newest_and_best(db: Any, launch: VerlLaunch, log: Callable[[str], None
 
     best = best_evaluation(run_evaluations(db, launch.run))
     # A checkpoint waiting for its upload (--push-to-hub) stays until it is up.
-    waiting = {entry.step for entry in entries(db, launch.run, state="pending") if entry.kind == "checkpoint"}
-    removed = preflight.prune_checkpoints(launch.run_dir / "checkpoints", None if best is None else best["step"],
-                                          keep=frozenset(waiting))
+    waiting = {
+        entry.step
+        for entry in entries(db, launch.run, state="pending")
+        if entry.kind == "checkpoint"
+    }
+    removed = preflight.prune_checkpoints(
+        launch.run_dir / "checkpoints",
+        None if best is None else best["step"],
+        keep=frozenset(waiting),
+    )
     if removed:
-        log(f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated")
+        log(
+            f"run {launch.run}: removed {len(removed)} checkpoint(s) that are neither the newest nor the best-evaluated"
+        )

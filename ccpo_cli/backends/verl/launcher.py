@@ -71,7 +71,9 @@ class VerlLaunchRequest:
     group: int | None = None  # rollouts per game (env.rollout.n)
     eval_every: int | None = None  # trainer.test_freq
     max_env_steps: int | None = None  # env.max_steps (turn limit per episode)
-    save_every: int | None = None  # trainer.save_freq; default: every evaluation (trainer.test_freq)
+    save_every: int | None = (
+        None  # trainer.save_freq; default: every evaluation (trainer.test_freq)
+    )
     ray_address: str | None = None
     verl_agent: Path | None = None
     resume: Path | None = None
@@ -179,6 +181,8 @@ METRICS_MULTINODE = (
     "with nnodes > 1 make the run folder a shared filesystem path, or copy the file back and run "
     "`ccpo ingest PATH --run RUN --format ccpo`"
 )
+
+
 def padding_rule(arm: Arm) -> dict[str, str]:
     """The padding rule this launch trains with, as the dry-run and config.json state it."""
     return {"rule": arm.padding, "meaning": PADDING_MEANINGS[arm.padding]}
@@ -235,7 +239,9 @@ def _positive(value: int | None, option: str) -> int | None:
     return value
 
 
-def _arm_flag_overrides(arm_name: str, fingerprint: str, flags: Mapping[str, Any]) -> dict[str, Any]:
+def _arm_flag_overrides(
+    arm_name: str, fingerprint: str, flags: Mapping[str, Any]
+) -> dict[str, Any]:
     arm_keys: dict[str, Any] = {
         "algorithm.adv_estimator": worker_env.ESTIMATOR_NAME,
         "+algorithm.ccpo.arm": arm_name,
@@ -258,18 +264,28 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
     protocol = protocol or load_protocol(request.protocol)
     profile = protocol.host_profile(request.host_profile)
-    schedule = {"--steps": request.steps, "--tasks": request.tasks, "--group": request.group,
-                "--eval-every": request.eval_every, "--max-steps": request.max_env_steps}
+    schedule = {
+        "--steps": request.steps,
+        "--tasks": request.tasks,
+        "--group": request.group,
+        "--eval-every": request.eval_every,
+        "--max-steps": request.max_env_steps,
+    }
     for option, value in schedule.items():
         _positive(value, option)
     arm = request.arm
-    arm_spec = worker_env.ArmSpec(name=arm.name, fingerprint=arm.fingerprint,
-                                  overrides={key: str(value) for key, value in arm.overrides})
+    arm_spec = worker_env.ArmSpec(
+        name=arm.name,
+        fingerprint=arm.fingerprint,
+        overrides={key: str(value) for key, value in arm.overrides},
+    )
     flags = arm.flags()
 
     run = request.run or default_run_name(arm.name, request.model, request.seed)
     if "/" in run or run.strip(".") == "" or run != run.strip():
-        raise UsageError(f"--run {run!r}: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces)")
+        raise UsageError(
+            f"--run {run!r}: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces)"
+        )
     run_dir = (Path(request.runs_root) / run).resolve()
     data_dir = run_dir / "data"
     resume_from = resolve_resume_path(request.resume) if request.resume is not None else None
@@ -303,7 +319,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         launcher_values["env.max_steps"] = request.max_env_steps
     _merge(overrides, launcher_values)
     # Saving changes nothing in training: every profile saves, by default at every evaluation.
-    overrides["trainer.save_freq"] = preflight.save_every(request.save_every, overrides["trainer.test_freq"])
+    overrides["trainer.save_freq"] = preflight.save_every(
+        request.save_every, overrides["trainer.test_freq"]
+    )
     _check_gpus(request, overrides)
     uses_features = _arm_uses_features(arm)
     preflight.check_lora_with_features(overrides, arm.name, uses_features)
@@ -320,7 +338,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     environment[entry.ENTRYPOINT] = protocol.entrypoint
     if request.ray_address:
         environment[entry.RAY_ADDRESS] = request.ray_address
-    environment[entry.FORWARD_ENV] = ",".join(name for name in environment if name != entry.FORWARD_ENV)
+    environment[entry.FORWARD_ENV] = ",".join(
+        name for name in environment if name != entry.FORWARD_ENV
+    )
     train_rows = int(overrides["data.train_batch_size"])
     placeholder = protocol.placeholder_data
     home = checkout.locate(request.verl_agent)
@@ -343,11 +363,13 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         verl_agent=home,
         verl_agent_source=checkout.describe(home),
         worker_runtime_env={
-            "env_vars": checkout.merged_worker_env(verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded),
+            "env_vars": checkout.merged_worker_env(
+                verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded
+            ),
             "from_verl_agent": (
                 f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
-                if verl_env_vars is not None else
-                "not found in the checkout: verl's older defaults are used"
+                if verl_env_vars is not None
+                else "not found in the checkout: verl's older defaults are used"
             ),
             "worker_process_setup_hook": entry.SETUP_HOOK,
         },
@@ -356,7 +378,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
             "save_freq": overrides["trainer.save_freq"],
             "folder": str(run_dir / "checkpoints"),
             "keep": preflight.KEEP_POLICY,
-            "source": "--save-every" if request.save_every is not None else "every evaluation (trainer.test_freq)",
+            "source": "--save-every"
+            if request.save_every is not None
+            else "every evaluation (trainer.test_freq)",
         },
     )
 

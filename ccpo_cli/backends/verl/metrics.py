@@ -32,9 +32,14 @@ def _number_or_text(value: Any) -> Any:
     return str(value)
 
 
-def flat_record(step: int, metrics: Mapping[str, Any], wall_time: float | None = None) -> dict[str, Any]:
+def flat_record(
+    step: int, metrics: Mapping[str, Any], wall_time: float | None = None
+) -> dict[str, Any]:
     """The JSON object written for one step (keys sorted; `step` and `wall_time` reserved)."""
-    record: dict[str, Any] = {"step": int(step), "wall_time": time.time() if wall_time is None else float(wall_time)}
+    record: dict[str, Any] = {
+        "step": int(step),
+        "wall_time": time.time() if wall_time is None else float(wall_time),
+    }
     for key in sorted(metrics):
         if key in ("step", "wall_time"):
             continue
@@ -49,7 +54,9 @@ class MetricsSink:
         self.path = Path(path)
         self._lock = threading.Lock()
 
-    def log(self, step: int, metrics: Mapping[str, Any], wall_time: float | None = None) -> dict[str, Any]:
+    def log(
+        self, step: int, metrics: Mapping[str, Any], wall_time: float | None = None
+    ) -> dict[str, Any]:
         record = flat_record(step, metrics, wall_time)
         line = json.dumps(record, sort_keys=False, allow_nan=False)
         with self._lock:

@@ -37,7 +37,9 @@ def wandb_credentials(environ: Mapping[str, str], home: Path) -> str | None:
     if environ.get("WANDB_API_KEY"):
         return "WANDB_API_KEY"
     path = Path(environ.get("NETRC") or home / ".netrc")
-    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    host = (
+        urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    )
     try:
         found = netrc.netrc(str(path)).authenticators(host)
     except (OSError, netrc.NetrcParseError):
@@ -45,7 +47,9 @@ def wandb_credentials(environ: Mapping[str, str], home: Path) -> str | None:
     return f"{path} ({host})" if found else None
 
 
-def check_wandb(overrides: Mapping[str, Any], host_profile: str, environ: Mapping[str, str], home: Path) -> None:
+def check_wandb(
+    overrides: Mapping[str, Any], host_profile: str, environ: Mapping[str, str], home: Path
+) -> None:
     if WANDB not in loggers_of(overrides):
         return
     if wandb_credentials(environ, home) is None:
@@ -56,7 +60,9 @@ def check_wandb(overrides: Mapping[str, Any], host_profile: str, environ: Mappin
         )
 
 
-def check_lora_with_features(overrides: Mapping[str, Any], arm_name: str, uses_features: bool) -> None:
+def check_lora_with_features(
+    overrides: Mapping[str, Any], arm_name: str, uses_features: bool
+) -> None:
     """verl-agent with LoRA has no separate reference worker (the actor with adapters off stands in),
     so the reference pass that captures features never runs: refuse rather than fail in a worker."""
     rank = overrides.get(LORA_RANK_KEY, 0) or 0
@@ -82,7 +88,9 @@ def _step_of(folder: Path) -> int | None:
     return int(tail) if folder.name.startswith("global_step_") and tail.isdigit() else None
 
 
-def prune_checkpoints(root: Path, best_step: int | None, keep: frozenset[int] = frozenset()) -> list[Path]:
+def prune_checkpoints(
+    root: Path, best_step: int | None, keep: frozenset[int] = frozenset()
+) -> list[Path]:
     """Delete `global_step_N` folders other than the newest complete one, the best-evaluated one,
     those in `keep` (waiting for an upload) and any newer than the tracker (a save in progress);
     returns what was deleted."""
@@ -97,7 +105,13 @@ def prune_checkpoints(root: Path, best_step: int | None, keep: frozenset[int] = 
     removed = []
     for folder in sorted(root.glob("global_step_*")):
         step = _step_of(folder)
-        if step is None or step >= newest or step == best_step or step in keep or not folder.is_dir():
+        if (
+            step is None
+            or step >= newest
+            or step == best_step
+            or step in keep
+            or not folder.is_dir()
+        ):
             continue
         shutil.rmtree(folder)
         removed.append(folder)

@@ -24,7 +24,10 @@ class ProbeStop(RuntimeError):
 
 
 def _patched(function: Any) -> bool:
-    return bool(getattr(function, "_ccpo_patched", False) or getattr(function, "_ccpo_sink", None) is not None)
+    return bool(
+        getattr(function, "_ccpo_patched", False)
+        or getattr(function, "_ccpo_sink", None) is not None
+    )
 
 
 def _trainer_accepts_ccpo(config: Any) -> dict[str, Any]:
@@ -34,18 +37,29 @@ def _trainer_accepts_ccpo(config: Any) -> dict[str, Any]:
     trainer_class, role = trainer_module.RayPPOTrainer, trainer_module.Role
     rows = int(config.data.train_batch_size)
     # Row lists in place of the parquet datasets: the constructor only sizes its data loaders.
-    datasets = {"train_dataset": [{"row": index} for index in range(rows)],
-                "val_dataset": [{"row": index} for index in range(int(config.data.val_batch_size))]}
+    datasets = {
+        "train_dataset": [{"row": index} for index in range(rows)],
+        "val_dataset": [{"row": index} for index in range(int(config.data.val_batch_size))],
+    }
     trainer = trainer_class.__new__(trainer_class)
     try:
         trainer_class.__init__(
-            trainer, config=config, tokenizer=None, role_worker_mapping={role.ActorRollout: None},
-            resource_pool_manager=None, collate_fn=lambda batch: batch, device_name="cpu", **datasets,
+            trainer,
+            config=config,
+            tokenizer=None,
+            role_worker_mapping={role.ActorRollout: None},
+            resource_pool_manager=None,
+            collate_fn=lambda batch: batch,
+            device_name="cpu",
+            **datasets,
         )
     except Exception as error:  # reported, not raised: the report is what the test reads
         return {"accepted": False, "error": f"{type(error).__name__}: {error}"}
-    return {"accepted": True, "use_critic": trainer.use_critic,
-            "adv_estimator_after_init": str(config.algorithm.adv_estimator)}
+    return {
+        "accepted": True,
+        "use_critic": trainer.use_critic,
+        "adv_estimator_after_init": str(config.algorithm.adv_estimator),
+    }
 
 
 def report(config: Any) -> dict[str, Any]:
@@ -80,7 +94,9 @@ def install(module: Any, path: str) -> None:
 
         caller = sys._getframe(1)
         document = report(config)
-        document["called_from"] = f"{type(caller.f_locals.get('self')).__name__}.{caller.f_code.co_name}"
+        document["called_from"] = (
+            f"{type(caller.f_locals.get('self')).__name__}.{caller.f_code.co_name}"
+        )
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(document, handle, indent=2, default=str)
         raise ProbeStop(STOP_MESSAGE)

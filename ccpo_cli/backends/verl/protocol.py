@@ -33,7 +33,9 @@ class Protocol:
             return self.host_profiles[name]
         except KeyError:
             known = ", ".join(sorted(self.host_profiles))
-            raise InvalidInput(f"unknown host profile {name!r} for protocol {self.name} (known: {known})") from None
+            raise InvalidInput(
+                f"unknown host profile {name!r} for protocol {self.name} (known: {known})"
+            ) from None
 
 
 def load_protocol(name: str = "alfworld") -> Protocol:

@@ -52,24 +52,41 @@ class VerlTrainRequest:
 
     def launch_request(self, seed: int) -> VerlLaunchRequest:
         if not self.model:
-            raise UsageError("--backend verl needs --model (a Hugging Face model id or path), e.g. --model Qwen/Qwen2.5-7B-Instruct")
+            raise UsageError(
+                "--backend verl needs --model (a Hugging Face model id or path), e.g. --model Qwen/Qwen2.5-7B-Instruct"
+            )
         if self.gpus is None:
             raise UsageError("--backend verl needs --gpus (GPUs per node)")
         return VerlLaunchRequest(
-            arm=self.arm, model=self.model, gpus=self.gpus, nnodes=self.nnodes,
-            run=seed_run_name(self.run, seed, len(self.seeds) > 1), seed=seed,
-            steps=self.steps, tasks=self.tasks, group=self.group, eval_every=self.eval_every,
-            max_env_steps=self.max_steps, ray_address=self.ray_address,
-            verl_agent=self.verl_agent, resume=self.resume, host_profile=self.host_profile,
-            runs_root=self.runs_root, save_every=self.save_every,
+            arm=self.arm,
+            model=self.model,
+            gpus=self.gpus,
+            nnodes=self.nnodes,
+            run=seed_run_name(self.run, seed, len(self.seeds) > 1),
+            seed=seed,
+            steps=self.steps,
+            tasks=self.tasks,
+            group=self.group,
+            eval_every=self.eval_every,
+            max_env_steps=self.max_steps,
+            ray_address=self.ray_address,
+            verl_agent=self.verl_agent,
+            resume=self.resume,
+            host_profile=self.host_profile,
+            runs_root=self.runs_root,
+            save_every=self.save_every,
         )
 
 
 @dataclass(frozen=True)
 class VerlTrainResult:
     launches: list[VerlLaunch]
-    runs: list[dict[str, Any]]  # dry run: each launch's config document; else run, folder, exit code
-    scripts: list[str] = field(default_factory=list)  # dry run: each launch's run.sh, as it would be written
+    runs: list[
+        dict[str, Any]
+    ]  # dry run: each launch's config document; else run, folder, exit code
+    scripts: list[str] = field(
+        default_factory=list
+    )  # dry run: each launch's run.sh, as it would be written
 
 
 def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTrainResult:
@@ -79,18 +96,27 @@ def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTra
     if request.dry_run:
         for launch in launches:
             refuse_silent_continuation(launch)  # what the real launch would refuse, refused now
-        log(f"dry run: nothing written or started ({len(launches)} launch(es) under {request.runs_root})")
-        return VerlTrainResult(launches, [launch.config_document() for launch in launches],
-                               [render_run_script(launch) for launch in launches])
+        log(
+            f"dry run: nothing written or started ({len(launches)} launch(es) under {request.runs_root})"
+        )
+        return VerlTrainResult(
+            launches,
+            [launch.config_document() for launch in launches],
+            [render_run_script(launch) for launch in launches],
+        )
     from ccpo_cli.store import open_db
 
     db = open_db(request.db_path)
     results = []
     for index, launch in enumerate(launches, start=1):
         if len(launches) > 1:  # a header per run, so a multi-seed log says where each run starts
-            log(f"── run {launch.run}: {request.arm.name}, seed {launch.request.seed} ({index} of {len(launches)}) ──")
+            log(
+                f"── run {launch.run}: {request.arm.name}, seed {launch.request.seed} ({index} of {len(launches)}) ──"
+            )
         code = start(launch, db, log=log, observer=request.observer)
         results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
         if code != 0:
-            raise CcpoError(f"run {launch.run}: verl-agent exited with code {code}; see {launch.run_dir / 'train.log'}")
+            raise CcpoError(
+                f"run {launch.run}: verl-agent exited with code {code}; see {launch.run_dir / 'train.log'}"
+            )
     return VerlTrainResult(launches, results)

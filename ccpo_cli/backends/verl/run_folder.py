@@ -51,7 +51,9 @@ def render_run_script(launch: VerlLaunch) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_placeholder_parquets(data_dir: Path, rows: Mapping[str, int], fields: Mapping[str, str]) -> dict[str, Path]:
+def write_placeholder_parquets(
+    data_dir: Path, rows: Mapping[str, int], fields: Mapping[str, str]
+) -> dict[str, Path]:
     """verl-agent's `{train,test}.parquet`: rows that only carry count and modality.
 
     Each row is one empty user message; the environment supplies the real observation. Written
@@ -100,7 +102,9 @@ def prepare_run_folder(launch: VerlLaunch, *, provenance: Mapping[str, Any] | No
     refuse_silent_continuation(launch)
     launch.run_dir.mkdir(parents=True, exist_ok=True)
     previous = launch.run_dir / CONFIG
-    if _launched_before(launch.run_dir):  # a resume: keep the earlier launch's record beside the new one
+    if _launched_before(
+        launch.run_dir
+    ):  # a resume: keep the earlier launch's record beside the new one
         stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
         previous.rename(launch.run_dir / f"config.{stamp}.json")
     write_placeholder_parquets(launch.data_dir, launch.placeholder_rows, launch.placeholder_fields)
@@ -108,7 +112,9 @@ def prepare_run_folder(launch: VerlLaunch, *, provenance: Mapping[str, Any] | No
     if provenance:
         document["provenance"] = dict(provenance)
     document["written_at"] = datetime.datetime.now(datetime.UTC).isoformat()
-    (launch.run_dir / CONFIG).write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (launch.run_dir / CONFIG).write_text(
+        json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
     script = launch.run_dir / RUN_SCRIPT
     script.write_text(render_run_script(launch), encoding="utf-8")
     script.chmod(0o755)

@@ -65,7 +65,9 @@ def setup() -> None:
     when_imported("verl.trainer.ppo.core_algos", register_in_verl_registry)
     metrics_path = os.environ.get(worker_env.METRICS_JSONL)
     if metrics_path:
-        when_imported("verl.utils.tracking", functools.partial(attach_metrics_sink, path=metrics_path))
+        when_imported(
+            "verl.utils.tracking", functools.partial(attach_metrics_sink, path=metrics_path)
+        )
     if os.environ.get(worker_env.CAPTURE_FEATURES) == "1":
         when_imported("verl.workers.actor.dp_actor", patch_actor_module)
         when_imported("verl.workers.fsdp_workers", patch_worker_module)
@@ -88,11 +90,14 @@ def trainer_module_names() -> tuple[str, ...]:
 
 # ---- the arm ---------------------------------------------------------------------------------
 
+
 def verified_arm(spec: ArmSpec | None = None) -> Any:
     """The arm of this run as this worker resolves it; ArmMismatch unless it has the recorded fingerprint."""
     spec = spec if spec is not None else ArmSpec.from_environ()
     if spec is None:
-        raise ArmMismatch(f"the ccpo estimator was called but {worker_env.ARM} is not set in this worker")
+        raise ArmMismatch(
+            f"the ccpo estimator was called but {worker_env.ARM} is not set in this worker"
+        )
     key = (spec.name, tuple(sorted(spec.overrides.items())))
     arm = _ARMS.get(key)
     if arm is None:
@@ -120,7 +125,9 @@ def check_config_arm(config: Any, arm: Arm) -> None:
     if named is not None and named != arm.name:
         raise ArmMismatch(f"algorithm.ccpo.arm is {named!r} but the workers run arm {arm.name!r}")
     if fingerprint is not None and fingerprint != arm.fingerprint:
-        raise ArmMismatch(f"algorithm.ccpo.fingerprint {str(fingerprint)[:16]} is not the workers' arm fingerprint {arm.fingerprint[:16]}")
+        raise ArmMismatch(
+            f"algorithm.ccpo.fingerprint {str(fingerprint)[:16]} is not the workers' arm fingerprint {arm.fingerprint[:16]}"
+        )
 
 
 def _estimator_name(adv_estimator: Any) -> str:
@@ -129,17 +136,22 @@ def _estimator_name(adv_estimator: Any) -> str:
 
 # ---- advantages ------------------------------------------------------------------------------
 
+
 def _estimate(inputs: dict, arm: Arm, padding: str | None = None) -> tuple[Any, dict[str, float]]:
     """The arm's (n, L) advantages through the one estimator entry point, and a few diagnostics."""
     import numpy as np
 
     from ccpo_cli.estimators import RolloutBatch, compute_advantages
 
-    result = compute_advantages(RolloutBatch.from_mapping(inputs, source="verl batch"), arm, padding)
+    result = compute_advantages(
+        RolloutBatch.from_mapping(inputs, source="verl batch"), arm, padding
+    )
     real = ~np.asarray(inputs["is_pad"], dtype=bool)
     final = np.asarray(result.per_row["final"], dtype=np.float64)[real]
     diagnostics = {
-        "ccpo/live_fraction": float(np.mean(np.asarray(result.per_row["live"], dtype=bool)[real])) if real.any() else 0.0,
+        "ccpo/live_fraction": float(np.mean(np.asarray(result.per_row["live"], dtype=bool)[real]))
+        if real.any()
+        else 0.0,
         "ccpo/advantage_abs_mean": float(np.mean(np.abs(final))) if real.any() else 0.0,
     }
     return result.advantages, diagnostics
@@ -154,7 +166,9 @@ def apply_arm(data: Any, arm: Arm, padding: str | None = None) -> Any:
 
     uses_features = features_active(arm)
     if uses_features and not has_tensor(data, FEATURES_KEY):
-        raise ArmMismatch(f"arm {arm.name!r} reads reference features but the batch has no '{FEATURES_KEY}'")
+        raise ArmMismatch(
+            f"arm {arm.name!r} reads reference features but the batch has no '{FEATURES_KEY}'"
+        )
     inputs = estimator_inputs(data, with_features=uses_features)
     advantages, diagnostics = _estimate(inputs, arm, padding)
     tensor = advantage_tensor(advantages, response_mask_of(data))
@@ -163,7 +177,9 @@ def apply_arm(data: Any, arm: Arm, padding: str | None = None) -> Any:
     is_pad = inputs["is_pad"]
     _PENDING_METRICS.clear()
     _PENDING_METRICS.update(diagnostics)
-    _PENDING_METRICS.update({"ccpo/rows": float(len(is_pad) - is_pad.sum()), "ccpo/padding_rows": float(is_pad.sum())})
+    _PENDING_METRICS.update(
+        {"ccpo/rows": float(len(is_pad) - is_pad.sum()), "ccpo/padding_rows": float(is_pad.sum())}
+    )
     return data
 
 
@@ -284,6 +300,7 @@ def register_in_verl_registry(core_algos: Any) -> None:
 
 # ---- metrics ---------------------------------------------------------------------------------
 
+
 def attach_metrics_sink(tracking_module: Any, path: str) -> None:
     from ccpo_cli.backends.verl.metrics import MetricsSink, mirror_tracking_to_sink
 
@@ -302,6 +319,7 @@ def attach_metrics_sink(tracking_module: Any, path: str) -> None:
 
 # ---- reference features (GPU path) -----------------------------------------------------------
 
+
 def patch_actor_module(module: Any) -> None:
     """Record the final-norm output of each reference micro-batch forward when asked to."""
     actor_class = getattr(module, "DataParallelPPOActor", None)
@@ -317,7 +335,9 @@ def patch_actor_module(module: Any) -> None:
         from ccpo_cli.backends.verl.capture import CaptureError, FinalNormCapture
 
         if getattr(self, "use_ulysses_sp", False):
-            raise CaptureError("reference feature capture does not support Ulysses sequence parallelism")
+            raise CaptureError(
+                "reference feature capture does not support Ulysses sequence parallelism"
+            )
         with FinalNormCapture(self.actor_module) as capture:
             result = original(self, micro_batch, *args, **kwargs)
         recorder.record(
@@ -353,7 +373,9 @@ def patch_worker_module(module: Any) -> None:
             output = original(self, data, *args, **kwargs)
         finally:
             reference._ccpo_recorder = None
-        output.batch[FEATURES_KEY] = recorder.features_for(data.batch["input_ids"], data.batch["attention_mask"])
+        output.batch[FEATURES_KEY] = recorder.features_for(
+            data.batch["input_ids"], data.batch["attention_mask"]
+        )
         return output
 
     setattr(compute_ref_log_prob, _MARK, True)

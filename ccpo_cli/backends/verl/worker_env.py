@@ -57,7 +57,9 @@ class ArmSpec:
         fingerprint = environ.get(ARM_FINGERPRINT, "")
         if not fingerprint:
             raise ArmMismatch(f"{ARM}={name} is set but {ARM_FINGERPRINT} is not")
-        return cls(name=name, fingerprint=fingerprint, overrides=parse_overrides(environ.get(ARM_SET, "")))
+        return cls(
+            name=name, fingerprint=fingerprint, overrides=parse_overrides(environ.get(ARM_SET, ""))
+        )
 
 
 class ArmMismatch(RuntimeError):
@@ -67,7 +69,9 @@ class ArmMismatch(RuntimeError):
 def format_overrides(overrides: Mapping[str, str]) -> str:
     for key, value in overrides.items():
         if "," in str(value) or "=" in str(key):
-            raise UsageError(f"--set {key}={value}: a value with ',' cannot be passed to the workers")
+            raise UsageError(
+                f"--set {key}={value}: a value with ',' cannot be passed to the workers"
+            )
     return ",".join(f"{key}={value}" for key, value in sorted(overrides.items()))
 
 

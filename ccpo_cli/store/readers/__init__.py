@@ -35,13 +35,30 @@ FORMATS = INGEST_FORMATS
 FOLDER_FORMATS = INGEST_FOLDER_FORMATS
 
 __all__ = [
-    "FORMATS", "LARGEST_INTEGER", "MAX_LINE_BYTES", "MAX_LINE_TEXT", "BadRecord", "Cleaned", "IncompleteTail",
-    "MetricRecord", "ReadEvent", "ReadStats", "Skipped", "detect_format", "read_events", "whole_number",
+    "FORMATS",
+    "LARGEST_INTEGER",
+    "MAX_LINE_BYTES",
+    "MAX_LINE_TEXT",
+    "BadRecord",
+    "Cleaned",
+    "IncompleteTail",
+    "MetricRecord",
+    "ReadEvent",
+    "ReadStats",
+    "Skipped",
+    "detect_format",
+    "read_events",
+    "whole_number",
 ]
 
 
 def read_events(
-    path: Path, fmt: str, stats: ReadStats, *, metric: str | None = None, notes: list[str] | None = None,
+    path: Path,
+    fmt: str,
+    stats: ReadStats,
+    *,
+    metric: str | None = None,
+    notes: list[str] | None = None,
     source_run: str | None = None,
 ) -> tuple[str, Iterator[ReadEvent]]:
     """(the format read, its events). `metric` names the scalar of a single-scalar CSV and

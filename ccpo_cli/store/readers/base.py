@@ -107,7 +107,9 @@ def whole_number(value: Any, field: str, *, what: str = "a whole number") -> int
     if value < 0:
         raise BadRecord(f"field {field!r} is negative ({value})")
     if value > LARGEST_INTEGER:
-        raise BadRecord(f"field {field!r} is {value:.4g}, beyond the largest integer a database holds (2^63-1)")
+        raise BadRecord(
+            f"field {field!r} is {value:.4g}, beyond the largest integer a database holds (2^63-1)"
+        )
     return int(value)
 
 
@@ -121,5 +123,7 @@ def refuse_link_out_of(folder: Path, path: Path) -> Path:
     nothing they point to elsewhere (a link to /etc/passwd is not followed)."""
     root, target = folder.resolve(), path.resolve()
     if target != root and root not in target.parents:
-        raise InvalidInput(f"{path}: a symbolic link out of the folder being ingested (to {target}); not followed")
+        raise InvalidInput(
+            f"{path}: a symbolic link out of the folder being ingested (to {target}); not followed"
+        )
     return path

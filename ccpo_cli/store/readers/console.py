@@ -37,12 +37,15 @@ RAY_PREFIX = re.compile(r"^\((?:(?P<actor>[^\s()]+) )?pid=(?P<pid>\d+)(?:, ip=[^
 # A Ray prefix inside a line: another actor's output glued to the line without its newline.
 _GLUED_PREFIX = re.compile(r"(?<=\S)(?=\((?:[^\s()]+ )?pid=\d+(?:, ip=[^)]*)?\) )")
 STEP_START = re.compile(r"^\s*step:\d")
-_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE)
+_NUMBER = re.compile(
+    r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf|infinity)", re.IGNORECASE
+)
 _NUMPY_SCALAR = re.compile(r"np\.(?:float|int)\d*\((.*)\)")
 # A metric name: no colon, no space at either end (spaces inside, as in WebShop's score).
 _KEY = re.compile(r"[^\s:](?:[^:\t\r\n]*[^\s:])?")
 _PARTIAL_VALUE = re.compile(
-    r"[-+]?\d*\.?\d*(?:[eE][-+]?\d*)?|[-+]?(?:n|na|nan|i|in|inf|infi|infin|infini|infinit|infinity)", re.IGNORECASE
+    r"[-+]?\d*\.?\d*(?:[eE][-+]?\d*)?|[-+]?(?:n|na|nan|i|in|inf|infi|infin|infini|infinit|infinity)",
+    re.IGNORECASE,
 )
 # wandb's output.log keeps at most this many characters of a console line and drops the rest.
 WANDB_LINE_LIMIT = 4096
@@ -94,7 +97,9 @@ def parse_record(body: str, *, partial_tail: bool = False) -> tuple[str, dict[st
     for position, segment in enumerate(segments[1:], start=2):
         key, colon, value = segment.strip().partition(":")
         if partial_tail and position == len(segments):
-            if (key == "" or _KEY.fullmatch(key)) and (not colon or _PARTIAL_VALUE.fullmatch(value)):
+            if (key == "" or _KEY.fullmatch(key)) and (
+                not colon or _PARTIAL_VALUE.fullmatch(value)
+            ):
                 break
             return None
         if not colon or not _KEY.fullmatch(key):
@@ -114,17 +119,22 @@ def _logical_pieces(text: str) -> list[str]:
     too (`step:1 - ...\rTraining Progress: ...`). Output of another actor glued on without its
     newline starts at its Ray prefix (`... - timing_s/total:38.304(TaskRunner pid=1) Training`)."""
     pieces = [piece for piece in text.split("\r") if piece.strip()]
-    kept = [piece for position, piece in enumerate(pieces)
-            if position == len(pieces) - 1 or STEP_START.match(_without_prefix(piece))]
+    kept = [
+        piece
+        for position, piece in enumerate(pieces)
+        if position == len(pieces) - 1 or STEP_START.match(_without_prefix(piece))
+    ]
     return [part for piece in kept for part in _GLUED_PREFIX.split(piece) if part.strip()] or [""]
 
 
 def _without_prefix(text: str) -> str:
     prefix = RAY_PREFIX.match(text)
-    return text[prefix.end():] if prefix else text
+    return text[prefix.end() :] if prefix else text
 
 
-def _physical_lines(path: Path, stats: ReadStats) -> Iterator[ReadEvent | tuple[Line, str | None, str]]:
+def _physical_lines(
+    path: Path, stats: ReadStats
+) -> Iterator[ReadEvent | tuple[Line, str | None, str]]:
     for item in read_lines(path, stats):
         if not isinstance(item, Line):
             yield item
@@ -135,7 +145,7 @@ def _physical_lines(path: Path, stats: ReadStats) -> Iterator[ReadEvent | tuple[
             line = item if position == len(pieces) - 1 else item._replace(terminated=True)
             prefix_match = RAY_PREFIX.match(text)
             prefix = prefix_match.group(0).strip() if prefix_match else None
-            body = text[prefix_match.end():] if prefix_match else text
+            body = text[prefix_match.end() :] if prefix_match else text
             yield line, prefix, body
 
 
@@ -147,7 +157,9 @@ class _MaybeCut:
         self.result, self.line = result, line
 
     def cut(self) -> Skipped:
-        return Skipped(self.line, f"line cut at {WANDB_LINE_LIMIT} characters (wandb's output.log limit)")
+        return Skipped(
+            self.line, f"line cut at {WANDB_LINE_LIMIT} characters (wandb's output.log limit)"
+        )
 
 
 class _Pending:
@@ -183,8 +195,12 @@ class _Pending:
             try:
                 result = MetricRecord(step_number(int(parsed[0])), parsed[1], self.line)
             except (BadRecord, ValueError) as error:
-                result = Skipped(self.line, str(error) if isinstance(error, BadRecord)
-                                 else f"field 'step' is out of range: {error}")
+                result = Skipped(
+                    self.line,
+                    str(error)
+                    if isinstance(error, BadRecord)
+                    else f"field 'step' is out of range: {error}",
+                )
         return _MaybeCut(result, self.line) if self.last_length == WANDB_LINE_LIMIT else result
 
     def cut_mid_key(self) -> bool:
@@ -284,7 +300,10 @@ def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCu
         # A wrapped line continues the record when the two still read as key:value segments
         # (the last one possibly cut); the whole record is checked at the end.
         if (
-            pending is not None and body and prefix in (None, pending.prefix) and _continues_record(body)
+            pending is not None
+            and body
+            and prefix in (None, pending.prefix)
+            and _continues_record(body)
             and pending.extend_if_continues(line, body)
         ):
             continue

@@ -109,17 +109,26 @@ class ConfigBlock:
         return self._read()
 
     def _too_long(self) -> str | None:
-        if len(self.parts) + self.interleaved_count <= MAX_CONFIG_LINES and self.chars <= MAX_CONFIG_CHARS:
+        if (
+            len(self.parts) + self.interleaved_count <= MAX_CONFIG_LINES
+            and self.chars <= MAX_CONFIG_CHARS
+        ):
             return None
         self.done = True
-        return (f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
-                f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read")
+        return (
+            f"printed config from line {self.line} is longer than {MAX_CONFIG_LINES} lines or "
+            f"{MAX_CONFIG_CHARS // (1024 * 1024)} MiB; not read"
+        )
 
     def _read(self) -> StatedConfig | str | None:
         try:
             value = ast.literal_eval("\n".join(self.parts))
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return f"printed config from line {self.line} does not read as a Python literal; not read"
+            return (
+                f"printed config from line {self.line} does not read as a Python literal; not read"
+            )
         if not isinstance(value, Mapping) or not CONFIG_SECTIONS & set(value):
             return None  # some other dict the run printed
-        return StatedConfig(self.line, "resolved", value, tuple(self.interleaved), self.interleaved_count)
+        return StatedConfig(
+            self.line, "resolved", value, tuple(self.interleaved), self.interleaved_count
+        )

@@ -31,8 +31,9 @@ def is_long_header(cells: list[str]) -> bool:
     return {"step", "tag", "value"} <= names
 
 
-def read_long(path: Path, rows, header: list[str], source_run: str | None,
-              stats: ReadStats | None = None) -> Iterator[ReadEvent]:
+def read_long(
+    path: Path, rows, header: list[str], source_run: str | None, stats: ReadStats | None = None
+) -> Iterator[ReadEvent]:
     names = [cell.strip().lower() for cell in header]
     step_at, tag_at, value_at = names.index("step"), names.index("tag"), names.index("value")
     run_at = next((names.index(name) for name in RUN_COLUMNS if name in names), None)
@@ -62,10 +63,14 @@ def read_long(path: Path, rows, header: list[str], source_run: str | None,
         except (BadRecord, ValueError) as error:
             yield Skipped(number, str(error))
     if source_run is None and len(runs) > 1:
-        raise InvalidInput(f"{path}: rows from {len(runs)} runs ({', '.join(sorted(runs)[:5])}); pick one with --source-run")
+        raise InvalidInput(
+            f"{path}: rows from {len(runs)} runs ({', '.join(sorted(runs)[:5])}); pick one with --source-run"
+        )
     if source_run is not None and source_run not in runs:
         raise InvalidInput(f"{path}: no rows of run {source_run!r}")
     percent = {tag for tag in RATE_KEYS if any(m.get(tag, 0.0) > 1.0 for m in by_step.values())}
     for step in sorted(by_step):
-        metrics = {tag: value / 100.0 if tag in percent else value for tag, value in by_step[step].items()}
+        metrics = {
+            tag: value / 100.0 if tag in percent else value for tag, value in by_step[step].items()
+        }
         yield MetricRecord(step, metrics, first_line[step])

@@ -46,7 +46,9 @@ STEP_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
 MAX_CSV_COLUMNS = 10_000
 _QUOTE_OR_COMMA = re.compile(r'[",]')
 # A step column among the cells of a header too wide to split.
-_STEP_CELL = re.compile(r'(?:^|,)\s*"?(?:' + "|".join(map(re.escape, STEP_COLUMNS)) + r')"?\s*(?:,|$)', re.IGNORECASE)
+_STEP_CELL = re.compile(
+    r'(?:^|,)\s*"?(?:' + "|".join(map(re.escape, STEP_COLUMNS)) + r')"?\s*(?:,|$)', re.IGNORECASE
+)
 _SINGLE_SCALAR = ("wall time", "step", "value")
 _BAND_SUFFIX = re.compile(r"__(MIN|MAX)$")
 _TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.IGNORECASE)
@@ -81,7 +83,9 @@ def _cells(text: str) -> list[str]:
         return []
 
 
-def _columns(path: Path, header: list[str], metric: str | None, source_run: str | None) -> tuple[int, dict[int, str]]:
+def _columns(
+    path: Path, header: list[str], metric: str | None, source_run: str | None
+) -> tuple[int, dict[int, str]]:
     """The step column's index and {column index: metric name}."""
     names = [cell.strip() for cell in header]
     if [name.lower() for name in names] == list(_SINGLE_SCALAR):
@@ -108,7 +112,9 @@ def _columns(path: Path, header: list[str], metric: str | None, source_run: str 
                 continue
         columns[index] = key if separator else name
     if source_run is not None and source_run not in runs:
-        raise InvalidInput(f"{path}: no columns of run {source_run!r} (runs here: {', '.join(sorted(runs)) or 'none named'})")
+        raise InvalidInput(
+            f"{path}: no columns of run {source_run!r} (runs here: {', '.join(sorted(runs)) or 'none named'})"
+        )
     if len(runs) > 1 and source_run is None:
         raise InvalidInput(
             f"{path}: columns from {len(runs)} runs ({', '.join(sorted(runs))}); pick one with --source-run "
@@ -117,7 +123,9 @@ def _columns(path: Path, header: list[str], metric: str | None, source_run: str 
     return step_index, columns
 
 
-def _rows(path: Path, stats: ReadStats | None) -> Iterator[Line | ReadEvent | tuple[int, list[str]]]:
+def _rows(
+    path: Path, stats: ReadStats | None
+) -> Iterator[Line | ReadEvent | tuple[int, list[str]]]:
     """(line number, cells) of every non-blank line; the first one (the header) wider than
     MAX_CSV_COLUMNS refuses the file, a wider data row is skipped, both before splitting."""
     header_seen = False
@@ -172,7 +180,10 @@ def _survey_columns(path: Path, columns: dict[int, str]) -> tuple[dict[int, floa
 
 
 def read_csv(
-    path: Path, stats: ReadStats, metric: str | None = None, notes: list[str] | None = None,
+    path: Path,
+    stats: ReadStats,
+    metric: str | None = None,
+    notes: list[str] | None = None,
     source_run: str | None = None,
 ) -> Iterator[ReadEvent]:
     rows = _rows(path, stats)
@@ -183,7 +194,9 @@ def read_csv(
             break
         yield row
     if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header[1]):
-        raise InvalidInput(f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})")
+        raise InvalidInput(
+            f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})"
+        )
     if is_long_header(header[1]):
         yield from read_long(path, rows, header[1], source_run, stats)
         return
@@ -191,10 +204,15 @@ def read_csv(
     percent, text = _survey_columns(path, columns)
     for index, value in percent.items():
         if notes is not None:
-            notes.append(f"{path}: column {columns[index]!r} read as percent (values up to {value:g})")
+            notes.append(
+                f"{path}: column {columns[index]!r} read as percent (values up to {value:g})"
+            )
     if text:
         if notes is not None:
-            named = "; ".join(f"{columns[index]!r} (e.g. {cell[:40]!r})" for index, cell in sorted(text.items())[:10])
+            named = "; ".join(
+                f"{columns[index]!r} (e.g. {cell[:40]!r})"
+                for index, cell in sorted(text.items())[:10]
+            )
             more = f"; and {len(text) - 10} more" if len(text) > 10 else ""
             notes.append(f"{path}: {len(text)} text column(s) ignored (not numbers): {named}{more}")
         columns = {index: key for index, key in columns.items() if index not in text}
@@ -209,7 +227,9 @@ def read_csv(
             yield Skipped(number, str(error))
 
 
-def _record(cells: list[str], step_index: int, columns: dict[int, str], percent: dict[int, float]) -> tuple[int, dict[str, Any]]:
+def _record(
+    cells: list[str], step_index: int, columns: dict[int, str], percent: dict[int, float]
+) -> tuple[int, dict[str, Any]]:
     if len(cells) <= step_index:
         raise BadRecord("row has no step cell (cut short?)")
     try:

@@ -69,12 +69,14 @@ def _detect_text(path: Path) -> str:
                 return kind
         else:
             prefix = RAY_PREFIX.match(text)
-            if STEP_START.match(text[prefix.end():] if prefix else text):
+            if STEP_START.match(text[prefix.end() :] if prefix else text):
                 return "console"
         if item.number >= MAX_LINES_TO_DECIDE:
             break
     if not seen_text:
-        raise InvalidInput(f"{path}: no text in the file (only blank lines or binary content); no metrics to ingest")
+        raise InvalidInput(
+            f"{path}: no text in the file (only blank lines or binary content); no metrics to ingest"
+        )
     return "ccpo" if seen_json else "console"
 
 

@@ -24,7 +24,9 @@ from ccpo_cli.store.readers.base import (
 from ccpo_cli.store.readers.lines import Line, read_lines
 
 
-def read_json_lines(path: Path, stats: ReadStats, shape: str, step_key: str = "step") -> Iterator[ReadEvent]:
+def read_json_lines(
+    path: Path, stats: ReadStats, shape: str, step_key: str = "step"
+) -> Iterator[ReadEvent]:
     """`shape` is "ccpo" (flat) or "verl-file" (metrics under "data")."""
     for item in read_lines(path, stats):
         if not isinstance(item, Line):
@@ -39,7 +41,9 @@ def read_json_lines(path: Path, stats: ReadStats, shape: str, step_key: str = "s
             continue
         except ValueError as error:
             if not item.terminated:
-                yield IncompleteTail(item.number)  # still being written; the next ingest picks it up
+                yield IncompleteTail(
+                    item.number
+                )  # still being written; the next ingest picks it up
                 continue
             yield Skipped(item.number, f"not valid JSON ({getattr(error, 'msg', error)})")
             continue
@@ -61,5 +65,7 @@ def _record(obj: Any, shape: str, step_key: str) -> tuple[int, dict[str, Any]]:
             raise BadRecord("field 'data' must be an object (verl file logger format)")
         return step, metrics
     if isinstance(obj.get("data"), dict) and not any(key.startswith("val/") for key in obj):
-        raise BadRecord("metrics nested under 'data' (verl file logger format); use --format verl-file or auto")
+        raise BadRecord(
+            "metrics nested under 'data' (verl file logger format); use --format verl-file or auto"
+        )
     return step, {key: value for key, value in obj.items() if key != step_key}

@@ -20,7 +20,9 @@ TRAIN_SUCCESS_KEY = "episode/success_rate"
 # Optional exact counts a ccpo metrics file may carry beside the rate.
 EPISODES_KEY = "val/episodes"
 SUCCESSES_KEY = "val/successes"
-COMMON_KEYS = frozenset({OVERALL_KEY, MEAN_TURNS_KEY, TRAIN_SUCCESS_KEY, EPISODES_KEY, SUCCESSES_KEY})
+COMMON_KEYS = frozenset(
+    {OVERALL_KEY, MEAN_TURNS_KEY, TRAIN_SUCCESS_KEY, EPISODES_KEY, SUCCESSES_KEY}
+)
 
 _BENCHMARKS = all_benchmarks()
 # Success-rate columns (fractions, or percent in some CSV exports) of any benchmark.
@@ -29,7 +31,11 @@ RATE_KEYS = frozenset(
     | {task.metric for benchmark in _BENCHMARKS for task in benchmark.task_types}
 )
 # Everything a reader keeps: the rates and counts, and the names that identify a benchmark.
-KNOWN_KEYS = RATE_KEYS | COMMON_KEYS | {metric for benchmark in _BENCHMARKS for metric in benchmark.identifying_metrics}
+KNOWN_KEYS = (
+    RATE_KEYS
+    | COMMON_KEYS
+    | {metric for benchmark in _BENCHMARKS for metric in benchmark.identifying_metrics}
+)
 
 
 def task_type_keys(benchmark: Benchmark | None) -> dict[str, str]:
@@ -51,8 +57,13 @@ def known_metric_from_tag(tag: str) -> str | None:
 def renamed_candidates(names) -> list[str]:
     """Metric names that look like the validation success rate logged under another name
     (a fork's `val/val/success_rate`), sorted: offered by name when `val/success_rate` is missing."""
-    return sorted(name for name in names if name != OVERALL_KEY and name.startswith("val/")
-                  and name.rsplit("/", 1)[-1] in ("success_rate", "success"))
+    return sorted(
+        name
+        for name in names
+        if name != OVERALL_KEY
+        and name.startswith("val/")
+        and name.rsplit("/", 1)[-1] in ("success_rate", "success")
+    )
 
 
 @dataclass(frozen=True)
@@ -68,14 +79,21 @@ class MetricRename:
         source, _, target = text.partition("=")
         source, target = source.strip(), target.strip()
         if not source or not target:
-            raise UsageError(f"--metric {text!r}: write FROM=TO, e.g. val/val/success_rate={OVERALL_KEY}")
+            raise UsageError(
+                f"--metric {text!r}: write FROM=TO, e.g. val/val/success_rate={OVERALL_KEY}"
+            )
         if target not in KNOWN_KEYS:
-            raise UsageError(f"--metric {text!r}: {target!r} is no metric ingest records; e.g. {OVERALL_KEY}")
+            raise UsageError(
+                f"--metric {text!r}: {target!r} is no metric ingest records; e.g. {OVERALL_KEY}"
+            )
         return cls(source, target)
 
     def applied(self, record: MetricRecord) -> MetricRecord:
         """The record with `source` read as `target`; a record that logs both keeps its own `target`."""
         if self.source not in record.metrics or self.target in record.metrics:
             return record
-        metrics = {(self.target if key == self.source else key): value for key, value in record.metrics.items()}
+        metrics = {
+            (self.target if key == self.source else key): value
+            for key, value in record.metrics.items()
+        }
         return MetricRecord(record.step, metrics, record.line, record.summary)

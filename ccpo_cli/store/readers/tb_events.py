@@ -39,10 +39,14 @@ def _run_folder(path: Path) -> Path:
         return path
     folders = sorted({p.parent for p in event_files(path)})
     if not folders:
-        raise InvalidInput(f"{path}: no TensorBoard event files (events.out.tfevents.*) in this folder")
+        raise InvalidInput(
+            f"{path}: no TensorBoard event files (events.out.tfevents.*) in this folder"
+        )
     if len(folders) > 1:
         names = ", ".join(str(f.relative_to(path)) or "." for f in folders[:5])
-        raise InvalidInput(f"{path}: event files of {len(folders)} runs ({names}); ingest one run folder at a time")
+        raise InvalidInput(
+            f"{path}: event files of {len(folders)} runs ({names}); ingest one run folder at a time"
+        )
     return folders[0]
 
 
@@ -58,7 +62,9 @@ def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     try:
         accumulator.Reload()
     except Exception as error:  # noqa: BLE001 - the library raises several types for a damaged file
-        raise InvalidInput(f"{path}: not a readable TensorBoard event file ({type(error).__name__}: {error})") from None
+        raise InvalidInput(
+            f"{path}: not a readable TensorBoard event file ({type(error).__name__}: {error})"
+        ) from None
     tags = accumulator.Tags()
     by_step: dict[int, dict[str, float]] = defaultdict(dict)
     for tag in tags.get(event_accumulator.SCALARS, []):
@@ -70,7 +76,9 @@ def read_tensorboard(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
             if value.size == 1 and value.dtype.kind in "fiu":
                 by_step[event.step][tag] = float(value.reshape(()))
     if not by_step:
-        raise InvalidInput(f"{path}: no scalars in these TensorBoard event files (empty, damaged or not event files)")
+        raise InvalidInput(
+            f"{path}: no scalars in these TensorBoard event files (empty, damaged or not event files)"
+        )
     for step in sorted(by_step):
         if step >= 0:
             yield MetricRecord(step, by_step[step])

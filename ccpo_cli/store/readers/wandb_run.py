@@ -57,7 +57,9 @@ def wandb_source(folder: Path) -> Path | None:
 def read_wandb(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     source = path if path.is_file() else wandb_source(path)
     if source is None:
-        raise InvalidInput(f"{path}: not a wandb run folder (no files/{HISTORY} or files/{CONSOLE})")
+        raise InvalidInput(
+            f"{path}: not a wandb run folder (no files/{HISTORY} or files/{CONSOLE})"
+        )
     if source.name == CONSOLE:
         yield from read_console(source, stats)
     elif source.suffix == SUMMARY_SUFFIX:
@@ -69,7 +71,10 @@ def read_wandb(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
 def read_summary(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     """A wandb-summary.json as one `summary` record at its `_step`."""
     if path.stat().st_size > MAX_SUMMARY_BYTES:
-        yield Skipped(None, f"{path.name}: larger than a wandb summary ({MAX_SUMMARY_BYTES // (1024 * 1024)} MiB); not read")
+        yield Skipped(
+            None,
+            f"{path.name}: larger than a wandb summary ({MAX_SUMMARY_BYTES // (1024 * 1024)} MiB); not read",
+        )
         return
     text = path.read_bytes().decode("utf-8", errors="replace")
     stats.lines = text.count("\n") + 1
@@ -78,7 +83,9 @@ def read_summary(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     try:
         summary = json.loads(text)
     except (ValueError, RecursionError) as error:
-        yield Skipped(1, f"not a wandb summary: not one JSON object ({getattr(error, 'msg', error)})")
+        yield Skipped(
+            1, f"not a wandb summary: not one JSON object ({getattr(error, 'msg', error)})"
+        )
         return
     if not isinstance(summary, dict) or "_step" not in summary:
         yield Skipped(1, "not a wandb summary: no '_step'")
