@@ -692,6 +692,7 @@ def publish_run(
         window_start=window_start,
         license=license,
         checkpoint_step=checkpoint_step,
+        sending_checkpoint=checkpoint is not None,
         clobber_hint="choose another --staging folder",
     )
     merged = None

@@ -135,7 +135,9 @@ def _entry_for(document: dict, run: str) -> dict:
     raise InvalidInput(f"run {run!r} is missing from the comparison")
 
 
-def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) -> _Facts:
+def _gather(
+    db, run, status, repo_id, window_start, license, checkpoint_step, sending=False
+) -> _Facts:
     identity, identities = card_identity(db, run)
     run_row = store.get_run(db, identity.run)
     name = identity.run
@@ -180,7 +182,7 @@ def _gather(db, run, status, repo_id, window_start, license, checkpoint_step) ->
         this_arm=resolve_arm(identity.arm, this.get("arm_label")),
         resolved=resolved,
         runs_by_name=runs_by_name,
-        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id),
+        checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id, sending),
         repo_id=repo_id,
         evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]),
         headline=headline,
@@ -681,6 +683,7 @@ def build_card_context(
     license: str | None = None,
     checkpoint_step: int | None = None,
     weights: Mapping[str, Any] | None = None,
+    sending_checkpoint: bool = False,
 ) -> CardContext:
     """Everything the card states about `run`, from the database (see the module docstring).
 
@@ -695,7 +698,9 @@ def build_card_context(
     """
     if weights is not None and checkpoint_step is None:
         checkpoint_step = weights.get("step")
-    facts = _gather(db, run, status, repo_id, window_start, license, checkpoint_step)
+    facts = _gather(
+        db, run, status, repo_id, window_start, license, checkpoint_step, sending_checkpoint
+    )
     arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
     own = next((row for row in arms_table if row["this"]), None)
     # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.

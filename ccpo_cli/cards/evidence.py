@@ -63,16 +63,21 @@ def named_checkpoint(
     wanted_step: int | None,
     given: int | None,
     repo_id: str | None = None,
+    sending: bool = False,
 ) -> int | None:
     """The checkpoint step a card may name as "published here": the one a publish sends and has
     landed before the card is committed (`given`), else `wanted_step` only when an upload of
     that step is recorded as landed (a publication with a commit, or a done outbox entry) in
     `repo_id` (any repository when None). A checkpoint saved on disk is not one published: the
-    card says it publishes the numbers only."""
+    card says it publishes the numbers only. `sending`: this publish uploads a checkpoint
+    (`--checkpoint` without a step) before it commits the card, so the step the run recorded a
+    checkpoint at is the one it sends; the card is staged again after the upload lands."""
     if given is not None:
         return given
     if wanted_step is None:
         return None
+    if sending and wanted_step in {row["step"] for row in store.run_checkpoints(db, run)}:
+        return wanted_step
     return wanted_step if wanted_step in landed_checkpoint_steps(db, run, repo_id) else None
 
 

@@ -59,6 +59,7 @@ def stage_card(
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
     weights: Mapping[str, Any] | None = None,
+    sending_checkpoint: bool = False,
     force: bool = False,
     merge_existing: bool = False,
     clobber_hint: str = "--force to replace it",
@@ -79,6 +80,7 @@ def stage_card(
         weights=weights,
         license=license,
         checkpoint_step=checkpoint_step,
+        sending_checkpoint=sending_checkpoint,
     )
     text = render_card(context)
     require_clean(text, f"the card of run {run!r}")
