@@ -160,7 +160,11 @@ try:
     print("accepted", rows)
 except InvalidInput as error:
     print("refused", error)
-print("peak_kib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork and exec, so a child of a large
+# pytest process would report its parent's peak; VmHWM belongs to this program's own memory.
+peak = next(line.split()[1] for line in Path("/proc/self/status").read_text().splitlines()
+            if line.startswith("VmHWM:"))
+print("peak_kib", peak)
 """
 
 

@@ -52,6 +52,9 @@ class Progress:
         self._timer: threading.Thread | None = None
         self._with_timer = timer
         self._turn = ""
+        # In a log a set-up line is written once its phase has passed (at the next event): a
+        # command that fails while setting up then prints its one error line only.
+        self._pending_phase: str | None = None
 
     def __enter__(self) -> Progress:
         if self.terminal and not self.quiet:
@@ -88,6 +91,8 @@ class Progress:
         self._stop.set()
         if self._timer is not None:
             self._timer.join(timeout=1.0)
+        if exc[0] is None:
+            self._flush_phase()
         if self._bar is not None:
             self._bar.__exit__(*exc)
 
@@ -109,8 +114,19 @@ class Progress:
         )
 
     def phase(self, text: str) -> None:
-        """A set-up phase, as a line of its own (above the bar in a terminal)."""
-        if not self.quiet:
+        """A set-up phase, as a line of its own: above the bar at once in a terminal, in a log
+        once the phase has passed."""
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self.console.print(f"{self.label} set-up: {text}", markup=False)
+            return
+        self._flush_phase()
+        self._pending_phase = text
+
+    def _flush_phase(self) -> None:
+        if self._pending_phase is not None:
+            text, self._pending_phase = self._pending_phase, None
             self.console.print(f"{self.label} set-up: {text}", markup=False)
 
     def turn(self, turn: int, limit: int) -> None:
@@ -118,6 +134,7 @@ class Progress:
         10-second line says it, so a batch whose games all run to the limit still shows motion."""
         if self.quiet:
             return
+        self._flush_phase()
         self._turn = f"turn {turn}/{limit}"
         if self._bar is not None:
             self._bar.update(self._task, turn=self._turn)
@@ -129,6 +146,7 @@ class Progress:
     def update(self, done: int, total: int | None) -> None:
         if self.quiet:
             return
+        self._flush_phase()
         if self._bar is not None:
             self._bar.update(self._task, completed=done, total=total)
             return
