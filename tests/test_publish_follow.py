@@ -104,7 +104,7 @@ def test_follow_a_growing_verl_run_folder(tmp_path, hub):
     tracker.write_text("6")
     second = follow(db_path, run_dir, hub)
     assert second.exit_code == 0, second.output
-    assert len(hub.commits_by_ccpo(REPO)) > commits_before
+    assert len(hub.commits_by_ccpo(REPO)) > commits_before, second.output
     final = hub.history(REPO)[-1]
     assert final.message == f"ccpo: final card for {RUN}" and repo.tags["final"] == final.oid
     assert repo.private and repo.tags["step-6"] != repo.tags["step-4"]

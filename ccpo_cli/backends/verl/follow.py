@@ -86,17 +86,17 @@ def launch_record(run_dir: Path) -> dict[str, Any]:
     return document
 
 
-def recorded_arm(record: Mapping[str, Any], where: Path) -> Any:
+def recorded_arm(record: Mapping[str, Any], where: Path) -> Any | None:
     """The typed `Arm` a launch record names: its recorded flags and `--set` overrides, checked
     against the fingerprint it recorded (a record that does not rebuild is refused, never
-    recorded as a bare name)."""
+    recorded as a bare name); None when the record names no arm."""
     from ccpo_cli.arms import arm_from_flags, load_arm
 
     arm = record.get("arm") if isinstance(record.get("arm"), dict) else {}
     name, fingerprint = arm.get("name"), arm.get("fingerprint")
     overrides = arm.get("overrides") if isinstance(arm.get("overrides"), dict) else {}
     if not isinstance(name, str) or not name:
-        raise InvalidInput(f"{where}: the launch record names no arm")
+        return None  # the record states no arm: the run's arm is "not recorded", never guessed
     flags = arm.get("flags")
     typed = arm_from_flags(name, flags, overrides=overrides) if isinstance(flags, dict) else None
     if (
