@@ -89,7 +89,10 @@ def assert_published_run(hub: FakeHub, db_path: Path, run: str) -> dict:
     commits = ccpo_commits(hub)
     assert len(set(keys(commits))) == len(commits), "a commit was made twice"
     final = commits[-1]
-    assert final.message == f"ccpo: final card for {run}" and repo.tags["final"] == final.oid
+    assert final.message == f"ccpo: final card for {run}" and repo.tags["final"] == final.oid, (
+        [c.message for c in commits],
+        outbox.run_outbox(store.open_db(db_path), run),
+    )
     summary = json.loads(final.files["results/ccpo_summary.json"])
     weights = summary["weights"]
     step = weights["step"]
