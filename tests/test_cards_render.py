@@ -14,6 +14,7 @@ from ccpo_cli import store
 from ccpo_cli.cards import build_card_context, lint_card, render_card
 from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
 from ccpo_cli.cards.fences import merge_into_remote, regions
+from ccpo_cli.cards.lint import TOO_FEW_TAG
 from ccpo_cli.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("no_network")
@@ -324,6 +325,33 @@ def test_fenced_merge_keeps_hand_edits_and_refreshes_ccpo_regions(interim_card):
     assert "| held-out success | 83.5% |" in merged and "71.0%" not in merged
     assert ModelCard(merged).data.thumbnail == "t.png"
     assert list(regions(merged)) == list(regions(new))
+
+
+def _too_few_version(card_text: str) -> str:
+    """The same card as a run with too few evaluations renders it: the tag, and no model-index."""
+    card = ModelCard(card_text)
+    card.data.eval_results = None
+    card.data.tags = [*card.data.tags, TOO_FEW_TAG]
+    return str(card)
+
+
+def test_merge_replaces_the_state_a_card_states_in_both_directions(interim_card):
+    """The pushed-run flake of session 2: the step-4 card (enough evaluations, a model-index)
+    merged into the Hub's step-0 card (too few, tagged so) kept the tag, failed the lint and
+    every later card of the run, the final one included, was skipped."""
+    full = interim_card.read_text()
+    too_few = _too_few_version(full)
+    assert lint_card(full) == [] and lint_card(too_few) == []
+    grown = merge_into_remote(too_few, full)
+    assert lint_card(grown) == [], lint_card(grown)
+    assert TOO_FEW_TAG not in ModelCard(grown).data.tags and ModelCard(grown).data.eval_results
+    # And back: a card that no longer claims a result drops the Hub copy's model-index.
+    shrunk = merge_into_remote(full, too_few)
+    assert lint_card(shrunk) == [], lint_card(shrunk)
+    assert not ModelCard(shrunk).data.eval_results
+    # A key ccpo never writes survives both merges.
+    hand = full.replace("library_name:", "thumbnail: t.png\nlibrary_name:", 1)
+    assert ModelCard(merge_into_remote(hand, too_few)).data.thumbnail == "t.png"
 
 
 def test_merge_refuses_a_readme_without_ccpo_regions(interim_card):

@@ -91,7 +91,11 @@ def assert_published_run(hub: FakeHub, db_path: Path, run: str) -> dict:
     final = commits[-1]
     assert final.message == f"ccpo: final card for {run}" and repo.tags["final"] == final.oid, (
         [c.message for c in commits],
-        outbox.run_outbox(store.open_db(db_path), run),
+        [  # each request's fate in one line: a skipped card says why (the lint, a coalescing)
+            f"{e['role']} {e['kind']} step {e['step']}: {e['state']} "
+            f"{[(a['outcome'], a['reason']) for a in e['attempt_log']]}"
+            for e in outbox.run_outbox(store.open_db(db_path), run)
+        ],
     )
     summary = json.loads(final.files["results/ccpo_summary.json"])
     weights = summary["weights"]

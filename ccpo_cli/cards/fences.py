@@ -13,14 +13,21 @@ import re
 import yaml
 from huggingface_hub import ModelCard
 
+from ccpo_cli.cards.lint import ALLOWED_KEYS, FROM_SCRATCH_TAG, TOO_FEW_TAG
 from ccpo_cli.errors import InvalidInput
 
 REGION = re.compile(
     r"<!-- ccpo:begin (?P<name>[a-z0-9-]+) -->\n?(?P<body>.*?)<!-- ccpo:end (?P=name) -->",
     re.DOTALL,
 )
-# Tags ccpo adds only while a card is interim; a later final card must be able to drop them.
-TRANSIENT_TAGS = ("interim",)
+# Tags that state how a run stands when its card is rendered (interim; too few evaluations for a
+# result; no base model): a later card that no longer says so must drop them, or the merged card
+# would claim both (a too-few-evaluations tag beside a model-index fails the lint).
+TRANSIENT_TAGS = ("interim", TOO_FEW_TAG, FROM_SCRATCH_TAG)
+# The YAML keys ccpo writes. A card that leaves one out says it does not apply (no model-index
+# while evaluations are too few, no base_model for a policy trained from scratch), so the merged
+# card drops it; keys ccpo never writes (a thumbnail added on the website) are kept.
+MANAGED_KEYS = frozenset(ALLOWED_KEYS - {"tags"})
 
 
 def regions(text: str) -> dict[str, str]:
@@ -60,10 +67,13 @@ def _merge_body(remote_body: str, new_body: str) -> str:
 
 
 def _merge_metadata(remote: dict, new: dict) -> dict:
-    merged = dict(remote)
-    for key, value in new.items():
-        if key != "tags":
-            merged[key] = value
+    # The remote card's key order, so a person's edit and ccpo's refresh diff line by line.
+    merged = {
+        key: new.get(key, value)
+        for key, value in remote.items()
+        if key not in MANAGED_KEYS or key in new
+    }
+    merged.update({key: value for key, value in new.items() if key != "tags"})
     new_tags = list(new.get("tags") or [])
     kept = [
         tag
