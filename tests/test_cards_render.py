@@ -352,6 +352,10 @@ def test_merge_replaces_the_state_a_card_states_in_both_directions(interim_card)
     # A key ccpo never writes survives both merges.
     hand = full.replace("library_name:", "thumbnail: t.png\nlibrary_name:", 1)
     assert ModelCard(merge_into_remote(hand, too_few)).data.thumbnail == "t.png"
+    # One tag written by hand as a plain string stays one tag.
+    card = ModelCard(full)
+    card.data.tags = "my-own-tag"
+    assert "my-own-tag" in ModelCard(merge_into_remote(str(card), full)).data.tags
 
 
 def test_merge_refuses_a_readme_without_ccpo_regions(interim_card):

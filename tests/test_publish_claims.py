@@ -305,3 +305,51 @@ def test_a_short_run_resumed_by_a_relative_path_is_published_from_elsewhere_with
     final = hub.repos[REPO].tags.get("final")
     assert final == cards[-1].oid
     assert json.loads(result.stdout)["weights_without_card"] == []
+
+
+def test_a_card_refused_once_merged_with_the_hubs_readme_becomes_a_weights_card(
+    running_db, hub, tmp_path, monkeypatch
+):
+    """A card that passes the lint alone but not once merged with the README on the Hub (a
+    metadata problem only the merge shows: the lint is made to find one here, since today's
+    merge replaces every key ccpo writes) is refused. The weights that are up still get a README
+    (the weights card), never a skipped card beside weights nobody can place."""
+    import ccpo_cli.hub
+
+    hub.seed_repo(
+        REPO,
+        {
+            "README.md": b"---\nlicense: mit\n---\n# Notes\n\nWritten on the website.\n\n"
+            b"<!-- ccpo:begin results -->\nold\n<!-- ccpo:end results -->\n"
+        },
+        private=True,
+    )
+    monkeypatch.setattr(
+        ccpo_cli.hub, "lint_card", lambda text, **_: ["metadata: a problem only the merge shows"]
+    )
+    db = open_db(running_db)
+    best = max(run_evaluations(db, RUN), key=lambda row: row["success_rate"])["step"]
+    weights = tmp_path / "step-best.pt"
+    weights.write_bytes(b"weights of the best step")
+    for kind, role in (("checkpoint", "best"), ("card", "interim")):
+        outbox.enqueue(
+            db,
+            RUN,
+            repo_id=REPO,
+            revision="main",
+            kind=kind,
+            role=role,
+            step=best,
+            content_hash=f"{kind}-{role}",
+            source=str(weights) if kind == "checkpoint" else None,
+            private=True,
+            endpoint=hub.endpoint,
+        )
+    target = push_target(REPO, endpoint=hub.endpoint, window_start=0, staging=tmp_path / "staging")
+    Uploader(db, running_db, RUN, target, TOKEN).drain()
+    card = [e for e in outbox.entries(db, RUN, REPO) if e.kind == "card"][0]
+    assert card.state == "done" and "weights card" in (card.reason or ""), card
+    readme = _text(hub.history(REPO)[-1].files["README.md"])
+    assert "Written on the website." in readme  # the owner's line is kept
+    assert f"step {best}" in readme and "a problem only the merge shows" in readme
+    assert outbox.weights_without_card(db, RUN, REPO) == []

@@ -75,11 +75,10 @@ def _merge_metadata(remote: dict, new: dict) -> dict:
     }
     merged.update({key: value for key, value in new.items() if key != "tags"})
     new_tags = list(new.get("tags") or [])
-    kept = [
-        tag
-        for tag in (remote.get("tags") or [])
-        if tag not in new_tags and tag not in TRANSIENT_TAGS
-    ]
+    remote_tags = remote.get("tags") or []
+    # YAML lets a person write one tag as a plain string; it is one tag, not its characters.
+    remote_tags = [remote_tags] if isinstance(remote_tags, str) else list(remote_tags)
+    kept = [tag for tag in remote_tags if tag not in new_tags and tag not in TRANSIENT_TAGS]
     merged["tags"] = new_tags + kept
     return merged
 
