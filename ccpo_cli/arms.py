@@ -139,11 +139,23 @@ class Arm:
     step_permute: bool = flag(
         "permute the step term among the live rows of each task (a control)", default=False
     )
+    # The oracle-credit ceiling of the CPU testbed (docs/estimators.md §4.2): GiGPO's step term
+    # replaced by what the game's stored plan says of each action (did it bring the goal one
+    # command closer), standardised within the task. No estimator can know this; it bounds
+    # what step-level credit can add in a design.
+    step_oracle: bool = flag(
+        "replace the gigpo step term by the plan-progress oracle (a ceiling)", default=False
+    )
     # (flag, recorded value) pairs applied on top of the arm file, in name order.
     overrides: tuple[tuple[str, Any], ...] = field(default=(), kw_only=True)
 
     def __post_init__(self) -> None:
         check_padding_rule(self.padding, self.estimator, where=f"arm '{self.name}': ")
+        if self.step_oracle and self.estimator != "gigpo":
+            raise InvalidInput(
+                f"arm '{self.name}': step_oracle replaces GiGPO's step term; estimator "
+                f"{self.estimator} has none to replace (use a gigpo arm)"
+            )
         for spec in FLAG_SPECS:  # however an Arm is made, its numbers are in their ranges
             value = getattr(self, spec.name)
             if not spec.in_range(value):
@@ -390,7 +402,7 @@ def features_active(arm: Arm) -> bool:
 
 
 _EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
-_GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w", "step_permute")
+_GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w", "step_permute", "step_oracle")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 
 
@@ -418,7 +430,12 @@ def inert_flags(arm: Arm) -> dict[str, str]:
         mark(rest, "estimator = grpo ⇒ episode term only (no returns, no step term) ⇒ no effect")
         return inert
     if arm.step_advantage_w == 0.0:
-        mark(("step_permute",), "step_advantage_w = 0 ⇒ no step term ⇒ step_permute has no effect")
+        mark(
+            ("step_permute", "step_oracle"),
+            "step_advantage_w = 0 ⇒ no step term ⇒ step_permute, step_oracle have no effect",
+        )
+    if arm.step_oracle:
+        mark(("gamma",), "step_oracle = 1 ⇒ the step term ignores returns ⇒ gamma has no effect")
     if arm.estimator == "gigpo":
         rest = [name for name in FLAG_NAMES if name not in _GIGPO_FLAGS]
         mark(rest, "estimator = gigpo ⇒ CCPO-only flag ⇒ no effect")

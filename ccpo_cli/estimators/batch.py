@@ -25,7 +25,7 @@ REQUIRED_KEYS = (
     "episode_reward",
     "response_mask",
 )
-OPTIONAL_KEYS = ("phi_feats", "is_pad")
+OPTIONAL_KEYS = ("phi_feats", "is_pad", "plan_progress")
 BATCH_KEYS = REQUIRED_KEYS + OPTIONAL_KEYS
 
 
@@ -41,6 +41,9 @@ class RolloutBatch:
     response_mask: np.ndarray  # (n, L) float32 of 0/1
     phi_feats: np.ndarray | None  # (n, d) float32
     is_pad: np.ndarray  # (n,) bool
+    # 1.0 where the action advanced the game's stored plan, else 0.0 (the oracle-credit ceiling,
+    # docs/estimators.md §4.2); None when the rollouts did not follow a plan.
+    plan_progress: np.ndarray | None = None  # (n,) float64
 
     @property
     def n_rows(self) -> int:
@@ -69,6 +72,7 @@ class RolloutBatch:
             response_mask=self.response_mask[rows],
             phi_feats=None if self.phi_feats is None else self.phi_feats[rows],
             is_pad=self.is_pad[rows],
+            plan_progress=None if self.plan_progress is None else self.plan_progress[rows],
         )
 
     def as_mapping(self) -> dict[str, np.ndarray]:
@@ -76,6 +80,8 @@ class RolloutBatch:
         mapping = {key: getattr(self, key) for key in REQUIRED_KEYS + ("is_pad",)}
         if self.phi_feats is not None:
             mapping["phi_feats"] = self.phi_feats
+        if self.plan_progress is not None:
+            mapping["plan_progress"] = self.plan_progress
         return mapping
 
 
@@ -230,6 +236,12 @@ def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
     else:
         is_pad = np.zeros(n, dtype=bool)
 
+    plan_progress = None
+    if data.get("plan_progress") is not None:
+        plan_progress = _zero_one(
+            _vector(data, "plan_progress", n, source), "plan_progress", source
+        ).astype(np.float64)
+
     batch = RolloutBatch(
         uid=uid,
         traj_uid=traj_uid,
@@ -241,6 +253,7 @@ def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
         response_mask=response_mask,
         phi_feats=phi_feats,
         is_pad=is_pad,
+        plan_progress=plan_progress,
     )
     _check_trajectories(batch, source)
     return batch

@@ -22,6 +22,7 @@ from ccpo_cli.estimators.features import Features, build_features
 from ccpo_cli.estimators.gigpo import gigpo_step_term
 from ccpo_cli.estimators.layout import Layout, build_layout
 from ccpo_cli.estimators.node_values import node_values
+from ccpo_cli.estimators.oracle import oracle_step_term
 from ccpo_cli.estimators.padding import padding_sources
 from ccpo_cli.estimators.penalty import invalid_penalty, penalised_returns, row_scores
 from ccpo_cli.estimators.permute import permute_within_tasks
@@ -127,6 +128,14 @@ def compute_advantages(
 
     if arm.estimator in ("grpo", "gigpo"):
         episode, step, live = _baseline_terms(arm, layout, scores, returns, population)
+        if arm.step_oracle:
+            if batch.plan_progress is None:
+                raise InvalidInput(
+                    f"key 'plan_progress': missing, and arm '{arm.name}' needs it (step_oracle = 1: "
+                    "the rollouts must follow the games' plans)"
+                )
+            progress = batch.plan_progress[rows][population]
+            step, live = oracle_step_term(progress, layout.task[population], layout.n_tasks)
     else:
         episode = episode_term(scores, layout.task, layout.n_tasks, arm.adv_mode)
         needs_values = arm.target == "nextnode" or arm.edge_w > 0

@@ -26,6 +26,9 @@ class Decision:
     action_index: int
     reward: float
     features: DecisionFeatures
+    # Whether the action was the next command of the game's stored plan (the oracle-credit
+    # ceiling, docs/estimators.md §4.2); None when the rollout did not follow the plan.
+    advanced_plan: bool | None = None
 
     @property
     def action(self) -> str:
@@ -76,6 +79,9 @@ def estimate_batch(
         "episode_reward": np.asarray(episode_reward, dtype=np.float64),
         "response_mask": np.ones((rows, 1), dtype=np.int64),
     }
+    progress = [d.advanced_plan for t in trajectories for d in t.decisions]
+    if progress and all(value is not None for value in progress):
+        batch["plan_progress"] = np.asarray(progress, dtype=np.float64)
     if phi_feats is not None:
         if phi_feats.shape[0] != rows:
             raise ValueError(f"phi_feats has {phi_feats.shape[0]} rows for {rows} decisions")

@@ -324,6 +324,7 @@ class _Run:
                     ),
                     temperature=config.temperature,
                     max_steps=config.max_steps,
+                    plan_progress=self.arm.step_oracle,
                 )
             )
         return jobs

@@ -28,6 +28,7 @@ from ccpo_cli.backends.local.config import default_workers  # noqa: F401 - the r
 from ccpo_cli.backends.local.features import Featurizer, Turn, task_sentence
 from ccpo_cli.backends.local.policy import CommandScorer, pack
 from ccpo_cli.backends.local.rollouts import Decision, Trajectory
+from ccpo_cli.errors import CcpoError
 
 # Engine commands the policy never chooses (verl-agent drops `help` from the list too).
 EXCLUDED_COMMANDS = frozenset({"help"})
@@ -60,6 +61,9 @@ class EpisodeJob:
     temperature: float
     max_steps: int = 50
     keep_features: bool = True
+    # Follow the game's stored plan and mark each decision that advanced it (docs/estimators.md
+    # §4.2); only an arm with the oracle step term asks for it.
+    plan_progress: bool = False
 
 
 def candidates_of(admissible: Sequence[str]) -> tuple[str, ...]:
@@ -89,27 +93,28 @@ class EpisodePlayer:
 
         self.model = model
         self.featurizer = featurizer or Featurizer()
-        self._sessions: OrderedDict[str, Any] = OrderedDict()
+        self._sessions: OrderedDict[tuple[str, bool], Any] = OrderedDict()
         self.transitions = TransitionCache(transition_entries) if transition_entries > 0 else None
 
-    def session(self, game_path: str):
+    def session(self, game_path: str, walkthrough: bool = False):
         from ccpo_cli.envs.engine import GameSession
 
-        found = self._sessions.pop(game_path, None)
+        key = (game_path, walkthrough)  # a game loaded without its plan is another session
+        found = self._sessions.pop(key, None)
         if found is None:
-            found = GameSession(game_path, max_steps=_ENGINE_STEP_CAP)
+            found = GameSession(game_path, max_steps=_ENGINE_STEP_CAP, walkthrough=walkthrough)
             if self.transitions is not None:
                 from ccpo_cli.envs.transitions import CachedSession
 
                 found = CachedSession(found, self.transitions)
-        self._sessions[game_path] = found
+        self._sessions[key] = found
         while len(self._sessions) > SESSION_CACHE_SIZE:
             _, oldest = self._sessions.popitem(last=False)
             oldest.close()
         return found
 
     def play(self, job: EpisodeJob) -> list[Trajectory]:
-        session = self.session(job.game_path)
+        session = self.session(job.game_path, walkthrough=job.plan_progress)
         return [
             self._episode(session, job, traj_uid, np.random.default_rng(list(seed)))
             for traj_uid, seed in zip(job.traj_uids, job.seeds)
@@ -130,6 +135,10 @@ class EpisodePlayer:
         trajectory = Trajectory(job.uid, traj_uid, session.game_id, session.task_type)
         history: list[Turn] = []
         observation = result.observation
+        plan = list(result.info.get("walkthrough") or []) if job.plan_progress else []
+        if job.plan_progress and not plan:
+            raise CcpoError(f"{session.game_path}: the engine gave no plan to follow for the oracle step term")
+        done_in_plan = 0
         while True:
             candidates = candidates_of(result.info["admissible_commands"]) or ("look",)
             features = self.featurizer.featurize(task, observation, history, list(candidates))
@@ -137,6 +146,11 @@ class EpisodePlayer:
                 log_probs = self.model.log_probs(pack([features]), temperature=job.temperature)[0]
             index = sample_index(log_probs.numpy()[: len(candidates)], rng)
             result = session.step(candidates[index])
+            advanced = None
+            if job.plan_progress:
+                # The plan's distance to the goal fell by one: the action was its next command.
+                advanced = done_in_plan < len(plan) and candidates[index] == plan[done_in_plan]
+                done_in_plan += int(advanced)
             trajectory.decisions.append(
                 Decision(
                     observation,
@@ -144,6 +158,7 @@ class EpisodePlayer:
                     index,
                     float(result.reward),
                     features if job.keep_features else None,
+                    advanced_plan=advanced,
                 )
             )
             history.append(Turn(observation, candidates[index]))
