@@ -89,9 +89,10 @@ def test_fingerprints_are_distinct_and_track_every_flag():
         "edge_w": "0",
         "step_permute": "1",
     }
-    assert set(changed_values) | {"padding"} == set(FLAG_NAMES)
-    # padding = upstream exists only for grpo and gigpo
+    assert set(changed_values) | {"padding", "step_oracle"} == set(FLAG_NAMES)
+    # padding = upstream exists only for grpo and gigpo, and step_oracle replaces gigpo's step term
     assert load_arm("gigpo", {"padding": "inert"}).fingerprint != load_arm("gigpo").fingerprint
+    assert load_arm("gigpo", {"step_oracle": "1"}).fingerprint != load_arm("gigpo").fingerprint
     seen = {base.fingerprint}
     for flag, value in changed_values.items():
         changed = base.with_overrides({flag: value})

@@ -50,7 +50,7 @@ def test_each_flag_is_declared_once_on_arm_with_its_type_help_and_choices():
     from ccpo_cli.arms import FLAG_NAMES, FLAG_SPECS, Arm
 
     declared = [field.name for field in dataclasses.fields(Arm) if field.metadata.get("flag")]
-    assert list(FLAG_NAMES) == declared and len(declared) == 29
+    assert list(FLAG_NAMES) == declared and len(declared) == 30
     specs = {spec.name: spec for spec in FLAG_SPECS}
     assert all(spec.help for spec in FLAG_SPECS)
     assert (specs["lk_fix"].kind, specs["lk_fix"].optional) == (float, True)

@@ -137,7 +137,9 @@ class EpisodePlayer:
         observation = result.observation
         plan = list(result.info.get("walkthrough") or []) if job.plan_progress else []
         if job.plan_progress and not plan:
-            raise CcpoError(f"{session.game_path}: the engine gave no plan to follow for the oracle step term")
+            raise CcpoError(
+                f"{session.game_path}: the engine gave no plan to follow for the oracle step term"
+            )
         done_in_plan = 0
         while True:
             candidates = candidates_of(result.info["admissible_commands"]) or ("look",)
