@@ -10,6 +10,7 @@ import pytest
 
 from ccpo_cli import store
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
 from ccpo_cli.store import outbox
 from ccpo_cli.store.db import MIGRATIONS
 
@@ -59,20 +60,25 @@ def test_an_unknown_kind_or_role_is_refused(db):
         outbox.enqueue(db, "r", kind="card", role="best", step=1, content_hash="x", **TARGET)
 
 
-def test_a_failing_entry_is_retried_later_then_given_up(db):
+@pytest.mark.parametrize("rule", [DEFAULT_RULE, RetryRule(attempts=2)], ids=["default", "narrowed"])
+def test_a_failing_entry_is_retried_later_then_given_up_by_the_callers_rule(db, rule):
+    """The outbox keeps no attempt count of its own: the caller's retry rule (the one rule of
+    every Hub call, or a narrowing of it) decides when an entry is given up."""
     entry, _ = outbox.enqueue(
         db, "r", kind="checkpoint", role="best", step=4, content_hash="c4", source="/x", **TARGET
     )
-    for number in range(1, outbox.MAX_ATTEMPTS + 1):
+    for number in range(1, rule.attempts + 1):
         attempt = outbox.start_attempt(db, entry)
-        entry = outbox.finish_attempt(db, entry, attempt, "retry", reason="HTTP 500", retry_in_s=60)
+        entry = outbox.finish_attempt(
+            db, entry, attempt, "retry", reason="HTTP 500", retry_in_s=60, rule=rule
+        )
         assert entry.attempts == number
-        if number < outbox.MAX_ATTEMPTS:
+        if number < rule.attempts:
             assert entry.state == "pending" and not outbox.is_ready(entry)
             assert 0 < outbox.seconds_until_ready(entry) <= 60
-    assert entry.state == "failed" and "gave up after 5 attempts" in entry.reason
+    assert entry.state == "failed" and f"gave up after {rule.attempts} attempts" in entry.reason
     [row] = outbox.run_outbox(db, "r")
-    assert [a["outcome"] for a in row["attempt_log"]] == ["retry"] * outbox.MAX_ATTEMPTS
+    assert [a["outcome"] for a in row["attempt_log"]] == ["retry"] * rule.attempts
 
 
 def test_an_attempt_whose_process_died_is_shown_as_interrupted(db, tmp_path):

@@ -173,7 +173,7 @@ class Uploader:
         return self._finish(entry, attempt, "done", **outcome)
 
     def _finish(self, entry: OutboxEntry, attempt: int, outcome: str, **fields: Any) -> OutboxEntry:
-        now = finish_attempt(self.db, entry, attempt, outcome, **fields)
+        now = finish_attempt(self.db, entry, attempt, outcome, rule=self.rule, **fields)
         label = {
             "done": f"done {str(now.commit_id)[:12]}",
             "retry": "failed, will retry",

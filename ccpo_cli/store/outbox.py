@@ -7,7 +7,7 @@ step, content hash), so asking again for the same thing is the same entry, and a
 killed trainer or uploader left pending is simply taken up by the next one.
 
 States: `pending` (waiting, maybe until `next_attempt_at` after a failure), `done` (with the
-commit id, and the tag it got), `failed` (given up after MAX_ATTEMPTS, or refused for good: the
+commit id, and the tag it got), `failed` (given up after the retry rule's attempts, or refused for good: the
 reason says which) and `skipped` (not needed any more: a newer card replaced it in the queue, a
 better checkpoint is recorded; the reason says which). Nothing here talks to the Hub.
 """
@@ -22,7 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.hub_access import DEFAULT_RULE
+from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.records import run_id
 
@@ -31,9 +31,6 @@ KINDS = ("checkpoint", "card")
 ROLES = {"checkpoint": ("best", "final"), "card": ("interim", "final")}
 STATES = ("pending", "done", "failed", "skipped")
 ATTEMPT_OUTCOMES = ("done", "retry", "failed", "skipped")
-# Attempts before an entry that keeps failing is given up (each one waits longer first): the
-# one retry rule's (hub_access.RetryRule), as for every Hub call.
-MAX_ATTEMPTS = DEFAULT_RULE.attempts
 
 
 @dataclass(frozen=True)
@@ -189,9 +186,11 @@ def finish_attempt(
     commit_id: str | None = None,
     tag: str | None = None,
     retry_in_s: float | None = None,
+    rule: RetryRule = DEFAULT_RULE,
 ) -> OutboxEntry:
     """Close an attempt and move its entry: done, skipped, failed, or (retry) pending again after
-    `retry_in_s`, or failed once MAX_ATTEMPTS are spent. The entry as it is now."""
+    `retry_in_s`, or failed once `rule.attempts` are spent (the caller's rule: the one retry
+    rule of every Hub call, hub_access.RetryRule, or a narrowing of it). The entry as it is now."""
     if outcome not in ATTEMPT_OUTCOMES:
         raise InvalidInput(
             f"attempt outcome {outcome!r} is not one of {', '.join(ATTEMPT_OUTCOMES)}"
@@ -205,7 +204,7 @@ def finish_attempt(
             change.update(state="done", commit_id=commit_id, tag=tag, next_attempt_at=None)
         elif outcome == "skipped":
             change.update(state="skipped", next_attempt_at=None)
-        elif outcome == "failed" or attempts >= MAX_ATTEMPTS:
+        elif outcome == "failed" or attempts >= rule.attempts:
             change.update(
                 state="failed",
                 next_attempt_at=None,
