@@ -1,6 +1,9 @@
-"""Issue 21, case 5: every numeric arm flag has a range, declared with its type, that keeps the
+"""Every numeric arm flag has a range, declared with its type, that keeps the
 estimator finite; a value outside it is refused (exit 3) naming the range, and ranges leave the
-shipped fingerprints alone."""
+shipped fingerprints alone.
+
+Asked for in issue 21, case 5.
+"""
 
 from __future__ import annotations
 

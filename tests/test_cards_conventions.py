@@ -1,10 +1,12 @@
-"""Issue 32, item 6: cards a paper can use, with the Hub's conventions.
+"""Cards a paper can use, with the Hub's conventions.
 
 `language` and `datasets` in the YAML, paper links and BibTeX of the methods, of the benchmark
 and of ccpo (the arXiv ids are data in configs/papers.yaml), framework versions, a short
 model-index metric name plus one metric per task type (both window means), the `from_pretrained`
 snippet only when weights are in the repository, only live flags as distinguishing, and no code
 span inside another. Every card still loads with huggingface_hub's ModelCard.
+
+Asked for in issue 32, item 6.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Issue 23, item 4: output for people and for papers.
+"""Output for people and for papers.
 
 Tables fit an 80-column terminal by wrapping and splitting, never by cutting a cell; `--format
 csv` parses as CSV (with the raw values), `--format markdown` is a pipe table, and every table
 command takes `--format table|json|csv|markdown` (with `--json` as the alias of json).
+
+Asked for in issue 23, item 4.
 """
 
 from __future__ import annotations

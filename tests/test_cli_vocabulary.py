@@ -1,8 +1,10 @@
-"""Issue 23, items 3 and 6: one vocabulary, and dry runs that write nothing.
+"""One vocabulary, and dry runs that write nothing.
 
 One seed syntax everywhere; `--repo` for the Hub id (with `--repo-id`); `--no-private` beside
 `--private/--public`; the global options after the command too; no type placeholder for a flag;
 an example in every command's help; a dry run writes nothing and prints one document.
+
+Asked for in issue 23, items 3 and 6.
 """
 
 from __future__ import annotations

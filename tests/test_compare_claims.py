@@ -1,7 +1,10 @@
-"""Issue 29: every number of compare and of a card is about the rows it names. Unseeded runs
+"""Every number of compare and of a card is about the rows it names. Unseeded runs
 are no seed, every arm pair is listed, an inferred panel size never splits an arm, external
 arms (estimators ccpo does not implement) get units, pairs and cards, and a card's arm numbers
-are the arm's."""
+are the arm's.
+
+Asked for in issue 29.
+"""
 
 from __future__ import annotations
 

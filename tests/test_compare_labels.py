@@ -1,7 +1,10 @@
-"""Issue 32, item 1: a unit is shown by a short label (its arm plus the identity fields that
+"""A unit is shown by a short label (its arm plus the identity fields that
 differ between the units present) with a legend; CSV and JSON carry the stable arm and one column
 per identity field, with snake_case headers; `compare --json` validates against
-docs/compare.schema.json."""
+docs/compare.schema.json.
+
+Asked for in issue 32, item 1.
+"""
 
 from __future__ import annotations
 

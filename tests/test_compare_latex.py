@@ -1,5 +1,8 @@
-"""Issue 32, item 6: `compare --format latex` is a booktabs table whose cells are mean ± the half
-width of the 95 % t interval."""
+"""`compare --format latex` is a booktabs table whose cells are mean ± the half
+width of the 95 % t interval.
+
+Asked for in issue 32, item 6.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Issue 32, item 8: the scipy-free distributions behind compare's start-up agree with scipy."""
+"""The scipy-free distributions behind compare's start-up agree with scipy.
+
+Asked for in issue 32, item 8.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 32, item 5: every ccpo command the README and docs/ show is one this ccpo takes as
+"""Every ccpo command the README and docs/ show is one this ccpo takes as
 written. The README's tour runs in full (tests/test_readme_tour.py); here every other command,
 in a code block or in the prose, is parsed by the real command line (names, options, values,
 required options of a command shown with options), and the light ones also run as written
@@ -6,6 +6,8 @@ against files and a database this test builds.
 
 A prose mention of a bare command (`ccpo compare`) names a command, so only its name is checked;
 `a|b` in a mention stands for each of its alternatives.
+
+Asked for in issue 32, item 5.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Issue 11, defects 1, 2, 4, 5, 9: compare on awkward data says what its numbers can bear."""
+"""Compare on awkward data says what its numbers can bear.
+
+Asked for in issue 11, defects 1, 2, 4, 5, 9.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Issue 12, case 4 and the write failures of case 7: runs.db knows whose it is, and a failed
-write exits 1 with one line and leaves the database as it was."""
+"""Runs.db knows whose it is, and a failed
+write exits 1 with one line and leaves the database as it was.
+
+Asked for in issue 12, case 4 and the write failures of case 7.
+"""
 
 from __future__ import annotations
 

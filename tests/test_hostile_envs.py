@@ -1,4 +1,7 @@
-"""Issue 12, cases 7 (game files, `games generate --out`) and 13 (no empty run after a failed eval)."""
+"""Game files and `games generate --out` refuse bad input, and a failed eval leaves no empty run.
+
+Asked for in issue 12, cases 7 and 13.
+"""
 
 from __future__ import annotations
 

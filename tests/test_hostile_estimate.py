@@ -1,4 +1,7 @@
-"""Issue 12, cases 7 (estimate), 8 and 9: `ccpo estimate` reads bounded, real, in-range input."""
+"""`ccpo estimate` reads bounded, real, in-range input.
+
+Asked for in issue 12, cases 7 (estimate), 8 and 9.
+"""
 
 from __future__ import annotations
 

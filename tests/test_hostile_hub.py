@@ -1,8 +1,10 @@
-"""Issue 12, cases 5 and 6: every Hub call times out, and the token need not be on the command line.
+"""Every Hub call times out, and the token need not be on the command line.
 
 Both huggingface_hub lines run these: on 0.3x (requests) the Hub address is the one HF_ENDPOINT
 gave at start-up, which `started_with` (tests/helpers_hub.py) sets up, so the timeout
 is met for real against the loopback listener on either line.
+
+Asked for in issue 12, cases 5 and 6.
 """
 
 from __future__ import annotations

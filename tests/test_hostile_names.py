@@ -1,4 +1,7 @@
-"""Issue 12, cases 2, 3, 10, 12, 13: names are data, writes never clobber, the lint is precise."""
+"""Names are data, writes never clobber, the lint is precise.
+
+Asked for in issue 12, cases 2, 3, 10, 12, 13.
+"""
 
 from __future__ import annotations
 

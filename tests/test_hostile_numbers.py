@@ -1,8 +1,10 @@
-"""Issue 30: every numeric entry and every config file is checked before anything is written.
+"""Every numeric entry and every config file is checked before anything is written.
 
 Seeds and steps past what runs.db holds (SQLite's 64-bit integer) used to end in a traceback
 from deep inside a write; a ccpo definition file given as a run's `--config` was recorded as
 facts of nothing. Each is now one line and the contract's exit code, and no run is written.
+
+Asked for in issue 30.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Issue 21, cases 5, 7 and 8 (all but the Hub's): non-finite training stops as a failed run,
+"""Non-finite training stops as a failed run,
 and damaged checkpoints, vanishing run folders, hostile YAML and a file-size limit give one
-line and an exit code instead of a traceback, with bounded work."""
+line and an exit code instead of a traceback, with bounded work.
+
+Asked for in issue 21, cases 5, 7 and 8 (all but the Hub's).
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""Issue 20, "Bounded, honest transport", and issue 21 item 7 (a wrong-shaped Hub answer): `ccpo
-publish` against the fault-injecting fake Hub (real huggingface_hub client, real HTTP on loopback).
+"""`ccpo publish` against the fault-injecting fake Hub: bounded, honest transport (real
+huggingface_hub client, real HTTP on loopback).
 
 Each case is one fault the real Hub has shown: a 500 or a 409 on a commit, a 429 with
 Retry-After, a commit that landed but whose answer was lost, an endpoint that never answers, an
 answer that never ends, one that trickles, and an answer of the wrong shape. Both huggingface_hub
 lines run this file (CI runs it in .venv-verl on 0.3x too).
+
+Asked for in issue 20 ("Bounded, honest transport") and issue 21, item 7 (a wrong-shaped answer).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 30: what a publication claims is what landed, and weights never go up without a card.
+"""What a publication claims is what landed, and weights never go up without a card.
 
 - A card names a checkpoint as "published here" only when its upload is recorded as landed in
   that repository; a checkpoint saved on disk is not one published.
@@ -8,6 +8,8 @@
   follower started in another folder.
 
 Real SQLite, the real local trainer, the loopback fake Hub, the CLI as a user runs it.
+
+Asked for in issue 30.
 """
 
 from __future__ import annotations

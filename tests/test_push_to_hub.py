@@ -1,4 +1,4 @@
-"""Issue 20: `ccpo train --push-to-hub` and `ccpo publish --follow` against the fault-injecting
+"""`ccpo train --push-to-hub` and `ccpo publish --follow` against the fault-injecting
 fake Hub, with the real local trainer on the real ALFWorld engine and a real uploader process.
 
 What is checked: the repository gets an interim card per evaluation (or the outbox says which
@@ -7,6 +7,8 @@ tagged `step-N`, then the final weights and card (tagged `final`) citing that co
 twice; nothing public; failed pushes recorded in runs.db; a silent Hub never changes training's
 exit status or numbers and adds only the bounded wait; a restart resumes the outbox and never
 replaces a better recorded checkpoint.
+
+Asked for in issue 20.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
-"""Issue 32, item 5: every command of the README's tour runs as written, in order, against a
+"""Every command of the README's tour runs as written, in order, against a
 database and files the test builds (the example log is the shipped one; the Hub is the loopback
 fake Hub). Commands that train or evaluate get options that only make them small (SHRINK: fewer
 steps, games and turns); /tmp and ~ point into the test's
-folder. Nothing else is changed."""
+folder. Nothing else is changed.
+
+Asked for in issue 32, item 5.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""Issue 32, item 6: `compare --plot` writes the format its extension names, keeps the legend
+"""`compare --plot` writes the format its extension names, keeps the legend
 outside the axes, draws an error bar per point (t over seeds, else the Wilson interval of the one
-evaluation), marks retracted evaluations and says in its title what a curve is."""
+evaluation), marks retracted evaluations and says in its title what a curve is.
+
+Asked for in issue 32, item 6.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
-"""Issue 32, item 3: held-out keys in the local trainer's metrics.jsonl, `ccpo train --report-to
+"""Held-out keys in the local trainer's metrics.jsonl, `ccpo train --report-to
 tensorboard,trackio` while training, and `ccpo export --to tensorboard|trackio|csv` of any
 recorded run; each read back with the tracker's own reader (TensorBoard's EventAccumulator,
-trackio's SQLiteStorage)."""
+trackio's SQLiteStorage).
+
+Asked for in issue 32, item 3.
+"""
 
 from __future__ import annotations
 

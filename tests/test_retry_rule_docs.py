@@ -1,5 +1,8 @@
-"""Issue 30: docs/publishing.md and docs/sync.md state the one retry rule exactly as the code
-has it (hub_access.RetryRule): its statuses, attempts, backoff and Retry-After cap."""
+"""Docs/publishing.md and docs/sync.md state the one retry rule exactly as the code
+has it (hub_access.RetryRule): its statuses, attempts, backoff and Retry-After cap.
+
+Asked for in issue 30.
+"""
 
 from __future__ import annotations
 

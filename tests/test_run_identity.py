@@ -1,8 +1,10 @@
-"""Issue 19: every number is about the runs it names.
+"""Every number is about the runs it names.
 
 Each test is one of the awkward-data cases the issue lists: an arm trained with `--set`, runs
 counted as seeds, two base models pooled, an evaluation-only run in the database, protocol
 defaults (episodes per evaluation, the window start), and words the data does not carry.
+
+Asked for in issue 19.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""Issue 21, cases 1-4 and 6: a run's folder belongs to its run, one trainer at a time, a resume is
+"""A run's folder belongs to its run, one trainer at a time, a resume is
 a continuation and nothing else, and a killed trainer shows as interrupted.
 
 The runs are `ccpo train --backend local` on the shipped games with a tiny recipe (1 task x 2
 rollouts, 4-turn episodes, 2-game evaluations, in-process rollouts). One reference run is
 trained per module and copied (folder and database) for each test that could change it.
+
+Asked for in issue 21, cases 1-4 and 6.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Issue 23, item 7: correcting the record without losing it (`ccpo runs retract` / `resolve`).
+"""Correcting the record without losing it (`ccpo runs retract` / `resolve`).
 
 Real runs.db through the real Typer app: a retracted evaluation leaves compare, the card and the
 published checkpoint choice, and both say so; nothing is deleted; a conflict is settled by a value,
 recorded with who and when.
+
+Asked for in issue 23, item 7.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
-"""Issue 32, item 7: `runs list` shows last, best and window success, benchmark, backend and times,
+"""`runs list` shows last, best and window success, benchmark, backend and times,
 and filters by arm, status, benchmark and model; `runs show` has the config section; `runs diff`
-and `arms diff` print exactly what differs."""
+and `arms diff` print exactly what differs.
+
+Asked for in issue 32, item 7.
+"""
 
 from __future__ import annotations
 

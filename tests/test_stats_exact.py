@@ -1,5 +1,8 @@
-"""Issue 29: float rounding is neither spread nor an improvement, power is the noncentral t's,
-and a slope interval that covers 0 only because it is wide is not "converged"."""
+"""Float rounding is neither spread nor an improvement, power is the noncentral t's,
+and a slope interval that covers 0 only because it is wide is not "converged".
+
+Asked for in issue 29.
+"""
 
 from __future__ import annotations
 

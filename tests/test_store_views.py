@@ -1,7 +1,10 @@
-"""Issue 32, item 4: the SQL views of m009_views leave out what compare leaves out, and the
+"""The SQL views of m009_views leave out what compare leaves out, and the
 recipes of docs/runs-db.md ("SQL views") give compare's numbers on a database with retracted
 evaluations, a retracted run, a conflict kept and one settled for the other value, a failed run,
-a repeated seed and a mixed protocol."""
+a repeated seed and a mixed protocol.
+
+Asked for in issue 32, item 4.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 24: a testbed with controls built in. On the real engine with a tiny recipe:
+"""A testbed with controls built in. On the real engine with a tiny recipe:
 
 - the A/A control's twin (`rollout_stream`) shares the step-1 rollouts (so it pairs) and the
   fork, then trains on independent sampling numbers; stream 0 is the run as before; the stream
@@ -9,6 +9,8 @@
   reports what continuing its own warm-up was worth;
 - each step and evaluation records its CPU seconds, each block its CPU, and `--cpu-minutes`
   stops the matrix before a block that would end past it.
+
+Asked for in issue 24.
 """
 
 from __future__ import annotations

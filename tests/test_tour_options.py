@@ -1,7 +1,10 @@
-"""Issue 32, item 5: the options the tour needs. `--status auto` for card and publish, a default
+"""The options the tour needs. `--status auto` for card and publish, a default
 window too short for a window mean names the --window-start to pass, publish --dry-run prints
 its plan and where the token would come from, ingest takes --backend, --hardware and
---input-format, and --format json means what it means everywhere."""
+--input-format, and --format json means what it means everywhere.
+
+Asked for in issue 32, item 5.
+"""
 
 from __future__ import annotations
 
