@@ -156,7 +156,7 @@ def test_help_texts_written_out_agree_with_the_library():
 
 def test_the_default_backend_on_a_machine_without_a_cuda_device_asks_no_torch(tmp_path):
     script = (
-        "import sys\nfrom ccpo_cli.cli.train import default_backend\n"
+        "import sys\nfrom ccpo_cli.backends.device import default_backend\n"
         "print(default_backend(), 'torch' in sys.modules)\n"
     )
     done = subprocess.run(

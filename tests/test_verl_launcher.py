@@ -537,9 +537,9 @@ def test_seeds_make_one_launch_each(tmp_path):
 
 @pytest.mark.parametrize("has_gpu", [False, True])
 def test_default_backend_follows_the_gpu(tmp_path, monkeypatch, has_gpu):
-    import ccpo_cli.cli.train as train_command
+    import ccpo_cli.backends.device as device
 
-    monkeypatch.setattr(train_command, "_gpu_available", lambda: has_gpu)
+    monkeypatch.setattr(device, "gpu_available", lambda: has_gpu)
     result = runner.invoke(
         app,
         [

@@ -9,7 +9,6 @@ cores, verl follows the protocol file), so an option left out means "the backend
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -44,33 +43,6 @@ _PUSH_WINDOW_HELP = (
     "--push-to-hub: first step of the window the cards report "
     "(default: " + DEFAULT_WINDOW.describe("the run's", example=False) + ")."
 )
-# Where Linux shows a CUDA device (a driver's device node; WSL's GPU bridge). Without one, torch
-# cannot see a GPU either, so the CPU machine's answer needs no torch import (a second of start-up).
-_CUDA_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg")
-
-
-def _no_cuda_device() -> bool:
-    """True when this machine certainly has no CUDA device to offer (checked without torch)."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return True
-    return os.path.isdir("/dev") and not any(os.path.exists(path) for path in _CUDA_DEVICE_FILES)
-
-
-def _gpu_available() -> bool:
-    if _no_cuda_device():
-        return False
-    try:
-        import torch  # imported here: only a machine with a CUDA device node asks torch
-    except ImportError:
-        return False
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:  # a broken CUDA install must not break the CPU path
-        return False
-
-
-def default_backend() -> str:
-    return VERL if _gpu_available() else LOCAL
 
 
 def seed_list(seeds: str | None, seed: int | None) -> list[int]:
@@ -290,6 +262,7 @@ def train(
     Example: ccpo train --arm grpo --seeds 0-2 --steps 40 --dry-run
     """
     from ccpo_cli.arms import load_arm, parse_set_options
+    from ccpo_cli.backends.device import default_backend
 
     chosen = backend or default_backend()
     if chosen not in BACKENDS:

@@ -3,8 +3,8 @@ runs.db per evaluation), the uploads run in a separate process, so a slow, faili
 Hub never blocks a training step, never changes the trainer's numbers or exit status, and at
 the very end costs at most `PushTarget.end_wait_s` of waiting.
 
-The uploader is `python -m ccpo_cli.publishing.uploader`; the token and the target reach it on
-its standard input (never its command line), and closing that input tells it training is over.
+The uploader is `python -m ccpo_cli.publishing.uploader`; the token, the target and the run reach
+it on its standard input (never its command line), and closing that input tells it training is over.
 If the uploader dies it is started again at the next evaluation; if the trainer dies, the
 uploader sees its input close, empties the outbox and exits; whatever is left pending is taken
 up by the next `ccpo train --resume ... --push-to-hub` or `ccpo publish --follow`.
@@ -60,17 +60,14 @@ class BackgroundPublisher:
             self.log(
                 f"publishing: the uploader exited ({self.process.returncode}); starting it again"
             )
-        command = [
-            sys.executable,
-            "-m",
-            UPLOADER_MODULE,
-            "--db",
+        from ccpo_cli.publishing.uploader import UploadJob
+
+        command = [sys.executable, "-m", UPLOADER_MODULE]
+        job = UploadJob(
             str(self.db_path),
-            "--run",
             self.run,
-        ]
-        if self.verl_agent_home is not None:
-            command += ["--verl-agent-home", str(self.verl_agent_home)]
+            None if self.verl_agent_home is None else str(self.verl_agent_home),
+        )
         # huggingface_hub 0.3x reads the Hub address only from HF_ENDPOINT at start-up.
         env = {
             **os.environ,
@@ -83,7 +80,9 @@ class BackgroundPublisher:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.PIPE, stdout=log_file, stderr=log_file, env=env, text=True
             )
-        self.process.stdin.write(self._token + "\n" + self.target.to_json() + "\n")
+        self.process.stdin.write(
+            self._token + "\n" + self.target.to_json() + "\n" + job.to_json() + "\n"
+        )
         self.process.stdin.flush()
 
     def _close_input(self) -> None:

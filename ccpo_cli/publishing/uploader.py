@@ -10,14 +10,16 @@ entry back with a backoff (the Hub's Retry-After when it gave one); a definite r
 Before an entry that was tried before is sent again, the remote history is searched for its
 publication key: a commit whose answer was lost is recognised as landed, never made twice.
 
-`python -m ccpo_cli.publishing.uploader --db DB --run RUN` is the background process the
-trainer starts: it reads the token and then the target (JSON) from its standard input, and
-when the input closes (the trainer finished, or died) it empties the outbox and exits.
+`python -m ccpo_cli.publishing.uploader` is the background process the trainer starts: it reads
+the token, the target (JSON) and what to upload (JSON: runs.db, the run, verl-agent's home) from
+its standard input, one line each, and when the input closes (the trainer finished, or died) it
+empties the outbox and exits. It parses no command line: that is the CLI layer's job
+(docs/architecture.md §1), and nothing on a command line is left for `ps` to show.
 """
 
 from __future__ import annotations
 
-import argparse
+import json
 import os
 import sys
 import threading
@@ -416,19 +418,32 @@ class Uploader:
 # --- the background process -------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+@dataclass(frozen=True)
+class UploadJob:
+    """What an uploader process works on: one run's outbox in one runs.db."""
+
+    db: str
+    run: str
+    verl_agent_home: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"db": self.db, "run": self.run, "verl_agent_home": self.verl_agent_home})
+
+    @classmethod
+    def from_json(cls, text: str) -> UploadJob:
+        document = json.loads(text)
+        return cls(str(document["db"]), str(document["run"]), document.get("verl_agent_home"))
+
+
+def main() -> int:
     """The uploader process a trainer starts (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="ccpo-uploader")
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--run", required=True)
-    parser.add_argument("--verl-agent-home")
-    args = parser.parse_args(argv)
     try:  # uploads are background work: training keeps the cores when they are scarce
         os.nice(UPLOADER_NICENESS)
     except OSError:
         pass
     token = sys.stdin.readline().strip()
     target = PushTarget.from_json(sys.stdin.readline())
+    job = UploadJob.from_json(sys.stdin.readline())
     trainer_done = threading.Event()
     parent = os.getppid()
 
@@ -453,25 +468,25 @@ def main(argv: list[str] | None = None) -> int:
 
     from ccpo_cli.publishing.owner import acquire_waiting, outbox_lock
 
-    db = open_db(args.db)
+    db = open_db(job.db)
     uploader = Uploader(
         db,
-        Path(args.db),
-        args.run,
+        Path(job.db),
+        job.run,
         target,
         token,
         log=log,
-        verl_agent_home=Path(args.verl_agent_home) if args.verl_agent_home else None,
+        verl_agent_home=Path(job.verl_agent_home) if job.verl_agent_home else None,
     )
     try:
         # A killed trainer's uploader may still be draining: wait for it, never work beside it.
         lock = acquire_waiting(
-            outbox_lock(target.staging_for(Path(args.db), args.run), args.run, log=log),
+            outbox_lock(target.staging_for(Path(job.db), job.run), job.run, log=log),
             give_up=trainer_done.is_set,
         )
         if lock is None:
             log(
-                f"uploader: another uploader works the outbox of {args.run}; it publishes what is pending"
+                f"uploader: another uploader works the outbox of {job.run}; it publishes what is pending"
             )
             return 0
         try:

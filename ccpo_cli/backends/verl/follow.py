@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -145,7 +144,7 @@ def start(
     db: Any,
     *,
     poll_seconds: float = 30.0,
-    log: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    log: Callable[[str], None] = lambda message: None,
     observer: TrainingObserver | None = None,
 ) -> int:
     """Launch run.sh, ingest its metrics while it runs, and return its exit code.
