@@ -103,6 +103,7 @@ TRIED_COLUMNS = (
     ("opposite signs", "share_of_rows_with_opposite_signs", 3),
     ("step group rows", "step_group_rows_median", 0),
     ("A/A at p<.05", "aa_false_positives", None),
+    ("oracle − grpo", "oracle_credit_minus_grpo", 1),
     ("gigpo − grpo", "gigpo_minus_grpo", 1),
     ("p", "p_gigpo_minus_grpo", 3),
 )
