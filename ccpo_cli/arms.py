@@ -27,16 +27,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ccpo_cli import estimator_registry
 from ccpo_cli.bounded_yaml import read_yaml_file
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.paths import configs_dir
 
 
 def flag(
-    help: str, *, bounds: tuple[float, float] | None = None, default: Any = dataclasses.MISSING
+    help: str,
+    *,
+    bounds: tuple[float, float] | None = None,
+    default: Any = dataclasses.MISSING,
+    choices: tuple[str, ...] = (),
 ) -> Any:
     """Declare one estimator flag (a field of `Arm`): its help and, for a number, its valid range
-    (`bounds`, both ends included); the type is the annotation.
+    (`bounds`, both ends included); the type is the annotation. `choices` are for a text flag
+    whose values are listed elsewhere (the estimator table) rather than in a `Literal`.
 
     Every numeric flag has a range, chosen so that in-range flags on in-range input (batch values
     are at most 1e9 in size, batch_io.MAX_ABS_VALUE) keep every advantage finite, in float32 too
@@ -45,7 +51,9 @@ def flag(
     written: a file that omits it gets it.
     """
     return field(
-        default=default, kw_only=True, metadata={"flag": True, "help": help, "bounds": bounds}
+        default=default,
+        kw_only=True,
+        metadata={"flag": True, "help": help, "bounds": bounds, "choices": choices},
     )
 
 
@@ -64,7 +72,6 @@ PADDING_MEANINGS = {
     "upstream": "padding copies of rows (`is_pad`) count in the group statistics and are trained on, "
     "as verl-agent's own GRPO and GiGPO do",
 }
-UPSTREAM_PADDING_ESTIMATORS = ("grpo", "gigpo")
 
 
 def check_padding_rule(rule: str, estimator: str, *, where: str = "") -> None:
@@ -73,9 +80,10 @@ def check_padding_rule(rule: str, estimator: str, *, where: str = "") -> None:
         raise InvalidInput(
             f"{where}padding rule {rule!r} is not one of {', '.join(PADDING_MEANINGS)}"
         )
-    if rule == "upstream" and estimator not in UPSTREAM_PADDING_ESTIMATORS:
+    upstream = estimator_registry.upstream_names()
+    if rule == "upstream" and estimator not in upstream:
         raise InvalidInput(
-            f"{where}padding = upstream reproduces verl-agent's own grpo and gigpo; "
+            f"{where}padding = upstream reproduces verl-agent's own {' and '.join(upstream)}; "
             f"estimator {estimator!r} has no upstream rule (use padding = inert)"
         )
 
@@ -84,7 +92,7 @@ def check_padding_rule(rule: str, estimator: str, *, where: str = "") -> None:
 class Arm:
     name: str
     description: str
-    estimator: Literal["grpo", "gigpo", "ccpo"] = flag("which advantage estimator")
+    estimator: str = flag("which advantage estimator", choices=estimator_registry.ESTIMATOR_NAMES)
     adv_mode: Literal["mean_std_norm", "mean_norm"] = flag(
         "normalisation of the episode and GiGPO step terms"
     )
@@ -239,7 +247,9 @@ def _flag_spec(declared: dataclasses.Field, annotation: Any) -> FlagSpec:
     optional = isinstance(annotation, types.UnionType) and type(None) in arguments
     if optional:
         (annotation,) = [argument for argument in arguments if argument is not type(None)]
-    choices = typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
+    choices = declared.metadata["choices"] or (
+        typing.get_args(annotation) if typing.get_origin(annotation) is Literal else ()
+    )
     return FlagSpec(
         name=declared.name,
         kind=str if choices else annotation,
@@ -396,13 +406,11 @@ def fixed_lambda_by_rho(arm: Arm) -> bool:
 
 def features_active(arm: Arm) -> bool:
     """Whether phi_feats can change this arm's advantages (and so must be supplied)."""
-    if arm.estimator != "ccpo":
+    if not estimator_registry.lookup(arm.estimator).features:
         return False
     return fixed_lambda(arm) != 0.0 or arm.std == "local"
 
 
-_EPISODE_FLAGS = ("estimator", "adv_mode", "invalid_penalty", "ep_w", "padding")
-_GIGPO_FLAGS = _EPISODE_FLAGS + ("gamma", "step_advantage_w", "step_permute", "step_oracle")
 _FEATURE_FLAGS = ("phi", "ctx_w", "whiten", "tau", "wmode")
 
 
@@ -425,9 +433,11 @@ def inert_flags(arm: Arm) -> dict[str, str]:
         for name in names:
             inert.setdefault(name, reason)
 
-    if arm.estimator == "grpo":
-        rest = [name for name in FLAG_NAMES if name not in _EPISODE_FLAGS]
-        mark(rest, "estimator = grpo ⇒ episode term only (no returns, no step term) ⇒ no effect")
+    entry = estimator_registry.lookup(arm.estimator)
+    unread = [name for name in FLAG_NAMES if entry.reads is not None and name not in entry.reads]
+    unread_reason = f"estimator = {entry.name} ⇒ {entry.unread} ⇒ no effect"
+    if not entry.step_level:
+        mark(unread, unread_reason)
         return inert
     if arm.step_advantage_w == 0.0:
         mark(
@@ -436,9 +446,8 @@ def inert_flags(arm: Arm) -> dict[str, str]:
         )
     if arm.step_oracle:
         mark(("gamma",), "step_oracle = 1 ⇒ the step term ignores returns ⇒ gamma has no effect")
-    if arm.estimator == "gigpo":
-        rest = [name for name in FLAG_NAMES if name not in _GIGPO_FLAGS]
-        mark(rest, "estimator = gigpo ⇒ CCPO-only flag ⇒ no effect")
+    if unread:
+        mark(unread, unread_reason)
         return {name: inert[name] for name in FLAG_NAMES if name in inert}
 
     lam = fixed_lambda(arm)

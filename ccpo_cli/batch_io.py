@@ -1,7 +1,10 @@
 """Rollout batches and advantage results on disk (.json or .npz, same key names; see
 docs/estimators.md §1.1 and §6).
 
-The estimators never touch files; this module is the only place that does for them.
+The estimators never touch files; this module is the only place that does for them, and the
+only reader and writer of batch files anywhere: `ccpo estimate`'s input, the batches the CPU
+trainer dumps (`--dump-batches`, with the advantages it trained with) and the testbed's
+diagnostics of those dumps all go through `save_batch` and `load_batch` / `load_dumped_batch`.
 
 Reading is bounded before anything is allocated: a batch file holds at most MAX_BATCH_BYTES of
 data (a JSON file's size; the sum of the arrays an .npz's own headers declare, checked before a
@@ -30,6 +33,10 @@ _PER_ROW_PREFIX = "per_row."
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 MAX_ABS_VALUE = 1e9
 MAX_STEP_INDEX = 2**31 - 1
+# Beside the batch keys, a dumped training batch holds the per-row advantages it was trained
+# with, so `ccpo estimate` on the same file can be checked against them.
+TRAINED_ADVANTAGES = "advantages"
+_STORED_KEYS = BATCH_KEYS + (TRAINED_ADVANTAGES,)
 
 
 def _suffix(path: Path, purpose: str, error: type = UsageError) -> str:
@@ -41,6 +48,12 @@ def _suffix(path: Path, purpose: str, error: type = UsageError) -> str:
 
 def load_batch(path: Path | str) -> RolloutBatch:
     """Read and validate a batch; InvalidInput (one line, naming file, key and row) on any problem."""
+    return load_dumped_batch(path)[0]
+
+
+def load_dumped_batch(path: Path | str) -> tuple[RolloutBatch, np.ndarray | None]:
+    """A batch and the per-row advantages stored beside it (None when the file holds none), read
+    and checked as `load_batch` does."""
     path = Path(path)
     suffix = _suffix(path, "a batch file", InvalidInput)
     if not path.is_file():
@@ -66,18 +79,35 @@ def load_batch(path: Path | str) -> RolloutBatch:
         try:
             _check_npz_headers(path)
             with np.load(path, allow_pickle=False) as archive:
-                data = {key: archive[key] for key in archive.files if key in BATCH_KEYS}
+                data = {key: archive[key] for key in archive.files if key in _STORED_KEYS}
         except ValueError as error:
             raise InvalidInput(
                 f"{path}: cannot read arrays ({error}); store strings as unicode arrays"
             ) from None
         except (OSError, zipfile.BadZipFile, EOFError):
             raise InvalidInput(f"{path}: not a readable .npz archive") from None
+    trained = None
     if isinstance(data, dict):
         _check_step_index(data, str(path))
+        trained = data.pop(TRAINED_ADVANTAGES, None)
     batch = RolloutBatch.from_mapping(data, source=str(path))
     _check_magnitudes(batch, str(path))
-    return batch
+    return batch, _trained_advantages(trained, batch.n_rows, str(path))
+
+
+def _trained_advantages(raw: Any, n_rows: int, source: str) -> np.ndarray | None:
+    if raw is None:
+        return None
+    try:
+        values = np.asarray(raw, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InvalidInput(f"{source}: key '{TRAINED_ADVANTAGES}': not numbers") from None
+    if values.shape != (n_rows,):
+        raise InvalidInput(
+            f"{source}: key '{TRAINED_ADVANTAGES}': expected one value per row ({n_rows}), "
+            f"got shape {values.shape}"
+        )
+    return values
 
 
 def _check_npz_headers(path: Path) -> None:
@@ -86,7 +116,7 @@ def _check_npz_headers(path: Path) -> None:
     with zipfile.ZipFile(path) as archive:
         for member in archive.infolist():
             key = member.filename.removesuffix(".npy")
-            if key not in BATCH_KEYS:
+            if key not in _STORED_KEYS:
                 continue
             with archive.open(member) as stream:
                 version = np.lib.format.read_magic(stream)
@@ -146,10 +176,16 @@ def _check_magnitudes(batch: RolloutBatch, source: str) -> None:
             )
 
 
-def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
-    """Write a batch in the batch schema (docs/estimators.md §1.1) (.json lists or .npz arrays)."""
+def save_batch(
+    batch: RolloutBatch, path: Path | str, *, advantages: np.ndarray | None = None
+) -> Path:
+    """Write a batch in the batch schema (docs/estimators.md §1.1) (.json lists or compressed
+    .npz arrays), with `advantages` (one per row, what a trainer trained with) beside it when
+    given; `load_dumped_batch` reads both back."""
     path = Path(path)
-    mapping = batch.as_mapping()
+    mapping: dict[str, np.ndarray] = dict(batch.as_mapping())
+    if advantages is not None:
+        mapping[TRAINED_ADVANTAGES] = _trained_advantages(advantages, batch.n_rows, str(path))
     if _suffix(path, "a batch file") == ".json":
         document = {key: _plain(value) for key, value in mapping.items()}
         path.write_text(json.dumps(document) + "\n", encoding="utf-8")
@@ -158,7 +194,8 @@ def save_batch(batch: RolloutBatch, path: Path | str) -> Path:
             key: (value.astype(str) if value.dtype == object else value)
             for key, value in mapping.items()
         }
-        np.savez(path, **arrays)
+        # Compressed: a training run dumps one batch per step, mostly repeated observation text.
+        np.savez_compressed(path, **arrays)
     return path
 
 

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from ccpo_cli.batch_io import save_batch
+from ccpo_cli.estimators import RolloutBatch
 from ccpo_cli.experiments import testbed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,8 +165,11 @@ def test_batch_structure_counts_revisits_horizon_and_sparsity(tmp_path):
         "step_index": np.array([0, 1, 2, 0, 1]),
         "env_reward": np.array([0.0, 0.0, 10.0, 0.0, 0.0]),
         "episode_reward": np.array([10.0, 10.0, 10.0, 0.0, 0.0]),
+        "is_action_valid": np.ones(5, dtype=bool),
+        "response_mask": np.ones((5, 1)),
     }
-    np.savez(tmp_path / "step-000001.npz", **batch)
+    # Written as the trainer dumps a batch: through the one batch-file writer.
+    save_batch(RolloutBatch.from_mapping(batch), tmp_path / "step-000001.npz")
     found = testbed.batch_structure([tmp_path / "step-000001.npz"])
     assert found["share_of_decisions_in_revisited_states"] == pytest.approx(4 / 5)
     assert found["share_without_first_turn"] == pytest.approx(2 / 3)

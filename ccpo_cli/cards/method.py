@@ -11,20 +11,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ccpo_cli.arms import PADDING_MEANINGS
+from ccpo_cli.estimator_registry import CCPO_FAMILY, ESTIMATORS, Estimator, of_family
 
 # An arm whose recorded flags name no estimator (a run ingested without `--arm` and without
 # verl's `algorithm.*` keys): which estimator it trained is not known, and the card says so
 # rather than guessing from the arm's name.
 NOT_RECORDED = "not recorded"
 
-METHOD_NAMES = {
-    "ccpo": "CCPO (Context-Conditioned Policy Optimization)",
-    "gigpo": "GiGPO (Group-in-Group Policy Optimization)",
-    "grpo": "GRPO (Group Relative Policy Optimization)",
+# Keyed by family: the estimator table's words, and what a card says when no family is recorded.
+METHOD_NAMES = {entry.family: entry.title for entry in ESTIMATORS} | {
     NOT_RECORDED: "an advantage estimator the run did not record",
 }
 
-METHOD_SHORT_NAMES = {"ccpo": "CCPO", "gigpo": "GiGPO", "grpo": "GRPO", NOT_RECORDED: "this arm"}
+METHOD_SHORT_NAMES = {entry.family: entry.short for entry in ESTIMATORS} | {
+    NOT_RECORDED: "this arm"
+}
 # What a card says of a flag of an external arm: ccpo cannot tell which of them are inert.
 EXTERNAL_INERT = "not assessed: ccpo does not implement this estimator"
 # An estimator known only from a run's log (store/identity.py `external_arm`): named by the
@@ -32,27 +33,7 @@ EXTERNAL_INERT = "not assessed: ccpo does not implement this estimator"
 EXTERNAL = "external"
 EXTERNAL_ARM_PREFIX = "verl-agent:"
 
-METHOD_PARAGRAPHS = {
-    "ccpo": (
-        "CCPO targets credit assignment in multi-turn agent RL. Methods in the GRPO family split the "
-        "advantage into an episode term and a step term. CCPO keeps the episode term untouched and "
-        "replaces only the step term with a context-conditioned, uncertainty-shrunk leave-one-out "
-        "baseline: turns are bucketed by (task, observation), siblings in a bucket are weighted by "
-        "their distance in frozen reference-policy features, and a shrinkage factor pulls the "
-        "baseline back toward the uniform one wherever the two disagree by no more than their "
-        "sampling noise. A head-to-head against the baseline arm therefore isolates the estimator "
-        "and nothing else."
-    ),
-    "gigpo": (
-        "GiGPO adds a step-level advantage to GRPO's episode-level one: turns taken from the same "
-        "observation within a task's group of rollouts (anchor states) are compared with each other, "
-        "so individual actions receive credit without a learned critic."
-    ),
-    "grpo": (
-        "GRPO gives every turn of a trajectory the same advantage: the episode's return normalised "
-        "against the other rollouts of the same task. It is the critic-free baseline that the "
-        "step-level estimators build on."
-    ),
+METHOD_PARAGRAPHS = {entry.family: entry.paragraph for entry in ESTIMATORS} | {
     NOT_RECORDED: (
         "Which advantage estimator this run trained is not recorded: the run was recorded without "
         "the arm's estimator flags (no `--arm` at ingest, no `algorithm.*` keys in its log), so the "
@@ -96,13 +77,30 @@ def external_method(arm_name: str | None, flags: Mapping[str, Any]) -> dict[str,
     return {
         "family": estimator_family(arm_name, flags),
         "name": f"verl-agent's `{estimator}` estimator",
-        "short": {"grpo": "GRPO", "gigpo": "GiGPO"}.get(estimator, estimator.upper()),
+        "short": _upstream_short(estimator),
         "paragraph": (
             f"The run trained verl-agent's `{estimator}` advantage estimator (`algorithm.adv_estimator="
             f"{estimator}`). ccpo does not implement it: the arm is known by the `algorithm.*` settings "
             "the run's log printed, listed below, and its fingerprint is theirs."
         ),
     }
+
+
+def _named(text: str) -> Estimator | None:
+    """The table's entry whose estimator or family is `text` (recorded flags hold either)."""
+    return next((entry for entry in ESTIMATORS if text in (entry.name, entry.family)), None)
+
+
+def _upstream(estimator: str) -> Estimator | None:
+    """The table's entry for an estimator verl-agent also implements under that name, or None."""
+    return next(
+        (entry for entry in ESTIMATORS if entry.upstream and entry.name == estimator.lower()), None
+    )
+
+
+def _upstream_short(estimator: str) -> str:
+    entry = _upstream(estimator)
+    return entry.short if entry is not None and entry.name == estimator else estimator.upper()
 
 
 def estimator_family(arm_name: str | None, flags: Mapping[str, Any]) -> str:
@@ -112,11 +110,13 @@ def estimator_family(arm_name: str | None, flags: Mapping[str, Any]) -> str:
     `verl-gigpo` or `baseline` say nothing of what was trained."""
     if is_external(arm_name):
         estimator = external_estimator(arm_name, flags).lower()
-        return estimator if estimator in ("gigpo", "grpo") else EXTERNAL
+        entry = _upstream(estimator)
+        return entry.family if entry is not None else EXTERNAL
     for key in _FAMILY_KEYS:
         value = flags.get(key)
-        if isinstance(value, str) and value.lower() in ("ccpo", "gigpo", "grpo"):
-            return value.lower()
+        entry = _named(value.lower()) if isinstance(value, str) else None
+        if entry is not None:
+            return entry.family
     return NOT_RECORDED
 
 
@@ -166,11 +166,13 @@ def describe_arm(arm_name: str, flags: Mapping[str, Any]) -> str:
             "log printed (not one of ccpo's arm files)"
         )
     family = estimator_family(arm_name, flags)
-    if family == "ccpo":
+    if family == CCPO_FAMILY:
         return describe_ccpo_flags(flags)
     if family == NOT_RECORDED:
         return f"`{arm_name}`, whose estimator flags the run did not record"
-    return f"the {family.upper() if family == 'grpo' else 'GiGPO'} estimator as the baseline arm"
+    entry = of_family(family)
+    short = entry.short if entry is not None else family
+    return f"the {short} estimator as the baseline arm"
 
 
 def format_flag_value(value: Any) -> str:

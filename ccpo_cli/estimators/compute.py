@@ -12,6 +12,7 @@ import numpy as np
 
 from ccpo_cli.arms import Arm, check_padding_rule, features_active, fixed_lambda, lambda_reason
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.estimator_registry import lookup, register_compute
 from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.estimators.blas import one_blas_thread
 from ccpo_cli.estimators.ccpo import ccpo_step_term
@@ -73,28 +74,106 @@ def padding_rule(arm: Arm, padding: str | None = None) -> str:
     return rule
 
 
-def _baseline_terms(
-    arm: Arm, layout: Layout, scores: np.ndarray, returns: np.ndarray, population: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GRPO / GiGPO episode term, step term and liveness for each entry of `population`.
+@dataclass(frozen=True, eq=False)
+class TermInputs:
+    """What every estimator's terms are computed from, in canonical layout order (layout.py).
 
-    `population` lists canonical rows, a row once per occurrence in the trained batch (its
-    padding copies repeat it under the upstream rule), and every statistic counts each entry.
+    `scores` and `returns` are per canonical row, (n,); `population` lists the canonical rows
+    whose terms are wanted, a row once per occurrence in the trained batch (its padding copies
+    repeat it under the upstream rule), and every group statistic counts each entry.
     """
-    task = layout.task[population]
-    episode = episode_term(scores[population], task, layout.n_tasks, arm.adv_mode)
-    if arm.estimator == "grpo":
-        return (
-            episode,
-            np.zeros(population.size, dtype=np.float32),
-            np.zeros(population.size, dtype=bool),
-        )
+
+    batch: RolloutBatch
+    layout: Layout
+    valid: np.ndarray  # (n,) bool: is_action_valid
+    scores: np.ndarray  # (n,) float32: the row scores σ (§2.2)
+    returns: np.ndarray  # (n,) float32: the penalised returns G (§2.2)
+    population: np.ndarray  # (m,) int64 canonical rows, m >= n under the upstream rule
+
+
+@dataclass(frozen=True, eq=False)
+class Terms:
+    """An estimator's per-row terms, each (m,) over `TermInputs.population`."""
+
+    episode: np.ndarray  # A^EP
+    step: np.ndarray  # the step term before the step_permute control (0 without one)
+    live: np.ndarray  # bool: the row has a step term
+    extra: dict[str, np.ndarray]  # the estimator's own diagnostic columns, in output order
+
+
+@register_compute("grpo")
+def grpo_terms(arm: Arm, inputs: TermInputs) -> Terms:
+    """The episode term alone (§3): no step term, no live row."""
+    population, layout = inputs.population, inputs.layout
+    episode = episode_term(
+        inputs.scores[population], layout.task[population], layout.n_tasks, arm.adv_mode
+    )
+    return Terms(
+        episode=episode,
+        step=np.zeros(population.size, dtype=np.float32),
+        live=np.zeros(population.size, dtype=bool),
+        extra={},
+    )
+
+
+@register_compute("gigpo")
+def gigpo_terms(arm: Arm, inputs: TermInputs) -> Terms:
+    """The episode term and the anchor-state step term (§4); live rows share their state."""
+    population, layout = inputs.population, inputs.layout
+    episode = episode_term(
+        inputs.scores[population], layout.task[population], layout.n_tasks, arm.adv_mode
+    )
     node = layout.node[population]
-    step = gigpo_step_term(returns[population], node, layout.n_nodes, arm.adv_mode).astype(
+    step = gigpo_step_term(inputs.returns[population], node, layout.n_nodes, arm.adv_mode).astype(
         np.float32
     )
     live = np.bincount(node, minlength=layout.n_nodes)[node] > 1
-    return episode, step, live
+    if arm.step_oracle:  # the ceiling (§4.2): the plan's marks instead of the returns
+        if inputs.batch.plan_progress is None:
+            raise InvalidInput(
+                f"key 'plan_progress': missing, and arm '{arm.name}' needs it (step_oracle = 1: "
+                "the rollouts must follow the games' plans)"
+            )
+        progress = inputs.batch.plan_progress[layout.rows][population]
+        step, live = oracle_step_term(progress, layout.task[population], layout.n_tasks)
+    return Terms(episode=episode, step=step, live=live, extra={})
+
+
+@register_compute("ccpo")
+def ccpo_terms(arm: Arm, inputs: TermInputs) -> Terms:
+    """The episode term and the leave-one-trajectory-out step term (§5), normalised per task
+    when the arm says so; the population is the real rows (no upstream rule)."""
+    batch, layout, valid = inputs.batch, inputs.layout, inputs.valid
+    rows = layout.rows
+    episode = episode_term(inputs.scores, layout.task, layout.n_tasks, arm.adv_mode)
+    needs_values = arm.target == "nextnode" or arm.edge_w > 0
+    values = (
+        node_values(layout, batch.episode_reward[rows], arm.gamma, arm.success_reward)
+        if needs_values
+        else None
+    )
+    if arm.target == "nextnode":
+        targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(np.float64)
+    else:
+        targets = inputs.returns.astype(np.float64)
+    with one_blas_thread():
+        result = ccpo_step_term(arm, layout, targets, values, _features_for(batch, arm, layout))
+    step = result.raw
+    if step_normalisation_on(arm):
+        step = normalise_live_steps(step, result.live, layout.task, layout.n_tasks)
+    extra = {
+        "step_raw": result.raw.astype(np.float64),
+        "cc_term": result.cc_term,
+        "edge_term": result.edge_term,
+        "target": result.target,
+        "baseline": result.baseline,
+        "uniform_baseline": result.uniform_baseline,
+        "kernel_baseline": result.kernel_baseline,
+        "lam": result.lam,
+        "n_traj": result.n_traj,
+        "level": result.level,
+    }
+    return Terms(episode=episode, step=step, live=result.live, extra=extra)
 
 
 def compute_advantages(
@@ -126,54 +205,16 @@ def compute_advantages(
         "return_to_go": returns.astype(np.float64)[population],
     }
 
-    if arm.estimator in ("grpo", "gigpo"):
-        episode, step, live = _baseline_terms(arm, layout, scores, returns, population)
-        if arm.step_oracle:
-            if batch.plan_progress is None:
-                raise InvalidInput(
-                    f"key 'plan_progress': missing, and arm '{arm.name}' needs it (step_oracle = 1: "
-                    "the rollouts must follow the games' plans)"
-                )
-            progress = batch.plan_progress[rows][population]
-            step, live = oracle_step_term(progress, layout.task[population], layout.n_tasks)
-    else:
-        episode = episode_term(scores, layout.task, layout.n_tasks, arm.adv_mode)
-        needs_values = arm.target == "nextnode" or arm.edge_w > 0
-        values = (
-            node_values(layout, batch.episode_reward[rows], arm.gamma, arm.success_reward)
-            if needs_values
-            else None
-        )
-        if arm.target == "nextnode":
-            targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(
-                np.float64
-            )
-        else:
-            targets = returns.astype(np.float64)
-        with one_blas_thread():
-            result = ccpo_step_term(arm, layout, targets, values, _features_for(batch, arm, layout))
-        live = result.live
-        step = result.raw
-        if step_normalisation_on(arm):
-            step = normalise_live_steps(step, live, layout.task, layout.n_tasks)
-        canonical.update(
-            step_raw=result.raw.astype(np.float64),
-            cc_term=result.cc_term,
-            edge_term=result.edge_term,
-            target=result.target,
-            baseline=result.baseline,
-            uniform_baseline=result.uniform_baseline,
-            kernel_baseline=result.kernel_baseline,
-            lam=result.lam,
-            n_traj=result.n_traj,
-            level=result.level,
-        )
-
+    terms = lookup(arm.estimator).compute(
+        arm, TermInputs(batch, layout, valid, scores, returns, population)
+    )
+    canonical.update(terms.extra)
+    step, live = terms.step, terms.live
     if arm.step_permute:
         step = permute_within_tasks(step, live, layout.task[population])
-    final = combine_terms(episode, step, arm)
+    final = combine_terms(terms.episode, step, arm)
     canonical.update(
-        episode_term=episode, step_term=step.astype(np.float64), final=final, live=live
+        episode_term=terms.episode, step_term=step.astype(np.float64), final=final, live=live
     )
     # Canonical entries go back to their batch positions: real rows, then any counted copies.
     positions = np.concatenate([rows, pad_rows])

@@ -8,7 +8,8 @@
   sizes of the loop-state groups: a design in which the two arms make almost the same update
   cannot tell them apart, whatever its seeds.
 
-Every advantage is computed through the estimator entry point training uses.
+Every advantage is computed through the estimator entry point training uses, and every batch is
+read by `batch_io.load_batch`, checked as `ccpo estimate` checks its input.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from ccpo_cli.batch_io import load_batch
 
 
 def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
@@ -40,13 +43,13 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
     wins = episodes = 0
     batches = 0
     for path in paths:
-        with np.load(path, allow_pickle=False) as batch:
-            uid, traj, anchor = batch["uid"], batch["traj_uid"], batch["anchor_obs"]
-            step_index, reward, episode_reward = (
-                batch["step_index"],
-                batch["env_reward"],
-                batch["episode_reward"],
-            )
+        batch = load_batch(path)
+        uid, traj, anchor = batch.uid, batch.traj_uid, batch.anchor_obs
+        step_index, reward, episode_reward = (
+            batch.step_index,
+            batch.env_reward,
+            batch.episode_reward,
+        )
         batches += 1
         decisions += len(uid)
         rewarded += int(np.count_nonzero(reward))
@@ -110,8 +113,7 @@ def step_term_overlap(paths: Iterable[Path]) -> dict[str, Any]:
     step_arm = load_arm("gigpo", {"ep_w": 0.0})
     episode_terms, step_terms = [], []
     for path in paths:
-        with np.load(path, allow_pickle=False) as stored:
-            batch = {key: stored[key] for key in stored.files if key != "advantages"}
+        batch = load_batch(path)
         episode_terms.append(advantages_for(batch, episode_arm))
         step_terms.append(advantages_for(batch, step_arm))
     if not episode_terms:
@@ -147,12 +149,11 @@ def advantage_overlap(paths: Iterable[Path]) -> dict[str, Any]:
     grpo, gigpo = load_arm("grpo"), load_arm("gigpo")
     grpo_terms, gigpo_terms, group_sizes = [], [], []
     for path in paths:
-        with np.load(path, allow_pickle=False) as stored:
-            batch = {key: stored[key] for key in stored.files if key != "advantages"}
+        batch = load_batch(path)
         grpo_terms.append(advantages_for(batch, grpo))
         gigpo_terms.append(advantages_for(batch, gigpo))
         _, counts = np.unique(
-            np.stack([batch["uid"].astype(str), batch["anchor_obs"].astype(str)]),
+            np.stack([batch.uid.astype(str), batch.anchor_obs.astype(str)]),
             axis=1,
             return_counts=True,
         )

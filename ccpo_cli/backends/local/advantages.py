@@ -9,10 +9,10 @@ from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.estimators.compute import compute_advantages
 
 
-def advantages_for(batch: dict[str, np.ndarray], arm: Arm) -> np.ndarray:
+def advantages_for(batch: RolloutBatch | dict[str, np.ndarray], arm: Arm) -> np.ndarray:
     """One advantage per row (one decision is one token), rows in batch order."""
-    result = compute_advantages(
-        RolloutBatch.from_mapping(batch, source="local training batch"), arm
-    )
+    if not isinstance(batch, RolloutBatch):
+        batch = RolloutBatch.from_mapping(batch, source="local training batch")
+    result = compute_advantages(batch, arm)
     advantages = np.asarray(result.advantages, dtype=np.float64)
-    return advantages.reshape(len(batch["uid"]), -1)[:, 0]
+    return advantages.reshape(batch.n_rows, -1)[:, 0]

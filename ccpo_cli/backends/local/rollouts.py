@@ -89,10 +89,6 @@ def estimate_batch(
     return batch
 
 
-def save_npz(path, batch: dict[str, np.ndarray]) -> None:
-    np.savez_compressed(path, **batch)
-
-
 def rollout_digest(trajectories: list[Trajectory]) -> str:
     """sha256 of everything that defines the rollouts (games, groups, observations, commands,
     choices, rewards), independent of the arm; arms sharing a seed must agree on step 1."""

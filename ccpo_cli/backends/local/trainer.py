@@ -55,11 +55,12 @@ from ccpo_cli.backends.local.rollouts import (
     estimate_batch,
     flat_decisions,
     rollout_digest,
-    save_npz,
 )
 from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
 from ccpo_cli.backends.observer import StepProgress, TrainingObserver, notify
+from ccpo_cli.batch_io import save_batch
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
+from ccpo_cli.estimators.batch import RolloutBatch
 from ccpo_cli.paths import file_sha256
 from ccpo_cli.store import (
     best_evaluation,
@@ -342,7 +343,10 @@ class _Run:
         packed = pack([d.features for d in decisions])
         with torch.no_grad():
             phi = self.reference.state_vector(packed).numpy()
-        batch = estimate_batch(trajectories, phi)
+        # Validated once: the estimator and the dump below take the same batch.
+        batch = RolloutBatch.from_mapping(
+            estimate_batch(trajectories, phi), source="local training batch"
+        )
         advantages = advantages_for(batch, self.arm)
         bad = np.flatnonzero(~np.isfinite(advantages))
         if bad.size:
@@ -352,7 +356,7 @@ class _Run:
         if self.config.dump_batches:
             dump_dir = self.run_dir / "batches"
             dump_dir.mkdir(parents=True, exist_ok=True)
-            save_npz(dump_dir / f"step-{step:06d}.npz", dict(batch, advantages=advantages))
+            save_batch(batch, dump_dir / f"step-{step:06d}.npz", advantages=advantages)
         actions = torch.tensor([d.action_index for d in decisions], dtype=torch.long)
         stats = update(
             self.model,
