@@ -434,7 +434,7 @@ def _encode(value: Any) -> str:
 def _record(
     db: sqlite_utils.Database, run_id: int, key: str, value: Any, source: str | None
 ) -> None:
-    db["run_facts"].insert(
+    db.table("run_facts").insert(
         {
             "run_id": run_id,
             "key": key,
@@ -482,7 +482,7 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
     seen: dict[str, list] = {}
     if "run_facts" not in db.table_names():
         return {"values": values, "conflicts": {}}
-    for row in db["run_facts"].rows_where("run_id = ?", [run_id], order_by="id"):
+    for row in db.table("run_facts").rows_where("run_id = ?", [run_id], order_by="id"):
         value = json.loads(row["value"])
         values.setdefault(row["key"], value)
         seen.setdefault(row["key"], [])
@@ -496,7 +496,7 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
 
 def _run_row(db: sqlite_utils.Database, run: str) -> dict | None:
     rows = list(
-        db["runs"].rows_where(
+        db.table("runs").rows_where(
             "name = ?", [run], select="id, total_steps, last_step, status, config"
         )
     )
@@ -569,7 +569,7 @@ def record_ingest_facts(
     if status is not None and status != row["status"]:
         changes["status"] = status
     if changes:
-        db["runs"].update(row["id"], dict(changes, updated_at=utc_now()))
+        db.table("runs").update(row["id"], dict(changes, updated_at=utc_now()))
     return conflicts
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import STANDING, insert_evaluation_rows, run_id, this_host
 
 MAX_REASON = 1000
@@ -101,7 +101,7 @@ def retract(
         now = utc_now()
         if step is None:
             existing = next(
-                db["retractions"].rows_where(
+                db.table("retractions").rows_where(
                     "run_id = ? AND evaluation_id IS NULL",
                     [identifier],
                     order_by="id",
@@ -120,10 +120,14 @@ def retract(
                 "retracted_by": actor,
                 "recorded_at": now,
             }
-            return Retraction(run, None, (int(db["retractions"].insert(row).last_pk),), (), False)
+            return Retraction(
+                run, None, (inserted_id(db.table("retractions").insert(row)),), (), False
+            )
         where = "run_id = ? AND step = ?" + (" AND split = ?" if split is not None else "")
         params = [identifier, step, *([split] if split is not None else [])]
-        at_step = list(db["evaluations"].rows_where(where, params, order_by="id", select="id"))
+        at_step = list(
+            db.table("evaluations").rows_where(where, params, order_by="id", select="id")
+        )
         if not at_step:
             steps = [
                 row["step"]
@@ -141,7 +145,7 @@ def retract(
         ids = [int(row["id"]) for row in at_step]
         done = {
             int(row["evaluation_id"]): int(row["id"])
-            for row in db["retractions"].rows_where(
+            for row in db.table("retractions").rows_where(
                 f"evaluation_id IN ({', '.join('?' for _ in ids)})", ids, select="id, evaluation_id"
             )
         }
@@ -159,7 +163,7 @@ def retract(
         ]
         retraction_ids = list(done.values())
         for row in new:
-            retraction_ids.append(int(db["retractions"].insert(row).last_pk))
+            retraction_ids.append(inserted_id(db.table("retractions").insert(row)))
         return Retraction(run, step, tuple(sorted(retraction_ids)), tuple(ids), not new)
 
 
@@ -324,7 +328,7 @@ def _earlier_resolution(
             )
         superseded = [
             int(item["evaluation_id"])
-            for item in db["retractions"].rows_where(
+            for item in db.table("retractions").rows_where(
                 "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id"
             )
         ]
@@ -464,9 +468,8 @@ def _settle(
             for row in _standing(db, identifier, step, *group)
             if int(row["id"]) != kept_id
         ]
-    resolution_id = int(
-        db["conflict_resolutions"]
-        .insert(
+    resolution_id = inserted_id(
+        db.table("conflict_resolutions").insert(
             {
                 "run_id": identifier,
                 "step": step,
@@ -480,12 +483,11 @@ def _settle(
                 "recorded_at": now,
             }
         )
-        .last_pk
     )
-    db["settled_conflicts"].insert_all(
+    db.table("settled_conflicts").insert_all(
         {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled
     )
-    db["retractions"].insert_all(
+    db.table("retractions").insert_all(
         {
             "run_id": identifier,
             "evaluation_id": evaluation,
