@@ -445,7 +445,7 @@ def ingest_file(
         source = str(path.resolve())
         recorded = next(db.table("runs").rows_where("name = ?", [run], select="benchmark"), None)
         run_is_new = recorded is None
-        choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
+        choice.see(None if recorded is None else recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
             db,
             run,

@@ -252,7 +252,8 @@ class RunFailure:
 
 @dataclass(frozen=True)
 class LiveStatus:
-    status: str  # the recorded status, or `interrupted` when its trainer is gone
+    # The recorded status (runs.status may be NULL), or `interrupted` when its trainer is gone.
+    status: str | None
     recorded_status: str | None
     reason: str | None  # why it is interrupted, in words
     owner: ProcessOwner | None

@@ -133,7 +133,8 @@ def entries(
     state: str | None = None,
 ) -> list[OutboxEntry]:
     """A run's entries (of one repository, in one state), by step, checkpoints before cards."""
-    where, params = ["run_id = ?"], [run_id(db, run)]
+    where: list[str] = ["run_id = ?"]
+    params: list[int | str] = [run_id(db, run)]
     if repo_id is not None:
         where.append("repo_id = ?")
         params.append(repo_id)

@@ -311,6 +311,8 @@ def record_evaluation_outcome(
                 [identifier, digest],
                 select="id",
             )
+            # Inserted just now or by the same content before (the insert ignored a repeat).
+            assert conflict is not None
             return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
         evaluation_id = insert_evaluation_rows(
             db,
@@ -355,7 +357,12 @@ def _same_at_precision(
         mine, theirs = row.get(name), recorded.get(name)
         if (mine is None) != (theirs is None):
             return False
-        if mine is not None and not agree_at_precision(float(mine), float(theirs)):
+        # Both given or both missing (checked above); `theirs is not None` is for mypy.
+        if (
+            mine is not None
+            and theirs is not None
+            and not agree_at_precision(float(mine), float(theirs))
+        ):
             return False
     recorded_types = {
         item["task_type"]: item["success_rate"]
@@ -366,9 +373,9 @@ def _same_at_precision(
         return False
     return all(
         recorded_types[key] is not None
-        and new_types[key] is not None
-        and agree_at_precision(float(recorded_types[key]), float(new_types[key]))
-        for key in new_types
+        and new_rate is not None
+        and agree_at_precision(float(recorded_types[key]), float(new_rate))
+        for key, new_rate in new_types.items()
     )
 
 
@@ -389,6 +396,8 @@ def mark_new_run_reference(db: sqlite_utils.Database, run: str, run_is_new: bool
     """Make a run created by this ingest a reference run (kind evaluation); True when it is one.
     A run recorded as a training run before is never changed (kind is part of its identity)."""
     row = _first(db.table("runs"), "name = ?", [run], select="id, kind")
+    # The caller recorded the run (ensure_run) before marking it.
+    assert row is not None, f"run {run!r} is not recorded"
     if row["kind"] == "evaluation":
         return True
     if not run_is_new:

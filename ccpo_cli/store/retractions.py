@@ -24,7 +24,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlite_utils
 
@@ -46,6 +46,11 @@ def default_actor() -> str:
     return f"{user}@{this_host()}"
 
 
+# Overloads so that a required text (the author) is typed `str`: an empty one raises instead.
+@overload
+def _checked_text(value: str, what: str, *, required: Literal[True]) -> str: ...
+@overload
+def _checked_text(value: str, what: str, *, required: bool) -> str | None: ...
 def _checked_text(value: str, what: str, *, required: bool) -> str | None:
     text = (value or "").strip()
     if not text:
@@ -112,7 +117,7 @@ def retract(
             )
             if existing is not None:
                 return Retraction(run, None, (int(existing["id"]),), (), True)
-            row = {
+            row: dict[str, Any] = {
                 "run_id": identifier,
                 "evaluation_id": None,
                 "step": None,

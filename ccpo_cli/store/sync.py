@@ -444,11 +444,15 @@ def write_parts(
     schemas = _schemas()
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[PartFile] = []
-    writer, current, rows = None, None, 0
+    # pyarrow is imported lazily (`_pyarrow`) and untyped, so the open writer is Any.
+    writer: Any = None
+    current: dict[str, Any] | None = None
+    rows = 0
 
     def close() -> None:
         nonlocal writer
         if writer is not None:
+            assert current is not None  # a writer is open only for the current part
             writer.close()
             local = Path(current["local"])
             parts.append(
@@ -1074,6 +1078,7 @@ def _merge_one(
         if (
             origin is not None
             and outcome == "updated"
+            and before is not None  # always so: only a run already here is updated
             and _known(db, origin.repo_id, [item_key("runs", _run_export_row(before))])
         ):
             derived_key = item_key("runs", _run_export_row(local))

@@ -16,7 +16,7 @@ still not here is counted `not_here` and changes nothing. Nothing here talks to 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlite_utils
 
@@ -108,6 +108,11 @@ def export_rows(
         yield rows
 
 
+# Overloads so that a required text (the default) is typed `str`: a missing one raises instead.
+@overload
+def _text(row: dict[str, Any], key: str, where: str, *, required: Literal[True] = True) -> str: ...
+@overload
+def _text(row: dict[str, Any], key: str, where: str, *, required: bool) -> str | None: ...
 def _text(row: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
     value = row.get(key)
     if value is None and not required:
