@@ -136,6 +136,7 @@ def compute_advantages(
             else None
         )
         if arm.target == "nextnode":
+            assert values is not None  # needs_values holds for the nextnode target
             targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(
                 np.float64
             )
