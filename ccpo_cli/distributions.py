@@ -12,9 +12,12 @@ chi-squared denominator, integrated by the trapezoid rule on a log scale.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 _SQRT2 = math.sqrt(2.0)
 
@@ -208,7 +211,7 @@ def trim_mean(values: np.ndarray, proportion: float, axis: int | None = None) ->
     return float(result) if np.ndim(result) == 0 else result
 
 
-def least_squares_line(x: Sequence[float], y: Sequence[float]) -> dict[str, float]:
+def least_squares_line(x: ArrayLike, y: ArrayLike) -> dict[str, float]:
     """Slope, intercept, the slope's standard error and its two-sided p (n - 2 df), as
     scipy.stats.linregress gives them; needs at least three points and x not all equal."""
     xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

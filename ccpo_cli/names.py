@@ -47,8 +47,9 @@ def qualified_run_name(name: str, host: str) -> str:
     return check_run_name(f"{name.partition('@')[0]}@{host_label(host)}")
 
 
-def check_run_name(name: str, option: str = "--run") -> str:
-    """The name unchanged, or InvalidInput (exit 3) saying which part of the rule it breaks."""
+def check_run_name(name: object, option: str = "--run") -> str:
+    """The name unchanged, or InvalidInput (exit 3) saying which part of the rule it breaks; any
+    value is checked (names also come from synced rows), so one that is no text is refused."""
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"{option}: a run name is needed")
     base, at, host = name.partition("@")

@@ -110,7 +110,7 @@ def welch_t_test(
     """
     first = np.asarray(a, dtype=float)
     second = np.asarray(b, dtype=float)
-    result = {
+    result: dict[str, Any] = {
         "difference": float(first.mean() - second.mean()) if len(first) and len(second) else None,
         "t": None,
         "df": None,
@@ -327,7 +327,11 @@ def mean_sd_n(values: Sequence[float]) -> dict:
     numbers = [float(value) for value in values]
     n = len(numbers)
     mean = math.fsum(numbers) / n if n else None
-    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in numbers) / (n - 1)) if n >= 2 else None
+    sd = (
+        math.sqrt(math.fsum((x - mean) ** 2 for x in numbers) / (n - 1))
+        if mean is not None and n >= 2  # n >= 2 gives a mean; the check is for mypy
+        else None
+    )
     return {"mean": mean, "sd": sd, "n": n}
 
 
@@ -358,7 +362,7 @@ def trend_test(
     """
     x = np.asarray(steps, dtype=float)
     y = np.asarray(values, dtype=float)
-    result = {
+    result: dict[str, Any] = {
         "slope": None,
         "ci_low": None,
         "ci_high": None,

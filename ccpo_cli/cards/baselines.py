@@ -71,7 +71,7 @@ def _short_backbone(backbone: str) -> str:
 
 
 def published_comparison(
-    base_model: str,
+    base_model: str | None,
     protocol: str | None,
     data: BaselineData | None = None,
     *,
@@ -106,6 +106,8 @@ def published_comparison(
                     "policy trained from scratch on CPU under ccpo's local protocol"
                 )
             elif not same_backbone:
+                # None only from scratch (card_license refuses any other run without one).
+                assert base_model is not None
                 verdict = "no: different backbone"
                 reason = f"a different backbone from this run's {_short_backbone(base_model)}"
             else:

@@ -139,6 +139,7 @@ def _gather(
     db, run, status, repo_id, window_start, license, checkpoint_step, sending=False
 ) -> _Facts:
     identity, identities = card_identity(db, run)
+    assert identity.arm is not None  # card_identity refuses a run that records no arm
     run_row = store.get_run(db, identity.run)
     name = identity.run
     document, excluded = isolated_comparison(db, name, window_start, identities=identities)

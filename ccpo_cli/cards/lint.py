@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from huggingface_hub import ModelCard
+from huggingface_hub import ModelCard, ModelCardData
 
 from ccpo_cli.errors import InvalidInput
 
@@ -148,6 +148,8 @@ def lint_card(text: str, *, allow_extra_keys: bool = False) -> list[str]:
     for model in base_model if isinstance(base_model, list) else [base_model]:
         if model and not HUB_ID.match(str(model)):
             problems.append(f"metadata: base_model {model!r} is not a Hub id (owner/name)")
+    # A ModelCard's data is ModelCardData; huggingface_hub types it as the base CardData.
+    assert isinstance(card.data, ModelCardData)
     results = card.data.eval_results or []
     if not results and not too_few:
         problems.append("metadata: model-index has no result")

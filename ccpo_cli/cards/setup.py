@@ -88,7 +88,8 @@ def local_setup_rows(
         if start
         else "trained from scratch"
     )
-    rows = [
+    # Values may be None (not recorded): _rows leaves those rows out.
+    rows: list[tuple[str, Any]] = [
         (
             "model",
             f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"

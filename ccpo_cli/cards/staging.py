@@ -103,7 +103,7 @@ def stage_card(
                     f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
                     f"refusing to overwrite ({clobber_hint})"
                 )
-    if ours and merge_existing and existing != text:
+    if ours and merge_existing and existing is not None and existing != text:  # ours: it exists
         text = merge_into_remote(existing, text)
         # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
         problems = [

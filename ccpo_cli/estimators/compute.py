@@ -153,6 +153,7 @@ def ccpo_terms(arm: Arm, inputs: TermInputs) -> Terms:
         else None
     )
     if arm.target == "nextnode":
+        assert values is not None  # needs_values holds for the nextnode target
         targets = values.successor - invalid_penalty(valid, arm.invalid_penalty).astype(np.float64)
     else:
         targets = inputs.returns.astype(np.float64)

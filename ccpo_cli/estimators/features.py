@@ -295,13 +295,15 @@ class Features:
 
 
 def build_features(
-    hidden_states: np.ndarray, context: np.ndarray, phi: str, ctx_w: float, whiten_k: int
+    hidden_states: np.ndarray, context: np.ndarray | None, phi: str, ctx_w: float, whiten_k: int
 ) -> Features:
     """φ per docs/estimators.md §5.4 from raw hidden states (canonical row order) and the context block."""
     hidden = whiten(hidden_states, whiten_k)
     n = hidden.shape[0]
     if phi != "hidden+ctx" or ctx_w <= 0:
         return Features(hidden=hidden, context=None, scale=np.ones(n))
+    # Callers give the context block whenever hidden+ctx has a weight (None only otherwise).
+    assert context is not None
     context_unit = context / np.maximum(np.linalg.norm(context, axis=1, keepdims=True), 1e-9)
     weighted = ctx_w * context_unit
     with side_by_side() as workers:

@@ -37,7 +37,13 @@ from ccpo_cli.report.window import (
     window_entry,
 )
 from ccpo_cli.store.facts import run_facts
-from ccpo_cli.store.identity import RunIdentity, read_identities, unit_differences, unit_labels
+from ccpo_cli.store.identity import (
+    ComparisonUnit,
+    RunIdentity,
+    read_identities,
+    unit_differences,
+    unit_labels,
+)
 from ccpo_cli.store.liveness import annotate_runs
 from ccpo_cli.store.queries import evaluations_for_runs, list_runs, run_conflicts
 from ccpo_cli.store.records import STANDING
@@ -657,9 +663,9 @@ def _add_short_labels(arms: list[dict], run_entries: list[dict], unit_of: dict[s
         )
     by_unit = {arm["arm"]: arm for arm in arms}
     for entry in run_entries:
-        arm = by_unit.get(unit_of.get(entry["run"]))
-        entry["unit_label"] = None if arm is None else arm["label"]
-        entry["unit_key"] = None if arm is None else arm["unit_key"]
+        unit_arm = by_unit.get(unit_of.get(entry["run"]))
+        entry["unit_label"] = None if unit_arm is None else unit_arm["label"]
+        entry["unit_key"] = None if unit_arm is None else unit_arm["unit_key"]
 
 
 def _retracted_section(
@@ -733,7 +739,7 @@ def _unit_difference_lines(
             by_name[entry["arm"]].append(identities[entry["run"]])
     lines = {}
     for name, members in by_name.items():
-        units = {}
+        units: dict[ComparisonUnit, RunIdentity] = {}
         for identity in members:
             units.setdefault(identity.unit, identity)
         if len(units) > 1:

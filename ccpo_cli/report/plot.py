@@ -236,26 +236,39 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
     return path
 
 
+def _listed_colours(name: str) -> tuple:
+    """The colours of one of matplotlib's listed colour maps, the tuple matplotlib keeps."""
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    colormap = colormaps[name]
+    colours = colormap.colors if isinstance(colormap, ListedColormap) else None
+    # matplotlib types `colors` as any array-like; tab10 and Dark2 hold a tuple.
+    assert isinstance(colours, tuple), f"matplotlib's {name} is not a tuple of colours"
+    return colours
+
+
 def learning_curve_figure(document: dict):
     """The matplotlib figure of the document's curves (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib import colormaps
 
     curves = seed_curves(document)
     single = single_evaluation_counts(document)
     short = {arm["arm"]: arm.get("label") or arm["arm"] for arm in document["arms"]}
     order = [arm["arm"] for arm in document["arms"] if arm["arm"] in curves]
-    palette = colormaps["tab10"].colors + colormaps["Dark2"].colors
+    palette = _listed_colours("tab10") + _listed_colours("Dark2")
     colours = {arm: palette[index % len(palette)] for index, arm in enumerate(order)}
     leader = order[0] if order else None
     partners = [arm for arm in _compared_pairs(document, leader) if arm in curves] if leader else []
+    # Read only when there are partners, that is when there is a leader.
+    leader_curves = curves[leader] if leader else {}
     pairs = {
         arm: {
             seed: curve
-            for seed, curve in paired_differences(curves[leader], curves[arm]).items()
+            for seed, curve in paired_differences(leader_curves, curves[arm]).items()
             if curve
         }
         for arm in partners

@@ -195,6 +195,8 @@ def pair_power(
         return result
     a, b = list(seed_means_a.values()), list(seed_means_b.values())
     sd_a, sd_b = _sd(a), _sd(b)
+    # Each arm has at least MIN_SEEDS (2) seeds here, so each has an sd.
+    assert sd_a is not None and sd_b is not None
     result.update(test=WELCH, sd_a=sd_a, sd_b=sd_b, sd=math.sqrt((sd_a**2 + sd_b**2) / 2))
     if not sd_a and not sd_b:
         result["note"] = "no spread over seeds in either arm: power is undefined"

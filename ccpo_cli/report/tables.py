@@ -24,7 +24,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.labels import (
@@ -79,11 +79,15 @@ def txt(value: Any, shown: str | None = None) -> Cell:
     return Cell(_text(value) if shown is None else shown, value)
 
 
+# How a column's cells are aligned; Markdown and LaTeX tell right from everything else.
+Justify = Literal["left", "right"]
+
+
 @dataclass(frozen=True)
 class Column:
     header: str
     kind: str = NUMBER  # NUMBER and NAME cells are never wrapped or cut; TEXT cells wrap at words
-    justify: str = "right"
+    justify: Justify = "right"
     fields: tuple[str, ...] = ()  # CSV: the fields of a composite cell (its value is a tuple)
     key: str | None = None  # CSV: the header when the snake_case of `header` would not say it
 
@@ -822,7 +826,7 @@ def arms_ci_table(document: dict) -> TableData:
             if arm["mean"] is None
             else (
                 f"{arm['mean']:.1f} ± {(high - low) / 2:.1f}"
-                if low is not None
+                if low is not None and high is not None  # both or neither (_mean_interval)
                 else f"{arm['mean']:.1f}"
             )
         )

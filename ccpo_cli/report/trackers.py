@@ -140,7 +140,8 @@ class CsvSink:
     """One CSV file: `step`, `wall_time`, then one column per key (sorted); written on close."""
 
     def __init__(self, path: Path) -> None:
-        self._path, self._points = path, []
+        self._path = path
+        self._points: list[ScalarPoint] = []
 
     def write(self, point: ScalarPoint) -> None:
         self._points.append(point)
@@ -180,7 +181,8 @@ def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:
     step = record.get("step")
     if not isinstance(step, int) or isinstance(step, bool):
         return None
-    data = record.get("data") if isinstance(record.get("data"), Mapping) else record
+    nested = record.get("data")
+    data = nested if isinstance(nested, Mapping) else record
     values = {
         key: float(value)
         for key, value in data.items()

@@ -47,6 +47,21 @@ def utc_now() -> str:
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="microseconds")
 
 
+# ccpo's tables are reached as `db.table(name)`, not `db[name]`: the latter may be a view and is
+# typed `Table | View`, while every name ccpo writes through is a table (the views of m009 are
+# for other readers).
+
+
+def inserted_id(table: sqlite_utils.db.Table) -> int:
+    """The id of the row `table.insert(row)` just wrote (call it on what insert returns).
+
+    sqlite-utils types `last_pk` as optional because an insert with ignore=True may write
+    nothing; ccpo's inserts write their row, so the id is always there."""
+    pk = table.last_pk
+    assert pk is not None, f"an insert into {table.name} reported no id"
+    return int(pk)
+
+
 @MIGRATIONS()
 def m001_initial(db: sqlite_utils.Database) -> None:
     db.executescript(
@@ -173,13 +188,13 @@ def m002_append_only_evaluations(db: sqlite_utils.Database) -> None:
 def m003_run_facts(db: sqlite_utils.Database) -> None:
     # Protocol facts of a run (store/facts.py): one row per distinct value of a key, so a value
     # recorded later that disagrees is kept as a conflict instead of replacing the first.
-    db["run_facts"].create(
+    db.table("run_facts").create(
         {"id": int, "run_id": int, "key": str, "value": str, "source": str, "recorded_at": str},
         pk="id",
         not_null={"run_id", "key", "value", "recorded_at"},
         foreign_keys=[("run_id", "runs", "id")],
     )
-    db["run_facts"].create_index(["run_id", "key", "value"], unique=True)
+    db.table("run_facts").create_index(["run_id", "key", "value"], unique=True)
 
 
 @MIGRATIONS()
@@ -187,7 +202,7 @@ def m004_run_identity(db: sqlite_utils.Database) -> None:
     # A run's recorded identity (store/identity.py): a global id created with the run and the
     # host that created it (so rows from two machines can be told apart and merged), whether it
     # trained or only evaluated, and the resolved arm flags and overrides it trained with.
-    runs = db["runs"]
+    runs = db.table("runs")
     for column in ("uid", "host", "kind", "arm_flags", "arm_overrides"):
         runs.add_column(column, str)
     for row in list(db.query("SELECT id FROM runs")):

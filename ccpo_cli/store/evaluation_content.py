@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from ccpo_cli.benchmarks import task_type_keys
 from ccpo_cli.errors import InvalidInput
@@ -35,6 +35,13 @@ class EvaluationContent:
     train_success_rate: float | None
 
 
+# Overloads so that callers passing a value known to be there get `str`, not `str | None`.
+@overload
+def json_text(value: None) -> None: ...
+@overload
+def json_text(value: str | Mapping[str, Any]) -> str: ...
+@overload
+def json_text(value: Any) -> str | None: ...
 def json_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -67,6 +74,13 @@ def check_rate(rate: float | None, field: str) -> float | None:
     return round_rate(rate)
 
 
+# Overloads so that a step typed `int` stays `int` once checked; None passes through as None.
+@overload
+def non_negative_int(value: None, field: str) -> None: ...
+@overload
+def non_negative_int(value: int, field: str) -> int: ...
+@overload
+def non_negative_int(value: Any, field: str) -> int | None: ...
 def non_negative_int(value: Any, field: str) -> int | None:
     if value is None:
         return None

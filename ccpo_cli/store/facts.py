@@ -27,7 +27,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import sqlite_utils
 
@@ -78,8 +78,17 @@ VERL_CONFIG_KEYS = {
     "total_steps": "trainer.total_training_steps",
 }
 HARDWARE_KEYS = ("trainer.nnodes", "trainer.n_gpus_per_node")
+
+
+def _alfworld_splits() -> dict[str, str]:
+    split = load_benchmark("alfworld").evaluation_split
+    # The shipped alfworld.yaml states its evaluation_split; None would mean a broken install.
+    assert split is not None, "configs/benchmarks/alfworld.yaml has no evaluation_split"
+    return dict(split.values)
+
+
 # ALFWorld's verl-agent split names -> ccpo's (configs/benchmarks/alfworld.yaml).
-VERL_SPLITS = dict(load_benchmark("alfworld").evaluation_split.values)
+VERL_SPLITS = _alfworld_splits()
 # Switches that cancel a stated value: greedy validation has temperature 0 whatever
 # val_kwargs.temperature says; without the KL loss or the invalid-action penalty their
 # coefficients are not applied.
@@ -396,7 +405,7 @@ def facts_from_log(stated: Sequence[StatedConfig]) -> tuple[dict[str, Any] | Non
     return resolved, facts
 
 
-def _positive_int(value: Any) -> bool:
+def _positive_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
@@ -434,7 +443,7 @@ def _encode(value: Any) -> str:
 def _record(
     db: sqlite_utils.Database, run_id: int, key: str, value: Any, source: str | None
 ) -> None:
-    db["run_facts"].insert(
+    db.table("run_facts").insert(
         {
             "run_id": run_id,
             "key": key,
@@ -482,7 +491,7 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
     seen: dict[str, list] = {}
     if "run_facts" not in db.table_names():
         return {"values": values, "conflicts": {}}
-    for row in db["run_facts"].rows_where("run_id = ?", [run_id], order_by="id"):
+    for row in db.table("run_facts").rows_where("run_id = ?", [run_id], order_by="id"):
         value = json.loads(row["value"])
         values.setdefault(row["key"], value)
         seen.setdefault(row["key"], [])
@@ -496,7 +505,7 @@ def run_facts(db: sqlite_utils.Database, run_id: int) -> dict[str, Any]:
 
 def _run_row(db: sqlite_utils.Database, run: str) -> dict | None:
     rows = list(
-        db["runs"].rows_where(
+        db.table("runs").rows_where(
             "name = ?", [run], select="id, total_steps, last_step, status, config"
         )
     )
@@ -548,6 +557,8 @@ def record_ingest_facts(
     split neither names stays not recorded); keep the config when the run has none, and set the
     status from the data. Returns the fact conflicts this created."""
     row = _run_row(db, run)
+    # The ingest recorded the run (ensure_run) before its facts.
+    assert row is not None, f"run {run!r} is not recorded"
     facts = {key: value for key, value in facts.items() if value is not None}
     stated = {key: value for key, value in (stated or {}).items() if value is not None}
     conflicts = record_facts(db, row["id"], stated, stated_source) if stated else []
@@ -569,7 +580,7 @@ def record_ingest_facts(
     if status is not None and status != row["status"]:
         changes["status"] = status
     if changes:
-        db["runs"].update(row["id"], dict(changes, updated_at=utc_now()))
+        db.table("runs").update(row["id"], dict(changes, updated_at=utc_now()))
     return conflicts
 
 

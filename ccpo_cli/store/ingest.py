@@ -443,9 +443,9 @@ def ingest_file(
     stated: list[StatedConfig] = []
     with write_transaction(db):
         source = str(path.resolve())
-        recorded = next(db["runs"].rows_where("name = ?", [run], select="benchmark"), None)
+        recorded = next(db.table("runs").rows_where("name = ?", [run], select="benchmark"), None)
         run_is_new = recorded is None
-        choice.see(recorded and recorded["benchmark"], f"run {run!r}'s record")
+        choice.see(None if recorded is None else recorded["benchmark"], f"run {run!r}'s record")
         ensure_run(
             db,
             run,
@@ -584,7 +584,7 @@ def _fill_identity(
     """The printed seed and model become the run's seed and base model where neither an option
     nor an earlier record gave one (a different printed value stays a fact conflict); a model
     path in the Hugging Face cache is the Hub model it holds."""
-    row = next(db["runs"].rows_where("name = ?", [run], select="seed, base_model"))
+    row = next(db.table("runs").rows_where("name = ?", [run], select="seed, base_model"))
     fill: dict[str, Any] = {}
     printed_seed = stated.get("seed")
     if (

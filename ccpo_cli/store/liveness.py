@@ -33,7 +33,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import run_id, this_host
 
 HEARTBEAT_EVERY_S = 30.0
@@ -138,7 +138,7 @@ def start_session(
     """Record that `owner` trains `run` from now on (replacing any earlier session)."""
     now = utc_now()
     with write_transaction(db):
-        db["run_liveness"].upsert(
+        db.table("run_liveness").upsert(
             {
                 "run_id": run_id(db, run),
                 "session": owner.session,
@@ -184,9 +184,8 @@ def record_failure(
 ) -> int:
     """Record why `run` failed (append-only: a run resumed and failed again has both rows)."""
     with write_transaction(db):
-        return int(
-            db["run_failures"]
-            .insert(
+        return inserted_id(
+            db.table("run_failures").insert(
                 {
                     "run_id": run_id(db, run),
                     "session": session,
@@ -197,7 +196,6 @@ def record_failure(
                     "recorded_at": utc_now(),
                 }
             )
-            .last_pk
         )
 
 
@@ -254,7 +252,8 @@ class RunFailure:
 
 @dataclass(frozen=True)
 class LiveStatus:
-    status: str  # the recorded status, or `interrupted` when its trainer is gone
+    # The recorded status (runs.status may be NULL), or `interrupted` when its trainer is gone.
+    status: str | None
     recorded_status: str | None
     reason: str | None  # why it is interrupted, in words
     owner: ProcessOwner | None
@@ -316,7 +315,8 @@ def _liveness_rows(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int, d
         return {}
     marks = ", ".join("?" for _ in ids)
     return {
-        row["run_id"]: row for row in db["run_liveness"].rows_where(f"run_id IN ({marks})", ids)
+        row["run_id"]: row
+        for row in db.table("run_liveness").rows_where(f"run_id IN ({marks})", ids)
     }
 
 
@@ -326,7 +326,7 @@ def _latest_failures(db: sqlite_utils.Database, ids: Iterable[int]) -> dict[int,
         return {}
     marks = ", ".join("?" for _ in ids)
     latest: dict[int, RunFailure] = {}
-    for row in db["run_failures"].rows_where(f"run_id IN ({marks})", ids, order_by="id"):
+    for row in db.table("run_failures").rows_where(f"run_id IN ({marks})", ids, order_by="id"):
         latest[row["run_id"]] = RunFailure(
             row["step"], row["quantity"], row["value"], row["message"], row["recorded_at"]
         )
@@ -369,7 +369,7 @@ def annotate_runs(db: sqlite_utils.Database, runs: list[dict[str, Any]]) -> list
 def run_failure(db: sqlite_utils.Database, run: str | int) -> RunFailure | None:
     """Why `run` failed, when its recorded status is `failed` and the reason was recorded."""
     identifier = run_id(db, run)
-    status = db["runs"].get(identifier)["status"]
+    status = db.table("runs").get(identifier)["status"]
     if status != "failed":
         return None
     return _latest_failures(db, [identifier]).get(identifier)
@@ -377,6 +377,6 @@ def run_failure(db: sqlite_utils.Database, run: str | int) -> RunFailure | None:
 
 def failed_runs(db: sqlite_utils.Database) -> dict[str, RunFailure | None]:
     """Every run recorded as failed, by name, with why when recorded (None: not recorded)."""
-    rows = list(db["runs"].rows_where("status = ?", ["failed"], select="id, name"))
+    rows = list(db.table("runs").rows_where("status = ?", ["failed"], select="id, name"))
     failures = _latest_failures(db, [row["id"] for row in rows])
     return {row["name"]: failures.get(row["id"]) for row in rows}

@@ -23,7 +23,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import run_id
 
 KINDS = ("checkpoint", "card")
@@ -67,7 +67,7 @@ class OutboxEntry:
 
 
 def _entry(db: sqlite_utils.Database, entry_id: int) -> OutboxEntry:
-    return OutboxEntry.from_row(db["publication_outbox"].get(entry_id))
+    return OutboxEntry.from_row(db.table("publication_outbox").get(entry_id))
 
 
 def enqueue(
@@ -88,7 +88,7 @@ def enqueue(
     already there, whatever its state: a done publication is never redone."""
     if kind not in KINDS or role not in ROLES[kind]:
         raise InvalidInput(f"publication {kind!r} {role!r}: not one of {ROLES}")
-    table = db["publication_outbox"]
+    table = db.table("publication_outbox")
     with write_transaction(db):
         identifier = run_id(db, run)
         key = [identifier, repo_id, kind, int(step), content_hash]
@@ -119,7 +119,7 @@ def enqueue(
             "created_at": now,
             "updated_at": now,
         }
-        return _entry(db, int(table.insert(row).last_pk)), True
+        return _entry(db, inserted_id(table.insert(row))), True
 
 
 def entries(
@@ -130,14 +130,15 @@ def entries(
     state: str | None = None,
 ) -> list[OutboxEntry]:
     """A run's entries (of one repository, in one state), by step, checkpoints before cards."""
-    where, params = ["run_id = ?"], [run_id(db, run)]
+    where: list[str] = ["run_id = ?"]
+    params: list[int | str] = [run_id(db, run)]
     if repo_id is not None:
         where.append("repo_id = ?")
         params.append(repo_id)
     if state is not None:
         where.append("state = ?")
         params.append(state)
-    rows = db["publication_outbox"].rows_where(
+    rows = db.table("publication_outbox").rows_where(
         " AND ".join(where),
         params,
         order_by="step, CASE kind WHEN 'checkpoint' THEN 0 ELSE 1 END, id",
@@ -161,17 +162,17 @@ def seconds_until_ready(entry: OutboxEntry) -> float:
 def start_attempt(db: sqlite_utils.Database, entry: OutboxEntry) -> int:
     """Record that an attempt at `entry` starts now (by this process); the attempt's id."""
     with write_transaction(db):
-        return int(
-            db["publication_attempts"]
-            .insert({"outbox_id": entry.id, "started_at": utc_now(), "pid": os.getpid()})
-            .last_pk
+        return inserted_id(
+            db.table("publication_attempts").insert(
+                {"outbox_id": entry.id, "started_at": utc_now(), "pid": os.getpid()}
+            )
         )
 
 
 def set_base_commit(db: sqlite_utils.Database, entry: OutboxEntry, commit_id: str) -> None:
     """The remote head seen before the entry's first commit: its landed commit is after it."""
     with write_transaction(db):
-        db["publication_outbox"].update(
+        db.table("publication_outbox").update(
             entry.id, {"base_commit": commit_id, "updated_at": utc_now()}
         )
 
@@ -217,11 +218,11 @@ def finish_attempt(
                 seconds=max(retry_in_s or 0.0, 0.0)
             )
             change.update(state="pending", next_attempt_at=when.isoformat(timespec="microseconds"))
-        db["publication_attempts"].update(
+        db.table("publication_attempts").update(
             attempt_id,
             {"finished_at": now, "outcome": outcome, "reason": reason, "commit_id": commit_id},
         )
-        db["publication_outbox"].update(entry.id, change)
+        db.table("publication_outbox").update(entry.id, change)
         return _entry(db, entry.id)
 
 
@@ -230,7 +231,7 @@ def was_attempted(db: sqlite_utils.Database, entry: OutboxEntry) -> bool:
     killed mid-commit is not counted in `attempts`, and its commit may have landed."""
     return (
         entry.attempts > 0
-        or db["publication_attempts"].count_where("outbox_id = ?", [entry.id]) > 0
+        or db.table("publication_attempts").count_where("outbox_id = ?", [entry.id]) > 0
     )
 
 
@@ -240,7 +241,7 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
     moved = []
     with write_transaction(db):
         for entry in entries(db, run, repo_id, state="failed"):
-            db["publication_outbox"].update(
+            db.table("publication_outbox").update(
                 entry.id,
                 {
                     "state": "pending",
@@ -257,7 +258,7 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
 def skip(db: sqlite_utils.Database, entry: OutboxEntry, reason: str) -> OutboxEntry:
     """Mark a pending entry skipped without an attempt (a newer card took its place in the queue)."""
     with write_transaction(db):
-        db["publication_outbox"].update(
+        db.table("publication_outbox").update(
             entry.id,
             {
                 "state": "skipped",
@@ -289,7 +290,7 @@ def run_outbox(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]
         return []
     marks = ", ".join("?" for _ in found)
     attempts: dict[int, list[dict[str, Any]]] = {entry.id: [] for entry in found}
-    for row in db["publication_attempts"].rows_where(
+    for row in db.table("publication_attempts").rows_where(
         f"outbox_id IN ({marks})", [e.id for e in found], order_by="id"
     ):
         if row["finished_at"] is None:

@@ -113,10 +113,12 @@ def evaluations_for_runs(
     columns = (
         None
         if provenance
-        else [name for name in db["evaluations"].columns_dict if name not in _PROVENANCE_COLUMNS]
+        else [
+            name for name in db.table("evaluations").columns_dict if name not in _PROVENANCE_COLUMNS
+        ]
     )
     evaluations = list(
-        db["evaluations"].rows_where(
+        db.table("evaluations").rows_where(
             where,
             params,
             order_by="run_id, step, id",
@@ -127,7 +129,7 @@ def evaluations_for_runs(
     for row in evaluations:
         row["task_types"] = {}
     if evaluations:
-        type_rows = db["task_type_results"].rows_where(
+        type_rows = db.table("task_type_results").rows_where(
             f"evaluation_id IN (SELECT id FROM evaluations WHERE {where})", params
         )
         for type_row in type_rows:
@@ -156,7 +158,9 @@ def evaluations_for_runs(
 def evaluation_episodes(db: sqlite_utils.Database, evaluation_id: int) -> list[dict[str, Any]]:
     """The recorded episodes of one evaluation, in episode order."""
     return list(
-        db["episodes"].rows_where("evaluation_id = ?", [evaluation_id], order_by="episode_index")
+        db.table("episodes").rows_where(
+            "evaluation_id = ?", [evaluation_id], order_by="episode_index"
+        )
     )
 
 
@@ -166,7 +170,7 @@ def run_conflicts(db: sqlite_utils.Database, run: str | int) -> list[dict[str, A
     from ccpo_cli.store.retractions import resolutions
 
     identifier = run_id(db, run)
-    rows = list(db["conflicts"].rows_where("run_id = ?", [identifier], order_by="step, id"))
+    rows = list(db.table("conflicts").rows_where("run_id = ?", [identifier], order_by="step, id"))
     settled = {
         conflict: resolution
         for resolution in resolutions(db, [identifier]).get(identifier, [])
@@ -203,10 +207,10 @@ def best_evaluation(evaluations: list[dict[str, Any]]) -> dict[str, Any] | None:
 def run_checkpoints(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Recorded checkpoints of a run, by step."""
     identifier = run_id(db, run)
-    return list(db["checkpoints"].rows_where("run_id = ?", [identifier], order_by="step, id"))
+    return list(db.table("checkpoints").rows_where("run_id = ?", [identifier], order_by="step, id"))
 
 
 def run_publications(db: sqlite_utils.Database, run: str | int) -> list[dict[str, Any]]:
     """Recorded Hub publications of a run, oldest first."""
     identifier = run_id(db, run)
-    return list(db["publications"].rows_where("run_id = ?", [identifier], order_by="id"))
+    return list(db.table("publications").rows_where("run_id = ?", [identifier], order_by="id"))

@@ -22,7 +22,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name, host_label
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
 
 if TYPE_CHECKING:
@@ -73,7 +73,10 @@ def run_id(db: sqlite_utils.Database, run: str | int) -> int:
     """The id of a run given its name or id; InvalidInput if there is no such run."""
     by_id = isinstance(run, int) and not isinstance(run, bool)
     row = _first(
-        db["runs"], "id = ?" if by_id else "name = ?", [run if by_id else str(run)], select="id"
+        db.table("runs"),
+        "id = ?" if by_id else "name = ?",
+        [run if by_id else str(run)],
+        select="id",
     )
     if row is None:
         raise InvalidInput(f"no run named {run!r} in the database")
@@ -108,7 +111,7 @@ def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str
 
 
 def run_exists(db: sqlite_utils.Database, name: str) -> bool:
-    return _first(db["runs"], "name = ?", [name], select="id") is not None
+    return _first(db.table("runs"), "name = ?", [name], select="id") is not None
 
 
 def ensure_run(
@@ -165,7 +168,7 @@ def ensure_run(
         "config": json_text(config),
     }
     given = {key: value for key, value in given.items() if value is not None}
-    runs = db["runs"]
+    runs = db.table("runs")
     with write_transaction(db):
         recorded = _first(runs, "name = ?", [name])
         now = utc_now()
@@ -180,7 +183,7 @@ def ensure_run(
             )
             row.setdefault("status", "created")
             row.setdefault("kind", "training")
-            return int(runs.insert(row).last_pk)
+            return inserted_id(runs.insert(row))
         for field in IDENTITY_FIELDS:
             if field in given and recorded[field] is not None and recorded[field] != given[field]:
                 raise InvalidInput(
@@ -212,7 +215,7 @@ def update_run_state(
         raise InvalidInput(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
     with write_transaction(db):
         identifier = run_id(db, run)
-        recorded = db["runs"].get(identifier)
+        recorded = db.table("runs").get(identifier)
         recorded_hash, recorded_last = recorded["step1_rollout_hash"], recorded["last_step"]
         changes: dict[str, Any] = {"updated_at": utc_now()}
         if status is not None:
@@ -226,7 +229,7 @@ def update_run_state(
                     f"one ({step1_rollout_hash})"
                 )
             changes["step1_rollout_hash"] = step1_rollout_hash
-        db["runs"].update(identifier, changes)
+        db.table("runs").update(identifier, changes)
 
 
 def record_evaluation_outcome(
@@ -265,14 +268,17 @@ def record_evaluation_outcome(
     with write_transaction(db):
         identifier = run_id(db, run)
         same = _first(
-            db["evaluations"], "run_id = ? AND content_hash = ?", [identifier, digest], select="id"
+            db.table("evaluations"),
+            "run_id = ? AND content_hash = ?",
+            [identifier, digest],
+            select="id",
         )
         if same is not None:
             return EvaluationOutcome(int(same["id"]), "duplicate")
         # Against the result that stands: a retracted one (store/retractions.py) no longer does, so
         # a corrected evaluation recorded after a retraction is new, not a conflict.
         clash = _first(
-            db["evaluations"],
+            db.table("evaluations"),
             f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
             [identifier, step, row["split"], row["eval_seed"]],
             order_by="id",
@@ -284,7 +290,7 @@ def record_evaluation_outcome(
         if clash is not None:
             # The conflict path: the same differing content seen twice is one conflict row
             # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
-            db["conflicts"].insert(
+            db.table("conflicts").insert(
                 {
                     "run_id": identifier,
                     "step": step,
@@ -300,11 +306,13 @@ def record_evaluation_outcome(
                 ignore=True,
             )
             conflict = _first(
-                db["conflicts"],
+                db.table("conflicts"),
                 "run_id = ? AND content_hash = ?",
                 [identifier, digest],
                 select="id",
             )
+            # Inserted just now or by the same content before (the insert ignored a repeat).
+            assert conflict is not None
             return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
         evaluation_id = insert_evaluation_rows(
             db,
@@ -349,20 +357,25 @@ def _same_at_precision(
         mine, theirs = row.get(name), recorded.get(name)
         if (mine is None) != (theirs is None):
             return False
-        if mine is not None and not agree_at_precision(float(mine), float(theirs)):
+        # Both given or both missing (checked above); `theirs is not None` is for mypy.
+        if (
+            mine is not None
+            and theirs is not None
+            and not agree_at_precision(float(mine), float(theirs))
+        ):
             return False
     recorded_types = {
         item["task_type"]: item["success_rate"]
-        for item in db["task_type_results"].rows_where("evaluation_id = ?", [recorded["id"]])
+        for item in db.table("task_type_results").rows_where("evaluation_id = ?", [recorded["id"]])
     }
     new_types = {key: value.get("success_rate") for key, value in task_types.items()}
     if set(recorded_types) != set(new_types):
         return False
     return all(
         recorded_types[key] is not None
-        and new_types[key] is not None
-        and agree_at_precision(float(recorded_types[key]), float(new_types[key]))
-        for key in new_types
+        and new_rate is not None
+        and agree_at_precision(float(recorded_types[key]), float(new_rate))
+        for key, new_rate in new_types.items()
     )
 
 
@@ -371,7 +384,7 @@ def latest_standing_evaluation(
 ) -> dict[str, Any] | None:
     """The run's standing evaluation of the latest step not after `at_most` (its step and rate)."""
     return _first(
-        db["evaluations"],
+        db.table("evaluations"),
         f"run_id = ? AND step <= ? AND split = ? AND {STANDING}",
         [run_id(db, run), int(at_most), split],
         select="id, step, success_rate",
@@ -382,12 +395,14 @@ def latest_standing_evaluation(
 def mark_new_run_reference(db: sqlite_utils.Database, run: str, run_is_new: bool) -> bool:
     """Make a run created by this ingest a reference run (kind evaluation); True when it is one.
     A run recorded as a training run before is never changed (kind is part of its identity)."""
-    row = _first(db["runs"], "name = ?", [run], select="id, kind")
+    row = _first(db.table("runs"), "name = ?", [run], select="id, kind")
+    # The caller recorded the run (ensure_run) before marking it.
+    assert row is not None, f"run {run!r} is not recorded"
     if row["kind"] == "evaluation":
         return True
     if not run_is_new:
         return False
-    db["runs"].update(row["id"], {"kind": "evaluation", "updated_at": utc_now()})
+    db.table("runs").update(row["id"], {"kind": "evaluation", "updated_at": utc_now()})
     return True
 
 
@@ -408,9 +423,8 @@ def insert_evaluation_rows(
     last step on; the caller holds the write transaction and has ruled out a duplicate. The one
     place an evaluation row is inserted (a settled conflict's kept result comes through here too,
     store/retractions.py)."""
-    evaluation_id = int(
-        db["evaluations"]
-        .insert(
+    evaluation_id = inserted_id(
+        db.table("evaluations").insert(
             dict(
                 row,
                 run_id=identifier,
@@ -421,16 +435,17 @@ def insert_evaluation_rows(
                 recorded_at=recorded_at,
             )
         )
-        .last_pk
     )
-    db["task_type_results"].insert_all(
+    db.table("task_type_results").insert_all(
         {"evaluation_id": evaluation_id, "task_type": key, **value}
         for key, value in task_types.items()
     )
-    db["episodes"].insert_all(dict(episode, evaluation_id=evaluation_id) for episode in episodes)
+    db.table("episodes").insert_all(
+        dict(episode, evaluation_id=evaluation_id) for episode in episodes
+    )
     step = row["step"]
-    recorded_last = db["runs"].get(identifier)["last_step"]
-    db["runs"].update(
+    recorded_last = db.table("runs").get(identifier)["last_step"]
+    db.table("runs").update(
         identifier,
         {
             "last_step": step if recorded_last is None else max(recorded_last, step),
@@ -477,7 +492,7 @@ def record_checkpoint(
     step raises InvalidInput (the file was replaced).
     """
     step = non_negative_int(step, "step")
-    checkpoints = db["checkpoints"]
+    checkpoints = db.table("checkpoints")
     with write_transaction(db):
         identifier = run_id(db, run)
         existing = _first(
@@ -507,7 +522,7 @@ def record_checkpoint(
             "evaluation_id": evaluation_id,
             "created_at": utc_now(),
         }
-        return int(checkpoints.insert(row).last_pk)
+        return inserted_id(checkpoints.insert(row))
 
 
 def record_publication(
@@ -540,4 +555,4 @@ def record_publication(
             "url": url,
             "published_at": utc_now(),
         }
-        return int(db["publications"].insert(row).last_pk)
+        return inserted_id(db.table("publications").insert(row))

@@ -24,12 +24,12 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import STANDING, insert_evaluation_rows, run_id, this_host
 
 MAX_REASON = 1000
@@ -46,6 +46,11 @@ def default_actor() -> str:
     return f"{user}@{this_host()}"
 
 
+# Overloads so that a required text (the author) is typed `str`: an empty one raises instead.
+@overload
+def _checked_text(value: str, what: str, *, required: Literal[True]) -> str: ...
+@overload
+def _checked_text(value: str, what: str, *, required: bool) -> str | None: ...
 def _checked_text(value: str, what: str, *, required: bool) -> str | None:
     text = (value or "").strip()
     if not text:
@@ -101,7 +106,7 @@ def retract(
         now = utc_now()
         if step is None:
             existing = next(
-                db["retractions"].rows_where(
+                db.table("retractions").rows_where(
                     "run_id = ? AND evaluation_id IS NULL",
                     [identifier],
                     order_by="id",
@@ -112,7 +117,7 @@ def retract(
             )
             if existing is not None:
                 return Retraction(run, None, (int(existing["id"]),), (), True)
-            row = {
+            row: dict[str, Any] = {
                 "run_id": identifier,
                 "evaluation_id": None,
                 "step": None,
@@ -120,10 +125,14 @@ def retract(
                 "retracted_by": actor,
                 "recorded_at": now,
             }
-            return Retraction(run, None, (int(db["retractions"].insert(row).last_pk),), (), False)
+            return Retraction(
+                run, None, (inserted_id(db.table("retractions").insert(row)),), (), False
+            )
         where = "run_id = ? AND step = ?" + (" AND split = ?" if split is not None else "")
         params = [identifier, step, *([split] if split is not None else [])]
-        at_step = list(db["evaluations"].rows_where(where, params, order_by="id", select="id"))
+        at_step = list(
+            db.table("evaluations").rows_where(where, params, order_by="id", select="id")
+        )
         if not at_step:
             steps = [
                 row["step"]
@@ -141,7 +150,7 @@ def retract(
         ids = [int(row["id"]) for row in at_step]
         done = {
             int(row["evaluation_id"]): int(row["id"])
-            for row in db["retractions"].rows_where(
+            for row in db.table("retractions").rows_where(
                 f"evaluation_id IN ({', '.join('?' for _ in ids)})", ids, select="id, evaluation_id"
             )
         }
@@ -159,7 +168,7 @@ def retract(
         ]
         retraction_ids = list(done.values())
         for row in new:
-            retraction_ids.append(int(db["retractions"].insert(row).last_pk))
+            retraction_ids.append(inserted_id(db.table("retractions").insert(row)))
         return Retraction(run, step, tuple(sorted(retraction_ids)), tuple(ids), not new)
 
 
@@ -324,7 +333,7 @@ def _earlier_resolution(
             )
         superseded = [
             int(item["evaluation_id"])
-            for item in db["retractions"].rows_where(
+            for item in db.table("retractions").rows_where(
                 "resolution_id = ?", [row["id"]], order_by="id", select="evaluation_id"
             )
         ]
@@ -464,9 +473,8 @@ def _settle(
             for row in _standing(db, identifier, step, *group)
             if int(row["id"]) != kept_id
         ]
-    resolution_id = int(
-        db["conflict_resolutions"]
-        .insert(
+    resolution_id = inserted_id(
+        db.table("conflict_resolutions").insert(
             {
                 "run_id": identifier,
                 "step": step,
@@ -480,12 +488,11 @@ def _settle(
                 "recorded_at": now,
             }
         )
-        .last_pk
     )
-    db["settled_conflicts"].insert_all(
+    db.table("settled_conflicts").insert_all(
         {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled
     )
-    db["retractions"].insert_all(
+    db.table("retractions").insert_all(
         {
             "run_id": identifier,
             "evaluation_id": evaluation,

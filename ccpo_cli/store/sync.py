@@ -40,7 +40,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.extras import require_extra
 from ccpo_cli.names import check_run_name, host_label, qualified_run_name
 from ccpo_cli.store import sync_corrections
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
 from ccpo_cli.store.records import IDENTITY_FIELDS, record_evaluation_outcome
@@ -378,10 +378,10 @@ def _table_rows(
 
 def _runs(db: sqlite_utils.Database, run_ids: Iterable[int] | None) -> Iterator[dict[str, Any]]:
     if run_ids is None:
-        yield from db["runs"].rows_where(order_by="id")
+        yield from db.table("runs").rows_where(order_by="id")
         return
     for identifier in run_ids:
-        row = db["runs"].get(identifier)
+        row = db.table("runs").get(identifier)
         if row["uid"] is None:
             raise InvalidInput(f"run {row['name']!r} has no global id; it cannot be shared")
         yield row
@@ -444,11 +444,15 @@ def write_parts(
     schemas = _schemas()
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[PartFile] = []
-    writer, current, rows = None, None, 0
+    # pyarrow is imported lazily (`_pyarrow`) and untyped, so the open writer is Any.
+    writer: Any = None
+    current: dict[str, Any] | None = None
+    rows = 0
 
     def close() -> None:
         nonlocal writer
         if writer is not None:
+            assert current is not None  # a writer is open only for the current part
             writer.close()
             local = Path(current["local"])
             parts.append(
@@ -698,7 +702,7 @@ class MergeCounts:
 
 
 def _local_run(db: sqlite_utils.Database, uid: Any, where: str) -> dict[str, Any]:
-    row = next(db["runs"].rows_where("uid = ?", [uid], limit=1), None)
+    row = next(db.table("runs").rows_where("uid = ?", [uid], limit=1), None)
     if row is None:
         raise InvalidInput(
             f"{where}: rows of run {uid!r}, which neither this database nor the dataset's run "
@@ -710,7 +714,7 @@ def _local_run(db: sqlite_utils.Database, uid: Any, where: str) -> dict[str, Any
 def _free_name(db: sqlite_utils.Database, name: str, host: str | None, uid: str) -> str:
     def taken(candidate: str) -> bool:
         return (
-            next(db["runs"].rows_where("name = ?", [candidate], limit=1, select="id"), None)
+            next(db.table("runs").rows_where("name = ?", [candidate], limit=1, select="id"), None)
             is not None
         )
 
@@ -795,14 +799,14 @@ def _merge_run(
     total = row.get("total_steps")
     if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
         raise InvalidInput(f"{where}: run {name!r}: total_steps {total!r} is not a number of steps")
-    local = next(db["runs"].rows_where("uid = ?", [uid], limit=1), None)
+    local = next(db.table("runs").rows_where("uid = ?", [uid], limit=1), None)
     _step_within(row.get("last_step"), None, "last_step", where)
     own = host_folder is None or host_label(row.get("host") or "") == host_folder
     if local is None:
         new = {column: row.get(column) for column in RUN_COLUMNS}
         new["name"] = _free_name(db, name, row.get("host"), uid)
-        db["runs"].insert(new)
-        return next(db["runs"].rows_where("uid = ?", [uid], limit=1)), "new"
+        db.table("runs").insert(new)
+        return next(db.table("runs").rows_where("uid = ?", [uid], limit=1)), "new"
     if (
         not own
     ):  # another machine's folder: it changes nothing of the run here, only says where it differs
@@ -836,8 +840,8 @@ def _merge_run(
     if newer:
         changes["updated_at"] = row["updated_at"]
     if changes:
-        db["runs"].update(local["id"], changes)
-        return db["runs"].get(local["id"]), "updated"
+        db.table("runs").update(local["id"], changes)
+        return db.table("runs").get(local["id"]), "updated"
     return local, "same"
 
 
@@ -851,7 +855,7 @@ def _local_time(value: str | None, default: datetime.datetime | None = None) -> 
 def _field_conflict(
     db: sqlite_utils.Database, local: dict[str, Any], column: str, remote: Any, where: str
 ) -> None:
-    db["sync_run_conflicts"].insert(
+    db.table("sync_run_conflicts").insert(
         {
             "run_id": local["id"],
             "field": column,
@@ -921,7 +925,7 @@ def _conflict_arguments(row: dict[str, Any], where: str) -> dict[str, Any]:
 def _merge_evaluation(
     db: sqlite_utils.Database, table: str, row: dict[str, Any], run_id: int, where: str
 ) -> str:
-    run = db["runs"].get(run_id)
+    run = db.table("runs").get(run_id)
     # Past the steps recorded here (total and last step; only the run's own machine moves them
     # forward) an evaluation is refused: an injected step 7 of a 4-step run once became its best.
     reached = max(
@@ -943,7 +947,7 @@ def _merge_evaluation(
         arguments["train_success_rate"] = row["train_success_rate"]
     else:
         arguments = _conflict_arguments(row, where)
-    updated_at = db["runs"].get(run_id)["updated_at"]
+    updated_at = db.table("runs").get(run_id)["updated_at"]
     outcome = record_evaluation_outcome(
         db,
         run_id,
@@ -955,7 +959,7 @@ def _merge_evaluation(
     if outcome.outcome == "new":
         # A merged row is not a change of the run on this machine: its snapshot time stays the
         # one its own machine recorded, so that machine's later snapshots still count as newer.
-        db["runs"].update(run_id, {"updated_at": updated_at})
+        db.table("runs").update(run_id, {"updated_at": updated_at})
     return outcome.outcome
 
 
@@ -966,7 +970,7 @@ def _merge_fact(db: sqlite_utils.Database, row: dict[str, Any], run_id: int, whe
         raise InvalidInput(f"{where}: fact {row['key']!r} holds no JSON value") from None
     if (
         next(
-            db["run_facts"].rows_where(
+            db.table("run_facts").rows_where(
                 "run_id = ? AND key = ? AND value = ?", [run_id, row["key"], row["value"]], limit=1
             ),
             None,
@@ -988,13 +992,13 @@ def _merge_checkpoint(db: sqlite_utils.Database, row: dict[str, Any], run_id: in
     """A checkpoint row once per (run, step, path). A retried task writes the file again, and its
     bytes differ (the file records the wall time); the row of the first stands, counted `rewritten`."""
     same = next(
-        db["checkpoints"].rows_where(
+        db.table("checkpoints").rows_where(
             "run_id = ? AND step = ? AND path = ?", [run_id, row["step"], row["path"]], limit=1
         ),
         None,
     )
     if same is None:
-        db["checkpoints"].insert(
+        db.table("checkpoints").insert(
             dict({key: row[key] for key in _CHECKPOINT_COLUMNS}, run_id=run_id)
         )
         return "new"
@@ -1018,13 +1022,15 @@ def _merge_publication(db: sqlite_utils.Database, row: dict[str, Any], run_id: i
     values = [row[column] for column in _PUBLICATION_COLUMNS]
     if (
         next(
-            db["publications"].rows_where(f"run_id = ? AND {where}", [run_id, *values], limit=1),
+            db.table("publications").rows_where(
+                f"run_id = ? AND {where}", [run_id, *values], limit=1
+            ),
             None,
         )
         is not None
     ):
         return "duplicate"
-    db["publications"].insert(dict(zip(_PUBLICATION_COLUMNS, values), run_id=run_id))
+    db.table("publications").insert(dict(zip(_PUBLICATION_COLUMNS, values), run_id=run_id))
     return "new"
 
 
@@ -1065,13 +1071,14 @@ def _merge_one(
 ) -> None:
     derived_key = None
     if table == "runs":
-        before = next(db["runs"].rows_where("uid = ?", [row.get("uid")], limit=1), None)
+        before = next(db.table("runs").rows_where("uid = ?", [row.get("uid")], limit=1), None)
         local, outcome = _merge_run(db, row, where, folder_host(origin.part if origin else None))
         # A run that held nothing unpushed is, once merged, what the dataset itself gives:
         # its merged snapshot need not be pushed back. One with local changes still is.
         if (
             origin is not None
             and outcome == "updated"
+            and before is not None  # always so: only a run already here is updated
             and _known(db, origin.repo_id, [item_key("runs", _run_export_row(before))])
         ):
             derived_key = item_key("runs", _run_export_row(local))
@@ -1091,7 +1098,7 @@ def _merge_one(
             raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
     counts.add(table, outcome)
     if origin is not None:
-        db["sync_items"].insert_all(
+        db.table("sync_items").insert_all(
             (
                 {
                     "repo_id": origin.repo_id,
@@ -1128,7 +1135,9 @@ def part_already_merged(
     db: sqlite_utils.Database, repo_id: str, path_in_repo: str, blob_id: str | None
 ) -> bool:
     row = next(
-        db["sync_parts"].rows_where("repo_id = ? AND path = ?", [repo_id, path_in_repo], limit=1),
+        db.table("sync_parts").rows_where(
+            "repo_id = ? AND path = ?", [repo_id, path_in_repo], limit=1
+        ),
         None,
     )
     return row is not None and (blob_id is None or row["blob_id"] in (None, blob_id))
@@ -1150,7 +1159,7 @@ def merge_part(
     with write_transaction(db):
         for rows in batches:
             merge_rows(db, table, rows, where=path_in_repo, origin=origin, counts=counts)
-        db["sync_parts"].insert(
+        db.table("sync_parts").insert(
             {
                 "repo_id": origin.repo_id,
                 "path": path_in_repo,
@@ -1170,7 +1179,7 @@ def record_refused_part(
 ) -> None:
     """Note a part a pull refused (direction `refused`): later pulls skip it, nothing of it is merged."""
     with write_transaction(db):
-        db["sync_parts"].insert(
+        db.table("sync_parts").insert(
             {
                 "repo_id": origin.repo_id,
                 "path": origin.part,
@@ -1202,7 +1211,7 @@ def mark_pushed(
                         list(uids),
                     )
                 }
-                db["sync_items"].insert_all(
+                db.table("sync_items").insert_all(
                     (
                         {
                             "repo_id": repo_id,
@@ -1220,7 +1229,7 @@ def mark_pushed(
                     ignore=True,
                 )
                 marked += len(rows)
-            db["sync_parts"].insert(
+            db.table("sync_parts").insert(
                 {
                     "repo_id": repo_id,
                     "path": part.path_in_repo,
@@ -1259,13 +1268,13 @@ def log_sync(
             "rows_conflict": counts.total("conflict") if counts else 0,
             "recorded_at": utc_now(),
         }
-        return int(db["sync_log"].insert(row).last_pk)
+        return inserted_id(db.table("sync_log").insert(row))
 
 
 def sync_history(db: sqlite_utils.Database, repo_id: str | None = None) -> list[dict[str, Any]]:
     """Every push and pull (of one dataset, or all), oldest first."""
     where, values = ("repo_id = ?", [repo_id]) if repo_id else (None, [])
-    return list(db["sync_log"].rows_where(where, values, order_by="id"))
+    return list(db.table("sync_log").rows_where(where, values, order_by="id"))
 
 
 def dataset_sources(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
@@ -1282,4 +1291,4 @@ def dataset_sources(db: sqlite_utils.Database, run_id: int) -> list[dict[str, An
 
 def run_field_conflicts(db: sqlite_utils.Database, run_id: int) -> list[dict[str, Any]]:
     """Identity fields of a run that another machine recorded with another value."""
-    return list(db["sync_run_conflicts"].rows_where("run_id = ?", [run_id], order_by="id"))
+    return list(db.table("sync_run_conflicts").rows_where("run_id = ?", [run_id], order_by="id"))

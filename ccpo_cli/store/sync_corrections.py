@@ -16,7 +16,7 @@ still not here is counted `not_here` and changes nothing. Nothing here talks to 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal, overload
 
 import sqlite_utils
 
@@ -100,7 +100,7 @@ def export_rows(
     else:
         rows = [
             dict({key: row[key] for key in RESOLUTION_COLUMNS if key != "run_uid"}, run_uid=uid)
-            for row in db["conflict_resolutions"].rows_where(
+            for row in db.table("conflict_resolutions").rows_where(
                 "run_id = ?", [run["id"]], order_by="id"
             )
         ]
@@ -108,6 +108,11 @@ def export_rows(
         yield rows
 
 
+# Overloads so that a required text (the default) is typed `str`: a missing one raises instead.
+@overload
+def _text(row: dict[str, Any], key: str, where: str, *, required: Literal[True] = True) -> str: ...
+@overload
+def _text(row: dict[str, Any], key: str, where: str, *, required: bool) -> str | None: ...
 def _text(row: dict[str, Any], key: str, where: str, *, required: bool = True) -> str | None:
     value = row.get(key)
     if value is None and not required:
@@ -138,7 +143,7 @@ def _merge_resolution(
     )
     if done is not None:
         return "new"
-    same = db["conflict_resolutions"].count_where(
+    same = db.table("conflict_resolutions").count_where(
         "run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND kept_content_hash = ?",
         [local["id"], step, row["split"], row.get("eval_seed"), row["kept_content_hash"]],
     )
@@ -152,17 +157,19 @@ def merge_row(
     if table == "resolutions":
         # A merged correction is not a change of the run on this machine (as a merged evaluation
         # is not): the snapshot time stays the one its own machine recorded.
-        updated_at = db["runs"].get(local["id"])["updated_at"]
+        updated_at = db.table("runs").get(local["id"])["updated_at"]
         try:
             return _merge_resolution(db, row, local, where)
         finally:
-            db["runs"].update(local["id"], {"updated_at": updated_at})
+            db.table("runs").update(local["id"], {"updated_at": updated_at})
     scope = row.get("scope")
     reason, by = _text(row, "reason", where), _text(row, "retracted_by", where)
     if scope == "run":
-        if db["retractions"].count_where("run_id = ? AND evaluation_id IS NULL", [local["id"]]):
+        if db.table("retractions").count_where(
+            "run_id = ? AND evaluation_id IS NULL", [local["id"]]
+        ):
             return "duplicate"
-        db["retractions"].insert(
+        db.table("retractions").insert(
             {
                 "run_id": local["id"],
                 "evaluation_id": None,
@@ -177,7 +184,7 @@ def merge_row(
         raise InvalidInput(f"{where}: a retraction of scope {scope!r} (expected run or evaluation)")
     found = [
         item["id"]
-        for item in db["evaluations"].rows_where(
+        for item in db.table("evaluations").rows_where(
             "run_id = ? AND content_hash = ?",
             [local["id"], _text(row, "content_hash", where)],
             select="id",
@@ -187,13 +194,13 @@ def merge_row(
         return "not_here"
     taken = {
         item["evaluation_id"]
-        for item in db["retractions"].rows_where(
+        for item in db.table("retractions").rows_where(
             f"evaluation_id IN ({', '.join('?' for _ in found)})", found, select="evaluation_id"
         )
     }
     fresh = [evaluation for evaluation in found if evaluation not in taken]
     for evaluation in fresh:
-        db["retractions"].insert(
+        db.table("retractions").insert(
             {
                 "run_id": local["id"],
                 "evaluation_id": evaluation,

@@ -26,7 +26,7 @@ import csv
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.readers.base import (
@@ -52,6 +52,14 @@ _STEP_CELL = re.compile(
 _SINGLE_SCALAR = ("wall time", "step", "value")
 _BAND_SUFFIX = re.compile(r"__(MIN|MAX)$")
 _TAG_IN_FILE_NAME = re.compile(r"tag-(?P<tag>.+)\.csv$", re.IGNORECASE)
+
+
+class CsvRow(NamedTuple):
+    """One non-blank line of a CSV file, split: its line number and its cells. A class of its
+    own (not a bare tuple) so that it is told apart from the read events `_rows` passes on."""
+
+    number: int
+    cells: list[str]
 
 
 def cell_count(text: str, limit: int = MAX_CSV_COLUMNS) -> int:
@@ -123,9 +131,7 @@ def _columns(
     return step_index, columns
 
 
-def _rows(
-    path: Path, stats: ReadStats | None
-) -> Iterator[Line | ReadEvent | tuple[int, list[str]]]:
+def _rows(path: Path, stats: ReadStats | None) -> Iterator[CsvRow | ReadEvent]:
     """(line number, cells) of every non-blank line; the first one (the header) wider than
     MAX_CSV_COLUMNS refuses the file, a wider data row is skipped, both before splitting."""
     header_seen = False
@@ -144,7 +150,7 @@ def _rows(
             yield Skipped(item.number, f"row of more than {MAX_CSV_COLUMNS:,} cells")
             continue
         header_seen = True
-        yield item.number, _cells(item.text)
+        yield CsvRow(item.number, _cells(item.text))
 
 
 def _number(cell: str) -> float | None:
@@ -162,11 +168,11 @@ def _survey_columns(path: Path, columns: dict[int, str]) -> tuple[dict[int, floa
     rates = {index for index, key in columns.items() if key in RATE_KEYS}
     others = {index for index, key in columns.items() if key not in KNOWN_KEYS}
     rows = _rows(path, None)
-    next((row for row in rows if isinstance(row, tuple)), None)  # the header
+    next((row for row in rows if isinstance(row, CsvRow)), None)  # the header
     for row in rows:
-        if not isinstance(row, tuple):
+        if not isinstance(row, CsvRow):
             continue
-        cells = row[1]
+        cells = row.cells
         for index in rates:
             value = _number(cells[index]) if index < len(cells) else None
             if value is not None:
@@ -187,20 +193,20 @@ def read_csv(
     source_run: str | None = None,
 ) -> Iterator[ReadEvent]:
     rows = _rows(path, stats)
-    header = None
+    header: CsvRow | None = None
     for row in rows:
-        if isinstance(row, tuple):
+        if isinstance(row, CsvRow):
             header = row
             break
         yield row
-    if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header[1]):
+    if header is None or not any(cell.strip().lower() in STEP_COLUMNS for cell in header.cells):
         raise InvalidInput(
             f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})"
         )
-    if is_long_header(header[1]):
-        yield from read_long(path, rows, header[1], source_run, stats)
+    if is_long_header(header.cells):
+        yield from read_long(path, rows, header.cells, source_run, stats)
         return
-    step_index, columns = _columns(path, header[1], metric, source_run)
+    step_index, columns = _columns(path, header.cells, metric, source_run)
     percent, text = _survey_columns(path, columns)
     for index, value in percent.items():
         if notes is not None:
@@ -217,7 +223,7 @@ def read_csv(
             notes.append(f"{path}: {len(text)} text column(s) ignored (not numbers): {named}{more}")
         columns = {index: key for index, key in columns.items() if index not in text}
     for row in rows:
-        if not isinstance(row, tuple):
+        if not isinstance(row, CsvRow):
             yield row
             continue
         number, cells = row
