@@ -1,13 +1,8 @@
-"""{train_batch_size: 16, max_prompt_length: 2048, max_response_length: 512}
-actor_rollout_ref:
-  model: {path: Qwen/Qwen2.5-7B-Instruct}
-  actor: {optim: {lr: 1.0e-6}, kl_loss_coef: 0.01, kl_loss_type: low_var_kl}
-  rollout: {val_kwargs: {temperature: 0.4}}
-algorithm: {gamma: 0.95, adv_estimator: grpo}
-env: {seed: 0, max_steps: 50, history_length: 2, rollout: {n: 8}, alfworld: {eval_dataset: eval_in_distribution}}
-trainer: {total_training_steps: 150, nnodes: 1, n_gpus_per_node: 8}
+"""Cards and ingest say only what the data holds, and record the protocol facts a config states.
 
-Asked for in issue 11, defects 2, 3, 4, 6, 7, 8 on cards and ingest, and the protocol facts (Deliver 3, 4)."""
+Asked for in issue 11, defects 2, 3, 4, 6, 7, 8 on cards and ingest, and the protocol facts
+(Deliver 3, 4).
+"""
 
 from __future__ import annotations
 
@@ -28,7 +23,14 @@ from ccpo_cli.report.compare import compare_runs
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
 HYDRA_CONFIG = """
-data.
+data: {train_batch_size: 16, max_prompt_length: 2048, max_response_length: 512}
+actor_rollout_ref:
+  model: {path: Qwen/Qwen2.5-7B-Instruct}
+  actor: {optim: {lr: 1.0e-6}, kl_loss_coef: 0.01, kl_loss_type: low_var_kl}
+  rollout: {val_kwargs: {temperature: 0.4}}
+algorithm: {gamma: 0.95, adv_estimator: grpo}
+env: {seed: 0, max_steps: 50, history_length: 2, rollout: {n: 8}, alfworld: {eval_dataset: eval_in_distribution}}
+trainer: {total_training_steps: 150, nnodes: 1, n_gpus_per_node: 8}
 """
 
 

@@ -1,4 +1,4 @@
-"""Runs.db knows whose it is, and a failed
+"""runs.db knows whose it is, and a failed
 write exits 1 with one line and leaves the database as it was.
 
 Asked for in issue 12, case 4 and the write failures of case 7.
