@@ -27,6 +27,7 @@ from helpers_store import WRITERS, training_series  # noqa: E402
 from ccpo_cli.cli.common import emit_json  # noqa: E402
 from ccpo_cli.report.compare import compare_runs  # noqa: E402
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, write_transaction  # noqa: E402
+from ccpo_cli.store.identity import ExternalArm  # noqa: E402
 from ccpo_cli.store.ingest import ingest_file  # noqa: E402
 
 TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
@@ -44,8 +45,7 @@ def fill_database(path: Path, runs: int, evals: int) -> float:
             ensure_run(
                 db,
                 name,
-                arm=arm,
-                arm_fingerprint=f"fp-{arm}",
+                arm=ExternalArm(arm, f"fp-{arm}"),
                 seed=index // len(ARMS),
                 base_model="Qwen/Qwen2.5-7B-Instruct",
                 hardware="8xH100",

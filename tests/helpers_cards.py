@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ccpo_cli import store
+from ccpo_cli.store.identity import ExternalArm
 
 BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"
 TOTAL_STEPS = 150
@@ -67,7 +68,7 @@ def add_run(
     store.ensure_run(
         db,
         name,
-        arm=arm,
+        arm=None if arm is None else ExternalArm(arm),
         seed=seed,
         base_model=base_model,
         total_steps=total_steps,

@@ -9,6 +9,7 @@ from typing import Any
 
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, record_publication
 from ccpo_cli.store.facts import record_run_facts
+from ccpo_cli.store.identity import ExternalArm
 
 GAMES = (
     "pick_and_place_simple-Apple-None-Fridge-1",
@@ -78,8 +79,7 @@ def full_run(
     ensure_run(
         db,
         name,
-        arm=arm,
-        arm_fingerprint="f" * 64,
+        arm=ExternalArm(arm, "f" * 64),
         seed=seed,
         base_model="tiny",
         backend="local",

@@ -20,6 +20,7 @@ from huggingface_hub import ModelCard
 from ccpo_cli import store
 from ccpo_cli.arms import load_arm
 from ccpo_cli.cards import build_card_context, render_card
+from ccpo_cli.store.identity import ExternalArm
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -157,7 +158,7 @@ def short_run_db(path):
     store.ensure_run(
         db,
         "short",
-        arm="return-hard",
+        arm=ExternalArm("return-hard"),
         seed=0,
         base_model="Qwen/Qwen2.5-7B-Instruct",
         total_steps=6,
@@ -218,7 +219,7 @@ def test_a_run_without_any_evaluation_is_refused_in_one_line(tmp_path):
     store.ensure_run(
         db,
         "empty",
-        arm="return-hard",
+        arm=ExternalArm("return-hard"),
         seed=0,
         base_model="Qwen/Qwen2.5-7B-Instruct",
         total_steps=6,

@@ -13,6 +13,7 @@ from ccpo_cli import store
 from ccpo_cli.cards import build_card_context, lint_card, render_card
 from ccpo_cli.cards.baselines import load_baseline_data
 from ccpo_cli.cli.app import app
+from ccpo_cli.store.identity import ExternalArm
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -88,7 +89,7 @@ def local_db(tmp_path):
     store.ensure_run(
         db,
         "local-rh",
-        arm="return-hard",
+        arm=ExternalArm("return-hard"),
         seed=0,
         base_model=LOCAL_MODEL,
         total_steps=50,

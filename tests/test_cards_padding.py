@@ -8,6 +8,7 @@ from test_cards_local import LOCAL_CONFIG, LOCAL_MODEL
 
 from ccpo_cli import store
 from ccpo_cli.cards import build_card_context, lint_card, render_card
+from ccpo_cli.store.identity import ExternalArm
 
 pytestmark = pytest.mark.usefixtures("no_network")
 
@@ -48,7 +49,7 @@ def test_a_local_card_says_the_rule_changes_nothing_there(tmp_path):
     store.ensure_run(
         db,
         "local-rh",
-        arm="return-hard",
+        arm=ExternalArm("return-hard"),
         seed=0,
         base_model=LOCAL_MODEL,
         total_steps=50,

@@ -12,13 +12,20 @@ import pytest
 from ccpo_cli import store
 from ccpo_cli.cards import build_card_context, render_card
 from ccpo_cli.cards.method import NOT_RECORDED, estimator_family
+from ccpo_cli.store.identity import ExternalArm
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
 
 def _run(db, name, arm):
     store.ensure_run(
-        db, name, arm=arm, seed=0, base_model=MODEL, total_steps=150, benchmark="alfworld"
+        db,
+        name,
+        arm=ExternalArm(arm),
+        seed=0,
+        base_model=MODEL,
+        total_steps=150,
+        benchmark="alfworld",
     )
     for index, step in enumerate(range(70, 120, 5)):
         store.record_evaluation(

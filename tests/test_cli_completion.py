@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ccpo_cli import store
+from ccpo_cli.store.identity import ExternalArm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASH = shutil.which("bash")
@@ -37,7 +38,7 @@ def shell(tmp_path_factory):
     ccpo.chmod(0o755)
     db = store.open_db(folder / "runs.db")
     for name in ("grpo-seed0", "grpo-seed1", "gigpo-seed0", "odd_name.1", "oddXname"):
-        store.ensure_run(db, name, arm="grpo")
+        store.ensure_run(db, name, arm=ExternalArm("grpo"))
     other = store.open_db(folder / "other.db")
     store.ensure_run(other, "elsewhere-run")
     environment = dict(

@@ -70,9 +70,10 @@ def test_the_light_examples_run_as_written(tmp_path, monkeypatch):
 
     from ccpo_cli import store
     from ccpo_cli.cli.app import app
+    from ccpo_cli.store.identity import ExternalArm
 
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "grpo-seed0", arm="grpo", seed=0, total_steps=80)
+    store.ensure_run(db, "grpo-seed0", arm=ExternalArm("grpo"), seed=0, total_steps=80)
     for step in range(0, 81, 10):
         store.record_evaluation(db, "grpo-seed0", step, successes=40 + step // 2, episodes=128)
     store.record_evaluation(

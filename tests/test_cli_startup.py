@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from ccpo_cli import store
+from ccpo_cli.store.identity import ExternalArm
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"torch", "transformers", "ray", "matplotlib", "pandas", "scipy"}
@@ -62,7 +63,7 @@ def small_db(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("startup") / "runs.db"
     db = store.open_db(path)
     for name, arm in (("a-seed0", "grpo"), ("b-seed0", "return-hard")):
-        store.ensure_run(db, name, arm=arm, seed=0, total_steps=20, base_model="m")
+        store.ensure_run(db, name, arm=ExternalArm(arm), seed=0, total_steps=20, base_model="m")
         for step in range(0, 21, 5):
             store.record_evaluation(db, name, step, successes=step, episodes=40)
     return path

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from ccpo_cli import store
 from ccpo_cli.cli.app import app
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -162,7 +163,7 @@ def test_publish_takes_repo_id_and_the_hf_clis_no_private(tmp_path, monkeypatch,
 
 def test_global_options_work_after_the_command(tmp_path):
     db = store.open_db(tmp_path / "elsewhere.db")
-    store.ensure_run(db, "only-here", arm="grpo")
+    store.ensure_run(db, "only-here", arm=ExternalArm("grpo"))
     before = runner.invoke(app, ["--db", str(tmp_path / "elsewhere.db"), "runs", "list", "--json"])
     after = runner.invoke(app, ["runs", "list", "--json", "--db", str(tmp_path / "elsewhere.db")])
     assert after.exit_code == 0, after.output
@@ -232,7 +233,7 @@ def test_the_root_help_shows_no_flag_placeholder():
 
 def test_default_db_still_comes_from_the_environment(tmp_path):
     db = store.open_db(tmp_path / "env.db")
-    store.ensure_run(db, "from-env", arm="grpo")
+    store.ensure_run(db, "from-env", arm=ExternalArm("grpo"))
     result = runner.invoke(
         app, ["runs", "list", "--json"], env={"CCPO_DB": str(tmp_path / "env.db")}
     )

@@ -15,7 +15,7 @@ from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.render import render_card
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
-from ccpo_cli.store.identity import all_identities
+from ccpo_cli.store.identity import ExternalArm, all_identities
 from ccpo_cli.store.ingest import ingest_file
 
 ROUND3 = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs" / "round3"
@@ -31,7 +31,13 @@ SHARED = {
 
 
 def add_run(db, name, arm, rates, *, seed, episodes=128):
-    ensure_run(db, name, arm=arm, **({"seed": seed} if seed is not None else {}), **SHARED)
+    ensure_run(
+        db,
+        name,
+        arm=None if arm is None else ExternalArm(arm),
+        **({"seed": seed} if seed is not None else {}),
+        **SHARED,
+    )
     update_run_state(db, name, step1_rollout_hash="h", status="running", last_step=150)
     for step, rate in rates.items():
         record_evaluation(db, name, step, success_rate=rate, episodes=episodes, temperature=0.4)

@@ -13,6 +13,7 @@ from ccpo_cli import stats, store
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
@@ -37,8 +38,7 @@ def add_run(
     ensure_run(
         db,
         name,
-        arm=arm,
-        arm_fingerprint=f"fp-{arm}",
+        arm=ExternalArm(arm, f"fp-{arm}"),
         seed=seed,
         config=config if config is not None else CONFIG,
         **{**SHARED, **fields},
@@ -335,9 +335,9 @@ def test_arm_flags_come_from_the_run_or_an_arm_file_with_its_fingerprint(tmp_pat
     db = open_db(tmp_path / "runs.db")
     arm = load_arm("return-hard")
     override = load_arm("return-hard", {"rho": "0.59"})
-    ensure_run(db, "current", arm="return-hard", arm_fingerprint=arm.fingerprint)
-    ensure_run(db, "stale", arm="return-hard", arm_fingerprint="0" * 64)
-    ensure_run(db, "custom", arm="my-own-arm", arm_fingerprint="1" * 64)
+    ensure_run(db, "current", arm=ExternalArm("return-hard", arm.fingerprint))
+    ensure_run(db, "stale", arm=ExternalArm("return-hard", "0" * 64))
+    ensure_run(db, "custom", arm=ExternalArm("my-own-arm", "1" * 64))
     ensure_run(db, "typed", arm=override)
     for name in ("current", "stale", "custom", "typed"):
         record_evaluation(db, name, 70, success_rate=80.0)
@@ -429,8 +429,7 @@ def test_a_matrix_run_is_compared_over_the_window_its_matrix_recorded(tmp_path):
         ensure_run(
             db,
             name,
-            arm="gigpo",
-            arm_fingerprint="fp-gigpo",
+            arm=ExternalArm("gigpo", "fp-gigpo"),
             seed=0,
             config=recorded,
             **{**SHARED, "total_steps": 16},

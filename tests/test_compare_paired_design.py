@@ -18,6 +18,7 @@ from ccpo_cli import stats
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
+from ccpo_cli.store.identity import ExternalArm
 
 # Seeds differ a lot from each other; within a seed, gigpo is always about 3 points above grpo.
 LEVELS = {0: (40.0, 43.0), 1: (70.0, 72.5), 2: (55.0, 58.5), 3: (85.0, 88.0)}
@@ -27,8 +28,7 @@ def _add(db, name, arm, seed, level, step1):
     ensure_run(
         db,
         name,
-        arm=arm,
-        arm_fingerprint=f"fp-{arm}",
+        arm=ExternalArm(arm, f"fp-{arm}"),
         seed=seed,
         base_model="m",
         backend="local",

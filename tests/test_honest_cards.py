@@ -19,6 +19,7 @@ from ccpo_cli import store
 from ccpo_cli.cards import build_card_context, lint_card, render_card
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +75,12 @@ def test_card_of_runs_without_evidence_never_claims_isolation(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     for name, arm, mean in (("rh", "return-hard", 83.5), ("gs", "global-successor", 77.5)):
         store.ensure_run(
-            db, name, arm=arm, seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150
+            db,
+            name,
+            arm=ExternalArm(arm),
+            seed=0,
+            base_model="Qwen/Qwen2.5-7B-Instruct",
+            total_steps=150,
         )
         for index, step in enumerate(range(70, 120, 5)):
             store.record_evaluation(
@@ -113,7 +119,12 @@ def test_a_card_for_a_three_seed_arm_uses_every_seed_whatever_other_arms_have(tm
 def test_one_evaluation_in_the_window_refuses_the_card_and_says_why(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
     store.ensure_run(
-        db, "rh", arm="return-hard", seed=0, base_model="Qwen/Qwen2.5-7B-Instruct", total_steps=150
+        db,
+        "rh",
+        arm=ExternalArm("return-hard"),
+        seed=0,
+        base_model="Qwen/Qwen2.5-7B-Instruct",
+        total_steps=150,
     )
     for step in range(0, 80, 5):
         store.record_evaluation(

@@ -10,6 +10,7 @@ import pytest
 from ccpo_cli import stats
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
+from ccpo_cli.store.identity import ExternalArm
 
 SHARED = {
     "base_model": "Qwen/Qwen2.5-7B-Instruct",
@@ -28,7 +29,7 @@ def add_run(
     ensure_run(
         db,
         name,
-        arm=arm,
+        arm=ExternalArm(arm),
         seed=seed,
         **(
             {**SHARED, **fields}

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from ccpo_cli import store
 from ccpo_cli.cli.app import app
 from ccpo_cli.paths import configs_dir
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 HUGE = str(2**64)
@@ -34,7 +35,7 @@ def _runs(db: Path) -> list[str]:
 @pytest.fixture
 def db(tmp_path) -> Path:
     database = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(database, "r", arm="grpo", seed=0, total_steps=4)
+    store.ensure_run(database, "r", arm=ExternalArm("grpo"), seed=0, total_steps=4)
     store.record_evaluation(database, "r", 2, successes=5, episodes=10)
     (tmp_path / "log.jsonl").write_text('{"step": 1, "val/success_rate": 0.5}\n')
     (tmp_path / "steps.yaml").write_text(f"trainer:\n  total_training_steps: {HUGE}\n")

@@ -26,6 +26,7 @@ from helpers_hub import TOKEN
 from ccpo_cli import store
 from ccpo_cli.hub import KEY_PREFIX
 from ccpo_cli.store import outbox
+from ccpo_cli.store.identity import ExternalArm
 
 REPO = "tester/ccpo-local-return-hard"
 SMALL = dict(
@@ -237,7 +238,7 @@ def test_a_resumed_run_never_replaces_a_better_recorded_checkpoint(tmp_path, hub
 
     db_path = tmp_path / "runs.db"
     db = store.open_db(db_path)
-    store.ensure_run(db, "rh", arm="return-hard", seed=0, total_steps=10)
+    store.ensure_run(db, "rh", arm=ExternalArm("return-hard"), seed=0, total_steps=10)
     folder = tmp_path / "ckpts"
     folder.mkdir()
     files = {}

@@ -15,6 +15,7 @@ from ccpo_cli.cli.app import app
 from ccpo_cli.report import power
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, update_run_state
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 
@@ -89,8 +90,7 @@ def _add(db, name, arm, seed, level, step1):
     ensure_run(
         db,
         name,
-        arm=arm,
-        arm_fingerprint=f"fp-{arm}",
+        arm=ExternalArm(arm, f"fp-{arm}"),
         seed=seed,
         base_model="m",
         backend="local",
@@ -190,9 +190,7 @@ def test_the_plot_keeps_steps_that_only_some_seeds_evaluated(tmp_path):
     db = open_db(tmp_path / "runs.db")
     for seed, steps in ((0, (0, 10, 20, 30, 40)), (1, (0, 10, 20)), (2, (5, 15))):
         name = f"rh-{seed}"
-        store.ensure_run(
-            db, name, arm="return-hard", arm_fingerprint="fp", seed=seed, total_steps=40
-        )
+        store.ensure_run(db, name, arm=ExternalArm("return-hard", "fp"), seed=seed, total_steps=40)
         for step in steps:
             store.record_evaluation(db, name, step, success_rate=20.0 + step + seed, episodes=64)
     curves = seed_curves(compare_runs(db, None))

@@ -23,6 +23,7 @@ from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store.facts import record_run_facts
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 
@@ -111,8 +112,7 @@ def test_an_override_arm_recorded_only_in_its_config_is_still_its_own_arm(tmp_pa
     store.ensure_run(
         db,
         "old-local",
-        arm="return-hard",
-        arm_fingerprint=override.fingerprint,
+        arm=ExternalArm("return-hard", override.fingerprint),
         seed=0,
         base_model="ccpo-local-hashed-ngram-policy",
         backend="local",

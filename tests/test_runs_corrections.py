@@ -22,6 +22,7 @@ from ccpo_cli.cards import build_card_context, render_card
 from ccpo_cli.cli.app import app
 from ccpo_cli.report.compare import compare_runs
 from ccpo_cli.store.db import MIGRATIONS
+from ccpo_cli.store.identity import ExternalArm
 
 runner = CliRunner()
 
@@ -213,7 +214,7 @@ def test_a_retracted_run_leaves_the_comparison_and_its_card_is_refused(seed_db):
 
 def test_an_evaluation_recorded_after_a_retraction_is_new_not_a_conflict(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "r", arm="grpo", seed=0, total_steps=10)
+    store.ensure_run(db, "r", arm=ExternalArm("grpo"), seed=0, total_steps=10)
     store.record_evaluation(db, "r", 5, success_rate=10.0, episodes=10)
     assert (
         ccpo(
@@ -233,7 +234,7 @@ def test_an_evaluation_recorded_after_a_retraction_is_new_not_a_conflict(tmp_pat
 
 def _conflicted(tmp_path: Path) -> Path:
     db = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(db, "r", arm="grpo", seed=0, total_steps=20)
+    store.ensure_run(db, "r", arm=ExternalArm("grpo"), seed=0, total_steps=20)
     for step, rate in ((10, 40.0), (15, 45.0)):
         store.record_evaluation(db, "r", step, successes=int(rate * 1.28), episodes=128)
     # A re-ingest of a corrected log: step 15 again, with another result.

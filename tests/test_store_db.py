@@ -24,6 +24,7 @@ from ccpo_cli.store import (
     write_transaction,
 )
 from ccpo_cli.store.db import MIGRATIONS
+from ccpo_cli.store.identity import ExternalArm
 
 TABLES = {
     "runs",
@@ -77,8 +78,7 @@ def test_ensure_run_creates_updates_and_guards_identity(db):
     first = ensure_run(
         db,
         "rh-0",
-        arm="return-hard",
-        arm_fingerprint="f1",
+        arm=ExternalArm("return-hard", "f1"),
         seed=0,
         config={"lr": 1e-6},
         package_versions={"torch": "2.13.0"},
@@ -96,7 +96,7 @@ def test_ensure_run_creates_updates_and_guards_identity(db):
     assert run["config"] == {"lr": 1e-6} and run["package_versions"] == {"torch": "2.13.0"}
     assert run["git_dirty"] is True and run["created_at"] <= run["updated_at"]
     with pytest.raises(InvalidInput, match="arm_fingerprint 'f1'"):
-        ensure_run(db, "rh-0", arm_fingerprint="f2")
+        ensure_run(db, "rh-0", arm=ExternalArm("return-hard", "f2"))
     with pytest.raises(InvalidInput, match="seed"):
         ensure_run(db, "rh-0", seed=1)
     with pytest.raises(InvalidInput, match="status"):
@@ -110,7 +110,7 @@ def test_ensure_run_creates_updates_and_guards_identity(db):
         ensure_run(db, "shop", benchmark="alfworld")
     # A run created without a fingerprint gets one later, once.
     ensure_run(db, "plain")
-    ensure_run(db, "plain", arm="gigpo", arm_fingerprint="g")
+    ensure_run(db, "plain", arm=ExternalArm("gigpo", "g"))
     assert get_run(db, "plain")["arm_fingerprint"] == "g"
 
 
@@ -279,8 +279,8 @@ def test_checkpoints_and_publications(db):
 
 
 def test_list_runs_summarises(db):
-    ensure_run(db, "b", arm="gigpo")
-    ensure_run(db, "a", arm="grpo")
+    ensure_run(db, "b", arm=ExternalArm("gigpo"))
+    ensure_run(db, "a", arm=ExternalArm("grpo"))
     record_evaluation(db, "a", 5, success_rate=10.0)
     record_evaluation(db, "a", 10, success_rate=20.0)
     runs = list_runs(db)

@@ -26,6 +26,7 @@ from ccpo_cli.arms import load_arm
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store import open_db, run_evaluations
+from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.ingest import ingest_file, parse_metrics_file
 
 runner = CliRunner()
@@ -53,7 +54,7 @@ def test_three_formats_give_the_same_database_content(tmp_path, decimals):
         options = {"decimals": decimals} if fmt == "console" else {}
         path = write(fmt, acceptance_rows(decimals), tmp_path / f"metrics-{fmt}.log", **options)
         db = open_db(tmp_path / f"{fmt}.db")
-        report = ingest_file(db, path, "return-hard-s0", arm="return-hard", seed=0)
+        report = ingest_file(db, path, "return-hard-s0", arm=ExternalArm("return-hard"), seed=0)
         assert report.format == fmt and report.new == 24 and report.last_step == 119
         contents[fmt] = db_content(db)
     assert contents["ccpo"] == contents["verl-file"] == contents["console"]
@@ -125,7 +126,7 @@ def test_a_different_arm_fingerprint_is_refused(tmp_path):
     assert counts(open_db(db_path)) == before
     db = open_db(db_path)
     with pytest.raises(InvalidInput, match="arm_fingerprint"):
-        ingest_file(db, path, "rh", arm_fingerprint="0" * 64)
+        ingest_file(db, path, "rh", arm=ExternalArm("return-hard", "0" * 64))
 
 
 def test_a_malformed_line_is_skipped_or_under_strict_fails_the_whole_file(tmp_path):

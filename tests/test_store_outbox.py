@@ -13,6 +13,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
 from ccpo_cli.store import outbox
 from ccpo_cli.store.db import MIGRATIONS
+from ccpo_cli.store.identity import ExternalArm
 
 TARGET = {
     "repo_id": "tester/run",
@@ -25,7 +26,7 @@ TARGET = {
 @pytest.fixture
 def db(tmp_path):
     database = store.open_db(tmp_path / "runs.db")
-    store.ensure_run(database, "r", arm="return-hard", seed=0)
+    store.ensure_run(database, "r", arm=ExternalArm("return-hard"), seed=0)
     return database
 
 

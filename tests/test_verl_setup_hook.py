@@ -26,6 +26,7 @@ from ccpo_cli.backends.verl.metrics import (
     mirror_tracking_to_sink,
 )
 from ccpo_cli.store import get_run, open_db, run_evaluations
+from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.ingest import ingest_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,9 +221,7 @@ def test_tracking_mirror_appends_and_the_file_ingests_while_it_grows(tmp_path):
     assert [line["step"] for line in lines] == [0, 5]  # appended, not truncated
     assert lines[1]["actor/kl"] is None and math.isfinite(lines[1]["wall_time"])
     db = open_db(tmp_path / "runs.db")
-    ingest_file(
-        db, path, "r", fmt="ccpo", arm="gigpo", arm_fingerprint=load_arm("gigpo").fingerprint
-    )
+    ingest_file(db, path, "r", fmt="ccpo", arm=ExternalArm("gigpo", load_arm("gigpo").fingerprint))
     tracker.log({"val/success_rate": 0.75}, step=10)
     ingest_file(db, path, "r", fmt="ccpo")
     assert [(e["step"], e["success_rate"]) for e in run_evaluations(db, "r")] == [

@@ -216,6 +216,7 @@ def ingest(
     from ccpo_cli.names import check_run_name
     from ccpo_cli.store import open_db
     from ccpo_cli.store.facts import protocol_facts
+    from ccpo_cli.store.identity import ExternalArm
     from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
     from ccpo_cli.store.readers.metric_names import MetricRename
 
@@ -246,14 +247,16 @@ def ingest(
     size = file.stat().st_size if file.is_file() else 0
     console = stderr_console()
     show_bar = console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    # --arm is the user's word for which arm the log trained: its name and fingerprint are recorded,
-    # and the flags the log itself printed (facts) stand beside them (store/identity.py).
+    # --arm is the user's word for which arm the log trained, not an arm ccpo resolved: an
+    # ExternalArm, so its name and fingerprint are recorded, and the flags the log itself printed
+    # (facts) stand beside them (store/identity.py).
     kwargs = dict(
         fmt=reader,
         benchmark=benchmark,
         backend=backend,
-        arm=None if resolved_arm is None else resolved_arm.name,
-        arm_fingerprint=None if resolved_arm is None else resolved_arm.fingerprint,
+        arm=None
+        if resolved_arm is None
+        else ExternalArm(resolved_arm.name, resolved_arm.fingerprint),
         seed=facts.get("seed"),
         base_model=base_model,
         total_steps=facts.pop("total_steps", None),

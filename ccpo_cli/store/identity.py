@@ -112,6 +112,31 @@ class ArmIdentity:
 
 
 @dataclass(frozen=True)
+class ExternalArm:
+    """An arm recorded by its name and fingerprint alone: the arm of a run ccpo did not resolve
+    itself, such as a log trained elsewhere that `ccpo ingest --arm NAME` names, or an arm ccpo
+    does not define. `ensure_run` records its name and fingerprint and no flags or overrides (the
+    flags such a run used are the ones its log printed, kept as facts and read back here).
+
+    It is what a writer hands `ensure_run` in place of a typed `Arm`; `ArmIdentity` is the
+    reader's answer (flags, where they came from, contradictions), which a writer never records.
+    The dataclass's own constructor is the one way to build it, and it checks its fields."""
+
+    name: str
+    fingerprint: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"an external arm's name is a non-empty string, not {self.name!r}")
+        if self.fingerprint is not None and (
+            not isinstance(self.fingerprint, str) or not self.fingerprint
+        ):
+            raise TypeError(
+                f"an external arm's fingerprint is a non-empty string or None, not {self.fingerprint!r}"
+            )
+
+
+@dataclass(frozen=True)
 class EvaluationProtocol:
     """How a run's held-out evaluations were taken."""
 

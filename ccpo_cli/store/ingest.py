@@ -51,6 +51,7 @@ from ccpo_cli.store.facts import (
     states_val_only,
     unexpanded_variables,
 )
+from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -387,8 +388,7 @@ def ingest_file(
     run: str,
     *,
     fmt: str = "auto",
-    arm: Arm | str | None = None,
-    arm_fingerprint: str | None = None,
+    arm: Arm | ExternalArm | None = None,
     seed: int | None = None,
     base_model: str | None = None,
     total_steps: int | None = None,
@@ -450,7 +450,6 @@ def ingest_file(
             db,
             run,
             arm=arm,
-            arm_fingerprint=arm_fingerprint,
             seed=seed,
             base_model=base_model,
             total_steps=_reconcile_total(db, run, total_steps, source, report),

@@ -27,6 +27,7 @@ from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non
 
 if TYPE_CHECKING:
     from ccpo_cli.arms import Arm
+    from ccpo_cli.store.identity import ExternalArm
 
 # Fields that say *which* experiment a run is; changing one after the fact would silently
 # relabel recorded evaluations, so a different value is refused rather than updated.
@@ -93,14 +94,23 @@ def this_host() -> str:
     return host_label(os.environ.get(HOST_ENV) or socket.gethostname())
 
 
-def _arm_columns(arm: Arm | str | None, arm_fingerprint: str | None) -> dict[str, Any]:
+def _arm_columns(arm: Arm | ExternalArm | None) -> dict[str, Any]:
     """The runs columns of an arm: an `Arm` records its name, fingerprint, resolved flags and
-    overrides; a bare name (an arm this ccpo does not define) only the name and the fingerprint given."""
-    if arm is None or isinstance(arm, str):
-        return {"arm": arm, "arm_fingerprint": arm_fingerprint}
-    if arm_fingerprint is not None and arm_fingerprint != arm.fingerprint:
-        raise InvalidInput(
-            f"arm {arm.name!r} has fingerprint {arm.fingerprint}, not {arm_fingerprint}"
+    overrides; an `ExternalArm` (store/identity.py) only its name and fingerprint. Anything else
+    is a programming error (TypeError): a bare name says neither which of the two it is nor its
+    fingerprint."""
+    if arm is None:
+        return {}
+    from ccpo_cli.store.identity import ExternalArm
+
+    if isinstance(arm, ExternalArm):
+        return {"arm": arm.name, "arm_fingerprint": arm.fingerprint}
+    from ccpo_cli.arms import Arm
+
+    if not isinstance(arm, Arm):
+        raise TypeError(
+            "ensure_run's arm is an Arm (ccpo_cli/arms.py) or an ExternalArm "
+            f"(ccpo_cli/store/identity.py), not {type(arm).__name__} {arm!r}"
         )
     return {
         "arm": arm.name,
@@ -118,8 +128,7 @@ def ensure_run(
     db: sqlite_utils.Database,
     name: str,
     *,
-    arm: Arm | str | None = None,
-    arm_fingerprint: str | None = None,
+    arm: Arm | ExternalArm | None = None,
     kind: str | None = None,
     seed: int | None = None,
     base_model: str | None = None,
@@ -136,8 +145,9 @@ def ensure_run(
 ) -> int:
     """Create the run `name`, or fill in / update the given fields of an existing one; its id.
 
-    `arm` is an `Arm` (its name, fingerprint, resolved flags and overrides are recorded) or,
-    for an arm this ccpo does not define, a name with `arm_fingerprint`. `kind` is training (the
+    This is the one writer of a run's identity. `arm` is an `Arm` (its name, fingerprint, resolved
+    flags and overrides are recorded) or an `ExternalArm` (store/identity.py: a name and a
+    fingerprint only, for an arm ccpo did not resolve); anything else raises TypeError. `kind` is training (the
     default for a new run) or evaluation (a reference run that only evaluated an agent).
     Options left as None never erase what is recorded. Identity fields (arm, arm fingerprint,
     flags and overrides, kind, seed, base model, benchmark, data-order seed) may be filled in
@@ -152,7 +162,7 @@ def ensure_run(
     if kind is not None and kind not in RUN_KINDS:
         raise InvalidInput(f"run kind {kind!r} is not one of {', '.join(RUN_KINDS)}")
     given = {
-        **_arm_columns(arm, arm_fingerprint),
+        **_arm_columns(arm),
         "kind": kind,
         "seed": seed,
         "base_model": base_model,
