@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ccpo_cli import store
+from ccpo_cli.arms import Arm
 from ccpo_cli.store.identity import ExternalArm
 
 BASE_MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -50,7 +51,7 @@ def window_series(mean: float, sd: float, n: int, best: float) -> list[float]:
 def add_run(
     db,
     name: str,
-    arm: str,
+    arm: str | Arm | None,
     *,
     mean: float,
     sd: float,
@@ -68,7 +69,7 @@ def add_run(
     store.ensure_run(
         db,
         name,
-        arm=None if arm is None else ExternalArm(arm),
+        arm=ExternalArm(arm) if isinstance(arm, str) else arm,  # a name, a typed Arm or None
         seed=seed,
         base_model=base_model,
         total_steps=total_steps,
