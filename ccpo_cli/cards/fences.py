@@ -20,6 +20,7 @@ REGION = re.compile(
     r"<!-- ccpo:begin (?P<name>[a-z0-9-]+) -->\n?(?P<body>.*?)<!-- ccpo:end (?P=name) -->",
     re.DOTALL,
 )
+FRONT_MATTER = re.compile(r"\A---\r?\n(.*?)\r?\n---\r?\n", re.DOTALL)
 # Tags that state how a run stands when its card is rendered (interim; too few evaluations for a
 # result; no base model): a later card that no longer says so must drop them, or the merged card
 # would claim both (a too-few-evaluations tag beside a model-index fails the lint).
@@ -66,6 +67,21 @@ def _merge_body(remote_body: str, new_body: str) -> str:
     return merged
 
 
+def _written_metadata(text: str, card: ModelCard) -> dict:
+    """The README's YAML header as its owner wrote it. huggingface_hub's card data rewrites some
+    keys on the way in (0.3x turns `tags: my-tag` into its characters), so the header is read
+    with YAML itself; a header YAML cannot read falls back to the card data."""
+    header = FRONT_MATTER.match(text)
+    if header is not None:
+        try:
+            document = yaml.safe_load(header.group(1))
+        except yaml.YAMLError:
+            document = None
+        if isinstance(document, dict):
+            return document
+    return card.data.to_dict()
+
+
 def _merge_metadata(remote: dict, new: dict) -> dict:
     # The remote card's key order, so a person's edit and ccpo's refresh diff line by line.
     merged = {
@@ -96,7 +112,7 @@ def merge_into_remote(remote_text: str, new_text: str) -> str:
         )
     remote_card = ModelCard(remote_text, ignore_metadata_errors=True)
     new_card = ModelCard(new_text)
-    metadata = _merge_metadata(remote_card.data.to_dict(), new_card.data.to_dict())
+    metadata = _merge_metadata(_written_metadata(remote_text, remote_card), new_card.data.to_dict())
     body = _merge_body(remote_card.text, new_card.text)
     header = yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True, default_flow_style=False)
     return f"---\n{header}---\n{body if body.startswith(chr(10)) else chr(10) + body}"
