@@ -256,7 +256,7 @@ def executor_matrix(
         "block_s": result.block_seconds,
         "evaluations": evaluations,
         "window_means": {
-            entry["run"]: entry["window"]["mean"] for entry in result.comparison["runs"]
+            entry["run"]: entry["window"]["mean"] for entry in result.comparison.as_json()["runs"]
         },
         "nodes": result.nodes,
         "arms": len(design.arms),

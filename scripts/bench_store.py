@@ -87,7 +87,7 @@ def time_compare(path: Path, repeats: int = 3) -> tuple[float, float, int]:
         started, started_cpu = time.perf_counter(), time.process_time()
         buffer = io.StringIO()
         with redirect_stdout(buffer):
-            emit_json(compare_runs(db, None))
+            emit_json(compare_runs(db, None).as_json())
         best_wall = min(best_wall, time.perf_counter() - started)
         best_cpu = min(best_cpu, time.process_time() - started_cpu)
         size = len(buffer.getvalue())

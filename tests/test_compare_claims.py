@@ -62,7 +62,7 @@ def test_an_unseeded_run_is_no_seed_in_isolation_and_the_one_seed_arm_keeps_its_
         seed=None,
     )
     add_run(db, "gg-0", "gigpo", plateau(70), seed=0)
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     isolation = document["isolation"]
     assert all(None not in seeds for seeds in isolation["seeds_by_arm"].values())
     assert not any(difference.startswith("seed:") for difference in isolation["differences"])
@@ -80,7 +80,7 @@ def test_an_arm_without_a_seed_is_listed_in_not_compared(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "rh-0", "return-hard", plateau(80), seed=0)
     add_run(db, "gg-x", "gigpo", plateau(70), seed=None)
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     pairs = [
         (item["arm_a"], item["arm_b"])
         for item in document["comparisons"] + document["not_compared"]
@@ -131,11 +131,11 @@ def test_hgae_and_ppo_logs_get_cards_that_name_their_estimator(tmp_path):
     assert lint_card(text) == []
     assert "verl-agent's `hgae` estimator" in text and "trained with CCPO" not in text
     assert "not assessed: ccpo does not implement this estimator" in text
-    document = context.comparison
-    arm = next(arm for arm in document["arms"] if arm["arm"] == "verl-agent:hgae")
-    assert arm["n_seeds"] == 2 and sorted(arm["seeds"]) == [5, 6]
+    arm = context.comparison.arm("verl-agent:hgae")
+    assert arm.n_seeds == 2 and sorted(arm.seeds) == [5, 6]
     # The card names the run's window as the run's and the arm's mean as the arm's.
-    assert f"the arm's mean over its seeds' window means is {arm['mean']:.1f}" in text
+    assert arm.mean is not None
+    assert f"the arm's mean over its seeds' window means is {arm.mean:.1f}" in text
     assert "unresolved until replicated" in text
 
 
@@ -144,7 +144,7 @@ def test_an_external_arm_pair_is_compared_like_ccpos_arms(tmp_path):
     _ingest(db, "hgae-s5", ROUND3 / "jonp07hiper_ppo_alfworld_seed5_1_5b.txt")
     _ingest(db, "hgae-s6", ROUND3 / "jonp07hiper_ppo_alfworld_seed6_1_5b.txt")
     _ingest(db, "gae-s0", ROUND3.parent / "round2" / "jonp07_ppo_run_alfworld.txt")
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     labels = {arm["arm"] for arm in document["arms"]}
     assert {"verl-agent:hgae", "verl-agent:gae"} <= labels
     listed = document["comparisons"] + document["not_compared"]
@@ -193,8 +193,8 @@ def test_a_log_ingested_twice_is_one_run_not_two_averaged(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "rh-a", "return-hard", plateau(80), seed=0)
     add_run(db, "rh-b", "return-hard", plateau(80), seed=0)
-    arm = compare_runs(db, None)["arms"][0]
-    window = compare_runs(db, ["rh-a"])["runs"][0]["window"]
+    arm = compare_runs(db, None).as_json()["arms"][0]
+    window = compare_runs(db, ["rh-a"]).as_json()["runs"][0]["window"]
     assert arm["n"] == window["n"] and arm["identical_runs"] == [["rh-a", "rh-b"]]
     assert any("one log recorded 2 times" in note for note in arm["seed_notes"])
     assert not any("averaged" in note for note in arm["seed_notes"])
@@ -207,7 +207,7 @@ def test_runs_whose_arm_is_not_recorded_are_never_compared_as_arms(tmp_path):
     for seed, level in enumerate((70, 63, 73)):
         add_run(db, f"bare-{seed}", None, plateau(level), seed=seed)
     add_run(db, "rh-0", "return-hard", plateau(80), seed=0)
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     assert document["comparisons"] == []
     assert len(document["not_compared"]) == 6  # every pair of the four units, none compared
     assert all(
@@ -235,7 +235,7 @@ def test_a_difference_between_windows_of_different_steps_says_so(tmp_path):
         {step: rate for step, rate in plateau(72).items() if step <= 110},
         seed=1,
     )
-    comparison = compare_runs(db, None)["comparisons"][0]
+    comparison = compare_runs(db, None).as_json()["comparisons"][0]
     assert (
         "different steps" in comparison["window_coverage"]
         and "70-150" in comparison["window_coverage"]
@@ -247,4 +247,4 @@ def test_a_difference_between_windows_of_different_steps_says_so(tmp_path):
     same = open_db(tmp_path / "same.db")
     add_run(same, "rh-0", "return-hard", plateau(80), seed=0)
     add_run(same, "gg-0", "gigpo", plateau(70), seed=0)
-    assert compare_runs(same, None)["comparisons"][0]["window_coverage"] is None
+    assert compare_runs(same, None).as_json()["comparisons"][0]["window_coverage"] is None

@@ -102,7 +102,7 @@ def test_compare_json_has_the_contract_keys(two_arms):
 
 def test_per_run_numbers_trace_to_evaluation_rows(two_arms):
     db, _ = two_arms
-    document = compare_runs(db, ["rh-0"], window_start=70)
+    document = compare_runs(db, ["rh-0"], window_start=70).as_json()
     run = document["runs"][0]
     rows = db.execute(
         "SELECT evaluations.id, step, success_rate, episodes FROM evaluations JOIN runs ON runs.id = run_id "
@@ -138,7 +138,7 @@ def test_per_run_numbers_trace_to_evaluation_rows(two_arms):
 
 def test_arms_across_seeds_welch_iqm_and_improvement(two_arms):
     db, _ = two_arms
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     arms = {arm["arm"]: arm for arm in document["arms"]}
     assert [arm["arm"] for arm in document["arms"]] == [
         "return-hard",
@@ -177,12 +177,14 @@ def test_isolation_compares_step1_rollouts_seed_by_seed(tmp_path):
         add_run(
             db, f"gg-{seed}", "gigpo", seed, plateau(78, seed), step1="different" if seed else "h0"
         )
-    isolation = compare_runs(db, None)["isolation"]
+    isolation = compare_runs(db, None).as_json()["isolation"]
     assert isolation["differences"] == [
         'step1_rollout_hash (seed 1): "different" (gg-1) vs "h1" (rh-1)'
     ]
     add_run(db, "gg-2", "gigpo", 2, plateau(78, 2), step1="h2")
-    assert any(d.startswith("seed: ") for d in compare_runs(db, None)["isolation"]["differences"])
+    assert any(
+        d.startswith("seed: ") for d in compare_runs(db, None).as_json()["isolation"]["differences"]
+    )
 
 
 def test_single_seed_arms_are_unresolved_and_use_evaluation_sd(tmp_path):
@@ -190,7 +192,7 @@ def test_single_seed_arms_are_unresolved_and_use_evaluation_sd(tmp_path):
     rates = [30 + step / 2 for step in range(0, 70, 5)] + window_rates()
     add_run(db, "rh", "return-hard", 0, rates)
     add_run(db, "gs", "global-successor", 0, [rate - 6 for rate in rates])
-    document = compare_runs(db, ["rh", "gs"])
+    document = compare_runs(db, ["rh", "gs"]).as_json()
     arm = next(arm for arm in document["arms"] if arm["arm"] == "return-hard")
     assert (arm["n_seeds"], arm["n"], arm["sd_over"]) == (1, 10, "evaluations")
     assert arm["note"] == "unresolved until replicated" and not arm["resolved"]
@@ -221,7 +223,7 @@ def test_isolation_lists_every_non_estimator_difference(tmp_path, change, expect
     add_run(db, "a", "return-hard", 0, rates)
     seed = change.pop("seed", 0)
     add_run(db, "b", "gigpo", seed, rates, **change)
-    isolation = compare_runs(db, None)["isolation"]
+    isolation = compare_runs(db, None).as_json()["isolation"]
     assert isolation["estimator_only"] is False
     assert any(difference.startswith(expected) for difference in isolation["differences"]), (
         isolation
@@ -256,7 +258,7 @@ def test_estimator_flags_in_the_config_are_not_differences(tmp_path):
             "arm": {"gate": "none"},
         },
     )
-    assert compare_runs(db, None)["isolation"]["differences"] == []
+    assert compare_runs(db, None).as_json()["isolation"]["differences"] == []
 
 
 def test_window_start_moves_the_window(two_arms):
@@ -341,7 +343,7 @@ def test_arm_flags_come_from_the_run_or_an_arm_file_with_its_fingerprint(tmp_pat
     ensure_run(db, "typed", arm=override)
     for name in ("current", "stale", "custom", "typed"):
         record_evaluation(db, name, 70, success_rate=80.0)
-    runs = {run["run"]: run for run in compare_runs(db, None)["runs"]}
+    runs = {run["run"]: run for run in compare_runs(db, None).as_json()["runs"]}
     assert (
         runs["current"]["arm_flags"] == arm.flags()
         and runs["current"]["arm_flags_source"] == FLAGS_REGISTRY
@@ -405,7 +407,7 @@ def test_isolation_reads_launcher_shaped_configs(tmp_path):
         config=launch_config("rh", "return-hard", flags["return-hard"]),
     )
     add_run(db, "gg", "gigpo", 0, rates, config=launch_config("gg", "gigpo", flags["gigpo"]))
-    assert compare_runs(db, None)["isolation"]["differences"] == []
+    assert compare_runs(db, None).as_json()["isolation"]["differences"] == []
     add_run(
         db,
         "gg-big",
@@ -414,7 +416,7 @@ def test_isolation_reads_launcher_shaped_configs(tmp_path):
         rates,
         config=launch_config("gg-big", "gigpo", flags["gigpo"], batch=32),
     )
-    differences = compare_runs(db, ["rh", "gg-big"])["isolation"]["differences"]
+    differences = compare_runs(db, ["rh", "gg-big"]).as_json()["isolation"]["differences"]
     assert differences == ["config overrides.data.train_batch_size: 16 (rh) vs 32 (gg-big)"]
 
 
@@ -440,7 +442,7 @@ def test_a_matrix_run_is_compared_over_the_window_its_matrix_recorded(tmp_path):
             )
     runs = {
         entry["run"]: entry["window"]
-        for entry in compare_runs(db, ["matrix-run", "plain-run"])["runs"]
+        for entry in compare_runs(db, ["matrix-run", "plain-run"]).as_json()["runs"]
     }
     assert runs["matrix-run"]["start"] == 16 and runs["matrix-run"]["steps"] == [16]
     assert "matrix" in runs["matrix-run"]["start_basis"]

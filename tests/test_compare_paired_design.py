@@ -52,7 +52,7 @@ def paired_db(tmp_path):
 
 def test_paired_runs_get_the_paired_test_and_the_document_says_so(paired_db):
     path, db = paired_db
-    (row,) = compare_runs(db, window_start=10)["comparisons"]
+    (row,) = compare_runs(db, window_start=10).as_json()["comparisons"]
     test = row["test"]
     assert (
         test["test"] == "paired t"
@@ -66,7 +66,7 @@ def test_paired_runs_get_the_paired_test_and_the_document_says_so(paired_db):
     sign = 1 if row["arm_a"] == "gigpo" else -1
     assert test["difference"] == pytest.approx(sign * sum(differences) / 4, abs=0.01)
     # The power section tests the same way: one decision.
-    (pair,) = compare_runs(db, window_start=10)["power"]["pairs"]
+    (pair,) = compare_runs(db, window_start=10).as_json()["power"]["pairs"]
     assert pair["test"] == test["test"] and pair["p"] == pytest.approx(test["p"])
 
 
@@ -98,7 +98,7 @@ def test_arms_without_paired_seeds_get_welch(tmp_path):
             db, f"grpo-{seed}", "grpo", seed, grpo, f"grpo-rollouts-{seed}"
         )  # other first rollouts: not paired
         _add(db, f"gigpo-{seed}", "gigpo", seed, gigpo, f"gigpo-rollouts-{seed}")
-    document = compare_runs(db, window_start=10)
+    document = compare_runs(db, window_start=10).as_json()
     (row,) = document["comparisons"]
     assert row["test"]["test"] == "Welch t" and row["test"]["p"] == pytest.approx(row["welch"]["p"])
     assert document["power"]["pairs"][0]["test"] == "Welch t"

@@ -139,11 +139,9 @@ def test_matrix_runs_seed_major_pairs_and_compares(game_dirs, tmp_path):
             get_run(db, f"m-grpo-seed{seed}")["step1_rollout_hash"]
             == get_run(db, f"m-return-hard-seed{seed}")["step1_rollout_hash"]
         )
-    (pair,) = result.comparison["power"]["pairs"]
+    (pair,) = result.comparison.power["pairs"]
     assert pair["test"] == "paired t" and pair["n_pairs"] == 2 and pair["detect"] == 5.0
-    assert (
-        result.comparison["window_start"] == 1 and result.comparison["isolation"]["estimator_only"]
-    )
+    assert result.comparison.window_start == 1 and result.comparison.isolation["estimator_only"]
     # Evaluations start at the window: the untrained policy's is the same in every arm.
     assert sorted(row["step"] for row in run_evaluations(db, "m-grpo-seed0")) == [1, 2]
     # Each run that trains opens with a header (issue 23: a header per run in matrix logs).
@@ -177,7 +175,7 @@ def test_budget_cut_and_interruption_leave_only_complete_blocks(game_dirs, tmp_p
     cut = run_matrix(db_path, design(["grpo", "gigpo"], [0, 1, 2], 0.001, game_dirs, prefix="c"))
     assert cut.seeds_compared == [0] and cut.seeds_not_started == [1, 2]
     assert "stopped before seed 1" in cut.stopped_reason
-    assert cut.comparison["power"]["pairs"][0]["note"] == "needs ≥ 2 seeds"
+    assert cut.comparison.power["pairs"][0]["note"] == "needs ≥ 2 seeds"
     assert not any(
         run["name"].startswith("c-") and "seed1" in run["name"]
         for run in list_runs(open_db(db_path))
@@ -248,7 +246,7 @@ def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path)
         # The forks inherit the warm-up's step-1 rollouts, so the pairing check still holds.
         assert get_run(db, name)["step1_rollout_hash"] == warmup["step1_rollout_hash"] is not None
         assert sorted(row["step"] for row in run_evaluations(db, name)) == [3, 4]
-    assert result.comparison["isolation"]["estimator_only"]
+    assert result.comparison.isolation["estimator_only"]
     # A card of a fork says where its policy came from instead of "trained from scratch".
     from ccpo_cli.cards.setup import local_setup_rows
 

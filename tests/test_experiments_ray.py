@@ -45,7 +45,7 @@ def tiny_design():
 
 
 def window_means(result) -> dict[str, float]:
-    return {entry["run"]: entry["window"]["mean"] for entry in result.comparison["runs"]}
+    return {entry["run"]: entry["window"]["mean"] for entry in result.comparison.as_json()["runs"]}
 
 
 def evidence(db_path) -> dict[str, list]:
@@ -130,7 +130,7 @@ def test_a_local_ray_instance_records_the_same_window_means(
     assert sum(result.nodes.values()) == 2 and lines[-1].startswith("runs 4/4 on 1 node ·")
     # The runs' folders are where the matrix without Ray puts them, next to the runs database.
     assert (tmp_path / "ccpo-runs" / "r-grpo-seed0" / "metrics.jsonl").is_file()
-    assert result.comparison["isolation"]["estimator_only"]
+    assert result.comparison.isolation["estimator_only"]
 
 
 @pytest.mark.slow
@@ -206,7 +206,9 @@ def test_a_budget_cut_on_ray_leaves_every_arm_the_same_seeds(tiny_design, tmp_pa
     if slots < len(seeds):
         assert result.stopped_reason.startswith(f"stopped before seed {slots}:")
     compared = {
-        arm: sorted(entry["seed"] for entry in result.comparison["runs"] if entry["arm"] == arm)
+        arm: sorted(
+            entry["seed"] for entry in result.comparison.as_json()["runs"] if entry["arm"] == arm
+        )
         for arm in ARMS
     }
     assert compared == {arm: list(seeds[:slots]) for arm in ARMS}

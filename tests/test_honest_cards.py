@@ -195,10 +195,10 @@ def test_a_stopped_run_is_stopped_early_not_running_and_its_card_says_so(tmp_pat
     assert ingest(db_path, log, "--total-steps", "150").exit_code == 0
     db = store.open_db(db_path)
     assert store.get_run(db, "rh")["status"] == "running"
-    assert compare_runs(db, ["rh"])["runs"][0]["run_state"] == "running"
+    assert compare_runs(db, ["rh"]).as_json()["runs"][0]["run_state"] == "running"
     assert ingest(db_path, log, "--ended").exit_code == 0
     assert store.get_run(db, "rh")["status"] == "stopped"
-    assert compare_runs(db, ["rh"])["runs"][0]["run_state"] == "stopped-early"
+    assert compare_runs(db, ["rh"]).as_json()["runs"][0]["run_state"] == "stopped-early"
     text = render_card(build_card_context(db, "rh"))
     assert "STOPPED EARLY: step 119 of 150" in text and "once the run completes" not in text
 
@@ -247,7 +247,7 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
         and recorded["split"] == "valid_seen"
     )
     assert run["total_steps"] == 150 and run["seed"] == 0
-    window = compare_runs(db, ["rh"])["runs"][0]["window"]
+    window = compare_runs(db, ["rh"]).as_json()["runs"][0]["window"]
     assert window["protocol"] == {"split": "valid_seen", "temperature": 0.6, "episodes": 128}
     # A second arm ingested with the same config: what is recorded agrees, what is not is named.
     other = runner.invoke(
@@ -272,7 +272,7 @@ def test_protocol_facts_from_a_hydra_config_and_the_options(tmp_path):
         ],
     )
     assert other.exit_code == 0, other.output
-    isolation = compare_runs(db, ["rh", "gg"])["isolation"]
+    isolation = compare_runs(db, ["rh", "gg"]).as_json()["isolation"]
     assert isolation["differences"] == [] and isolation["verdict"] == "unverifiable"
     assert (
         "hardware" not in isolation["not_recorded"]

@@ -65,7 +65,7 @@ def plateau(level: float = 80.0, steps=range(70, 120, 5)) -> dict[int, float]:
 def test_a_climbing_window_is_not_converged_and_its_bias_is_measured_on_detrended_noise(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "climb", "return-hard", climbing())
-    run = compare_runs(db, ["climb"])["runs"][0]
+    run = compare_runs(db, ["climb"]).as_json()["runs"][0]
     assert (
         run["best"]["expected_max_bias_points"] < 5
     )  # was about 1.7 × 15 points: the climb counted as noise
@@ -84,7 +84,7 @@ def test_a_climbing_window_is_not_converged_and_its_bias_is_measured_on_detrende
 def test_a_flat_window_is_converged_and_keeps_the_window_sd(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "flat", "return-hard", plateau())
-    run = compare_runs(db, ["flat"])["runs"][0]
+    run = compare_runs(db, ["flat"]).as_json()["runs"][0]
     assert run["window"]["converged"] is True and run["window"]["trend"]["direction"] == "flat"
     assert run["best"]["expected_max_bias_points"] == pytest.approx(
         run["best"]["expected_max_bias_sd"] * run["window"]["sd"]
@@ -109,7 +109,7 @@ def test_isolation_without_evidence_is_unverifiable_not_a_pass(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "a", "return-hard", plateau(), recorded=False)
     add_run(db, "b", "gigpo", plateau(75), recorded=False)
-    isolation = compare_runs(db, None)["isolation"]
+    isolation = compare_runs(db, None).as_json()["isolation"]
     assert isolation["verdict"] == "unverifiable" and isolation["estimator_only"] is False
     assert isolation["differences"] == []
     for key in ("hardware", "data_order_seed", "step1_rollout_hash", "config"):
@@ -120,7 +120,7 @@ def test_seeds_of_one_arm_are_replicates_not_an_isolation_failure(tmp_path):
     db = open_db(tmp_path / "runs.db")
     for seed in range(3):
         add_run(db, f"rh-{seed}", "return-hard", plateau(80 + seed), seed=seed)
-    isolation = compare_runs(db, None)["isolation"]
+    isolation = compare_runs(db, None).as_json()["isolation"]
     assert not any(difference.startswith("seed") for difference in isolation["differences"]), (
         isolation
     )
@@ -135,12 +135,12 @@ def test_one_evaluation_in_the_window_is_never_a_headline(tmp_path):
         "return-hard",
         {**{step: 30.0 + step / 5 for step in range(0, 70, 10)}, 70: 55.0},
     )
-    window = compare_runs(db, ["short"])["runs"][0]["window"]
+    window = compare_runs(db, ["short"]).as_json()["runs"][0]["window"]
     assert window["n"] == 1 and window["headline"] is False
     assert "at least 3" in window["headline_note"]
-    arm = compare_runs(db, ["short"])["arms"][0]
+    arm = compare_runs(db, ["short"]).as_json()["arms"][0]
     assert arm["headline"] is False and arm["headline_note"] == window["headline_note"]
-    best = compare_runs(db, ["short"])["runs"][0]["best"]
+    best = compare_runs(db, ["short"]).as_json()["runs"][0]["best"]
     assert best["expected_max_bias_points"] is None and best["bias_noise"].startswith("left out")
 
 
@@ -155,7 +155,7 @@ def test_mixed_panel_sizes_are_flagged_and_the_window_uses_one_protocol(tmp_path
         rates,
         episodes=lambda step: 16 if step in (80, 105, 125) else 128,
     )
-    document = compare_runs(db, ["mixed"])
+    document = compare_runs(db, ["mixed"]).as_json()
     run = document["runs"][0]
     window = run["window"]
     kept = [rate for step, rate in rates.items() if step not in (80, 105, 125)]
@@ -174,7 +174,7 @@ def test_single_seed_statistics_print_needs_two_seeds_and_comparisons_carry_isol
     db = open_db(tmp_path / "runs.db")
     add_run(db, "rh", "return-hard", plateau(84))
     add_run(db, "gs", "global-successor", plateau(78), base_model="Qwen/Qwen2.5-1.5B-Instruct")
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     for arm in document["arms"]:
         assert arm["iqm"]["ci_low"] is None and arm["iqm"]["ci_high"] is None
         assert arm["iqm"]["note"] == "needs ≥ 2 seeds"
@@ -188,7 +188,7 @@ def test_single_seed_comparisons_carry_needs_two_seeds(tmp_path):
     db = open_db(tmp_path / "runs.db")
     add_run(db, "rh", "return-hard", plateau(84))
     add_run(db, "gs", "global-successor", plateau(78))
-    comparison = compare_runs(db, None)["comparisons"][0]
+    comparison = compare_runs(db, None).as_json()["comparisons"][0]
     assert (
         comparison["probability_of_improvement"] is None
         and comparison["poi_note"] == "needs ≥ 2 seeds"
@@ -200,7 +200,7 @@ def test_two_seeds_per_arm_give_an_interval_and_a_probability(tmp_path):
     for seed in range(2):
         add_run(db, f"rh-{seed}", "return-hard", plateau(84 + seed), seed=seed)
         add_run(db, f"gg-{seed}", "gigpo", plateau(78 - seed), seed=seed)
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     assert all(
         arm["iqm"]["note"] is None and arm["iqm"]["ci_low"] is not None for arm in document["arms"]
     )

@@ -111,12 +111,12 @@ def test_compare_reports_paired_power_when_rollouts_match(tmp_path):
     for seed, (a, b) in levels.items():
         _add(db, f"a-{seed}", "grpo", seed, a, f"h{seed}")
         _add(db, f"b-{seed}", "gigpo", seed, b, f"h{seed}" if seed != 2 else "other")
-    document = compare_runs(db, window_start=10, detect=5)
+    document = compare_runs(db, window_start=10, detect=5).as_json()
     (pair,) = document["power"]["pairs"]
     # Seed 2's rollouts differ: it is left out of the pairs, which stay paired on seeds 0 and 1.
     assert pair["test"] == "paired t" and pair["n_pairs"] == 2 and pair["seeds_left_out"] == [2]
     assert document["power"]["detect"] == 5
-    unpaired = compare_runs(db, ["a-0", "a-1", "a-2", "b-2"], window_start=10)
+    unpaired = compare_runs(db, ["a-0", "a-1", "a-2", "b-2"], window_start=10).as_json()
     assert unpaired["power"]["pairs"][0]["note"] == "needs ≥ 2 seeds"
 
 
@@ -148,8 +148,9 @@ def test_plot_draws_arm_means_with_t_intervals_and_paired_differences(tmp_path):
     for seed in range(3):
         _add(db, f"a-{seed}", "grpo", seed, 60 + 10 * seed, f"h{seed}")
         _add(db, f"b-{seed}", "gigpo", seed, 50 + 10 * seed + seed, f"h{seed}")
-    document = compare_runs(db, window_start=10)
-    curves = seed_curves(document)
+    comparison = compare_runs(db, window_start=10)
+    document = comparison.as_json()
+    curves = seed_curves(comparison)
     points = {point["step"]: point for point in pointwise(curves["grpo"])}
     grpo = np.array(
         [

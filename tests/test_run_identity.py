@@ -85,7 +85,7 @@ def test_an_override_arm_is_recorded_typed_and_read_back_with_its_own_flags(tmp_
     assert identity.arm.fingerprint == override.fingerprint != load_arm("return-hard").fingerprint
     assert identity.arm.flags["rho"] == 0.59 and identity.arm.overrides == {"rho": 0.59}
     assert identity.arm.label == "return-hard [rho=0.59]"
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     arms = {arm["arm"]: arm for arm in document["arms"]}
     # Two arms, never one arm "return-hard" with seeds [0, 1]:
     assert set(arms) == {"return-hard", "return-hard [rho=0.59]"}
@@ -246,7 +246,7 @@ def test_five_runs_of_seed_zero_are_one_seed_and_not_resolved(tmp_path):
         )
         record_run_facts(db, name, {"split": "heldout"}, source="test")
         record_series(db, name, [100 * (90 + index + i) / 128 for i in range(5)], episodes=128)
-    arm = compare_runs(db, None)["arms"][0]
+    arm = compare_runs(db, None).as_json()["arms"][0]
     assert arm["n_seeds"] == 1 and arm["seeds"] == [0] and not arm["resolved"]
     # The log ingested twice is one run (issue 29), not two runs averaged.
     assert arm["sd_over"] == "evaluations" and arm["repeated_seeds"] == {0: ["a", "c", "d", "e"]}
@@ -264,7 +264,7 @@ def test_a_run_without_a_seed_counts_as_no_seed(tmp_path):
             db, name, arm=load_arm("grpo"), seed=seed, base_model=MODEL_7B, total_steps=150
         )
         record_series(db, name, [60.0, 62.0, 61.0, 63.0, 60.0])
-    arm = compare_runs(db, None)["arms"][0]
+    arm = compare_runs(db, None).as_json()["arms"][0]
     assert arm["n_seeds"] == 2 and arm["seeds"] == [0, 1] and arm["unseeded_runs"] == ["unseeded"]
     assert len(arm["seed_window_means"]) == 2
 
@@ -285,7 +285,7 @@ def test_runs_of_two_base_models_are_never_one_arm(tmp_path):
     )
     record_series(db, "cpu", [50.0, 52.0, 55.0, 53.0, 54.0], episodes=128)
     record_series(db, "rh-7b", [80.0, 82.0, 81.0, 83.0, 80.0], episodes=128)
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     assert len(document["arms"]) == 2 and all(arm["n_seeds"] == 1 for arm in document["arms"])
     assert {arm["base_model"] for arm in document["arms"]} == {
         "ccpo-local-hashed-ngram-policy",
@@ -325,7 +325,7 @@ def test_an_evaluation_only_run_breaks_no_card(tmp_path):
         app, ["--db", str(db_path), "card", "--run", "rh", "--output", str(out)]
     )
     assert outcome.exit_code == 0, outcome.output
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     assert [reference["run"] for reference in document["references"]] == ["oracle-check"]
     assert (
         document["references"][0]["agent"] == "oracle"
@@ -364,7 +364,7 @@ def test_episodes_per_evaluation_are_inferred_from_the_rates_never_assumed(tmp_p
     assert identity.protocol.episodes == 64 and identity.protocol.episodes_basis.startswith(
         "inferred"
     )
-    run = compare_runs(db, None)["runs"][0]
+    run = compare_runs(db, None).as_json()["runs"][0]
     interval = run["single_eval_interval"]
     assert interval["episodes"] == 64 and interval["half_width"] == pytest.approx(11.8, abs=1.5)
     # At the issue's rate: a 64-episode evaluation carries ±10.2 at about 73 %, not 128's ±7.3.
@@ -400,10 +400,10 @@ def test_the_window_starts_at_the_same_share_of_every_run(tmp_path):
         )
         for step in range(0, total + 1, 10):
             store.record_evaluation(db, name, step, success_rate=step / total * 80, episodes=128)
-    runs = {run["run"]: run for run in compare_runs(db, None)["runs"]}
+    runs = {run["run"]: run for run in compare_runs(db, None).as_json()["runs"]}
     assert runs["long"]["window"]["start"] == 70 and runs["short"]["window"]["start"] == 19
     assert runs["short"]["window"]["steps"] == [20, 30, 40]
-    assert compare_runs(db, None, window_start=100)["runs"][0]["window"]["start"] == 100
+    assert compare_runs(db, None, window_start=100).as_json()["runs"][0]["window"]["start"] == 100
 
 
 # ---- words the data does not carry -------------------------------------------------------------
@@ -417,7 +417,7 @@ def test_a_three_evaluation_window_is_never_called_converged(tmp_path):
     record_series(
         db, "short", [50.0, 75.0, 100.0], episodes=128, start=70, every=2
     )  # a perfect line
-    window = compare_runs(db, None)["runs"][0]["window"]
+    window = compare_runs(db, None).as_json()["runs"][0]["window"]
     assert (
         window["converged"] is None
         and "too few evaluations to judge convergence" in window["trend"]["note"]
@@ -527,7 +527,7 @@ def test_a_webshop_card_names_webshop_its_episodes_its_noise_and_no_alfworld_bas
     )
     assert "WebShop" in body and "ALFWorld" not in body and "alfworld" not in body.lower()
     assert "Held-out evaluation on 64 WebShop episodes per evaluation" in body
-    interval = compare_runs(db, None)["runs"][0]["single_eval_interval"]
+    interval = compare_runs(db, None).as_json()["runs"][0]["single_eval_interval"]
     assert interval["episodes"] == 64 and f"±{interval['half_width']:.1f} points" in body
     assert (
         "GiGPO paper, Table 1" in body and "HGPO paper, Table 1, K=2" not in body
@@ -573,10 +573,10 @@ def test_a_failed_run_is_left_out_of_compare_unless_asked_for(tmp_path):
         record_series(db, name, [60.0, 62.0, 61.0, 63.0, 60.0], episodes=128)
     store.update_run_state(db, "nan", status="failed")
     record_failure(db, "nan", "advantage is not finite", step=3, quantity="advantage", value="nan")
-    document = compare_runs(db, None)
+    document = compare_runs(db, None).as_json()
     assert document["arms"][0]["runs"] == ["ok"] and "nan" in document["left_out"]
     assert "at step 3 (advantage not finite)" in document["left_out"]["nan"]
-    assert compare_runs(db, None, include_failed=True)["arms"][0]["runs"] == ["nan", "ok"]
+    assert compare_runs(db, None, include_failed=True).as_json()["arms"][0]["runs"] == ["nan", "ok"]
 
 
 def test_a_run_trained_on_a_local_game_folder_can_be_carded_without_its_path(tmp_path):

@@ -57,7 +57,7 @@ def test_the_migration_is_named_and_last():
 
 
 def test_a_retracted_evaluation_leaves_compare_and_says_so_but_nothing_is_deleted(seed_db):
-    before = compare_runs(store.open_db(seed_db), ["return-hard"])
+    before = compare_runs(store.open_db(seed_db), ["return-hard"]).as_json()
     best = _entry(before, "return-hard")["best"]
     assert best["step"] == 115
     rows_before = counts(seed_db)

@@ -101,7 +101,7 @@ def _recipes(language: str) -> list[str]:
 
 
 def _compare(path: Path) -> dict:
-    return compare_runs(open_db(path, must_exist=True))
+    return compare_runs(open_db(path, must_exist=True)).as_json()
 
 
 def test_standing_evaluations_leave_out_what_compare_leaves_out(corrected_db):

@@ -95,7 +95,7 @@ def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_number
 
     assert run_identity(db, "s1").rollout_stream == 1 and run_identity(db, "s0").rollout_stream == 0
     assert run_identity(db, "s1").as_dict()["rollout_stream"] == 1
-    isolation = compare_runs(db, ["s0", "s1"], 2)["isolation"]
+    isolation = compare_runs(db, ["s0", "s1"], 2).as_json()["isolation"]
     assert isolation["verdict"] == "fails" and any(
         "rollout_stream" in line for line in isolation["differences"]
     )
@@ -204,7 +204,7 @@ def test_warm_ups_rotate_over_the_arms_and_their_effect_is_reported(game_dirs, t
         pair for pair in effect["pairs"] if (pair["arm_a"], pair["arm_b"]) == ("grpo", "gigpo")
     ]
     assert pair["n_warmup_a"] == pair["n_warmup_b"] == 2
-    means = {entry["run"]: entry["window"]["mean"] for entry in result.comparison["runs"]}
+    means = {entry["run"]: entry["window"]["mean"] for entry in result.comparison.as_json()["runs"]}
     own = [means[f"r-grpo-seed{s}"] - means[f"r-gigpo-seed{s}"] for s in (0, 2)]
     other = [means[f"r-grpo-seed{s}"] - means[f"r-gigpo-seed{s}"] for s in (1, 3)]
     assert pair["home_advantage"] == pytest.approx((sum(own) / 2 - sum(other) / 2) / 2)

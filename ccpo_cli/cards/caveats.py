@@ -1,15 +1,45 @@
-"""The arms table and the caveats a card states, decided from the comparison document:
+"""The arms table and the caveats a card states, decided from the comparison (`Comparison`):
 whether an isolated GRPO run exists, and what the compared runs were checked to share."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.cards.method import estimator_family
 from ccpo_cli.cards.selection import ResolvedArm
 from ccpo_cli.report.isolation import shown_differences
+
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import ArmSummary, Comparison
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    """One row of a card's side-by-side table: the unit's numbers as the card prints them."""
+
+    label: str
+    mean: str
+    sd: str
+    n: int
+    n_seeds: int
+    this: bool  # the card's own unit
+    family: str  # cards/method.py estimator_family: from the recorded flags, else not recorded
+    arm: ArmSummary
+
+    def as_template(self) -> dict[str, Any]:
+        """The row as the card template reads it."""
+        return {
+            "label": self.label,
+            "mean": self.mean,
+            "sd": self.sd,
+            "n": self.n,
+            "n_seeds": self.n_seeds,
+            "this": self.this,
+            "family": self.family,
+        }
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -19,51 +49,52 @@ def fmt(value: float | None, digits: int = 1) -> str:
 
 
 def arm_rows(
-    document: dict, resolved: Mapping[str, ResolvedArm], this_arm: str
-) -> list[dict[str, Any]]:
+    comparison: Comparison, resolved: Mapping[str, ResolvedArm], this_arm: str
+) -> list[ArmRow]:
     """The side-by-side table: one row per arm (comparison unit) with a window, in the
     comparison's order; `this_arm` is the card's own unit label."""
     rows = []
-    for arm in document["arms"]:  # already ordered by window mean, best first
-        if not arm.get("n"):
+    for arm in comparison.arms:  # already ordered by window mean, best first
+        if not arm.n:
             continue
-        info = resolved.get(arm["arm"])
+        info = resolved.get(arm.name)
         rows.append(
-            {
-                "label": f"{info.label} (`{arm['arm']}`)"
-                if info and info.label != arm["arm"]
-                else f"`{arm['arm']}`",
-                "mean": fmt(arm["mean"]),
-                "sd": fmt(arm["sd"]),
-                "n": arm["n"],
-                "n_seeds": arm["n_seeds"],
-                "this": arm["arm"] == this_arm,
-                "family": estimator_family(arm.get("arm_name"), info.flags if info else {}),
-                "raw": arm,
-            }
+            ArmRow(
+                label=f"{info.label} (`{arm.name}`)"
+                if info and info.label != arm.name
+                else f"`{arm.name}`",
+                mean=fmt(arm.mean),
+                sd=fmt(arm.sd),
+                n=arm.n,
+                n_seeds=arm.n_seeds,
+                this=arm.name == this_arm,
+                family=estimator_family(arm.arm_name, info.flags if info else {}),
+                arm=arm,
+            )
         )
     return rows
 
 
 def grpo_caveat(
-    arms_rows: list[dict],
+    arms_rows: list[ArmRow],
     excluded: Mapping[str, list[str]],
     identities: Mapping[str, Any],
     arm_mean: float,
 ) -> dict[str, Any]:
     """A claim against GRPO needs an isolated GRPO run; without one, say why there is none. The
     difference is arm minus arm: `arm_mean` is this run's arm level, never the run's own window."""
-    grpo_rows = [row for row in arms_rows if row["family"] == "grpo" and not row["this"]]
+    grpo_rows = [row for row in arms_rows if row.family == "grpo" and not row.this]
     if grpo_rows:
         row = grpo_rows[0]
+        assert row.arm.mean is not None  # arm_rows keeps the arms with a window
         return {
             "present": True,
-            "label": row["label"],
-            "mean": row["mean"],
-            "sd": row["sd"],
-            "n": row["n"],
-            "n_seeds": f"{row['n_seeds']} seed{'s' if row['n_seeds'] != 1 else ''}",
-            "difference": f"{arm_mean - row['raw']['mean']:+.1f}",
+            "label": row.label,
+            "mean": row.mean,
+            "sd": row.sd,
+            "n": row.n,
+            "n_seeds": f"{row.n_seeds} seed{'s' if row.n_seeds != 1 else ''}",
+            "difference": f"{arm_mean - row.arm.mean:+.1f}",
             "this_mean": fmt(arm_mean),
         }
     rejected = [
@@ -114,11 +145,11 @@ def isolation_statement(run_rows: list[Mapping[str, Any]], isolation: Mapping[st
     return statement + "."
 
 
-def conflict_lines(document: Mapping[str, Any]) -> list[str]:
+def conflict_lines(comparison: Comparison) -> list[str]:
     """One sentence per run with conflicting records: re-recorded steps that disagree, and facts
     (total steps, split, ...) recorded with two values."""
     lines = []
-    for run, conflict in (document.get("conflicts") or {}).items():
+    for run, conflict in comparison.conflicts.items():
         parts = []
         if conflict.get("steps"):
             parts.append(
@@ -141,10 +172,10 @@ def conflict_lines(document: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def correction_lines(document: Mapping[str, Any]) -> list[str]:
+def correction_lines(comparison: Comparison) -> list[str]:
     """One sentence per correction of the record the card's numbers reflect (issue 23): retracted
     evaluations and runs (left out of every number) and settled conflicts (the value kept)."""
-    retracted = document.get("retracted") or {}
+    retracted = comparison.retracted
     lines = [
         f"run `{run}` was retracted ({entry['reason']}; {entry['retracted_by']}, {entry['recorded_at'][:10]})"
         for run, entry in (retracted.get("runs") or {}).items()
@@ -154,7 +185,7 @@ def correction_lines(document: Mapping[str, Any]) -> list[str]:
         f"{entry['retracted_by']}, {entry['recorded_at'][:10]})"
         for entry in retracted.get("evaluations") or []
     ]
-    for run, rows in (document.get("resolved_conflicts") or {}).items():
+    for run, rows in comparison.resolved_conflicts.items():
         lines += [
             f"run `{run}`: the conflict at step {row['step']} was settled keeping {fmt(row['kept_value'])} "
             f"({row['resolved_by']}, {row['recorded_at'][:10]}{'; ' + row['reason'] if row['reason'] else ''})"
@@ -163,21 +194,21 @@ def correction_lines(document: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _step_range(document: Mapping[str, Any], arm: str) -> tuple[int, int] | None:
+def _step_range(comparison: Comparison, arm: str) -> tuple[int, int] | None:
     steps = [
         step
-        for entry in document["runs"]
-        if entry.get("arm_label") == arm
-        for step in (entry.get("window") or {}).get("steps") or []
+        for entry in comparison.runs
+        if entry.arm_label == arm
+        for step in entry.window.get("steps") or []
     ]
     return (min(steps), max(steps)) if steps else None
 
 
-def window_steps_note(document: Mapping[str, Any], arms_rows: list[dict]) -> str:
+def window_steps_note(comparison: Comparison, arms_rows: list[ArmRow]) -> str:
     """When the arms' windows cover different training steps (a resumed log's 65-145 beside a
     5-25), the sentence that says so; empty when every pair overlaps over at least half of the
     steps the two span together."""
-    ranges = {row["label"]: _step_range(document, row["raw"]["arm"]) for row in arms_rows}
+    ranges = {row.label: _step_range(comparison, row.arm.name) for row in arms_rows}
     known = {label: span for label, span in ranges.items() if span is not None}
     spans = list(known.values())
     comparable = all(

@@ -5,13 +5,17 @@ check against it (`cards.selection`), and assembles the template variables (all 
 preformatted), the YAML metadata and the summary document committed next to the card. The
 setup table lives in `cards.setup`, the caveats in `cards.caveats`, the protocol, noise and
 evidence digest in `cards.evidence`.
+
+One concern, kept in one file past 400 lines: the card's three outputs (template variables,
+YAML metadata, the summary JSON) are computed here from one `_Facts`, so that they cannot
+disagree; the setup table, caveats, evidence and selection live in their own modules.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sqlite_utils
@@ -19,6 +23,7 @@ import sqlite_utils
 from ccpo_cli import __version__, store
 from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
 from ccpo_cli.cards.caveats import (
+    ArmRow,
     arm_rows,
     conflict_lines,
     correction_lines,
@@ -61,13 +66,13 @@ from ccpo_cli.cards.selection import (
     config_of,
     isolated_comparison,
     resolve_arm,
-    resolve_document_arm,
     trained_from_scratch,
 )
 from ccpo_cli.cards.setup import config_yaml, panel_game_ids, setup_rows
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.papers import code_url, load_papers, software_bibtex
-from ccpo_cli.report.compare import MIN_SEEDS_RESOLVED
+from ccpo_cli.report.arm_summary import MIN_SEEDS_RESOLVED
+from ccpo_cli.report.comparison import Comparison, RunEntry
 from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
@@ -91,7 +96,7 @@ class CardContext:
     template_vars: dict[str, Any]
     metadata: dict[str, Any]
     summary: dict[str, Any]
-    comparison: dict[str, Any] = field(default_factory=dict)  # the compare document (for the plot)
+    comparison: Comparison  # the comparison the card states (the plot draws it)
 
 
 @dataclass
@@ -103,9 +108,9 @@ class _Facts:
     run_row: dict
     status: str
     window_start: int
-    document: dict
+    comparison: Comparison
     excluded: dict[str, list[str]]
-    this: dict
+    this: RunEntry
     last_step: int | None
     total_steps: int | None
     from_scratch: bool
@@ -128,11 +133,11 @@ def _rate_of(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _entry_for(document: dict, run: str) -> dict:
-    for entry in document["runs"]:
-        if entry["run"] == run:
-            return entry
-    raise InvalidInput(f"run {run!r} is missing from the comparison")
+def _entry_for(comparison: Comparison, run: str) -> RunEntry:
+    entry = comparison.find_run(run)
+    if entry is None:
+        raise InvalidInput(f"run {run!r} is missing from the comparison")
+    return entry
 
 
 def _gather(
@@ -142,36 +147,29 @@ def _gather(
     assert identity.arm is not None  # card_identity refuses a run that records no arm
     run_row = store.get_run(db, identity.run)
     name = identity.run
-    document, excluded = isolated_comparison(db, name, window_start, identities=identities)
-    this = _entry_for(document, name)
-    total_steps = max(this.get("total_steps_recorded") or [None], key=lambda value: value or 0)
-    last_step = (
-        this.get("last_step") if this.get("last_step") is not None else run_row.get("last_step")
-    )
+    comparison, excluded = isolated_comparison(db, name, window_start, identities=identities)
+    this = _entry_for(comparison, name)
+    total_steps = max(this.total_steps_recorded) if this.total_steps_recorded else None
+    last_step = this.last_step if this.last_step is not None else run_row.get("last_step")
     check_status(name, status, this)
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
-    window = this["window"]
-    headline = check_headline(name, window, window["start"], len(this.get("evaluations") or []))
+    window = this.window
+    headline = check_headline(name, window, window["start"], len(this.evaluations))
     protocol = evaluation_protocol(identity.protocol, window)
-    noise = single_evaluation_noise(this.get("single_eval_interval"), identity.protocol)
+    noise = single_evaluation_noise(this.single_eval_interval, identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
-    resolved = {
-        arm["arm"]: found
-        for arm in document["arms"]
-        if (found := resolve_document_arm(arm)) is not None
-    }
-    best_step = this["best"]["step"] if this["best"] else None
-    wanted = (
-        best_step if status == "interim" and this.get("run_state") != "stopped-early" else last_step
-    )
+    # Each unit's arm as its runs recorded it (the typed identity, never rebuilt from keys).
+    resolved = {arm.name: resolve_arm(arm.arm, arm.name) for arm in comparison.arms if arm.arm}
+    best_step = this.best["step"] if this.best else None
+    wanted = best_step if status == "interim" and this.run_state != "stopped-early" else last_step
     return _Facts(
         identity=identity,
         identities=identities,
         run_row=run_row,
         status=status,
         window_start=window["start"],
-        document=document,
+        comparison=comparison,
         excluded=excluded,
         this=this,
         last_step=last_step,
@@ -180,12 +178,12 @@ def _gather(
         license=license,
         protocol=protocol,
         noise=noise,
-        this_arm=resolve_arm(identity.arm, this.get("arm_label")),
+        this_arm=resolve_arm(identity.arm, this.arm_label),
         resolved=resolved,
         runs_by_name=runs_by_name,
         checkpoint_step=named_checkpoint(db, name, wanted, checkpoint_step, repo_id, sending),
         repo_id=repo_id,
-        evidence=evidence_hash(db, [entry["run"] for entry in document["runs"]]),
+        evidence=evidence_hash(db, [entry.run for entry in comparison.runs]),
         headline=headline,
     )
 
@@ -259,18 +257,13 @@ def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tu
 
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
-    best, window = facts.this["best"], facts.this["window"]
+    best, window = facts.this.best, facts.this.window
     if not best:
         return {"present": False}
     columns = task_type_columns(facts.identity, best)
     per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
     first_with_turns = next(
-        (
-            point
-            for point in facts.this.get("evaluations", [])
-            if point.get("mean_turns") is not None
-        ),
-        None,
+        (point for point in facts.this.evaluations if point["mean_turns"] is not None), None
     )
     return {
         "present": True,
@@ -345,16 +338,16 @@ def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
     }
 
 
-def reference_rows(document: Mapping[str, Any]) -> list[dict[str, Any]]:
+def reference_rows(comparison: Comparison) -> list[dict[str, Any]]:
     """The reference runs (evaluation only) beside a card's arms."""
     return [
         {
-            "run": row["run"],
-            "agent": row["agent"] or "agent not recorded",
-            "mean": fmt(row["mean"]),
-            "n": row["n_evaluations"],
+            "run": reference.run,
+            "agent": reference.agent or "agent not recorded",
+            "mean": fmt(reference.mean),
+            "n": reference.n_evaluations,
         }
-        for row in document.get("references") or []
+        for reference in comparison.references
     ]
 
 
@@ -378,12 +371,12 @@ def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _template_vars(
-    facts: _Facts, arms_table: list[dict], grpo: dict, published: dict
+    facts: _Facts, arms_table: list[ArmRow], grpo: dict, published: dict
 ) -> dict[str, Any]:
-    run_row, window, protocol = facts.run_row, facts.this["window"], facts.protocol
+    run_row, window, protocol = facts.run_row, facts.this.window, facts.protocol
     family = estimator_family(facts.this_arm.name, facts.this_arm.flags)
-    single_seed = [row["label"] for row in arms_table if row["n_seeds"] <= 1]
-    own = next((row for row in arms_table if row["this"]), None)
+    single_seed = [row.label for row in arms_table if row.n_seeds <= 1]
+    own = next((row for row in arms_table if row.this), None)
     return {
         "repo_id": facts.repo_id,
         "repo_name": _repo_name(facts.repo_id, facts.identity.run),
@@ -426,12 +419,10 @@ def _template_vars(
             "n": window["n"],
         },
         "trend": _trend_vars(window),
-        "stopped_early": facts.this.get("run_state") == "stopped-early",
-        "conflicts": conflict_lines(facts.document),
-        "corrections": correction_lines(
-            facts.document
-        ),  # retractions and settled conflicts (issue 23)
-        "isolation": {"verdict": facts.document["isolation"]["verdict"]},
+        "stopped_early": facts.this.run_state == "stopped-early",
+        "conflicts": conflict_lines(facts.comparison),
+        "corrections": correction_lines(facts.comparison),  # retractions and settled conflicts
+        "isolation": {"verdict": facts.comparison.isolation["verdict"]},
         "best": _best_vars(facts),
         "noise": {
             "available": facts.noise["half_width"] is not None,
@@ -440,29 +431,29 @@ def _template_vars(
         },
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
-        "arms_table": arms_table,
-        "window_steps_note": window_steps_note(facts.document, arms_table)
+        "arms_table": [row.as_template() for row in arms_table],
+        "window_steps_note": window_steps_note(facts.comparison, arms_table)
         if len(arms_table) > 1
         else "",
-        "references": reference_rows(facts.document),
-        "this_n_seeds": own["n_seeds"] if own else 0,
-        "seed_notes": "; ".join(own["raw"].get("seed_notes") or []) if own else "",
+        "references": reference_rows(facts.comparison),
+        "this_n_seeds": own.n_seeds if own else 0,
+        "seed_notes": "; ".join(own.arm.seed_notes) if own else "",
         "excluded_runs": "; ".join(
             f"`{name}` ({shown_differences(why) or 'isolation check failed'})"
             for name, why in facts.excluded.items()
         ),
         # The window above is the run's own; the arm's level is over its seeds' means (report/compare.py).
         "arm_level": {
-            "mean": own["mean"],
-            "sd": own["sd"],
-            "n": own["n"],
-            "sd_over": own["raw"].get("sd_over") or "evaluations",
+            "mean": own.mean,
+            "sd": own.sd,
+            "n": own.n,
+            "sd_over": own.arm.sd_over or "evaluations",
         }
         if own
         else None,
         "min_seeds_resolved": MIN_SEEDS_RESOLVED,
         "under_replicated_arms": ", ".join(
-            row["label"] for row in arms_table if row["n_seeds"] < MIN_SEEDS_RESOLVED
+            row.label for row in arms_table if row.n_seeds < MIN_SEEDS_RESOLVED
         ),
         "grpo": grpo,
         "published": published,
@@ -471,10 +462,10 @@ def _template_vars(
         "checkpoint_known": facts.checkpoint_step is not None,
         "single_seed_arms": ", ".join(single_seed),
         "isolation_statement": isolation_statement(
-            [facts.runs_by_name[entry["run"]] for entry in facts.document["runs"]],
-            facts.document["isolation"],
+            [facts.runs_by_name[entry.run] for entry in facts.comparison.runs],
+            facts.comparison.isolation,
         ),
-        "setup": setup_rows(facts.identity, run_row, protocol, facts.this.get("facts")),
+        "setup": setup_rows(facts.identity, run_row, protocol, facts.this.facts),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
         "citations": citation_vars(family, facts.identity.benchmark, published),
@@ -490,7 +481,7 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
     the run has (the card reports them instead of a headline)."""
     if facts.headline:
         return {"present": False}
-    window = facts.this["window"]
+    window = facts.this.window
     return {
         "present": True,
         "note": window.get("headline_note") or f"no evaluation at step >= {facts.window_start}",
@@ -498,10 +489,10 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
             {
                 "step": point["step"],
                 "success": fmt(point["success"]),
-                "episodes": point.get("episodes") or "not recorded",
+                "episodes": point["episodes"] or "not recorded",
                 "in_window": "yes" if point["step"] >= facts.window_start else "no",
             }
-            for point in facts.this.get("evaluations") or []
+            for point in facts.this.evaluations
         ],
     }
 
@@ -569,7 +560,7 @@ def framework_versions(run_row: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _metadata(facts: _Facts) -> dict[str, Any]:
-    window, interim = facts.this["window"], facts.status == "interim"
+    window, interim = facts.this.window, facts.status == "interim"
     benchmark_tag = [facts.identity.benchmark] if facts.identity.benchmark else []
     tags = [
         *(LOCAL_TAGS if facts.from_scratch else BASE_TAGS),
@@ -606,9 +597,9 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
 
 def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     """Per task type, the mean over the same window as the headline (never the best point)."""
-    window_types = facts.this.get("window_task_types") or {}
+    window_types = facts.this.window_task_types
     rows = []
-    for key, label in task_type_columns(facts.identity, facts.this.get("best") or {}):
+    for key, label in task_type_columns(facts.identity, facts.this.best or {}):
         entry = window_types.get(key) or {}
         if entry.get("mean") is not None:
             rows.append(
@@ -622,7 +613,9 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     return rows
 
 
-def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict) -> dict[str, Any]:
+def _summary(
+    facts: _Facts, arms_table: list[ArmRow], grpo: dict, published: dict
+) -> dict[str, Any]:
     config, base_model = config_of(facts.run_row), facts.run_row.get("base_model")
     return {
         "schema_version": 1,
@@ -642,28 +635,28 @@ def _summary(facts: _Facts, arms_table: list[dict], grpo: dict, published: dict)
         "last_step": facts.last_step,
         "total_steps": facts.total_steps,
         "checkpoint_step": facts.checkpoint_step,
-        "window": facts.this["window"],
-        "run_state": facts.this.get("run_state"),
-        "best": facts.this["best"],
+        "window": facts.this.window,
+        "run_state": facts.this.run_state,
+        "best": facts.this.best,
         "single_evaluation_noise": facts.noise,
-        "arms": [row["raw"] for row in arms_table],
+        "arms": [row.arm.as_json() for row in arms_table],
         "runs": [
             {
-                "run": entry["run"],
-                "arm": entry["arm"],
-                "arm_label": entry.get("arm_label"),
-                "kind": entry["kind"],
-                "seed": entry["seed"],
-                "window": entry["window"],
+                "run": entry.run,
+                "arm": entry.arm_name,
+                "arm_label": entry.arm_label,
+                "kind": entry.identity.kind,
+                "seed": entry.seed,
+                "window": entry.window,
             }
-            for entry in facts.document["runs"]
+            for entry in facts.comparison.runs
         ],
-        "references": facts.document.get("references", []),
-        "isolation": facts.document["isolation"],
-        "conflicts": facts.document.get("conflicts", {}),
+        "references": [reference.as_json() for reference in facts.comparison.references],
+        "isolation": facts.comparison.isolation,
+        "conflicts": facts.comparison.conflicts,
         # What the numbers leave out and why (`ccpo runs retract`), and the conflicts settled.
-        "retracted": facts.document.get("retracted", {}),
-        "resolved_conflicts": facts.document.get("resolved_conflicts", {}),
+        "retracted": facts.comparison.retracted,
+        "resolved_conflicts": facts.comparison.resolved_conflicts,
         "protocol": facts.protocol,
         "excluded_runs": facts.excluded,
         "grpo_comparison": grpo["present"],
@@ -702,13 +695,11 @@ def build_card_context(
     facts = _gather(
         db, run, status, repo_id, window_start, license, checkpoint_step, sending_checkpoint
     )
-    arms_table = arm_rows(facts.document, facts.resolved, facts.this_arm.unit_label)
-    own = next((row for row in arms_table if row["this"]), None)
+    arms_table = arm_rows(facts.comparison, facts.resolved, facts.this_arm.unit_label)
+    own = next((row for row in arms_table if row.this), None)
     # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
     level = (
-        own["raw"]["mean"]
-        if own is not None and own["raw"].get("mean") is not None
-        else facts.this["window"]["mean"]
+        own.arm.mean if own is not None and own.arm.mean is not None else facts.this.window["mean"]
     )
     # Without a window mean there is no level to set against GRPO's; the card compares nothing then.
     grpo = (
@@ -736,5 +727,5 @@ def build_card_context(
             _summary(facts, arms_table, grpo, published),
             **({"weights": dict(weights)} if weights is not None else {}),
         ),
-        comparison=facts.document,
+        comparison=facts.comparison,
     )

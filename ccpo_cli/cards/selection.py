@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlite_utils
 
@@ -27,11 +27,14 @@ from ccpo_cli.store.identity import (
 )
 from ccpo_cli.vocabulary import LOCAL
 
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import Comparison
+
 # The local CPU backend (`ccpo train --backend local`) trains a small torch policy from scratch.
 LOCAL_BACKEND = LOCAL
 
 
-def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None) -> dict:
+def compare(db: sqlite_utils.Database, runs: list[str], window_start: int | None) -> Comparison:
     from ccpo_cli.report.compare import compare_runs
 
     return compare_runs(db, runs, window_start=window_start)
@@ -67,8 +70,8 @@ def isolated_comparison(
     window_start: int | None,
     *,
     identities: dict[str, RunIdentity] | None = None,
-) -> tuple[dict, dict[str, list[str]]]:
-    """The comparison document over `run`, every other seed of its arm (always kept), the other
+) -> tuple[Comparison, dict[str, list[str]]]:
+    """The comparison over `run`, every other seed of its arm (always kept), the other
     arms of the same setting whose runs do not fail the isolation check against them, and the
     reference runs of its benchmark; plus the runs left out with what excluded them. An arm whose
     check is only unverifiable stays in, and the card says what was not recorded."""
@@ -101,15 +104,15 @@ def isolated_comparison(
             excluded[name] = unit_differences(other, identity)
     candidates = [name for names in others.values() for name in names]
     everything = compare(db, [*own, *candidates, *references], window_start)
-    if not others or everything["isolation"]["verdict"] != "fails":
+    if not others or everything.isolation["verdict"] != "fails":
         return everything, excluded
     included = []
     for names in others.values():
         pair = compare(db, [*own, *names], window_start)
-        if pair["isolation"]["verdict"] != "fails":
+        if pair.isolation["verdict"] != "fails":
             included.extend(names)
         else:
-            excluded.update({name: list(pair["isolation"]["differences"]) for name in names})
+            excluded.update({name: list(pair.isolation["differences"]) for name in names})
     return compare(db, [*own, *included, *references], window_start), excluded
 
 
@@ -164,18 +167,3 @@ def resolve_arm(arm: ArmIdentity, unit_label: str | None = None) -> ResolvedArm:
         dict(arm.contradictions),
         arm.recorded_fingerprint,
     )
-
-
-def resolve_document_arm(arm_entry: Mapping[str, Any]) -> ResolvedArm | None:
-    """The ResolvedArm of one arm of a comparison document (None for a run without an arm)."""
-    if not arm_entry.get("arm_name"):
-        return None
-    identity = ArmIdentity(
-        arm_entry["arm_name"],
-        arm_entry.get("arm_fingerprint"),
-        arm_entry.get("arm_flags"),
-        arm_entry.get("arm_overrides") or {},
-        arm_entry.get("arm_flags_source") or FLAGS_NOT_RECORDED,
-        arm_entry.get("arm_description") or "",
-    )
-    return resolve_arm(identity, arm_entry["arm"])

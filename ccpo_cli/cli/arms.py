@@ -30,7 +30,7 @@ def list_command(as_json: JsonOption = False, fmt: FormatOption = None) -> None:
     Example: ccpo arms list --format markdown
     """
     from ccpo_cli.arms import list_arms, load_arm
-    from ccpo_cli.report.tables import arms_list_table
+    from ccpo_cli.report.command_tables import arms_list_table
 
     arms = [load_arm(name) for name in list_arms()]
     rows = [
@@ -69,7 +69,7 @@ def show_command(
     Example: ccpo arms show return-hard --set edge_w=0
     """
     from ccpo_cli.arms import inert_flags, load_arm, parse_set_options
-    from ccpo_cli.report.tables import arm_flags_table
+    from ccpo_cli.report.command_tables import arm_flags_table
 
     arm = load_arm(arm_name, parse_set_options(assignments))
     inert = inert_flags(arm)
@@ -111,8 +111,8 @@ def diff_command(
     Example: ccpo arms diff grpo gigpo
     """
     from ccpo_cli.arms import inert_flags, load_arm
+    from ccpo_cli.report.command_tables import differences_table
     from ccpo_cli.report.diffs import arm_differences
-    from ccpo_cli.report.tables import differences_table
 
     arms = [load_arm(name) for name in (first, second)]
     differences = arm_differences(

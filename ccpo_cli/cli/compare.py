@@ -69,13 +69,13 @@ def compare(
     """
     # Imported here: scipy costs half a second that other commands should not pay.
     from ccpo_cli.report.compare import compare_runs
-    from ccpo_cli.report.tables import comparison_tables
+    from ccpo_cli.report.compare_tables import comparison_tables, latex_comparison_tables
     from ccpo_cli.store import open_db
 
     chosen = output_format(fmt, as_json)
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
-    document = compare_runs(
+    comparison = compare_runs(
         open_db(settings(ctx).db, must_exist=True),
         runs or None,
         window_start,
@@ -85,11 +85,7 @@ def compare(
     if plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 
-        plot_learning_curves(document, plot)
+        plot_learning_curves(comparison, plot)
         info(ctx, f"wrote {plot}")
-    if chosen is OutputFormat.latex:
-        from ccpo_cli.report.tables import latex_comparison_tables
-
-        emit(chosen, document, lambda: latex_comparison_tables(document), table=table)
-        return
-    emit(chosen, document, lambda: comparison_tables(document), table=table)
+    build = latex_comparison_tables if chosen is OutputFormat.latex else comparison_tables
+    emit(chosen, comparison.as_json(), lambda: build(comparison), table=table)

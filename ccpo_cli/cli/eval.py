@@ -122,7 +122,7 @@ def eval_command(
     """
     # Imported here: the engine, the agents and the store are for this command only.
     from ccpo_cli.evaluation import EvalOptions, run_eval
-    from ccpo_cli.report.tables import eval_tables
+    from ccpo_cli.report.command_tables import eval_tables
 
     chosen = output_format(fmt, as_json)
     options = EvalOptions(

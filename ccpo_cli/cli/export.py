@@ -58,7 +58,8 @@ def export(
     """
     # Imported here: the trackers and the store load only for this command.
     from ccpo_cli.report.tables import NAME, NUMBER, num, table_of, txt
-    from ccpo_cli.report.trackers import TRACKERS, export_runs
+    from ccpo_cli.report.tracker_export import export_runs
+    from ccpo_cli.report.trackers import TRACKERS
     from ccpo_cli.store import open_db
 
     chosen = output_format(fmt, as_json)

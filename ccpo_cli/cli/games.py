@@ -103,7 +103,7 @@ def check(
     from ccpo_cli.envs.engine import preserved_argv
     from ccpo_cli.envs.games import check_games
     from ccpo_cli.errors import InvalidInput
-    from ccpo_cli.report.tables import games_check_table
+    from ccpo_cli.report.command_tables import games_check_table
 
     chosen = output_format(fmt, as_json)
     with preserved_argv():

@@ -212,7 +212,7 @@ def matrix(
         plan_summary,
         run_matrix,
     )
-    from ccpo_cli.report.tables import comparison_tables
+    from ccpo_cli.report.compare_tables import comparison_tables
 
     chosen = output_format(fmt, as_json)
     if not detect > 0:
@@ -266,7 +266,7 @@ def matrix(
     )
     for line in warm_start_lines(result.warm_start_effect):
         info(ctx, f"[matrix] {line}")
-    if plot is not None and result.comparison:
+    if plot is not None and result.comparison is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 
         plot_learning_curves(result.comparison, plot)
@@ -287,11 +287,12 @@ def matrix(
         "warm_start_arms": {str(seed): arm for seed, arm in result.warm_start_arms.items()},
         "warm_start_effect": result.warm_start_effect,
     }
-    if chosen.value == "json" or result.comparison:
+    comparison = result.comparison
+    if chosen.value == "json" or comparison is not None:
         emit(
             chosen,
-            {"matrix": summary, "compare": result.comparison},
-            lambda: comparison_tables(result.comparison),
+            {"matrix": summary, "compare": {} if comparison is None else comparison.as_json()},
+            lambda: [] if comparison is None else comparison_tables(comparison),
             table=table,
         )
     if result.incomplete_blocks:

@@ -83,7 +83,7 @@ def list_command(
     Example: ccpo runs list --arm grpo --format csv
     """
     # Imported here: the store pulls in sqlite-utils, which --help and completion never need.
-    from ccpo_cli.report.tables import runs_table
+    from ccpo_cli.report.run_tables import runs_table
     from ccpo_cli.store import list_runs, open_db
     from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.run_summaries import RunFilter, success_summaries
@@ -124,7 +124,7 @@ def show_command(
 
     Example: ccpo runs show grpo-seed0 --format markdown
     """
-    from ccpo_cli.report.tables import run_detail_tables
+    from ccpo_cli.report.run_tables import run_detail_tables
     from ccpo_cli.store import (
         get_run,
         open_db,
@@ -182,8 +182,8 @@ def diff_command(
 
     Example: ccpo runs diff grpo-seed0 gigpo-seed0
     """
+    from ccpo_cli.report.command_tables import differences_table
     from ccpo_cli.report.diffs import run_differences
-    from ccpo_cli.report.tables import differences_table
     from ccpo_cli.store import get_run, open_db
     from ccpo_cli.store.facts import run_facts
     from ccpo_cli.store.identity import run_identity

@@ -140,7 +140,7 @@ def pull_command(
     Example: ccpo sync pull --repo me/ccpo-runs --token-file ~/.hf-token
     """
     from ccpo_cli.hub_sync import sync_pull
-    from ccpo_cli.report.tables import sync_table
+    from ccpo_cli.report.command_tables import sync_table
     from ccpo_cli.store import open_db
 
     chosen = output_format(fmt, as_json)

@@ -33,6 +33,11 @@ independent training noise after the fork).
 Cost is counted in wall time (`--minutes`) and, where asked, in CPU seconds of the trainers and
 their rollout workers (`--cpu-minutes`), which other jobs on the machine do not change; each
 block's CPU is measured with getrusage and reported.
+
+One concern, kept in one file past 400 lines: a matrix from its arms and seeds to its
+comparison. The plan, the rerun check against it, the block loop under the budget and the
+warm-start effect of the blocks it ran all read the one `_Plan`; the blocks themselves, their Ray
+executor and the designs are modules of their own.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from ccpo_cli.report.window import MatrixWindow
 
 if TYPE_CHECKING:
     from ccpo_cli.backends.local.config import TrainConfig
+    from ccpo_cli.report.comparison import Comparison
 
 # Matrix defaults: the control design's (configs/designs/control.yaml, chosen by signal per
 # CPU-minute on the positive control over 20 paired seeds; docs/local-backend.md, "The design,
@@ -274,7 +280,7 @@ class MatrixResult:
     seeds_not_started: list[int]
     elapsed_s: float
     stopped_reason: str
-    comparison: dict[str, Any]
+    comparison: Comparison | None  # None when no block completed
     block_seconds: list[float] = field(default_factory=list)
     incomplete_blocks: list[dict[str, Any]] = field(default_factory=list)
     nodes: dict[str, int] = field(default_factory=dict)  # node -> blocks it ran (Ray only)
@@ -624,7 +630,7 @@ def run_matrix(
             complete.add(finished.block.seed)
             if finished.node is not None:
                 nodes[finished.node] += 1
-            power = compare_runs(db, compared_names(), plan.window, detect=design.detect)["power"]
+            power = compare_runs(db, compared_names(), plan.window, detect=design.detect).power
             progress(
                 progress_line(
                     len(complete) * arm_count,
@@ -642,7 +648,7 @@ def run_matrix(
     finally:
         executor.close()
     compared = compared_names()
-    comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else {}
+    comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else None
     stopped = [{"seed": block.seed, "runs": block.run_names} for block in incomplete]
     seen = complete | {block.seed for block in incomplete}
     done_blocks = [block for block in plan.blocks if block.seed in complete]
@@ -666,12 +672,14 @@ def run_matrix(
         run_cpu,
         [arm.described for arm in plan.arms],
         warm_by_seed,
-        warm_start_effect(comparison, warm_by_seed, done_blocks) if warm_by_seed else None,
+        warm_start_effect(comparison, warm_by_seed, done_blocks)
+        if warm_by_seed and comparison is not None
+        else None,
     )
 
 
 def warm_start_effect(
-    comparison: dict[str, Any], warm_by_seed: dict[int, str], blocks: list[Block]
+    comparison: Comparison, warm_by_seed: dict[int, str], blocks: list[Block]
 ) -> dict[str, Any]:
     """What continuing its own warm-up is worth to an arm, for every pair of arms that both
     trained warm-ups: the per-seed difference a − b (window means) on the seeds whose warm-up a
@@ -681,9 +689,9 @@ def warm_start_effect(
     from ccpo_cli.stats import welch_t_test
 
     means: dict[str, float] = {}
-    for entry in comparison.get("runs", []):
-        if entry.get("window", {}).get("n"):
-            means[entry["run"]] = entry["window"]["mean"]
+    for entry in comparison.runs:
+        if entry.window.get("n"):
+            means[entry.run] = entry.window["mean"]
     labels = [block.arms for block in blocks][0] if blocks else ()
     trained = sorted(set(warm_by_seed.values()))
     pairs = []

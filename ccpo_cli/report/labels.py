@@ -1,6 +1,6 @@
 """Short labels of the comparison units, for tables, plots and the `label` keys of compare --json.
 
-A unit's full name (`arms[].arm`, from `store.identity.unit_labels`) spells out every field that
+A unit's full name (`ArmSummary.name`, `arms[].arm`, from `store.identity.unit_labels`) spells out every field that
 sets it apart and can run to 150 characters: a table of such names shows nothing else. The short
 label is the arm (name and `--set` overrides) plus, abbreviated, only the identity fields whose
 values differ between the units present (`return-hard · Qwen2.5-7B-Instruct · verl`); the legend
@@ -13,7 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import ArmSummary
 
 SEPARATOR = " · "
 NOT_RECORDED = "not recorded"
@@ -29,33 +32,20 @@ LABEL_FIELDS = (
 )
 
 
-def arm_name(arm: dict) -> str | None:
-    """The arm a unit trained, as its arm file names it with the `--set` overrides on top (the
-    stable `arm` of the CSV); None when the runs recorded no arm."""
-    if arm.get("arm_name") is None:
-        return None
-    overrides = arm.get("arm_overrides") or {}
-    if not overrides:
-        return arm["arm_name"]
-    return f"{arm['arm_name']} [{', '.join(f'{key}={value}' for key, value in sorted(overrides.items()))}]"
-
-
-def identity_values(arm: dict) -> dict[str, Any]:
-    """The unit's identity fields (LABEL_FIELDS) from an `arms[]` entry of the compare document."""
-    protocol = arm.get("protocol") or {}
-    values = {key: arm.get(key) for key in ("base_model", "backend", "benchmark")}
-    values.update(
-        {key: protocol.get(key) for key in ("split", "temperature", "episodes", "turn_limit")}
-    )
-    return values
-
-
-def unit_key(arm: dict) -> str:
-    """12 hex digits of the unit's identity (fingerprint or name, and LABEL_FIELDS)."""
-    identity = {
-        "arm": arm.get("arm_fingerprint") or arm_name(arm) or arm.get("arm"),
-        **identity_values(arm),
+def identity_values(arm: ArmSummary) -> dict[str, Any]:
+    """The unit's identity fields (LABEL_FIELDS)."""
+    protocol = arm.protocol
+    return {
+        "base_model": arm.base_model,
+        "backend": arm.backend,
+        "benchmark": arm.benchmark,
+        **{key: protocol[key] for key in ("split", "temperature", "episodes", "turn_limit")},
     }
+
+
+def unit_key(arm: ArmSummary) -> str:
+    """12 hex digits of the unit's identity (fingerprint or name, and LABEL_FIELDS)."""
+    identity = {"arm": arm.arm_fingerprint or arm.arm_stable or arm.name, **identity_values(arm)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[
         :12
     ]
@@ -75,7 +65,7 @@ def _abbreviated(name: str, value: Any) -> str:
     return str(value)
 
 
-def short_labels(arms: Sequence[dict]) -> list[str]:
+def short_labels(arms: Sequence[ArmSummary]) -> list[str]:
     """One short label per `arms[]` entry, in order, each distinct."""
     values = [identity_values(arm) for arm in arms]
     differing = [
@@ -85,7 +75,7 @@ def short_labels(arms: Sequence[dict]) -> list[str]:
     ]
     labels = []
     for arm, row in zip(arms, values):
-        base = arm_name(arm) or arm.get("arm") or NOT_RECORDED
+        base = arm.arm_stable or arm.name or NOT_RECORDED
         labels.append(
             SEPARATOR.join([base, *(_abbreviated(name, row[name]) for name in differing)])
         )
@@ -93,27 +83,27 @@ def short_labels(arms: Sequence[dict]) -> list[str]:
     # under one name): the fingerprint tells them apart.
     for label in {label for label in labels if labels.count(label) > 1}:
         for index in [i for i, other in enumerate(labels) if other == label]:
-            fingerprint = arms[index].get("arm_fingerprint")
+            fingerprint = arms[index].arm_fingerprint
             labels[index] = (
                 f"{label}{SEPARATOR}{fingerprint[:8] if fingerprint else unit_key(arms[index])[:8]}"
             )
     return labels
 
 
-def needs_legend(arms: Sequence[dict]) -> bool:
+def needs_legend(arms: Sequence[ArmSummary]) -> bool:
     """Whether a label says more than the arm: then the table needs the legend of identities."""
-    return any(arm.get("label") != (arm_name(arm) or arm.get("arm")) for arm in arms)
+    return any(arm.label != (arm.arm_stable or arm.name) for arm in arms)
 
 
-def legend_rows(arms: Sequence[dict]) -> list[dict[str, Any]]:
+def legend_rows(arms: Sequence[ArmSummary]) -> list[dict[str, Any]]:
     """Per unit: its short label, the arm, its fingerprint and every identity field in full."""
     return [
         {
-            "label": arm.get("label"),
-            "arm": arm_name(arm),
-            "arm_fingerprint": arm.get("arm_fingerprint"),
+            "label": arm.label,
+            "arm": arm.arm_stable,
+            "arm_fingerprint": arm.arm_fingerprint,
             **identity_values(arm),
-            "unit_key": arm.get("unit_key"),
+            "unit_key": arm.unit_key,
         }
         for arm in arms
     ]
@@ -122,7 +112,6 @@ def legend_rows(arms: Sequence[dict]) -> list[dict[str, Any]]:
 __all__ = [
     "LABEL_FIELDS",
     "SEPARATOR",
-    "arm_name",
     "identity_values",
     "legend_rows",
     "needs_legend",

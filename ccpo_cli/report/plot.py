@@ -1,6 +1,6 @@
 """Learning curves for `ccpo compare --plot` and the card (matplotlib, Agg backend, no display).
 
-One curve per arm (comparison unit of the compare document): at every step, the mean over the
+One curve per arm (a comparison unit, `Comparison.arms`): at every step, the mean over the
 seeds that evaluated there (several runs of one seed are first averaged into that seed), with a
 95 % t interval over those seeds where there are at least two. Steps where some of the arm's
 seeds have no evaluation are drawn hollow, so a mean over fewer seeds is never mistaken for the
@@ -22,8 +22,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ccpo_cli.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import Comparison, RunEntry
 
 INTERVAL_LABEL = "95 % t interval over seeds"
 MIN_INTERVAL_SEEDS = 2
@@ -38,36 +42,36 @@ def figure_format(path: Path) -> str:
     return suffix
 
 
-def single_evaluation_counts(document: dict) -> dict[str, dict[int, tuple[int, int]]]:
+def single_evaluation_counts(comparison: Comparison) -> dict[str, dict[int, tuple[int, int]]]:
     """{arm label: {step: (successes, episodes)}} of the arms whose curve is one run's evaluations
     (their error bars are Wilson intervals of those counts)."""
-    runs_by_label: dict[str, list[dict]] = defaultdict(list)
-    for run in document["runs"]:
-        if run.get("arm_label") is not None and run["evaluations"]:
-            runs_by_label[run["arm_label"]].append(run)
+    runs_by_label: dict[str, list[RunEntry]] = defaultdict(list)
+    for run in comparison.runs:
+        if run.arm_label is not None and run.evaluations:
+            runs_by_label[run.arm_label].append(run)
     counts = {}
     for label, runs in runs_by_label.items():
         if len(runs) == 1:
             counts[label] = {
-                point["step"]: (point["successes"], point["episodes"])
-                for point in runs[0]["evaluations"]
-                if point.get("episodes") and point.get("successes") is not None
+                point["step"]: (successes, episodes)
+                for point in runs[0].evaluations
+                if (episodes := point["episodes"]) and (successes := point["successes"]) is not None
             }
     return counts
 
 
-def seed_curves(document: dict) -> dict[str, dict[object, dict[int, float]]]:
-    """{arm label: {seed: {step: success}}} for every trained run of the document; the runs of one
+def seed_curves(comparison: Comparison) -> dict[str, dict[object, dict[int, float]]]:
+    """{arm label: {seed: {step: success}}} for every trained run of the comparison; the runs of one
     seed are averaged into it at each step, and a run without a seed is a curve of its own."""
     values: dict[str, dict[object, dict[int, list[float]]]] = defaultdict(
         lambda: defaultdict(lambda: defaultdict(list))
     )
-    for run in document["runs"]:
-        label = run.get("arm_label")
-        if label is None or not run["evaluations"]:
+    for run in comparison.runs:
+        label = run.arm_label
+        if label is None or not run.evaluations:
             continue
-        seed = run["seed"] if run["seed"] is not None else f"run {run['run']}"
-        for point in run["evaluations"]:
+        seed = run.seed if run.seed is not None else f"run {run.run}"
+        for point in run.evaluations:
             values[label][seed][point["step"]].append(point["success"])
     return {
         label: {
@@ -126,19 +130,15 @@ def paired_differences(
     }
 
 
-def _compared_pairs(document: dict, leader: str) -> list[str]:
+def _compared_pairs(comparison: Comparison, leader: str) -> list[str]:
     """The arms compared with the leading arm (the same setting: they differ only in the arm)."""
-    partners = []
-    for row in document.get("comparisons") or []:
-        if row["arm_a"] == leader:
-            partners.append(row["arm_b"])
-        elif row["arm_b"] == leader:
-            partners.append(row["arm_a"])
-    return partners
+    return [
+        pair.arm_b if pair.arm_a == leader else pair.arm_a for pair in comparison.pairs_of(leader)
+    ]
 
 
-def _window(document: dict) -> tuple[int | None, str]:
-    starts = sorted({run["window"]["start"] for run in document["runs"] if run.get("arm_label")})
+def _window(comparison: Comparison) -> tuple[int | None, str]:
+    starts = sorted({run.window["start"] for run in comparison.runs if run.arm_label})
     if not starts:
         return None, ""
     if len(starts) == 1:
@@ -196,12 +196,12 @@ def _draw_curve(axes, points: list[dict], colour, label: str) -> None:
         )
 
 
-def _mark_retracted(axes, document: dict, colours: dict) -> None:
+def _mark_retracted(axes, comparison: Comparison, colours: dict) -> None:
     """An x on the step axis at each retracted evaluation of a drawn arm (left out of the curve)."""
-    arm_of = {run["run"]: run.get("arm_label") for run in document["runs"]}
+    arm_of = {run.run: run.arm_label for run in comparison.runs}
     retracted = [
         (entry["step"], arm_of.get(entry["run"]))
-        for entry in (document.get("retracted") or {}).get("evaluations") or []
+        for entry in comparison.retracted.get("evaluations") or []
     ]
     retracted = [(step, arm) for step, arm in retracted if arm in colours]
     if retracted:
@@ -216,8 +216,8 @@ def _mark_retracted(axes, document: dict, colours: dict) -> None:
         )
 
 
-def plot_learning_curves(document: dict, path: str | Path) -> Path:
-    """Draw the document's arms (see the module docstring); write `path` in the format its
+def plot_learning_curves(comparison: Comparison, path: str | Path) -> Path:
+    """Draw the comparison's arms (see the module docstring); write `path` in the format its
     extension names and return it."""
     import matplotlib.pyplot as plt
 
@@ -225,7 +225,7 @@ def plot_learning_curves(document: dict, path: str | Path) -> Path:
     fmt = figure_format(path)
     if not path.parent.is_dir():
         raise InvalidInput(f"{path}: folder {path.parent} does not exist")
-    figure = learning_curve_figure(document)
+    figure = learning_curve_figure(comparison)
     partial = path.with_name(f".{path.stem}.partial{path.suffix}")
     try:
         figure.savefig(partial, format=fmt, bbox_inches="tight")
@@ -248,21 +248,23 @@ def _listed_colours(name: str) -> tuple:
     return colours
 
 
-def learning_curve_figure(document: dict):
-    """The matplotlib figure of the document's curves (the caller saves and closes it)."""
+def learning_curve_figure(comparison: Comparison):
+    """The matplotlib figure of the comparison's curves (the caller saves and closes it)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    curves = seed_curves(document)
-    single = single_evaluation_counts(document)
-    short = {arm["arm"]: arm.get("label") or arm["arm"] for arm in document["arms"]}
-    order = [arm["arm"] for arm in document["arms"] if arm["arm"] in curves]
+    curves = seed_curves(comparison)
+    single = single_evaluation_counts(comparison)
+    short = {arm.name: arm.label or arm.name for arm in comparison.arms}
+    order = [arm.name for arm in comparison.arms if arm.name in curves]
     palette = _listed_colours("tab10") + _listed_colours("Dark2")
     colours = {arm: palette[index % len(palette)] for index, arm in enumerate(order)}
     leader = order[0] if order else None
-    partners = [arm for arm in _compared_pairs(document, leader) if arm in curves] if leader else []
+    partners = (
+        [arm for arm in _compared_pairs(comparison, leader) if arm in curves] if leader else []
+    )
     # Read only when there are partners, that is when there is a leader.
     leader_curves = curves[leader] if leader else {}
     pairs = {
@@ -310,25 +312,26 @@ def learning_curve_figure(document: dict):
             colours[arm],
             f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})",
         )
-    _mark_retracted(top, document, colours)
-    for level in (document.get("reference_levels") or {}).get("untrained", []):
-        if level["arm"] in colours:
+    _mark_retracted(top, comparison, colours)
+    for level in comparison.untrained:
+        if level.arm in colours:
             top.axhline(
-                level["mean"], color=colours[level["arm"]], linestyle=":", linewidth=0.9, alpha=0.8
+                level.mean, color=colours[level.arm], linestyle=":", linewidth=0.9, alpha=0.8
             )
-    for index, reference in enumerate((document.get("reference_levels") or {}).get("agents", [])):
+    for index, reference in enumerate(comparison.reference_agents()):
+        assert reference.mean is not None  # reference_agents() keeps the references with a level
         top.axhline(
-            reference["mean"],
+            reference.mean,
             color="black",
             linestyle=("--", "-.", ":")[index % 3],
             linewidth=0.9,
-            label=f"reference: {reference['label']} ({reference['mean']:.1f}%)",
+            label=f"reference: {reference.label} ({reference.mean:.1f}%)",
         )
-    start, window_label = _window(document)
+    start, window_label = _window(comparison)
     if start is not None:
         top.axvspan(start, max(last_step, start), color="grey", alpha=0.12, label=window_label)
     top.set_ylim(0, 100)
-    split = document.get("split", "heldout")
+    split = comparison.split
     top.set_ylabel(f"{'held-out' if split == 'heldout' else split} success (%)")
     if seed_counts and max(seed_counts) == 1:
         notes = ["one seed per curve: its evaluations"]
@@ -342,7 +345,7 @@ def learning_curve_figure(document: dict):
         notes.append("one-seed bars = 95 % Wilson interval of the evaluation")
     if any_missing:
         notes.append("hollow = some seeds not evaluated there")
-    if (document.get("reference_levels") or {}).get("untrained"):
+    if comparison.untrained:
         notes.append("dotted = untrained (step 0)")
     top.set_title("; ".join(notes), fontsize="medium", wrap=True)
     if top.get_legend_handles_labels()[0]:
@@ -357,7 +360,7 @@ def learning_curve_figure(document: dict):
                 bottom,
                 points,
                 colours[arm],
-                f"{short.get(leader, leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)",
+                f"{short.get(leader or '', leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)",
             )
         bottom.axhline(0.0, color="black", linewidth=0.8)
         bottom.set_ylabel("difference, same seed (points)")

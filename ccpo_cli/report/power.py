@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ccpo_cli.distributions import noncentral_t_sf, t_ppf
 from ccpo_cli.stats import PAIRED_TEST, WELCH_TEST, two_arm_test
+
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import ArmSummary, PairComparison
 
 # No scipy here: compare computes every pair's power, and importing scipy would double its
 # start-up (docs/architecture.md §5); ccpo_cli/distributions.py holds the distributions.
@@ -209,13 +212,13 @@ def pair_power(
 
 
 def shared_rollout_seeds(
-    arm_a: dict, arm_b: dict, rollout_hashes: dict[str, str | None]
+    arm_a: ArmSummary, arm_b: ArmSummary, rollout_hashes: dict[str, str | None]
 ) -> list[Any]:
     """Seeds whose runs in both arms all recorded one and the same non-empty step-1 rollout hash:
     the record that the design paired them."""
     shared = []
-    for seed, runs_a in arm_a["seed_runs"].items():
-        runs_b = arm_b["seed_runs"].get(seed)
+    for seed, runs_a in arm_a.seed_runs.items():
+        runs_b = arm_b.seed_runs.get(seed)
         if not runs_b:
             continue
         found = {rollout_hashes.get(name) for name in [*runs_a, *runs_b]}
@@ -225,31 +228,29 @@ def shared_rollout_seeds(
 
 
 def power_report(
-    arms: list[dict],
-    comparisons: list[dict],
+    comparisons: Sequence[PairComparison],
     detect: float | None = None,
     alpha: float = ALPHA,
     power: float = POWER,
 ) -> dict[str, Any]:
     """The `power` section of the compare document.
 
-    `arms` are the document's arms (one per comparison unit, with `seed_runs` and one
-    `seed_window_means` value per seed), `comparisons` the pairs it compares (arms that differ
-    only in the arm), each with the `test` compare chose for it (its paired seeds).
+    `comparisons` are the pairs compare compares (units that differ only in the arm), each with
+    its two units' seed means and the `test` compare chose for it (its paired seeds).
     """
-    by_label = {arm["arm"]: arm for arm in arms}
-    pairs = []
-    for comparison in comparisons:
-        arm_a, arm_b = by_label[comparison["arm_a"]], by_label[comparison["arm_b"]]
-        means_a = dict(zip(arm_a["seed_runs"], arm_a["seed_window_means"]))
-        means_b = dict(zip(arm_b["seed_runs"], arm_b["seed_window_means"]))
-        pairs.append(
-            {
-                "arm_a": arm_a["arm"],
-                "arm_b": arm_b["arm"],
-                **pair_power(
-                    means_a, means_b, comparison["test"]["paired_seeds"], detect, alpha, power
-                ),
-            }
-        )
+    pairs = [
+        {
+            "arm_a": comparison.arm_a,
+            "arm_b": comparison.arm_b,
+            **pair_power(
+                comparison.first.seed_means,
+                comparison.second.seed_means,
+                comparison.test["paired_seeds"],
+                detect,
+                alpha,
+                power,
+            ),
+        }
+        for comparison in comparisons
+    ]
     return {"alpha": alpha, "power": power, "detect": detect, "sided": "two-sided", "pairs": pairs}

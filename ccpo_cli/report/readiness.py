@@ -12,11 +12,15 @@ being asked: a card's headline is the window the reader is told.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.window import MIN_HEADLINE_EVALUATIONS
+
+if TYPE_CHECKING:
+    from ccpo_cli.report.comparison import RunEntry
 
 AUTO = "auto"
 
@@ -27,23 +31,20 @@ class CardReadiness:
     status_basis: str  # what decided it (given, or the run's state)
 
 
-def _entry(db: sqlite_utils.Database, run: str, window_start: int | None) -> dict:
+def _entry(db: sqlite_utils.Database, run: str, window_start: int | None) -> RunEntry | None:
     from ccpo_cli.report.compare import compare_runs
 
-    document = compare_runs(db, [run], window_start)
-    entries = [entry for entry in document["runs"] if entry["run"] == run]
-    if not entries:  # retracted: compare leaves it out; the card refuses it with its own reason
-        return {}
-    return entries[0]
+    # None when retracted: compare leaves it out; the card refuses it with its own reason.
+    return compare_runs(db, [run], window_start).find_run(run)
 
 
-def suggested_window_start(entry: dict) -> int | None:
+def suggested_window_start(entry: RunEntry) -> int | None:
     """The latest start whose window holds MIN_HEADLINE_EVALUATIONS evaluations of the run's
     protocol, or None when the run has fewer than that in all."""
-    episodes = entry["window"]["protocol"].get("episodes")
+    episodes = entry.window["protocol"].get("episodes")
     steps = sorted(
         row["step"]
-        for row in entry["evaluations"]
+        for row in entry.evaluations
         if episodes is None or row["episodes"] in (None, episodes)
     )
     return steps[-MIN_HEADLINE_EVALUATIONS] if len(steps) >= MIN_HEADLINE_EVALUATIONS else None
@@ -54,18 +55,18 @@ def card_readiness(
 ) -> CardReadiness:
     """The status to render (`auto` resolved) and, with the default window, InvalidInput naming
     the --window-start to pass when that window is too short for a window mean."""
-    entry = _entry(db, run, window_start) if status == AUTO or window_start is None else {}
+    entry = _entry(db, run, window_start) if status == AUTO or window_start is None else None
     if status == AUTO:
-        state = entry.get("run_state", "unknown")
+        state = "unknown" if entry is None else entry.run_state
         resolved = CardReadiness(
             "final" if state == "finished" else "interim",
-            f"--status auto: the run is {state} (step {entry.get('last_step')} of "
-            f"{entry.get('total_steps')})",
+            f"--status auto: the run is {state} (step {None if entry is None else entry.last_step} of "
+            f"{None if entry is None else entry.total_steps})",
         )
     else:
         resolved = CardReadiness(status, "given")
-    if window_start is None and entry and entry["window"]["n"] < MIN_HEADLINE_EVALUATIONS:
-        window = entry["window"]
+    if window_start is None and entry is not None and entry.window["n"] < MIN_HEADLINE_EVALUATIONS:
+        window = entry.window
         suggestion = suggested_window_start(entry)
         if suggestion is not None:
             raise InvalidInput(

@@ -7,14 +7,8 @@ Two sources, one set of writers:
   logger's `{"step", "data"}` lines too) and writes every numeric key as it appears. The trainer
   only sees a `TrainingObserver`, so it never waits on a tracker, and a tracker that fails is
   logged, never the trainer's failure;
-- for any recorded run, an ingested one included (`ccpo export --to ...`), `run_scalars` reads
-  its standing held-out evaluations from runs.db under the names verl-agent logs them
-  (`val/success_rate` as a fraction, per-type `val/<name>_success_rate`, counts, mean turns, the
-  training success rate).
-
-Each export replaces what an earlier export of that run wrote (a TensorBoard folder or CSV file
-written aside and renamed; the trackio run deleted and written again), so exporting twice
-gives one copy.
+- for any recorded run, an ingested one included (`ccpo export --to ...`), report/tracker_export.py
+  reads its standing held-out evaluations from runs.db and writes them through the same sinks.
 """
 
 from __future__ import annotations
@@ -25,7 +19,6 @@ import io
 import json
 import math
 import os
-import shutil
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -33,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.errors import UsageError
 from ccpo_cli.extras import check_extra, require_extra
 
 TRACKERS = ("tensorboard", "trackio", "csv")
@@ -273,163 +266,17 @@ class ReportingObserver:
             sink.close()
 
 
-# ----------------------------------------------------------------------------- any recorded run
-
-
-def _wall_time(recorded_at: str | None) -> float | None:
-    if not recorded_at:
-        return None
-    try:
-        return datetime.fromisoformat(recorded_at.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def run_scalars(
-    evaluations: list[dict[str, Any]], task_metrics: Mapping[str, str]
-) -> list[ScalarPoint]:
-    """Standing evaluations (store.queries rows with `task_types`) as points, one per step (the
-    mean where a step has several evaluation seeds); `task_metrics` maps a task type's short key
-    to the benchmark's metric name."""
-    by_step: dict[int, list[dict[str, Any]]] = {}
-    for row in evaluations:
-        by_step.setdefault(int(row["step"]), []).append(row)
-    points = []
-    for step, rows in sorted(by_step.items()):
-        values: dict[str, list[float]] = {}
-        for row in rows:
-            train = row.get("train_success_rate")
-            found = [
-                ("val/success_rate", row["success_rate"] / 100.0),
-                ("val/episodes", row.get("episodes")),
-                ("val/successes", row.get("successes")),
-                ("val/episode_length/mean", row.get("mean_turns")),
-                ("episode/success_rate", None if train is None else train / 100.0),
-            ]
-            found += [
-                (task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
-                for key, result in (row.get("task_types") or {}).items()
-            ]
-            for key, value in found:
-                if isinstance(value, (int, float)) and math.isfinite(value):
-                    values.setdefault(key, []).append(float(value))
-        wall = [time for row in rows if (time := _wall_time(row.get("recorded_at"))) is not None]
-        points.append(
-            ScalarPoint(
-                step,
-                {key: sum(found) / len(found) for key, found in values.items()},
-                max(wall) if wall else None,
-            )
-        )
-    return points
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    run: str
-    tracker: str
-    points: int
-    written_to: str
-
-
-def _safe_name(run: str) -> str:
-    return "".join(char if char.isalnum() or char in "-_.@" else "_" for char in run)
-
-
-def export_run(
-    points: list[ScalarPoint],
-    run: str,
-    tracker: str,
-    out: Path,
-    *,
-    project: str,
-    config: Mapping[str, Any] | None = None,
-) -> ExportResult:
-    """Write one run's points to `tracker`, replacing an earlier export of the same run."""
-    if tracker == "tensorboard":
-        final = out / _safe_name(run)
-        partial = out / f".{_safe_name(run)}.{os.getpid()}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        sink: Any = TensorBoardSink(partial)
-        where = str(final)
-    elif tracker == "csv":
-        final = partial = out / f"{_safe_name(run)}.csv"
-        sink = CsvSink(final)
-        where = str(final)
-    elif tracker == "trackio":
-        sink = TrackioSink(project, run, config, replace=True)
-        where = f"trackio project {project}"
-    else:
-        raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
-    try:
-        for point in points:
-            sink.write(point)
-    finally:
-        sink.close()
-    if tracker == "tensorboard":
-        old = out / f".{_safe_name(run)}.{os.getpid()}.old"
-        if final.exists():
-            final.replace(old)
-        partial.replace(final)
-        shutil.rmtree(old, ignore_errors=True)
-    return ExportResult(run, tracker, len(points), where)
-
-
-def export_runs(
-    db: Any, runs: list[str], tracker: str, out: Path, *, project: str = DEFAULT_TRACKIO_PROJECT
-) -> list[ExportResult]:
-    """`ccpo export`: each named run's standing held-out curve to `tracker` (InvalidInput for a
-    run that is not recorded or is retracted, before anything is written)."""
-    from ccpo_cli.benchmarks import load_benchmark
-    from ccpo_cli.errors import InvalidInput
-    from ccpo_cli.store.queries import get_run, run_evaluations
-
-    chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
-    retracted = [run["name"] for run in chosen if run.get("retracted")]
-    if retracted:
-        raise InvalidInput(
-            f"run(s) {', '.join(retracted)} are retracted (ccpo runs show): nothing of them to export"
-        )
-    results = []
-    for run in chosen:
-        metrics: dict[str, str] = {}
-        if run.get("benchmark"):
-            try:
-                metrics = {
-                    task.key: task.metric for task in load_benchmark(run["benchmark"]).task_types
-                }
-            except CcpoError:
-                metrics = {}  # a benchmark this ccpo does not ship: the per-type keys keep their short names
-        config = {
-            key: run.get(key)
-            for key in (
-                "arm",
-                "arm_fingerprint",
-                "seed",
-                "base_model",
-                "backend",
-                "benchmark",
-                "total_steps",
-            )
-            if run.get(key) is not None
-        }
-        points = run_scalars(run_evaluations(db, run["name"]), metrics)
-        results.append(
-            export_run(points, run["name"], tracker, out, project=project, config=config)
-        )
-    return results
-
-
 __all__ = [
     "DEFAULT_TRACKIO_PROJECT",
     "LIVE_TRACKERS",
     "TRACKERS",
-    "ExportResult",
+    "CsvSink",
     "ReportingObserver",
     "ScalarPoint",
-    "export_run",
-    "export_runs",
+    "ScalarSink",
+    "TensorBoardSink",
+    "TrackioSink",
+    "check_installed",
     "numeric_scalars",
     "parse_trackers",
-    "run_scalars",
 ]

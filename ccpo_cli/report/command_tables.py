@@ -1,0 +1,185 @@
+"""The tables of `ccpo eval`, `ccpo arms`, `ccpo runs diff`, `ccpo games check` and `ccpo sync pull`.
+
+Each is a `TableData` (report/tables.py), so every format a table has comes with it. The runs
+tables (`ccpo runs list` and `ccpo runs show`) are in report/run_tables.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ccpo_cli.report.tables import (
+    NAME,
+    Cell,
+    Column,
+    TableData,
+    dash_or_text,
+    name_column,
+    num,
+    number_text,
+    raw_value,
+    text_column,
+    txt,
+)
+
+
+def differences_table(differences: Sequence[Any], first: str, second: str, what: str) -> TableData:
+    """`runs diff` / `arms diff`: one row per field that differs."""
+    table = TableData(
+        "differences",
+        f"{what} {first} vs {second}: {len(differences)} difference(s)",
+        [name_column("field"), text_column(first), text_column(second), text_column("note")],
+    )
+    for difference in differences:
+        shown = [
+            json.dumps(value, default=str) if isinstance(value, (list, dict)) else value
+            for value in (difference.first, difference.second)
+        ]
+        table.add(
+            txt(difference.field),
+            Cell(dash_or_text(shown[0]), raw_value(difference.first)),
+            Cell(dash_or_text(shown[1]), raw_value(difference.second)),
+            txt(difference.note),
+        )
+    return table
+
+
+def arms_list_table(arms: list[dict]) -> TableData:
+    table = TableData(
+        "arms",
+        "",
+        [
+            name_column("arm"),
+            name_column("estimator"),
+            name_column("fingerprint"),
+            text_column("description"),
+        ],
+    )
+    for arm in arms:
+        table.add(
+            txt(arm["arm"]),
+            txt(arm["estimator"]),
+            Cell(arm["fingerprint"][:12], arm["fingerprint"]),
+            txt(arm["description"]),
+        )
+    return table
+
+
+def arm_flags_table(flags: dict[str, Any], inert: dict[str, str]) -> TableData:
+    table = TableData(
+        "flags",
+        "",
+        [name_column("flag"), Column("value", NAME, "left"), text_column("inert because")],
+    )
+    for name, value in flags.items():
+        shown = '""' if value == "" else str(value)
+        table.add(txt(name), Cell(shown, value), txt(inert.get(name, ""), inert.get(name, "")))
+    return table
+
+
+def sync_table(counts: dict[str, dict[str, int]]) -> TableData:
+    """What a `ccpo sync pull` merged, per table: new rows, rows already here, conflicts, ..."""
+    order = ("new", "updated", "same", "duplicate", "conflict")
+    outcomes = sorted(
+        {outcome for table in counts.values() for outcome in table},
+        key=lambda name: order.index(name) if name in order else len(order),
+    )
+    table = TableData(
+        "merged", "merged rows", [name_column("table"), *(Column(outcome) for outcome in outcomes)]
+    )
+    for name in ("runs", "evaluations", "conflicts", "facts", "publications"):
+        if name in counts:
+            table.add(txt(name), *(num(counts[name].get(outcome, 0)) for outcome in outcomes))
+    return table
+
+
+def games_check_table(folder: str, by_type: dict[str, dict[str, int]]) -> TableData:
+    table = TableData(
+        "games",
+        f"{folder}: planner walkthrough check",
+        [name_column("type"), Column("games"), Column("won")],
+    )
+    for key, row in sorted(by_type.items()):
+        table.add(txt(key), num(row["games"]), num(row["ok"]))
+    return table
+
+
+def _task_types() -> tuple[str, ...]:
+    # Imported here: the benchmark files are read only by the tables with per-type columns
+    # (`ccpo runs list` shows none of them and should not pay for the YAML reader).
+    from ccpo_cli.task_types import TASK_TYPES
+
+    return tuple(TASK_TYPES)
+
+
+def eval_tables(document: dict) -> list[Any]:
+    """`ccpo eval`: the model line, per seed, per task type, and the summary line."""
+    task_keys = _task_types()
+    items: list[Any] = []
+    checkpoint = document.get("checkpoint")
+    if checkpoint:
+        items.append(
+            f"model: {checkpoint['merged_folder']} ({'reused merge' if checkpoint['reused_merge'] else 'merged'} "
+            f"from {checkpoint['source']}, step {checkpoint['step']}; record {checkpoint['record']})"
+        )
+    seeds = TableData(
+        "seeds",
+        f"{document['agent']} on {document['games']} (run {document['run']}, step {document['step']})",
+        [
+            Column("seed"),
+            Column("episodes"),
+            Column("wins"),
+            Column("success %"),
+            Column("Wilson 95%", fields=("wilson_low", "wilson_high")),
+            Column("mean turns"),
+            Column("invalid %"),
+        ],
+    )
+    for row in document["evaluations"]:
+        interval = row["wilson_95"]
+        seeds.add(
+            num(row["seed"]),
+            num(row["episodes"]),
+            num(row["successes"]),
+            num(row["success"]),
+            Cell(
+                f"{number_text(interval['low'])}-{number_text(interval['high'])}",
+                (raw_value(interval["low"]), raw_value(interval["high"])),
+            ),
+            num(row["mean_turns"]),
+            num(row["invalid_turn_rate"]),
+        )
+    items.append(seeds)
+    seed_numbers = [row["seed"] for row in document["evaluations"]]
+    types = TableData(
+        "task_types",
+        "per task type (success %)",
+        [
+            name_column("type"),
+            Column("episodes/seed"),
+            *(Column(f"seed {seed}") for seed in seed_numbers),
+            Column("mean ± sd", fields=("mean", "sd")),
+        ],
+    )
+    for key in task_keys:
+        if key not in document["task_types"]:
+            continue
+        cells = [row["task_types"].get(key) for row in document["evaluations"]]
+        aggregate = document["task_types"][key]
+        types.add(
+            txt(key),
+            num(cells[0]["episodes"] if cells[0] else None),
+            *[num(cell["success"] if cell else None) for cell in cells],
+            Cell(
+                f"{number_text(aggregate['mean'])} ± {number_text(aggregate['sd'])}",
+                (raw_value(aggregate["mean"]), raw_value(aggregate["sd"])),
+            ),
+        )
+    items.append(types)
+    items.append(
+        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
+        f"± {number_text(document['sd'])} (sd over seeds)"
+    )
+    return items
