@@ -159,7 +159,7 @@ class Arm:
 
     def __post_init__(self) -> None:
         check_padding_rule(self.padding, self.estimator, where=f"arm '{self.name}': ")
-        if self.step_oracle and self.estimator != "gigpo":
+        if self.step_oracle and not estimator_registry.lookup(self.estimator).oracle:
             raise InvalidInput(
                 f"arm '{self.name}': step_oracle replaces GiGPO's step term; estimator "
                 f"{self.estimator} has none to replace (use a gigpo arm)"

@@ -41,6 +41,9 @@ class Estimator:
     reads: tuple[str, ...] | None
     unread: str  # why a flag it does not read cannot change its output
     paragraph: str  # what a card says of the method
+    # Its step term can be replaced by the plan-progress oracle (the arm flag `step_oracle`, the
+    # ceiling of docs/estimators.md §4.2).
+    oracle: bool = False
 
     @property
     def compute(self) -> Callable[..., Any]:
@@ -86,6 +89,7 @@ ESTIMATORS: tuple[Estimator, ...] = (
         upstream=True,
         reads=_EPISODE_READS + ("gamma", "step_advantage_w", "step_permute", "step_oracle"),
         unread="CCPO-only flag",
+        oracle=True,
         paragraph=(
             "GiGPO adds a step-level advantage to GRPO's episode-level one: turns taken from the same "
             "observation within a task's group of rollouts (anchor states) are compared with each other, "

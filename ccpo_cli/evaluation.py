@@ -24,14 +24,12 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.stats import mean_sd_n, wilson_interval
 from ccpo_cli.task_types import TASK_TYPES
-from ccpo_cli.vocabulary import EVAL_TEMPERATURE
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE, LOCAL, MODEL_AGENT_KINDS, SAMPLING_AGENT_KINDS
 
 BENCHMARK = "alfworld"  # `ccpo eval` plays ALFWorld games with the real engine
 HELDOUT_PANEL = "heldout-panel"
-# agents whose actions are sampled from a policy at a temperature
-SAMPLING_AGENTS = {"hf", "vllm", "local"}
 # The local backend's policy as an agent: named here, below the backends, never by the agents.
-registry.register_lazy_agent("local", "ccpo_cli.backends.local.agent:make_local_agent")
+registry.register_lazy_agent(LOCAL, "ccpo_cli.backends.local.agent:make_local_agent")
 
 
 def resolve_games(games: Path | None) -> tuple[list[str], str]:
@@ -87,7 +85,7 @@ def resolve_eval_model(options: EvalOptions) -> tuple[str | None, Any, int]:
     """(the model the agent loads, the merge or None, the step to record at). For hf and vllm a
     verl global_step_N folder is merged by verl's own merger and verified first, and its
     evaluations are recorded at its training step; other agents take --model as it is."""
-    if options.agent not in {"hf", "vllm"}:
+    if options.agent not in MODEL_AGENT_KINDS:
         return options.model, None, _recorded_step(options.step, None)
     from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, resolve_model_source
 
@@ -156,9 +154,9 @@ def run_eval(
     check_run_name(options.run)
     game_files, games_label = resolve_games(options.games)
     agent_options = {}
-    if options.max_new_tokens is not None and options.agent in {"hf", "vllm"}:
+    if options.max_new_tokens is not None and options.agent in MODEL_AGENT_KINDS:
         agent_options["max_new_tokens"] = options.max_new_tokens
-    if on_phase is not None and options.agent in {"hf", "vllm"}:
+    if on_phase is not None and options.agent in MODEL_AGENT_KINDS:
         on_phase(f"loading the model {options.model} for the {options.agent} agent")
     model, merged, step = resolve_eval_model(options)
     agent = build_agent(
@@ -168,7 +166,7 @@ def run_eval(
         seed=options.seeds[0],
         **agent_options,
     )
-    recorded_temperature = options.temperature if options.agent in SAMPLING_AGENTS else None
+    recorded_temperature = options.temperature if options.agent in SAMPLING_AGENT_KINDS else None
     db = open_db(db_path)
     documents: list[dict[str, Any]] = []
 

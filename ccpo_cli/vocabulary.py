@@ -12,7 +12,13 @@ BACKENDS: tuple[str, ...] = (LOCAL, VERL)
 
 # `ccpo eval --agent`: the planner, uniform random play, a Hugging Face model, vLLM, the local
 # backend's own policy (registered by ccpo_cli/evaluation.py so the agents never name a backend).
-AGENT_KINDS: tuple[str, ...] = ("oracle", "random", "hf", "vllm", LOCAL)
+HF = "hf"
+VLLM = "vllm"
+AGENT_KINDS: tuple[str, ...] = ("oracle", "random", HF, VLLM, LOCAL)
+# The agents that load a language model (and take its generation options) ...
+MODEL_AGENT_KINDS: tuple[str, ...] = (HF, VLLM)
+# ... and those whose actions are sampled from a policy at a temperature.
+SAMPLING_AGENT_KINDS: tuple[str, ...] = (HF, VLLM, LOCAL)
 
 # A card is interim while its run trains and final once it ended (docs/publishing.md).
 INTERIM = "interim"
@@ -20,16 +26,15 @@ FINAL = "final"
 CARD_STATUSES: tuple[str, ...] = (INTERIM, FINAL)
 
 # `ccpo ingest --input-format`: auto-detected, or one reader named (docs/runs-db.md, "Ingest").
-INGEST_FORMATS: tuple[str, ...] = (
-    "auto",
-    "ccpo",
-    "verl-file",
-    "console",
-    "csv",
-    "tensorboard",
-    "wandb",
-)
-INGEST_FOLDER_FORMATS: tuple[str, ...] = ("tensorboard", "wandb")
+AUTO = "auto"
+CCPO_JSONL = "ccpo"  # ccpo's own metrics.jsonl: flat objects
+VERL_FILE = "verl-file"  # verl-agent's file logger: metrics under "data"
+CONSOLE = "console"
+CSV = "csv"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"
+INGEST_FORMATS: tuple[str, ...] = (AUTO, CCPO_JSONL, VERL_FILE, CONSOLE, CSV, TENSORBOARD, WANDB)
+INGEST_FOLDER_FORMATS: tuple[str, ...] = (TENSORBOARD, WANDB)
 
 # The temperature of every held-out evaluation: verl-agent's validation sampling temperature, so
 # the local backend, `ccpo eval` and the verl runs report success at the same sampling.

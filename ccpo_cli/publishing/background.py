@@ -23,6 +23,7 @@ from ccpo_cli.publishing.plan import CheckpointFinder, local_checkpoints, note_e
 from ccpo_cli.publishing.target import PushTarget
 from ccpo_cli.store import open_db
 from ccpo_cli.store.outbox import counts, last_push
+from ccpo_cli.vocabulary import VERL
 
 UPLOADER_MODULE = "ccpo_cli.publishing.uploader"
 
@@ -225,7 +226,7 @@ def publisher_for(
             "`hf auth login`"
         )
     check_visibility(target, secret, log)
-    finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == "verl" else None
+    finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == VERL else None
     return BackgroundPublisher(
         db_path, target, secret, log=log, checkpoints=finder, verl_agent_home=verl_agent
     )

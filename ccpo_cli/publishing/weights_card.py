@@ -25,6 +25,7 @@ import yaml
 
 from ccpo_cli.cards.lint import HUB_ID
 from ccpo_cli.store import get_run, run_evaluations
+from ccpo_cli.vocabulary import FINAL
 
 REGION_NAME = "weights-note"
 BEGIN = f"<!-- ccpo:begin {REGION_NAME} -->"
@@ -52,7 +53,7 @@ def weights_note(
         "## Weights without a full card",
         "",
         f"These are the weights of ccpo run `{_cell(run)}` (arm `{_cell(row.get('arm'))}`, seed "
-        f"{_cell(row.get('seed'))}, {'finished' if status == 'final' else 'training'} at {where}): the checkpoint of "
+        f"{_cell(row.get('seed'))}, {'finished' if status == FINAL else 'training'} at {where}): the checkpoint of "
         f"step {weights.get('step')}, revision `{_cell(revision)}`, commit `{str(weights.get('commit'))[:12]}`.",
         "",
         f"ccpo did not build the full card for this run: {_cell(reason)}. This note states only what runs.db "

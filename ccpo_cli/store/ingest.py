@@ -80,6 +80,7 @@ from ccpo_cli.store.records import (
     record_evaluation_outcome,
     update_run_state,
 )
+from ccpo_cli.vocabulary import AUTO, CONSOLE
 
 __all__ = [
     "FORMATS",
@@ -257,7 +258,7 @@ class ParsedFile:
 
 def parse_metrics_file(
     path: str | Path,
-    fmt: str = "auto",
+    fmt: str = AUTO,
     progress: ProgressCallback | None = None,
     *,
     strict: bool = False,
@@ -297,7 +298,7 @@ def _refuse_if_nothing_read(path: Path, report: IngestReport, stated: list[State
             f"at {_where(path, first['line'])}: {first['reason']}"
         )
     if report.incomplete_tail_line is None:
-        if report.format == "console":
+        if report.format == CONSOLE:
             raise InvalidInput(
                 f"{path}: no 'step:N - key:value' lines found; not a verl console log"
             )
@@ -387,7 +388,7 @@ def ingest_file(
     path: str | Path,
     run: str,
     *,
-    fmt: str = "auto",
+    fmt: str = AUTO,
     arm: Arm | ExternalArm | None = None,
     seed: int | None = None,
     base_model: str | None = None,

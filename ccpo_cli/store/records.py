@@ -24,6 +24,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name, host_label
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
+from ccpo_cli.vocabulary import CARD_STATUSES
 
 if TYPE_CHECKING:
     from ccpo_cli.arms import Arm
@@ -551,7 +552,7 @@ def record_publication(
 
     Append-only: every push is one row (status is `interim` or `final`, as on the card).
     """
-    if status is not None and status not in ("interim", "final"):
+    if status is not None and status not in CARD_STATUSES:
         raise InvalidInput(f"publication status {status!r} is not interim or final")
     with write_transaction(db):
         row = {

@@ -18,6 +18,7 @@ from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.backends.verl import checkout, preflight, run_folder
 from ccpo_cli.backends.verl.launcher import BACKEND, VerlLaunch
 from ccpo_cli.errors import CcpoError, InvalidInput
+from ccpo_cli.vocabulary import CCPO_JSONL
 
 
 def provenance() -> dict[str, Any]:
@@ -125,7 +126,7 @@ def follow_run_folder(db: Any, run: str, run_dir: Path) -> Any:
         db,
         metrics,
         run,
-        fmt="ccpo",
+        fmt=CCPO_JSONL,
         arm=recorded_arm(record, run_dir / run_folder.CONFIG),
         seed=record.get("seed"),
         base_model=record.get("model"),

@@ -24,8 +24,9 @@ from ccpo_cli.arms import PADDING_MEANINGS, Arm
 from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
 from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import InvalidInput, UsageError
+from ccpo_cli.vocabulary import VERL
 
-BACKEND = "verl"
+BACKEND = VERL
 # Starts Ray with the ccpo setup hook, then runs the protocol's entry point (verl's main_ppo).
 ENTRY_MODULE = entry.__name__
 # Keys the launcher sets from the request, whatever the protocol file says.

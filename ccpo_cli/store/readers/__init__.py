@@ -29,7 +29,17 @@ from ccpo_cli.store.readers.detect import detect_format
 from ccpo_cli.store.readers.jsonl import read_json_lines
 from ccpo_cli.store.readers.tb_events import read_tensorboard
 from ccpo_cli.store.readers.wandb_run import read_wandb
-from ccpo_cli.vocabulary import INGEST_FOLDER_FORMATS, INGEST_FORMATS
+from ccpo_cli.vocabulary import (
+    AUTO,
+    CCPO_JSONL,
+    CONSOLE,
+    CSV,
+    INGEST_FOLDER_FORMATS,
+    INGEST_FORMATS,
+    TENSORBOARD,
+    VERL_FILE,
+    WANDB,
+)
 
 FORMATS = INGEST_FORMATS
 FOLDER_FORMATS = INGEST_FOLDER_FORMATS
@@ -64,18 +74,18 @@ def read_events(
     """(the format read, its events). `metric` names the scalar of a single-scalar CSV and
     `source_run` the run of a CSV holding several; `notes` collects what a reader decided on
     the user's behalf (percent columns)."""
-    if fmt == "auto":
+    if fmt == AUTO:
         fmt = detect_format(path)
     if path.is_dir() and fmt not in FOLDER_FORMATS:
         raise InvalidInput(f"{path}: a folder; --format {fmt} reads a file")
-    if fmt == "console":
+    if fmt == CONSOLE:
         return fmt, read_console(path, stats)
-    if fmt in ("ccpo", "verl-file"):
+    if fmt in (CCPO_JSONL, VERL_FILE):
         return fmt, read_json_lines(path, stats, fmt)
-    if fmt == "csv":
+    if fmt == CSV:
         return fmt, read_csv(path, stats, metric, notes, source_run)
-    if fmt == "tensorboard":
+    if fmt == TENSORBOARD:
         return fmt, read_tensorboard(path, stats)
-    if fmt == "wandb":
+    if fmt == WANDB:
         return fmt, read_wandb(path, stats)
     raise InvalidInput(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")

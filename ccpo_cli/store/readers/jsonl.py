@@ -22,6 +22,7 @@ from ccpo_cli.store.readers.base import (
     step_number,
 )
 from ccpo_cli.store.readers.lines import Line, read_lines
+from ccpo_cli.vocabulary import VERL_FILE
 
 
 def read_json_lines(
@@ -59,7 +60,7 @@ def _record(obj: Any, shape: str, step_key: str) -> tuple[int, dict[str, Any]]:
     if step_key not in obj:
         raise BadRecord(f"missing field {step_key!r}")
     step = step_number(obj[step_key])
-    if shape == "verl-file":
+    if shape == VERL_FILE:
         metrics = obj.get("data")
         if not isinstance(metrics, dict):
             raise BadRecord("field 'data' must be an object (verl file logger format)")
