@@ -125,6 +125,8 @@ FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(entry.family for entry in ESTIMA
 # The family of the leave-one-out, feature-weighted step term: the one whose flags a card
 # describes one by one.
 CCPO_FAMILY = "ccpo"
+# The family a card's claim is set against: the published effect is GiGPO's or CCPO's over GRPO.
+GRPO_FAMILY = "grpo"
 _BY_NAME = {entry.name: entry for entry in ESTIMATORS}
 _COMPUTE: dict[str, Callable[..., Any]] = {}
 
@@ -163,6 +165,7 @@ __all__ = [
     "ESTIMATORS",
     "ESTIMATOR_NAMES",
     "FAMILIES",
+    "GRPO_FAMILY",
     "Estimator",
     "lookup",
     "of_family",

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.cards.method import estimator_family
 from ccpo_cli.cards.selection import ResolvedArm
+from ccpo_cli.estimator_registry import GRPO_FAMILY
 from ccpo_cli.report.isolation import shown_differences
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def grpo_caveat(
 ) -> dict[str, Any]:
     """A claim against GRPO needs an isolated GRPO run; without one, say why there is none. The
     difference is arm minus arm: `arm_mean` is this run's arm level, never the run's own window."""
-    grpo_rows = [row for row in arms_rows if row.family == "grpo" and not row.this]
+    grpo_rows = [row for row in arms_rows if row.family == GRPO_FAMILY and not row.this]
     if grpo_rows:
         row = grpo_rows[0]
         assert row.arm.mean is not None  # arm_rows keeps the arms with a window
@@ -101,7 +102,8 @@ def grpo_caveat(
         name
         for name in excluded
         if identities[name].arm is not None
-        and estimator_family(identities[name].arm.name, identities[name].arm.flags or {}) == "grpo"
+        and estimator_family(identities[name].arm.name, identities[name].arm.flags or {})
+        == GRPO_FAMILY
     ]
     if rejected:
         return {

@@ -76,6 +76,7 @@ from ccpo_cli.report.comparison import Comparison, RunEntry
 from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
+from ccpo_cli.vocabulary import INTERIM
 
 SUMMARY_PATH = "results/ccpo_summary.json"
 HEADLINE_NAME = "Held-out success (%), window mean"
@@ -162,7 +163,7 @@ def _gather(
     # Each unit's arm as its runs recorded it (the typed identity, never rebuilt from keys).
     resolved = {arm.name: resolve_arm(arm.arm, arm.name) for arm in comparison.arms if arm.arm}
     best_step = this.best["step"] if this.best else None
-    wanted = best_step if status == "interim" and this.run_state != "stopped-early" else last_step
+    wanted = best_step if status == INTERIM and this.run_state != "stopped-early" else last_step
     return _Facts(
         identity=identity,
         identities=identities,
@@ -381,7 +382,7 @@ def _template_vars(
         "repo_id": facts.repo_id,
         "repo_name": _repo_name(facts.repo_id, facts.identity.run),
         "benchmark": benchmark_vars(facts.identity),
-        "interim": facts.status == "interim",
+        "interim": facts.status == INTERIM,
         "status": facts.status,
         "last_step": facts.last_step,
         "total_steps": facts.total_steps,
@@ -560,14 +561,14 @@ def framework_versions(run_row: Mapping[str, Any]) -> list[dict[str, str]]:
 
 
 def _metadata(facts: _Facts) -> dict[str, Any]:
-    window, interim = facts.this.window, facts.status == "interim"
+    window, interim = facts.this.window, facts.status == INTERIM
     benchmark_tag = [facts.identity.benchmark] if facts.identity.benchmark else []
     tags = [
         *(LOCAL_TAGS if facts.from_scratch else BASE_TAGS),
         *benchmark_tag,
         _arm_tag(facts.this_arm.name),
     ]
-    tags += ["interim"] if interim else []
+    tags += [INTERIM] if interim else []
     tags += [] if facts.headline else [TOO_FEW_TAG]
     base_model = facts.run_row.get("base_model")
     lineage = (
@@ -671,7 +672,7 @@ def build_card_context(
     db: sqlite_utils.Database,
     run: str,
     *,
-    status: str = "interim",
+    status: str = INTERIM,
     repo_id: str | None = None,
     window_start: int | None = None,
     license: str | None = None,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ccpo_cli.cards.baselines import inherited_license
 from ccpo_cli.cards.selection import config_of
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.vocabulary import CARD_STATUSES
+from ccpo_cli.vocabulary import CARD_STATUSES, FINAL
 
 if TYPE_CHECKING:
     from ccpo_cli.report.comparison import RunEntry
@@ -36,7 +36,7 @@ def check_status(run: str, status: str, this: RunEntry) -> None:
         )
     totals = this.total_steps_recorded
     last_step = this.last_step
-    if status == "final":
+    if status == FINAL:
         if not totals:
             raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
         if last_step is None or last_step < max(totals):

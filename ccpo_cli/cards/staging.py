@@ -30,6 +30,7 @@ from ccpo_cli.cards.render import render_card
 from ccpo_cli.errors import CcpoError, InvalidInput
 from ccpo_cli.names import check_repo_id, check_run_name
 from ccpo_cli.report.plot import plot_learning_curves
+from ccpo_cli.vocabulary import INTERIM
 
 README_PATH = "README.md"
 
@@ -53,7 +54,7 @@ def stage_card(
     run: str,
     readme_path: str | Path,
     *,
-    status: str = "interim",
+    status: str = INTERIM,
     repo_id: str | None = None,
     window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
