@@ -1,7 +1,7 @@
 """`ccpo sync push/pull`: runs shared between machines through a Hub dataset repository.
 
 The dataset is an append-only log of parquet parts (`data/HOST/RUN/TABLE-MS-UUID.parquet`,
-written and read by `ccpo_cli/store/sync.py`). A push is one commit of the rows this database
+written by `ccpo_cli/store/sync_export.py`, read by `store/sync_read.py` and merged by `store/sync_merge.py`). A push is one commit of the rows this database
 has that the dataset does not (nothing is ever rewritten, so pushes of several machines never
 touch the same file); it carries no `parent_commit`, which for disjoint files would only make
 writers fail each other. The Hub applies one commit per repository at a time and answers a
@@ -174,8 +174,9 @@ def push(
 ) -> dict[str, Any]:
     """Push the rows of `db` the dataset `repo_id` lacks, as one commit. Returns what was done."""
     from ccpo_cli.store.records import this_host
-    from ccpo_cli.store.sync import TABLES as SYNCED_TABLES
-    from ccpo_cli.store.sync import log_sync, mark_pushed, write_parts
+    from ccpo_cli.store.sync import log_sync, mark_pushed
+    from ccpo_cli.store.sync_export import write_parts
+    from ccpo_cli.store.sync_format import TABLES as SYNCED_TABLES
 
     check_repo_id(repo_id)
     host = host or this_host()
@@ -318,15 +319,13 @@ def _pull(
     from huggingface_hub.hf_api import RepoFile
 
     from ccpo_cli.store.sync import (
-        TABLES,
-        MergeCounts,
-        Origin,
         log_sync,
         merge_part,
         part_already_merged,
-        part_table,
         record_refused_part,
     )
+    from ccpo_cli.store.sync_format import TABLES, part_table
+    from ccpo_cli.store.sync_merge import MergeCounts, Origin
 
     hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
     try:

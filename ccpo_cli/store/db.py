@@ -251,7 +251,7 @@ def m006_run_liveness(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m007_sync(db: sqlite_utils.Database) -> None:
-    # Sharing runs through a Hub dataset (store/sync.py, docs/sync.md). sync_items: what this
+    # Sharing runs through a Hub dataset (store/sync*.py, docs/sync.md). sync_items: what this
     # database knows to be in a dataset (pushed from here or merged from it), one row per item
     # (a run snapshot, an evaluation, a fact, a conflict, a publication), so a push sends only
     # the rest and a card can name the dataset commit its pulled rows came from. sync_parts: the
