@@ -131,7 +131,7 @@ def download_part(
 
 def resolve_endpoint(explicit: str | None = None) -> str:
     """--endpoint, else HF_ENDPOINT, else the public Hub: `ccpo publish`'s rule, from its one place."""
-    from ccpo_cli.hub import resolve_endpoint as publish_endpoint
+    from ccpo_cli.hub_plan import resolve_endpoint as publish_endpoint
 
     return publish_endpoint(explicit)
 
@@ -147,7 +147,7 @@ def _hub(
 ) -> HubClient:
     from huggingface_hub import HfApi
 
-    from ccpo_cli.hub import check_endpoint_supported
+    from ccpo_cli.hub_repo import check_endpoint_supported
 
     check_endpoint_supported(
         endpoint

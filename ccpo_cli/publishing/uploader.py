@@ -127,7 +127,7 @@ class Uploader:
 
     # -- one entry --------------------------------------------------------------------------
     def session(self):
-        from ccpo_cli.hub import open_session
+        from ccpo_cli.hub_repo import open_session
 
         if self._session is None:
             self._session = open_session(
@@ -198,7 +198,7 @@ class Uploader:
         return self.session().find_landed(key, entry.base_commit)
 
     def _key(self, entry: OutboxEntry) -> str:
-        from ccpo_cli.hub import publication_key
+        from ccpo_cli.hub_repo import publication_key
 
         uid = get_run(self.db, self.run).get("uid") or self.run
         return publication_key(uid, entry.kind, entry.role, entry.step, entry.content_hash)
@@ -237,7 +237,7 @@ class Uploader:
         }
 
     def _checkpoint_files(self, entry: OutboxEntry) -> dict[str, Path]:
-        from ccpo_cli.hub import checkpoint_files
+        from ccpo_cli.hub_plan import checkpoint_files
 
         source = Path(entry.source or "")
         if not source.exists():
