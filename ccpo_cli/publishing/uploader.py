@@ -15,6 +15,11 @@ the token, the target (JSON) and what to upload (JSON: runs.db, the run, verl-ag
 its standard input, one line each, and when the input closes (the trainer finished, or died) it
 empties the outbox and exits. It parses no command line: that is the CLI layer's job
 (docs/architecture.md §1), and nothing on a command line is left for `ps` to show.
+
+One concern, kept in one file past 400 lines: the uploader is one loop over a run's outbox: its
+ordering and coalescing, the landed-commit check before a resend, the backoff and the attempt
+records all act on the same entry and session (`Uploader`), and its `main` is the background
+process that runs that loop.
 """
 
 from __future__ import annotations

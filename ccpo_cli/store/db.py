@@ -13,6 +13,10 @@ on its next write. Writes go through
 `write_transaction`, which takes the write lock up front (BEGIN IMMEDIATE) so that two
 processes never deadlock upgrading a read lock, and retries a busy database with backoff
 before giving up with one clear message.
+
+One concern, kept in one file past 400 lines: the migrations are one ordered history of the
+schema, and `open_db`'s checks of whose file it is, which migrations it holds and which columns
+it needs read that same list; they cannot be read apart.
 """
 
 from __future__ import annotations
