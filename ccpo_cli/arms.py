@@ -12,6 +12,11 @@ a fingerprint whatever they are called, and any change of any flag changes it.
 
 Which flags are inert in an arm (cannot change its output) is derived from the flag values in
 `inert_flags`; the estimator uses the same reasoning (`features_active`) to skip the feature work.
+
+One concern, kept in one file past 400 lines: every estimator flag is declared once, as a field
+of `Arm`, and the `--set` coercion, the arm-file loader, the inert-flag and feature rules and
+the rebuild of an arm from recorded flags all read those same field declarations; split, adding
+a flag would mean editing several files.
 """
 
 from __future__ import annotations

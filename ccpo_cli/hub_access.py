@@ -9,6 +9,11 @@ bounded, jittered backoff on 408, 429 (after its Retry-After), 5xx and (for comm
 caller) 409, and any failure becomes one `HubCallError` (a RemoteError, exit 4) that says what
 failed and how to fix it. A Hub that accepts a connection and never answers, streams forever or
 trickles ends in exit 4 within the deadline.
+
+One concern, kept in one file past 400 lines: the token, the timeouts and deadline, the retry
+rule and the mapping of failures to one-line messages are the one client every Hub call goes
+through (`HubClient.call`), and each part reads the others: the deadline bounds the backoff, the
+error mapping decides what is retried, every message is scrubbed of the token.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """`ccpo sync push/pull`: runs shared between machines through a Hub dataset repository.
 
 The dataset is an append-only log of parquet parts (`data/HOST/RUN/TABLE-MS-UUID.parquet`,
-written and read by `ccpo_cli/store/sync.py`). A push is one commit of the rows this database
-has that the dataset does not (nothing is ever rewritten, so pushes of several machines never
-touch the same file); it carries no `parent_commit`, which for disjoint files would only make
+written by `ccpo_cli/store/sync_export.py`, read by `store/sync_read.py` and merged by
+`store/sync_merge.py`). A push is one commit of the rows this database has that the dataset
+does not (nothing is ever rewritten, so pushes of several machines never touch the same file); it carries no `parent_commit`, which for disjoint files would only make
 writers fail each other. The Hub applies one commit per repository at a time and answers a
 commit that races another with 409: ccpo retries it, as every Hub call is retried, by the one
 rule and client of hub_access.py (`RetryRule`, `HubClient`), within the whole command's deadline
@@ -14,9 +14,13 @@ again, so a commit whose answer was lost is not made twice. A new dataset is pri
 A pull reads one pinned dataset commit (`--revision`, default: the commit `main` points at when
 the pull starts), downloads the parts it has not merged yet, each bounded in size and time, and
 merges them part by part; it records the commit in `sync_log` and, per merged row, in
-`sync_items`, which is where a card finds the commit its pulled rows came from.
+`sync_items`, from which `ccpo runs show` names the commit a run's pulled rows came from.
 
 Tokens, timeouts and the mapping of Hub errors to one-line messages are `ccpo_cli/hub_access.py`'s.
+
+One concern, kept in one file past 400 lines: the Hub side of `ccpo sync`: push and pull share
+the dataset session (`_hub`), the size and time bounds (`SyncLimits`) and the capped part
+download, and a pull reads the part paths a push writes.
 """
 
 from __future__ import annotations
@@ -131,7 +135,7 @@ def download_part(
 
 def resolve_endpoint(explicit: str | None = None) -> str:
     """--endpoint, else HF_ENDPOINT, else the public Hub: `ccpo publish`'s rule, from its one place."""
-    from ccpo_cli.hub import resolve_endpoint as publish_endpoint
+    from ccpo_cli.hub_plan import resolve_endpoint as publish_endpoint
 
     return publish_endpoint(explicit)
 
@@ -147,7 +151,7 @@ def _hub(
 ) -> HubClient:
     from huggingface_hub import HfApi
 
-    from ccpo_cli.hub import check_endpoint_supported
+    from ccpo_cli.hub_repo import check_endpoint_supported
 
     check_endpoint_supported(
         endpoint
@@ -174,8 +178,9 @@ def push(
 ) -> dict[str, Any]:
     """Push the rows of `db` the dataset `repo_id` lacks, as one commit. Returns what was done."""
     from ccpo_cli.store.records import this_host
-    from ccpo_cli.store.sync import TABLES as SYNCED_TABLES
-    from ccpo_cli.store.sync import log_sync, mark_pushed, write_parts
+    from ccpo_cli.store.sync import log_sync, mark_pushed
+    from ccpo_cli.store.sync_export import write_parts
+    from ccpo_cli.store.sync_format import TABLES as SYNCED_TABLES
 
     check_repo_id(repo_id)
     host = host or this_host()
@@ -318,15 +323,13 @@ def _pull(
     from huggingface_hub.hf_api import RepoFile
 
     from ccpo_cli.store.sync import (
-        TABLES,
-        MergeCounts,
-        Origin,
         log_sync,
         merge_part,
         part_already_merged,
-        part_table,
         record_refused_part,
     )
+    from ccpo_cli.store.sync_format import TABLES, part_table
+    from ccpo_cli.store.sync_merge import MergeCounts, Origin
 
     hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
     try:

@@ -20,6 +20,10 @@ response stream. 0.3x talks requests: they go in through the session factory
 (`configure_http_backend`), as an adapter that sets the timeouts and checks the answer, and a
 wrapped raw stream. Outside `limited_call` the hooks do nothing; `remove_limits` gives the
 library its default client back.
+
+One concern, kept in one file past 400 lines: the same limits (timeouts, the call's deadline,
+the answer cap, no silent retries) are installed into both HTTP stacks huggingface_hub may use,
+httpx and requests, and the two installations are kept side by side so they stay one rule.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ interval, which works on proportions. See docs/statistics.md §1 for the
 reasoning: a converged-window mean is the headline, a best point carries its selection bias,
 one evaluation of N episodes has binomial noise, and seeds are compared with Welch's test,
 IQM with a stratified bootstrap, and the probability of improvement.
+
+One concern, kept in one file past 400 lines: the formulas docs/statistics.md §1 describes
+(window statistics, the Wilson interval, Welch's and the paired test, IQM with its stratified
+bootstrap, the probability of improvement, the trend test) share their quantile and tolerance
+helpers, and the document points at this one module for all of them.
 """
 
 from __future__ import annotations

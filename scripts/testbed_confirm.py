@@ -37,15 +37,9 @@ def read_preregistration(path: Path) -> dict:
 
 def analyse_block(db, plan: dict, block: dict) -> dict:
     from ccpo_cli.experiments.designs import load_design
-    from ccpo_cli.experiments.testbed import (
-        SubDesign,
-        differences,
-        fit_cost_model,
-        home_advantage,
-        load_matrix,
-        paired_stats,
-        seeds_within_budget,
-    )
+    from ccpo_cli.experiments.testbed import differences, home_advantage, paired_stats
+    from ccpo_cli.experiments.testbed_cost import SubDesign, fit_cost_model, seeds_within_budget
+    from ccpo_cli.experiments.testbed_runs import load_matrix
     from ccpo_cli.seeds import parse_seeds
 
     design = load_design(plan["design"])

@@ -5,7 +5,7 @@ every shorter design (fewer steps after the fork, fewer evaluations in the windo
 panel) can be read out of the same runs: its training is exactly the same, its evaluations are
 the ones it would take (a panel subset's sampling draws differ, the panel index seeds them),
 and its CPU cost is the sum of the steps and evaluations it keeps, as the trainer recorded
-them (ccpo_cli/experiments/testbed.py). Matrices with other warm-start lengths (including
+them (ccpo_cli/experiments/testbed_cost.py). Matrices with other warm-start lengths (including
 none) give the third axis.
 
 For each design and pair of arms the table gives the paired effect, its sd over seeds,
@@ -77,7 +77,7 @@ def sub_designs(warm_start: int, evaluated: list[int], panels: list[int | None])
     """The designs a dense matrix holds: every horizon H it evaluated at, with the window of all
     its evaluations after the fork up to H (for K = 0: the second half of the run), its last two
     and its last one, on each panel size."""
-    from ccpo_cli.experiments.testbed import SubDesign
+    from ccpo_cli.experiments.testbed_cost import SubDesign
 
     offsets = sorted(step - warm_start for step in evaluated if step > warm_start)
     designs = []
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (args.db and args.matrix and args.pair):
         raise SystemExit("error: --db, --matrix and --pair are needed (or --tried FILE)")
-    from ccpo_cli.experiments import testbed
+    from ccpo_cli.experiments import testbed_cost, testbed_runs
     from ccpo_cli.experiments.matrix import parse_seed_list
     from ccpo_cli.store import open_db
 
@@ -157,10 +157,10 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.matrix:
         prefix, _, warm = spec.partition(":")
         for db_path in args.db:
-            data = testbed.load_matrix(open_db(db_path), prefix, labels, seeds)
+            data = testbed_runs.load_matrix(open_db(db_path), prefix, labels, seeds)
             if any(data.runs.values()):
                 loaded.append((int(warm), data))
-    model = testbed.fit_cost_model(
+    model = testbed_cost.fit_cost_model(
         [run for _, data in loaded for runs in data.runs.values() for run in runs.values()]
         + [run for _, data in loaded for run in data.warmups.values()]
     )
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             for design in sub_designs(warm, evaluated, panels):
-                point = testbed.design_point(
+                point = testbed_cost.design_point(
                     data, arm_a, arm_b, design, model, subsets, args.budget_cpu_minutes
                 )
                 points.append({"prefix": data.prefix, **point})

@@ -28,7 +28,8 @@ COMPARISONS = (("gigpo-oracle", "grpo"), ("gigpo", "grpo"), ("gigpo-oracle", "gi
 
 def analyse(db_path: Path) -> dict:
     from ccpo_cli.experiments.designs import load_design
-    from ccpo_cli.experiments.testbed import differences, load_matrix, paired_stats
+    from ccpo_cli.experiments.testbed import differences, paired_stats
+    from ccpo_cli.experiments.testbed_runs import load_matrix
     from ccpo_cli.report.power import paired_seeds_needed
     from ccpo_cli.seeds import parse_seeds
     from ccpo_cli.store import open_db

@@ -169,7 +169,7 @@ def window_of(design):
     """The design's window (evaluations after the fork) as a SubDesign of itself."""
     from dataclasses import replace
 
-    from ccpo_cli.experiments import testbed
+    from ccpo_cli.experiments import testbed_cost
     from ccpo_cli.experiments.matrix import MATRIX_WINDOW
 
     recipe, warm = design.recipe, design.warm_start
@@ -186,20 +186,20 @@ def window_of(design):
         for step in range(warm + 1, recipe.steps + 1)
         if step >= window and schedule.evaluates_after(step, last=step == recipe.steps)
     ]
-    return testbed.SubDesign(warm, recipe.steps - warm, tuple(step - warm for step in steps))
+    return testbed_cost.SubDesign(warm, recipe.steps - warm, tuple(step - warm for step in steps))
 
 
 def analyze(db_path: Path, design, budget_cpu_minutes: float) -> dict:
-    from ccpo_cli.experiments import testbed
+    from ccpo_cli.experiments import testbed, testbed_cost, testbed_runs
     from ccpo_cli.store import open_db
 
     labels = [arm.label for arm in design.arms]
     base, control = labels[0], labels[-1]
     aa_arms = labels[0:-1:2]
-    data = testbed.load_matrix(open_db(db_path), design.prefix, labels, design.seeds)
+    data = testbed_runs.load_matrix(open_db(db_path), design.prefix, labels, design.seeds)
     sub = window_of(design)
     offsets = sub.eval_offsets
-    model = testbed.fit_cost_model(
+    model = testbed_cost.fit_cost_model(
         [run for runs in data.runs.values() for run in runs.values()] + list(data.warmups.values())
     )
     aa = testbed.aa_false_positive_rate(
@@ -208,10 +208,10 @@ def analyze(db_path: Path, design, budget_cpu_minutes: float) -> dict:
 
     def comparison(arm_a: str, arm_b: str) -> dict:
         """a − b over every seed, and over the seeds a 2-arm matrix of them completes in the budget."""
-        point = testbed.design_point(
+        point = testbed_cost.design_point(
             data, arm_a, arm_b, sub, model, budget_cpu_minutes=budget_cpu_minutes
         )
-        seeds, spent = testbed.seeds_within_budget(
+        seeds, spent = testbed_cost.seeds_within_budget(
             data, [arm_a, arm_b], sub, model, budget_cpu_minutes
         )
         found = testbed.differences(data, arm_a, arm_b, offsets)
@@ -247,7 +247,7 @@ def analyze(db_path: Path, design, budget_cpu_minutes: float) -> dict:
         },
         "aa": aa,
         "aa_design_points": {
-            arm: testbed.design_point(
+            arm: testbed_cost.design_point(
                 data, arm, f"{arm}-aa", sub, model, budget_cpu_minutes=budget_cpu_minutes
             )
             for arm in aa_arms

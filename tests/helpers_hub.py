@@ -13,7 +13,7 @@ HUB_0X = int(huggingface_hub.__version__.split(".")[0]) < 1
 
 def started_with(monkeypatch, endpoint: str) -> None:
     """On huggingface_hub 0.3x, what HF_ENDPOINT set before start-up does: that line parses the
-    URLs the Hub returns against the address it read at import (hub.check_endpoint_supported)."""
+    URLs the Hub returns against the address it read at import (hub_repo.check_endpoint_supported)."""
     if HUB_0X:
         monkeypatch.setattr(constants, "ENDPOINT", endpoint)
         template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"

@@ -186,7 +186,5 @@ def _string_reads(path: Path) -> list[str]:
 
 
 def test_no_reader_of_the_comparison_subscripts_its_document_keys():
-    reads = [
-        line for path in READERS if path.name not in WRITERS for line in _string_reads(path)
-    ]
+    reads = [line for path in READERS if path.name not in WRITERS for line in _string_reads(path)]
     assert reads == []

@@ -16,7 +16,8 @@ from ccpo_cli.errors import UsageError
 from ccpo_cli.experiments.matrix import MatrixDesign, _plan, default_recipe, run_matrix
 from ccpo_cli.experiments.ray_blocks import connect, run_block_task
 from ccpo_cli.store import ensure_run, get_run, list_runs, open_db, run_evaluations
-from ccpo_cli.store.sync import export_chunks, merge_chunks
+from ccpo_cli.store.sync_export import export_chunks
+from ccpo_cli.store.sync_merge import merge_chunks
 
 TINY = dict(
     steps=2, eval_every=1, eval_games=4, tasks=2, group=2, max_steps=6, eval_max_steps=6, workers=0

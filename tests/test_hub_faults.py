@@ -20,8 +20,9 @@ from helpers_hub import TOKEN
 from helpers_sync import full_run, machine
 
 from ccpo_cli.errors import RemoteError
-from ccpo_cli.hub import KEY_PREFIX, publish_run
+from ccpo_cli.hub import publish_run
 from ccpo_cli.hub_access import HubCallError, RetryRule, hub_timeouts, resolve_timeouts
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.hub_sync import SyncLimits, pull, push
 from ccpo_cli.store import open_db
 

@@ -23,7 +23,7 @@ from helpers_hub import TOKEN
 from test_publish_hub import REPO, head_files
 
 from ccpo_cli import store
-from ccpo_cli.hub import KEY_PREFIX
+from ccpo_cli.hub_repo import KEY_PREFIX
 
 
 @pytest.fixture

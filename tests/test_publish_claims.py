@@ -24,8 +24,8 @@ from helpers_hub import TOKEN
 from typer.testing import CliRunner
 
 from ccpo_cli.cli.app import app
-from ccpo_cli.hub import KEY_PREFIX
 from ccpo_cli.hub_access import hub_timeouts
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.publishing.target import push_target
 from ccpo_cli.publishing.uploader import Uploader
 from ccpo_cli.store import open_db, outbox, run_evaluations

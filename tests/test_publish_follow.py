@@ -16,7 +16,7 @@ from ccpo_cli import store
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl.preflight import prune_checkpoints
 from ccpo_cli.cli.app import app
-from ccpo_cli.hub import KEY_PREFIX
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.store import outbox
 
 REPO = "tester/ccpo-verl-follow"

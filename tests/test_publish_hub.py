@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from ccpo_cli import store
 from ccpo_cli.cli.app import app
-from ccpo_cli.hub import resolve_endpoint, resolve_token
+from ccpo_cli.hub_access import resolve_token
+from ccpo_cli.hub_plan import resolve_endpoint
 
 REPO = "tester/ccpo-alfworld-qwen2.5-7b-return-hard"
 
@@ -399,7 +400,7 @@ def test_an_existing_private_repository_asked_public_keeps_its_visibility_and_cc
 def test_an_endpoint_huggingface_hub_0x_cannot_use_is_refused_before_sending(
     db_path, hub_env, tmp_path
 ):
-    from ccpo_cli.hub import check_endpoint_supported
+    from ccpo_cli.hub_repo import check_endpoint_supported
 
     check_endpoint_supported(
         constants.ENDPOINT

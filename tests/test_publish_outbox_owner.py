@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 from ccpo_cli.backends.local.ownership import LOCK_FILE, RunLock
 from ccpo_cli.cli.app import app
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.hub import KEY_PREFIX
 from ccpo_cli.hub_access import hub_timeouts
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.publishing import uploader as uploader_module
 from ccpo_cli.publishing.owner import outbox_lock
 from ccpo_cli.publishing.target import push_target

@@ -24,7 +24,7 @@ from helpers_hostile import invoke
 from helpers_hub import TOKEN
 
 from ccpo_cli import store
-from ccpo_cli.hub import KEY_PREFIX
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.store import outbox
 from ccpo_cli.store.identity import ExternalArm
 

@@ -12,18 +12,11 @@ from helpers_sync import copy_database, full_run, machine, record_step, table_sn
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
 from ccpo_cli.store import get_run, list_runs, open_db, run_conflicts, run_evaluations
-from ccpo_cli.store.sync import (
-    TABLES,
-    Origin,
-    dataset_sources,
-    export_chunks,
-    mark_pushed,
-    merge_chunks,
-    merge_part,
-    part_already_merged,
-    read_part,
-    write_parts,
-)
+from ccpo_cli.store.sync import dataset_sources, mark_pushed, merge_part, part_already_merged
+from ccpo_cli.store.sync_export import export_chunks, write_parts
+from ccpo_cli.store.sync_format import TABLES
+from ccpo_cli.store.sync_merge import Origin, merge_chunks
+from ccpo_cli.store.sync_read import read_part
 
 REPO = "tester/results"
 

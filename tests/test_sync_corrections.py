@@ -1,7 +1,7 @@
 """Retractions and settled conflicts travel with `ccpo sync` (issue 29, item 4): a result one
 machine retracted, or a conflict it settled, is out of every number on the machine that pulls,
 and a push never claims to have sent what it did not. Parts are written and merged as a push
-and a pull do (store/sync.py), without the Hub; real SQLite and parquet."""
+and a pull do (store/sync*.py), without the Hub; real SQLite and parquet."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from test_store_sync import _pull_from_folder, _push_to_folder
 
 from ccpo_cli.store import open_db, run_conflicts, run_evaluations
 from ccpo_cli.store.retractions import resolve, retract
-from ccpo_cli.store.sync import write_parts
+from ccpo_cli.store.sync_export import write_parts
 
 
 def _standing_steps(db_path: Path, run: str) -> list[tuple[int, float]]:

@@ -17,7 +17,10 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import RetryRule
 from ccpo_cli.hub_sync import pull, push
 from ccpo_cli.store import get_run, open_db, run_evaluations
-from ccpo_cli.store.sync import Origin, merge_part, run_field_conflicts, write_parts
+from ccpo_cli.store.sync import merge_part
+from ccpo_cli.store.sync_export import write_parts
+from ccpo_cli.store.sync_merge import Origin
+from ccpo_cli.store.sync_runs import run_field_conflicts
 
 REPO = "tester/results"
 FAST = RetryRule(attempts=3, first_wait_s=0.05, max_wait_s=0.2)
@@ -151,7 +154,7 @@ _READ_IN_A_CHILD = """
 import resource, sys
 from pathlib import Path
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.sync import read_part
+from ccpo_cli.store.sync_read import read_part
 # A ceiling for a reader that would decode the bomb (a shared machine): 3 GiB of address space.
 resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 try:

@@ -15,7 +15,7 @@ from scipy import stats
 
 from ccpo_cli.batch_io import save_batch
 from ccpo_cli.estimators import RolloutBatch
-from ccpo_cli.experiments import testbed
+from ccpo_cli.experiments import batch_diagnostics, testbed, testbed_cost, testbed_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,7 +103,7 @@ def test_home_advantage_is_half_the_gap_between_warm_up_groups():
 def _run(
     evaluations, step_cpu, eval_cpu, start=10, seed=0, start_from="/r/w/checkpoints/step-000010.pt"
 ):
-    return testbed.RunData(
+    return testbed_runs.RunData(
         "r", seed, 0, start, start_from, evaluations, dict(step_cpu), dict(eval_cpu)
     )
 
@@ -111,7 +111,7 @@ def _run(
 def test_design_cost_and_signal_per_cpu_minute():
     games = {f"g{index}": index % 2 == 0 for index in range(4)}  # 50 %
     better = {f"g{index}": index != 3 for index in range(4)}  # 75 %
-    runs: dict[str, dict[int, testbed.RunData]] = {"a": {}, "b": {}}
+    runs: dict[str, dict[int, testbed_runs.RunData]] = {"a": {}, "b": {}}
     warmups = {}
     for seed in range(3):
         runs["a"][seed] = _run(
@@ -131,14 +131,16 @@ def test_design_cost_and_signal_per_cpu_minute():
         warmups[f"w{seed}"] = _run(
             {}, {s: 2.0 for s in range(1, 11)}, {}, start=0, seed=seed, start_from=None
         )
-    data = testbed.MatrixData("p", runs, warmups)
-    design = testbed.SubDesign(10, 4, (2, 4))
-    model = testbed.fit_cost_model([*runs["a"].values(), *runs["b"].values(), *warmups.values()])
+    data = testbed_runs.MatrixData("p", runs, warmups)
+    design = testbed_cost.SubDesign(10, 4, (2, 4))
+    model = testbed_cost.fit_cost_model(
+        [*runs["a"].values(), *runs["b"].values(), *warmups.values()]
+    )
     # warm-up 10 × 2 s, then each arm 4 steps × 1 s and 2 evaluations × 3 s.
-    assert testbed.block_cpu_seconds(data, ["a", "b"], 0, design, model) == pytest.approx(
+    assert testbed_cost.block_cpu_seconds(data, ["a", "b"], 0, design, model) == pytest.approx(
         20 + 2 * (4 + 6)
     )
-    point = testbed.design_point(data, "a", "b", design, model)
+    point = testbed_cost.design_point(data, "a", "b", design, model)
     assert point["seeds"] == [0, 1, 2] and point["mean"] == pytest.approx((25 + 25 + 12.5) / 3)
     assert point["block_cpu_minutes"] == pytest.approx(40 / 60)
     assert point["effect_to_sd_squared_per_cpu_minute"] == pytest.approx(
@@ -148,11 +150,11 @@ def test_design_cost_and_signal_per_cpu_minute():
         point["effect_to_sd"] * math.sqrt(60 / (40 / 60))
     )
     # One evaluation, half the panel: cheaper blocks, the same training.
-    short = testbed.design_point(
-        data, "a", "b", testbed.SubDesign(10, 2, (2,), 2), model, {2: {"g0", "g1"}}
+    short = testbed_cost.design_point(
+        data, "a", "b", testbed_cost.SubDesign(10, 2, (2,), 2), model, {2: {"g0", "g1"}}
     )
     assert short["block_cpu_minutes"] == pytest.approx((20 + 2 * (2 + 1.5)) / 60)
-    seeds, spent = testbed.seeds_within_budget(data, ["a", "b"], design, model, 80 / 60)
+    seeds, spent = testbed_cost.seeds_within_budget(data, ["a", "b"], design, model, 80 / 60)
     assert seeds == [0, 1] and spent == pytest.approx(80 / 60)
 
 
@@ -170,7 +172,7 @@ def test_batch_structure_counts_revisits_horizon_and_sparsity(tmp_path):
     }
     # Written as the trainer dumps a batch: through the one batch-file writer.
     save_batch(RolloutBatch.from_mapping(batch), tmp_path / "step-000001.npz")
-    found = testbed.batch_structure([tmp_path / "step-000001.npz"])
+    found = batch_diagnostics.batch_structure([tmp_path / "step-000001.npz"])
     assert found["share_of_decisions_in_revisited_states"] == pytest.approx(4 / 5)
     assert found["share_without_first_turn"] == pytest.approx(2 / 3)
     assert found["trajectories_per_revisited_state"] == pytest.approx(2.0)

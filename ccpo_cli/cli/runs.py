@@ -120,7 +120,8 @@ def show_command(
 
     Every evaluation is listed (retracted ones marked), every conflict with how it was settled,
     and every Hub publication the run asked for (pending, done, failed, skipped and why, with
-    its attempts).
+    its attempts). A run with rows pulled by `ccpo sync` names the dataset commits they came
+    from, and every field another machine recorded with another value.
 
     Example: ccpo runs show grpo-seed0 --format markdown
     """
@@ -138,6 +139,9 @@ def show_command(
     from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.outbox import run_outbox
     from ccpo_cli.store.retractions import resolutions
+    from ccpo_cli.store.sync import dataset_sources
+    from ccpo_cli.store.sync_runs import run_field_conflicts
+    from ccpo_cli.terminal_text import escape_control
 
     db = open_db(settings(ctx).db, must_exist=True)
     shown = annotate_runs(db, [get_run(db, run)])[0]
@@ -151,6 +155,8 @@ def show_command(
         "checkpoints": run_checkpoints(db, run),
         "publications": run_publications(db, run),
         "publication_outbox": run_outbox(db, run),
+        "dataset_sources": dataset_sources(db, shown["id"]),
+        "field_conflicts": run_field_conflicts(db, shown["id"]),
     }
 
     def tables() -> list:
@@ -159,6 +165,20 @@ def show_command(
             items.append(f"interrupted: {shown['interrupted_because']}")
         if shown.get("failure"):
             items.append(f"failed: {shown['failure']['message']}")
+        for source in document["dataset_sources"]:
+            items.append(
+                escape_control(
+                    f"pulled from {source['repo_id']} at commit {source['commit_id']}: "
+                    f"{source['rows']} rows, first merged {source['first_merged_at']}"
+                )
+            )
+        for conflict in document["field_conflicts"]:
+            items.append(
+                escape_control(
+                    f"{conflict['field']} recorded elsewhere as {conflict['remote_value']!r} "
+                    f"(here {conflict['local_value']!r}; {conflict['origin']})"
+                )
+            )
         return items
 
     chosen = output_format(fmt, as_json)

@@ -9,7 +9,7 @@ task's OMP_NUM_THREADS to that number; the trainer uses one torch thread of its 
 trains its block into a database of its own on its node, `RUN_ROOT/_blocks/PREFIX-seedN-ID.db`,
 first seeded with the driver's rows of those runs (so a run stopped half-way resumes from its
 checkpoint), and returns every row of the block's runs, checkpoint rows included (they name
-files on that node). Only the driver writes the matrix's runs.db, merging what a task returns with the store's rules (store/sync.py): the rows are
+files on that node). Only the driver writes the matrix's runs.db, merging what a task returns with the store's rules (store/sync_merge.py): the rows are
 content-keyed and the runs are matched by the global ids the driver created, so a task that ran
 twice (Ray retries a task whose worker died) changes nothing. The block's database stays on
 the node, so a retry there returns what the first attempt recorded.
@@ -29,7 +29,7 @@ from ccpo_cli import vocabulary
 from ccpo_cli.errors import CcpoError, RemoteError, UsageError
 from ccpo_cli.experiments.blocks import Block, BlockDone, train_block
 from ccpo_cli.extras import require_extra
-from ccpo_cli.store.sync import Chunk
+from ccpo_cli.store.sync_export import Chunk
 
 LOCAL = vocabulary.LOCAL  # `--ray-address local`: a Ray started in this process
 # Read by Ray when it is imported: off, a Ray instance started here listens on 127.0.0.1 only.
@@ -114,7 +114,8 @@ def run_block_task(block: Block, driver_rows: list[Chunk], database: str) -> Blo
     """The Ray task: train `block` into `database` on this node and return its rows."""
     from ccpo_cli.store import open_db
     from ccpo_cli.store.records import run_id
-    from ccpo_cli.store.sync import export_chunks, merge_chunks
+    from ccpo_cli.store.sync_export import export_chunks
+    from ccpo_cli.store.sync_merge import merge_chunks
 
     Path(database).parent.mkdir(parents=True, exist_ok=True)
     db = open_db(database)
@@ -153,7 +154,7 @@ class RayBlocks:
 
     def submit(self, block: Block) -> None:
         from ccpo_cli.store import ensure_run, open_db
-        from ccpo_cli.store.sync import export_chunks
+        from ccpo_cli.store.sync_export import export_chunks
 
         db = open_db(self.db_path)
         # The driver creates the runs, so every attempt of the task trains the same global ids.
@@ -164,7 +165,7 @@ class RayBlocks:
 
     def wait_one(self, on_run: Callable[[int], None]) -> BlockDone:
         from ccpo_cli.store import open_db
-        from ccpo_cli.store.sync import merge_chunks
+        from ccpo_cli.store.sync_merge import merge_chunks
 
         (ready,), _ = self.ray.wait(list(self._in_flight), num_returns=1)
         block = self._in_flight.pop(ready)

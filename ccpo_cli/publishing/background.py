@@ -240,8 +240,8 @@ def check_visibility(target: PushTarget, token: str, log: Callable[[str], None])
     from dataclasses import replace
 
     from ccpo_cli.errors import InvalidInput
-    from ccpo_cli.hub import open_session
     from ccpo_cli.hub_access import HubCallError, hub_timeouts
+    from ccpo_cli.hub_repo import open_session
 
     timeouts = replace(target.timeouts, command=min(target.timeouts.command, 30.0))
     try:

@@ -72,7 +72,7 @@ def push_target(
     staging: Path | None = None,
 ) -> PushTarget:
     """The target the Hub options describe (validated: a bad value is exit 3 before anything runs)."""
-    from ccpo_cli.hub import resolve_endpoint
+    from ccpo_cli.hub_plan import resolve_endpoint
 
     check_repo_id(repo_id, "--push-to-hub")
     wait = DEFAULT_END_WAIT_S if end_wait_s is None else float(end_wait_s)

@@ -15,6 +15,11 @@ the token, the target (JSON) and what to upload (JSON: runs.db, the run, verl-ag
 its standard input, one line each, and when the input closes (the trainer finished, or died) it
 empties the outbox and exits. It parses no command line: that is the CLI layer's job
 (docs/architecture.md §1), and nothing on a command line is left for `ps` to show.
+
+One concern, kept in one file past 400 lines: the uploader is one loop over a run's outbox: its
+ordering and coalescing, the landed-commit check before a resend, the backoff and the attempt
+records all act on the same entry and session (`Uploader`), and its `main` is the background
+process that runs that loop.
 """
 
 from __future__ import annotations
@@ -127,7 +132,7 @@ class Uploader:
 
     # -- one entry --------------------------------------------------------------------------
     def session(self):
-        from ccpo_cli.hub import open_session
+        from ccpo_cli.hub_repo import open_session
 
         if self._session is None:
             self._session = open_session(
@@ -198,7 +203,7 @@ class Uploader:
         return self.session().find_landed(key, entry.base_commit)
 
     def _key(self, entry: OutboxEntry) -> str:
-        from ccpo_cli.hub import publication_key
+        from ccpo_cli.hub_repo import publication_key
 
         uid = get_run(self.db, self.run).get("uid") or self.run
         return publication_key(uid, entry.kind, entry.role, entry.step, entry.content_hash)
@@ -237,7 +242,7 @@ class Uploader:
         }
 
     def _checkpoint_files(self, entry: OutboxEntry) -> dict[str, Path]:
-        from ccpo_cli.hub import checkpoint_files
+        from ccpo_cli.hub_plan import checkpoint_files
 
         source = Path(entry.source or "")
         if not source.exists():

@@ -126,7 +126,7 @@ def commit_weights_card(
     from huggingface_hub import CommitOperationAdd
 
     from ccpo_cli.cards.staging import README_PATH, sha256_text
-    from ccpo_cli.hub import remote_readme
+    from ccpo_cli.hub_repo import remote_readme
 
     head = session.head()
     head_sha = getattr(head, "sha", None)

@@ -13,6 +13,10 @@ on its next write. Writes go through
 `write_transaction`, which takes the write lock up front (BEGIN IMMEDIATE) so that two
 processes never deadlock upgrading a read lock, and retries a busy database with backoff
 before giving up with one clear message.
+
+One concern, kept in one file past 400 lines: the migrations are one ordered history of the
+schema, and `open_db`'s checks of whose file it is, which migrations it holds and which columns
+it needs read that same list; they cannot be read apart.
 """
 
 from __future__ import annotations
@@ -251,7 +255,7 @@ def m006_run_liveness(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m007_sync(db: sqlite_utils.Database) -> None:
-    # Sharing runs through a Hub dataset (store/sync.py, docs/sync.md). sync_items: what this
+    # Sharing runs through a Hub dataset (store/sync*.py, docs/sync.md). sync_items: what this
     # database knows to be in a dataset (pushed from here or merged from it), one row per item
     # (a run snapshot, an evaluation, a fact, a conflict, a publication), so a push sends only
     # the rest and a card can name the dataset commit its pulled rows came from. sync_parts: the

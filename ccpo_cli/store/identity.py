@@ -25,6 +25,11 @@ Where each part comes from, first source that has it:
 
 Two runs are pooled as replicates of one arm only when their `ComparisonUnit`s are equal: the
 same arm fingerprint, base model, backend, benchmark and protocol.
+
+One concern, kept in one file past 400 lines: this is the one reader of a run's identity
+(docs/architecture.md §3): the typed identity, how each part is resolved from the recorded
+columns, facts and evaluations, and the comparison unit built from it stay together so that no
+second reader arises.
 """
 
 from __future__ import annotations

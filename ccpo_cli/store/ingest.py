@@ -20,6 +20,10 @@ value that cannot be recorded) is skipped and reported with its line number, NUL
 dropped, and the rest is recorded. The file is refused (exit 3) only when no record in it
 reads, or at the first bad line under `strict`. A last line without its newline is a file
 still being written: it is left for the next ingest and reported.
+
+One concern, kept in one file past 400 lines: `ingest_file` is one streaming pass inside one
+transaction: the benchmark choice, the identity filled in from the log, each record written and
+the report of what was skipped all happen within it and share its state.
 """
 
 from __future__ import annotations

@@ -6,6 +6,11 @@ eval seed is kept in `conflicts` next to the row that was there first, and repor
 
 Rows go in and out through sqlite-utils' table API (`insert`, `insert_all`, `update`,
 `rows_where`, `get`); each write sits in one `write_transaction`, so it is all or nothing.
+
+One concern, kept in one file past 400 lines: every write of a run's records goes through here:
+the run row (`ensure_run`, the one writer of a run's identity) and its evaluations, checkpoints
+and publications share the run lookup, the content-hash rule and `write_transaction`, and the
+standing rule (`STANDING`) the readers use sits beside the writes it describes.
 """
 
 from __future__ import annotations

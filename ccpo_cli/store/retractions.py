@@ -15,6 +15,11 @@ result is recorded as an evaluation of its own and the one that stood is retract
 the resolution. A conflict recorded later at the same step is open again.
 
 The three tables are append-only (triggers refuse UPDATE and DELETE; migration m008_retractions).
+
+One concern, kept in one file past 400 lines: retractions and settled conflicts are one
+append-only correction record: settling a conflict retracts the result that stood, so both use
+the same tables, checks and readers (`retracted_evaluations`, `resolutions`), and sync merges
+them through `resolve_by_content`.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def schemas(pa: Any) -> dict[str, list[tuple[str, Any]]]:
 
 
 def item_parts(table: str, row: dict[str, Any]) -> tuple[Any, ...]:
-    """What makes two machines' rows the same correction (for `store.sync.item_key`)."""
+    """What makes two machines' rows the same correction (for `store.sync_format.item_key`)."""
     if table == "retractions":
         return (row["scope"], row["content_hash"])
     return (row["step"], row["split"], row["eval_seed"], row["kept_content_hash"])

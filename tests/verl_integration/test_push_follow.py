@@ -23,7 +23,7 @@ from helpers_tiny_lm import save_tiny_lm
 from ccpo_cli import store
 from ccpo_cli.arms import load_arm
 from ccpo_cli.backends.verl.checkpoint import DEFAULT_MERGED_NAME
-from ccpo_cli.hub import KEY_PREFIX
+from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.store import outbox
 
 WRITER = Path(__file__).with_name("write_verl_checkpoint.py")

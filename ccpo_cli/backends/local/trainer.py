@@ -18,6 +18,10 @@ now); a resume is a continuation and nothing else (config.py decides which setti
 change); the trainer's process is recorded in runs.db with a heartbeat (store/liveness.py), so a
 killed run shows as interrupted; and the first non-finite advantage, loss or gradient stops the
 run before it is applied, recording the run as failed with the step and the quantity.
+
+One concern, kept in one file past 400 lines: one run's training loop: `_Run` holds the policy,
+the reference, the optimizer, the seed-derived randomness and the run's records across a step,
+its evaluation and a resume, and the resume checks beside it read the same recorded config.
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ name and shape, a forward pass; see `checkpoint_verify.py`) and described by `cc
 run, step, source folder, shard hashes, merger and verl-agent version. A later call with the
 same shards (same names, sizes and modification times) reuses the verified merge. The whole
 path, its record and what is tested where: docs/verl-checkpoints.md.
+
+One concern, kept in one file past 400 lines: one path from a `global_step_N` folder to a
+verified model folder: finding the checkpoint and its verl-agent checkout, running that
+checkout's merger, and the `ccpo-merge.json` record that lets a later call reuse the merge read
+the same shard list and stamps.
 """
 
 from __future__ import annotations

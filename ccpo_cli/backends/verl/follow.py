@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ccpo_cli.arms import Arm, arm_from_flags, load_arm
 from ccpo_cli.backends.observer import TrainingObserver, notify
 from ccpo_cli.backends.verl import checkout, preflight, run_folder
 from ccpo_cli.backends.verl.launcher import BACKEND, VerlLaunch
@@ -86,19 +87,20 @@ def launch_record(run_dir: Path) -> dict[str, Any]:
     return document
 
 
-def recorded_arm(record: Mapping[str, Any], where: Path) -> Any | None:
+def recorded_arm(record: Mapping[str, Any], where: Path) -> Arm | None:
     """The typed `Arm` a launch record names: its recorded flags and `--set` overrides, checked
     against the fingerprint it recorded (a record that does not rebuild is refused, never
     recorded as a bare name); None when the record names no arm."""
-    from ccpo_cli.arms import arm_from_flags, load_arm
-
-    arm = record.get("arm") if isinstance(record.get("arm"), dict) else {}
+    stated = record.get("arm")
+    arm: Mapping[str, Any] = stated if isinstance(stated, dict) else {}
     name, fingerprint = arm.get("name"), arm.get("fingerprint")
     overrides = arm.get("overrides") if isinstance(arm.get("overrides"), dict) else {}
     if not isinstance(name, str) or not name:
         return None  # the record states no arm: the run's arm is "not recorded", never guessed
     flags = arm.get("flags")
-    typed = arm_from_flags(name, flags, overrides=overrides) if isinstance(flags, dict) else None
+    typed: Arm | None = (
+        arm_from_flags(name, flags, overrides=overrides) if isinstance(flags, dict) else None
+    )
     if (
         typed is None
     ):  # a record written before flags were recorded: the arm file with its overrides

@@ -1,0 +1,283 @@
+"""A database's runs as `ccpo sync` rows: chunks of one table of one run, and parquet parts.
+
+`export_chunks` reads the rows of runs per table (`sync_format.TABLES`), CHUNK_ROWS at a time
+so memory stays flat whatever the run's size; with a dataset it leaves out what `sync_items`
+knows to be there already. `write_parts` writes them as one part per run and table under a
+dataset path unique without coordination (`part_path`). A Ray task returns the chunks
+themselves (checkpoint rows included), which the driver merges (sync_merge.merge_chunks).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from ccpo_cli.errors import InvalidInput
+from ccpo_cli.names import check_run_name, host_label
+from ccpo_cli.store import sync_corrections
+from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
+from ccpo_cli.store.sync_format import (
+    CHECKPOINT_COLUMNS,
+    CHUNK_ROWS,
+    EPISODE_FIELDS,
+    TABLES,
+    item_key,
+    known_items,
+    part_schemas,
+    pyarrow_modules,
+    run_export_row,
+)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Up to CHUNK_ROWS rows of one table of one run, as they appear in a part."""
+
+    table: str
+    run_uid: str
+    run_name: str
+    rows: list[dict[str, Any]]
+
+
+def _evaluation_rows(
+    db: sqlite_utils.Database, uid: str, evaluations: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    ids = [row["id"] for row in evaluations]
+    marks = ", ".join("?" for _ in ids)
+    types: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in ids}
+    for row in db.query(
+        f"SELECT * FROM task_type_results WHERE evaluation_id IN ({marks}) "
+        "ORDER BY evaluation_id, task_type",
+        ids,
+    ):
+        types[row["evaluation_id"]].append(
+            {key: row[key] for key in ("task_type", "episodes", "successes", "success_rate")}
+        )
+    episodes: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in ids}
+    for row in db.query(
+        f"SELECT * FROM episodes WHERE evaluation_id IN ({marks}) "
+        "ORDER BY evaluation_id, episode_index",
+        ids,
+    ):
+        episodes[row["evaluation_id"]].append({key: row[key] for key in (*EPISODE_FIELDS, "extra")})
+    columns = (
+        "step",
+        "split",
+        "episodes",
+        "successes",
+        "success_rate",
+        "mean_turns",
+        "temperature",
+        "eval_seed",
+        "train_success_rate",
+        "source_file",
+        "source_line",
+        "content_hash",
+        "recorded_at",
+    )
+    return [
+        dict(
+            {key: row[key] for key in columns},
+            run_uid=uid,
+            task_types=types[row["id"]],
+            episode_rows=episodes[row["id"]],
+        )
+        for row in evaluations
+    ]
+
+
+def _table_rows(
+    db: sqlite_utils.Database, table: str, run: dict[str, Any]
+) -> Iterator[list[dict[str, Any]]]:
+    """The rows of one table of one run in part form, CHUNK_ROWS at a time."""
+    uid = run["uid"]
+    if table == "runs":
+        yield [run_export_row(run)]
+        return
+    if table in CORRECTION_TABLES:
+        yield from sync_corrections.export_rows(db, table, run)
+        return
+    source = {
+        "evaluations": "evaluations",
+        "conflicts": "conflicts",
+        "facts": "run_facts",
+        "publications": "publications",
+        "checkpoints": "checkpoints",
+    }[table]
+    last_id = 0
+    while True:
+        batch = list(
+            db[source].rows_where(
+                "run_id = ? AND id > ?", [run["id"], last_id], order_by="id", limit=CHUNK_ROWS
+            )
+        )
+        if not batch:
+            return
+        last_id = batch[-1]["id"]
+        if table == "evaluations":
+            yield _evaluation_rows(db, uid, batch)
+        elif table == "conflicts":
+            yield [
+                dict(
+                    {
+                        key: row[key]
+                        for key in (
+                            "step",
+                            "split",
+                            "eval_seed",
+                            "content_hash",
+                            "content",
+                            "source_file",
+                            "source_line",
+                            "recorded_at",
+                        )
+                    },
+                    run_uid=uid,
+                )
+                for row in batch
+            ]
+        elif table == "facts":
+            yield [
+                dict(
+                    {key: row[key] for key in ("key", "value", "source", "recorded_at")},
+                    run_uid=uid,
+                )
+                for row in batch
+            ]
+        elif table == "checkpoints":
+            yield [
+                dict({key: row[key] for key in CHECKPOINT_COLUMNS}, run_uid=uid) for row in batch
+            ]
+        else:
+            yield [
+                dict(
+                    {
+                        key: row[key]
+                        for key in (
+                            "repo_id",
+                            "revision",
+                            "commit_id",
+                            "card_hash",
+                            "status",
+                            "checkpoint_step",
+                            "url",
+                            "published_at",
+                        )
+                    },
+                    run_uid=uid,
+                )
+                for row in batch
+            ]
+
+
+def _runs(db: sqlite_utils.Database, run_ids: Iterable[int] | None) -> Iterator[dict[str, Any]]:
+    if run_ids is None:
+        yield from db.table("runs").rows_where(order_by="id")
+        return
+    for identifier in run_ids:
+        row = db.table("runs").get(identifier)
+        if row["uid"] is None:
+            raise InvalidInput(f"run {row['name']!r} has no global id; it cannot be shared")
+        yield row
+
+
+def export_chunks(
+    db: sqlite_utils.Database,
+    run_ids: Iterable[int] | None = None,
+    *,
+    repo_id: str | None = None,
+    checkpoints: bool = False,
+) -> Iterator[Chunk]:
+    """The rows of these runs (every run when None), run by run and table by table (`TABLES`).
+
+    With `repo_id`, only rows not yet known to be in that dataset: never pushed from here and
+    never merged from it. `checkpoints` adds the checkpoint rows, which name files on this
+    machine: for a Ray task's return to a driver that shares the files' filesystem or at least
+    their paths, never for a dataset."""
+    for run in _runs(db, run_ids):
+        for table in TABLES + (("checkpoints",) if checkpoints else ()):
+            for rows in _table_rows(db, table, run):
+                if repo_id is not None:
+                    known = known_items(db, repo_id, [item_key(table, row) for row in rows])
+                    rows = [row for row in rows if item_key(table, row) not in known]
+                if rows:
+                    yield Chunk(table, run["uid"], run["name"], rows)
+
+
+@dataclass(frozen=True)
+class PartFile:
+    """One part written for a push: where it goes in the dataset and where it is here."""
+
+    path_in_repo: str
+    local_path: Path
+    table: str
+    run_uid: str
+    rows: int
+    size_bytes: int
+
+
+def part_path(host: str, run_name: str, table: str) -> str:
+    """`data/HOST/RUN/TABLE-MILLISECONDS-UUID.parquet`: unique without coordination."""
+    return (
+        f"data/{host_label(host)}/{check_run_name(run_name, 'a run name')}/"
+        f"{table}-{int(time.time() * 1000):013d}-{uuid.uuid4().hex}.parquet"
+    )
+
+
+def write_parts(
+    db: sqlite_utils.Database,
+    folder: Path,
+    host: str,
+    *,
+    repo_id: str | None,
+    run_ids: Iterable[int] | None = None,
+) -> list[PartFile]:
+    """Write the rows `export_chunks` gives as parquet parts in `folder` (local file names are
+    numbers; the dataset path is `part_path`). One part per run and table."""
+    pa, pq = pyarrow_modules()
+    schemas = part_schemas()
+    folder.mkdir(parents=True, exist_ok=True)
+    parts: list[PartFile] = []
+    # pyarrow is imported lazily (`_pyarrow`) and untyped, so the open writer is Any.
+    writer: Any = None
+    current: dict[str, Any] | None = None
+    rows = 0
+
+    def close() -> None:
+        nonlocal writer
+        if writer is not None:
+            assert current is not None  # a writer is open only for the current part
+            writer.close()
+            local = Path(current["local"])
+            parts.append(
+                PartFile(
+                    current["path"],
+                    local,
+                    current["table"],
+                    current["uid"],
+                    rows,
+                    local.stat().st_size,
+                )
+            )
+            writer = None
+
+    for chunk in export_chunks(db, run_ids, repo_id=repo_id):
+        if current is None or (current["uid"], current["table"]) != (chunk.run_uid, chunk.table):
+            close()
+            current = {
+                "uid": chunk.run_uid,
+                "table": chunk.table,
+                "path": part_path(host, chunk.run_name, chunk.table),
+                "local": str(folder / f"part-{len(parts):06d}.parquet"),
+            }
+            writer, rows = pq.ParquetWriter(current["local"], schemas[chunk.table]), 0
+        writer.write_table(pa.Table.from_pylist(chunk.rows, schema=schemas[chunk.table]))
+        rows += len(chunk.rows)
+    close()
+    return parts

@@ -1,0 +1,216 @@
+"""What a `ccpo sync` part is: its tables, columns and parquet schema, and the item keys.
+
+A part holds the rows of one table of one run (`TABLES`, in merge order; checkpoint rows are
+not among them: they name files on the machine that wrote them). Its schema is stamped with
+the table and `PART_FORMAT`. An item key says what makes two rows on two machines the same
+(a run snapshot, one result, a fact, a correction, a publication); `sync_items` records which
+keys a database knows to be in a dataset (`known_items`). Writing parts is sync_export.py,
+reading them sync_read.py, merging them sync_merge.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import sqlite_utils
+
+from ccpo_cli.extras import require_extra
+from ccpo_cli.store import sync_corrections
+from ccpo_cli.store.records import IDENTITY_FIELDS
+from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
+
+PART_FORMAT = "1"
+# Merge order: a run before the rows that belong to it, evaluations before the conflicts
+# recorded against them.
+TABLES = ("runs", "evaluations", "conflicts", "facts", "publications", *CORRECTION_TABLES)
+# Rows per parquet row group and per merged batch: memory stays flat whatever the run's size.
+CHUNK_ROWS = 256
+
+RUN_COLUMNS = (
+    "uid",
+    "host",
+    "name",
+    "kind",
+    "arm",
+    "arm_fingerprint",
+    "arm_flags",
+    "arm_overrides",
+    "base_model",
+    "benchmark",
+    "seed",
+    "backend",
+    "total_steps",
+    "last_step",
+    "status",
+    "hardware",
+    "data_order_seed",
+    "git_commit",
+    "git_dirty",
+    "package_versions",
+    "config",
+    "step1_rollout_hash",
+    "created_at",
+    "updated_at",
+)
+RUN_INTEGERS = {"seed", "total_steps", "last_step", "data_order_seed", "git_dirty"}
+# Fixed when the run is made (the step-1 hash once step 1 is done); another value elsewhere is
+# a conflict, not an update.
+RUN_IDENTITY = (*IDENTITY_FIELDS, "host", "step1_rollout_hash")
+# Progress and settings: a newer snapshot replaces them.
+RUN_PROGRESS = tuple(
+    column
+    for column in RUN_COLUMNS
+    if column not in {*RUN_IDENTITY, "uid", "name", "last_step", "created_at", "updated_at"}
+)
+EPISODE_FIELDS = (
+    "episode_index",
+    "game_id",
+    "task_type",
+    "won",
+    "turns",
+    "invalid_turns",
+    "reward",
+)
+
+
+def pyarrow_modules():
+    """pyarrow and its parquet module, or one line saying how to install them."""
+    return require_extra("sync", "pyarrow", what="parquet parts"), require_extra(
+        "sync", "pyarrow.parquet", what="parquet parts"
+    )
+
+
+def part_schemas() -> dict[str, Any]:
+    pa, _ = pyarrow_modules()
+
+    text, integer, real = pa.string(), pa.int64(), pa.float64()
+    task_type = pa.struct(
+        [("task_type", text), ("episodes", integer), ("successes", integer), ("success_rate", real)]
+    )
+    episode = pa.struct(
+        [
+            ("episode_index", integer),
+            ("game_id", text),
+            ("task_type", text),
+            ("won", integer),
+            ("turns", integer),
+            ("invalid_turns", integer),
+            ("reward", real),
+            ("extra", text),
+        ]
+    )
+    columns = {
+        "runs": [(name, integer if name in RUN_INTEGERS else text) for name in RUN_COLUMNS],
+        "evaluations": [
+            ("run_uid", text),
+            ("step", integer),
+            ("split", text),
+            ("episodes", integer),
+            ("successes", integer),
+            ("success_rate", real),
+            ("mean_turns", real),
+            ("temperature", real),
+            ("eval_seed", integer),
+            ("train_success_rate", real),
+            ("source_file", text),
+            ("source_line", integer),
+            ("content_hash", text),
+            ("recorded_at", text),
+            ("task_types", pa.list_(task_type)),
+            ("episode_rows", pa.list_(episode)),
+        ],
+        "conflicts": [
+            ("run_uid", text),
+            ("step", integer),
+            ("split", text),
+            ("eval_seed", integer),
+            ("content_hash", text),
+            ("content", text),
+            ("source_file", text),
+            ("source_line", integer),
+            ("recorded_at", text),
+        ],
+        "facts": [
+            ("run_uid", text),
+            ("key", text),
+            ("value", text),
+            ("source", text),
+            ("recorded_at", text),
+        ],
+        "publications": [
+            ("run_uid", text),
+            ("repo_id", text),
+            ("revision", text),
+            ("commit_id", text),
+            ("card_hash", text),
+            ("status", text),
+            ("checkpoint_step", integer),
+            ("url", text),
+            ("published_at", text),
+        ],
+        **sync_corrections.schemas(pa),
+    }
+    return {
+        table: pa.schema(fields, metadata={"ccpo_table": table, "ccpo_part_format": PART_FORMAT})
+        for table, fields in columns.items()
+    }
+
+
+# --- item keys: what makes two rows on two machines the same item ---------------------------
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(
+        json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+
+
+def run_snapshot_digest(row: dict[str, Any]) -> str:
+    """A run snapshot's digest: every synced column but the name, which is local (NAME@HOST)."""
+    return _digest({column: row.get(column) for column in RUN_COLUMNS if column != "name"})
+
+
+def item_key(table: str, row: dict[str, Any]) -> str:
+    """The key of one exported row (the row as in its part), the same on every machine."""
+    if table == "runs":
+        return f"run:{row['uid']}:{run_snapshot_digest(row)}"
+    uid = row["run_uid"]
+    if table in ("evaluations", "conflicts"):
+        # One result, kept or in conflict: which of two differing results a database keeps
+        # depends on which it saw first, and either way the dataset holds both.
+        return f"result:{uid}:{row['content_hash']}"
+    if table == "facts":
+        return f"fact:{uid}:{_digest(row['key'], row['value'])}"
+    if table in CORRECTION_TABLES:
+        return f"{table}:{uid}:{_digest(*sync_corrections.item_parts(table, row))}"
+    return f"publication:{uid}:{_digest(*(row.get(name) for name in ('repo_id', 'revision', 'commit_id', 'card_hash', 'status', 'checkpoint_step', 'url', 'published_at')))}"
+
+
+def known_items(db: sqlite_utils.Database, repo_id: str, keys: Sequence[str]) -> set[str]:
+    if not keys:
+        return set()
+    marks = ", ".join("?" for _ in keys)
+    return {
+        row["item_key"]
+        for row in db.query(
+            f"SELECT item_key FROM sync_items WHERE repo_id = ? AND item_key IN ({marks})",
+            [repo_id, *keys],
+        )
+    }
+
+
+def run_export_row(run: dict[str, Any]) -> dict[str, Any]:
+    return {column: run[column] for column in RUN_COLUMNS}
+
+
+CHECKPOINT_COLUMNS = ("step", "path", "sha256", "size_bytes", "created_at")
+
+
+def part_table(path_in_repo: str) -> str | None:
+    """The table a part holds, from its file name (None: not a ccpo part)."""
+    name = path_in_repo.rsplit("/", 1)[-1]
+    table = name.split("-", 1)[0]
+    return table if name.endswith(".parquet") and table in TABLES else None
