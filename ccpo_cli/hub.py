@@ -54,6 +54,7 @@ from ccpo_cli.hub_plan import (
 from ccpo_cli.hub_repo import RepoSession, open_session, publication_key, remote_readme
 from ccpo_cli.names import check_repo_id, check_run_name
 from ccpo_cli.paths import file_sha256
+from ccpo_cli.vocabulary import FINAL, INTERIM
 
 # A concurrent edit (412) is met by re-reading the head and merging the card again, this often.
 CARD_ATTEMPTS = 3
@@ -203,8 +204,8 @@ def _push(
         (result["checkpoint"] or {}).get("commit_id"),
     )
     result.update(commit_card(session, staged, key=key, message=card_message(staged)))
-    if context.status == "final":
-        result["tag"] = session.tag("final", result["commit_id"], card_message(staged))
+    if context.status == FINAL:
+        result["tag"] = session.tag(FINAL, result["commit_id"], card_message(staged))
     return result
 
 
@@ -216,7 +217,7 @@ def publish_run(
     run: str,
     repo_id: str,
     *,
-    status: str = "interim",
+    status: str = INTERIM,
     staging: Path,
     revision: str = "main",
     private: bool | None = None,

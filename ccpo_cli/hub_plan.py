@@ -18,6 +18,7 @@ from typing import Any
 from ccpo_cli.cards.staging import README_PATH, StagedCard
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.paths import file_sha256
+from ccpo_cli.vocabulary import FINAL, INTERIM
 
 PUBLIC_ENDPOINT = "https://huggingface.co"
 PLAN_FILE = "commit_plan.json"
@@ -106,7 +107,7 @@ def commit_plan(
             "files": card_files,
             "parent_commit": "the head of the revision at publish time (a concurrent edit fails with 412)",
             "readme": "merged into the remote README's ccpo regions if the remote README exists and differs",
-            "tag": "final" if staged.context.status == "final" else None,
+            "tag": FINAL if staged.context.status == FINAL else None,
         }
     )
     return {
@@ -126,7 +127,7 @@ def commit_plan(
 def card_message(staged: StagedCard) -> str:
     context = staged.context
     summary = context.summary
-    if context.status == "interim":
+    if context.status == INTERIM:
         return f"ccpo: interim card for {context.run} (step {summary['last_step']} of {summary['total_steps']})"
     return f"ccpo: final card for {context.run}"
 

@@ -7,7 +7,8 @@ of `ccpo_cli/**/*.py` (ast, docstrings skipped) for what *decides* the concept (
 rule's numbers, a literal compared against or offered as a choice, a write), not for its uses.
 A check must find its concept in the place the bullet names (a check that finds nothing there
 holds nothing), the place must be named by the bullet (the page and the test cannot drift apart),
-and outside the place it must find nothing but the entries of `ALLOWED`.
+and outside the place it must find nothing but the entries of `NOT_THE_CONCEPT` (the same word
+meaning something else, each with what it means there).
 """
 
 from __future__ import annotations
@@ -836,20 +837,13 @@ NOT_THE_CONCEPT: dict[str, str] = {
     "The estimator table | an estimator named to decide something | ccpo_cli/backends/verl/worker_env.py": "the `ccpo` value of verl's adv_estimator (the verl hook's name, one for every arm)",
     "The estimator table | an estimator named to decide something | ccpo_cli/report/isolation.py": "`ccpo` as the config namespace `algorithm.ccpo.*`, not an estimator",
     "The testbed's controls and cost | the A/A twin's rollout stream | ccpo_cli/store/identity.py": "the recorded `train.rollout_stream` read back into a run's identity",
+    "A run's recorded identity | the one writer | ccpo_cli/store/sync_runs.py": "a run row pulled from another machine's runs.db, written there by ensure_run and copied whole with its uid: the merge decides no identity of its own",
     "Arms and fingerprints | the fingerprint: sha256 over an arm's flags | ccpo_cli/report/labels.py": "the unit key hashes a unit's whole identity (its arm's fingerprint among it), not an arm's flags",
     "Short unit labels | labels and keys of units | ccpo_cli/report/comparison.py": "the fields that carry the unit key labels.py computed",
     "Window statistics | paired or Welch: the two-arm test | ccpo_cli/report/compare.py": "the document's `comparisons[].welch` field: Welch's t reported beside the test two_arm_test chose (docs/compare.schema.json), not a choice",
     "Window statistics | paired or Welch: the two-arm test | ccpo_cli/experiments/matrix.py": "the warm-start home advantage: Welch's t between two groups of per-seed differences (seeds warmed by one arm or the other), not a test of two arms",
 }
 
-# issue 31: ccpo_cli/report/compare.py, ccpo_cli/cards/*, ccpo_cli/experiments/matrix.py,
-# ccpo_cli/experiments/testbed*.py and ccpo_cli/store/sync.py are being reworked; remove when fixed.
-# "title | check | file" -> why it is found there; an entry that no longer matches fails.
-ALLOWED: dict[str, str] = {
-    "A run's recorded identity | the one writer | ccpo_cli/store/sync.py": "store/sync.py: a merged run's row is inserted by the merge, not through ensure_run",
-    "Window statistics | paired or Welch: the two-arm test | ccpo_cli/experiments/testbed.py": "experiments/testbed.py: the testbed's paired effect calls paired_t_test directly",
-    "Vocabulary | a card status named to decide | ccpo_cli/hub.py": "hub.py: compares the card status with the literals 'interim' and 'final'",
-}
 
 
 # ---- the tests --------------------------------------------------------------------------------
@@ -926,7 +920,7 @@ def test_each_concept_is_decided_only_in_its_place():
                 if _in(path, place):
                     continue
                 key = f"{title} | {check.what} | {path}"
-                if key in ALLOWED or key in NOT_THE_CONCEPT:
+                if key in NOT_THE_CONCEPT:
                     used.add(key)
                     continue
                 problems += [
@@ -935,7 +929,7 @@ def test_each_concept_is_decided_only_in_its_place():
     assert problems == [], "decided outside its place (docs/architecture.md §3):\n" + "\n".join(
         problems
     )
-    listed = set(ALLOWED) | set(NOT_THE_CONCEPT)
+    listed = set(NOT_THE_CONCEPT)
     assert listed <= used, f"listed but no longer found: {sorted(listed - used)}"
 
 

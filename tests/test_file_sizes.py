@@ -1,5 +1,4 @@
-"""Every module of ccpo_cli/ over 400 lines says, in its module docstring, why it is one file
-(issue 31): the phrase "One concern, kept in one file past 400 lines:" and then the reason. A
+"""Every module of ccpo_cli/ over 400 lines says, in its module docstring, why it is one file: the phrase "One concern, kept in one file past 400 lines:" and then the reason. A
 large file without a reason is split by job instead."""
 
 from __future__ import annotations
@@ -12,17 +11,6 @@ LIMIT = 400
 PHRASE = "One concern, kept in one file past 400 lines:"
 # A reason is a sentence, not a word: this many characters after the phrase at least.
 MIN_REASON_CHARS = 40
-
-# issue 31: the compare/cards owner adds these reasons
-NOT_YET_GIVEN = {
-    "report/compare.py",
-    "report/tables.py",
-    "report/trackers.py",
-    "cards/context.py",
-    "experiments/matrix.py",
-    "cli/compare.py",
-    "report/plot.py",
-}
 
 
 def _long_modules() -> list[Path]:
@@ -44,8 +32,6 @@ def test_every_module_past_400_lines_says_why_it_is_one_file():
     missing, too_short = [], []
     for path in _long_modules():
         name = path.relative_to(PACKAGE).as_posix()
-        if name in NOT_YET_GIVEN:
-            continue
         reason = _reason(path)
         if reason is None:
             missing.append(name)
@@ -56,10 +42,6 @@ def test_every_module_past_400_lines_says_why_it_is_one_file():
         f"split the file by job): {', '.join(missing)}"
     )
     assert not too_short, f"a reason is a sentence: {', '.join(too_short)}"
-
-
-def test_the_allowance_names_only_modules_that_exist():
-    assert {name for name in NOT_YET_GIVEN if not (PACKAGE / name).is_file()} == set()
 
 
 def test_the_check_finds_a_long_module_without_a_reason(tmp_path):

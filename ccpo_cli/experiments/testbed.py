@@ -50,10 +50,14 @@ def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
     A matrix pairs its arms by seed (one warm start, one game draw), so the testbed's test is the
     paired branch of `ccpo_cli.stats.two_arm_test`, the one compare and the power section use."""
     from ccpo_cli.report.power import paired_mdd
-    from ccpo_cli.stats import paired_t_test
 
-    test = paired_t_test(differences)
-    n, sd = test["n"], test["sd"]
+    # The one two-arm decision, told that the design paired every seed: a − b against b − b.
+    seeds = range(len(differences))
+    test = two_arm_test(
+        dict(zip(seeds, differences)), dict.fromkeys(seeds, 0.0), paired_by_design=seeds
+    )
+    # Below two seeds there is no paired test: the count and no spread, as before.
+    n, sd = len(differences), test.get("sd")
     result: dict[str, Any] = {
         "n": n,
         "mean": test["difference"],
