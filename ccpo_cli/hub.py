@@ -44,6 +44,7 @@ from ccpo_cli.hub_access import (
 )
 from ccpo_cli.hub_plan import (
     card_message,
+    check_revision,
     checkpoint_files,
     checkpoint_message,
     commit_plan,
@@ -243,6 +244,7 @@ def publish_run(
     and the card's checkpoint step is the checkpoint's."""
     check_run_name(run)
     check_repo_id(repo_id)
+    check_revision(revision)
     timeouts = resolve_timeouts(timeout, deadline)
     endpoint = resolve_endpoint(endpoint)
     private = default_private(status, private)
