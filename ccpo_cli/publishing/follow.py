@@ -208,13 +208,22 @@ def plan_follow(
     db = _scratch_copy(Path(db_path))
     kind, folder = _what_to_follow(db, run, run_dir, backend, Path(db_path))
     _queue_round(db, run, target, kind=kind, folder=folder, log=lambda message: None, keep=False)
-    pending = entries(db, run, target.repo_id, state="pending")
+    # The uploader's own choice, entry by entry (checkpoints first, superseded checkpoints and
+    # coalesced cards left out), each taken out of the copy's queue as a real upload would.
+    from ccpo_cli.store.outbox import skip
+
+    db.execute("UPDATE publication_outbox SET next_attempt_at = NULL WHERE state = 'pending'")
+    planner = Uploader(db, Path(db_path), run, target, token="")
+    order = []
+    while (entry := planner.next_entry()) is not None:
+        order.append(entry)
+        skip(db, entry, "planned by --dry-run")
     return {
         "dry_run": True,
         "run": run,
         "repo_id": target.repo_id,
         "would_publish": [
-            {"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in pending
+            {"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in order
         ],
     }
 

@@ -315,15 +315,19 @@ class Uploader:
 
     def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
         """The published checkpoint a card names: for a final card the weights of its last step
-        (None when they are not up), else the newest published best-so-far checkpoint."""
+        (else the newest published best-so-far checkpoint), else the newest published
+        best-so-far checkpoint; None when none is up."""
         done = [
             e
             for e in entries(self.db, self.run, self.target.repo_id, state="done")
             if e.kind == "checkpoint"
         ]
-        if card.role == "final":
-            return next((e for e in reversed(done) if e.step == card.step), None)
         best = [e for e in done if e.role == "best"]
+        if card.role == "final":
+            # Without weights of the last step, the best checkpoint on the Hub is the one the
+            # final card names: it never says "no checkpoint is recorded" while one is tagged.
+            last = next((e for e in reversed(done) if e.step == card.step), None)
+            return last or (best[-1] if best else None)
         return best[-1] if best else None
 
     def _newest_weights(self) -> OutboxEntry | None:
