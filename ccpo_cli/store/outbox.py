@@ -246,6 +246,14 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
     return moved
 
 
+def clear_waits(db: sqlite_utils.Database, run: str | int, repo_id: str) -> None:
+    """Make every pending entry of a run to one repository ready now (a plan of what a follow
+    publishes, made on a copy of runs.db, counts an entry waiting for its retry too)."""
+    with write_transaction(db):
+        for entry in entries(db, run, repo_id, state="pending"):
+            db.table("publication_outbox").update(entry.id, {"next_attempt_at": None})
+
+
 def fail_pending(
     db: sqlite_utils.Database, run: str | int, repo_id: str, reason: str
 ) -> list[OutboxEntry]:
