@@ -251,8 +251,10 @@ def stderr_console() -> Console:
 
 
 def say(message: str) -> None:
-    """A result line on stdout, verbatim (no console markup)."""
-    stdout_console().print(message, markup=False)
+    """A result line on stdout, verbatim (no console markup, no raw terminal control)."""
+    from ccpo_cli.terminal_text import escape_control_lines
+
+    stdout_console().print(escape_control_lines(message), markup=False)
 
 
 def output_format(fmt: OutputFormat | None, as_json: bool) -> OutputFormat:
@@ -325,4 +327,6 @@ def emit(
 def info(ctx: typer.Context, message: str) -> None:
     """A log line on stderr, unless --quiet."""
     if not settings(ctx).quiet:
-        stderr_console().print(message, markup=False)
+        from ccpo_cli.terminal_text import escape_control_lines
+
+        stderr_console().print(escape_control_lines(message), markup=False)
