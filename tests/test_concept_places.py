@@ -590,6 +590,13 @@ CHECKS: dict[str, list[Check]] = {
             ("ccpo_cli/seeds.py",),
         ),
     ],
+    "Outputs ccpo may replace": [
+        Check(
+            "an output replaced only when it carries ccpo's marker",
+            any_of(defines("replace_owned", "check_replaceable"), strings(r"^\.ccpo-output$")),
+            ("ccpo_cli/owned_output.py",),
+        ),
+    ],
     "Tables and their formats": [
         Check(
             "CSV written",
