@@ -47,6 +47,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
 from ccpo_cli.store.facts import (
+    VERL_CONFIG_KEYS,
     facts_from_log,
     flat_config,
     hub_model_id,
@@ -125,6 +126,7 @@ class IngestReport:
     evaluations_found: int = 0
     new: int = 0
     duplicates: int = 0
+    completed: int = 0  # duplicates that filled in what the recorded evaluation left out
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     incomplete_tail_line: int | None = None
@@ -147,6 +149,8 @@ class IngestReport:
         default_factory=list
     )  # other output inside a printed config
     summary_not_placed: bool = False  # a wandb summary's validation whose step is not known
+    eval_seed: int | None = None  # an evaluation-only log's env.seed: its evaluations' eval_seed
+    evaluated_checkpoint: int | None = None  # the checkpoint an evaluation-only log loaded
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
@@ -174,6 +178,7 @@ class IngestReport:
             "evaluations_found": self.evaluations_found,
             "new": self.new,
             "duplicates": self.duplicates,
+            "completed": self.completed,
             "conflicts": self.conflicts,
             "warnings": self.warnings,
             "incomplete_tail_line": self.incomplete_tail_line,
@@ -187,7 +192,11 @@ class IngestReport:
             "stated_facts": self.stated_facts,
             "kind": self.kind,
             "first_step": self.first_step,
-            "resumed_from": self.stated_facts.get("resumed_from"),
+            "resumed_from": None
+            if self.evaluated_checkpoint is not None
+            else self.stated_facts.get("resumed_from"),
+            "eval_seed": self.eval_seed,
+            "evaluated_checkpoint": self.evaluated_checkpoint,
             "config_left_out_lines": self.config_left_out_lines,
             "unused_metric_keys": self.unused_metric_keys,
             "unused_metric_key_count": len(self.unused_keys),
@@ -361,6 +370,29 @@ def _summarise(path: Path, report: IngestReport) -> None:
         )
 
 
+@dataclass
+class _Evaluated:
+    """How the file's evaluations ran, as far as what it printed before them says: an
+    evaluation-only log (`trainer.val_only`) played its validation under `env.seed`, which is
+    then the evaluations' `eval_seed`, never the run's training seed."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    val_only: bool = False
+    eval_seed: int | None = None
+
+    def see(self, flat: Mapping[str, Any] | None, *, wins: bool = True) -> None:
+        if not flat:
+            return
+        self.config = {**self.config, **flat} if wins else {**flat, **self.config}
+        self.val_only = states_val_only(self.config)
+        seed = self.config.get(VERL_CONFIG_KEYS["seed"])
+        self.eval_seed = (
+            int(seed)
+            if self.val_only and isinstance(seed, int) and not isinstance(seed, bool)
+            else None
+        )
+
+
 class _BenchmarkChoice:
     """The benchmark of the file being read: stated, or taken from the first evidence that
     names one; any later evidence naming another refuses the file."""
@@ -446,6 +478,8 @@ def ingest_file(
         "the --config file's env.env_name",
     )
     stated: list[StatedConfig] = []
+    evaluated = _Evaluated()
+    evaluated.see(config)
     with write_transaction(db):
         source = str(path.resolve())
         recorded = next(db.table("runs").rows_where("name = ?", [run], select="benchmark"), None)
@@ -464,6 +498,8 @@ def ingest_file(
         for event in _events(path, fmt, stats, report, strict, metric, source_run, rename):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
+                # The printed config wins over the traced launch command, as in facts_from_log.
+                evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
             if not event.summary:
                 report.first_step = (
@@ -479,7 +515,9 @@ def ingest_file(
             )
             if event.summary:
                 event = _summary_evaluation(db, run, path, event, report)
-            if _record_one(db, run, path, source, event, report, strict, choice.current):
+            if _record_one(
+                db, run, path, source, event, report, strict, choice.current, evaluated.eval_seed
+            ):
                 report.steps += 1
                 report.last_step = (
                     event.step if report.last_step is None else max(report.last_step, event.step)
@@ -499,6 +537,11 @@ def ingest_file(
         )
         if val_only:
             stated_total = None  # an evaluation-only log trains no step
+            # Its env.seed seeded the evaluation (the rows' eval_seed), and the checkpoint it
+            # loaded is the one it evaluated, not a training run resumed.
+            stated_facts.pop("seed", None)
+            report.eval_seed = evaluated.eval_seed
+            report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
             _mark_reference(db, run, path, run_is_new, report)
         elif stated_total is not None and total_steps is None:
             ensure_run(
@@ -687,6 +730,7 @@ def _record_one(
     report: IngestReport,
     strict: bool,
     benchmark: Benchmark | None,
+    eval_seed: int | None = None,
 ) -> bool:
     """Record the step's evaluation, if it has one; False when the record was skipped."""
     where = _where(path, record.line)
@@ -695,7 +739,7 @@ def _record_one(
         if evaluation is None:
             return True
         outcome = record_evaluation_outcome(
-            db, run, source_file=source, source_line=record.line, **evaluation
+            db, run, source_file=source, source_line=record.line, eval_seed=eval_seed, **evaluation
         )
     except (BadRecord, InvalidInput) as error:
         if strict:
@@ -707,6 +751,7 @@ def _record_one(
         report.new += 1
     elif outcome.outcome == "duplicate":
         report.duplicates += 1
+        report.completed += bool(outcome.completed)
     else:
         report.conflicts.append(
             {
