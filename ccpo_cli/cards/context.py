@@ -571,8 +571,10 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
     tags += [INTERIM] if interim else []
     tags += [] if facts.headline else [TOO_FEW_TAG]
     base_model = facts.run_row.get("base_model")
+    # A run that trained LoRA adapters (the run's `adapter` fact) published an adapter of the base.
+    relation = "adapter" if (facts.this.facts or {}).get("adapter") else "finetune"
     lineage = (
-        {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
+        {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": relation}
     )
     return {
         **lineage,

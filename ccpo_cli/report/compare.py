@@ -243,6 +243,7 @@ def _reference_entry(entry: RunEntry) -> Reference:
         n_evaluations=level["n"],
         steps=sorted({row["step"] for row in entry.evaluations}),
         evaluation_ids=[row["evaluation_id"] for row in entry.evaluations],
+        evaluation_seeds=entry.window["evaluation_seeds"],
     )
 
 

@@ -480,6 +480,31 @@ def m009_views(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m010_completed_evaluations(db: sqlite_utils.Database) -> None:
+    # A second record of one result that carries a value the first left out (a console's per-type
+    # rates, a history's training rate) completes the kept row (store/records.py): a value not
+    # recorded may be filled in once; a recorded value, the result and its provenance never change.
+    db.executescript(
+        """
+        DROP TRIGGER evaluations_append_only;
+        CREATE TRIGGER evaluations_append_only BEFORE UPDATE ON evaluations
+        WHEN NOT (
+            NEW.id IS OLD.id AND NEW.run_id IS OLD.run_id AND NEW.step IS OLD.step
+            AND NEW.split IS OLD.split AND NEW.success_rate IS OLD.success_rate
+            AND NEW.eval_seed IS OLD.eval_seed AND NEW.source_file IS OLD.source_file
+            AND NEW.source_line IS OLD.source_line AND NEW.content_hash IS OLD.content_hash
+            AND NEW.recorded_at IS OLD.recorded_at
+            AND (OLD.episodes IS NULL OR NEW.episodes IS OLD.episodes)
+            AND (OLD.successes IS NULL OR NEW.successes IS OLD.successes)
+            AND (OLD.mean_turns IS NULL OR NEW.mean_turns IS OLD.mean_turns)
+            AND (OLD.temperature IS NULL OR NEW.temperature IS OLD.temperature)
+            AND (OLD.train_success_rate IS NULL OR NEW.train_success_rate IS OLD.train_success_rate))
+        BEGIN SELECT RAISE(ABORT, 'evaluations are append-only'); END;
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)
