@@ -112,11 +112,22 @@ def list_command(
 def show_command(
     ctx: typer.Context,
     run: RunArgument,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            metavar="KEY",
+            help="Print the series of this logged scalar instead (actor/kl, actor/entropy, ...: "
+            "every number the run logged, at every step); repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
 ) -> None:
-    """One run: its settings, evaluations, conflicts, checkpoints and publications.
+    """One run: its settings, evaluations, conflicts, checkpoints and publications; or, with
+    --metric, the series of scalars it logged.
 
     Every evaluation is listed (retracted ones marked), every conflict with how it was settled,
     and every Hub publication the run asked for (pending, done, failed, skipped and why, with
@@ -124,7 +135,12 @@ def show_command(
     from, and every field another machine recorded with another value.
 
     Example: ccpo runs show grpo-seed0 --format markdown
+
+    Example: ccpo runs show grpo-seed0 --metric actor/kl --json
     """
+    if metric:
+        _show_metrics(ctx, run, metric, output_format(fmt, as_json), table)
+        return
     from ccpo_cli.report.run_tables import run_detail_tables
     from ccpo_cli.store import (
         get_run,
@@ -187,6 +203,23 @@ def show_command(
         from ccpo_cli.publishing.status import outbox_table
 
         stdout_console().print(outbox_table(document["publication_outbox"]))
+
+
+def _show_metrics(
+    ctx: typer.Context, run: str, keys: list[str], chosen: OutputFormat, table: str | None
+) -> None:
+    from ccpo_cli.report.run_tables import metric_series_tables
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.metrics import metric_series
+
+    db = open_db(settings(ctx).db, must_exist=True)
+    document = {
+        "run": run,
+        "series": [
+            {"metric": key, "points": metric_series(db, run, key)} for key in dict.fromkeys(keys)
+        ],
+    }
+    emit(chosen, document, lambda: metric_series_tables(document), table=table)
 
 
 @runs_app.command("diff")
