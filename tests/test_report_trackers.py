@@ -407,3 +407,24 @@ def test_a_step_line_says_where_the_run_is_and_when():
         assert part in line, part
     assert re.search(r"\[rh-seed0 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\]$", line)
     assert "held-out -" in step_line("r", 1, 2, metrics, 1.0, None, 0.0)
+
+
+def test_the_all_extra_installs_every_tracker_and_the_verl_env_never_installs_it():
+    """The README's `.[all]` can use every --report-to choice (issue 41: trackio was left out);
+    the verl-agent environment, whose hub<1 pin trackio's hub>=1.10 breaks, installs its own
+    extras only."""
+    import tomllib
+
+    from ccpo_cli.report.trackers import LIVE_TRACKERS, TRACKER_EXTRAS
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (line,) = extras["all"]
+    included = set(line.split("[", 1)[1].rstrip("]").split(","))
+    assert {TRACKER_EXTRAS[tracker] for tracker in LIVE_TRACKERS} <= included
+    assert all(TRACKER_EXTRAS[tracker] in extras for tracker in LIVE_TRACKERS)
+    installs = re.findall(r"\$REPO\[([^\]]*)\]", (ROOT / "scripts" / "verl_env.sh").read_text())
+    assert installs and all(
+        not {"all", "trackio", "wandb"} & set(names.split(",")) for names in installs
+    )
