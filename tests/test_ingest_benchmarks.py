@@ -380,7 +380,7 @@ def test_ingest_lists_the_keys_that_are_no_evaluation_field_and_keeps_them_in_me
     assert "not recorded (runs.db has no place" not in result.stderr
     kept = {
         row["name"]
-        for row in open_db(tmp_path / "runs.db").query("SELECT DISTINCT name FROM metrics")
+        for row in open_db(tmp_path / "runs.db").query("SELECT DISTINCT name FROM run_metrics")
     }
     assert {"actor/entropy", "actor/pg_loss", "timing_s/step"} <= kept
     report = document(ingest(tmp_path / "runs.db", path, run="r"))

@@ -100,7 +100,7 @@ def test_the_same_value_from_another_file_is_one_row_another_value_is_kept_besid
     (point,) = metric_series(db, "r", "actor/kl")
     assert point["value"] == 0.5 and point["other_values"] == 1  # the first recorded stands
     assert point["source_file"] == str(first.resolve()) and point["source_line"] == 1
-    names = [row["name"] for row in db.query("SELECT DISTINCT name FROM metrics")]
+    names = [row["name"] for row in db.query("SELECT DISTINCT name FROM run_metrics")]
     assert names == ["actor/kl"]  # text is not a scalar
 
 

@@ -117,8 +117,8 @@ def show_command(
         typer.Option(
             "--metric",
             metavar="KEY",
-            help="Print the series of this logged scalar instead (actor/kl, actor/entropy, ...: "
-            "every number the run logged, at every step); repeat for several.",
+            help="Print the series of this logged scalar instead (e.g. --metric actor/kl_loss "
+            "--json: every number the run logged, at every step); repeat for several.",
             show_default=False,
         ),
     ] = None,
@@ -135,16 +135,19 @@ def show_command(
     from, and every field another machine recorded with another value.
 
     Example: ccpo runs show grpo-seed0 --format markdown
-
-    Example: ccpo runs show grpo-seed0 --metric actor/kl --json
     """
+    from ccpo_cli.store import open_db
+
     if metric:
-        _show_metrics(ctx, run, metric, output_format(fmt, as_json), table)
+        from ccpo_cli.report.run_tables import metric_series_tables
+        from ccpo_cli.store.metrics import metric_series_document
+
+        found = metric_series_document(open_db(settings(ctx).db, must_exist=True), run, metric)
+        emit(output_format(fmt, as_json), found, lambda: metric_series_tables(found), table=table)
         return
     from ccpo_cli.report.run_tables import run_detail_tables
     from ccpo_cli.store import (
         get_run,
-        open_db,
         run_checkpoints,
         run_conflicts,
         run_evaluations,
@@ -203,23 +206,6 @@ def show_command(
         from ccpo_cli.publishing.status import outbox_table
 
         stdout_console().print(outbox_table(document["publication_outbox"]))
-
-
-def _show_metrics(
-    ctx: typer.Context, run: str, keys: list[str], chosen: OutputFormat, table: str | None
-) -> None:
-    from ccpo_cli.report.run_tables import metric_series_tables
-    from ccpo_cli.store import open_db
-    from ccpo_cli.store.metrics import metric_series
-
-    db = open_db(settings(ctx).db, must_exist=True)
-    document = {
-        "run": run,
-        "series": [
-            {"metric": key, "points": metric_series(db, run, key)} for key in dict.fromkeys(keys)
-        ],
-    }
-    emit(chosen, document, lambda: metric_series_tables(document), table=table)
 
 
 @runs_app.command("diff")

@@ -57,7 +57,7 @@ from ccpo_cli.store.facts import (
     unexpanded_variables,
 )
 from ccpo_cli.store.identity import ExternalArm
-from ccpo_cli.store.metrics import MetricCounts, record_metrics, scalar_values, source_id
+from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -84,7 +84,6 @@ from ccpo_cli.store.records import (
     latest_standing_evaluation,
     mark_new_run_reference,
     record_evaluation_outcome,
-    run_id,
     update_run_state,
 )
 from ccpo_cli.vocabulary import AUTO, CONSOLE
@@ -456,22 +455,14 @@ def ingest_file(
             backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
-        metric_run = run_id(db, run)
-        metric_source = source_id(db, metric_run, source)
+        scalars = MetricWriter(db, run, source)
+        report.metrics = scalars.counts
         for event in _events(path, fmt, stats, report, strict, metric, source_run, rename):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
                 continue
             if not event.summary:  # a summary's values were measured at steps it does not keep
-                record_metrics(
-                    db,
-                    metric_run,
-                    event.step,
-                    scalar_values(event.metrics),
-                    source_line=event.line,
-                    counts=report.metrics,
-                    source=metric_source,
-                )
+                scalars.write(event.step, scalar_values(event.metrics), event.line)
             if not event.summary:
                 report.first_step = (
                     event.step if report.first_step is None else min(report.first_step, event.step)

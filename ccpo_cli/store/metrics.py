@@ -84,6 +84,47 @@ def source_id(db: sqlite_utils.Database, run: int, source_file: str | None) -> i
     )
 
 
+class MetricWriter:
+    """Records the scalars of one run from one source file, step by step (`write`), inside the
+    caller's transaction; the names' ids are looked up once each."""
+
+    def __init__(self, db: sqlite_utils.Database, run: str | int, source_file: str | None):
+        self.db = db
+        self.run = run if isinstance(run, int) else run_id(db, run)
+        self.source = source_id(db, self.run, source_file)
+        self.counts = MetricCounts()
+        self._names: dict[str, int] = {}
+
+    def _name_id(self, name: str) -> int:
+        known = self._names.get(name)
+        if known is None:
+            self.db.execute("INSERT OR IGNORE INTO metric_names (name) VALUES (?)", [name])
+            known = self.db.execute(
+                "SELECT id FROM metric_names WHERE name = ?", [name]
+            ).fetchone()[0]
+            self._names[name] = known
+        return known
+
+    def write(self, step: int, values: Iterable[tuple[str, float]], line: int | None) -> None:
+        """One step's scalars (from `scalar_values`); a value the run already has for that name
+        and step is a duplicate and adds nothing."""
+        rows = [
+            (self.run, self._name_id(name), step, _stored(value), self.source, line)
+            for name, value in values
+        ]
+        if not rows:
+            return
+        before = self.db.conn.total_changes
+        self.db.conn.executemany(
+            "INSERT OR IGNORE INTO metrics (run_id, name_id, step, value, source_id, source_line) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        new = self.db.conn.total_changes - before
+        self.counts.new += new
+        self.counts.duplicates += len(rows) - new
+
+
 def record_metrics(
     db: sqlite_utils.Database,
     run: str | int,
@@ -92,27 +133,11 @@ def record_metrics(
     *,
     source_file: str | None = None,
     source_line: int | None = None,
-    counts: MetricCounts | None = None,
-    source: int | None = None,
 ) -> MetricCounts:
-    """Record one step's scalars (from `scalar_values`) for the run; a value the run already
-    has for that name and step is a duplicate and adds nothing. `source` is a `source_id`
-    already looked up (a caller recording many steps of one file)."""
-    counts = counts if counts is not None else MetricCounts()
-    identifier = run if isinstance(run, int) else run_id(db, run)
-    if source is None:
-        source = source_id(db, identifier, source_file)
-    for name, value in values:
-        cursor = db.execute(
-            "INSERT OR IGNORE INTO metrics (run_id, name, step, value, source_id, source_line) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
-            [identifier, name, step, _stored(value), source, source_line],
-        )
-        if cursor.rowcount:
-            counts.new += 1
-        else:
-            counts.duplicates += 1
-    return counts
+    """Record one step's scalars (from `scalar_values`) for the run: `MetricWriter` for one."""
+    writer = MetricWriter(db, run, source_file)
+    writer.write(step, values, source_line)
+    return writer.counts
 
 
 def _value(stored: float | None) -> float:
@@ -125,7 +150,9 @@ def metric_names(db: sqlite_utils.Database, run: str | int) -> list[str]:
     return [
         row["name"]
         for row in db.query(
-            "SELECT DISTINCT name FROM metrics WHERE run_id = ? ORDER BY name", [identifier]
+            "SELECT name FROM metric_names WHERE id IN "
+            "(SELECT DISTINCT name_id FROM metrics WHERE run_id = ?) ORDER BY name",
+            [identifier],
         )
     ]
 
@@ -139,7 +166,8 @@ def metric_series(db: sqlite_utils.Database, run: str | int, name: str) -> list[
     for row in db.query(
         "SELECT m.step, m.value, m.source_line, s.source_file FROM metrics AS m "
         "LEFT JOIN metric_sources AS s ON s.id = m.source_id "
-        "WHERE m.run_id = ? AND m.name = ? ORDER BY m.step, m.id",
+        "WHERE m.run_id = ? AND m.name_id = (SELECT id FROM metric_names WHERE name = ?) "
+        "ORDER BY m.step, m.id",
         [identifier, name],
     ):
         point = points.get(row["step"])
@@ -166,12 +194,27 @@ def metric_series(db: sqlite_utils.Database, run: str | int, name: str) -> list[
     return list(points.values())
 
 
+def metric_series_document(
+    db: sqlite_utils.Database, run: str, names: Iterable[str]
+) -> dict[str, Any]:
+    """`ccpo runs show RUN --metric KEY...`: the run and one series per name (`metric_series`)."""
+    return {
+        "run": run,
+        "series": [
+            {"metric": name, "points": metric_series(db, run, name)}
+            for name in dict.fromkeys(names)
+        ],
+    }
+
+
 def run_metric_steps(db: sqlite_utils.Database, run: str | int) -> dict[int, dict[str, float]]:
     """{step: {name: value}} of every scalar of the run, the first value recorded of each."""
     identifier = run_id(db, run)
     steps: dict[int, dict[str, float]] = {}
     for row in db.query(
-        "SELECT step, name, value FROM metrics WHERE run_id = ? ORDER BY step, id", [identifier]
+        "SELECT m.step, n.name, m.value FROM metrics AS m JOIN metric_names AS n ON n.id = m.name_id "
+        "WHERE m.run_id = ? ORDER BY m.step, m.id",
+        [identifier],
     ):
         steps.setdefault(row["step"], {}).setdefault(row["name"], _value(row["value"]))
     return steps
@@ -208,7 +251,8 @@ def export_rows(
     while True:
         batch = list(
             db.query(
-                "SELECT m.id, m.name, m.step, m.value, m.source_line, s.source_file FROM metrics AS m "
+                "SELECT m.id, n.name, m.step, m.value, m.source_line, s.source_file FROM metrics AS m "
+                "JOIN metric_names AS n ON n.id = m.name_id "
                 "LEFT JOIN metric_sources AS s ON s.id = m.source_id "
                 "WHERE m.run_id = ? AND m.id > ? ORDER BY m.id LIMIT ?",
                 [run["id"], last_id, chunk_rows],
@@ -245,11 +289,13 @@ def merge_row(
 __all__ = [
     "SYNC_TABLE",
     "MetricCounts",
+    "MetricWriter",
     "export_rows",
     "item_parts",
     "merge_row",
     "metric_names",
     "metric_series",
+    "metric_series_document",
     "record_metrics",
     "run_metric_steps",
     "scalar_values",
