@@ -650,6 +650,18 @@ CHECKS: dict[str, list[Check]] = {
             ("ccpo_cli/store/readers/metric_names.py",),
         ),
     ],
+    "Logged scalars": [
+        Check(
+            "the metrics table written",
+            table_writes("metrics|metric_sources"),
+            ("ccpo_cli/store/metrics.py",),
+        ),
+        Check(
+            "which numbers of a record are scalars, and how one is recorded",
+            defines("scalar_values", "record_metrics", "metric_series"),
+            ("ccpo_cli/store/metrics.py",),
+        ),
+    ],
     "Best evaluation": [
         Check(
             "the best evaluation chosen", defines("best_evaluation"), ("ccpo_cli/store/queries.py",)

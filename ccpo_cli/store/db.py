@@ -505,6 +505,61 @@ def m010_completed_evaluations(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m011_metrics(db: sqlite_utils.Database) -> None:
+    # Every scalar a run logged, at every step (store/metrics.py, docs/runs-db.md "Logged
+    # scalars"): one row per (run, name, step, value), in long format, append-only like the
+    # evaluations. A value already recorded for that run, name and step is a duplicate whatever
+    # file it came from (IFNULL: SQLite stores a logged NaN as NULL, and NULLs never collide in
+    # an index); another value is kept beside it, and the first recorded stands in
+    # `metric_steps`. Names and files are stored once (metric_names, metric_sources) so that a
+    # row is a few integers and its value: a 150-step verl log holds ~10,000 of them.
+    db.executescript(
+        """
+        CREATE TABLE metric_names (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE metric_sources (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            source_file TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (run_id, source_file)
+        );
+        CREATE TABLE metrics (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            name_id INTEGER NOT NULL REFERENCES metric_names(id),
+            step INTEGER NOT NULL,
+            value REAL,
+            source_id INTEGER REFERENCES metric_sources(id) ON DELETE CASCADE,
+            source_line INTEGER
+        );
+        CREATE UNIQUE INDEX metrics_value ON metrics (run_id, name_id, step, IFNULL(value, 'NaN'));
+        CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics
+        BEGIN SELECT RAISE(ABORT, 'metrics are append-only'); END;
+        CREATE TRIGGER metric_names_append_only BEFORE UPDATE ON metric_names
+        BEGIN SELECT RAISE(ABORT, 'metric names are append-only'); END;
+        CREATE TRIGGER metric_sources_append_only BEFORE UPDATE ON metric_sources
+        BEGIN SELECT RAISE(ABORT, 'metric sources are append-only'); END;
+
+        CREATE VIEW run_metrics AS
+        SELECT runs.name AS run, m.run_id, m.step, n.name, m.value, s.source_file, m.source_line, m.id
+        FROM metrics AS m JOIN runs ON runs.id = m.run_id JOIN metric_names AS n ON n.id = m.name_id
+        LEFT JOIN metric_sources AS s ON s.id = m.source_id;
+
+        CREATE VIEW metric_steps AS
+        SELECT runs.name AS run, first.run_id, first.step,
+               json_group_object(n.name, first.value) AS metrics
+        FROM (SELECT run_id, name_id, step, value FROM metrics
+              WHERE id IN (SELECT MIN(id) FROM metrics GROUP BY run_id, name_id, step)) AS first
+        JOIN runs ON runs.id = first.run_id JOIN metric_names AS n ON n.id = first.name_id
+        GROUP BY first.run_id, first.step;
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)
