@@ -391,9 +391,11 @@ def compare_runs(
     ]
     labels = unit_labels(entry.identity for entry in trained)
     unit_of = {entry.run: labels[entry.identity.unit] for entry in trained}
+    # Grouped by the unit identity, the one the cards select by (cards/selection.py); the label
+    # only names it.
     grouped: dict[str, list[RunEntry]] = defaultdict(list)
     for entry in trained:
-        grouped[unit_of[entry.run]].append(entry)
+        grouped[labels[entry.identity.unit]].append(entry)
     hashes = _content_hashes(db, [entry.run_id for entry in trained], split)
     arms = [
         arm_summary(label, members, hashes, bootstrap_reps, bootstrap_seed)
