@@ -43,7 +43,6 @@ from ccpo_cli.cards.guards import (
     STATUSES,
     card_license,
     check_headline,
-    check_status,
 )
 from ccpo_cli.cards.lint import FROM_SCRATCH_TAG, TOO_FEW_TAG
 from ccpo_cli.cards.method import (
@@ -74,6 +73,7 @@ from ccpo_cli.papers import code_url, load_papers, software_bibtex
 from ccpo_cli.report.arm_summary import MIN_SEEDS_RESOLVED
 from ccpo_cli.report.comparison import Comparison, RunEntry
 from ccpo_cli.report.isolation import shown_differences
+from ccpo_cli.report.readiness import card_status
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 from ccpo_cli.vocabulary import INTERIM
@@ -152,7 +152,7 @@ def _gather(
     this = _entry_for(comparison, name)
     total_steps = max(this.total_steps_recorded) if this.total_steps_recorded else None
     last_step = this.last_step if this.last_step is not None else run_row.get("last_step")
-    check_status(name, status, this)
+    status = card_status(name, this, status).status
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this.window
