@@ -5,6 +5,10 @@ The template (templates/ccpo_model_card.md) only puts claims into words: it deci
 a claim absent from the list never appears. `card_claims` is the public entry point (the claims
 oracle in the tests recomputes each from the rows alone); `ccpo card` writes them to
 results/ccpo_summary.json under "claims". docs/architecture.md ("Card claims") names the kinds.
+
+One concern, kept in one file past 400 lines: the card's claims, each kind's type beside the one
+function that makes it, so that the concept test holds every kind to this one place and a kind
+is never decided again elsewhere.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from ccpo_cli.report.compare import pair_resolved
 from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.readiness import card_status
 from ccpo_cli.stats import DEFAULT_CONFIDENCE
-from ccpo_cli.store.identity import RunIdentity, unit_differences
+from ccpo_cli.store.identity import RunIdentity
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -459,35 +463,38 @@ def left_out_claim(
     """Group the left-out runs by what sets their setting apart from the card's run (its own
     setting's runs by the isolation check's first differences); arms named, never fingerprints."""
     groups: dict[str, list[str]] = defaultdict(list)
+    this = identity.unit_values()
     for name in excluded:
-        other = identities[name]
+        theirs = identities[name].unit_values()
         differs = [
-            text
-            for text in unit_differences(other, identity)
-            if text.split(":")[0] in _SETTING_PARTS
+            f"{field} {_shown(theirs[field])} (this run: {_shown(this[field])})"
+            for field in _SETTING_PARTS
+            if theirs[field] != this[field]
         ]
-        if differs:
-            key = "; ".join(differs)
-        else:
-            key = f"isolation check failed: {shown_differences(excluded[name])}"
+        key = (
+            "; ".join(differs)
+            if differs
+            else f"isolation check failed: {shown_differences(excluded[name])}"
+        )
         groups[key].append(name)
     return LeftOutClaim(
         [
             {
                 "differ_in": key,
                 "runs": len(names),
-                "arms": sorted(
-                    {
-                        identities[name].arm.label
-                        if identities[name].arm is not None
-                        else "arm not recorded"
-                        for name in names
-                    }
-                ),
+                "arms": sorted({_arm_name(identities[name]) for name in names}),
             }
             for key, names in groups.items()
         ]
     )
+
+
+def _shown(value: Any) -> str:
+    return "not recorded" if value is None else str(value)
+
+
+def _arm_name(identity: RunIdentity) -> str:
+    return "arm not recorded" if identity.arm is None else identity.arm.label
 
 
 @dataclass(frozen=True)

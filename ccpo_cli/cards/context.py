@@ -95,7 +95,7 @@ class CardContext:
 class _Facts:
     """What the context is assembled from (one place, so the three outputs agree)."""
 
-    status_claim: StatusClaim
+    decided_status: StatusClaim
     identity: RunIdentity
     identities: dict[str, RunIdentity]
     run_row: dict
@@ -158,7 +158,7 @@ def _gather(
     best_step = this.best["step"] if this.best else None
     wanted = best_step if status == INTERIM and this.run_state != "stopped-early" else last_step
     return _Facts(
-        status_claim=status_decided,
+        decided_status=status_decided,
         identity=identity,
         identities=identities,
         run_row=run_row,
@@ -630,7 +630,7 @@ def build_card_context(
     )
     labels = {label: arm.label for label, arm in facts.resolved.items()}
     claims = claims_of(
-        facts.status_claim,
+        facts.decided_status,
         facts.this,
         facts.identity,
         facts.identities,
