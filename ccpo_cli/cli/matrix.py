@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -53,6 +54,78 @@ def warm_start_lines(effect: dict | None) -> list[str]:
             + f", balanced difference {pair['balanced_difference']:+.1f}"
         )
     return lines
+
+
+def _arm_pairs(arms: str) -> list[tuple[str, str]]:
+    names = [arm.strip() for arm in arms.split(",") if arm.strip()]
+    return [(a, b) for index, a in enumerate(names) for b in names[index + 1 :]]
+
+
+def _required(value: float | None, option: str) -> float:
+    from ccpo_cli.errors import UsageError
+
+    if value is None:
+        raise UsageError(f"--plan needs {option}")
+    return value
+
+
+def _measured(testbed, key: str) -> float:
+    from ccpo_cli.errors import UsageError
+
+    if not testbed.measured:
+        raise UsageError(
+            f"design {testbed.name!r} has no measured sd and cost: give --sd and --cost-from DIR"
+        )
+    return float(testbed.measured[key])
+
+
+def _matrix_cost(testbed, cost_from: Path | None):
+    from ccpo_cli.experiments.budget import MatrixCost
+    from ccpo_cli.experiments.records import measured_cost
+
+    if cost_from is not None:
+        return measured_cost(cost_from)
+    return MatrixCost(
+        _measured(testbed, "warmup_cpu_minutes"),
+        _measured(testbed, "fork_cpu_minutes"),
+        str(testbed.measured.get("source", "the design's measured cost")),
+    )
+
+
+def _evaluation_noise(ctx, result, comparison, testbed, prefix, arms, count, seeds) -> dict:
+    """Re-evaluate `count` compared checkpoints and report the evaluation-noise share."""
+    from ccpo_cli.errors import UsageError
+    from ccpo_cli.experiments.eval_noise import measure
+    from ccpo_cli.experiments.matrix import parse_arm_list, run_name
+    from ccpo_cli.store import open_db
+
+    if count < 1 or seeds < 2:
+        raise UsageError("--eval-noise needs N >= 1 and --eval-noise-seeds >= 2")
+    first, second = parse_arm_list(arms)[:2]
+    means = {entry.run: entry.window["mean"] for entry in comparison.runs if entry.window.get("n")}
+    pairs = [
+        (run_name(prefix, first, seed), run_name(prefix, second, seed))
+        for seed in result.seeds_compared
+        if run_name(prefix, first, seed) in means and run_name(prefix, second, seed) in means
+    ]
+    noise = measure(
+        open_db(settings(ctx).db),
+        pairs,
+        [means[a] - means[b] for a, b in pairs],
+        testbed.steps,
+        count,
+        list(range(1, seeds + 1)),
+        len(testbed.compared_evaluations),
+    )
+    low, high = noise["share_ci"]
+    info(
+        ctx,
+        f"[matrix] evaluation noise: sd {noise['evaluation_sd']:.2f} points per evaluation "
+        f"({noise['checkpoints']} checkpoints x {seeds} seeds); {noise['share']:.0%} of the "
+        f"paired variance of {first} - {second} (sd {noise['paired_sd']:.2f}, {noise['pairs']} "
+        f"pairs), 95 % CI {low:.0%}-{high:.0%}; training noise the rest",
+    )
+    return noise
 
 
 @handle_errors
@@ -195,6 +268,65 @@ def matrix(
             help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.",
         ),
     ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            "--results",
+            metavar="DIR",
+            help="Record each complete seed block in DIR (results/PREREGISTRATION/, one small JSON per block, to commit) and skip the blocks DIR already records: a matrix stopped part-way resumes from DIR on any machine, and scripts/testbed_results.py re-analyses it without retraining.",
+        ),
+    ] = None,
+    plan_only: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the pairs a comparison needs for --power at --effect and --sd with α = --alpha, their CPU-minutes in the design and the wall time on --cores; train nothing.",
+        ),
+    ] = False,
+    effect: Annotated[
+        float | None,
+        typer.Option("--effect", help="With --plan: the difference to detect, in points."),
+    ] = None,
+    sd: Annotated[
+        float | None,
+        typer.Option(
+            "--sd",
+            help="With --plan: the sd of the paired differences, in points (default: the design's measured one).",
+        ),
+    ] = None,
+    alpha: Annotated[
+        float, typer.Option("--alpha", help="With --plan: the two-sided test's level.")
+    ] = 0.01,
+    power: Annotated[float, typer.Option("--power", help="With --plan: the power wanted.")] = 0.8,
+    cores: Annotated[
+        int | None,
+        typer.Option(
+            "--cores",
+            help="With --plan: the cores the matrix has, here or on the Ray cluster (default: this machine's).",
+        ),
+    ] = None,
+    cost_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--cost-from",
+            metavar="DIR",
+            help="With --plan: the warm-up and fork CPU-minutes measured by the records in DIR (default: the design's measured ones).",
+        ),
+    ] = None,
+    eval_noise: Annotated[
+        int,
+        typer.Option(
+            "--eval-noise",
+            metavar="N",
+            help="After the matrix, re-evaluate N compared checkpoints (the first two arms', seed by seed, at the last step) under --eval-noise-seeds other evaluation seeds, and report the evaluation-noise share of the paired variance with its 95 % CI; 0: off.",
+        ),
+    ] = 0,
+    eval_noise_seeds: Annotated[
+        int,
+        typer.Option(
+            "--eval-noise-seeds", help="Evaluation seeds per re-evaluated checkpoint (1..K)."
+        ),
+    ] = 3,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
@@ -246,6 +378,26 @@ def matrix(
         cpu_minutes=cpu_minutes,
         workers=workers,
     )
+    if plan_only:
+        from ccpo_cli.backends.local.config import default_workers
+        from ccpo_cli.experiments.budget import budget_plan, plan_lines
+
+        estimate = budget_plan(
+            design=testbed.name,
+            arms=[arm.strip() for arm in arms.split(",")],
+            comparisons=_arm_pairs(arms),
+            effect=_required(effect, "--effect"),
+            sd_source="given" if sd is not None else "the design's measured sd",
+            sd=sd if sd is not None else _measured(testbed, "paired_sd"),
+            cost=_matrix_cost(testbed, cost_from),
+            alpha=alpha,
+            power=power,
+            cores=cores or (os.cpu_count() or 1),
+            workers=workers or default_workers(),
+            ray=ray_address is not None,
+        )
+        emit(chosen, estimate, lambda: plan_lines(estimate), table=table)
+        return
     if dry_run:
         from ccpo_cli.cli.common import emit_json
 
@@ -257,6 +409,7 @@ def matrix(
         design,
         ray_address=ray_address,
         progress=lambda line: info(ctx, f"[matrix] {line}"),
+        results_dir=results,
     )
     cpu = f", {sum(result.block_cpu_seconds) / 60:.1f} CPU-min" if result.block_cpu_seconds else ""
     info(
@@ -264,6 +417,12 @@ def matrix(
         f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
         f"in {result.elapsed_s / 60:.1f} min{cpu}",
     )
+    if result.seeds_from_records:
+        info(
+            ctx,
+            f"[matrix] seeds {result.seeds_from_records} recorded in {results}: not retrained; "
+            f"python scripts/testbed_results.py {results} analyses every recorded block",
+        )
     for line in warm_start_lines(result.warm_start_effect):
         info(ctx, f"[matrix] {line}")
     if plot is not None and result.comparison is not None:
@@ -286,8 +445,13 @@ def matrix(
         "run_cpu_seconds": result.run_cpu_seconds,
         "warm_start_arms": {str(seed): arm for seed, arm in result.warm_start_arms.items()},
         "warm_start_effect": result.warm_start_effect,
+        "seeds_from_records": result.seeds_from_records,
     }
     comparison = result.comparison
+    if eval_noise and comparison is not None:
+        summary["evaluation_noise"] = _evaluation_noise(
+            ctx, result, comparison, testbed, prefix, arms, eval_noise, eval_noise_seeds
+        )
     if chosen.value == "json" or comparison is not None:
         emit(
             chosen,
