@@ -4,7 +4,10 @@ never retrained, even with the runs database gone; on the real engine with the t
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import pytest
 from test_experiments_matrix import design, game_dirs  # noqa: F401  (the module's fixture)
@@ -16,11 +19,24 @@ from ccpo_cli.experiments.records import load_records, read_records
 from ccpo_cli.experiments.testbed import differences
 
 
+def _script(name: str):
+    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def machine(tmp_path, name: str):
     """A runs database in a folder of its own: another machine, its run folders beside it."""
     folder = tmp_path / name
     folder.mkdir()
     return folder / "runs.db"
+
+
+def machine_db(tmp_path, name: str):
+    return tmp_path / name / "runs.db"
 
 
 @pytest.fixture
@@ -99,6 +115,28 @@ def test_a_killed_block_resumes_from_the_records_without_redoing_finished_pairs(
             entries["gigpo"]["evaluations"]["2"]["success"]
             - entries["grpo"]["evaluations"]["2"]["success"]
         )
+
+    # The analysis script reads the records alone: the same differences, the pairs against the
+    # budget, and the CPU the blocks took.
+    results_script = _script("testbed_results")
+    report = results_script.analyse(
+        results_script.parse_args(
+            [str(results), "--prefix", "r", "--pair", "gigpo,grpo", "--budget-pairs", "5"]
+        )
+    )
+    (row,) = report["rows"]
+    assert row["pairs_done"] == 3 and row["budget_pairs"] == 5
+    assert row["per_seed"] == {str(seed): round(value, 2) for seed, value in found.items()}
+    assert row["cpu_minutes"] == pytest.approx(
+        sum(record["cpu_s"] for record in read_records(results)) / 60
+    )
+    # Exporting the first machine's database again writes seed 0's record byte for byte.
+    before = (results / "r-seed0.json").read_bytes()
+    results_script.main(
+        [str(results), "--export", str(machine_db(tmp_path, "one")), "--prefix", "r"]
+        + ["--arms", "grpo,gigpo", "--seeds", "0-2"]
+    )
+    assert (results / "r-seed0.json").read_bytes() == before
 
 
 def test_records_of_another_protocol_are_refused(game_dirs, tmp_path):  # noqa: F811
