@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
@@ -54,78 +53,6 @@ def warm_start_lines(effect: dict | None) -> list[str]:
             + f", balanced difference {pair['balanced_difference']:+.1f}"
         )
     return lines
-
-
-def _arm_pairs(arms: str) -> list[tuple[str, str]]:
-    names = [arm.strip() for arm in arms.split(",") if arm.strip()]
-    return [(a, b) for index, a in enumerate(names) for b in names[index + 1 :]]
-
-
-def _required(value: float | None, option: str) -> float:
-    from ccpo_cli.errors import UsageError
-
-    if value is None:
-        raise UsageError(f"--plan needs {option}")
-    return value
-
-
-def _measured(testbed, key: str) -> float:
-    from ccpo_cli.errors import UsageError
-
-    if not testbed.measured:
-        raise UsageError(
-            f"design {testbed.name!r} has no measured sd and cost: give --sd and --cost-from DIR"
-        )
-    return float(testbed.measured[key])
-
-
-def _matrix_cost(testbed, cost_from: Path | None):
-    from ccpo_cli.experiments.budget import MatrixCost
-    from ccpo_cli.experiments.records import measured_cost
-
-    if cost_from is not None:
-        return measured_cost(cost_from)
-    return MatrixCost(
-        _measured(testbed, "warmup_cpu_minutes"),
-        _measured(testbed, "fork_cpu_minutes"),
-        str(testbed.measured.get("source", "the design's measured cost")),
-    )
-
-
-def _evaluation_noise(ctx, result, comparison, testbed, prefix, arms, count, seeds) -> dict:
-    """Re-evaluate `count` compared checkpoints and report the evaluation-noise share."""
-    from ccpo_cli.errors import UsageError
-    from ccpo_cli.experiments.eval_noise import measure
-    from ccpo_cli.experiments.matrix import parse_arm_list, run_name
-    from ccpo_cli.store import open_db
-
-    if count < 1 or seeds < 2:
-        raise UsageError("--eval-noise needs N >= 1 and --eval-noise-seeds >= 2")
-    first, second = parse_arm_list(arms)[:2]
-    means = {entry.run: entry.window["mean"] for entry in comparison.runs if entry.window.get("n")}
-    pairs = [
-        (run_name(prefix, first, seed), run_name(prefix, second, seed))
-        for seed in result.seeds_compared
-        if run_name(prefix, first, seed) in means and run_name(prefix, second, seed) in means
-    ]
-    noise = measure(
-        open_db(settings(ctx).db),
-        pairs,
-        [means[a] - means[b] for a, b in pairs],
-        testbed.steps,
-        count,
-        list(range(1, seeds + 1)),
-        len(testbed.compared_evaluations),
-    )
-    low, high = noise["share_ci"]
-    info(
-        ctx,
-        f"[matrix] evaluation noise: sd {noise['evaluation_sd']:.2f} points per evaluation "
-        f"({noise['checkpoints']} checkpoints x {seeds} seeds); {noise['share']:.0%} of the "
-        f"paired variance of {first} - {second} (sd {noise['paired_sd']:.2f}, {noise['pairs']} "
-        f"pairs), 95 % CI {low:.0%}-{high:.0%}; training noise the rest",
-    )
-    return noise
 
 
 @handle_errors
@@ -379,21 +306,18 @@ def matrix(
         workers=workers,
     )
     if plan_only:
-        from ccpo_cli.backends.local.config import default_workers
-        from ccpo_cli.experiments.budget import budget_plan, plan_lines
+        from ccpo_cli.experiments.budget import plan_lines, plan_matrix
 
-        estimate = budget_plan(
-            design=testbed.name,
-            arms=[arm.strip() for arm in arms.split(",")],
-            comparisons=_arm_pairs(arms),
-            effect=_required(effect, "--effect"),
-            sd_source="given" if sd is not None else "the design's measured sd",
-            sd=sd if sd is not None else _measured(testbed, "paired_sd"),
-            cost=_matrix_cost(testbed, cost_from),
+        estimate = plan_matrix(
+            testbed,
+            parse_arm_list(arms),
+            effect=effect,
+            sd=sd,
+            cost_from=cost_from,
             alpha=alpha,
             power=power,
-            cores=cores or (os.cpu_count() or 1),
-            workers=workers or default_workers(),
+            cores=cores,
+            workers=workers,
             ray=ray_address is not None,
         )
         emit(chosen, estimate, lambda: plan_lines(estimate), table=table)
@@ -449,9 +373,22 @@ def matrix(
     }
     comparison = result.comparison
     if eval_noise and comparison is not None:
-        summary["evaluation_noise"] = _evaluation_noise(
-            ctx, result, comparison, testbed, prefix, arms, eval_noise, eval_noise_seeds
+        from ccpo_cli.experiments.eval_noise import measure_matrix, noise_line
+        from ccpo_cli.store import open_db
+
+        noise = measure_matrix(
+            open_db(settings(ctx).db),
+            {entry.run: entry.window["mean"] for entry in comparison.runs if entry.window.get("n")},
+            prefix,
+            parse_arm_list(arms),
+            result.seeds_compared,
+            testbed.steps,
+            eval_noise,
+            eval_noise_seeds,
+            len(testbed.compared_evaluations),
         )
+        summary["evaluation_noise"] = noise
+        info(ctx, f"[matrix] {noise_line(noise)}")
     if chosen.value == "json" or comparison is not None:
         emit(
             chosen,

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from ccpo_cli.experiments.designs import Design
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,58 @@ def plan_lines(plan: dict[str, Any]) -> list[str]:
         f" ({plan['blocks_side_by_side']} block(s) side by side, {plan['workers']} worker(s) per run;"
         " the cores free for the matrix)",
     ]
+
+
+def matrix_cost(testbed: Design, cost_from: str | Path | None) -> MatrixCost:
+    """The warm-up and fork CPU-minutes: measured by the records in `cost_from`, or the design's."""
+    if cost_from is not None:
+        from ccpo_cli.experiments.records import measured_cost
+
+        return measured_cost(cost_from)
+    measured = design_measured(testbed)
+    return MatrixCost(
+        float(measured["warmup_cpu_minutes"]),
+        float(measured["fork_cpu_minutes"]),
+        str(measured.get("source", "the design's measured cost")),
+    )
+
+
+def design_measured(testbed: Design) -> dict[str, Any]:
+    if not testbed.measured:
+        raise UsageError(
+            f"design {testbed.name!r} has no measured sd and cost: give --sd and --cost-from DIR"
+        )
+    return testbed.measured
+
+
+def plan_matrix(
+    testbed: Design,
+    arms: list[str],
+    *,
+    effect: float | None,
+    sd: float | None,
+    cost_from: str | Path | None,
+    cores: int | None,
+    workers: int | None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """`ccpo matrix --plan`: every pair of `arms` compared, the sd given or the design's; cores
+    and workers default to this machine's and the trainer's."""
+    import os
+
+    from ccpo_cli.backends.local.config import default_workers
+
+    if effect is None:
+        raise UsageError("--plan needs --effect")
+    return budget_plan(
+        design=testbed.name,
+        arms=arms,
+        comparisons=[(a, b) for index, a in enumerate(arms) for b in arms[index + 1 :]],
+        effect=effect,
+        sd=sd if sd is not None else float(design_measured(testbed)["paired_sd"]),
+        sd_source="given" if sd is not None else "the design's measured sd",
+        cost=matrix_cost(testbed, cost_from),
+        cores=cores or (os.cpu_count() or 1),
+        workers=workers or default_workers(),
+        **settings,
+    )

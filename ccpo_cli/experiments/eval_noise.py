@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def checkpoint_of(db, run_name: str, step: int) -> Checkpoint:
         train.get("eval_games_dir"),
         str(train.get("room") or "small"),
         int(train.get("eval_max_steps") or 50),
-        float(train.get("eval_temperature") or 0.4),
+        float(train.get("eval_temperature") or EVAL_TEMPERATURE),
     )
 
 
@@ -173,3 +174,54 @@ def measure(
         "eval_seeds": list(eval_seeds),
         "per_checkpoint": evaluations,
     }
+
+
+def measure_matrix(
+    db,
+    run_means: Mapping[str, float],
+    prefix: str,
+    arms: Sequence[str],
+    seeds: Sequence[int],
+    step: int,
+    count: int,
+    eval_seeds: int,
+    window_evaluations: int,
+) -> dict[str, Any]:
+    """`ccpo matrix --eval-noise`: the first two arms' compared runs seed by seed (their window
+    means `run_means` by run name) re-evaluated `count` checkpoints deep under seeds 1..K."""
+    from ccpo_cli.errors import UsageError
+    from ccpo_cli.experiments.blocks import run_name
+
+    if count < 1 or eval_seeds < 2:
+        raise UsageError("--eval-noise needs N >= 1 and --eval-noise-seeds >= 2")
+    first, second = arms[0], arms[1]
+    pairs = [
+        (run_name(prefix, first, seed), run_name(prefix, second, seed))
+        for seed in seeds
+        if run_name(prefix, first, seed) in run_means
+        and run_name(prefix, second, seed) in run_means
+    ]
+    return {
+        "arms": [first, second],
+        **measure(
+            db,
+            pairs,
+            [run_means[a] - run_means[b] for a, b in pairs],
+            step,
+            count,
+            list(range(1, eval_seeds + 1)),
+            window_evaluations,
+        ),
+    }
+
+
+def noise_line(noise: dict[str, Any]) -> str:
+    low, high = noise["share_ci"]
+    first, second = noise["arms"]
+    return (
+        f"evaluation noise: sd {noise['evaluation_sd']:.2f} points per evaluation "
+        f"({noise['checkpoints']} checkpoints x {len(noise['eval_seeds'])} seeds); "
+        f"{noise['share']:.0%} of the paired variance of {first} - {second} (sd "
+        f"{noise['paired_sd']:.2f}, {noise['pairs']} pairs), 95 % CI {low:.0%}-{high:.0%}; "
+        "training noise the rest"
+    )
