@@ -567,6 +567,28 @@ CHECKS: dict[str, list[Check]] = {
             ("ccpo_cli/experiments/blocks.py",),
         ),
     ],
+    "A matrix's records and its cost before it starts": [
+        Check(
+            "a matrix's records",
+            defines("block_record", "load_records", "recorded_seeds", "write_record"),
+            ("ccpo_cli/experiments/records.py",),
+        ),
+        Check(
+            "the cost of a matrix before it starts",
+            defines("budget_plan", "MatrixCost"),
+            ("ccpo_cli/experiments/budget.py",),
+        ),
+        Check(
+            "the evaluation-noise share",
+            defines("noise_share", "reevaluate"),
+            ("ccpo_cli/experiments/eval_noise.py",),
+        ),
+        Check(
+            "the chi-squared and F quantiles",
+            defines("chi2_ppf", "f_ppf"),
+            ("ccpo_cli/distributions.py",),
+        ),
+    ],
     "The testbed's controls and cost": [
         Check(
             "the step-information control and the oracle ceiling",
