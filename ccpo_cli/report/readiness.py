@@ -18,6 +18,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.window import MIN_HEADLINE_EVALUATIONS
+from ccpo_cli.vocabulary import FINAL, INTERIM
 
 if TYPE_CHECKING:
     from ccpo_cli.report.comparison import RunEntry
@@ -59,7 +60,7 @@ def card_readiness(
     if status == AUTO:
         state = "unknown" if entry is None else entry.run_state
         resolved = CardReadiness(
-            "final" if state == "finished" else "interim",
+            FINAL if state == "finished" else INTERIM,
             f"--status auto: the run is {state} (step {None if entry is None else entry.last_step} of "
             f"{None if entry is None else entry.total_steps})",
         )

@@ -27,6 +27,13 @@ from ccpo_cli.report.trackers import (
     TensorBoardSink,
     TrackioSink,
 )
+from ccpo_cli.store.readers.metric_names import (
+    EPISODES_KEY,
+    MEAN_TURNS_KEY,
+    OVERALL_KEY,
+    SUCCESSES_KEY,
+    TRAIN_SUCCESS_KEY,
+)
 
 
 def _wall_time(recorded_at: str | None) -> float | None:
@@ -53,11 +60,11 @@ def run_scalars(
         for row in rows:
             train = row.get("train_success_rate")
             found = [
-                ("val/success_rate", row["success_rate"] / 100.0),
-                ("val/episodes", row.get("episodes")),
-                ("val/successes", row.get("successes")),
-                ("val/episode_length/mean", row.get("mean_turns")),
-                ("episode/success_rate", None if train is None else train / 100.0),
+                (OVERALL_KEY, row["success_rate"] / 100.0),
+                (EPISODES_KEY, row.get("episodes")),
+                (SUCCESSES_KEY, row.get("successes")),
+                (MEAN_TURNS_KEY, row.get("mean_turns")),
+                (TRAIN_SUCCESS_KEY, None if train is None else train / 100.0),
             ]
             found += [
                 (task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
