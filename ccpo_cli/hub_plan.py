@@ -190,7 +190,9 @@ def card_message(staged: StagedCard) -> str:
     context = staged.context
     summary = context.summary
     if context.status == INTERIM:
-        return f"ccpo: interim card for {context.run} (step {summary['last_step']} of {summary['total_steps']})"
+        total = summary["total_steps"]
+        of_total = f" of {total}" if total is not None else ", total steps not recorded"
+        return f"ccpo: interim card for {context.run} (step {summary['last_step']}{of_total})"
     return f"ccpo: final card for {context.run}"
 
 

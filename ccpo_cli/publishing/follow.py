@@ -210,9 +210,9 @@ def plan_follow(
     _queue_round(db, run, target, kind=kind, folder=folder, log=lambda message: None, keep=False)
     # The uploader's own choice, entry by entry (checkpoints first, superseded checkpoints and
     # coalesced cards left out), each taken out of the copy's queue as a real upload would.
-    from ccpo_cli.store.outbox import clear_waits, skip
+    from ccpo_cli.store.outbox import make_pending_ready, skip
 
-    clear_waits(db, run, target.repo_id)
+    make_pending_ready(db)
     planner = Uploader(db, Path(db_path), run, target, token="")
     order = []
     while (entry := planner.next_entry()) is not None:

@@ -26,10 +26,11 @@ import csv
 import io
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ccpo_cli.errors import UsageError
+from ccpo_cli.terminal_text import escape_control, escape_control_lines
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -70,7 +71,8 @@ def num(value: Any, digits: int = 1) -> Cell:
 
 
 def txt(value: Any, shown: str | None = None) -> Cell:
-    return Cell(dash_or_text(value) if shown is None else shown, value)
+    # What a person reads never carries a raw terminal control (a name pulled from a part can).
+    return Cell(escape_control(dash_or_text(value) if shown is None else shown), value)
 
 
 # How a column's cells are aligned; Markdown and LaTeX tell right from everything else.
@@ -110,9 +112,15 @@ class TableData:
     columns: list[Column]
     rows: list[list[Cell]] = field(default_factory=list)
     show_header: bool = True
+    whole: bool = False  # never in parts: text columns fold to fit (`runs diff`'s A beside B)
 
     def add(self, *cells: Cell | str) -> None:
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell, cell) for cell in cells])
+
+    def keeping(self, keep: list[int]) -> TableData:
+        """The table with only the columns at `keep`, in that order."""
+        rows = [[row[index] for index in keep] for row in self.rows]
+        return replace(self, columns=[self.columns[index] for index in keep], rows=rows)
 
 
 # ----------------------------------------------------------------------------- formats
@@ -270,7 +278,7 @@ def _column_groups(table: TableData, width: int) -> list[list[int]]:
     """The column indexes of each printed part: all in one when they fit at their least widths,
     else as many as fit after the first column, which every part repeats."""
     least = [_least_width(table, index) for index in range(len(table.columns))]
-    if _table_width(least) <= width or len(least) <= 1:
+    if table.whole or _table_width(least) <= width or len(least) <= 1:
         return [list(range(len(least)))]
     groups: list[list[int]] = []
     current = [0]
@@ -292,6 +300,12 @@ def _widths(table: TableData, indexes: list[int], width: int) -> dict[int, int]:
     least = {index: _least_width(table, index) for index in indexes}
     wrapping = [index for index in indexes if table.columns[index].kind == TEXT]
     widths = {index: natural[index] if index not in wrapping else least[index] for index in indexes}
+    if table.whole and wrapping and _table_width(list(widths.values())) > width:
+        # below their least widths: the text columns share what the others leave, equally
+        fixed = _table_width([widths[i] for i in indexes if i not in wrapping])
+        share = width - fixed - _BETWEEN * len(wrapping)
+        for index in wrapping:
+            widths[index] = min(natural[index], max(4, share // len(wrapping)))
     spare = width - _table_width(list(widths.values()))
     # Hand the room left over to the text columns, the one furthest from its natural width first.
     while spare > 0 and wrapping:
@@ -307,6 +321,7 @@ def _widths(table: TableData, indexes: list[int], width: int) -> dict[int, int]:
 def _rich_table(table: TableData, indexes: list[int], width: int, part: int, parts: int):
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     title = table.title + (f" ({part}/{parts})" if parts > 1 else "")
     rich_table = Table(
@@ -330,7 +345,8 @@ def _rich_table(table: TableData, indexes: list[int], width: int, part: int, par
             max_width=widths[index] if wraps else None,
         )
     for row in table.rows:
-        rich_table.add_row(*(row[index].text for index in indexes))
+        # Text, not str: a cell is shown as written, never read as console markup.
+        rich_table.add_row(*(Text(escape_control(row[index].text)) for index in indexes))
     return rich_table
 
 
@@ -341,15 +357,7 @@ def _without_blank_text_columns(table: TableData) -> TableData:
         for index, column in enumerate(table.columns)
         if column.kind != TEXT or any(row[index].text.strip() for row in table.rows)
     ]
-    if len(keep) == len(table.columns):
-        return table
-    return TableData(
-        table.name,
-        table.title,
-        [table.columns[index] for index in keep],
-        [[row[index] for index in keep] for row in table.rows],
-        table.show_header,
-    )
+    return table if len(keep) == len(table.columns) else table.keeping(keep)
 
 
 def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[Any]:
@@ -366,7 +374,7 @@ def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[An
             for part, indexes in enumerate(groups, start=1):
                 yield _rich_table(item, indexes, width, part, len(groups))
         else:
-            yield Text(str(item))
+            yield Text(escape_control_lines(item))
 
 
 # ----------------------------------------------------------------------------- the tables
