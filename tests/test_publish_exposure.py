@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 from helpers_hostile import invoke
-from helpers_hub import TOKEN
 from helpers_publishing import (
     REPO,
     RUN,
@@ -77,21 +76,12 @@ def test_a_hub_that_creates_the_repository_public_leaves_entries_public_retry_pu
 def test_the_trainer_says_it_and_the_uploader_logs_it(tmp_path, hub):
     """`--push-to-hub` beside a trainer: the repository turns public after the first upload; the
     uploader process logs it and exits 3, the trainer's output says publishing stopped."""
-    from ccpo_cli.publishing.background import publisher_for
+    from test_push_to_hub import REPO as PUSHED
+    from test_push_to_hub import publisher
 
     db_path = local_runs(tmp_path, finished=False)
     db = store.open_db(db_path)
-    messages: list[str] = []
-    observer = publisher_for(
-        db_path,
-        REPO,
-        backend="local",
-        endpoint=hub.endpoint,
-        token=TOKEN,
-        window_start=0,
-        end_wait_s=60,
-        log=messages.append,
-    )
+    observer, messages = publisher(db_path, hub, end_wait_s=60)
     _made_public_after_the_first_commit(hub)
     observer.started(RUN, run_folder(tmp_path))
     observer.evaluated(best_step(db, RUN))
@@ -105,4 +95,6 @@ def test_the_trainer_says_it_and_the_uploader_logs_it(tmp_path, hub):
     assert len(stopped) == 1 and "public" in stopped[0], messages
     log = observer.log_path.read_text()
     assert "publishing stopped" in log and "public" in log
-    assert len(ccpo_commits(hub)) == 1  # the checkpoint in flight when it changed, nothing after
+    assert (
+        len(ccpo_commits(hub, PUSHED)) == 1
+    )  # the checkpoint in flight when it changed, nothing after
