@@ -1,7 +1,7 @@
 """The cost of runs.db's `metrics` table: ingest time and database size of the largest real log,
 as ratios to a baseline checkout without the table (today's main), measured side by side.
 
-    python scripts/bench_metrics.py [--baseline /work/main] [--logs ../shared/real-logs] [--repeats 3]
+    python scripts/bench_metrics.py [--baseline MAIN_CHECKOUT] [--logs REAL_LOGS_DIR] [--repeats 3]
 
 Each measurement is a fresh process (this checkout, or the baseline on PYTHONPATH) that ingests
 the file into a new runs.db in a temporary folder, timing `ingest_file` alone (imports and the

@@ -32,7 +32,7 @@ from ccpo_cli.store.sync_merge import Origin
 
 ROOT = Path(__file__).resolve().parents[1]
 # A verl-agent GRPO run on ALFWorld as its author committed it: 150 training steps, each with
-# its loss, KL, entropy and gradient norm printed to 3 decimals (../shared/real-logs/SOURCES.md).
+# its loss, KL, entropy and gradient norm printed to 3 decimals (its source is named in the real logs' SOURCES.md).
 VERL_AGENT_LOG = REAL_LOGS / "jonp07_grpo_run_alfworld.txt"
 # verl-agent's names of the loss, the KL, the entropy and the gradient norm.
 TRAINING_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm")
