@@ -278,3 +278,23 @@ def test_a_synced_metric_past_the_runs_steps_is_refused(tmp_path, monkeypatch):
     }
     with pytest.raises(InvalidInput, match="past the run's recorded steps"):
         merge_rows(db, "metrics", [row], where="part")
+
+
+def test_compare_reads_the_evaluations_only(verl_db, tmp_path):
+    """The metrics table adds nothing to compare's numbers: the document is the same with the
+    table emptied."""
+    copy = tmp_path / "copy.db"
+    source, target = sqlite3.connect(verl_db), sqlite3.connect(copy)
+    source.backup(target)  # the WAL's pages included
+    source.close()
+    target.close()
+    emptied = open_db(copy)
+    emptied.execute("DELETE FROM metrics")
+
+    def document(path: Path) -> dict:
+        result = runner.invoke(app, ["--db", str(path), "compare", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert document(verl_db) == document(copy)
+    assert open_db(copy).execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
