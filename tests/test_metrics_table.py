@@ -221,7 +221,7 @@ def test_an_existing_runs_db_gains_the_table_and_keeps_what_it_held(tmp_path):
     import sqlite_utils
 
     before = sqlite_utils.Database(old)
-    MIGRATIONS.apply(before, stop_before="m010_metrics")
+    MIGRATIONS.apply(before, stop_before="m011_metrics")
     old.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     old.execute(f"PRAGMA user_version = {len(MIGRATIONS.applied(before))}")
     old.execute(

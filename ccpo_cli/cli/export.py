@@ -57,8 +57,11 @@ def export(
     evaluations and every scalar the run logged (loss, KL, entropy, ... at every step).
 
     Keys are named as verl-agent logs them (`val/success_rate` as a fraction, per-type rates,
-    `episode/success_rate`; logged scalars under their own names). Exporting a run again
-    replaces its earlier export.
+    `episode/success_rate`; logged scalars under their own names). Exporting a run again replaces its earlier export, and only that:
+    a file or folder ccpo did not write (no `.ccpo-output` marker), a symlink or a run folder
+    is refused (exit 3) and left as it is, and so is `--out` naming a file or lying in a run
+    folder. A folder that cannot be written exits 3 and a full disk exits 1, each in one line,
+    with the earlier export kept and no partial file left.
 
     Example: ccpo export --to tensorboard rh-7b --out tb
     """

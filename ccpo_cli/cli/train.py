@@ -308,11 +308,11 @@ def train(
             verl_agent=verl_agent,
             log=lambda message: info(ctx, message),
         )
-    if report_to is not None and not dry_run:
+    if report_to is not None:
         from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
 
-        trackers = parse_trackers(report_to)
-        if trackers:
+        trackers = parse_trackers(report_to)  # a --dry-run checks it too
+        if trackers and not dry_run:
             observer = ReportingObserver(
                 trackers, inner=observer, log=lambda message: info(ctx, message)
             )

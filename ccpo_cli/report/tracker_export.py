@@ -9,13 +9,14 @@ The evaluation fields come from the standing evaluations only (a retracted one i
 exported), the other scalars at every step they were logged. Each export replaces what an
 earlier export of that run wrote (a TensorBoard folder or CSV file written aside and renamed;
 the trackio run deleted and written again; the wandb run written under a fixed id and the
-earlier folder of that id removed), so exporting twice gives one copy.
+earlier folder of that id removed), so exporting twice gives one copy. Only
+ccpo's own marked output is ever replaced (ccpo_cli/owned_output.py): a user's file or folder of
+that name, or a run folder, is refused with exit 3, never renamed or deleted.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.owned_output import check_output_folder, replace_owned
 from ccpo_cli.report.trackers import (
     DEFAULT_TRACKIO_PROJECT,
     TRACKERS,
@@ -146,42 +148,49 @@ def export_run(
     project: str,
     config: Mapping[str, Any] | None = None,
 ) -> ExportResult:
-    """Write one run's points to `tracker`, replacing an earlier export of the same run."""
+    """Write one run's points to `tracker`, replacing an earlier export of the same run: only
+    ccpo's own marked output is replaced (owned_output.replace_owned), and a failed write leaves
+    the earlier export as it was and no partial file."""
+
+    def write_all(sink: Any) -> None:
+        try:
+            for point in points:
+                sink.write(point)
+        finally:
+            sink.close()
+
     if tracker == "tensorboard":
         final = out / _safe_name(run)
-        partial = out / f".{_safe_name(run)}.{os.getpid()}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        sink: Any = TensorBoardSink(partial)
+        replace_owned(
+            final,
+            lambda partial: write_all(TensorBoardSink(partial)),
+            folder=True,
+            what="ccpo export --to tensorboard",
+        )
         where = str(final)
     elif tracker == "csv":
-        final = partial = out / f"{_safe_name(run)}.csv"
-        sink = CsvSink(final)
+        final = out / f"{_safe_name(run)}.csv"
+        replace_owned(
+            final,
+            lambda partial: write_all(CsvSink(partial)),
+            folder=False,
+            what="ccpo export --to csv",
+        )
         where = str(final)
     elif tracker == "trackio":
-        sink = TrackioSink(project, run, config, replace=True)
+        write_all(TrackioSink(project, run, config, replace=True))
         where = f"trackio project {project}"
     elif tracker == "wandb":
         run_id = _wandb_id(run, (config or {}).get("uid"))
         earlier = sorted((out / "wandb").glob(f"*-{run_id}"))
         sink = WandbSink(project, run, out, config, run_id=run_id)
-        where = str(sink.folder)
-    else:
-        raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
-    try:
-        for point in points:
-            sink.write(point)
-    finally:
-        sink.close()
-    if tracker == "wandb":
+        write_all(sink)
         for folder in earlier:
             if folder != sink.folder:
                 shutil.rmtree(folder, ignore_errors=True)
-    if tracker == "tensorboard":
-        old = out / f".{_safe_name(run)}.{os.getpid()}.old"
-        if final.exists():
-            final.replace(old)
-        partial.replace(final)
-        shutil.rmtree(old, ignore_errors=True)
+        where = str(sink.folder)
+    else:
+        raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
     return ExportResult(run, tracker, len(points), where)
 
 
@@ -196,6 +205,8 @@ def export_runs(
     from ccpo_cli.store.queries import get_run, run_evaluations
     from ccpo_cli.store.readers.metric_names import COMMON_KEYS
 
+    if tracker in ("tensorboard", "csv"):
+        check_output_folder(out)  # a file, or a run folder, before anything is read or written
     chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
     retracted = [run["name"] for run in chosen if run.get("retracted")]
     if retracted:

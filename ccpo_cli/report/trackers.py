@@ -70,30 +70,47 @@ class ScalarSink(Protocol):
 
 
 class TensorBoardSink:
-    """Event files in `logdir`, written with TensorBoard's own writer (no torch, no TensorFlow)."""
+    """Event files in `logdir`, written with TensorBoard's own record writer (no torch, no
+    TensorFlow). Written in the caller's thread, not by EventFileWriter's background thread: a
+    write that fails (a full disk) is raised here, where ccpo turns it into one line, instead
+    of a thread's traceback on stderr."""
 
     def __init__(self, logdir: Path) -> None:
         require_extra("tensorboard", "tensorboard", what="writing TensorBoard event files")
+        import socket
+        import time
+
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
         logdir.mkdir(parents=True, exist_ok=True)
         self._event, self._summary = Event, Summary
-        self._writer = EventFileWriter(str(logdir))
+        # The file name TensorBoard's EventFileWriter gives (its readers look for it).
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
+        self._file = open(logdir / name, "wb")  # noqa: SIM115  (closed by close())
+        self._writer = RecordWriter(self._file)
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _write(self, event: Any) -> None:
+        self._writer.write(event.SerializeToString())
 
     def write(self, point: ScalarPoint) -> None:
         values = [
             self._summary.Value(tag=tag, simple_value=value) for tag, value in point.values.items()
         ]
         wall_time = point.wall_time if point.wall_time is not None else datetime.now().timestamp()
-        self._writer.add_event(
+        self._write(
             self._event(wall_time=wall_time, step=point.step, summary=self._summary(value=values))
         )
+        self._file.flush()  # a reader (tensorboard --logdir) sees each step as it comes
 
     def close(self) -> None:
-        self._writer.flush()
-        self._writer.close()
+        if not self._file.closed:
+            try:
+                self._file.flush()
+            finally:
+                self._file.close()
 
 
 @contextlib.contextmanager
@@ -190,7 +207,8 @@ class WandbSink:
 
 
 class CsvSink:
-    """One CSV file: `step`, `wall_time`, then one column per key (sorted); written on close."""
+    """One CSV file at `path`: `step`, `wall_time`, then one column per key (sorted); written
+    on close."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -212,10 +230,8 @@ class CsvSink:
                     *(repr(point.values[key]) if key in point.values else "" for key in keys),
                 ]
             )
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self._path.with_name(f".{self._path.name}.{os.getpid()}.partial")
-        partial.write_text(buffer.getvalue())
-        partial.replace(self._path)
+        # Written in place: ccpo export hands a fresh partial path and puts it where it belongs.
+        self._path.write_text(buffer.getvalue(), encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------- while training
