@@ -298,3 +298,15 @@ def test_compare_reads_the_evaluations_only(verl_db, tmp_path):
 
     assert document(verl_db) == document(copy)
     assert open_db(copy).execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+
+
+def test_a_renamed_metric_is_kept_under_the_name_it_was_logged_with(tmp_path):
+    from ccpo_cli.store.readers.metric_names import MetricRename
+
+    path = tmp_path / "fork.jsonl"
+    path.write_text('{"step": 5, "val/val/success_rate": 0.5, "actor/kl_loss": 0.125}\n')
+    db = open_db(tmp_path / "runs.db")
+    rename = MetricRename.parse("val/val/success_rate=val/success_rate")
+    ingest_file(db, path, "r", benchmark="alfworld", rename=rename)
+    assert [row["success_rate"] for row in run_evaluations(db, "r")] == [50.0]
+    assert run_metric_steps(db, "r") == {5: {"val/val/success_rate": 0.5, "actor/kl_loss": 0.125}}
