@@ -434,8 +434,9 @@ class _Evaluated:
 
     The split its evaluations ran on (`--split`, else the one the log names) is the run's split
     when the run has none recorded (a `--split` given, only while it has no held-out evaluation
-    yet), or names the same one; any other split is this file's alone: its evaluation rows carry it (`row_split`), and the run's
-    split, and the evaluations earlier files recorded, stay as they were."""
+    yet), or names the same one; any other split is this file's alone: its evaluation rows
+    carry it (`row_split`), and the run's split and the evaluations earlier files recorded stay
+    as they were."""
 
     config: dict[str, Any] = field(default_factory=dict)
     val_only: bool = False
