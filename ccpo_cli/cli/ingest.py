@@ -307,6 +307,8 @@ def ingest(
         ctx,
         f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
         f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
-        f"{report.skipped} lines skipped (run {run}, benchmark {report.benchmark or 'not recorded'}, "
+        f"{report.skipped} lines skipped; {report.metrics.new} new scalars in metrics "
+        f"({report.metrics.duplicates} already recorded) "
+        f"(run {run}, benchmark {report.benchmark or 'not recorded'}, "
         f"last step {report.last_step})",
     )

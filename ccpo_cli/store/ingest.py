@@ -7,8 +7,9 @@ database exactly as it was.
 
 `val/success_rate` (a fraction) becomes an evaluation in percent, the benchmark's per-type
 rates (`val/<type>_success_rate`) its task-type rows, `val/episode_length/mean` its mean turns
-and `episode/success_rate` the training success rate at that step. Every other metric name is
-counted and listed in the report as unused.
+and `episode/success_rate` the training success rate at that step. Every number of every step
+(loss, KL, entropy, the rates too) is also kept in the `metrics` table (store/metrics.py); the
+names that are no evaluation field are listed in the report as unused.
 
 The benchmark (ccpo_cli/benchmarks.py) is the one `--benchmark` names, else the one the metric
 names or the printed config's `env.env_name` identify; evidence that contradicts it refuses the
@@ -59,6 +60,7 @@ from ccpo_cli.store.facts import (
     unexpanded_variables,
 )
 from ccpo_cli.store.identity import ExternalArm
+from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -111,8 +113,9 @@ __all__ = [
 REPORTED_LINES = 10_000
 # Skipped lines named one by one in the warning on stderr; the rest are in --json.
 WARNED_LINES = 10
-# Unused metric names: at most MAX_DROPPED_KEYS distinct ones are counted, the first
-# REPORTED_KEYS (sorted) go to --json and WARNED_KEYS to the warning line.
+# Unused metric names (no evaluation field; kept in the metrics table): at most MAX_DROPPED_KEYS
+# distinct ones are counted, the first REPORTED_KEYS (sorted) go to --json; WARNED_KEYS names
+# are named in a warning line.
 REPORTED_KEYS = 1_000
 WARNED_KEYS = 8
 # A log restarted into the same file prints its config again; more than this many are not kept.
@@ -163,6 +166,7 @@ class IngestReport:
     split: str | None = None  # the split its evaluations ran on (--split, else the log's)
     eval_seed: int | None = None  # an evaluation-only log's env.seed: its evaluations' eval_seed
     evaluated_checkpoint: int | None = None  # the checkpoint an evaluation-only log loaded
+    metrics: MetricCounts = field(default_factory=MetricCounts)  # scalars kept (store/metrics.py)
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
@@ -216,6 +220,7 @@ class IngestReport:
             "unused_metric_keys": self.unused_metric_keys,
             "unused_metric_key_count": len(self.unused_keys),
             "unused_metric_keys_capped": len(self.unused_keys) >= MAX_DROPPED_KEYS,
+            "metrics": self.metrics.as_dict(),
         }
 
 
@@ -413,17 +418,6 @@ def _summarise(path: Path, report: IngestReport) -> None:
                 f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
                 f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
             )
-    if report.unused_keys:
-        count = len(report.unused_keys)
-        named = ", ".join(sorted(report.unused_keys)[:WARNED_KEYS])
-        more = (
-            f" and {count - WARNED_KEYS}{'+' if count >= MAX_DROPPED_KEYS else ''} more (all in --json)"
-            if count > WARNED_KEYS
-            else ""
-        )
-        report.warnings.append(
-            f"{path}: {count} metric key(s) not recorded (runs.db has no place for them): {named}{more}"
-        )
 
 
 @dataclass
@@ -580,12 +574,16 @@ def ingest_file(
         )
         evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run)
         renames = (rename,) if isinstance(rename, MetricRename) else tuple(rename or ())
+        scalars = MetricWriter(db, run, source)
+        report.metrics = scalars.counts
         for event in _events(path, fmt, stats, report, strict, metric, source_run, renames):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
                 # The printed config wins over the traced launch command, as in facts_from_log.
                 evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
+            if not event.summary:  # a summary's values were measured at steps it does not keep
+                scalars.write(event.step, scalar_values(event.metrics), event.line)
             if not event.summary:
                 report.first_step = (
                     event.step if report.first_step is None else min(report.first_step, event.step)
