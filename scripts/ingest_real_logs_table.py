@@ -30,8 +30,9 @@ RAY = re.compile(r"\((?:[^\s()]+ )?pid=\d+(?:, ip=[^)]*)?\) ?")
 STEP = re.compile(r"step:(\d+) - ")
 VALUE = re.compile(r"(?:^|\s)([\w@./-]+(?: \([^)]*\))?):(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan))")
 OVERALL, TRAIN = "val/success_rate", "episode/success_rate"
+SEARCH = r"(?:nq|triviaqa|popqa|hotpotqa|2wikimultihopqa|musique|bamboogle)"
 PER_TYPE = re.compile(
-    r"^(?:val/\w+_success_rate|val/test_score/[\w.-]+|val-aux/[\w.-]+/answer_em/mean@1)$"
+    rf"^(?:val/\w+_success_rate|val/test_score/{SEARCH}|val-aux/{SEARCH}/answer_em/mean@1)$"
 )
 INITIAL = re.compile(r"Initial validation metrics: (\{.*?\})", re.S)
 SUFFIXES = (".log", ".txt", ".csv", ".jsonl", ".json")
@@ -154,13 +155,15 @@ def _ingest(db: Path, path: Path, run: str, extra: list[str]) -> dict:
     return json.loads(result.stdout)
 
 
-def _named_options(document: dict) -> list[str]:
-    """The `--metric FROM=TO` options a warning names, to ingest the file again with them."""
-    options = []
+def _named_option(document: dict) -> str | None:
+    """The first `--metric FROM=TO` a warning names (a success or accuracy before a score or a
+    reward), to ingest the file again with it."""
     for warning in document.get("warnings", []):
         if "ingest again with" in warning:
-            options += re.findall(r"--metric ([^\s=]+=[^\s;,]+)", warning)
-    return [word for option in options for word in ("--metric", option)]
+            found = re.search(r"--metric ([^\s=]+=[^\s;,]+)", warning)
+            if found is not None:
+                return found.group(1)
+    return None
 
 
 def recorded(db: Path) -> tuple[int, int]:
@@ -178,20 +181,23 @@ def recorded(db: Path) -> tuple[int, int]:
 def table_row(logs: Path, names: tuple[str, ...], folder: Path) -> dict:
     db = folder / "runs.db"
     paths = [logs / name for name in names]
-    notes = []
+    notes: list[str] = []
+    aliases: dict[str, str] = {}  # a metric read under the name a warning's --metric gives it
     for path in paths:
         document = _ingest(db, path, "run", [])
         if "error" in document:
             return {"files": names, "held": None, "recorded": None, "note": document["error"]}
-        options = _named_options(document)
-        if options:
+        option = _named_option(document)
+        if option is not None:
             db.unlink()
             for earlier in paths[: paths.index(path)]:
                 _ingest(db, earlier, "run", [])
-            document = _ingest(db, path, "run", options)
+            document = _ingest(db, path, "run", ["--metric", option])
             if "error" in document:
                 return {"files": names, "held": None, "recorded": None, "note": document["error"]}
-            notes.append(" ".join(options))
+            notes.append(f"--metric {option}")
+            source, target = option.split("=", 1)
+            aliases[source] = target
     values, conflicts = recorded(db)
     if all("evalonly" in name for name in names):
         # Evaluation seeds of one checkpoint: each file's validation is an evaluation of its own.
@@ -200,7 +206,9 @@ def table_row(logs: Path, names: tuple[str, ...], folder: Path) -> dict:
         union: dict[int, dict[str, float]] = {}
         for path in paths:
             for step, metrics in held_values(path).items():
-                union.setdefault(step, {}).update(metrics)
+                union.setdefault(step, {}).update(
+                    {aliases.get(key, key): value for key, value in metrics.items()}
+                )
         held = _counted(union)
     return {
         "files": names,

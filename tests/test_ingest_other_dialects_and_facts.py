@@ -218,3 +218,57 @@ def test_an_interim_card_message_never_says_of_none():
     )
     message = card_message(SimpleNamespace(context=context))
     assert "None" not in message and "step 100" in message
+
+
+def _one_validation(tmp_path: Path) -> Path:
+    log = tmp_path / "v.log"
+    log.write_text("step:5 - val/success_rate:0.500\n")
+    return log
+
+
+def test_a_yaml_config_is_read_around_other_output_caught_in_it(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "algorithm:\n"
+        "  adv_estimator: grpo\n"
+        "(TaskRunner pid=1) Setting TOKENIZERS_PARALLELISM=false, it's safe\n"
+        "env:\n"
+        "  seed: 7\n"
+        "trainer:\n"
+        "  total_training_steps: 40\n"
+    )
+    document = ingest(
+        tmp_path / "r.db",
+        _one_validation(tmp_path),
+        "r",
+        "--benchmark",
+        "alfworld",
+        "--config",
+        str(config),
+    )
+    assert document["config_left_out_lines"] == [3]
+    facts = runs_show(tmp_path / "r.db", "r")["facts"]
+    assert facts["estimator"] == "grpo" and facts["seed"] == 7
+
+
+def test_a_launch_command_is_read_around_a_line_that_does_not_split(tmp_path):
+    config = tmp_path / "launch.sh"
+    config.write_text(
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    algorithm.adv_estimator=gigpo \\\n"
+        "WARNING: the retriever isn't up yet\n"
+        "    env.seed=3 \\\n"
+        "    trainer.total_training_steps=20\n"
+    )
+    document = ingest(
+        tmp_path / "r.db",
+        _one_validation(tmp_path),
+        "r",
+        "--benchmark",
+        "alfworld",
+        "--config",
+        str(config),
+    )
+    assert document["config_left_out_lines"] == [3]
+    facts = runs_show(tmp_path / "r.db", "r")["facts"]
+    assert facts["estimator"] == "gigpo" and facts["seed"] == 3

@@ -510,6 +510,7 @@ def ingest_file(
     benchmark: str | None = None,
     facts: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    config_file_left_out: Sequence[int] = (),
     ended: bool = False,
     strict: bool = False,
     metric: str | None = None,
@@ -524,7 +525,8 @@ def ingest_file(
     a different result for a step already stored is kept as a conflict and reported. Raises
     InvalidInput (exit 3) for a missing or empty file, one in which no record reads, any bad
     line under `strict`, or an arm fingerprint different from the run's; the database is then
-    unchanged. `progress(n_bytes)` is called as the file is read, `write_progress(done, None)`
+    unchanged. `config_file_left_out` names the lines of other output the `--config` file was
+    read around (reported). `progress(n_bytes)` is called as the file is read, `write_progress(done, None)`
     as evaluations are recorded. `facts` and `config` are the run's protocol facts and verl config
     (store/facts.py); a total steps different from the recorded one is kept as a conflict, not
     written; `ended` says the run will not continue (a run short of its total is then stopped).
@@ -554,6 +556,13 @@ def ingest_file(
         benchmark_for_env_name((config or {}).get("env.env_name")),
         "the --config file's env.env_name",
     )
+    if config_file_left_out:
+        report.config_left_out_lines.extend(config_file_left_out[:REPORTED_LINES])
+        shown = ", ".join(str(number) for number in config_file_left_out[:WARNED_LINES])
+        report.warnings.append(
+            f"the --config file was read around {len(config_file_left_out)} line(s) of other output "
+            f"(lines {shown}); those lines are not part of the config"
+        )
     stated: list[StatedConfig] = []
     evaluated = _Evaluated(given_split=(facts or {}).get("split"))
     evaluated.see(config)
