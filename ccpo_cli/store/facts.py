@@ -66,6 +66,7 @@ FACT_KEYS = (
     "algorithm",
     "adapter",
     "crashed_after_step",
+    "task_types",
 )
 # The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
 # The split (ALFWorld's key is named here for the card's evidence), the estimator's own

@@ -163,6 +163,7 @@ class IngestReport:
     per_source_only_steps: int = 0  # validations of per-source rates without an overall rate
     dialect_keys: set[str] = field(default_factory=set)  # other trainers' names read (metric_names)
     crashed: bool = False  # the log ends with Hydra's report that the job raised
+    task_types: set[str] = field(default_factory=set)  # the per-type rates its evaluations held
     split: str | None = None  # the split its evaluations ran on (--split, else the log's)
     eval_seed: int | None = None  # an evaluation-only log's env.seed: its evaluations' eval_seed
     evaluated_checkpoint: int | None = None  # the checkpoint an evaluation-only log loaded
@@ -665,6 +666,11 @@ def ingest_file(
                 f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
                 f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
             )
+        declared = set(task_type_keys(choice.current).values())
+        if report.task_types and report.task_types != declared:
+            # The task types its validations logged, where not the benchmark's whole set (a
+            # search run's two sources, not seven).
+            stated_facts["task_types"] = sorted(report.task_types)
         if report.crashed:
             # The run stopped there: its last step (0 before its first) is where it crashed.
             stated_facts["crashed_after_step"] = report.last_step or 0
@@ -891,6 +897,7 @@ def _record_one(
         report.skip(Skipped(record.line, f"step {record.step}: {error}"))
         return False
     report.evaluations_found += 1
+    report.task_types.update(evaluation["task_types"])
     if outcome.outcome == "new":
         report.new += 1
     elif outcome.outcome == "duplicate":
