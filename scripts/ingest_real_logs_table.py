@@ -23,13 +23,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ccpo_cli.store.readers.metric_names import OVERALL_KEY as OVERALL  # the names logs use
+from ccpo_cli.store.readers.metric_names import TRAIN_SUCCESS_KEY as TRAIN
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_LOGS = ROOT.parent / "shared" / "real-logs"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 RAY = re.compile(r"\((?:[^\s()]+ )?pid=\d+(?:, ip=[^)]*)?\) ?")
 STEP = re.compile(r"step:(\d+) - ")
 VALUE = re.compile(r"(?:^|\s)([\w@./-]+(?: \([^)]*\))?):(-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan))")
-OVERALL, TRAIN = "val/success_rate", "episode/success_rate"
 SEARCH = r"(?:nq|triviaqa|popqa|hotpotqa|2wikimultihopqa|musique|bamboogle)"
 PER_TYPE = re.compile(
     rf"^(?:val/\w+_success_rate|val/test_score/{SEARCH}|val-aux/{SEARCH}/answer_em/mean@1)$"

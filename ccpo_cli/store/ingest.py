@@ -439,7 +439,7 @@ class _Evaluated:
     given_split: str | None = None
     stated_split: str | None = None
     run_split: str | None = None  # the run's split fact before this file
-    earlier_heldout: bool = False  # whether earlier files recorded held-out evaluations
+    earlier_heldout: bool = False  # whether other files recorded held-out evaluations before
 
     def see(self, flat: Mapping[str, Any] | None, *, wins: bool = True) -> None:
         if not flat:
@@ -582,7 +582,7 @@ def ingest_file(
             backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
-        evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run)
+        evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run, source)
         renames = (rename,) if isinstance(rename, MetricRename) else tuple(rename or ())
         scalars = MetricWriter(db, run, source)
         report.metrics = scalars.counts
@@ -698,13 +698,17 @@ def ingest_file(
     return report
 
 
-def _run_split(db, run: str) -> tuple[str | None, bool]:
-    """(the run's recorded split, whether it has held-out evaluations) before this file."""
+def _run_split(db, run: str, source: str) -> tuple[str | None, bool]:
+    """(the run's recorded split, whether other files recorded held-out evaluations of it); a
+    file ingested again names the split of its own evaluations."""
     row = next(db.table("runs").rows_where("name = ?", [run], select="id"))
     recorded = run_facts(db, row["id"])["values"].get("split")
     heldout = next(
         db.table("evaluations").rows_where(
-            "run_id = ? AND split = ?", [row["id"], HELDOUT], select="id", limit=1
+            "run_id = ? AND split = ? AND source_file IS NOT ?",
+            [row["id"], HELDOUT, source],
+            select="id",
+            limit=1,
         ),
         None,
     )
