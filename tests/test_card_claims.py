@@ -442,3 +442,35 @@ def test_card_claims_are_in_the_summary_and_the_template_decides_nothing(tmp_pat
         "arms_table",
     ):
         assert removed not in template
+
+
+def test_cause1_an_inferred_seed_joins_its_arms_recorded_seed_on_the_card(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    for seed in range(2):
+        add_counted_run(
+            db,
+            f"rh-{seed}",
+            "return-hard",
+            COUNTS_128[seed:] + COUNTS_128[:seed],
+            128,
+            seed=seed,
+            recorded=True,
+        )
+    add_counted_run(db, "hgae-0", "hgae", COUNTS_128[::-1], 128, seed=0, recorded=False)
+    add_counted_run(
+        db, "hgae-1", "hgae", COUNTS_128[2:] + COUNTS_128[:2], 128, seed=1, recorded=True
+    )
+    compared = sorted((arm.arm_name, arm.n_seeds) for arm in compare_runs(db).arms)
+    assert compared == [("hgae", 2), ("return-hard", 2)]
+    for run in ("hgae-0", "rh-0"):
+        context = build_card_context(db, run)
+        assert sorted((arm.arm_name, arm.n_seeds) for arm in context.comparison.arms) == compared
+        assert context.summary["excluded_runs"] == {}
+        assert "Left out" not in render_card(context)
+
+
+def test_window_successes_are_not_recorded_when_a_count_is_missing(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
+    window = build_card_context(db, "rh").summary["window"]
+    assert window["episodes"] == 1280 and window["successes"] is None  # never "0 of 1280"
