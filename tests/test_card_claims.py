@@ -474,3 +474,44 @@ def test_window_successes_are_not_recorded_when_a_count_is_missing(tmp_path):
     add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
     window = build_card_context(db, "rh").summary["window"]
     assert window["episodes"] == 1280 and window["successes"] is None  # never "0 of 1280"
+
+
+LAUNCH_SCRIPT = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "verl-agent"
+    / "recipe"
+    / "hgpo"
+    / "run_qwen2.5_7b_alfworld_train.sh"
+)
+
+
+def test_cause9_a_real_launch_script_with_shell_variables_gives_a_card(tmp_path):
+    from helpers_store import acceptance_rows, write_console
+
+    db_path = tmp_path / "runs.db"
+    log = write_console(acceptance_rows(), tmp_path / "console.log")
+    ingested = runner.invoke(
+        app,
+        [
+            "--db",
+            str(db_path),
+            "ingest",
+            str(log),
+            "--run",
+            "rh",
+            "--arm",
+            "return-hard",
+            "--base-model",
+            BASE_MODEL,
+            "--config",
+            str(LAUNCH_SCRIPT),
+            "--json",
+        ],
+    )
+    assert ingested.exit_code == 0, ingested.output
+    result = card_cli(db_path, "rh", "--window-start", "0")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and "invalid literal" not in result.output
+    readme = (tmp_path / "rh" / "README.md").read_text()
+    assert "$train_data_size" not in section(readme, "training-setup").split("<details>")[0]
