@@ -267,6 +267,11 @@ def fail_pending(
     return moved
 
 
+def make_pending_ready(db: sqlite_utils.Database) -> None:
+    """Every pending entry ready now (a --dry-run plan on a scratch copy ignores back-off)."""
+    db.execute("UPDATE publication_outbox SET next_attempt_at = NULL WHERE state = 'pending'")
+
+
 def skip(db: sqlite_utils.Database, entry: OutboxEntry, reason: str) -> OutboxEntry:
     """Mark a pending entry skipped without an attempt (a newer card took its place in the queue)."""
     with write_transaction(db):
