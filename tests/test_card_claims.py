@@ -55,6 +55,13 @@ def add_counted_run(
         )
 
 
+def add_seeds(db, arm: str, counts: list[int], panel: int, seeds: range, *, prefix: str) -> None:
+    """Recorded-panel seeds of one arm, each with the counts rotated (a seed's own noise)."""
+    for seed in seeds:
+        rotated = counts[seed:] + counts[:seed]
+        add_counted_run(db, f"{prefix}-{seed}", arm, rotated, panel, seed=seed, recorded=True)
+
+
 def card_text(db, run: str, **kwargs) -> str:
     return render_card(build_card_context(db, run, **kwargs))
 
@@ -104,16 +111,7 @@ def test_cause1_recorded_and_inferred_128_are_one_protocol(tmp_path):
 
 def test_cause1_sub_multiple_inference_never_splits_an_arm(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    for seed in range(3):
-        add_counted_run(
-            db,
-            f"rh-{seed}",
-            "return-hard",
-            COUNTS_64_EVEN[seed:] + COUNTS_64_EVEN[:seed],
-            64,
-            seed=seed,
-            recorded=True,
-        )
+    add_seeds(db, "return-hard", COUNTS_64_EVEN, 64, range(3), prefix="rh")
     add_counted_run(db, "rh-3", "return-hard", COUNTS_64_EVEN[::-1], 64, seed=3, recorded=False)
     comparison = compare_runs(db)
     assert [arm.n_seeds for arm in comparison.arms] == [4]
@@ -127,16 +125,7 @@ def test_cause1_sub_multiple_inference_never_splits_an_arm(tmp_path):
 
 def test_cause2_card_and_compare_agree_on_seeds_and_mean(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    for seed in range(3):
-        add_counted_run(
-            db,
-            f"rh-{seed}",
-            "return-hard",
-            COUNTS_128[seed:] + COUNTS_128[:seed],
-            128,
-            seed=seed,
-            recorded=True,
-        )
+    add_seeds(db, "return-hard", COUNTS_128, 128, range(3), prefix="rh")
     add_counted_run(
         db, "rh-3", "return-hard", [c - 20 for c in COUNTS_128], 128, seed=3, recorded=False
     )
@@ -446,16 +435,7 @@ def test_card_claims_are_in_the_summary_and_the_template_decides_nothing(tmp_pat
 
 def test_cause1_an_inferred_seed_joins_its_arms_recorded_seed_on_the_card(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    for seed in range(2):
-        add_counted_run(
-            db,
-            f"rh-{seed}",
-            "return-hard",
-            COUNTS_128[seed:] + COUNTS_128[:seed],
-            128,
-            seed=seed,
-            recorded=True,
-        )
+    add_seeds(db, "return-hard", COUNTS_128, 128, range(2), prefix="rh")
     add_counted_run(db, "hgae-0", "hgae", COUNTS_128[::-1], 128, seed=0, recorded=False)
     add_counted_run(
         db, "hgae-1", "hgae", COUNTS_128[2:] + COUNTS_128[:2], 128, seed=1, recorded=True
@@ -491,23 +471,9 @@ def test_cause9_a_real_launch_script_with_shell_variables_gives_a_card(tmp_path)
 
     db_path = tmp_path / "runs.db"
     log = write_console(acceptance_rows(), tmp_path / "console.log")
+    command = f"ingest {log} --run rh --arm return-hard --base-model {BASE_MODEL} --config"
     ingested = runner.invoke(
-        app,
-        [
-            "--db",
-            str(db_path),
-            "ingest",
-            str(log),
-            "--run",
-            "rh",
-            "--arm",
-            "return-hard",
-            "--base-model",
-            BASE_MODEL,
-            "--config",
-            str(LAUNCH_SCRIPT),
-            "--json",
-        ],
+        app, ["--db", str(db_path), *command.split(), str(LAUNCH_SCRIPT), "--json"]
     )
     assert ingested.exit_code == 0, ingested.output
     result = card_cli(db_path, "rh", "--window-start", "0")
