@@ -481,3 +481,16 @@ def test_cause9_a_real_launch_script_with_shell_variables_gives_a_card(tmp_path)
     assert "Traceback" not in result.output and "invalid literal" not in result.output
     readme = (tmp_path / "rh" / "README.md").read_text()
     assert "$train_data_size" not in section(readme, "training-setup").split("<details>")[0]
+
+
+def test_cause1_a_sub_multiple_seed_does_not_fail_the_isolation_check(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_seeds(db, "return-hard", COUNTS_64_EVEN, 64, range(2), prefix="rh")
+    add_counted_run(db, "rh-2", "return-hard", COUNTS_64_EVEN[::-1], 64, seed=2, recorded=False)
+    add_seeds(db, "global-successor", COUNTS_64_EVEN[1:] + [40], 64, range(3), prefix="gs")
+    comparison = compare_runs(db)
+    assert [arm.n_seeds for arm in comparison.arms] == [3, 3]
+    assert comparison.isolation["verdict"] == "passes", comparison.isolation["differences"]
+    context = build_card_context(db, "rh-2")
+    assert context.summary["excluded_runs"] == {}
+    assert "the 6 runs checked passed ccpo's isolation check" in render_card(context)
