@@ -494,3 +494,14 @@ def test_cause1_a_sub_multiple_seed_does_not_fail_the_isolation_check(tmp_path):
     context = build_card_context(db, "rh-2")
     assert context.summary["excluded_runs"] == {}
     assert "the 6 runs checked passed ccpo's isolation check" in render_card(context)
+
+
+def test_cause6_a_table_difference_without_interval_says_why(tmp_path):
+    from ccpo_cli.report.compare_tables import comparisons_table
+
+    db = store.open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
+    add_run(db, "gs", "global-successor", mean=77.5, sd=6.3, n=9, best=86.7)
+    table = comparisons_table(compare_runs(db))
+    note = table.rows[0][-1].text
+    assert "no test:" in note and "one seed" in note
