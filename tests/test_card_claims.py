@@ -118,6 +118,10 @@ def test_cause1_sub_multiple_inference_never_splits_an_arm(tmp_path):
     protocol = comparison.run("rh-3").identity.protocol
     assert protocol.episodes == 32 and protocol.pooled_episodes == 64
     assert protocol.episodes_uncertain  # named as uncertain, not split off
+    assert (
+        "recorded 64, since the inference finds a divisor of the panel: the panel size is uncertain"
+        in card_text(db, "rh-3")
+    )
 
 
 # ---- cause 2: compare and the card group by one unit identity ---------------------------------

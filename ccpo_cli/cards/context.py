@@ -368,6 +368,8 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
             "episodes_known": bool(protocol["episodes"]),
             "episodes_basis": protocol["episodes_basis"],
+            "pooled_episodes": protocol["pooled_episodes"],
+            "episodes_uncertain": protocol["episodes_uncertain"],
             "split": protocol["split"],
             "split_assumed": protocol.get("split_assumed"),
             "temperature": protocol["temperature"],
