@@ -509,3 +509,28 @@ def test_cause6_a_table_difference_without_interval_says_why(tmp_path):
     table = comparisons_table(compare_runs(db))
     note = table.rows[0][-1].text
     assert "no test:" in note and "one seed" in note
+
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs"
+
+
+def test_cause3_on_real_logs_a_card_never_names_another_settings_grpo_run(tmp_path):
+    db_path = tmp_path / "runs.db"
+    for log, run, extra in (
+        ("jonp07_grpo_run_alfworld.txt", "jonp-grpo-15b", ["--arm", "grpo"]),
+        (
+            "boerz_run_a_telemetry.csv",
+            "boerz-rh-7b",
+            ["--arm", "return-hard", "--base-model", BASE_MODEL, "--benchmark", "alfworld"],
+        ),
+    ):
+        command = ["--db", str(db_path), "ingest", str(REAL_LOGS / log), "--run", run, *extra]
+        assert runner.invoke(app, command).exit_code == 0
+    result = card_cli(db_path, "boerz-rh-7b", "--status", "auto")
+    assert result.exit_code == 0, result.output
+    readme = (tmp_path / "boerz-rh-7b" / "README.md").read_text()
+    grpo = section(readme, "does-and-does-not-show")
+    assert "jonp-grpo-15b" not in grpo  # a 1.5B run is never "in this run's setting" of a 7B card
+    assert "No GRPO run of this run's setting is recorded in the database." in grpo
+    left_out = next(line for line in readme.splitlines() if line.startswith("Left out"))
+    assert "base model Qwen/Qwen2.5-1.5B-Instruct (this run: Qwen/Qwen2.5-7B-Instruct)" in left_out
