@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers_hostile import REPO_ROOT
 
-from ccpo_cli.store import get_run, open_db
+from ccpo_cli.store import list_runs, open_db
 
 
 def _children(pid: int) -> list[int]:
@@ -35,36 +35,54 @@ def _command_line(pid: int) -> str:
         return ""
 
 
+TRAIN = ["train", "--arm", "grpo", "--backend", "local", "--run", "w0", "--steps", "400",
+         "--tasks", "2", "--group", "2", "--eval-every", "0", "--max-steps", "6",
+         "--workers", "2"]  # fmt: skip
+MATRIX = ["matrix", "--arms", "grpo,return-hard", "--seeds", "0", "--minutes", "600",
+          "--prefix", "w", "--steps", "400", "--tasks", "2", "--group", "2", "--turn-limit", "6",
+          "--eval-turn-limit", "6", "--eval-games", "4", "--warm-start", "0",
+          "--workers", "2"]  # fmt: skip
+
+
+def _stepped(runs_root: Path) -> bool:
+    """Whether a run under `runs_root` has a step in its metrics (the workers are playing)."""
+    return any(path.stat().st_size > 0 for path in runs_root.glob("*/metrics.jsonl"))
+
+
+def _workers_of(pid: int) -> list[int]:
+    return [child for child in _children(pid) if "ccpo_cli" in _command_line(child)]
+
+
 @pytest.mark.slow
-def test_a_killed_rollout_worker_ends_train_with_one_line_and_a_resumable_run(tmp_path):
+@pytest.mark.parametrize("command", [TRAIN, MATRIX], ids=["train", "matrix"])
+def test_a_killed_rollout_worker_ends_the_command_with_one_line_and_a_resumable_run(
+    tmp_path, command
+):
     db_path = tmp_path / "runs.db"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), COLUMNS="200")
-    trainer = subprocess.Popen(
-        [sys.executable, "-m", "ccpo_cli", "--db", str(db_path), "train", "--arm", "grpo",
-         "--backend", "local", "--run", "w0", "--steps", "400", "--tasks", "2", "--group", "2",
-         "--eval-every", "0", "--max-steps", "6", "--workers", "2",
-        ],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        metrics = tmp_path / "ccpo-runs" / "w0" / "metrics.jsonl"
-        deadline = time.monotonic() + 240  # a guard against a hang, not a timing assertion
-        while not (metrics.exists() and metrics.stat().st_size > 0):
-            assert trainer.poll() is None, trainer.communicate()
-            assert time.monotonic() < deadline, "the trainer never made a step"
-            time.sleep(0.2)
-        workers = [pid for pid in _children(trainer.pid) if "ccpo_cli" in _command_line(pid)]
-        assert workers, "no rollout worker found"
-        os.kill(workers[0], signal.SIGKILL)
-        _, stderr = trainer.communicate(timeout=120)  # it used to wait forever here
-    finally:
-        if trainer.poll() is None:
-            trainer.kill()
-            trainer.wait()
-    assert trainer.returncode == 1, stderr
-    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in stderr, stderr
+    log = tmp_path / "stderr.txt"
+    with open(log, "w") as stderr:
+        trainer = subprocess.Popen(
+            [sys.executable, "-m", "ccpo_cli", "--db", str(db_path), *command],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 300  # a guard against a hang, not a timing assertion
+            while not _stepped(tmp_path / "ccpo-runs") or len(_workers_of(trainer.pid)) < 2:
+                assert trainer.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, "the trainer never made a step"
+                time.sleep(0.2)
+            os.kill(_workers_of(trainer.pid)[0], signal.SIGKILL)
+            trainer.wait(timeout=120)  # it used to wait forever here
+        finally:
+            if trainer.poll() is None:
+                trainer.kill()
+                trainer.wait()
+    text = log.read_text()
+    assert trainer.returncode == 1, text
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in text, text
     assert "rollout worker" in errors[0] and "killed by signal 9" in errors[0], errors[0]
     assert "ccpo train --resume" in errors[0], errors[0]
-    run = get_run(open_db(db_path), "w0")
+    [run] = [run for run in list_runs(open_db(db_path)) if run["last_step"]]
     assert run["status"] == "stopped" and run["last_step"] >= 1
