@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 import ccpo_cli
+from ccpo_cli.store.readers import metric_names
 from ccpo_cli.store.records import IDENTITY_FIELDS
 
 PACKAGE_DIR = Path(ccpo_cli.__file__).parent
@@ -76,10 +77,11 @@ def named_files(text: str) -> list[str]:
 
 @cache
 def modules() -> dict[str, ast.Module]:
-    """Every module of the package, parsed, by its path from the repository root."""
+    """Every module of the package and every script of scripts/ (they import the package and
+    must not restate it), parsed, by its path from the repository root."""
     return {
         path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for path in sorted(PACKAGE_DIR.rglob("*.py"))
+        for path in sorted([*PACKAGE_DIR.rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
     }
 
 
@@ -566,6 +568,33 @@ CHECKS: dict[str, list[Check]] = {
             inside("ccpo_cli/experiments/", calls("train_arm")),
             ("ccpo_cli/experiments/blocks.py",),
         ),
+        Check(
+            "a design's window start: its own, else the matrix rule",
+            calls("MATRIX_WINDOW.start"),
+            ("ccpo_cli/experiments/matrix.py",),
+        ),
+    ],
+    "A matrix's records and its cost before it starts": [
+        Check(
+            "a matrix's records",
+            defines("block_record", "load_records", "recorded_seeds", "write_record"),
+            ("ccpo_cli/experiments/records.py",),
+        ),
+        Check(
+            "the cost of a matrix before it starts",
+            defines("budget_plan", "MatrixCost"),
+            ("ccpo_cli/experiments/budget.py",),
+        ),
+        Check(
+            "the evaluation-noise share",
+            defines("noise_share", "reevaluate"),
+            ("ccpo_cli/experiments/eval_noise.py",),
+        ),
+        Check(
+            "the chi-squared and F quantiles",
+            defines("chi2_ppf", "f_ppf"),
+            ("ccpo_cli/distributions.py",),
+        ),
     ],
     "The testbed's controls and cost": [
         Check(
@@ -646,8 +675,24 @@ CHECKS: dict[str, list[Check]] = {
         ),
         Check(
             "the held-out keys of metrics.jsonl",
-            defines("OVERALL_KEY", "MEAN_TURNS_KEY", "EPISODES_KEY", "SUCCESSES_KEY"),
+            any_of(
+                defines("OVERALL_KEY", "MEAN_TURNS_KEY", "EPISODES_KEY", "SUCCESSES_KEY"),
+                # by value: a key written out again, not imported, is a second place
+                strings("^(" + "|".join(map(re.escape, sorted(metric_names.COMMON_KEYS))) + ")$"),
+            ),
             ("ccpo_cli/store/readers/metric_names.py",),
+        ),
+    ],
+    "Logged scalars": [
+        Check(
+            "the metrics table written",
+            table_writes("metrics|metric_sources"),
+            ("ccpo_cli/store/metrics.py",),
+        ),
+        Check(
+            "which numbers of a record are scalars, and how one is recorded",
+            defines("scalar_values", "record_metrics", "metric_series"),
+            ("ccpo_cli/store/metrics.py",),
         ),
     ],
     "Best evaluation": [
@@ -714,6 +759,45 @@ CHECKS: dict[str, list[Check]] = {
             "the card template read and rendered",
             calls("template_path", "templates_dir"),
             ("ccpo_cli/cards/",),
+        ),
+    ],
+    "Card claims": [
+        Check(
+            "the claim kinds, each made by one function",
+            defines(
+                "StatusClaim",
+                "WindowClaim",
+                "BestPointClaim",
+                "ArmSeedsClaim",
+                "ArmComparisonClaim",
+                "GrpoClaim",
+                "IsolationClaim",
+                "ReferencesClaim",
+                "PublishedRowsClaim",
+                "LeftOutClaim",
+                "status_claim",
+                "window_claim",
+                "best_point_claim",
+                "arm_seeds_claims",
+                "arm_comparison_claims",
+                "grpo_claim",
+                "isolation_claim",
+                "references_claim",
+                "published_rows_claim",
+                "left_out_claim",
+                "card_claims",
+            ),
+            ("ccpo_cli/cards/claims.py",),
+        ),
+        Check(
+            "the one interim/final decision",
+            defines("card_status"),
+            ("ccpo_cli/report/readiness.py",),
+        ),
+        Check(
+            "what makes an arm difference resolved",
+            defines("pair_resolved"),
+            ("ccpo_cli/report/compare.py",),
         ),
     ],
     "Card lint": [
@@ -810,7 +894,11 @@ CHECKS: dict[str, list[Check]] = {
         ),
         Check(
             "a card status named to decide",
-            any_of(literals(["interim", "final"], about=r"status"), defines("CARD_STATUSES")),
+            any_of(
+                literals(["interim", "final"], about=r"status"),
+                strings(r"^interim$"),  # by value: "final" has other meanings, "interim" none
+                defines("CARD_STATUSES"),
+            ),
             ("ccpo_cli/vocabulary.py",),
         ),
         Check(
@@ -838,6 +926,8 @@ CHECKS: dict[str, list[Check]] = {
 # What a scan finds that is another concept's word, not this one's: "title | check | file" ->
 # what it is. An entry that no longer matches anything fails.
 NOT_THE_CONCEPT: dict[str, str] = {
+    "Matrix designs | the designs and their files | scripts/testbed_design.py": "the `designs` list of a tried-designs record (docs/testbed-designs-tried.json), not the designs folder",
+    "Vocabulary | a card status named to decide | ccpo_cli/cards/context.py": "the card template's variable `interim`, set from `facts.status == INTERIM`",
     "The estimator table | an estimator named to decide something | ccpo_cli/store/facts.py": "verl-agent's own `algorithm.adv_estimator` values, read from its printed config",
     "The estimator table | an estimator named to decide something | ccpo_cli/store/identity.py": "verl-agent's own `adv_estimator` values, naming the external arm a log trained",
     "The estimator table | an estimator named to decide something | ccpo_cli/backends/verl/setup_hook.py": "verl-agent's own `grpo` estimator, which the hook lets verl's trainer set up",

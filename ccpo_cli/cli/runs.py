@@ -74,16 +74,42 @@ def list_command(
             "--model", help="Only runs of this base model (its id or the part after the last /)."
         ),
     ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            metavar="COLUMN",
+            help="Order by run, arm, seed, status, step, last, best, window, created or updated "
+            "(success highest first; runs without the value last).",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, metavar="N", help="Only the first N runs (after --sort)."),
+    ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            help="Every column in a terminal (last, best, conflicts, retractions, base model, "
+            "benchmark, backend, times), in parts when wider than it. CSV, Markdown and JSON "
+            "always have every column.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
-    """Every run with its arm, seed, status, steps, last, best and window held-out success,
-    benchmark, backend and times.
+    """Every run with its arm, seed, status, steps and window held-out success; with --wide also
+    last and best success, benchmark, backend and times.
 
     Example: ccpo runs list --arm grpo --format csv
     """
     # Imported here: the store pulls in sqlite-utils, which --help and completion never need.
-    from ccpo_cli.report.run_tables import runs_table
+    from ccpo_cli.report.run_tables import (
+        narrow_runs_table,
+        runs_table,
+        sorted_runs,
+    )
     from ccpo_cli.store import list_runs, open_db
     from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.run_summaries import RunFilter, success_summaries
@@ -93,18 +119,15 @@ def list_command(
     runs = RunFilter(arm=arm, status=status, benchmark=benchmark, model=model).apply(runs)
     summaries = success_summaries(db)
     for run in runs:
+        nothing = ("last_success", "last_success_step", "best_success", "best_success_step")
         run.update(
             summaries.get(run["id"])
-            or {
-                "last_success": None,
-                "last_success_step": None,
-                "best_success": None,
-                "best_success_step": None,
-                "window_success": None,
-                "window_n": 0,
-            }
+            or {**dict.fromkeys(nothing), "window_success": None, "window_n": 0}
         )
-    emit(output_format(fmt, as_json), {"runs": runs}, lambda: [runs_table(runs)])
+    runs = sorted_runs(runs, sort, limit) if sort else runs[:limit]
+    chosen = output_format(fmt, as_json)
+    narrow = chosen is OutputFormat.table and not wide
+    emit(chosen, {"runs": runs}, lambda: [(narrow_runs_table if narrow else runs_table)(runs)])
 
 
 @runs_app.command("show")
@@ -112,11 +135,22 @@ def list_command(
 def show_command(
     ctx: typer.Context,
     run: RunArgument,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            metavar="KEY",
+            help="Print the series of this logged scalar instead (e.g. --metric actor/kl_loss "
+            "--json: every number the run logged, at every step); repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
 ) -> None:
-    """One run: its settings, evaluations, conflicts, checkpoints and publications.
+    """One run: its settings, evaluations, conflicts, checkpoints and publications; or, with
+    --metric, the series of scalars it logged.
 
     Every evaluation is listed (retracted ones marked), every conflict with how it was settled,
     and every Hub publication the run asked for (pending, done, failed, skipped and why, with
@@ -125,10 +159,18 @@ def show_command(
 
     Example: ccpo runs show grpo-seed0 --format markdown
     """
+    from ccpo_cli.store import open_db
+
+    if metric:
+        from ccpo_cli.report.run_tables import metric_series_tables
+        from ccpo_cli.store.metrics import metric_series_document
+
+        found = metric_series_document(open_db(settings(ctx).db, must_exist=True), run, metric)
+        emit(output_format(fmt, as_json), found, lambda: metric_series_tables(found), table=table)
+        return
     from ccpo_cli.report.run_tables import run_detail_tables
     from ccpo_cli.store import (
         get_run,
-        open_db,
         run_checkpoints,
         run_conflicts,
         run_evaluations,
@@ -217,7 +259,7 @@ def diff_command(
 
     Example: ccpo runs diff grpo-seed0 gigpo-seed0
     """
-    from ccpo_cli.report.command_tables import differences_table
+    from ccpo_cli.report.command_tables import differences_table, folded_differences
     from ccpo_cli.report.diffs import run_differences
     from ccpo_cli.store import get_run, open_db
     from ccpo_cli.store.facts import run_facts
@@ -242,13 +284,16 @@ def diff_command(
             {"field": d.field, "first": d.first, "second": d.second} for d in differences
         ],
     }
+    chosen = output_format(fmt, as_json)
     emit(
-        output_format(fmt, as_json),
+        chosen,
         document,
         lambda: (
-            [differences_table(differences, first, second, "runs")]
-            if differences
-            else [f"runs {first} and {second}: nothing recorded differs"]
+            [f"runs {first} and {second}: nothing recorded differs"]
+            if not differences
+            else folded_differences(differences, first, second, "runs")
+            if chosen is OutputFormat.table
+            else [differences_table(differences, first, second, "runs")]
         ),
     )
 

@@ -226,7 +226,7 @@ def train(
         typer.Option(
             "--report-to",
             metavar="TRACKERS",
-            help="Write the curves while training to tensorboard (RUN_DIR/tensorboard) and/or trackio (project ccpo, in TRACKIO_DIR), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
+            help="Write the curves while training, from the untrained evaluation at step 0 on, to tensorboard (RUN_DIR/tensorboard), trackio (project ccpo, in TRACKIO_DIR) and/or wandb (an offline run in RUN_DIR/wandb for `wandb sync`, unless WANDB_MODE says otherwise), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
         ),
     ] = None,
     # publishing while training

@@ -1,14 +1,19 @@
-"""A run's curves for the trackers researchers already watch: TensorBoard, trackio, CSV.
+"""A run's curves for the trackers researchers already watch: TensorBoard, trackio, wandb, CSV.
 
 Two sources, one set of writers:
 
-- while training (`ccpo train --report-to tensorboard,trackio`), `ReportingObserver` follows the
-  run's `metrics.jsonl` (one line per step, the held-out keys on evaluation steps; a verl file
-  logger's `{"step", "data"}` lines too) and writes every numeric key as it appears. The trainer
+- while training (`ccpo train --report-to tensorboard,trackio,wandb`), `ReportingObserver` follows
+  the run's `metrics.jsonl` (one line per step from the untrained evaluation at step 0 on, the
+  held-out keys on evaluation steps; a verl file logger's `{"step", "data"}` lines too) and
+  writes every numeric key as it appears. The trainer
   only sees a `TrainingObserver`, so it never waits on a tracker, and a tracker that fails is
   logged, never the trainer's failure;
 - for any recorded run, an ingested one included (`ccpo export --to ...`), report/tracker_export.py
-  reads its standing held-out evaluations from runs.db and writes them through the same sinks.
+  reads its standing held-out evaluations and every scalar it logged from runs.db and writes
+  them through the same sinks.
+
+wandb runs are written offline (`WANDB_MODE=offline` unless the user set WANDB_MODE), in a
+folder `wandb sync` uploads later: ccpo never waits on wandb's servers.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from typing import Any, Protocol
 from ccpo_cli.errors import UsageError
 from ccpo_cli.extras import check_extra, require_extra
 
-TRACKERS = ("tensorboard", "trackio", "csv")
-LIVE_TRACKERS = (
-    "tensorboard",
-    "trackio",
-)  # --report-to: metrics.jsonl already is the run's CSV-like log
+# The one list of trackers: `ccpo export --to` takes TRACKERS, `ccpo train --report-to` the
+# LIVE_TRACKERS (metrics.jsonl already is the run's CSV-like log).
+TRACKERS = ("tensorboard", "trackio", "wandb", "csv")
+LIVE_TRACKERS = ("tensorboard", "trackio", "wandb")
 DEFAULT_TRACKIO_PROJECT = "ccpo"
+# The optional extra (pyproject.toml) and module of each tracker that needs one.
+TRACKER_EXTRAS = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 
 
 def parse_trackers(text: str, allowed: tuple[str, ...] = LIVE_TRACKERS) -> tuple[str, ...]:
@@ -146,6 +152,60 @@ class TrackioSink:
             self._trackio.finish()
 
 
+def wandb_mode() -> str:
+    """offline, unless the user chose a mode with WANDB_MODE."""
+    return os.environ.get("WANDB_MODE") or "offline"
+
+
+class WandbSink:
+    """One wandb run (`name`, id `run_id`) of `project`, written under `directory`/wandb by
+    wandb's own writer, offline unless WANDB_MODE says otherwise: `wandb sync` uploads it."""
+
+    def __init__(
+        self,
+        project: str,
+        name: str,
+        directory: Path,
+        config: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> None:
+        wandb = require_extra("wandb", "wandb", what="a wandb run")
+        directory.mkdir(parents=True, exist_ok=True)
+        settings = wandb.Settings(
+            console="off",  # the trainer's output is the user's terminal's, not wandb's
+            x_disable_stats=True,
+            x_disable_meta=True,
+            disable_git=True,
+            save_code=False,
+            silent=True,
+        )
+        with _stdout_to_stderr():
+            self._run = wandb.init(
+                project=project,
+                name=name,
+                id=run_id,
+                dir=str(directory),
+                mode=wandb_mode(),
+                config=dict(config or {}),
+                settings=settings,
+                reinit="create_new",
+            )
+
+    @property
+    def folder(self) -> Path:
+        """The run's own folder (`offline-run-...`), the one `wandb sync` takes."""
+        return Path(self._run.dir).parent
+
+    def write(self, point: ScalarPoint) -> None:
+        with _stdout_to_stderr():
+            self._run.log(dict(point.values), step=point.step)
+
+    def close(self) -> None:
+        with _stdout_to_stderr():
+            self._run.finish()
+
+
 class CsvSink:
     """One CSV file at `path`: `step`, `wall_time`, then one column per key (sorted); written
     on close."""
@@ -180,8 +240,8 @@ class CsvSink:
 def check_installed(trackers: tuple[str, ...]) -> None:
     """CcpoError (exit 1, a missing optional runtime) naming the extra to install, before training."""
     for tracker in trackers:
-        if tracker in ("tensorboard", "trackio"):
-            check_extra(tracker, tracker, what=f"--report-to {tracker}")
+        if tracker in TRACKER_EXTRAS:
+            check_extra(TRACKER_EXTRAS[tracker], tracker, what=f"--report-to {tracker}")
 
 
 def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:
@@ -232,10 +292,15 @@ class ReportingObserver:
                 self._sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard"))
             elif tracker == "trackio":
                 self._sinks.append(TrackioSink(self.project, run, {"run": run}, replace=False))
+            elif tracker == "wandb":
+                self._sinks.append(WandbSink(self.project, run, Path(run_dir), {"run": run}))
         if self.log is not None:
             where = {
                 "tensorboard": f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}",
                 "trackio": f"trackio show --project {self.project}",
+                "wandb": f"wandb sync {Path(run_dir) / 'wandb'}/offline-run-*"
+                if wandb_mode() == "offline"
+                else f"wandb project {self.project}",
             }
             self.log("curves: " + "; ".join(where[tracker] for tracker in self.trackers))
         if self.inner is not None:
@@ -286,12 +351,14 @@ __all__ = [
     "DEFAULT_TRACKIO_PROJECT",
     "LIVE_TRACKERS",
     "TRACKERS",
+    "TRACKER_EXTRAS",
     "CsvSink",
     "ReportingObserver",
     "ScalarPoint",
     "ScalarSink",
     "TensorBoardSink",
     "TrackioSink",
+    "WandbSink",
     "check_installed",
     "numeric_scalars",
     "parse_trackers",

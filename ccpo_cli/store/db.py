@@ -481,7 +481,87 @@ def m009_views(db: sqlite_utils.Database) -> None:
 
 
 @MIGRATIONS()
-def m010_sync_held_rows(db: sqlite_utils.Database) -> None:
+def m010_completed_evaluations(db: sqlite_utils.Database) -> None:
+    # A second record of one result that carries a value the first left out (a console's per-type
+    # rates, a history's training rate) completes the kept row (store/records.py): a value not
+    # recorded may be filled in once; a recorded value, the result and its provenance never change.
+    db.executescript(
+        """
+        DROP TRIGGER evaluations_append_only;
+        CREATE TRIGGER evaluations_append_only BEFORE UPDATE ON evaluations
+        WHEN NOT (
+            NEW.id IS OLD.id AND NEW.run_id IS OLD.run_id AND NEW.step IS OLD.step
+            AND NEW.split IS OLD.split AND NEW.success_rate IS OLD.success_rate
+            AND NEW.eval_seed IS OLD.eval_seed AND NEW.source_file IS OLD.source_file
+            AND NEW.source_line IS OLD.source_line AND NEW.content_hash IS OLD.content_hash
+            AND NEW.recorded_at IS OLD.recorded_at
+            AND (OLD.episodes IS NULL OR NEW.episodes IS OLD.episodes)
+            AND (OLD.successes IS NULL OR NEW.successes IS OLD.successes)
+            AND (OLD.mean_turns IS NULL OR NEW.mean_turns IS OLD.mean_turns)
+            AND (OLD.temperature IS NULL OR NEW.temperature IS OLD.temperature)
+            AND (OLD.train_success_rate IS NULL OR NEW.train_success_rate IS OLD.train_success_rate))
+        BEGIN SELECT RAISE(ABORT, 'evaluations are append-only'); END;
+        """
+    )
+
+
+@MIGRATIONS()
+def m011_metrics(db: sqlite_utils.Database) -> None:
+    # Every scalar a run logged, at every step (store/metrics.py, docs/runs-db.md "Logged
+    # scalars"): one row per (run, name, step, value), in long format, append-only like the
+    # evaluations. A value already recorded for that run, name and step is a duplicate whatever
+    # file it came from (IFNULL: SQLite stores a logged NaN as NULL, and NULLs never collide in
+    # an index); another value is kept beside it, and the first recorded stands in
+    # `metric_steps`. Names and files are stored once (metric_names, metric_sources) so that a
+    # row is a few integers and its value: a 150-step verl log holds ~10,000 of them.
+    db.executescript(
+        """
+        CREATE TABLE metric_names (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE metric_sources (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            source_file TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (run_id, source_file)
+        );
+        CREATE TABLE metrics (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            name_id INTEGER NOT NULL REFERENCES metric_names(id),
+            step INTEGER NOT NULL,
+            value REAL,
+            source_id INTEGER REFERENCES metric_sources(id) ON DELETE CASCADE,
+            source_line INTEGER
+        );
+        CREATE UNIQUE INDEX metrics_value ON metrics (run_id, name_id, step, IFNULL(value, 'NaN'));
+        CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics
+        BEGIN SELECT RAISE(ABORT, 'metrics are append-only'); END;
+        CREATE TRIGGER metric_names_append_only BEFORE UPDATE ON metric_names
+        BEGIN SELECT RAISE(ABORT, 'metric names are append-only'); END;
+        CREATE TRIGGER metric_sources_append_only BEFORE UPDATE ON metric_sources
+        BEGIN SELECT RAISE(ABORT, 'metric sources are append-only'); END;
+
+        CREATE VIEW run_metrics AS
+        SELECT runs.name AS run, m.run_id, m.step, n.name, m.value, s.source_file, m.source_line, m.id
+        FROM metrics AS m JOIN runs ON runs.id = m.run_id JOIN metric_names AS n ON n.id = m.name_id
+        LEFT JOIN metric_sources AS s ON s.id = m.source_id;
+
+        CREATE VIEW metric_steps AS
+        SELECT runs.name AS run, first.run_id, first.step,
+               json_group_object(n.name, first.value) AS metrics
+        FROM (SELECT run_id, name_id, step, value FROM metrics
+              WHERE id IN (SELECT MIN(id) FROM metrics GROUP BY run_id, name_id, step)) AS first
+        JOIN runs ON runs.id = first.run_id JOIN metric_names AS n ON n.id = first.name_id
+        GROUP BY first.run_id, first.step;
+        """
+    )
+
+
+@MIGRATIONS()
+def m012_sync_held_rows(db: sqlite_utils.Database) -> None:
     # Only this machine writes its own runs (store/sync_trust.py): a pulled row that would change
     # one of them (an evaluation, a conflict, a fact, a publication, a retraction or a settled
     # conflict) is held here, out of every number, until `ccpo sync accept` merges it or `ccpo
