@@ -86,3 +86,21 @@ def test_a_killed_rollout_worker_ends_the_command_with_one_line_and_a_resumable_
     assert "ccpo train --resume" in errors[0], errors[0]
     [run] = [run for run in list_runs(open_db(db_path)) if run["last_step"]]
     assert run["status"] == "stopped" and run["last_step"] >= 1
+
+
+def test_a_ray_start_up_failure_is_one_ccpo_line(monkeypatch):
+    """Ray's runtime agent killed while Ray starts ends `ray.init` in Ray's own RaySystemError
+    (the boundary is simulated here: killing the agent of a real start takes minutes): the
+    matrix says so in one line (exit 4) instead of Ray's traceback."""
+    import ray
+
+    from ccpo_cli.errors import RemoteError
+    from ccpo_cli.experiments.ray_blocks import connect
+
+    def agent_died(**_options):
+        raise ray.exceptions.RaySystemError("the runtime env agent exited unexpectedly")
+
+    monkeypatch.setattr(ray, "init", agent_died)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    with pytest.raises(RemoteError, match="Ray did not start or connect .*RaySystemError"):
+        connect("local")
