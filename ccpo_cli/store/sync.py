@@ -156,25 +156,24 @@ def record_failed_part(
 ) -> None:
     """Note a part whose download failed (direction `failed`): this pull goes on without it,
     the next one tries it again."""
-    with write_transaction(db):
-        db.table("sync_parts").insert(
-            {
-                "repo_id": origin.repo_id,
-                "path": origin.part,
-                "blob_id": blob_id,
-                "size_bytes": size_bytes,
-                "direction": FAILED,
-                "commit_id": origin.commit_id,
-                "recorded_at": utc_now(),
-            },
-            replace=True,
-        )
+    _record_part(db, origin, FAILED, blob_id=blob_id, size_bytes=size_bytes)
 
 
 def record_refused_part(
     db: sqlite_utils.Database, origin: Origin, *, blob_id: str | None, size_bytes: int | None
 ) -> None:
     """Note a part a pull refused (direction `refused`): later pulls skip it, nothing of it is merged."""
+    _record_part(db, origin, "refused", blob_id=blob_id, size_bytes=size_bytes)
+
+
+def _record_part(
+    db: sqlite_utils.Database,
+    origin: Origin,
+    direction: str,
+    *,
+    blob_id: str | None,
+    size_bytes: int | None,
+) -> None:
     with write_transaction(db):
         db.table("sync_parts").insert(
             {
@@ -182,7 +181,7 @@ def record_refused_part(
                 "path": origin.part,
                 "blob_id": blob_id,
                 "size_bytes": size_bytes,
-                "direction": "refused",
+                "direction": direction,
                 "commit_id": origin.commit_id,
                 "recorded_at": utc_now(),
             },
