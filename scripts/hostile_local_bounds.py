@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ADDRESS_SPACE = 3 << 30
 DEADLINE_S = 120
-BAR_MB = 500
+BAR_BYTES = 500e6  # the acceptance bar: 500 MB resident
 HOSTILE = "\x1b[2J\x1b]0;owned\x07\u202eexe"
 
 
@@ -62,20 +62,23 @@ def run_case(args: list[str], cwd: Path, fsize: int | None = None) -> tuple[int,
         child.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         lines = [line for line in err.read().decode(errors="replace").splitlines() if line.strip()]
-    return child.returncode, usage.ru_maxrss / 1024, time.monotonic() - started, (lines or [""])[-1]
+    peak_mb = usage.ru_maxrss * 1024 / 1e6  # ru_maxrss is in KiB on Linux
+    return child.returncode, peak_mb, time.monotonic() - started, (lines or [""])[-1]
 
 
 def build(root: Path) -> Path:
     from ccpo_cli.arms import load_arm
     from ccpo_cli.store import ensure_run, open_db, record_evaluation
+    from ccpo_cli.vocabulary import EVAL_TEMPERATURE, LOCAL
 
     db_path = root / "runs.db"
     db = open_db(db_path)
     ensure_run(db, "r0", arm=load_arm("grpo"), seed=0, base_model="tiny" + HOSTILE,
-               backend="local", total_steps=3000)  # fmt: skip
-    db.execute("UPDATE runs SET host = ? WHERE name = 'r0'", ["evil" + HOSTILE])
+               backend=LOCAL, total_steps=3000, config={"note": HOSTILE})  # fmt: skip
     for step in range(0, 3000, 2):
-        record_evaluation(db, "r0", step, success_rate=50.0, episodes=8, temperature=0.4)
+        record_evaluation(
+            db, "r0", step, success_rate=50.0, episodes=8, temperature=EVAL_TEMPERATURE
+        )
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     db.conn.close()
     run_dir = root / "ccpo-runs" / "r0"
@@ -138,13 +141,13 @@ def main() -> None:
         failures = 0
         for category, case, expected, args, fsize in cases:
             code, peak, seconds, line = run_case([str(a) for a in args], root, fsize)
-            ok = code == expected and peak < BAR_MB and seconds < DEADLINE_S
+            ok = code == expected and peak * 1e6 < BAR_BYTES and seconds < DEADLINE_S
             failures += not ok
             shown = line.encode("unicode_escape").decode()[:90]
             print(
                 f"| {category} | {case} | {code} ({expected}) | {peak:.0f} | {seconds:.1f} | {shown} |"
             )
-        print(f"\n{len(cases) - failures} of {len(cases)} within {BAR_MB} MB, {DEADLINE_S} s and "
+        print(f"\n{len(cases) - failures} of {len(cases)} within {BAR_BYTES / 1e6:.0f} MB, {DEADLINE_S} s and "
               "their exit code")  # fmt: skip
         sys.exit(1 if failures else 0)
 
