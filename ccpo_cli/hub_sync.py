@@ -65,6 +65,9 @@ class SyncLimits:
     max_pull_bytes: int = 8192 * _MIB
     max_part_bytes: int = 512 * _MIB
     max_parts: int = 100_000
+    # What one pull may add to runs.db over all its parts (store/sync.py PullBudget).
+    max_pull_rows: int = 2_000_000
+    max_pull_growth_bytes: int = 2048 * _MIB
 
 
 def _write_capped(chunks, handle, cap: int) -> None:
@@ -323,9 +326,13 @@ def _pull(
     from huggingface_hub.hf_api import RepoFile
 
     from ccpo_cli.store.sync import (
+        PullBudget,
+        PullBudgetSpent,
         log_sync,
         merge_part,
         part_already_merged,
+        part_path_problem,
+        record_failed_part,
         record_refused_part,
     )
     from ccpo_cli.store.sync_format import TABLES, part_table
@@ -402,19 +409,53 @@ def _pull(
         )
     counts = MergeCounts()
     refused: list[dict[str, str]] = []
+    budget = PullBudget(limits.max_pull_rows, limits.max_pull_growth_bytes)
+    waiting = 0
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-pull-") as scratch:
         local = Path(scratch) / "part.parquet"
-        for entry in new:
-            download_part(hub, entry.path, commit_id, local, entry.size, limits)
+        for index, entry in enumerate(new):
+            origin = Origin(repo_id, commit_id, entry.path)
+            problem = part_path_problem(entry.path)
+            if problem is not None:  # never downloaded: its path is not one ccpo writes
+                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+                refused.append({"part": entry.path, "reason": problem})
+                continue
+            try:
+                download_part(hub, entry.path, commit_id, local, entry.size, limits)
+            except (HubCallError, RemoteError, AnswerTooLarge) as error:
+                if hub.deadline.remaining() <= 0:
+                    raise
+                # A part that cannot be downloaded never blocks the parts after it; the next
+                # pull tries it again.
+                record_failed_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+                refused.append({"part": entry.path, "reason": f"download failed: {error}"})
+                local.unlink(missing_ok=True)
+                continue
             if hub.deadline.remaining() <= 0:
                 raise hub.deadline.failure(repo_id, f"merging {entry.path}")
-            origin = Origin(repo_id, commit_id, entry.path)
             try:
                 counts.update(
                     merge_part(
-                        db, local, entry.path, origin, blob_id=entry.blob_id, size_bytes=entry.size
+                        db,
+                        local,
+                        entry.path,
+                        origin,
+                        blob_id=entry.blob_id,
+                        size_bytes=entry.size,
+                        budget=budget,
                     )
                 )
+            except PullBudgetSpent as error:
+                local.unlink()
+                if budget.used:  # the rest waits for the next pull, within its own budget
+                    waiting = len(new) - index
+                    refused.append(
+                        {"part": entry.path, "reason": f"{error}; left for the next pull"}
+                    )
+                    break
+                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+                refused.append({"part": entry.path, "reason": str(error)})
+                continue
             except InvalidInput as error:
                 # One bad part (hand-made, damaged, of a newer ccpo) is named, skipped and recorded, so
                 # it never blocks the rest of this pull or any later one; nothing of it was merged.
@@ -429,7 +470,8 @@ def _pull(
         "commit_id": commit_id,
         "revision": revision or "main",
         "parts": len(parts),
-        "parts_merged": len(new) - len(refused),
+        "parts_merged": len(new) - len(refused) - max(0, waiting - 1),
+        "parts_waiting": waiting,
         "parts_refused": refused,
         "bytes": total,
         "counts": counts.as_dict(),

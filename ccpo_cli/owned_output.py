@@ -93,6 +93,18 @@ def check_replaceable(target: Path, option: str = "--out") -> None:
         )
 
 
+def mark_owned(folder: Path, what: str) -> None:
+    """Write the marker into a folder a tracker's own writer made for ccpo (a wandb run folder),
+    so that a later export may replace it."""
+    (folder / MARKER).write_text(f"written by {what}\n", encoding="utf-8")
+
+
+def remove_owned(target: Path, option: str = "--out") -> None:
+    """Delete an earlier output of ccpo's; InvalidInput (nothing deleted) for anything else."""
+    check_replaceable(target, option)
+    _remove(target)
+
+
 def output_error(error: OSError, target: Path, option: str = "--out") -> CcpoError:
     """The one line for an OSError met while writing `target`."""
     reason = error.strerror or str(error)
@@ -191,8 +203,10 @@ __all__ = [
     "RUN_IDENTITY_FILE",
     "check_output_folder",
     "check_replaceable",
+    "mark_owned",
     "mapped_os_errors",
     "output_error",
+    "remove_owned",
     "replace_owned",
     "run_folder_around",
 ]

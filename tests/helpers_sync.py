@@ -4,6 +4,9 @@ facts, a publication)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,21 @@ def machine(root: Path, host: str, monkeypatch) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("CCPO_HOST", host)
     return folder / "runs.db"
+
+
+@contextlib.contextmanager
+def as_machine(db_path: Path) -> Iterator[None]:
+    """Run the block as the machine whose runs.db `db_path` is (`machine`'s folder name is its
+    host): a pull runs on the machine that pulls, whose own runs no part may rewrite."""
+    host = os.environ.get("CCPO_HOST")
+    os.environ["CCPO_HOST"] = db_path.parent.name
+    try:
+        yield
+    finally:
+        if host is None:
+            os.environ.pop("CCPO_HOST", None)
+        else:
+            os.environ["CCPO_HOST"] = host
 
 
 def copy_database(source: Path, target: Path) -> None:

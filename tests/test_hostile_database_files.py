@@ -55,7 +55,7 @@ def test_a_damaged_index_page_is_one_line_and_exit_3(tmp_path, command):
     path = _recorded(tmp_path)
     _damage_index(path, "evaluations_run_step")
     result = invoke("--db", path, *command, "--json")
-    assert_refused(result, 3, "not a usable runs database", "sqlite3", ".recover")
+    assert_refused(result, 3, "not a usable runs database", f"sqlite3 {path} .recover")
 
 
 def test_a_file_that_is_no_database_names_recover(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers_sync import copy_database, full_run, machine, record_step, table_snapshot
+from helpers_sync import as_machine, copy_database, full_run, machine, record_step, table_snapshot
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name
@@ -29,16 +29,21 @@ def _push_to_folder(db_path: Path, folder: Path, host: str, commit: str) -> list
 
 
 def _pull_from_folder(db_path: Path, parts: list, commit: str):
-    db = open_db(db_path)
-    totals = []
-    for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
-        if not part_already_merged(db, REPO, part.path_in_repo, None):
-            totals.append(
-                merge_part(
-                    db, part.local_path, part.path_in_repo, Origin(REPO, commit, part.path_in_repo)
+    """A pull without the Hub, run on the machine whose runs.db it is."""
+    with as_machine(db_path):
+        db = open_db(db_path)
+        totals = []
+        for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
+            if not part_already_merged(db, REPO, part.path_in_repo, None):
+                totals.append(
+                    merge_part(
+                        db,
+                        part.local_path,
+                        part.path_in_repo,
+                        Origin(REPO, commit, part.path_in_repo),
+                    )
                 )
-            )
-    return totals
+        return totals
 
 
 def test_parts_are_typed_parquet_named_by_host_and_run(tmp_path, monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 from fakehub import FakeHub
 from helpers_hub import TOKEN
 from helpers_sync import (
+    as_machine,
     copy_database,
     full_run,
     machine,
@@ -42,9 +43,10 @@ def _push(db_path: Path, hub: FakeHub, host: str, **options):
 
 
 def _pull(db_path: Path, hub: FakeHub, **options):
-    return pull(
-        open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"rule": FAST, **options}
-    )
+    with as_machine(db_path):  # a pull runs on the machine that pulls
+        return pull(
+            open_db(db_path), REPO, token=TOKEN, endpoint=hub.endpoint, **{"rule": FAST, **options}
+        )
 
 
 def _evidence(*db_paths: Path) -> set[tuple]:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers_hub import TOKEN
-from helpers_sync import full_run, machine
+from helpers_sync import copy_database, full_run, machine
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import RetryRule
@@ -130,8 +130,16 @@ def test_an_evaluation_past_the_runs_recorded_steps_is_refused(tmp_path, monkeyp
         )
         return dict(row, step=7, task_types=[], episode_rows=[], content_hash=content.content_hash)
 
+    forged = _forged(tmp_path, a, "evaluations", step_seven, "node-a")
+    # On a machine that holds node-a's run as another machine's run, the row is refused.
+    b = machine(tmp_path, "node-b", monkeypatch)
+    copy_database(a, b)
     with pytest.raises(InvalidInput, match="past the run's recorded steps"):
-        _merge(a, *_forged(tmp_path, a, "evaluations", step_seven, "node-a"))
+        _merge(b, *forged)
+    assert [row["success_rate"] for row in run_evaluations(open_db(b), "r1")] == rates
+    # On node-a itself the run is its own: the row is held, in no number (issue 42, case 3).
+    monkeypatch.setenv("CCPO_HOST", "node-a")
+    _merge(a, *forged)
     assert [row["success_rate"] for row in run_evaluations(open_db(a), "r1")] == rates
 
 

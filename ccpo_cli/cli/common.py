@@ -227,9 +227,9 @@ def handle_errors(command: Callable) -> Callable:
 
             if not is_damaged_database(error):
                 raise
-            ctx = next((arg for arg in args if isinstance(arg, typer.Context)), None)
-            ctx = ctx or kwargs.get("ctx")
-            where = str(settings(ctx).db) if isinstance(ctx, typer.Context) else "runs.db"
+            # Typer's context class is its own vendored click's: found by what it does.
+            ctx = next((a for a in (*args, *kwargs.values()) if hasattr(a, "find_root")), None)
+            where = str(settings(ctx).db) if ctx is not None else "runs.db"
             stderr_console().print(f"error: {unusable_database(where, error)}", markup=False)
             raise typer.Exit(InvalidInput.exit_code) from None
 

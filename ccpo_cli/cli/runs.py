@@ -186,6 +186,7 @@ def show_command(
     from ccpo_cli.store.retractions import resolutions
     from ccpo_cli.store.sync import dataset_sources
     from ccpo_cli.store.sync_runs import run_field_conflicts
+    from ccpo_cli.store.sync_trust import held_rows
     from ccpo_cli.terminal_text import escape_control
 
     db = open_db(settings(ctx).db, must_exist=True)
@@ -202,6 +203,7 @@ def show_command(
         "publication_outbox": run_outbox(db, run),
         "dataset_sources": dataset_sources(db, shown["id"]),
         "field_conflicts": run_field_conflicts(db, shown["id"]),
+        "held_from_sync": held_rows(db, shown["id"]),
     }
 
     def tables() -> list:
@@ -215,6 +217,19 @@ def show_command(
                 escape_control(
                     f"pulled from {source['repo_id']} at commit {source['commit_id']}: "
                     f"{source['rows']} rows, first merged {source['first_merged_at']}"
+                )
+            )
+        for held in document["held_from_sync"]:
+            settle = (
+                f"; ccpo sync accept {run} --id {held['id']} merges it"
+                if held["state"] == "held"
+                else f" by {held['settled_by']}"
+            )
+            items.append(
+                escape_control(
+                    f"{held['state']} from sync: a {held['table']} row {held['summary']} of "
+                    f"{held['part']} at commit {held['commit_id']}, not written by this machine"
+                    f"{settle}"
                 )
             )
         for conflict in document["field_conflicts"]:

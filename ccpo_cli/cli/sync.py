@@ -174,3 +174,61 @@ def pull_command(
             f"{result['commit_id']}",
         )
     emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])
+
+
+def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool, as_json: bool):
+    from ccpo_cli.store import get_run, open_db
+    from ccpo_cli.store.retractions import default_actor
+    from ccpo_cli.store.sync_trust import settle_held
+
+    db = open_db(settings(ctx).db, must_exist=True)
+    settled = settle_held(db, get_run(db, run), ids or None, accept=accept, by=default_actor())
+    if as_json:
+        emit_json({"run": run, "accepted" if accept else "rejected": settled})
+        return
+    verb = "accepted" if accept else "rejected"
+    if not settled:
+        info(ctx, f"run {run}: no held row to settle")
+    for row in settled:
+        info(ctx, f"run {run}: held {row['table']} row {row['id']} {verb} ({row['outcome']})")
+
+
+HeldIdOption = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--id", help="A held row's id, as `ccpo runs show RUN` lists it (default: every held row)."
+    ),
+]
+
+
+@sync_app.command("accept")
+@handle_errors
+def accept_command(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
+    ids: HeldIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Merge rows a pull held for one of this machine's runs (foreign evaluations, corrections), as a local write would.
+
+    Only this machine writes its runs: a pulled row that would change one is held, in no number,
+    until it is accepted here (or rejected with `ccpo sync reject`).
+
+    Example: ccpo sync accept grpo-seed0 --id 3
+    """
+    _settle(ctx, run, ids, accept=True, as_json=as_json)
+
+
+@sync_app.command("reject")
+@handle_errors
+def reject_command(
+    ctx: typer.Context,
+    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
+    ids: HeldIdOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set aside rows a pull held for one of this machine's runs; they stay listed, never merged.
+
+    Example: ccpo sync reject grpo-seed0 --id 3
+    """
+    _settle(ctx, run, ids, accept=False, as_json=as_json)

@@ -69,9 +69,12 @@ def connect(address: str):
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
-    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as error:
+    except Exception as error:  # noqa: BLE001 - Ray's start-up failures have no common class
+        # A runtime agent or raylet killed while Ray starts ends in Ray's own exceptions
+        # (RaySystemError, RayError, a bare Exception from its node code): one ccpo line.
         raise RemoteError(
-            f"--ray-address {address}: cannot connect to Ray ({' '.join(str(error).split())[:300]})"
+            f"--ray-address {address}: Ray did not start or connect ({type(error).__name__}: "
+            f"{' '.join(str(error).split())[:300]}); nothing was trained"
         ) from None
     return ray
 

@@ -17,7 +17,6 @@ that name, or a run folder, is refused with exit 3, never renamed or deleted.
 from __future__ import annotations
 
 import math
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import CcpoError, UsageError
-from ccpo_cli.owned_output import check_output_folder, replace_owned
+from ccpo_cli.owned_output import (
+    check_output_folder,
+    check_replaceable,
+    mapped_os_errors,
+    mark_owned,
+    remove_owned,
+    replace_owned,
+)
 from ccpo_cli.report.trackers import (
     DEFAULT_TRACKIO_PROJECT,
     TRACKERS,
@@ -183,11 +189,15 @@ def export_run(
     elif tracker == "wandb":
         run_id = _wandb_id(run, (config or {}).get("uid"))
         earlier = sorted((out / "wandb").glob(f"*-{run_id}"))
-        sink = WandbSink(project, run, out, config, run_id=run_id)
-        write_all(sink)
+        for folder in earlier:
+            check_replaceable(folder)  # before writing: only ccpo's own earlier export goes
+        with mapped_os_errors(out):
+            sink = WandbSink(project, run, out, config, run_id=run_id)
+            write_all(sink)
+            mark_owned(sink.folder, "ccpo export --to wandb")
         for folder in earlier:
             if folder != sink.folder:
-                shutil.rmtree(folder, ignore_errors=True)
+                remove_owned(folder)
         where = str(sink.folder)
     else:
         raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
@@ -205,7 +215,7 @@ def export_runs(
     from ccpo_cli.store.queries import get_run, run_evaluations
     from ccpo_cli.store.readers.metric_names import COMMON_KEYS
 
-    if tracker in ("tensorboard", "csv"):
+    if tracker in ("tensorboard", "csv", "wandb"):
         check_output_folder(out)  # a file, or a run folder, before anything is read or written
     chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
     retracted = [run["name"] for run in chosen if run.get("retracted")]

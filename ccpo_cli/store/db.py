@@ -560,6 +560,34 @@ def m011_metrics(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m012_sync_held_rows(db: sqlite_utils.Database) -> None:
+    # Only this machine writes its own runs (store/sync_trust.py): a pulled row that would change
+    # one of them (an evaluation, a conflict, a fact, a publication, a retraction or a settled
+    # conflict) is held here, out of every number, until `ccpo sync accept` merges it or `ccpo
+    # sync reject` sets it aside. state: held, accepted or rejected.
+    db.executescript(
+        """
+        CREATE TABLE sync_held_rows (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            part_table TEXT NOT NULL,
+            item_key TEXT NOT NULL,
+            row TEXT NOT NULL,
+            repo_id TEXT NOT NULL,
+            commit_id TEXT,
+            part TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'held',
+            recorded_at TEXT NOT NULL,
+            settled_at TEXT,
+            settled_by TEXT,
+            UNIQUE (run_id, item_key)
+        );
+        CREATE INDEX sync_held_rows_run ON sync_held_rows (run_id, state);
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)

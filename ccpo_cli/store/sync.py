@@ -21,11 +21,13 @@ was merged from, which `dataset_sources` reads back for `ccpo runs show`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
+from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.sync_export import PartFile
 from ccpo_cli.store.sync_format import item_key
@@ -42,7 +44,70 @@ def part_already_merged(
         ),
         None,
     )
-    return row is not None and (blob_id is None or row["blob_id"] in (None, blob_id))
+    # A part whose download failed is tried again by the next pull.
+    if row is None or row["direction"] == FAILED:
+        return False
+    return blob_id is None or row["blob_id"] in (None, blob_id)
+
+
+FAILED = "failed"
+_PART_SEGMENTS = 4  # data/HOST/RUN/FILE
+
+
+def part_path_problem(path_in_repo: str) -> str | None:
+    """Why a listed part path is not one ccpo wrote (`data/HOST/RUN/FILE`, no `..`, no empty or
+    control-character segment, no backslash), or None."""
+    segments = path_in_repo.split("/")
+    if len(segments) != _PART_SEGMENTS or segments[0] != "data":
+        return "not a path of the form data/HOST/RUN/FILE"
+    if any(segment in ("", ".", "..") for segment in segments) or "\\" in path_in_repo:
+        return "a path with an empty, '.' or '..' segment or a backslash"
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in path_in_repo):
+        return "a path with control characters"
+    return None
+
+
+class PullBudgetSpent(InvalidInput):
+    """A part that would take a pull past its row or database-growth budget."""
+
+
+@dataclass
+class PullBudget:
+    """What one pull may add to runs.db, over all its parts: rows merged and bytes of database
+    growth (a 17 KB part once grew runs.db by 200 MB). `used` says whether a part was merged
+    under it already (then a part over the rest waits for the next pull instead of being
+    refused)."""
+
+    max_rows: int
+    max_growth_bytes: int
+    rows: int = 0
+    start_bytes: int | None = None
+
+    @property
+    def used(self) -> bool:
+        return self.rows > 0
+
+    def charge(self, db: sqlite_utils.Database, rows: int, where: str) -> None:
+        size = _database_bytes(db)
+        if self.start_bytes is None:
+            self.start_bytes = size
+        if self.rows + rows > self.max_rows:
+            raise PullBudgetSpent(
+                f"{where}: merging it would pass the pull's budget of {self.max_rows} rows"
+            )
+        if size - self.start_bytes > self.max_growth_bytes:
+            raise PullBudgetSpent(
+                f"{where}: merging it would grow runs.db by more than the pull's budget of "
+                f"{self.max_growth_bytes / (1 << 20):.0f} MiB"
+            )
+
+    def spend(self, rows: int) -> None:
+        self.rows += rows
+
+
+def _database_bytes(db: sqlite_utils.Database) -> int:
+    pages = db.execute("PRAGMA page_count").fetchone()[0]
+    return int(pages) * int(db.execute("PRAGMA page_size").fetchone()[0])
 
 
 def merge_part(
@@ -53,14 +118,22 @@ def merge_part(
     *,
     blob_id: str | None = None,
     size_bytes: int | None = None,
+    budget: PullBudget | None = None,
 ) -> MergeCounts:
     """Merge one downloaded part and note it as merged, all in one transaction (a pull stopped
-    half-way keeps the parts it finished, and the next pull goes on from there)."""
+    half-way keeps the parts it finished, and the next pull goes on from there). With a
+    `budget`, a part that would pass it raises PullBudgetSpent and leaves nothing behind."""
     table, batches = read_part(local_path, path_in_repo)
     counts = MergeCounts()
+    merged = 0
     with write_transaction(db):
         for rows in batches:
+            if budget is not None:
+                budget.charge(db, merged + len(rows), path_in_repo)
             merge_rows(db, table, rows, where=path_in_repo, origin=origin, counts=counts)
+            merged += len(rows)
+        if budget is not None:
+            budget.charge(db, merged, path_in_repo)  # the growth of the last batch too
         db.table("sync_parts").insert(
             {
                 "repo_id": origin.repo_id,
@@ -73,13 +146,34 @@ def merge_part(
             },
             replace=True,
         )
+    if budget is not None:
+        budget.spend(merged)
     return counts
+
+
+def record_failed_part(
+    db: sqlite_utils.Database, origin: Origin, *, blob_id: str | None, size_bytes: int | None
+) -> None:
+    """Note a part whose download failed (direction `failed`): this pull goes on without it,
+    the next one tries it again."""
+    _record_part(db, origin, FAILED, blob_id=blob_id, size_bytes=size_bytes)
 
 
 def record_refused_part(
     db: sqlite_utils.Database, origin: Origin, *, blob_id: str | None, size_bytes: int | None
 ) -> None:
     """Note a part a pull refused (direction `refused`): later pulls skip it, nothing of it is merged."""
+    _record_part(db, origin, "refused", blob_id=blob_id, size_bytes=size_bytes)
+
+
+def _record_part(
+    db: sqlite_utils.Database,
+    origin: Origin,
+    direction: str,
+    *,
+    blob_id: str | None,
+    size_bytes: int | None,
+) -> None:
     with write_transaction(db):
         db.table("sync_parts").insert(
             {
@@ -87,7 +181,7 @@ def record_refused_part(
                 "path": origin.part,
                 "blob_id": blob_id,
                 "size_bytes": size_bytes,
-                "direction": "refused",
+                "direction": direction,
                 "commit_id": origin.commit_id,
                 "recorded_at": utc_now(),
             },

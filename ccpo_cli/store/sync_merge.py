@@ -6,7 +6,8 @@ whose rows do not match refused), a different result for the same run, step, spl
 seed is a recorded conflict (both values kept), a fact is kept once per value, a publication
 once per identical row, a checkpoint row (a Ray task's return only) once per step and path.
 Run snapshots are merged by sync_runs.py, corrections by sync_corrections.py, logged
-scalars by metrics.py (a value once per run, name and step). With an
+scalars by metrics.py (a value once per run, name and step). A pulled row of one of this
+machine's own runs is never merged here: sync_trust.py holds it for `sync accept`. With an
 `Origin`, every merged row is also recorded as being in that dataset (`sync_items`), so
 merging a part twice changes nothing.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store import metrics, sync_corrections
+from ccpo_cli.store import metrics, sync_corrections, sync_trust
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
@@ -55,6 +56,8 @@ class MergeCounts:
     """Per table, how many merged rows were new, the same as a row here, conflicts, ..."""
 
     by_table: dict[str, Counter] = field(default_factory=dict)
+    # The item keys of this machine's runs' own rows, per (run id, table), read once per merge.
+    own_keys: dict = field(default_factory=dict, repr=False, compare=False)
 
     def add(self, table: str, outcome: str) -> None:
         self.by_table.setdefault(table, Counter())[outcome] += 1
@@ -291,7 +294,13 @@ def _merge_one(
     derived_key = None
     if table == "runs":
         before = next(db.table("runs").rows_where("uid = ?", [row.get("uid")], limit=1), None)
-        local, outcome = merge_run(db, row, where, folder_host(origin.part if origin else None))
+        local, outcome = merge_run(
+            db,
+            row,
+            where,
+            folder_host(origin.part if origin else None),
+            this_machines=origin is not None and sync_trust.is_this_machines(before),
+        )
         # A run that held nothing unpushed is, once merged, what the dataset itself gives:
         # its merged snapshot need not be pushed back. One with local changes still is.
         if (
@@ -303,7 +312,10 @@ def _merge_one(
             derived_key = item_key("runs", run_export_row(local))
     else:
         local = _local_run(db, row.get("run_uid"), where)
-        if table in ("evaluations", "conflicts"):
+        if origin is not None and sync_trust.is_this_machines(local):
+            # Only this machine writes its runs: a pulled row it lacks waits for `sync accept`.
+            outcome = sync_trust.hold_unless_known(db, table, row, local, origin, counts.own_keys)
+        elif table in ("evaluations", "conflicts"):
             outcome = _merge_evaluation(db, table, row, local["id"], where)
         elif table == "facts":
             outcome = _merge_fact(db, row, local["id"], where)

@@ -42,12 +42,18 @@ def _free_name(db: sqlite_utils.Database, name: str, host: str | None, uid: str)
 
 
 def merge_run(
-    db: sqlite_utils.Database, row: dict[str, Any], where: str, host_folder: str | None = None
+    db: sqlite_utils.Database,
+    row: dict[str, Any],
+    where: str,
+    host_folder: str | None = None,
+    *,
+    this_machines: bool = False,
 ) -> tuple[dict[str, Any], str]:
     """A run snapshot. Only a snapshot from the run's own host folder changes a run known here;
-    one in another machine's folder changes nothing and is recorded where it differs (in
-    `sync_run_conflicts`): a foreign snapshot of this machine's run is a conflict, never a
-    replacement. A run not known here is taken from whichever folder holds it."""
+        one in another machine's folder changes nothing and is recorded where it differs (in
+        `sync_run_conflicts`): a foreign snapshot of this machine's run is a conflict, never a
+        replacement, and so is any pulled snapshot of this machine's own run (`this_machines`,
+    store/sync_trust.py). A run not known here is taken from whichever folder holds it."""
     uid = row.get("uid")
     if not isinstance(uid, str) or not 8 <= len(uid) <= 64 or not uid.isalnum():
         raise InvalidInput(f"{where}: a run without a usable global id ({uid!r})")
@@ -63,7 +69,10 @@ def merge_run(
         raise InvalidInput(f"{where}: run {name!r}: total_steps {total!r} is not a number of steps")
     local = next(db.table("runs").rows_where("uid = ?", [uid], limit=1), None)
     check_step(row.get("last_step"), None, "last_step", where)
-    own = host_folder is None or host_label(row.get("host") or "") == host_folder
+    # A run of this machine is written by this machine only, whatever folder a part is in.
+    own = not this_machines and (
+        host_folder is None or host_label(row.get("host") or "") == host_folder
+    )
     if local is None:
         new = {column: row.get(column) for column in RUN_COLUMNS}
         new["name"] = _free_name(db, name, row.get("host"), uid)

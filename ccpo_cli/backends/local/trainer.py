@@ -60,7 +60,7 @@ from ccpo_cli.backends.local.rollouts import (
     flat_decisions,
     rollout_digest,
 )
-from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool
+from ccpo_cli.backends.local.workers import EpisodeJob, RolloutPool, RolloutWorkerDied
 from ccpo_cli.backends.observer import StepProgress, TrainingObserver, notify
 from ccpo_cli.batch_io import save_batch
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
@@ -797,6 +797,13 @@ def _train(
                 session=owner.session,
             )
             raise CcpoError(message) from None
+        except RolloutWorkerDied as error:
+            # Not the run's failure: its last checkpoint stands and `--resume` goes on from there.
+            status = "stopped"
+            raise CcpoError(
+                f"run {run_name!r} stopped at step {step}: {error}; the run is kept at its last "
+                f"checkpoint, resume it with: ccpo train --resume {run.run_dir}"
+            ) from None
         except CcpoError as error:
             record_failure(db, run_name, str(error), step=step, session=owner.session)
             raise

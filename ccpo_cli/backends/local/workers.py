@@ -13,6 +13,7 @@ episode), so the same seed gives the same rollouts whichever worker plays them.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import sys
 import time
@@ -249,6 +250,36 @@ def _play_in_worker(
     return index, trajectories, counts, time.process_time() - started
 
 
+def _abandon(pool: Any) -> None:
+    """End a pool one of whose workers died, without `Pool.terminate`: a worker killed while it
+    held the task queue's read lock leaves that lock taken forever, and terminate (at once, or
+    from its finalizer at exit) waits on it. Replacements are stopped, every worker is killed
+    and the pool's finalizer is cancelled; its threads are daemons and end with the process."""
+    from multiprocessing import pool as pool_module
+
+    handler = getattr(pool, "_worker_handler", None)
+    if handler is not None:
+        handler._state = pool_module.TERMINATE  # no more replacement workers
+    with contextlib.suppress(Exception):
+        pool._change_notifier.put(None)
+    for process in list(getattr(pool, "_pool", [])):
+        if process.exitcode is None:
+            process.kill()
+    for process in list(getattr(pool, "_pool", [])):
+        process.join(timeout=5)
+    finalizer = getattr(pool, "_terminate", None)
+    if finalizer is not None:
+        finalizer.cancel()
+
+
+class RolloutWorkerDied(CcpoError):
+    """A rollout worker process ended while jobs were being played (killed, out of memory)."""
+
+
+# How often a play waiting on its workers looks whether one of them died.
+WORKER_CHECK_S = 0.5
+
+
 class RolloutPool:
     """Plays jobs in `workers` forked processes (or in this process when workers is 0).
 
@@ -260,17 +291,23 @@ class RolloutPool:
         self.workers = workers
         self.worker_cpu_s = 0.0
         self._pool = None
+        self._died: str | None = None
         entries = TRANSITION_CACHE_ENTRIES if transition_entries is None else transition_entries
         if workers > 0:
             model.share_memory()
             context = multiprocessing.get_context("fork")
             self._pool = context.Pool(workers, initializer=_start_worker, initargs=(model, entries))
+            # Its processes: any of them ending is a death (a Pool's workers never exit on
+            # their own), found before the next play or while one waits.
+            self._processes = list(self._pool._pool)  # type: ignore[attr-defined]
         else:
             _install_engine_speedups()
             self._local = EpisodePlayer(model, transition_entries=entries)
 
     def play(self, jobs: Sequence[EpisodeJob]) -> list[list[Trajectory]]:
         """The trajectories of every job, in job order."""
+        if self._died is not None:
+            raise RolloutWorkerDied(self._died)
         if self._pool is None:
             played = [self._local.play_counted(job) for job in jobs]
             for _, counts in played:
@@ -278,14 +315,36 @@ class RolloutPool:
             return [trajectories for trajectories, _ in played]
         results: list[list[Trajectory] | None] = [None] * len(jobs)
         self.worker_cpu_s = 0.0
+        # multiprocessing.Pool replaces a worker that dies, but the job it held is lost and its
+        # result never comes: the results are awaited a moment at a time, and a worker gone
+        # meanwhile (or since the last play) ends the play (RolloutWorkerDied).
+        self._check_alive(self._processes)
         # Longest-first would need lengths we do not know; one job at a time balances well enough.
-        for index, trajectories, counts, cpu_s in self._pool.imap_unordered(
-            _play_in_worker, list(enumerate(jobs)), chunksize=1
-        ):
+        iterator = self._pool.imap_unordered(_play_in_worker, list(enumerate(jobs)), chunksize=1)
+        for _ in jobs:
+            while True:
+                try:
+                    index, trajectories, counts, cpu_s = iterator.next(timeout=WORKER_CHECK_S)
+                    break
+                except multiprocessing.TimeoutError:
+                    self._check_alive(self._processes)
             results[index] = trajectories
             self.worker_cpu_s += cpu_s
             _add_counts(counts)
         return results  # type: ignore[return-value]
+
+    def _check_alive(self, playing: list[Any]) -> None:
+        dead = [process for process in playing if process.exitcode is not None]
+        if not dead:
+            return
+        process = dead[0]
+        code = process.exitcode
+        how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            _abandon(pool)
+        self._died = f"rollout worker {process.name} (pid {process.pid}) died ({how})"
+        raise RolloutWorkerDied(self._died)
 
     def close(self) -> None:
         if self._pool is not None:
