@@ -612,6 +612,13 @@ CHECKS: dict[str, list[Check]] = {
             ("ccpo_cli/seeds.py",),
         ),
     ],
+    "Outputs ccpo may replace": [
+        Check(
+            "an output replaced only when it carries ccpo's marker",
+            any_of(defines("replace_owned", "check_replaceable"), strings(r"^\.ccpo-output$")),
+            ("ccpo_cli/owned_output.py",),
+        ),
+    ],
     "Tables and their formats": [
         Check(
             "CSV written",
@@ -663,6 +670,18 @@ CHECKS: dict[str, list[Check]] = {
             "the held-out keys of metrics.jsonl",
             defines("OVERALL_KEY", "MEAN_TURNS_KEY", "EPISODES_KEY", "SUCCESSES_KEY"),
             ("ccpo_cli/store/readers/metric_names.py",),
+        ),
+    ],
+    "Logged scalars": [
+        Check(
+            "the metrics table written",
+            table_writes("metrics|metric_sources"),
+            ("ccpo_cli/store/metrics.py",),
+        ),
+        Check(
+            "which numbers of a record are scalars, and how one is recorded",
+            defines("scalar_values", "record_metrics", "metric_series"),
+            ("ccpo_cli/store/metrics.py",),
         ),
     ],
     "Best evaluation": [
@@ -729,6 +748,45 @@ CHECKS: dict[str, list[Check]] = {
             "the card template read and rendered",
             calls("template_path", "templates_dir"),
             ("ccpo_cli/cards/",),
+        ),
+    ],
+    "Card claims": [
+        Check(
+            "the claim kinds, each made by one function",
+            defines(
+                "StatusClaim",
+                "WindowClaim",
+                "BestPointClaim",
+                "ArmSeedsClaim",
+                "ArmComparisonClaim",
+                "GrpoClaim",
+                "IsolationClaim",
+                "ReferencesClaim",
+                "PublishedRowsClaim",
+                "LeftOutClaim",
+                "status_claim",
+                "window_claim",
+                "best_point_claim",
+                "arm_seeds_claims",
+                "arm_comparison_claims",
+                "grpo_claim",
+                "isolation_claim",
+                "references_claim",
+                "published_rows_claim",
+                "left_out_claim",
+                "card_claims",
+            ),
+            ("ccpo_cli/cards/claims.py",),
+        ),
+        Check(
+            "the one interim/final decision",
+            defines("card_status"),
+            ("ccpo_cli/report/readiness.py",),
+        ),
+        Check(
+            "what makes an arm difference resolved",
+            defines("pair_resolved"),
+            ("ccpo_cli/report/compare.py",),
         ),
     ],
     "Card lint": [
