@@ -25,10 +25,11 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import run_id
+from ccpo_cli.vocabulary import CARD_STATUSES
 
 KINDS = ("checkpoint", "card")
 # A checkpoint is the best one so far or the final weights; a card is interim or final.
-ROLES = {"checkpoint": ("best", "final"), "card": ("interim", "final")}
+ROLES = {"checkpoint": ("best", "final"), "card": CARD_STATUSES}
 STATES = ("pending", "done", "failed", "skipped")
 ATTEMPT_OUTCOMES = ("done", "retry", "failed", "skipped")
 
