@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 ARMS = ("gigpo", "gigpo-flip50", "gigpo-perm")
-FAMILIES = {"A": "p3a", "B": "p3b"}
+PILOT_PREFIXES = {"A": "p3a", "B": "p3b"}
 WARM_START = 2
 EVALUATED = (4, 8, 12)
 PANELS = (None, 64, 32)
@@ -85,7 +85,8 @@ def score(folder: Path) -> dict:
     from testbed_design import panel_subsets
 
     loaded = {
-        family: records.load_records(folder, prefix, ARMS) for family, prefix in FAMILIES.items()
+        family: records.load_records(folder, prefix, ARMS)
+        for family, prefix in PILOT_PREFIXES.items()
     }
     common = set.intersection(*(set(data.seeds(*ARMS)) for data in loaded.values()))
     model = testbed_cost.fit_cost_model(
@@ -127,6 +128,10 @@ def score(folder: Path) -> dict:
     }
 
 
+def _number(value, digits=2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -136,13 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     report = score(args.results)
     if args.json:
-        json.dump(report, sys.stdout, indent=2)
-        print()
+        print(json.dumps(report, indent=2))
         return 0
-
-    def shown(value, digits=2):
-        return "–" if value is None else f"{value:.{digits}f}"
-
     print(f"common pilot seeds: {report['common_seeds']}")
     print(
         "| candidate | n | flip − gigpo (sd) | flip (e/sd)²/min | perm − gigpo (sd) | perm (e/sd)²/min | block CPU-min |"
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for c in report["candidates"]:
         print(
-            f"| {c['name']} | {c['n']} | {shown(c['flip_mean'], 1)} ({shown(c['flip_sd'], 1)}) | "
-            f"{shown(c['flip_score'], 3)} | {shown(c['perm_mean'], 1)} ({shown(c['perm_sd'], 1)}) | "
-            f"{shown(c['perm_score'], 3)} | {shown(c['block_cpu_minutes'])} |"
+            f"| {c['name']} | {c['n']} | {_number(c['flip_mean'], 1)} ({_number(c['flip_sd'], 1)}) | "
+            f"{_number(c['flip_score'], 3)} | {_number(c['perm_mean'], 1)} ({_number(c['perm_sd'], 1)}) | "
+            f"{_number(c['perm_score'], 3)} | {_number(c['block_cpu_minutes'])} |"
         )
     print(json.dumps(report["decision"]))
     return 0
