@@ -6,7 +6,8 @@ this prints the per-seed differences of the compared window, the paired t (mean,
 MDD at 80 % power), the pairs done against a budget of pairs, and the CPU-minutes the blocks took:
 
     python scripts/testbed_results.py results/issue-40-research-matrix --prefix rm1 \\
-        --pair return-hard,gigpo --pair return-hard,grpo --alpha 0.01 --budget-pairs 37
+        --pair return-hard,gigpo --pair return-hard,grpo --reference gigpo,grpo --alpha 0.01 \\
+        --budget-pairs 37
 
 `--export DB --prefix P --arms A,B,... --seeds S` writes instead the records of the complete
 blocks a runs.db holds (a matrix started without --results, or one whose records are behind):
@@ -30,6 +31,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("results", type=Path, help="the records' folder, results/PREREGISTRATION")
     parser.add_argument("--prefix", required=True)
     parser.add_argument("--pair", action="append", default=[], metavar="A,B", help="a − b")
+    parser.add_argument(
+        "--reference",
+        action="append",
+        default=[],
+        metavar="A,B",
+        help="a pair reported beside the --pair family, outside its Holm adjustment",
+    )
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--budget-pairs", type=int, default=None)
     parser.add_argument(
@@ -90,7 +98,7 @@ def analyse(args: argparse.Namespace) -> dict:
     ]
     offsets = tuple(step - fork for step in steps)
     rows = []
-    for spec in args.pair:
+    for spec in [*args.pair, *args.reference]:
         arm_a, arm_b = (part.strip() for part in spec.split(","))
         found = differences(data, arm_a, arm_b, offsets)
         values = [found[seed] for seed in sorted(found)]
@@ -117,8 +125,10 @@ def analyse(args: argparse.Namespace) -> dict:
                 "ci_level": 1 - args.alpha,
                 "significant": stats["p"] is not None and stats["p"] < args.alpha,
                 "cpu_minutes": cpu / 60,
+                "family": spec in args.pair,
             }
         )
+    holm(rows)
     return {
         "results": str(args.results),
         "preregistration": records[0]["preregistration"],
@@ -130,6 +140,19 @@ def analyse(args: argparse.Namespace) -> dict:
         "block_cpu_minutes": sum(record["cpu_s"] for record in records) / 60,
         "rows": rows,
     }
+
+
+def holm(rows: list[dict]) -> None:
+    """Holm's step-down adjusted p over the rows of the --pair family (None outside it)."""
+    family = sorted(
+        (row for row in rows if row["family"] and row["p"] is not None), key=lambda row: row["p"]
+    )
+    running = 0.0
+    for rank, row in enumerate(family):
+        running = max(running, min(1.0, (len(family) - rank) * row["p"]))
+        row["p_holm"] = running
+    for row in rows:
+        row.setdefault("p_holm", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{report['preregistration']} · {report['prefix']} · {report['design']} · steps "
         f"{report['compared_steps']} · {report['blocks']} blocks, {report['block_cpu_minutes']:.1f} CPU-min"
     )
-    print("| pair | pairs done / budget | mean | sd | CI | p | MDD | CPU-min |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| pair | pairs done / budget | mean | sd | CI | p | p (Holm) | MDD | CPU-min |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in report["rows"]:
         ci = row["ci"] or [None, None]
         print(
             f"| {row['pair']} | {row['pairs_done']} / {row['budget_pairs'] or '–'} | "
             f"{shown(row['mean'])} | {shown(row['sd'])} | {shown(ci[0], 1)} to {shown(ci[1], 1)} | "
-            f"{shown(row['p'], 4)} | {shown(row['mdd'], 1)} | {row['cpu_minutes']:.1f} |"
+            f"{shown(row['p'], 4)} | {shown(row['p_holm'], 4)} | {shown(row['mdd'], 1)} | "
+            f"{row['cpu_minutes']:.1f} |"
         )
     return 0
 

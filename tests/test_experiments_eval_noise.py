@@ -41,6 +41,19 @@ def test_the_share_and_its_intervals_reproduce_block_5():
         noise_share({"c": [1.0]}, 6.6, 22)
 
 
+@pytest.mark.parametrize("df", [1, 3, 21, 30, 100])
+def test_the_chi_squared_and_f_quantiles_match_scipy(df):
+    from scipy import stats
+
+    from ccpo_cli.distributions import chi2_ppf, f_ppf
+
+    for probability in (0.005, 0.025, 0.5, 0.975, 0.995):
+        assert chi2_ppf(probability, df) == pytest.approx(stats.chi2.ppf(probability, df), rel=1e-9)
+        assert f_ppf(probability, df, 21) == pytest.approx(
+            stats.f.ppf(probability, df, 21), rel=1e-9
+        )
+
+
 def test_a_tiny_matrix_is_reevaluated_under_other_seeds(game_dirs, tmp_path):  # noqa: F811
     db_path = tmp_path / "runs.db"
     result = run_matrix(db_path, design(["grpo", "gigpo"], [0, 1, 2], 30.0, game_dirs, prefix="n"))

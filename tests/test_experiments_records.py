@@ -57,6 +57,7 @@ def test_a_killed_block_resumes_from_the_records_without_redoing_finished_pairs(
     game_dirs,  # noqa: F811
     tmp_path,
     trained,
+    capsys,
 ):
     results = tmp_path / "results" / "prereg-x"
     arms = ["grpo", "gigpo"]
@@ -130,6 +131,31 @@ def test_a_killed_block_resumes_from_the_records_without_redoing_finished_pairs(
     assert row["cpu_minutes"] == pytest.approx(
         sum(record["cpu_s"] for record in read_records(results)) / 60
     )
+    # The design curve reads the records like a runs database.
+    design_script = _script("testbed_design")
+    design_script.main(
+        ["--results", str(results), "--matrix", "r:0", "--pair", "gigpo,grpo", "--json"]
+    )
+    curve = json.loads(capsys.readouterr().out)
+    assert curve["points"] and all(point["n"] == 3 for point in curve["points"])
+    assert curve["cost_model"]["runs_that_recorded_cpu"] == 6
+
+    # --plan prices a matrix at the CPU its records measured.
+    from typer.testing import CliRunner
+
+    from ccpo_cli.cli.app import app
+
+    planned = CliRunner().invoke(
+        app,
+        ["matrix", "--plan", "--design", "control", "--arms", "grpo,gigpo", "--effect", "5"]
+        + ["--sd", "5", "--cost-from", str(results), "--cores", "1", "--json"],
+    )
+    assert planned.exit_code == 0, planned.output
+    forks = [e["cpu_s"] for r in read_records(results) for e in r["runs"].values()]
+    assert json.loads(planned.output)["fork_cpu_minutes"] == pytest.approx(
+        sum(forks) / len(forks) / 60
+    )
+
     # Exporting the first machine's database again writes seed 0's record byte for byte.
     before = (results / "r-seed0.json").read_bytes()
     results_script.main(
