@@ -21,7 +21,9 @@ The rules, as the docs state them:
   split, temperature, turn limit and episodes; an inferred count is a lower bound (the true
   panel is a multiple of it), so it never splits a unit whose count it divides; a count neither
   recorded nor inferable is its own value, as docs/runs-db.md's pandas recipe groups it
-  (dropna=False): a run of unknown panel is not pooled with a 64-episode one.
+  (dropna=False): a run of unknown panel is not pooled with a 64-episode one. Rates printed to
+  3 or 4 decimals (verl's console) cannot say their panel: such a run joins the one panel of its
+  arm and setting, else stands alone.
 - seed: a distinct recorded seed of the unit (a run without a seed is no seed); a seed's mean is
   the mean of its runs' window means; the arm's mean is the mean of its seed means.
 - trend: OLS slope of the window against step (scipy's linregress), undefined with fewer than 5
@@ -61,6 +63,15 @@ PLACEHOLDERS = (
     (re.compile(r"\bTODO\b|\bXXX\b|\bTBD\b"), "a placeholder word"),
 )
 HEX64 = re.compile(r"\b[0-9a-f]{64}\b")
+# The facts that state an estimator's settings in a log that names no ccpo arm.
+ARM_FACTS = (
+    "estimator",
+    "arm_flags",
+    "adv_mode",
+    "step_advantage_w",
+    "invalid_penalty",
+    "algorithm",
+)
 
 
 # ---------------------------------------------------------------------------------- the rows
@@ -110,8 +121,19 @@ class Run:
             self.benchmark,
             self.facts.get("split"),
             self.temperature,
-            self.facts.get("turn_limit"),
+            self.facts.get("max_steps"),  # the turn limit
         )
+
+    @property
+    def arm_identity(self) -> tuple:
+        """The arm as recorded (name and fingerprint); for a run whose log named no ccpo arm, the
+        estimator and its settings the log stated (facts); a run with neither is its own arm."""
+        if self.arm is not None:
+            return (self.arm, self.fingerprint)
+        stated = tuple(json.dumps(self.facts.get(key), sort_keys=True) for key in ARM_FACTS)
+        if self.facts.get("estimator") is None:
+            return ("(no arm)", self.name)
+        return ("(stated)", stated)
 
 
 def _json(text: str | None) -> Any:
@@ -124,7 +146,8 @@ def _json(text: str | None) -> Any:
 
 
 def infer_panel(rates: list[float]) -> int | None:
-    """The smallest panel every rate is a whole number of successes of (rates in percent)."""
+    """The smallest panel every rate is a whole number of successes of (rates in percent), when
+    the rates are written exactly; None when too few rates say anything."""
     informative = sorted({round(rate / 100.0, 12) for rate in rates if 0.0 < rate < 100.0})
     if len(informative) < MIN_INFERENCE_RATES:
         return None
@@ -137,6 +160,13 @@ def infer_panel(rates: list[float]) -> int | None:
             denominator * fraction.denominator // math.gcd(denominator, fraction.denominator)
         )
     return denominator if denominator <= MAX_PANEL else None
+
+
+def rounded(rates: list[float]) -> bool:
+    """Rates written to at most 4 decimals of a fraction (verl's console prints 3): their panel
+    cannot be read exactly from them."""
+    informative = [rate / 100.0 for rate in rates if 0.0 < rate < 100.0]
+    return bool(informative) and all(abs(round(v, 4) - v) < 1e-12 for v in informative)
 
 
 def read_runs(db_path: Path) -> dict[str, Run]:
@@ -195,11 +225,18 @@ def _recompute_window(run: Run) -> None:
     recorded = Counter(row["episodes"] for row in rows if row["episodes"] is not None)
     if recorded:
         run.episodes, run.episodes_basis = recorded.most_common(1)[0][0], "recorded"
+    elif isinstance(run.facts.get("episodes"), int):
+        run.episodes, run.episodes_basis = run.facts["episodes"], "recorded"
+    elif rounded([row["success_rate"] for row in rows]):
+        run.episodes, run.episodes_basis = None, "rounded"
     else:
         run.episodes = infer_panel([row["success_rate"] for row in rows])
         run.episodes_basis = "inferred" if run.episodes is not None else "not recorded"
     temperatures = Counter(row["temperature"] for row in rows)
     run.temperature = temperatures.most_common(1)[0][0] if temperatures else None
+    window_temperature = run.temperature
+    if run.temperature is None and isinstance(run.facts.get("temperature"), (int, float)):
+        run.temperature = float(run.facts["temperature"])  # stated by the log's config
     window = (run.config.get("train") or {}).get("window_start")
     if isinstance(window, int):
         run.window_start = window
@@ -211,7 +248,7 @@ def _recompute_window(run: Run) -> None:
         row
         for row in rows
         if row["step"] >= run.window_start
-        and row["temperature"] == run.temperature
+        and row["temperature"] == window_temperature
         and (row["episodes"] is None or recorded == Counter() or row["episodes"] == run.episodes)
     ]
 
@@ -256,7 +293,6 @@ def compared_runs(runs: dict[str, Run], include_failed: bool = False) -> list[Ru
         if run.kind == "training"
         and not run.retracted
         and (include_failed or run.status != "failed")
-        and run.evaluations
     ]
 
 
@@ -264,15 +300,18 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
     """The comparison units: an inferred panel joins the recorded one it divides."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for run in compared_runs(runs, include_failed):
-        groups[(run.arm, run.fingerprint, run.setting)].append(run)
+        groups[(run.arm_identity, run.setting)].append(run)
     result = []
-    for (arm, fingerprint, setting), members in groups.items():
+    for ((arm, fingerprint), setting), members in groups.items():
         recorded = {r.episodes for r in members if r.episodes_basis == "recorded"}
         inferred = {r.episodes for r in members if r.episodes_basis == "inferred"}
         by_panel: dict[int | None, list[Run]] = defaultdict(list)
+        known = {r.episodes for r in members if r.episodes_basis in ("recorded", "inferred")}
         for run in members:
             panel = run.episodes
-            if run.episodes_basis == "inferred":
+            if run.episodes_basis == "rounded" and len(known) == 1:
+                panel = next(iter(known))  # rates rounded past reading: the one panel there is
+            elif run.episodes_basis == "inferred":
                 # The true panel is a multiple of the inferred one: the largest recorded (else
                 # inferred) panel it divides.
                 sizes = [size for size in (recorded or inferred) if size % run.episodes == 0]
@@ -476,7 +515,7 @@ def _in_setting(run: Run, card_run: Run) -> bool:
     return run.setting == card_run.setting and (
         run.episodes == card_run.episodes
         or None in (run.episodes, card_run.episodes)
-        or "inferred" in (run.episodes_basis, card_run.episodes_basis)
+        or bool({"inferred", "rounded"} & {run.episodes_basis, card_run.episodes_basis})
     )
 
 

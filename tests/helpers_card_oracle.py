@@ -378,3 +378,208 @@ def databases(draw) -> DatabaseRecipe:
             )
         )
     return DatabaseRecipe(tuple(runs))
+
+
+# ------------------------------------------------------------------------- real logs, by hand
+
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs"
+# Each round of real logs (their SOURCES.md) as a user would ingest it: (file, run, arguments),
+# the arm, seed, model and benchmark given where SOURCES.md states them and left out elsewhere.
+REAL_LOG_ROUNDS = {
+    "round1": [
+        (
+            "jonp07_grpo_run_alfworld.txt",
+            "jonp-grpo-15b",
+            ["--arm", "grpo", "--base-model", "Qwen/Qwen2.5-1.5B-Instruct", "--total-steps", "150"],
+        ),
+        (
+            "boerz_run_a_telemetry.csv",
+            "boerz-grpo-7b-a",
+            [
+                "--arm",
+                "grpo",
+                "--seed",
+                "0",
+                "--base-model",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--total-steps",
+                "150",
+                "--benchmark",
+                "alfworld",
+            ],
+        ),
+    ],
+    "round2": [
+        ("round2/jonp07_ppo_run_alfworld.txt", "jonp-ppo", ["--total-steps", "150"]),
+        ("round2/jonp07_ppo_dev_h100_norm_seed4.txt", "jonp-ppo-norm-seed4", ["--seed", "4"]),
+        ("round2/jonp07_ppo_dev_h100_truncated.txt", "jonp-ppo-trunc", []),
+        (
+            "round2/boerz_run_b_telemetry.csv",
+            "boerz-grpo-7b-b",
+            [
+                "--arm",
+                "grpo",
+                "--base-model",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--total-steps",
+                "150",
+                "--benchmark",
+                "alfworld",
+            ],
+        ),
+        (
+            "round2/boerz_run_c_telemetry.csv",
+            "boerz-grpo-7b-c",
+            [
+                "--arm",
+                "grpo",
+                "--base-model",
+                "Qwen/Qwen2.5-7B-Instruct",
+                "--total-steps",
+                "150",
+                "--benchmark",
+                "alfworld",
+            ],
+        ),
+        ("round2/aopd_wandb_output_i80f2v90.log", "aopd", []),
+        (
+            "round2/webshop/warmgigpo_webshop_gigpo_medium.log",
+            "warm-gigpo-webshop",
+            ["--arm", "gigpo"],
+        ),
+        (
+            "round2/webshop/warmgigpo_webshop_sft_verl_gigpo_medium.log",
+            "warm-sft-gigpo-webshop",
+            ["--arm", "gigpo"],
+        ),
+    ],
+    "round3": [
+        (
+            "round3/jonp07hiper_ppo_alfworld_seed5_1_5b.txt",
+            "hiper-ppo-s5",
+            ["--seed", "5", "--base-model", "Qwen/Qwen2.5-1.5B-Instruct"],
+        ),
+        (
+            "round3/jonp07hiper_ppo_alfworld_seed6_1_5b.txt",
+            "hiper-ppo-s6",
+            ["--seed", "6", "--base-model", "Qwen/Qwen2.5-1.5B-Instruct"],
+        ),
+        ("round3/jonp07hiper_ppo_webshop_dev_h100.txt", "hiper-ppo-webshop", []),
+        ("round3/jonp07hiper_webshop_hgae.txt", "hiper-hgae-webshop", []),
+        ("round3/my1ab_test_alf_grpo.log", "my1ab-grpo", ["--arm", "grpo"]),
+        (
+            "round3/sfff_alfworld_gigpo_qwen3vl4b_20260524_112732_output.log",
+            "sfff-alf-gigpo",
+            ["--arm", "gigpo", "--benchmark", "alfworld"],
+        ),
+        (
+            "round3/sfff_alfworld_grpo_qwen25_15b_20260524_112823_output.log",
+            "sfff-alf-grpo",
+            [
+                "--arm",
+                "grpo",
+                "--benchmark",
+                "alfworld",
+                "--base-model",
+                "Qwen/Qwen2.5-1.5B-Instruct",
+            ],
+        ),
+        (
+            "round3/sfff_sokoban_gigpo_qwen3vl4b_20260523_020711_output.log",
+            "sfff-sok-gigpo",
+            ["--arm", "gigpo", "--benchmark", "sokoban", "--seed", "0"],
+        ),
+        (
+            "round3/sfff_sokoban_ppo_qwen3vl4b_20260524_004557_output.log",
+            "sfff-sok-ppo",
+            ["--benchmark", "sokoban"],
+        ),
+        (
+            "round3/sfff_sokoban_turnppo_qwen3vl4b_20260524_113001_output.log",
+            "sfff-sok-turnppo",
+            ["--benchmark", "sokoban"],
+        ),
+        ("round3/warmgigpo_webshop_sft2k_gigpo.log", "warm-sft2k-gigpo", ["--arm", "gigpo"]),
+        ("round3/warmgigpo_webshop_sft500_gigpo.log", "warm-sft500-gigpo", ["--arm", "gigpo"]),
+        ("round3/warmgigpo_webshop_sft2k_eval64.log", "warm-sft2k-eval64", []),
+    ],
+    "round4": [
+        (
+            "round4/ymguan_alfworld_grpo_observe_qwen25_15b_seed0_20260420_162642.log",
+            "ym-grpo-15b",
+            ["--arm", "grpo", "--seed", "0"],
+        ),
+        (
+            "round4/ymguan_alfworld_gigpo_observe_qwen25_15b_seed0_20260420_162642.log",
+            "ym-gigpo-15b",
+            ["--arm", "gigpo", "--seed", "0"],
+        ),
+        (
+            "round4/ymguan_alfworld_grpo_observe_qwen25_7b_seed0_20260415_104809.log",
+            "ym-grpo-7b",
+            ["--arm", "grpo", "--seed", "0"],
+        ),
+        ("round4/ymguan_alfworld_evalonly_grpo7b_step100_envseed123.log", "ym-eval-123", []),
+        ("round4/ymguan_alfworld_evalonly_grpo7b_step100_envseed456.log", "ym-eval-456", []),
+        (
+            "round4/ymguan_alfworld_dualtoken_l49ikuco_wandb_full.csv",
+            "ym-dualtoken",
+            ["--benchmark", "alfworld"],
+        ),
+        (
+            "round4/wallace_search_grpo_seg1_pre_resume_step100.log",
+            "wallace-grpo",
+            ["--arm", "grpo"],
+        ),
+        ("round4/wallace_search_grpo_seg2_resume_from100.log", "wallace-grpo", ["--arm", "grpo"]),
+        (
+            "round4/wallace_search_gigpo_seg1_pre_resume_step100.log",
+            "wallace-gigpo",
+            ["--arm", "gigpo"],
+        ),
+        (
+            "round4/wallace_search_gigpo_seg2_resume_from100.log",
+            "wallace-gigpo",
+            ["--arm", "gigpo"],
+        ),
+        ("round4/tzy_search_grpo_qwen25_15b_console.log", "tzy-grpo", ["--arm", "grpo"]),
+    ],
+}
+
+
+def build_real_round(name: str, folder: Path) -> tuple[Path, list[Path], Path]:
+    """runs.db of one round through `ccpo ingest`, its cards (`--status auto`; the refused ones
+    are refused with exit 3) and compare --json: (db, card folders, compare file)."""
+    db_path = folder / "runs.db"
+    for file, run, args in REAL_LOG_ROUNDS[name]:
+        result = runner.invoke(
+            app, ["--db", str(db_path), "ingest", str(REAL_LOGS / file), "--run", run, *args]
+        )
+        assert result.exit_code in (0, 3) and "Traceback" not in result.output, result.output
+    result = runner.invoke(app, ["--db", str(db_path), "compare", "--json"])
+    assert result.exit_code == 0, result.output
+    compare = folder / "compare.json"
+    compare.write_text(result.stdout)
+    cards = []
+    for run in sorted({run for _, run, _ in REAL_LOG_ROUNDS[name]}):
+        out = folder / f"card-{run}" / "README.md"
+        with mock.patch("ccpo_cli.cards.staging.plot_learning_curves", _no_plot):
+            result = runner.invoke(
+                app,
+                [
+                    "--db",
+                    str(db_path),
+                    "card",
+                    "--run",
+                    run,
+                    "--status",
+                    "auto",
+                    "--output",
+                    str(out),
+                ],
+            )
+        assert result.exit_code in (0, 3) and "Traceback" not in result.output, result.output
+        if result.exit_code == 0:
+            cards.append(out.parent)
+    return db_path, cards, compare
