@@ -445,6 +445,15 @@ def check_compare(
             f"{label}: resolved",
             f"resolved needs {MIN_SEEDS_RESOLVED} seeds",
         )
+    for pair in (document.get("power") or {}).get("pairs", []):
+        if "welch" in str(pair.get("test", "")).lower():
+            text = json.dumps(pair).lower()
+            found.check(
+                "exact" not in text or "approximat" in text or "not exact" in text,
+                "compare power.pairs[]",
+                json.dumps(pair)[:300],
+                "Welch power by the noncentral t with Welch's df is not exact (issue 39, cause 7)",
+            )
     by_label = {arm.get("label"): arm for arm in document.get("arms", [])}
     for pair in document.get("comparisons", []):
         a, b = by_label.get(pair.get("label_a")), by_label.get(pair.get("label_b"))
@@ -505,10 +514,18 @@ def prose_lines(readme: str) -> list[str]:
     return lines
 
 
-def sentences(lines: list[str]) -> list[str]:
+def paragraphs(lines: list[str]) -> list[str]:
     text = "\n".join(line for line in lines if not line.startswith("|"))
-    parts = re.split(r"(?<=[.:])\s+(?=[A-Z*])|\n\n+", text)
-    return [part.replace("\n", " ").strip() for part in parts if part.strip()]
+    return [part.replace("\n", " ").strip() for part in re.split(r"\n\s*\n", text) if part.strip()]
+
+
+def sentences(lines: list[str]) -> list[str]:
+    return [
+        sentence
+        for paragraph in paragraphs(lines)
+        for sentence in re.split(r"(?<=[.:])\s+(?=[A-Z*])", paragraph)
+        if sentence.strip()
+    ]
 
 
 def _in_setting(run: Run, card_run: Run) -> bool:
@@ -723,28 +740,10 @@ def check_card(
             )
 
     # Differences: stated only between arms with seeds, each with its test, CI and p or the reason.
-    for sentence in said:
-        if not re.search(r"difference of [+\-−]?\d", sentence):
-            continue
-        labels = re.findall(r"`([^`]+)`", sentence)
-        seeds = [u.n_seeds for u in all_units if u.arm in labels] + (
-            [unit.n_seeds] if unit is not None else []
-        )
-        found.check(
-            all(count >= 1 for count in seeds),
-            where,
-            sentence,
-            f"an arm of this difference has no recorded seed (seed counts {seeds})",
-        )
-        has_test = re.search(r"\bp\s*[=<]", sentence) and re.search(r"interval|CI", sentence)
-        reason = re.search(r"single seed|one seed|no seed|no recorded seed", sentence)
-        found.check(
-            bool(has_test) or (bool(reason) and min(seeds or [0]) <= 1),
-            where,
-            sentence,
-            "a difference without its test, CI and p, and no true reason for none "
-            f"(seed counts {seeds})",
-        )
+    for paragraph in paragraphs(lines):
+        for sentence in re.split(r"(?<=[.:])\s+(?=[A-Z*])", paragraph):
+            if re.search(r"difference of [+\-−]?\d", sentence):
+                _check_difference(found, where, sentence, paragraph, run, unit, all_units)
 
     # Resolved: >= 3 seeds per arm and an interval that excludes 0.
     for arm in arms:
@@ -792,6 +791,36 @@ def check_card(
                 f"it lists {len(HEX64.findall(line))} 64-hex fingerprints",
             )
     return found
+
+
+def _check_difference(
+    found: Findings,
+    where: str,
+    sentence: str,
+    paragraph: str,
+    run: Run,
+    unit: Unit | None,
+    all_units: list[Unit],
+) -> None:
+    """A stated difference: both arms have a seed, and the sentence carries its test, CI and p,
+    or its paragraph says truly why there are none (one seed)."""
+    labels = set(re.findall(r"`([^`]+)`", sentence))
+    others = [u for u in all_units if u.arm in labels and u.runs and _in_setting(u.runs[0], run)]
+    seeds = [u.n_seeds for u in others] + ([unit.n_seeds] if unit is not None else [])
+    found.check(
+        all(count >= 1 for count in seeds),
+        where,
+        sentence,
+        f"an arm of this difference has no recorded seed (seed counts {seeds})",
+    )
+    has_test = re.search(r"\bp\s*[=<]", sentence) and re.search(r"interval|CI\b", sentence)
+    reason = re.search(r"single seed|one seed|no seed|no recorded seed", paragraph)
+    found.check(
+        bool(has_test) or (bool(reason) and min(seeds or [0]) <= 1),
+        where,
+        sentence,
+        f"a difference without its test, CI and p, and no true reason for none (seed counts {seeds})",
+    )
 
 
 # ------------------------------------------------------------------------------------- main

@@ -15,11 +15,13 @@ import json
 import math
 import sys
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from unittest import mock
 
+import jinja2
 import numpy as np
 from hypothesis import strategies as st
 from typer import testing as typer_testing
@@ -254,11 +256,38 @@ def _no_plot(comparison, path: Path) -> None:
     Path(path).write_bytes(b"\x89PNG\r\n\x1a\n")
 
 
-def render(recipe: DatabaseRecipe, db_path: Path, *, plot: bool = False) -> Rendered:
+_JINJA_TEMPLATE = jinja2.Template
+_COMPILED: dict[str, jinja2.Template] = {}
+
+
+def _compiled_once(source, *args, **kwargs):
+    """jinja2.Template, compiled once per template text: huggingface_hub's
+    `ModelCard.from_template` compiles the card template on every call (half a second); the
+    compiled template renders the same card."""
+    if args or kwargs:
+        return _JINJA_TEMPLATE(source, *args, **kwargs)
+    if source not in _COMPILED:
+        _COMPILED[source] = _JINJA_TEMPLATE(source)
+    return _COMPILED[source]
+
+
+@contextmanager
+def fast_cards():
+    """`ccpo card` with the PNG left blank and the Jinja template compiled once."""
+    with (
+        mock.patch("ccpo_cli.cards.staging.plot_learning_curves", _no_plot),
+        mock.patch.object(jinja2, "Template", _compiled_once),
+    ):
+        yield
+
+
+def render(recipe: DatabaseRecipe, db_path: Path) -> Rendered:
     """`ccpo compare --json` and `ccpo card` for each of the recipe's card runs."""
-    if not plot:
-        with mock.patch("ccpo_cli.cards.staging.plot_learning_curves", _no_plot):
-            return render(recipe, db_path, plot=True)
+    with fast_cards():
+        return _render(recipe, db_path)
+
+
+def _render(recipe: DatabaseRecipe, db_path: Path) -> Rendered:
     result = runner.invoke(app, ["--db", str(db_path), "compare", "--json"])
     assert result.exit_code == 0, result.output
     compare = json.loads(result.stdout)
@@ -564,7 +593,7 @@ def build_real_round(name: str, folder: Path) -> tuple[Path, list[Path], Path]:
     cards = []
     for run in sorted({run for _, run, _ in REAL_LOG_ROUNDS[name]}):
         out = folder / f"card-{run}" / "README.md"
-        with mock.patch("ccpo_cli.cards.staging.plot_learning_curves", _no_plot):
+        with fast_cards():
             result = runner.invoke(
                 app,
                 [
