@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 from ccpo_cli import store
 from ccpo_cli.arms import load_arm
 from ccpo_cli.cli.app import app
+from ccpo_cli.store.facts import record_run_facts
 from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.retractions import retract
 
@@ -89,6 +90,7 @@ class RunRecipe:
     panel: int = 128
     temperature: float = 0.4
     split: str | None = None
+    turn_limit: int | None = None  # env.max_steps, as a log's config states it
     level: float = 70.0
     slope: float = 0.0  # points per 100 steps
     constant: bool = False
@@ -160,15 +162,16 @@ def _arm(name: str | None):
 
 
 def build(recipe: DatabaseRecipe, path: Path) -> Path:
-    """runs.db for `recipe`, written through ccpo's public writers."""
+    """runs.db for `recipe`, written through ccpo's public writers (into an existing one too)."""
     db = store.open_db(path)
     for run in recipe.runs:
         if run.via_ingest:
             _ingest(run, path)
         else:
             _write(db, run)
-        if run.split is not None:
-            store.facts.record_run_facts(db, run.name, {"split": run.split}, "the test's recipe")
+        stated = {"split": run.split, "max_steps": run.turn_limit}
+        if any(value is not None for value in stated.values()):
+            record_run_facts(db, run.name, stated, "the test's recipe")
         if run.retract == "run":
             retract(db, run.name, reason="a bad node", by="tester")
         elif run.retract == "step":
@@ -577,10 +580,45 @@ REAL_LOG_ROUNDS = {
 }
 
 
-def build_real_round(name: str, folder: Path) -> tuple[Path, list[Path], Path]:
-    """runs.db of one round through `ccpo ingest`, its cards (`--status auto`; the refused ones
-    are refused with exit 3) and compare --json: (db, card folders, compare file)."""
+# Synthetic runs beside the real ones, in the setting of the 1.5B ALFWorld logs (valid_seen, T 0.4,
+# 50 turns): a return-hard arm with its count recorded on one seed and inferred on the other, a
+# run without a seed, a failed run and a reference.
+REAL_LOG_SYNTHETIC = tuple(
+    RunRecipe(
+        name=name,
+        arm=arm,
+        seed=seed,
+        kind=kind,
+        base_model="Qwen/Qwen2.5-1.5B-Instruct",
+        backend=None,
+        split="valid_seen",
+        turn_limit=50,
+        episodes=episodes,
+        status=status,
+        evidence=False,
+        **({"total_steps": None, "last_step": 10} if kind == "evaluation" else {}),
+    )
+    for name, arm, seed, kind, episodes, status in (
+        ("synthetic-rh-0", "return-hard", 0, "training", "recorded", "running"),
+        ("synthetic-rh-1", "return-hard", 1, "training", "inferred", "running"),
+        ("synthetic-rh-noseed", "return-hard", None, "training", "recorded", "running"),
+        ("synthetic-rh-failed", "return-hard", 2, "training", "recorded", "failed"),
+        ("synthetic-reference", None, None, "evaluation", "recorded", "finished"),
+    )
+)
+
+
+def build_real_round(
+    name: str, folder: Path, *, synthetic: bool = True
+) -> tuple[Path, list[Path], Path]:
+    """runs.db of one round through `ccpo ingest` (plus the synthetic runs), its cards
+    (`--status auto`; the refused ones are refused with exit 3) and compare --json:
+    (db, card folders, compare file)."""
     db_path = folder / "runs.db"
+    cards_of = sorted({run for _, run, _ in REAL_LOG_ROUNDS[name]})
+    if synthetic:
+        build(DatabaseRecipe(REAL_LOG_SYNTHETIC), db_path)
+        cards_of += ["synthetic-rh-0", "synthetic-rh-1"]
     for file, run, args in REAL_LOG_ROUNDS[name]:
         result = runner.invoke(
             app, ["--db", str(db_path), "ingest", str(REAL_LOGS / file), "--run", run, *args]
@@ -591,7 +629,7 @@ def build_real_round(name: str, folder: Path) -> tuple[Path, list[Path], Path]:
     compare = folder / "compare.json"
     compare.write_text(result.stdout)
     cards = []
-    for run in sorted({run for _, run, _ in REAL_LOG_ROUNDS[name]}):
+    for run in cards_of:
         out = folder / f"card-{run}" / "README.md"
         with fast_cards():
             result = runner.invoke(
