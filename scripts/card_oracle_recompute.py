@@ -19,7 +19,8 @@ The rules, as the docs state them:
   not recorded.
 - unit: training runs with the same arm (name and fingerprint), base model, backend, benchmark,
   split, temperature, turn limit and episodes; an inferred count is a lower bound (the true
-  panel is a multiple of it), so it never splits a unit whose count it divides; a count neither
+  panel is a multiple of it): it pools with the one count recorded in its setting that it
+  divides, else stands as its own value (docs/runs-db.md); a count neither
   recorded nor inferable is its own value, as docs/runs-db.md's pandas recipe groups it
   (dropna=False): a run of unknown panel is not pooled with a 64-episode one. Rates printed to
   3 or 4 decimals (verl's console) cannot say their panel: such a run joins the one panel of its
@@ -304,7 +305,6 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
     result = []
     for ((arm, fingerprint), setting), members in groups.items():
         recorded = {r.episodes for r in members if r.episodes_basis == "recorded"}
-        inferred = {r.episodes for r in members if r.episodes_basis == "inferred"}
         by_panel: dict[int | None, list[Run]] = defaultdict(list)
         known = {r.episodes for r in members if r.episodes_basis in ("recorded", "inferred")}
         for run in members:
@@ -312,10 +312,10 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
             if run.episodes_basis == "rounded" and len(known) == 1:
                 panel = next(iter(known))  # rates rounded past reading: the one panel there is
             elif run.episodes_basis == "inferred":
-                # The true panel is a multiple of the inferred one: the largest recorded (else
-                # inferred) panel it divides.
-                sizes = [size for size in (recorded or inferred) if size % run.episodes == 0]
-                panel = max(sizes, default=panel)
+                # The true panel is a multiple of the inferred one: the one count recorded in
+                # the setting that it divides (docs/runs-db.md), else its own.
+                sizes = [size for size in recorded if size % run.episodes == 0]
+                panel = sizes[0] if len(sizes) == 1 else panel
             by_panel[panel].append(run)
         for panel, grouped in by_panel.items():
             result.append(Unit(arm, fingerprint, setting, panel, grouped))
