@@ -25,6 +25,8 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -277,6 +279,27 @@ FLAG_NAMES: tuple[str, ...] = tuple(spec.name for spec in FLAG_SPECS)
 _SPEC_BY_NAME = {spec.name: spec for spec in FLAG_SPECS}
 
 
+class _Underflow(ValueError):
+    pass
+
+
+_NONZERO_MANTISSA = re.compile(r"[+-]?[0-9_.]*[1-9]", re.ASCII)
+
+
+def _canonical_number(text: Any) -> float:
+    """`text` as the one float that stands for it: -0 is 0 (one value, one fingerprint). A
+    literal with a non-zero digit that reads as 0 or as a subnormal (`1e-400`, `1e-310`) lost its
+    value to underflow and is refused (ValueError), as is a number that is not finite."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError
+    if isinstance(text, str):
+        underflowed = number == 0.0 and _NONZERO_MANTISSA.match(text.strip()) is not None
+        if underflowed or 0.0 < abs(number) < sys.float_info.min:
+            raise _Underflow
+    return number + 0.0  # -0.0 + 0.0 is 0.0
+
+
 def _coerce(spec: FlagSpec, text: Any) -> Any:
     """`text` (a string from --set, or a YAML value) as the flag's type; ValueError if it is not one."""
     if spec.optional and (text is None or text == ""):
@@ -286,14 +309,11 @@ def _coerce(spec: FlagSpec, text: Any) -> Any:
             raise ValueError
         text = int(text)
     if spec.kind is float:
-        number = float(text)
-        if not math.isfinite(number):
-            raise ValueError
-        return number
+        return _canonical_number(text)
     if spec.kind is int:
         if isinstance(text, str) and text.lower() in ("true", "false"):
             return int(text.lower() == "true")
-        number = float(text)
+        number = _canonical_number(text)
         if not number.is_integer():
             raise ValueError
         return int(number)
@@ -320,6 +340,11 @@ def coerce_flag(name: str, value: Any, source: str = "--set") -> Any:
     text = value.strip() if isinstance(value, str) else value
     try:
         coerced = _coerce(spec, text)
+    except _Underflow:
+        raise InvalidInput(
+            f"{source}: flag '{name}': {value!r} is too small for a float and would be stored "
+            f"as 0 (write 0, or a number of at least {sys.float_info.min:g})"
+        ) from None
     except (TypeError, ValueError):
         kind = f"{spec.kind.__name__} or unset" if spec.optional else spec.kind.__name__
         raise InvalidInput(f"{source}: flag '{name}': cannot read {value!r} as {kind}") from None

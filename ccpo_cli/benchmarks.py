@@ -17,6 +17,7 @@ store, the report, the cards or the CLI.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -211,13 +212,10 @@ def _baselines(
         protocol = _text(entry, "protocol", at)
         if protocol not in protocols:
             raise InvalidInput(f"{at}: protocol {protocol!r} is not declared under 'protocols'")
-        try:
-            success = float(entry["success"]) if "success" in entry else None
-            score = float(entry["score"]) if entry.get("score") is not None else None
-        except (TypeError, ValueError):
-            raise InvalidInput(f"{at}: success and score must be numbers (percent)") from None
-        if success is None:
+        if "success" not in entry:
             raise InvalidInput(f"{at}: missing field 'success'")
+        success = _percent(entry["success"], f"{at}: success")
+        score = None if entry.get("score") is None else _percent(entry["score"], f"{at}: score")
         rows.append(
             PublishedBaseline(
                 benchmark=name,
@@ -232,6 +230,22 @@ def _baselines(
             )
         )
     return tuple(rows)
+
+
+def _percent(value: Any, where: str) -> float:
+    """A published percentage: a finite number in [0, 100] (a success rate of 140 or -3, a
+    fraction mistaken for 0.7 %, NaN or `true` is a typo a card must never print as a result)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise InvalidInput(f"{where}: expected a number in percent (0-100), not {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidInput(
+            f"{where}: expected a number in percent (0-100), not {value!r}"
+        ) from None
+    if not math.isfinite(number) or not 0 <= number <= 100:
+        raise InvalidInput(f"{where}: {value!r} is not a percentage in [0, 100]")
+    return number
 
 
 def _paper_key(entry: Mapping[str, Any], where: str) -> str | None:

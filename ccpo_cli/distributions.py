@@ -152,6 +152,76 @@ def t_ppf(probability: float, df: float) -> float:
     return value if probability > 0.5 else -value
 
 
+def f_cdf(x: float, df1: float, df2: float) -> float:
+    """P(F <= x) for Fisher's F with (df1, df2) degrees of freedom."""
+    if x <= 0.0:
+        return 0.0
+    return regularized_beta(df1 / 2.0, df2 / 2.0, df1 * x / (df1 * x + df2))
+
+
+def regularized_gamma(a: float, x: float) -> float:
+    """P(a, x), the regularized lower incomplete gamma: its series below a + 1, its continued
+    fraction above (Lentz), each to 1e-14."""
+    if x <= 0.0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1.0:
+        term = total = 1.0 / a
+        for n in range(1, 1000):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-14:
+                break
+        return math.exp(log_front) * total
+    tiny = 1e-300
+    b, c, d = x + 1.0 - a, 1.0 / tiny, 1.0 / (x + 1.0 - a)
+    h = d
+    for n in range(1, 1000):
+        an = -n * (n - a)
+        b += 2.0
+        d = an * d + b
+        d = d if abs(d) > tiny else tiny
+        c = b + an / c
+        c = c if abs(c) > tiny else tiny
+        d = 1.0 / d
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return 1.0 - math.exp(log_front) * h
+
+
+def chi2_cdf(x: float, df: float) -> float:
+    return regularized_gamma(df / 2.0, x / 2.0)
+
+
+def _increasing_ppf(cdf, probability: float) -> float:
+    """The `probability` quantile of a distribution on (0, inf) with this CDF (bisection)."""
+    if not 0.0 < probability < 1.0:
+        raise ValueError("probability must lie strictly between 0 and 1")
+    low, high = 0.0, 1.0
+    while cdf(high) < probability:
+        low, high = high, high * 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if cdf(middle) < probability:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return 0.5 * (low + high)
+
+
+def chi2_ppf(probability: float, df: float) -> float:
+    """The `probability` quantile of the chi-squared distribution with `df` degrees of freedom."""
+    return _increasing_ppf(lambda x: chi2_cdf(x, df), probability)
+
+
+def f_ppf(probability: float, df1: float, df2: float) -> float:
+    """The `probability` quantile of Fisher's F with (df1, df2) degrees of freedom."""
+    return _increasing_ppf(lambda x: f_cdf(x, df1, df2), probability)
+
+
 def _normal_log_scale_law(df: float) -> tuple[np.ndarray, np.ndarray]:
     """Points y and weights w such that sum(w * f(exp(y))) = E[f(S)] for S = sqrt(V / df),
     V ~ chi-squared(df).

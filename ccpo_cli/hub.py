@@ -44,6 +44,7 @@ from ccpo_cli.hub_access import (
 )
 from ccpo_cli.hub_plan import (
     card_message,
+    check_revision,
     checkpoint_files,
     checkpoint_message,
     commit_plan,
@@ -51,13 +52,16 @@ from ccpo_cli.hub_plan import (
     resolve_endpoint,
     write_plan,
 )
-from ccpo_cli.hub_repo import RepoSession, open_session, publication_key, remote_readme
+from ccpo_cli.hub_repo import (
+    HEAD_ATTEMPTS,
+    RepoSession,
+    open_session,
+    publication_key,
+    remote_readme,
+)
 from ccpo_cli.names import check_repo_id, check_run_name
 from ccpo_cli.paths import file_sha256
 from ccpo_cli.vocabulary import FINAL, INTERIM
-
-# A concurrent edit (412) is met by re-reading the head and merging the card again, this often.
-CARD_ATTEMPTS = 3
 
 
 def commit_card(
@@ -67,7 +71,7 @@ def commit_card(
     head again and merging the card into the new README (the checkpoint is not sent again)."""
     from huggingface_hub import CommitOperationAdd
 
-    for attempt in range(CARD_ATTEMPTS):
+    for attempt in range(HEAD_ATTEMPTS):
         head = session.head()
         head_sha = getattr(head, "sha", None)
         remote_names = {sibling.rfilename for sibling in (head.siblings or [])}
@@ -107,7 +111,7 @@ def commit_card(
                 size_bytes=size,
             )
         except HubCallError as failure:
-            if failure.status == 412 and attempt + 1 < CARD_ATTEMPTS:
+            if failure.status == 412 and attempt + 1 < HEAD_ATTEMPTS:
                 session.note(
                     f"{session.repo_id}: the repository changed meanwhile (412); merging the card again"
                 )
@@ -243,6 +247,7 @@ def publish_run(
     and the card's checkpoint step is the checkpoint's."""
     check_run_name(run)
     check_repo_id(repo_id)
+    check_revision(revision)
     timeouts = resolve_timeouts(timeout, deadline)
     endpoint = resolve_endpoint(endpoint)
     private = default_private(status, private)

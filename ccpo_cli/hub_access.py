@@ -22,6 +22,7 @@ import contextlib
 import math
 import os
 import random
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -61,33 +62,95 @@ DEFAULT_MIN_RATE = 1024 * 1024
 DEFAULT_COMMAND_DEADLINE = 900.0
 
 
+# A Hugging Face token is about 40 characters; a source holding more than this is not a token
+# (a 100 MB file would otherwise be read whole and sent as a header).
+MAX_TOKEN_BYTES = 4096
+
+
+def _checked_token(text: str, where: str) -> str:
+    """`text` as a token: one printable line of at most MAX_TOKEN_BYTES, else one line saying so."""
+    token = text.strip()
+    if not token:
+        raise InvalidInput(f"{where}: held no token")
+    if len(token.encode("utf-8", "surrogateescape")) > MAX_TOKEN_BYTES:
+        raise InvalidInput(f"{where}: more than {MAX_TOKEN_BYTES} bytes; not a Hugging Face token")
+    if not token.isprintable() or any(character.isspace() for character in token):
+        raise InvalidInput(
+            f"{where}: expected one printable line holding the token (it holds control characters, "
+            "spaces or several lines)"
+        )
+    return token
+
+
+def _read_token_file(token_file: Path, where: str | None = None) -> str:
+    """The token file's text, read only when it is a regular file of at most MAX_TOKEN_BYTES: a
+    named pipe is never opened for a blocking read, a device never read (it may never end)."""
+    where = where or f"--token-file {token_file}"
+    try:
+        # O_NONBLOCK: opening a named pipe with no writer would otherwise wait forever.
+        fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as error:
+        raise InvalidInput(f"{where}: cannot read it ({error.strerror or error})") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise InvalidInput(
+                f"{where}: not a regular file (a pipe, device or folder); give a file holding the token"
+            )
+        if status.st_size > MAX_TOKEN_BYTES:
+            raise InvalidInput(
+                f"{where}: {status.st_size} bytes, more than {MAX_TOKEN_BYTES} bytes; not a Hugging Face token"
+            )
+        data = os.read(fd, MAX_TOKEN_BYTES + 1)
+    except OSError as error:
+        raise InvalidInput(f"{where}: cannot read it ({error.strerror or error})") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TOKEN_BYTES:
+        raise InvalidInput(f"{where}: more than {MAX_TOKEN_BYTES} bytes; not a Hugging Face token")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(
+            f"{where}: not UTF-8 text; expected one line holding the token"
+        ) from None
+
+
+def _read_token_stdin() -> str:
+    """One line of stdin, at most MAX_TOKEN_BYTES (an endless stdin, /dev/zero, is never read whole)."""
+    try:
+        line = sys.stdin.readline(MAX_TOKEN_BYTES + 2)
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise InvalidInput(f"--token -: cannot read stdin ({error})") from None
+    if len(line.rstrip("\r\n").encode("utf-8", "surrogateescape")) > MAX_TOKEN_BYTES:
+        raise InvalidInput(
+            f"--token -: more than {MAX_TOKEN_BYTES} bytes on stdin; not a Hugging Face token"
+        )
+    return line
+
+
 def resolve_token(explicit: str | None = None, token_file: Path | None = None) -> str | None:
     """--token (``-`` reads one line from stdin), else --token-file, else HF_TOKEN, else the
-    token saved by `hf auth login` (None when none)."""
+    token saved by `hf auth login` (None when none). Every source is bounded: a regular file
+    (or stdin) of at most MAX_TOKEN_BYTES holding one printable line, else exit 3."""
     if explicit and token_file:
         raise InvalidInput("--token and --token-file: give one of them")
     if explicit == "-":
-        token = sys.stdin.readline().strip()
-        if not token:
-            raise InvalidInput("--token -: stdin held no token")
-        return token
+        return _checked_token(_read_token_stdin(), "--token -: stdin")
     if explicit:
-        return explicit
+        return _checked_token(explicit, "--token")
     if token_file is not None:
-        try:
-            token = Path(token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as error:
-            raise InvalidInput(
-                f"--token-file {token_file}: cannot read it ({getattr(error, 'strerror', None) or error})"
-            ) from None
-        if not token or "\n" in token:
-            raise InvalidInput(f"--token-file {token_file}: expected one line holding the token")
-        return token
+        return _checked_token(_read_token_file(Path(token_file)), f"--token-file {token_file}")
     if os.environ.get("HF_TOKEN"):
-        return os.environ["HF_TOKEN"]
-    from huggingface_hub import get_token
+        return _checked_token(os.environ["HF_TOKEN"], "HF_TOKEN")
+    from huggingface_hub import constants, get_token
 
-    return get_token()
+    saved_file = Path(constants.HF_TOKEN_PATH)
+    if os.path.lexists(saved_file):  # read under the same bounds as --token-file
+        where = f"the saved login {saved_file}"
+        return _checked_token(_read_token_file(saved_file, where), where)
+    saved = get_token()
+    return None if saved is None else _checked_token(saved, "the saved login (hf auth login)")
 
 
 def token_source(explicit: str | None = None, token_file: Path | None = None) -> str:

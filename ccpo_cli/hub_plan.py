@@ -33,6 +33,33 @@ def resolve_endpoint(explicit: str | None = None) -> str:
     return endpoint.rstrip("/")
 
 
+# A branch name as `git check-ref-format --branch` accepts it (and the Hub with it), bounded.
+MAX_REVISION_CHARS = 255
+_REVISION_FORBIDDEN = set(" ~^:?*[\\") | {chr(code) for code in range(32)} | {chr(127)}
+
+
+def check_revision(revision: str, where: str = "--revision") -> str:
+    """`revision` when it is a valid git branch name, else InvalidInput (exit 3) saying why."""
+    text = str(revision)
+    problems = []
+    if not text or len(text) > MAX_REVISION_CHARS:
+        problems.append(f"1 to {MAX_REVISION_CHARS} characters")
+    if any(character in _REVISION_FORBIDDEN for character in text) or not text.isprintable():
+        problems.append("no spaces, control characters or any of ~ ^ : ? * [ \\")
+    if ".." in text or "@{" in text or "//" in text or text == "@":
+        problems.append("no '..', '@{' or '//', and not '@'")
+    if text.startswith(("/", "-")) or text.endswith(("/", ".", ".lock")):
+        problems.append("not starting with '/' or '-', not ending with '/', '.' or '.lock'")
+    if any(part.startswith(".") for part in text.split("/")):
+        problems.append("no part starting with '.'")
+    if problems:
+        shown = text.encode("unicode_escape").decode("ascii")[:80]
+        raise InvalidInput(
+            f"{where} {shown!r}: not a valid git branch name ({'; '.join(problems)})"
+        )
+    return text
+
+
 def default_private(status: str, explicit: bool | None) -> bool:
     """A new repository is private unless the user says --public: interim and final cards alike
     (a final card is still a claim the owner may want to check before the world reads it)."""
@@ -51,17 +78,52 @@ def _file_entry(path_in_repo: str, local: Path, source: str) -> dict[str, Any]:
     }
 
 
+def _inside(link: Path, root: Path) -> bool:
+    """Whether `link` (a symbolic link) resolves to somewhere under `root`."""
+    try:
+        return link.resolve().is_relative_to(root)
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
 def checkpoint_files(folder: Path) -> dict[str, Path]:
-    """Files of a model folder by their path in the repository (hidden files and folders skipped)."""
+    """Files of a model folder by their path in the repository (hidden files and folders
+    skipped). The folder is walked without following links: a symbolic link that leaves the
+    folder is refused (exit 3), never read (its target's contents are not the checkpoint's to
+    upload); a link to a file inside it is that file, a link to a folder inside it is not walked
+    twice."""
     if not folder.is_dir():
         raise InvalidInput(f"--checkpoint {folder}: not a folder")
-    found = {}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if path.is_file() and not any(part.startswith(".") for part in relative.parts):
-            found[relative.as_posix()] = path
+    root = folder.resolve()
+    found: dict[str, Path] = {}
+    leaving: list[str] = []
+    for current, folders, names in os.walk(folder, followlinks=False):
+        here = Path(current)
+        folders[:] = sorted(name for name in folders if not name.startswith("."))
+        for name in list(folders):
+            if (here / name).is_symlink():
+                folders.remove(name)
+                if not _inside(here / name, root):
+                    leaving.append((here / name).relative_to(folder).as_posix())
+        for name in sorted(names):
+            path = here / name
+            relative = path.relative_to(folder)
+            if name.startswith("."):
+                continue
+            if path.is_symlink() and not _inside(path, root):
+                leaving.append(relative.as_posix())
+                continue
+            if path.is_file():
+                found[relative.as_posix()] = path
+    if leaving:
+        raise InvalidInput(
+            f"--checkpoint {folder}: {', '.join(sorted(leaving)[:5])} "
+            f"{'is a symbolic link' if len(leaving) == 1 else 'are symbolic links'} leading out of the folder; "
+            "ccpo uploads only the folder's own files (copy them in, or give the folder they point into)"
+        )
     if not found:
         raise InvalidInput(f"--checkpoint {folder}: the folder holds no files")
+    found = dict(sorted(found.items()))
     clashes = sorted(
         set(found) & {README_PATH, "results/ccpo_summary.json", "results/learning_curve.png"}
     )
@@ -128,7 +190,9 @@ def card_message(staged: StagedCard) -> str:
     context = staged.context
     summary = context.summary
     if context.status == INTERIM:
-        return f"ccpo: interim card for {context.run} (step {summary['last_step']} of {summary['total_steps']})"
+        total = summary["total_steps"]
+        of_total = f" of {total}" if total is not None else ", total steps not recorded"
+        return f"ccpo: interim card for {context.run} (step {summary['last_step']}{of_total})"
     return f"ccpo: final card for {context.run}"
 
 

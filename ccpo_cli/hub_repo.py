@@ -35,6 +35,9 @@ from ccpo_cli.paths import file_sha256
 # Every commit ccpo makes carries this line and its publication key in the description, so a
 # commit whose answer was lost is found on the Hub afterwards instead of being made twice.
 KEY_PREFIX = "ccpo-publication: "
+# A commit made against a head that moved meanwhile (412) is tried again this often, the
+# history searched for its key each time.
+HEAD_ATTEMPTS = 3
 
 
 def check_endpoint_supported(endpoint: str) -> None:
@@ -53,14 +56,32 @@ def check_endpoint_supported(endpoint: str) -> None:
         )
 
 
+class RepositoryExposed(InvalidInput):
+    """The repository is public (or of unknown visibility) on the Hub while private was asked:
+    nothing more is uploaded (exit 3, a refused operation)."""
+
+
 @dataclass
 class RepoSession:
     """One repository on the Hub, as ccpo publishes to it: every call goes through one
-    `HubClient` (limits, backoff), every commit carries its publication key."""
+    `HubClient` (limits, backoff), every commit carries its publication key.
+
+    One publisher per repository and run, whatever its staging folder or database copy: before
+    every commit of the outbox (`landed_first`) the history is searched for the commit's publication key (a key digests the
+    run's uid and the content, so any publisher of the same thing computes the same key), and
+    the commit is made against the head just read (`parent_commit`). Two publishers racing meet
+    the Hub's 412, read again and find the other's commit; a commit a killed process sent that
+    the Hub applies late is refused by the same parent check once anything landed after it.
+    Every head read also reads the repository's visibility: once private was asked
+    (`ensure_repo`), a repository found public stops every upload (`RepositoryExposed`)."""
 
     client: HubClient
     revision: str = "main"
     log: Callable[[str], None] | None = None
+    private_required: bool = False
+    # Search the history for a commit's key before sending it (the outbox's publications, whose
+    # keys digest the run's uid and content; a one-off `ccpo publish` sends again on request).
+    landed_first: bool = False
 
     @property
     def api(self) -> Any:
@@ -89,11 +110,8 @@ class RepoSession:
         )
         info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
         actual = getattr(info, "private", None)
-        if private and actual is not True:
-            raise InvalidInput(
-                f"{self.repo_id} is {'public' if actual is False else 'of unknown visibility'} on the "
-                "Hub; ccpo uploads to a public repository only with --public (nothing was uploaded)"
-            )
+        self.private_required = private
+        self._guard_visibility(info, "nothing was uploaded")
         if self.revision != "main":
             self.client.call(
                 f"creating branch {self.revision}",
@@ -112,10 +130,22 @@ class RepoSession:
             self.note(f"warning: {result['visibility_note']}")
         return result
 
+    def _guard_visibility(self, info: Any, done: str) -> None:
+        actual = getattr(info, "private", None)
+        if self.private_required and actual is not True:
+            raise RepositoryExposed(
+                f"{self.repo_id} is {'public' if actual is False else 'of unknown visibility'} on the "
+                f"Hub; ccpo uploads to a public repository only with --public ({done})"
+            )
+
     def head(self) -> Any:
-        return self.client.call(
+        """The head of the revision (and, on the same answer, the visibility check that precedes
+        every upload)."""
+        info = self.client.call(
             "reading the repository", self.api.model_info, self.repo_id, revision=self.revision
         )
+        self._guard_visibility(info, "uploads stopped: nothing more is sent there")
+        return info
 
     def head_sha(self) -> str:
         sha = getattr(self.head(), "sha", None)
@@ -152,7 +182,13 @@ class RepoSession:
     ) -> tuple[str, bool]:
         """Make one commit; (its id, whether it was found landed after an error). The landed
         check of a model repository is its history: the commit carrying publication `key` after
-        `since`. A 412 (the head moved) goes back to the caller, who merges."""
+        `since`. With `landed_first`, the whole history is searched for `key` before it is sent:
+        a commit another publisher (or a killed earlier attempt) landed is returned, not made again. A 412 (the
+        head moved) goes back to the caller, who reads the head again and tries again."""
+        found = self.find_landed(key, None) if self.landed_first else None
+        if found is not None:
+            self.note(f"{self.repo_id}: {what}: already on the Hub ({found[:12]}); not sent again")
+            return found, True
 
         def send() -> str:
             info = self.api.create_commit(
@@ -200,17 +236,27 @@ class RepoSession:
         """The checkpoint in its own commit, verified by sha256 at the commit it made, then tagged."""
         from huggingface_hub import CommitOperationAdd
 
-        since = self.head_sha()
         operations = [CommitOperationAdd(path, str(local)) for path, local in files.items()]
         size = sum(local.stat().st_size for local in files.values())
-        commit_id, landed = self.commit(
-            "uploading the checkpoint",
-            operations,
-            message=message,
-            key=key,
-            since=since,
-            size_bytes=size,
-        )
+        for attempt in range(HEAD_ATTEMPTS):
+            since = self.head_sha()
+            try:
+                commit_id, landed = self.commit(
+                    "uploading the checkpoint",
+                    operations,
+                    message=message,
+                    key=key,
+                    since=since,
+                    parent=since,
+                    size_bytes=size,
+                )
+                break
+            except HubCallError as failure:
+                if failure.status != 412 or attempt + 1 == HEAD_ATTEMPTS:
+                    raise
+                self.note(
+                    f"{self.repo_id}: the repository changed meanwhile (412); reading it again"
+                )
         verified = self.verify(commit_id, files)
         result = dict(verified, commit_id=commit_id, found_landed=landed)
         if tag is not None:

@@ -21,6 +21,7 @@ Repository ids follow the Hub's own rule, checked by huggingface_hub's `validate
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -34,11 +35,17 @@ HOST_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]*")
 
 def host_label(text: str | None) -> str:
     """A machine name as ccpo records it: runs of other characters become `-`, at most
-    HOST_LABEL_MAX characters, `unknown-host` when nothing is left."""
-    label = (
-        re.sub(r"[^A-Za-z0-9.-]+", "-", str(text or "")).strip(".-")[:HOST_LABEL_MAX].strip(".-")
-    )
+    HOST_LABEL_MAX characters, `unknown-host` when no name is given. A name with characters
+    outside ASCII (`ünï`, `日本`) keeps what is left and adds `-` and 8 hex digits of its
+    sha256, so two such machines never share a label (nor take `unknown-host`); an ASCII name
+    keeps the label it always had."""
+    text = str(text or "")
+    label = re.sub(r"[^A-Za-z0-9.-]+", "-", text).strip(".-")[:HOST_LABEL_MAX].strip(".-")
     label = re.sub(r"\.{2,}", ".", label)
+    if not text.isascii():
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        kept = label[: HOST_LABEL_MAX - len(digest) - 1].strip(".-")
+        return f"{kept}-{digest}" if kept else f"host-{digest}"
     return label if label and HOST_LABEL.fullmatch(label) else "unknown-host"
 
 

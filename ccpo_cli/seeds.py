@@ -1,7 +1,10 @@
 """The one syntax of a seed list, for every command that takes `--seeds` (train, eval, matrix).
 
 A list is comma-separated items, each a seed (`3`) or an inclusive range (`0-2`): `0-2,5` is
-seeds 0, 1, 2 and 5, in the order given. Seeds are non-negative integers, each at most once (a
+seeds 0, 1, 2 and 5, in the order given. Only ASCII digits, one dash per range and commas
+between items (spaces around an item allowed) are read: an empty item (`0-2,,3`), `1_000`, a
+sign, or a digit of another script (`٣`, `１`), which Python's `int` would accept, is refused, so
+what the shell shows is the seed that runs. Seeds are non-negative integers, each at most once (a
 seed is one run or one evaluation), and a list holds at most MAX_SEEDS of them, so a typo such as
 `0-1000000000` is refused instead of filling memory. A seed is at most MAX_SEED (32 bits: every
 random generator the stack seeds takes it, and runs.db stores it as an integer). Anything else
@@ -10,6 +13,7 @@ is invalid input (exit 3), with a message that shows the syntax.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ccpo_cli.errors import InvalidInput
@@ -17,23 +21,23 @@ from ccpo_cli.errors import InvalidInput
 MAX_SEEDS = 10_000
 MAX_SEED = 2**32 - 1
 SYNTAX = "seeds separated by commas, each a number or a range, e.g. 0,1,2 or 0-2,5"
+# ASCII on purpose: `\d` and `int` take every script's digits and `_` separators.
+_ITEM = re.compile(r"[ \t]*([0-9]{1,30})(?:-([0-9]{1,30}))?[ \t]*", re.ASCII)
 
 
 def parse_seeds(text: str, option: str = "--seeds") -> list[int]:
     """'0-2,5' -> [0, 1, 2, 5]; InvalidInput naming `option` for anything else."""
     seeds: list[int] = []
     for item in str(text).split(","):
-        item = item.strip()
-        if not item:
-            continue
-        first, dash, last = item.partition("-")
-        try:
-            low = int(first)
-            high = int(last) if dash else low
-        except ValueError:
-            raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}") from None
-        if first.strip().startswith("+") or (dash and last.strip().startswith(("+", "-"))):
+        matched = _ITEM.fullmatch(item)
+        if matched is None:
+            if not item.strip() and str(text).strip() == "":
+                continue  # no seeds at all: said below
             raise InvalidInput(f"{option} {text!r}: expected {SYNTAX}")
+        first, last = matched.groups()
+        low = int(first)
+        high = int(last) if last is not None else low
+        item = item.strip()
         if high > MAX_SEED:
             raise InvalidInput(f"{option} {text!r}: a seed is at most {MAX_SEED} (got {high})")
         if high < low:

@@ -361,7 +361,8 @@ def trend_test(
     window's span, is at most CONVERGED_MAX_WIDTH wide; a wider one is too uncertain to say
     (`converged` None, `note`). `residual_sd` is the sd of the values around the fitted line (ddof 2), the
     noise of the window with the trend taken out. Below MIN_TREND_POINTS points (or with every
-    point at one step) there is no interval, and `converged` is None with the reason in `note`.
+    point at one step, or every value equal: the trend is then undefined, as scipy's linregress
+    gives NaN) there is no interval, and `converged` is None with the reason in `note`.
     Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
     "direction" ("rising", "falling" or "flat"), "note"}; change = slope × the window's span.
     """
@@ -388,6 +389,14 @@ def trend_test(
         return result
     if np.ptp(x) == 0:
         result["note"] = "every evaluation is at one step: no trend can be fitted"
+        return result
+    if np.ptp(y) == 0:
+        # scipy's linregress gives NaN here: a constant series has no slope interval to judge, and
+        # a zero-width interval around 0 would call it converged on no evidence.
+        result["note"] = (
+            f"every evaluation in the window is {float(y[0]):g}: with no variation the trend is "
+            "undefined"
+        )
         return result
     fit = distributions.least_squares_line(x, y)
     residuals = y - (fit["intercept"] + fit["slope"] * x)

@@ -157,7 +157,10 @@ NOTES: dict[str, str] = {
     "See docs/runs-db.md.",
     "runs show": "Status as in `runs list` (`interrupted` from the data, `failure` of a failed run). "
     "Every evaluation is listed, a retracted one with its `retracted` record; every conflict with "
-    "the `resolution` that settled it (null while open); `resolutions` lists the settlements.",
+    "the `resolution` that settled it (null while open); `resolutions` lists the settlements. "
+    "Added `--metric KEY` (repeatable): the series of a scalar the run logged (runs.db's `metrics` "
+    "table), one point per step with its source file and line; `--json` gives `series`. A name the "
+    "run never logged exits 3 naming those it did. See docs/runs-db.md.",
     "runs retract": "Added command. Append-only: a row in `retractions` (reason, who, when); nothing is "
     "deleted or edited. Without `--step` the whole run is retracted: `ccpo compare` leaves it out and "
     "lists it under `retracted.runs`, and a card or a publication of it is refused (exit 3). With "

@@ -46,6 +46,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--db", type=Path, action="append", help="runs.db (repeatable)")
     parser.add_argument(
+        "--results",
+        type=Path,
+        action="append",
+        default=[],
+        help="a matrix's records folder, results/PREREGISTRATION (repeatable; read like a runs.db)",
+    )
+    parser.add_argument(
         "--matrix",
         action="append",
         metavar="PREFIX:K",
@@ -141,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.tried is not None:
         print_tried(json.loads(args.tried.read_text(encoding="utf-8")))
         return 0
-    if not (args.db and args.matrix and args.pair):
-        raise SystemExit("error: --db, --matrix and --pair are needed (or --tried FILE)")
-    from ccpo_cli.experiments import testbed_cost, testbed_runs
+    if not ((args.db or args.results) and args.matrix and args.pair):
+        raise SystemExit(
+            "error: --db or --results, --matrix and --pair are needed (or --tried FILE)"
+        )
+    from ccpo_cli.experiments import records, testbed_cost, testbed_runs
     from ccpo_cli.experiments.matrix import parse_seed_list
     from ccpo_cli.store import open_db
 
@@ -156,10 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     points, loaded = [], []
     for spec in args.matrix:
         prefix, _, warm = spec.partition(":")
-        for db_path in args.db:
-            data = testbed_runs.load_matrix(open_db(db_path), prefix, labels, seeds)
-            if any(data.runs.values()):
-                loaded.append((int(warm), data))
+        found = [
+            testbed_runs.load_matrix(open_db(path), prefix, labels, seeds) for path in args.db or []
+        ]
+        found += [records.load_records(folder, prefix, labels) for folder in args.results]
+        loaded.extend((int(warm), data) for data in found if any(data.runs.values()))
     model = testbed_cost.fit_cost_model(
         [run for _, data in loaded for runs in data.runs.values() for run in runs.values()]
         + [run for _, data in loaded for run in data.warmups.values()]

@@ -163,6 +163,11 @@ class FakeHub:
         # The status of every dataset commit answered, in order.
         self.dataset_commit_answers: list[int] = []
         self._datasets_committing: set[str] = set()
+        # A Hub that creates every repository public, whatever the client asked.
+        self.create_public = False
+        # Called with every request's number (from 1) as it arrives, before it is answered: a
+        # test may kill the client there, and the request is still applied after it died.
+        self.on_request = None
         self._server = _QuietServer(("127.0.0.1", 0), _make_handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -292,6 +297,9 @@ def _make_handler(hub: FakeHub):
             query = parse_qs(parts.query)
             with hub._lock:
                 hub.requests.append(RecordedRequest(self.command, path, query, headers, body))
+                number = len(hub.requests)
+            if hub.on_request is not None:
+                hub.on_request(number, self.command, path)
             return path, query, body
 
         def _send(
@@ -619,7 +627,9 @@ def _make_handler(hub: FakeHub):
             url = f"{hub.endpoint}/{repo_id}"
             if repo_id in hub.repos:
                 return self._send(409, {"error": "You already created this model repo", "url": url})
-            private = payload.get("visibility") == "private" or bool(payload.get("private"))
+            private = not hub.create_public and (
+                payload.get("visibility") == "private" or bool(payload.get("private"))
+            )
             hub.seed_repo(repo_id, private=private)
             self._send(200, {"url": url, "name": repo_id, "id": repo_id})
 

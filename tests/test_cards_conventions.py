@@ -120,7 +120,7 @@ def test_the_loading_snippet_only_when_weights_are_in_the_repository(seed_db):
 
 def test_no_code_span_sits_inside_another(seed_db):
     text = render_card(build_card_context(seed_db, "return-hard", repo_id=REPO))
-    assert "The GRPO baseline GRPO (`grpo`) passes" in text
+    assert "The GRPO baseline `grpo` of this run's setting is shown above and passes" in text
     for line in prose_lines(text):
         assert "``" not in line, line
         assert line.count("`") % 2 == 0, line

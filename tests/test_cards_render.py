@@ -114,8 +114,9 @@ def test_side_by_side_lists_every_isolated_arm(interim_card):
         "3.1",
         "9",
         "1",
+        "-6.5 points (no test: return-hard and return-hard-fbjw have one recorded seed, so no interval)",
     )
-    assert table_row(text, "**CCPO return-hard (`return-hard`)**", "83.5", "6.5", "10", "1")
+    assert table_row(text, "**CCPO return-hard (`return-hard`)**", "83.5", "6.5", "10", "1", "–")
     assert table_row(
         text,
         "CCPO global gate, successor-node target (`global-successor`)",
@@ -123,6 +124,7 @@ def test_side_by_side_lists_every_isolated_arm(interim_card):
         "6.3",
         "9",
         "1",
+        "+6.0 points (no test: return-hard and global-successor have one recorded seed, so no interval)",
     )
     assert (
         "Flags that distinguish it from the other arms compared here: `gate=hard`, `target=return`, `rho=0.0`"
@@ -196,7 +198,15 @@ def test_isolated_grpo_run_is_shown_and_compared(tmp_path):
     db = seed_card_db(tmp_path / "runs.db", arms=1, grpo="isolated")
     text = render_card(build_card_context(db, "return-hard"))
     assert "The GRPO baseline" in text and "It does not show that CCPO beats GRPO" not in text
-    assert table_row(text, "GRPO (`grpo`)", "72.0", "5.0", "10", "1")
+    assert table_row(
+        text,
+        "GRPO (`grpo`)",
+        "72.0",
+        "5.0",
+        "10",
+        "1",
+        "+11.5 points (no test: return-hard and grpo have one recorded seed, so no interval)",
+    )
     assert "+11.5 points" in text
     assert "not a resolved claim of superiority" in text  # single seeds
 
@@ -205,8 +215,11 @@ def test_contaminated_grpo_run_is_left_out_with_the_reason(tmp_path):
     db = seed_card_db(tmp_path / "runs.db", arms=1, grpo="contaminated")
     text = render_card(build_card_context(db, "return-hard"))
     assert "It does not show that CCPO beats GRPO" in text
-    assert "run `grpo-baseline` exists but fails it" in text and "env.max_steps" in text
-    assert not table_row(text, "GRPO (`grpo`)", "72.0", "5.0", "10", "1")
+    assert (
+        "The GRPO run of this run's setting (`grpo-baseline`) fails the isolation check" in text
+        and "env.max_steps" in text
+    )
+    assert "| GRPO (`grpo`) |" not in text
 
 
 def test_multi_seed_arms_drop_the_replication_warning(tmp_path):
@@ -228,7 +241,17 @@ def test_multi_seed_arms_drop_the_replication_warning(tmp_path):
     text = render_card(build_card_context(db, "rh-0"))
     assert "Every arm compared here has at least two seeds" in text
     assert "one seed" not in text
-    assert table_row(text, "**CCPO return-hard (`return-hard`)**", "84.0", "0.7", "2", "2")
+    assert table_row(text, "**CCPO return-hard (`return-hard`)**", "84.0", "0.7", "2", "2", "–")
+    # Two seeds per arm: the difference carries its test, interval and p, and is not resolved.
+    assert table_row(
+        text,
+        "CCPO return-hard + task backoff + J-weighting (`return-hard-fbjw`)",
+        "89.5",
+        "0.7",
+        "2",
+        "2",
+        "-5.5 points (paired t, 95% CI -18.2 to +7.2, p 0.114)",
+    )
 
 
 def test_published_rows_are_comparable_only_on_the_same_backbone_and_protocol():

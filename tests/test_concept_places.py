@@ -567,6 +567,28 @@ CHECKS: dict[str, list[Check]] = {
             ("ccpo_cli/experiments/blocks.py",),
         ),
     ],
+    "A matrix's records and its cost before it starts": [
+        Check(
+            "a matrix's records",
+            defines("block_record", "load_records", "recorded_seeds", "write_record"),
+            ("ccpo_cli/experiments/records.py",),
+        ),
+        Check(
+            "the cost of a matrix before it starts",
+            defines("budget_plan", "MatrixCost"),
+            ("ccpo_cli/experiments/budget.py",),
+        ),
+        Check(
+            "the evaluation-noise share",
+            defines("noise_share", "reevaluate"),
+            ("ccpo_cli/experiments/eval_noise.py",),
+        ),
+        Check(
+            "the chi-squared and F quantiles",
+            defines("chi2_ppf", "f_ppf"),
+            ("ccpo_cli/distributions.py",),
+        ),
+    ],
     "The testbed's controls and cost": [
         Check(
             "the step-information control and the oracle ceiling",
@@ -588,6 +610,13 @@ CHECKS: dict[str, list[Check]] = {
             "a seed list parsed",
             any_of(defines("parse_seeds"), calls("_seed_range", "seed_range")),
             ("ccpo_cli/seeds.py",),
+        ),
+    ],
+    "Outputs ccpo may replace": [
+        Check(
+            "an output replaced only when it carries ccpo's marker",
+            any_of(defines("replace_owned", "check_replaceable"), strings(r"^\.ccpo-output$")),
+            ("ccpo_cli/owned_output.py",),
         ),
     ],
     "Tables and their formats": [
@@ -641,6 +670,18 @@ CHECKS: dict[str, list[Check]] = {
             "the held-out keys of metrics.jsonl",
             defines("OVERALL_KEY", "MEAN_TURNS_KEY", "EPISODES_KEY", "SUCCESSES_KEY"),
             ("ccpo_cli/store/readers/metric_names.py",),
+        ),
+    ],
+    "Logged scalars": [
+        Check(
+            "the metrics table written",
+            table_writes("metrics|metric_sources"),
+            ("ccpo_cli/store/metrics.py",),
+        ),
+        Check(
+            "which numbers of a record are scalars, and how one is recorded",
+            defines("scalar_values", "record_metrics", "metric_series"),
+            ("ccpo_cli/store/metrics.py",),
         ),
     ],
     "Best evaluation": [
@@ -707,6 +748,45 @@ CHECKS: dict[str, list[Check]] = {
             "the card template read and rendered",
             calls("template_path", "templates_dir"),
             ("ccpo_cli/cards/",),
+        ),
+    ],
+    "Card claims": [
+        Check(
+            "the claim kinds, each made by one function",
+            defines(
+                "StatusClaim",
+                "WindowClaim",
+                "BestPointClaim",
+                "ArmSeedsClaim",
+                "ArmComparisonClaim",
+                "GrpoClaim",
+                "IsolationClaim",
+                "ReferencesClaim",
+                "PublishedRowsClaim",
+                "LeftOutClaim",
+                "status_claim",
+                "window_claim",
+                "best_point_claim",
+                "arm_seeds_claims",
+                "arm_comparison_claims",
+                "grpo_claim",
+                "isolation_claim",
+                "references_claim",
+                "published_rows_claim",
+                "left_out_claim",
+                "card_claims",
+            ),
+            ("ccpo_cli/cards/claims.py",),
+        ),
+        Check(
+            "the one interim/final decision",
+            defines("card_status"),
+            ("ccpo_cli/report/readiness.py",),
+        ),
+        Check(
+            "what makes an arm difference resolved",
+            defines("pair_resolved"),
+            ("ccpo_cli/report/compare.py",),
         ),
     ],
     "Card lint": [

@@ -370,20 +370,25 @@ def test_a_tensorboard_folder_with_an_event_file_linking_out_is_refused(tmp_path
 # ---- Unused metric keys --------------------------------------------------------------------
 
 
-def test_ingest_names_the_metric_keys_it_did_not_use_in_one_warning_line(tmp_path):
+def test_ingest_lists_the_keys_that_are_no_evaluation_field_and_keeps_them_in_metrics(tmp_path):
     path = write_console(acceptance_rows(3), tmp_path / "worker.log")
     result = runner.invoke(
         app, ["--db", str(tmp_path / "runs.db"), "ingest", str(path), "--run", "r"]
     )
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.stderr.splitlines() if "metric key(s) not recorded" in line]
-    assert len(lines) == 1 and "actor/entropy" in lines[0] and "timing_s/step" in lines[0]
+    # Issue 41, cause 7: they were said to have "no place" in runs.db; now every one is kept.
+    assert "not recorded (runs.db has no place" not in result.stderr
+    kept = {
+        row["name"]
+        for row in open_db(tmp_path / "runs.db").query("SELECT DISTINCT name FROM run_metrics")
+    }
+    assert {"actor/entropy", "actor/pg_loss", "timing_s/step"} <= kept
     report = document(ingest(tmp_path / "runs.db", path, run="r"))
     assert report["unused_metric_keys"] == ["actor/entropy", "actor/pg_loss", "timing_s/step"]
     assert report["unused_metric_key_count"] == 3 and report["unused_metric_keys_capped"] is False
 
 
-def test_the_unused_keys_are_bounded_and_the_warning_truncated_with_a_count(tmp_path):
+def test_the_unused_keys_are_bounded_while_every_value_is_kept_in_metrics(tmp_path):
     path = tmp_path / "many.jsonl"
     with path.open("w") as handle:
         for step in range(0, 30, 5):
@@ -404,8 +409,7 @@ def test_the_unused_keys_are_bounded_and_the_warning_truncated_with_a_count(tmp_
     )
     assert len(report["unused_metric_keys"]) == REPORTED_KEYS
     assert report["unused_metric_keys"] == sorted(report["unused_metric_keys"])
-    (line,) = [warning for warning in report["warnings"] if "metric key(s) not recorded" in warning]
-    assert f"and {MAX_DROPPED_KEYS - 8}+ more" in line and len(line) < 400
+    assert report["metrics"]["new"] == 6 * 2501  # every key of every step, the rate included
 
 
 def test_a_long_csv_names_the_tags_it_dropped(tmp_path):

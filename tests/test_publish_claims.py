@@ -14,6 +14,7 @@ Asked for in issue 30.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
@@ -28,7 +29,7 @@ from ccpo_cli.hub_access import hub_timeouts
 from ccpo_cli.hub_repo import KEY_PREFIX
 from ccpo_cli.publishing.target import push_target
 from ccpo_cli.publishing.uploader import Uploader
-from ccpo_cli.store import open_db, outbox, run_evaluations
+from ccpo_cli.store import open_db, outbox, record_checkpoint, run_evaluations
 
 RUN = "return-hard"
 REPO = "tester/ccpo-claims"
@@ -119,6 +120,8 @@ def test_weights_up_while_their_card_is_refused_by_the_hub_are_said(running_db, 
     best = max(run_evaluations(db, RUN), key=lambda row: row["success_rate"])["step"]
     weights = tmp_path / "step-best.pt"
     weights.write_bytes(b"weights of the best step")
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    record_checkpoint(db, RUN, best, str(weights), sha256=digest)  # only recorded weights go up
     outbox.enqueue(
         db,
         RUN,
@@ -127,7 +130,7 @@ def test_weights_up_while_their_card_is_refused_by_the_hub_are_said(running_db, 
         kind="checkpoint",
         role="best",
         step=best,
-        content_hash="w",
+        content_hash=digest,
         source=str(weights),
         private=True,
         endpoint=hub.endpoint,
@@ -333,6 +336,8 @@ def test_a_card_refused_once_merged_with_the_hubs_readme_becomes_a_weights_card(
     best = max(run_evaluations(db, RUN), key=lambda row: row["success_rate"])["step"]
     weights = tmp_path / "step-best.pt"
     weights.write_bytes(b"weights of the best step")
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    record_checkpoint(db, RUN, best, str(weights), sha256=digest)
     for kind, role in (("checkpoint", "best"), ("card", "interim")):
         outbox.enqueue(
             db,
@@ -342,7 +347,7 @@ def test_a_card_refused_once_merged_with_the_hubs_readme_becomes_a_weights_card(
             kind=kind,
             role=role,
             step=best,
-            content_hash=f"{kind}-{role}",
+            content_hash=digest if kind == "checkpoint" else f"{kind}-{role}",
             source=str(weights) if kind == "checkpoint" else None,
             private=True,
             endpoint=hub.endpoint,

@@ -1,9 +1,10 @@
 """Held-out keys in the local trainer's metrics.jsonl, `ccpo train --report-to
-tensorboard,trackio` while training, and `ccpo export --to tensorboard|trackio|csv` of any
-recorded run; each read back with the tracker's own reader (TensorBoard's EventAccumulator,
-trackio's SQLiteStorage).
+tensorboard,trackio,wandb` while training, and `ccpo export --to tensorboard|trackio|wandb|csv`
+of any recorded run; each read back with the tracker's own reader (TensorBoard's
+EventAccumulator, trackio's SQLiteStorage, wandb's transaction log of `Record` messages).
 
-Asked for in issue 32, item 3.
+Asked for in issue 32, item 3; step 0 in every live tracker and metrics.jsonl, wandb, and every
+logged scalar in the exports in issue 41 (cause 8, deliverables 7 and 8).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_benchmarks import REAL_LOGS
+from helpers_wandb import wandb_history, wandb_run_record
 from typer.testing import CliRunner
 
 from ccpo_cli.arms import load_arm
@@ -111,15 +114,16 @@ def test_report_to_is_parsed_like_trls(tmp_path):
             "--backend",
             "local",
             "--report-to",
-            "wandb",
+            "bogus",
             "--steps",
             "1",
         ],
     )
     assert (
         result.exit_code == 2
-        and "--report-to 'wandb': use one or more of tensorboard, trackio" in result.stderr
+        and "--report-to 'bogus': use one or more of tensorboard, trackio, wandb" in result.stderr
     )
+    assert parse_trackers("wandb,tensorboard") == ("wandb", "tensorboard")
 
 
 def test_the_observer_writes_metrics_lines_as_they_come_and_forwards_to_the_publisher(tmp_path):
@@ -207,8 +211,8 @@ def test_export_to_tensorboard_and_csv_writes_the_standing_curve_once(ingested_d
 
 
 def test_export_refuses_an_unknown_tracker_or_run(ingested_db, tmp_path):
-    bad = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "wandb", "rh-7b"])
-    assert bad.exit_code == 2 and "use one of tensorboard, trackio, csv" in bad.stderr
+    bad = runner.invoke(app, ["--db", str(ingested_db), "export", "--to", "bogus", "rh-7b"])
+    assert bad.exit_code == 2 and "use one of tensorboard, trackio, wandb, csv" in bad.stderr
     missing = runner.invoke(
         app, ["--db", str(ingested_db), "export", "--to", "csv", "nope", "--out", str(tmp_path)]
     )
@@ -280,12 +284,12 @@ def test_train_reports_to_tensorboard_and_trackio_with_the_held_out_curve(tmp_pa
             "--workers",
             "0",
             "--report-to",
-            "tensorboard,trackio",
+            "tensorboard,trackio,wandb",
         ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env=_env(trackio_dir),
+        env={key: value for key, value in _env(trackio_dir).items() if key != "WANDB_MODE"},
         timeout=600,
     )
     assert done.returncode == 0, done.stderr
@@ -293,20 +297,86 @@ def test_train_reports_to_tensorboard_and_trackio_with_the_held_out_curve(tmp_pa
     recorded = {row["step"]: row for row in run_evaluations(db, "live")}
     run_dir = next(tmp_path.rglob("live/metrics.jsonl")).parent
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # Step 0, the untrained evaluation, is the first line (issue 41: it was missing).
+    assert [line["step"] for line in lines] == [0, 1, 2] and sorted(recorded) == [0, 1, 2]
     for line in lines:  # the held-out keys, as ingest reads them, on every evaluated step
         assert line["val/success_rate"] == pytest.approx(
             recorded[line["step"]]["success_rate"] / 100
         )
         assert line["val/episodes"] == recorded[line["step"]]["episodes"] == 2
+    curve = {step: recorded[step]["success_rate"] / 100 for step in (0, 1, 2)}
     scalars = tensorboard_scalars(run_dir / "tensorboard")
-    assert scalars["val/success_rate"] == pytest.approx(
-        {step: recorded[step]["success_rate"] / 100 for step in (1, 2)}
-    )
+    assert scalars["val/success_rate"] == pytest.approx(curve)
     assert set(scalars["actor/kl"]) == {1, 2}
     logs = trackio_logs(trackio_dir, "ccpo", "live")
-    assert {row["step"]: row["val/success_rate"] for row in logs} == pytest.approx(
-        {step: recorded[step]["success_rate"] / 100 for step in (1, 2)}
-    )
+    assert {row["step"]: row["val/success_rate"] for row in logs} == pytest.approx(curve)
+    (offline,) = (run_dir / "wandb").glob("offline-run-*")  # WANDB_MODE unset: offline
+    history = wandb_history(offline)
+    assert history["val/success_rate"] == pytest.approx(curve)
+    assert history["actor/kl"] == {line["step"]: line["actor/kl"] for line in lines[1:]}
+    assert wandb_run_record(offline).display_name == "live"
+    # Every number of every line is in runs.db's metrics table, at the line it was written to.
+    from ccpo_cli.store.metrics import metric_series
+
+    for key in ("actor/kl", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "timing/step_s"):
+        series = metric_series(db, "live", key)
+        assert {p["step"]: p["value"] for p in series} == {
+            line["step"]: line[key] for line in lines[1:]
+        }
+        assert [p["source_line"] for p in series] == [2, 3]
+    assert metric_series(db, "live", "val/success_rate")[0]["step"] == 0
+
+
+VERL_AGENT_LOG = REAL_LOGS / "jonp07_grpo_run_alfworld.txt"
+# verl-agent's names of the loss, the KL, the entropy and the gradient norm.
+TRAINING_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm")
+
+
+@pytest.mark.slow
+def test_a_verl_agent_logs_training_scalars_are_exported_to_tensorboard_and_wandb_equal(tmp_path):
+    from ccpo_cli.store.metrics import metric_series
+
+    db_path = tmp_path / "runs.db"
+    ingest = runner.invoke(app, ["--db", str(db_path), "ingest", str(VERL_AGENT_LOG), "--run", "j"])
+    assert ingest.exit_code == 0, ingest.output
+    db = open_db(db_path)
+    recorded = {
+        key: {p["step"]: p["value"] for p in metric_series(db, "j", key)} for key in TRAINING_KEYS
+    }
+    assert all(sorted(series) == list(range(1, 151)) for series in recorded.values())
+    out = tmp_path / "export"
+    for _ in range(2):  # a second export replaces the first
+        for tracker in ("tensorboard", "wandb"):
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ccpo_cli",
+                    "--db",
+                    str(db_path),
+                    "export",
+                    "--to",
+                    tracker,
+                    "j",
+                    "--out",
+                    str(out),
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                env={key: value for key, value in _env(tmp_path).items() if key != "WANDB_MODE"},
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr
+    scalars = tensorboard_scalars(out / "j")
+    (offline,) = (out / "wandb").glob("offline-run-*")
+    history = wandb_history(offline)
+    standing = {row["step"]: row["success_rate"] / 100 for row in run_evaluations(db, "j")}
+    for key, series in recorded.items():
+        assert history[key] == series  # wandb keeps the float64 as logged
+        assert scalars[key] == pytest.approx(series, rel=1e-6)  # TensorBoard's float32
+    assert history["val/success_rate"] == pytest.approx(standing) and len(standing) == 31
+    assert wandb_run_record(offline).project == "ccpo"
 
 
 def test_a_step_line_says_where_the_run_is_and_when():
@@ -337,3 +407,24 @@ def test_a_step_line_says_where_the_run_is_and_when():
         assert part in line, part
     assert re.search(r"\[rh-seed0 \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\]$", line)
     assert "held-out -" in step_line("r", 1, 2, metrics, 1.0, None, 0.0)
+
+
+def test_the_all_extra_installs_every_tracker_and_the_verl_env_never_installs_it():
+    """The README's `.[all]` can use every --report-to choice (issue 41: trackio was left out);
+    the verl-agent environment, whose hub<1 pin trackio's hub>=1.10 breaks, installs its own
+    extras only."""
+    import tomllib
+
+    from ccpo_cli.report.trackers import LIVE_TRACKERS, TRACKER_EXTRAS
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    (line,) = extras["all"]
+    included = set(line.split("[", 1)[1].rstrip("]").split(","))
+    assert {TRACKER_EXTRAS[tracker] for tracker in LIVE_TRACKERS} <= included
+    assert all(TRACKER_EXTRAS[tracker] in extras for tracker in LIVE_TRACKERS)
+    installs = re.findall(r"\$REPO\[([^\]]*)\]", (ROOT / "scripts" / "verl_env.sh").read_text())
+    assert installs and all(
+        not {"all", "trackio", "wandb"} & set(names.split(",")) for names in installs
+    )

@@ -22,16 +22,8 @@ import sqlite_utils
 
 from ccpo_cli import __version__, store
 from ccpo_cli.cards.baselines import load_baseline_data, published_comparison
-from ccpo_cli.cards.caveats import (
-    ArmRow,
-    arm_rows,
-    conflict_lines,
-    correction_lines,
-    fmt,
-    grpo_caveat,
-    isolation_statement,
-    window_steps_note,
-)
+from ccpo_cli.cards.caveats import conflict_lines, correction_lines, fmt, window_steps_note
+from ccpo_cli.cards.claims import CardClaims, StatusClaim, claims_of, status_claim
 from ccpo_cli.cards.evidence import (
     evaluation_protocol,
     evidence_hash,
@@ -43,7 +35,6 @@ from ccpo_cli.cards.guards import (
     STATUSES,
     card_license,
     check_headline,
-    check_status,
 )
 from ccpo_cli.cards.lint import FROM_SCRATCH_TAG, TOO_FEW_TAG
 from ccpo_cli.cards.method import (
@@ -73,7 +64,6 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.papers import code_url, load_papers, software_bibtex
 from ccpo_cli.report.arm_summary import MIN_SEEDS_RESOLVED
 from ccpo_cli.report.comparison import Comparison, RunEntry
-from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.window import task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 from ccpo_cli.vocabulary import INTERIM
@@ -98,12 +88,14 @@ class CardContext:
     metadata: dict[str, Any]
     summary: dict[str, Any]
     comparison: Comparison  # the comparison the card states (the plot draws it)
+    claims: CardClaims  # every fact the card states (cards/claims.py)
 
 
 @dataclass
 class _Facts:
     """What the context is assembled from (one place, so the three outputs agree)."""
 
+    decided_status: StatusClaim
     identity: RunIdentity
     identities: dict[str, RunIdentity]
     run_row: dict
@@ -152,7 +144,8 @@ def _gather(
     this = _entry_for(comparison, name)
     total_steps = max(this.total_steps_recorded) if this.total_steps_recorded else None
     last_step = this.last_step if this.last_step is not None else run_row.get("last_step")
-    check_status(name, status, this)
+    status_decided = status_claim(name, this, status)
+    status = status_decided.status
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this.window
@@ -165,6 +158,7 @@ def _gather(
     best_step = this.best["step"] if this.best else None
     wanted = best_step if status == INTERIM and this.run_state != "stopped-early" else last_step
     return _Facts(
+        decided_status=status_decided,
         identity=identity,
         identities=identities,
         run_row=run_row,
@@ -339,53 +333,21 @@ def benchmark_vars(identity: RunIdentity) -> dict[str, Any]:
     }
 
 
-def reference_rows(comparison: Comparison) -> list[dict[str, Any]]:
-    """The reference runs (evaluation only) beside a card's arms."""
-    return [
-        {
-            "run": reference.run,
-            "agent": reference.agent or "agent not recorded",
-            "mean": fmt(reference.mean),
-            "n": reference.n_evaluations,
-        }
-        for reference in comparison.references
-    ]
-
-
-def _trend_vars(window: Mapping[str, Any]) -> dict[str, Any]:
-    trend = window.get("trend") or {}
-    if trend.get("slope") is None:
-        return {"tested": False, "converged": None, "text": trend.get("note") or "no trend test"}
-    per_100 = (
-        f"{100 * trend['slope']:+.1f} points per 100 steps ({trend['confidence']:.0%} interval "
-        f"{100 * trend['ci_low']:+.1f} to {100 * trend['ci_high']:+.1f})"
-    )
-    if trend["converged"] is None and trend.get("note"):
-        per_100 += f": {trend['note']}"
-    return {
-        "tested": True,
-        "converged": trend["converged"],
-        "direction": trend["direction"],
-        "change": fmt(trend["change"]),
-        "text": per_100,
-    }
-
-
-def _template_vars(
-    facts: _Facts, arms_table: list[ArmRow], grpo: dict, published: dict
-) -> dict[str, Any]:
-    run_row, window, protocol = facts.run_row, facts.this.window, facts.protocol
+def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, Any]:
+    """The words' inputs: the claims (which the template puts into words, deciding nothing), and
+    the run's description (method, arm flags, setup, usage, citations)."""
+    run_row, protocol = facts.run_row, facts.protocol
     family = estimator_family(facts.this_arm.name, facts.this_arm.flags)
-    single_seed = [row.label for row in arms_table if row.n_seeds <= 1]
-    own = next((row for row in arms_table if row.this), None)
+    own = next((arm for arm in claims.arms if arm.this), None)
     return {
+        "claims": claims,
+        "fmt": fmt,
+        "comparison_with": {claim.other_arm: claim for claim in claims.comparisons},
+        "own_arm": own,
         "repo_id": facts.repo_id,
         "repo_name": _repo_name(facts.repo_id, facts.identity.run),
         "benchmark": benchmark_vars(facts.identity),
-        "interim": facts.status == INTERIM,
-        "status": facts.status,
-        "last_step": facts.last_step,
-        "total_steps": facts.total_steps,
+        "interim": claims.status.status == INTERIM,
         "checkpoint_step": facts.checkpoint_step,
         "base_model": run_row.get("base_model"),
         "from_scratch": facts.from_scratch,
@@ -412,18 +374,8 @@ def _template_vars(
             "mixed": protocol["mixed"],
             "left_out": protocol["left_out"],
         },
-        "window": {
-            "start": facts.window_start,
-            "start_basis": window.get("start_basis") or "",
-            "mean": fmt(window["mean"]),
-            "sd": fmt(window["sd"]),
-            "n": window["n"],
-        },
-        "trend": _trend_vars(window),
-        "stopped_early": facts.this.run_state == "stopped-early",
         "conflicts": conflict_lines(facts.comparison),
         "corrections": correction_lines(facts.comparison),  # retractions and settled conflicts
-        "isolation": {"verdict": facts.comparison.isolation["verdict"]},
         "best": _best_vars(facts),
         "noise": {
             "available": facts.noise["half_width"] is not None,
@@ -432,40 +384,12 @@ def _template_vars(
         },
         "plot_path": PLOT_PATH,
         "summary_path": SUMMARY_PATH,
-        "arms_table": [row.as_template() for row in arms_table],
-        "window_steps_note": window_steps_note(facts.comparison, arms_table)
-        if len(arms_table) > 1
+        "window_steps_note": window_steps_note(facts.comparison, claims.arms)
+        if len(claims.arms) > 1
         else "",
-        "references": reference_rows(facts.comparison),
-        "this_n_seeds": own.n_seeds if own else 0,
-        "seed_notes": "; ".join(own.arm.seed_notes) if own else "",
-        "excluded_runs": "; ".join(
-            f"`{name}` ({shown_differences(why) or 'isolation check failed'})"
-            for name, why in facts.excluded.items()
-        ),
-        # The window above is the run's own; the arm's level is over its seeds' means (report/compare.py).
-        "arm_level": {
-            "mean": own.mean,
-            "sd": own.sd,
-            "n": own.n,
-            "sd_over": own.arm.sd_over or "evaluations",
-        }
-        if own
-        else None,
+        "seed_notes": "; ".join(facts.comparison.arm(own.arm).seed_notes) if own else "",
         "min_seeds_resolved": MIN_SEEDS_RESOLVED,
-        "under_replicated_arms": ", ".join(
-            row.label for row in arms_table if row.n_seeds < MIN_SEEDS_RESOLVED
-        ),
-        "grpo": grpo,
-        "published": published,
-        "any_single_seed": bool(single_seed),
-        "all_single_seed": bool(arms_table) and len(single_seed) == len(arms_table),
         "checkpoint_known": facts.checkpoint_step is not None,
-        "single_seed_arms": ", ".join(single_seed),
-        "isolation_statement": isolation_statement(
-            [facts.runs_by_name[entry.run] for entry in facts.comparison.runs],
-            facts.comparison.isolation,
-        ),
         "setup": setup_rows(facts.identity, run_row, protocol, facts.this.facts),
         "config_yaml": config_yaml(run_row, SUMMARY_PATH),
         "db_hash": facts.evidence,
@@ -571,8 +495,10 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
     tags += [INTERIM] if interim else []
     tags += [] if facts.headline else [TOO_FEW_TAG]
     base_model = facts.run_row.get("base_model")
+    # A run that trained LoRA adapters (the run's `adapter` fact) published an adapter of the base.
+    relation = "adapter" if (facts.this.facts or {}).get("adapter") else "finetune"
     lineage = (
-        {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": "finetune"}
+        {} if facts.from_scratch else {"base_model": base_model, "base_model_relation": relation}
     )
     return {
         **lineage,
@@ -614,9 +540,7 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     return rows
 
 
-def _summary(
-    facts: _Facts, arms_table: list[ArmRow], grpo: dict, published: dict
-) -> dict[str, Any]:
+def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, Any]:
     config, base_model = config_of(facts.run_row), facts.run_row.get("base_model")
     return {
         "schema_version": 1,
@@ -640,7 +564,7 @@ def _summary(
         "run_state": facts.this.run_state,
         "best": facts.this.best,
         "single_evaluation_noise": facts.noise,
-        "arms": [row.arm.as_json() for row in arms_table],
+        "arms": [facts.comparison.arm(arm.arm).as_json() for arm in claims.arms],
         "runs": [
             {
                 "run": entry.run,
@@ -660,11 +584,13 @@ def _summary(
         "resolved_conflicts": facts.comparison.resolved_conflicts,
         "protocol": facts.protocol,
         "excluded_runs": facts.excluded,
-        "grpo_comparison": grpo["present"],
+        "grpo_comparison": claims.grpo.state == "compared",
         "published_baselines": published["rows"],
         **({"eval_panel_game_ids": panel_game_ids(config)} if panel_game_ids(config) else {}),
         "evidence_hash": facts.evidence,
         "ccpo_version": __version__,
+        # Every claim the card states, typed (cards/claims.py): what the card says, as data.
+        "claims": [claim.as_json() for claim in claims.as_list()],
     }
 
 
@@ -696,18 +622,6 @@ def build_card_context(
     facts = _gather(
         db, run, status, repo_id, window_start, license, checkpoint_step, sending_checkpoint
     )
-    arms_table = arm_rows(facts.comparison, facts.resolved, facts.this_arm.unit_label)
-    own = next((row for row in arms_table if row.this), None)
-    # Arm minus arm: this run's arm level (over its seeds' means), never the run's own window.
-    level = (
-        own.arm.mean if own is not None and own.arm.mean is not None else facts.this.window["mean"]
-    )
-    # Without a window mean there is no level to set against GRPO's; the card compares nothing then.
-    grpo = (
-        grpo_caveat(arms_table, facts.excluded, facts.identities, level)
-        if level is not None
-        else {"present": False}
-    )
     run_protocol = config_of(facts.run_row).get("protocol")
     published = published_comparison(
         facts.run_row.get("base_model"),
@@ -716,17 +630,30 @@ def build_card_context(
         benchmark=facts.identity.benchmark,
         from_scratch=facts.from_scratch,
     )
+    labels = {label: arm.label for label, arm in facts.resolved.items()}
+    claims = claims_of(
+        facts.decided_status,
+        facts.this,
+        facts.identity,
+        facts.identities,
+        facts.comparison,
+        facts.excluded,
+        facts.runs_by_name,
+        published,
+        labels,
+    )
     return CardContext(
         run=facts.run_row["name"],
-        status=status,
+        status=facts.status,
         repo_id=facts.repo_id,
         template_vars=dict(
-            _template_vars(facts, arms_table, grpo, published), weights=_weights_vars(weights)
+            _template_vars(facts, claims, published), weights=_weights_vars(weights)
         ),
         metadata=_metadata(facts),
         summary=dict(
-            _summary(facts, arms_table, grpo, published),
+            _summary(facts, claims, published),
             **({"weights": dict(weights)} if weights is not None else {}),
         ),
         comparison=facts.comparison,
+        claims=claims,
     )

@@ -1,57 +1,20 @@
-"""What a card refuses to state: a status the run's progress does not support, a headline from
-too few evaluations (the card then says so instead), and a license nobody recorded."""
+"""What a card refuses to state: a headline from too few evaluations (the card then says so
+instead), and a license nobody recorded. The status is `report.readiness.card_status`'s."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ccpo_cli.cards.baselines import inherited_license
 from ccpo_cli.cards.selection import config_of
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.vocabulary import CARD_STATUSES, FINAL
-
-if TYPE_CHECKING:
-    from ccpo_cli.report.comparison import RunEntry
+from ccpo_cli.vocabulary import CARD_STATUSES
 
 STATUSES = CARD_STATUSES
 # A policy of the local CPU backend is trained from scratch: there is no base model to name or
 # inherit a license from, so its card carries ccpo's own license (pyproject.toml: Apache-2.0).
 PROJECT_LICENSE = "apache-2.0"
-
-
-def check_status(run: str, status: str, this: RunEntry) -> None:
-    """A final card needs the run to have reached the largest total steps ever recorded for it (a
-    re-ingest with a smaller total is a conflict, not a shortcut); an interim card of a finished
-    run would promise numbers that will never change, so it is refused, and so is any card of a
-    failed run."""
-    if status not in STATUSES:
-        raise InvalidInput(f"card status {status!r} is not one of {', '.join(STATUSES)}")
-    if this.run_state == "failed":
-        # An interim card would promise final numbers that will never come; a final one would
-        # present a failed run's numbers as a result. Refused, with the failure named.
-        raise InvalidInput(
-            f"run {run!r} failed (last step {this.last_step}): no card is rendered for a failed run; "
-            "its evaluations stay in `ccpo compare --include-failed`"
-        )
-    totals = this.total_steps_recorded
-    last_step = this.last_step
-    if status == FINAL:
-        if not totals:
-            raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
-        if last_step is None or last_step < max(totals):
-            conflict = (
-                f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
-            )
-            raise InvalidInput(
-                f"run {run!r} is at step {last_step or 0} of {max(totals)}{conflict}: "
-                "a final card needs a finished run (use --status interim)"
-            )
-    elif this.run_state == "finished":
-        raise InvalidInput(
-            f"run {run!r} finished (step {last_step} of {max(totals)}): an interim card would promise "
-            "numbers that will not change; render it with --status final"
-        )
 
 
 def check_headline(

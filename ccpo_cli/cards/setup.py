@@ -33,6 +33,25 @@ VERL_SETUP_KEYS = {
 
 
 NOT_RECORDED = "not recorded"
+# A launch script's `key=$var` line records the variable's name, not its value.
+_SHELL_VARIABLE = re.compile(r"\$\{?\w+")
+
+
+def _configured(value: Any) -> Any:
+    """A configuration value as recorded; None (not recorded) for an unexpanded shell variable
+    such as `$train_data_size`, so the run's recorded facts fill the row instead."""
+    return None if isinstance(value, str) and _SHELL_VARIABLE.search(value) else value
+
+
+def _count(value: Any) -> int | None:
+    """A whole number the configuration records, or None when it records none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
 
 
 def benchmark_row(name: str | None) -> str:
@@ -101,11 +120,9 @@ def local_setup_rows(
     if pool.get("games") is not None:
         source = redact_paths(pool.get("source"))
         rows.append(("training games", f"{pool['games']}" + (f", {source}" if source else "")))
-    tasks, group = train.get("tasks"), train.get("group")
+    tasks, group = _count(train.get("tasks")), _count(train.get("group"))
     if tasks is not None and group is not None:
-        rows.append(
-            ("batch", f"{tasks} tasks x {group} rollouts = {int(tasks) * int(group)} episodes/step")
-        )
+        rows.append(("batch", f"{tasks} tasks x {group} rollouts = {tasks * group} episodes/step"))
     if train.get("max_steps") is not None:
         rows.append(("max env steps", f"{train['max_steps']} per episode"))
     if update.get("learning_rate") is not None:
@@ -153,14 +170,15 @@ def verl_setup_rows(
     protocol facts; what neither records is said to be not recorded."""
     flat = flatten(config_of(run_row))
     facts = facts or {}
-    value = {name: flat.get(key) for name, key in VERL_SETUP_KEYS.items()}
+    value = {name: _configured(flat.get(key)) for name, key in VERL_SETUP_KEYS.items()}
     for name in FACT_ROWS:
         if value[name] is None:
             value[name] = facts.get(name)
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
     rows.append(("benchmark", benchmark_row(run_row.get("benchmark"))))
-    if value["batch"] is not None and value["group"] is not None:
-        episodes = int(value["batch"]) * int(value["group"])
+    batch, group = _count(value["batch"]), _count(value["group"])
+    if batch is not None and group is not None:
+        episodes = batch * group
         rows.append(
             (
                 "batch",

@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import typer
 from rich.console import Console
 
 from ccpo_cli.cli import completion
-from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
 from ccpo_cli.seeds import check_seed, parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
@@ -220,6 +221,17 @@ def handle_errors(command: Callable) -> Callable:
         except KeyboardInterrupt:
             stderr_console().print("interrupted", markup=False)
             raise typer.Exit(130) from None
+        except sqlite3.DatabaseError as error:
+            # A damaged page of runs.db shows only when a query reads it: one line, not a traceback.
+            from ccpo_cli.store.db import is_damaged_database, unusable_database
+
+            if not is_damaged_database(error):
+                raise
+            ctx = next((arg for arg in args if isinstance(arg, typer.Context)), None)
+            ctx = ctx or kwargs.get("ctx")
+            where = str(settings(ctx).db) if isinstance(ctx, typer.Context) else "runs.db"
+            stderr_console().print(f"error: {unusable_database(where, error)}", markup=False)
+            raise typer.Exit(InvalidInput.exit_code) from None
 
     return wrapper
 
@@ -251,8 +263,10 @@ def stderr_console() -> Console:
 
 
 def say(message: str) -> None:
-    """A result line on stdout, verbatim (no console markup)."""
-    stdout_console().print(message, markup=False)
+    """A result line on stdout, verbatim (no console markup, no raw terminal control)."""
+    from ccpo_cli.terminal_text import escape_control_lines
+
+    stdout_console().print(escape_control_lines(message), markup=False)
 
 
 def output_format(fmt: OutputFormat | None, as_json: bool) -> OutputFormat:
@@ -325,4 +339,6 @@ def emit(
 def info(ctx: typer.Context, message: str) -> None:
     """A log line on stderr, unless --quiet."""
     if not settings(ctx).quiet:
-        stderr_console().print(message, markup=False)
+        from ccpo_cli.terminal_text import escape_control_lines
+
+        stderr_console().print(escape_control_lines(message), markup=False)

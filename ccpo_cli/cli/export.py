@@ -1,4 +1,4 @@
-"""`ccpo export --to tensorboard|trackio|csv RUN...`: a recorded run's curves for a tracker."""
+"""`ccpo export --to tensorboard|trackio|wandb|csv RUN...`: a recorded run's curves for a tracker."""
 
 from __future__ import annotations
 
@@ -35,24 +35,33 @@ def export(
         typer.Option(
             "--to",
             metavar="TRACKER",
-            help="tensorboard (event files), trackio (a project "
-            "in TRACKIO_DIR) or csv (one file per run).",
+            help="tensorboard (event files), trackio (a project in TRACKIO_DIR), wandb (an "
+            "offline run for `wandb sync`, unless WANDB_MODE says otherwise) or csv (one file per run).",
         ),
     ],
     out: Annotated[
         Path,
         typer.Option(
-            "--out", help="Folder for tensorboard (one sub-folder per run) and csv (RUN.csv)."
+            "--out",
+            help="Folder for tensorboard (one sub-folder per run), wandb (OUT/wandb/offline-run-*) "
+            "and csv (RUN.csv).",
         ),
     ] = Path("ccpo-export"),
-    project: Annotated[str, typer.Option("--project", help="The trackio project.")] = "ccpo",
+    project: Annotated[
+        str, typer.Option("--project", help="The trackio or wandb project.")
+    ] = "ccpo",
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
-    """Write runs' held-out curves (standing evaluations) to TensorBoard, trackio or CSV.
+    """Write runs' curves to TensorBoard, trackio, wandb or CSV: the standing held-out
+    evaluations and every scalar the run logged (loss, KL, entropy, ... at every step).
 
     Keys are named as verl-agent logs them (`val/success_rate` as a fraction, per-type rates,
-    `episode/success_rate`). Exporting a run again replaces its earlier export.
+    `episode/success_rate`; logged scalars under their own names). Exporting a run again replaces its earlier export, and only that:
+    a file or folder ccpo did not write (no `.ccpo-output` marker), a symlink or a run folder
+    is refused (exit 3) and left as it is, and so is `--out` naming a file or lying in a run
+    folder. A folder that cannot be written exits 3 and a full disk exits 1, each in one line,
+    with the earlier export kept and no partial file left.
 
     Example: ccpo export --to tensorboard rh-7b --out tb
     """

@@ -177,13 +177,13 @@ def ingest(
         ),
     ] = False,
     metric: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--metric",
             help=(
                 "Metric of a single-scalar TensorBoard CSV download (Wall time,Step,Value), e.g. val/success_rate; "
                 "read from its file name when it has one. FROM=TO reads a metric the log names FROM as TO, e.g. "
-                "val/val/success_rate=val/success_rate for a fork that renamed it."
+                "val/val/success_rate=val/success_rate for a fork that renamed it; give it once per metric."
             ),
         ),
     ] = None,
@@ -224,8 +224,16 @@ def ingest(
     if backend is not None and backend not in completion.BACKENDS:
         raise UsageError(f"--backend {backend}: use one of {', '.join(completion.BACKENDS)}")
     options = settings(ctx)
-    rename = MetricRename.parse(metric) if metric is not None and "=" in metric else None
-    metric = None if rename is not None else metric
+    renames = [MetricRename.parse(item) for item in metric or [] if "=" in item]
+    scalars = [item for item in metric or [] if "=" not in item]
+    if len(scalars) > 1:
+        raise UsageError(
+            f"--metric {scalars[0]} and --metric {scalars[1]}: a single-scalar CSV holds one metric; "
+            "write FROM=TO to read a metric under another name"
+        )
+    sources = [rename.source for rename in renames]
+    if len(set(sources)) < len(sources):
+        raise UsageError("--metric: each FROM=TO names its FROM once")
     resolved_arm = _arm(arm)
     check_run_name(run)  # before open_db, like the file check below
     if benchmark is not None:
@@ -264,9 +272,9 @@ def ingest(
         config=flat_config,
         ended=ended,
         strict=strict,
-        metric=metric,
+        metric=scalars[0] if scalars else None,
         source_run=source_run,
-        rename=rename,
+        rename=renames,
     )
     if show_bar:
         columns = (
@@ -299,6 +307,8 @@ def ingest(
         ctx,
         f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
         f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
-        f"{report.skipped} lines skipped (run {run}, benchmark {report.benchmark or 'not recorded'}, "
+        f"{report.skipped} lines skipped; {report.metrics.new} new scalars in metrics "
+        f"({report.metrics.duplicates} already recorded) "
+        f"(run {run}, benchmark {report.benchmark or 'not recorded'}, "
         f"last step {report.last_step})",
     )

@@ -195,6 +195,65 @@ def matrix(
             help="Run each seed block as a Ray task on this cluster (HOST:PORT), or on a new Ray instance of this machine ('local'); each task asks for --workers CPUs. Without it the matrix runs here and never touches Ray.",
         ),
     ] = None,
+    results: Annotated[
+        Path | None,
+        typer.Option(
+            "--results",
+            metavar="DIR",
+            help="Record each complete seed block in DIR (results/PREREGISTRATION/, one small JSON per block, to commit) and skip the blocks DIR already records: a matrix stopped part-way resumes from DIR on any machine, and scripts/testbed_results.py re-analyses it without retraining.",
+        ),
+    ] = None,
+    plan_only: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Print the pairs a comparison needs for --power at --effect and --sd with α = --alpha, their CPU-minutes in the design and the wall time on --cores; train nothing.",
+        ),
+    ] = False,
+    effect: Annotated[
+        float | None,
+        typer.Option("--effect", help="With --plan: the difference to detect, in points."),
+    ] = None,
+    sd: Annotated[
+        float | None,
+        typer.Option(
+            "--sd",
+            help="With --plan: the sd of the paired differences, in points (default: the design's measured one).",
+        ),
+    ] = None,
+    alpha: Annotated[
+        float, typer.Option("--alpha", help="With --plan: the two-sided test's level.")
+    ] = 0.01,
+    power: Annotated[float, typer.Option("--power", help="With --plan: the power wanted.")] = 0.8,
+    cores: Annotated[
+        int | None,
+        typer.Option(
+            "--cores",
+            help="With --plan: the cores the matrix has, here or on the Ray cluster (default: this machine's).",
+        ),
+    ] = None,
+    cost_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--cost-from",
+            metavar="DIR",
+            help="With --plan: the warm-up and fork CPU-minutes measured by the records in DIR (default: the design's measured ones).",
+        ),
+    ] = None,
+    eval_noise: Annotated[
+        int,
+        typer.Option(
+            "--eval-noise",
+            metavar="N",
+            help="After the matrix, re-evaluate N compared checkpoints (the first two arms', seed by seed, at the last step) under --eval-noise-seeds other evaluation seeds, and report the evaluation-noise share of the paired variance with its 95 % CI; 0: off.",
+        ),
+    ] = 0,
+    eval_noise_seeds: Annotated[
+        int,
+        typer.Option(
+            "--eval-noise-seeds", help="Evaluation seeds per re-evaluated checkpoint (1..K)."
+        ),
+    ] = 3,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
@@ -246,6 +305,23 @@ def matrix(
         cpu_minutes=cpu_minutes,
         workers=workers,
     )
+    if plan_only:
+        from ccpo_cli.experiments.budget import plan_lines, plan_matrix
+
+        estimate = plan_matrix(
+            testbed,
+            parse_arm_list(arms),
+            effect=effect,
+            sd=sd,
+            cost_from=cost_from,
+            alpha=alpha,
+            power=power,
+            cores=cores,
+            workers=workers,
+            ray=ray_address is not None,
+        )
+        emit(chosen, estimate, lambda: plan_lines(estimate), table=table)
+        return
     if dry_run:
         from ccpo_cli.cli.common import emit_json
 
@@ -257,6 +333,7 @@ def matrix(
         design,
         ray_address=ray_address,
         progress=lambda line: info(ctx, f"[matrix] {line}"),
+        results_dir=results,
     )
     cpu = f", {sum(result.block_cpu_seconds) / 60:.1f} CPU-min" if result.block_cpu_seconds else ""
     info(
@@ -264,6 +341,12 @@ def matrix(
         f"[matrix] {result.stopped_reason}; compared seeds {result.seeds_compared} "
         f"in {result.elapsed_s / 60:.1f} min{cpu}",
     )
+    if result.seeds_from_records:
+        info(
+            ctx,
+            f"[matrix] seeds {result.seeds_from_records} recorded in {results}: not retrained; "
+            f"python scripts/testbed_results.py {results} analyses every recorded block",
+        )
     for line in warm_start_lines(result.warm_start_effect):
         info(ctx, f"[matrix] {line}")
     if plot is not None and result.comparison is not None:
@@ -286,8 +369,26 @@ def matrix(
         "run_cpu_seconds": result.run_cpu_seconds,
         "warm_start_arms": {str(seed): arm for seed, arm in result.warm_start_arms.items()},
         "warm_start_effect": result.warm_start_effect,
+        "seeds_from_records": result.seeds_from_records,
     }
     comparison = result.comparison
+    if eval_noise and comparison is not None:
+        from ccpo_cli.experiments.eval_noise import measure_matrix, noise_line
+        from ccpo_cli.store import open_db
+
+        noise = measure_matrix(
+            open_db(settings(ctx).db),
+            {entry.run: entry.window["mean"] for entry in comparison.runs if entry.window.get("n")},
+            prefix,
+            parse_arm_list(arms),
+            result.seeds_compared,
+            testbed.steps,
+            eval_noise,
+            eval_noise_seeds,
+            len(testbed.compared_evaluations),
+        )
+        summary["evaluation_noise"] = noise
+        info(ctx, f"[matrix] {noise_line(noise)}")
     if chosen.value == "json" or comparison is not None:
         emit(
             chosen,

@@ -280,7 +280,9 @@ def _follow(
             emit_json(result)
             return
         info(
-            ctx, f"dry run: nothing was sent; {len(result['would_publish'])} publication(s) pending"
+            ctx,
+            f"dry run: nothing was sent or written; a follow would publish {len(result['would_publish'])} "
+            "publication(s), in this order",
         )
         for entry in result["would_publish"]:
             say(f"{entry['role']} {entry['kind']} of step {entry['step']}")

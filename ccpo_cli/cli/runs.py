@@ -112,11 +112,22 @@ def list_command(
 def show_command(
     ctx: typer.Context,
     run: RunArgument,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--metric",
+            metavar="KEY",
+            help="Print the series of this logged scalar instead (e.g. --metric actor/kl_loss "
+            "--json: every number the run logged, at every step); repeat for several.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
     table: TableOption = None,
 ) -> None:
-    """One run: its settings, evaluations, conflicts, checkpoints and publications.
+    """One run: its settings, evaluations, conflicts, checkpoints and publications; or, with
+    --metric, the series of scalars it logged.
 
     Every evaluation is listed (retracted ones marked), every conflict with how it was settled,
     and every Hub publication the run asked for (pending, done, failed, skipped and why, with
@@ -125,10 +136,18 @@ def show_command(
 
     Example: ccpo runs show grpo-seed0 --format markdown
     """
+    from ccpo_cli.store import open_db
+
+    if metric:
+        from ccpo_cli.report.run_tables import metric_series_tables
+        from ccpo_cli.store.metrics import metric_series_document
+
+        found = metric_series_document(open_db(settings(ctx).db, must_exist=True), run, metric)
+        emit(output_format(fmt, as_json), found, lambda: metric_series_tables(found), table=table)
+        return
     from ccpo_cli.report.run_tables import run_detail_tables
     from ccpo_cli.store import (
         get_run,
-        open_db,
         run_checkpoints,
         run_conflicts,
         run_evaluations,

@@ -84,9 +84,14 @@ def push_command(
     """
     from ccpo_cli.hub_sync import sync_push
     from ccpo_cli.store import open_db
+    from ccpo_cli.store.db import check_writable
 
+    db = open_db(settings(ctx).db, must_exist=True)
+    # A push records what it pushed: a database that cannot record it is refused before the
+    # commit, or the next push would send the same rows again.
+    check_writable(db, "a push must record what it pushed")
     result = sync_push(
-        open_db(settings(ctx).db, must_exist=True),
+        db,
         repo,
         token=token,
         token_file=token_file,

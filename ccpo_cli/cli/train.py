@@ -226,7 +226,7 @@ def train(
         typer.Option(
             "--report-to",
             metavar="TRACKERS",
-            help="Write the curves while training to tensorboard (RUN_DIR/tensorboard) and/or trackio (project ccpo, in TRACKIO_DIR), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
+            help="Write the curves while training, from the untrained evaluation at step 0 on, to tensorboard (RUN_DIR/tensorboard), trackio (project ccpo, in TRACKIO_DIR) and/or wandb (an offline run in RUN_DIR/wandb for `wandb sync`, unless WANDB_MODE says otherwise), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
         ),
     ] = None,
     # publishing while training
@@ -308,11 +308,11 @@ def train(
             verl_agent=verl_agent,
             log=lambda message: info(ctx, message),
         )
-    if report_to is not None and not dry_run:
+    if report_to is not None:
         from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
 
-        trackers = parse_trackers(report_to)
-        if trackers:
+        trackers = parse_trackers(report_to)  # a --dry-run checks it too
+        if trackers and not dry_run:
             observer = ReportingObserver(
                 trackers, inner=observer, log=lambda message: info(ctx, message)
             )

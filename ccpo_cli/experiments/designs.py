@@ -46,9 +46,23 @@ class Design:
     eval_turn_limit: int = 50  # turns per held-out episode
     eval_games: int | None = None  # None: the whole panel; N: its fixed type-balanced subset
     room: str = "small"  # room size of the shipped pool and panel
+    # What the design was measured to cost and how noisy its paired difference is, for
+    # `ccpo matrix --plan`: {paired_sd, warmup_cpu_minutes, fork_cpu_minutes, source}. Not a
+    # knob: it describes the design's runs, it never changes them, and a design changed by an
+    # option has no measurement.
+    measured: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         where = f"design {self.name!r}"
+        if self.measured is not None:
+            numbers = ("paired_sd", "warmup_cpu_minutes", "fork_cpu_minutes")
+            if not isinstance(self.measured, dict) or not all(
+                isinstance(self.measured.get(key), int | float) and self.measured[key] >= 0
+                for key in numbers
+            ):
+                raise InvalidInput(
+                    f"{where}: measured must give {', '.join(numbers)} as numbers >= 0 and a source"
+                )
         for name in ("steps", "eval_every", "tasks", "group", "turn_limit", "eval_turn_limit"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -102,7 +116,7 @@ class Design:
         return {
             spec.name: getattr(self, spec.name)
             for spec in dataclasses.fields(self)
-            if spec.name not in ("name", "description")
+            if spec.name not in ("name", "description", "measured")
         }
 
     def with_options(self, **given: Any) -> Design:
@@ -139,7 +153,7 @@ class Design:
             f"{key}={value}" for key, value in changed.knobs().items() if value != self.knobs()[key]
         ]
         return (
-            dataclasses.replace(changed, name=f"{self.name}+{','.join(differences)}")
+            dataclasses.replace(changed, name=f"{self.name}+{','.join(differences)}", measured=None)
             if differences
             else self
         )

@@ -292,6 +292,8 @@ class MatrixResult:
         default_factory=dict
     )  # seed -> the arm that trained its warm-up
     warm_start_effect: dict[str, Any] | None = None
+    # Seeds whose blocks a --results folder already recorded: not retrained, analysed from there.
+    seeds_from_records: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -536,16 +538,23 @@ def run_matrix(
     progress: Callable[[str], None] | None = None,
     log: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    results_dir: str | Path | None = None,
 ) -> MatrixResult:
     """Train the design's arms × seeds, seed-major, within its minutes, and compare the complete
     blocks. Without `ray_address` the blocks run here one by one and Ray is never touched; with
-    one (`local` starts a Ray instance of this machine only), each block is a Ray task."""
+    one (`local` starts a Ray instance of this machine only), each block is a Ray task. With
+    `results_dir` (results/<preregistration>/), each complete block is recorded there
+    (records.py) and the blocks it already records are not trained again."""
+    from ccpo_cli.experiments import records
     from ccpo_cli.report.compare import compare_runs
     from ccpo_cli.store import open_db
 
     plan = _plan(design, db_path)
     db = open_db(db_path)
     check_rerun(db, plan)
+    from_records = (
+        set() if results_dir is None else records.recorded_seeds(results_dir, plan.blocks)
+    )
     if ray_address is None:
         executor: Any = InProcessBlocks(db_path, log, progress)
     else:
@@ -558,11 +567,16 @@ def run_matrix(
     progress = progress or (lambda message: None)
     started = clock()
     total = arm_count * len(plan.blocks)
-    waiting = list(plan.blocks)
+    waiting = [block for block in plan.blocks if block.seed not in from_records]
     running: dict[int, float] = {}
     complete: set[int] = set()
     block_seconds: list[float] = []
-    block_cpu: list[float] = []
+    # A resumed matrix's CPU budget counts the blocks its records hold.
+    block_cpu: list[float] = [
+        float(records.read_record(records.record_path(results_dir, design.prefix, seed))["cpu_s"])
+        for seed in sorted(from_records)
+        if results_dir is not None
+    ]
     run_cpu: dict[str, float] = {}
     incomplete: list[Block] = []
     nodes: Counter = Counter()
@@ -628,6 +642,19 @@ def run_matrix(
                 block_cpu.append(finished.cpu_s)
                 run_cpu.update(finished.run_cpu_s)
             complete.add(finished.block.seed)
+            record = (
+                None
+                if results_dir is None
+                else records.block_record(
+                    db,
+                    design.prefix,
+                    plan.arm_names,
+                    finished.block.seed,
+                    Path(results_dir).resolve().name,
+                )
+            )
+            if record is not None and results_dir is not None:
+                records.write_record(results_dir, record)
             if finished.node is not None:
                 nodes[finished.node] += 1
             power = compare_runs(db, compared_names(), plan.window, detect=design.detect).power
@@ -650,7 +677,7 @@ def run_matrix(
     compared = compared_names()
     comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else None
     stopped = [{"seed": block.seed, "runs": block.run_names} for block in incomplete]
-    seen = complete | {block.seed for block in incomplete}
+    seen = complete | {block.seed for block in incomplete} | from_records
     done_blocks = [block for block in plan.blocks if block.seed in complete]
     warm_by_seed = {
         block.seed: block.trains_warmup.label
@@ -675,6 +702,7 @@ def run_matrix(
         warm_start_effect(comparison, warm_by_seed, done_blocks)
         if warm_by_seed and comparison is not None
         else None,
+        sorted(from_records),
     )
 
 

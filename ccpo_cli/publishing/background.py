@@ -52,6 +52,7 @@ class BackgroundPublisher:
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self._db = None
+        self._exposure_said = False
 
     # -- the uploader process ---------------------------------------------------------------
     def _ensure_uploader(self) -> None:
@@ -129,7 +130,23 @@ class BackgroundPublisher:
             checkpoint_for=self._finder(self._db, self.run, self.run_dir),
             run_dir=self.run_dir,
         )
-        self._ensure_uploader()
+        if not self._stopped_for_exposure():
+            self._ensure_uploader()
+
+    def _stopped_for_exposure(self) -> bool:
+        """Whether the uploader found the repository public while private was asked: then no
+        uploader is started again, and the trainer's output says so (once)."""
+        from ccpo_cli.publishing.uploader import exposure_stop
+
+        reason = exposure_stop(self._db, self.run, self.target.repo_id)
+        if reason is not None and not self._exposure_said:
+            self.log(
+                f"publishing: STOPPED, nothing more is uploaded: {reason}; training goes on. "
+                f"`ccpo publish --follow {self.run} --repo {self.target.repo_id} --public --retry-failed` "
+                "publishes what is left once the repository may be public"
+            )
+            self._exposure_said = True
+        return reason is not None
 
     def progress(self) -> str | None:
         """The last push (and how many wait), for the trainer's progress line."""
@@ -145,6 +162,9 @@ class BackgroundPublisher:
 
     def finished(self, status: str, last_step: int, checkpoint: Path | None) -> None:
         if self._db is None:
+            return
+        if self._stopped_for_exposure():
+            self._close_input()
             return
         if status == "finished":
             note_end(

@@ -150,7 +150,47 @@ def _what_to_follow(
         )
     if kind == "verl" and folder is None:
         raise InvalidInput(f"run {run!r}: which run folder to follow? give --run-dir")
+    if folder is not None and run_dir is not None:
+        _check_own_folder(folder, run, recorded, kind)
     return kind, folder
+
+
+def _check_own_folder(
+    folder: Path, run: str, recorded: dict[str, Any] | None, kind: str | None
+) -> None:
+    """A publication is about its run: `--run-dir` must be that run's own folder, as its
+    identity record says (a local run's `run.json` with the run's uid, a verl launch record
+    naming the run). Another run's folder is refused before anything is read from it, written
+    into it (a checkpoint kept for upload) or sent."""
+    from ccpo_cli.backends.local.ownership import IDENTITY_FILE, read_identity
+
+    where = f"--run-dir {folder}"
+    if kind == "verl":
+        from ccpo_cli.backends.verl.follow import launch_record
+
+        named = launch_record(folder).get("run")
+        if named is not None and str(named) != run:
+            raise InvalidInput(
+                f"{where} is the folder of run {str(named)!r}, not of {run!r}; nothing was published"
+            )
+        return
+    identity = read_identity(folder)
+    uid = (recorded or {}).get("uid")
+    if identity is None:
+        config = (recorded or {}).get("config")
+        mine = config.get("run_dir") if isinstance(config, dict) else None
+        if mine is not None and Path(mine).absolute().resolve() == folder.resolve():
+            return  # written by a ccpo from before run.json, and recorded as this run's folder
+        raise InvalidInput(
+            f"{where} holds no {IDENTITY_FILE} and runs.db does not record it as run {run!r}'s "
+            "folder; nothing was published (give the run's own folder)"
+        )
+    if identity.run != run or (uid and identity.uid != uid):
+        raise InvalidInput(
+            f"{where} belongs to {identity.describe()}, not to run {run!r}"
+            + (f" (uid {uid})" if uid else "")
+            + "; nothing was published"
+        )
 
 
 def plan_follow(
@@ -161,25 +201,90 @@ def plan_follow(
     run_dir: Path | None = None,
     backend: str | None = None,
 ) -> dict[str, Any]:
-    """`--follow --dry-run`: one round of reading the run and queueing what its evaluations ask
-    for, without any network call; the entries that would be published."""
-    db = open_db(db_path)
+    """`--follow --dry-run`: what one round of a real follow would publish now (a verl log
+    ingested, the recorded evaluations queued, the final weights and card once the run has
+    ended), worked out on an in-memory copy of runs.db: nothing is written anywhere (no outbox
+    row, no checkpoint kept in the run folder) and no network call is made."""
+    db = _scratch_copy(Path(db_path))
     kind, folder = _what_to_follow(db, run, run_dir, backend, Path(db_path))
-    if kind == "verl":
-        ingest_verl(db, run, folder, lambda message: None)
-    finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
-    note_evaluations(
-        db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None
-    )
-    pending = entries(db, run, target.repo_id, state="pending")
+    _queue_round(db, run, target, kind=kind, folder=folder, log=lambda message: None, keep=False)
+    # The uploader's own choice, entry by entry (checkpoints first, superseded checkpoints and
+    # coalesced cards left out), each taken out of the copy's queue as a real upload would.
+    from ccpo_cli.store.outbox import skip
+
+    db.execute("UPDATE publication_outbox SET next_attempt_at = NULL WHERE state = 'pending'")
+    planner = Uploader(db, Path(db_path), run, target, token="")
+    order = []
+    while (entry := planner.next_entry()) is not None:
+        order.append(entry)
+        skip(db, entry, "planned by --dry-run")
     return {
         "dry_run": True,
         "run": run,
         "repo_id": target.repo_id,
         "would_publish": [
-            {"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in pending
+            {"kind": e.kind, "role": e.role, "step": e.step, "source": e.source} for e in order
         ],
     }
+
+
+def _scratch_copy(db_path: Path):
+    """runs.db copied into memory (a database that is not there is refused, never created)."""
+    import sqlite_utils
+
+    source = open_db(db_path, must_exist=True)
+    try:
+        copy = sqlite_utils.Database(memory=True)
+        copy.conn.isolation_level = None  # as open_db: autocommit outside write_transaction
+        source.conn.backup(copy.conn)
+    finally:
+        source.conn.close()
+    copy.execute("PRAGMA foreign_keys = ON")
+    return copy
+
+
+def _queue_round(
+    db,
+    run: str,
+    target: PushTarget,
+    *,
+    kind: str | None,
+    folder: Path | None,
+    log: Callable[[str], None],
+    keep: bool = True,
+    ended_noted: bool = False,
+) -> tuple[dict[str, Any], bool, bool]:
+    """One round of reading the run and queueing what it calls for: a verl log ingested, the
+    recorded evaluations queued, and once the run has ended (finished, or a verl log at its
+    planned last step) the final weights and card. `keep`: checkpoint files are kept for upload
+    in the run folder (a dry run keeps nothing). (The run as it stands, whether it ended,
+    whether its end was noted.)"""
+    if kind == "verl":
+        ingest_verl(db, run, folder, log)
+    current = _current(db, run)
+    finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
+    keep_in = folder if keep and kind != "verl" else None
+    note_evaluations(db, run, target, checkpoint_for=finder, run_dir=keep_in)
+    ended = _ended(current, kind)
+    if current.get("status") == "interrupted" and not ended_noted:
+        log(
+            f"follow {run}: its trainer is gone ({current.get('interrupted_because')}); publishing what is "
+            "pending, then stopping (no final card: the run did not finish)"
+        )
+        ended_noted = True
+    if (
+        ended
+        and current.get("status") in ("finished", None, "running", "created")
+        and not ended_noted
+    ):
+        last = current.get("last_step") or 0
+        if current.get("status") != "finished" and kind == "verl":
+            from ccpo_cli.store import update_run_state
+
+            update_run_state(db, run, status="finished")  # the log reached its planned last step
+        note_end(db, run, target, last_step=last, checkpoint=finder(last), run_dir=keep_in)
+        ended_noted = True
+    return current, ended, ended_noted
 
 
 def _follow(
@@ -212,41 +317,9 @@ def _follow(
     ended_noted = False
     attempted = 0
     while True:
-        if kind == "verl":
-            ingest_verl(db, run, folder, log)
-        current = _current(db, run)
-        finder = verl_checkpoints(folder) if kind == "verl" else local_checkpoints(db, run, folder)
-        note_evaluations(
-            db, run, target, checkpoint_for=finder, run_dir=folder if kind != "verl" else None
+        current, ended, ended_noted = _queue_round(
+            db, run, target, kind=kind, folder=folder, log=log, ended_noted=ended_noted
         )
-        ended = _ended(current, kind)
-        if current.get("status") == "interrupted" and not ended_noted:
-            log(
-                f"follow {run}: its trainer is gone ({current.get('interrupted_because')}); publishing what is "
-                "pending, then stopping (no final card: the run did not finish)"
-            )
-            ended_noted = True
-        if (
-            ended
-            and current.get("status") in ("finished", None, "running", "created")
-            and not ended_noted
-        ):
-            last = current.get("last_step") or 0
-            if current.get("status") != "finished" and kind == "verl":
-                from ccpo_cli.store import update_run_state
-
-                update_run_state(
-                    db, run, status="finished"
-                )  # the log reached its planned last step
-            note_end(
-                db,
-                run,
-                target,
-                last_step=last,
-                checkpoint=finder(last),
-                run_dir=folder if kind != "verl" else None,
-            )
-            ended_noted = True
         before = len(entries(db, run, target.repo_id, state="pending"))
         if once:  # one bounded round: what is ready now, within the command's deadline
             uploader.drain(until=time.monotonic() + target.timeouts.command, wait_for_retries=False)

@@ -183,7 +183,8 @@ def note_end(
 def local_checkpoints(
     db: sqlite_utils.Database, run: str, run_dir: Path | None = None
 ) -> CheckpointFinder:
-    """The local trainer's checkpoint file of a step, as runs.db records it (None once removed).
+    """The local trainer's checkpoint file of a step, as runs.db records it (None once removed,
+    or when the file's sha256 is not the one runs.db records for that run and step).
 
     A ccpo from before absolute paths recorded them relative to the trainer's working folder,
     which a follower elsewhere does not share: such a path is looked up in the run folder's
@@ -202,11 +203,26 @@ def local_checkpoints(
                     [Path(run_dir) / "checkpoints" / path.name] if run_dir is not None else []
                 )
             for candidate in candidates:
-                if candidate.is_file():
+                # Only the file runs.db recorded for this run and step: same name, other weights
+                # (another run's folder, a file swapped in) is not this run's checkpoint.
+                if (
+                    candidate.is_file()
+                    and row["sha256"]
+                    and file_sha256(candidate) == row["sha256"]
+                ):
                     return candidate.absolute()
         return None
 
     return find
+
+
+def recorded_sha256s(db: sqlite_utils.Database, run: str, step: int) -> set[str]:
+    """The sha256 digests runs.db records for the checkpoints of `run` at `step`."""
+    from ccpo_cli.store import run_checkpoints
+
+    return {
+        row["sha256"] for row in run_checkpoints(db, run) if row["step"] == step and row["sha256"]
+    }
 
 
 def verl_checkpoints(run_dir: Path) -> CheckpointFinder:

@@ -72,9 +72,10 @@ def push_target(
     staging: Path | None = None,
 ) -> PushTarget:
     """The target the Hub options describe (validated: a bad value is exit 3 before anything runs)."""
-    from ccpo_cli.hub_plan import resolve_endpoint
+    from ccpo_cli.hub_plan import check_revision, resolve_endpoint
 
     check_repo_id(repo_id, "--push-to-hub")
+    check_revision(revision)
     wait = DEFAULT_END_WAIT_S if end_wait_s is None else float(end_wait_s)
     if not 0 <= wait <= 86_400:
         raise InvalidInput(f"--push-wait {end_wait_s}: expected seconds in [0, 86400]")

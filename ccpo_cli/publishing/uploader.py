@@ -7,8 +7,11 @@ coalesced into it), so a queue that backed up still makes at most one card commi
 evaluation. Each attempt is recorded. An attempt that fails in a way worth retrying puts the
 entry back with a backoff (the Hub's Retry-After when it gave one); a definite refusal fails it.
 
-Before an entry that was tried before is sent again, the remote history is searched for its
-publication key: a commit whose answer was lost is recognised as landed, never made twice.
+Before every entry is sent, the remote history is searched for its publication key (run uid
+and content): a commit whose answer was lost, one another follower or a copy of this database
+made, or one the Hub applied after its process died is recognised as landed, never made twice
+(hub_repo.RepoSession). A repository found public while private was asked stops the uploads:
+every pending entry fails with the reason (`EXPOSED`), which `--public --retry-failed` queues again.
 
 `python -m ccpo_cli.publishing.uploader` is the background process the trainer starts: it reads
 the token, the target (JSON) and what to upload (JSON: runs.db, the run, verl-agent's home) from
@@ -38,6 +41,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import CcpoError, InvalidInput, RemoteError
 from ccpo_cli.hub_access import DEFAULT_RULE, HubCallError, RetryRule, hub_timeouts
+from ccpo_cli.hub_repo import RepositoryExposed
 from ccpo_cli.publishing.target import POLL_S, PushTarget
 from ccpo_cli.store import best_evaluation, get_run, open_db, record_publication, run_evaluations
 from ccpo_cli.store.outbox import (
@@ -49,13 +53,33 @@ from ccpo_cli.store.outbox import (
     set_base_commit,
     skip,
     start_attempt,
-    was_attempted,
 )
 
 # How much lower than the trainer the uploader runs (os.nice).
 UPLOADER_NICENESS = 10
 # The line a trainer writes to the uploader's input when training is over.
 FINISHED = "training-finished"
+# How the reason of a publication stopped because the repository is not private begins.
+EXPOSED = "stopped for exposure"
+
+
+def stop_for_exposure(
+    db: sqlite_utils.Database, run: str, repo_id: str, why: str
+) -> list[OutboxEntry]:
+    """Fail every pending publication of `run` to `repo_id`: the repository is public while
+    private was asked. Failed, not skipped, so `--public --retry-failed` publishes them."""
+    from ccpo_cli.store.outbox import fail_pending
+
+    return fail_pending(db, run, repo_id, f"{EXPOSED}: {why}")
+
+
+def exposure_stop(db: sqlite_utils.Database, run: str, repo_id: str) -> str | None:
+    """The reason publishing `run` to `repo_id` stopped for exposure, if it did (and nothing was
+    queued again since)."""
+    for entry in reversed(entries(db, run, repo_id, state="failed")):
+        if (entry.reason or "").startswith(EXPOSED):
+            return entry.reason
+    return None
 
 
 @dataclass
@@ -71,7 +95,6 @@ class Uploader:
     verl_agent_home: Path | None = None
     sleep: Callable[[float], None] = time.sleep
     rule: RetryRule = DEFAULT_RULE
-    _tried_before: bool = False
     _session: Any = None
     _repo: dict[str, Any] | None = None
     done: list[OutboxEntry] = field(default_factory=list)
@@ -144,12 +167,12 @@ class Uploader:
                 log=self.log,
                 rule=self.rule,
             )
+            self._session.landed_first = True
         if self._repo is None:
             self._repo = self._session.ensure_repo(self.target.private)
         return self._session
 
     def process(self, entry: OutboxEntry) -> OutboxEntry:
-        self._tried_before = was_attempted(self.db, entry)
         attempt = start_attempt(self.db, entry)
         if self._session is not None:
             self._session.client.restart()  # each entry is one command: its own deadline
@@ -158,6 +181,15 @@ class Uploader:
                 outcome = self._checkpoint(entry)
             else:
                 outcome = self._card(entry)
+        except RepositoryExposed as exposed:
+            self._finish(entry, attempt, "failed", reason=f"{EXPOSED}: {exposed}")
+            stopped = stop_for_exposure(self.db, self.run, self.target.repo_id, str(exposed))
+            self.log(
+                f"publishing stopped: {exposed}; {len(stopped) + 1} publication(s) failed, "
+                f"`ccpo publish --follow {self.run} --repo {self.target.repo_id} --public --retry-failed` "
+                "publishes them once the repository may be public"
+            )
+            raise
         except HubCallError as failure:
             if self.rule.retry_later(failure):  # the one rule: the same answer as every Hub path
                 wait = max(self.rule.wait(entry.attempts, None), failure.retry_after or 0.0)
@@ -196,11 +228,11 @@ class Uploader:
         return now
 
     def _landed(self, entry: OutboxEntry, key: str) -> str | None:
-        """An entry tried before (an attempt killed mid-commit included) may have landed although
-        its answer was lost."""
-        if not self._tried_before:
-            return None
-        return self.session().find_landed(key, entry.base_commit)
+        """The commit carrying this entry's key, wherever it came from: an attempt of this
+        outbox killed mid-commit or whose answer was lost, another follower of this database
+        (another --staging), a copy of this database, a commit the Hub applied after its process
+        died. The key digests the run's uid and the content, so it is the same for all of them."""
+        return self.session().find_landed(key, None)
 
     def _key(self, entry: OutboxEntry) -> str:
         from ccpo_cli.hub_repo import publication_key
@@ -241,13 +273,37 @@ class Uploader:
             or ("found on the Hub after a lost answer" if result["found_landed"] else None),
         }
 
+    def _final_tag(self, entry: OutboxEntry, commit_id: str, message: str) -> str | None:
+        """`final` on a final card's commit; recorded only when the Hub's tag names that commit
+        (runs.db's tags name the Hub's commits, never one the Hub tagged otherwise)."""
+        if entry.role != "final":
+            return None
+        tagged = self.session().tag("final", commit_id, message)
+        return tagged["tag"] if tagged["commit_id"] == commit_id else None
+
     def _checkpoint_files(self, entry: OutboxEntry) -> dict[str, Path]:
         from ccpo_cli.hub_plan import checkpoint_files
+        from ccpo_cli.paths import file_sha256
+        from ccpo_cli.publishing.plan import recorded_sha256s
 
         source = Path(entry.source or "")
         if not source.exists():
             raise CcpoError(f"{source}: the checkpoint to publish is gone")
         if source.is_file():
+            # The run's own weights only: the file must still be what runs.db recorded for this
+            # run and step, and what was queued (a file swapped in since is never published).
+            recorded = recorded_sha256s(self.db, self.run, entry.step)
+            actual = file_sha256(source)
+            if actual not in recorded or actual != entry.content_hash:
+                raise InvalidInput(
+                    f"{source}: sha256 {actual[:12]} is not "
+                    + (
+                        "what was queued"
+                        if actual in recorded
+                        else "the checkpoint runs.db records"
+                    )
+                    + f" for run {self.run!r} at step {entry.step}; not published"
+                )
             return {f"checkpoints/{source.name}": source}
         from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint, merge_checkpoint
 
@@ -259,15 +315,19 @@ class Uploader:
 
     def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
         """The published checkpoint a card names: for a final card the weights of its last step
-        (None when they are not up), else the newest published best-so-far checkpoint."""
+        (else the newest published best-so-far checkpoint), else the newest published
+        best-so-far checkpoint; None when none is up."""
         done = [
             e
             for e in entries(self.db, self.run, self.target.repo_id, state="done")
             if e.kind == "checkpoint"
         ]
-        if card.role == "final":
-            return next((e for e in reversed(done) if e.step == card.step), None)
         best = [e for e in done if e.role == "best"]
+        if card.role == "final":
+            # Without weights of the last step, the best checkpoint on the Hub is the one the
+            # final card names: it never says "no checkpoint is recorded" while one is tagged.
+            last = next((e for e in reversed(done) if e.step == card.step), None)
+            return last or (best[-1] if best else None)
         return best[-1] if best else None
 
     def _newest_weights(self) -> OutboxEntry | None:
@@ -310,11 +370,7 @@ class Uploader:
                 message=message,
                 scratch=folder / ".hub-cache",
             )
-        tag = (
-            session.tag("final", result["commit_id"], message)["tag"]
-            if entry.role == "final"
-            else None
-        )
+        tag = self._final_tag(entry, result["commit_id"], message)
         record_publication(
             self.db,
             self.run,
@@ -401,11 +457,7 @@ class Uploader:
             result["reason"] = (
                 "found on the Hub after a lost answer" if result["found_landed"] else None
             )
-        tag = (
-            session.tag("final", result["commit_id"], message)["tag"]
-            if entry.role == "final"
-            else None
-        )
+        tag = self._final_tag(entry, result["commit_id"], message)
         record_publication(
             self.db,
             self.run,

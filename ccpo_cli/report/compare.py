@@ -146,6 +146,19 @@ def _setting_differences(first: ArmSummary, second: ArmSummary) -> list[str]:
     ]
 
 
+def pair_resolved(first: ArmSummary, second: ArmSummary, test: dict) -> bool:
+    """Resolved: at least MIN_SEEDS_RESOLVED seeds per arm and the test's interval at the stated
+    confidence excludes zero. Three seeds alone resolve nothing (+3.9, CI -5.2 to 12.9 is not)."""
+    low, high = test.get("ci_low"), test.get("ci_high")
+    return (
+        first.resolved
+        and second.resolved
+        and low is not None
+        and high is not None
+        and (low > 0 or high < 0)
+    )
+
+
 def _arm_comparisons(
     arms: list[ArmSummary],
     isolation_of: Callable[[list[str]], dict],
@@ -209,7 +222,7 @@ def _arm_comparisons(
         enough = min(first.n_seeds, second.n_seeds) >= MIN_SEEDS_INTERVAL
         pair = isolation_of(first.runs + second.runs)
         coverage = _window_coverage_note(first, second)
-        both_resolved = first.resolved and second.resolved
+        both_resolved = pair_resolved(first, second, test)
         comparisons.append(
             PairComparison(
                 first=first,
@@ -226,7 +239,16 @@ def _arm_comparisons(
                 resolved=both_resolved,
                 window_coverage=coverage,
                 note="; ".join(
-                    note for note in (None if both_resolved else UNRESOLVED_NOTE, coverage) if note
+                    note
+                    for note in (
+                        None
+                        if both_resolved
+                        else UNRESOLVED_NOTE
+                        if not (first.resolved and second.resolved)
+                        else "unresolved: the interval covers zero",
+                        coverage,
+                    )
+                    if note
                 )
                 or None,
             )
@@ -243,6 +265,7 @@ def _reference_entry(entry: RunEntry) -> Reference:
         n_evaluations=level["n"],
         steps=sorted({row["step"] for row in entry.evaluations}),
         evaluation_ids=[row["evaluation_id"] for row in entry.evaluations],
+        evaluation_seeds=entry.window["evaluation_seeds"],
     )
 
 
@@ -391,9 +414,11 @@ def compare_runs(
     ]
     labels = unit_labels(entry.identity for entry in trained)
     unit_of = {entry.run: labels[entry.identity.unit] for entry in trained}
+    # Grouped by the unit identity, the one the cards select by (cards/selection.py); the label
+    # only names it.
     grouped: dict[str, list[RunEntry]] = defaultdict(list)
     for entry in trained:
-        grouped[unit_of[entry.run]].append(entry)
+        grouped[labels[entry.identity.unit]].append(entry)
     hashes = _content_hashes(db, [entry.run_id for entry in trained], split)
     arms = [
         arm_summary(label, members, hashes, bootstrap_reps, bootstrap_seed)
@@ -414,8 +439,13 @@ def compare_runs(
     ]
     by_name = {run["name"]: run for run in chosen}
 
+    # Checked: the trained runs compared (no reference, no failed run) with an evaluation in the
+    # window; a seed with nothing in the window contributes no number, so it is not checked.
+    evaluated = {entry.run for entry in trained if entry.window.get("n")}
+
     def isolation_of(names: list[str]) -> dict:
-        return isolation_check([by_name[name] for name in names], identities, unit_of)
+        checked = [by_name[name] for name in names if name in evaluated]
+        return isolation_check(checked, identities, unit_of)
 
     rollout_hashes = {run["name"]: run.get("step1_rollout_hash") for run in chosen}
     comparisons, not_compared = _arm_comparisons(arms, isolation_of, rollout_hashes)

@@ -361,6 +361,8 @@ class Reference:
     n_evaluations: int
     steps: list[int]
     evaluation_ids: list[int]
+    # The evaluation seeds its evaluations ran under (none named: not recorded).
+    evaluation_seeds: list[int] = field(default_factory=list)
 
     @property
     def run(self) -> str:
@@ -386,6 +388,7 @@ class Reference:
             "n_evaluations": self.n_evaluations,
             "steps": self.steps,
             "evaluation_ids": self.evaluation_ids,
+            "evaluation_seeds": self.evaluation_seeds,
         }
 
 

@@ -50,6 +50,7 @@ RUN_LOCAL_KEY_PARTS = {
     "run_name",
     "name",
     "experiment_name",
+    "project_name",  # the tracker project the run was filed under: a label, not a setting
     "default_local_dir",
     "run_dir",
     "metrics_file",

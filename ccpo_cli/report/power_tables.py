@@ -36,6 +36,8 @@ def power_table(power: dict) -> TableData:
             else f"{row['n_a']}+{row['n_b']}"
         )
         notes = [row["note"]] if row["note"] else []
+        if row.get("power_method"):
+            notes.append(f"MDD {row['power_method']}")
         if row["seeds_left_out"]:
             notes.append(f"unpaired seeds left out: {', '.join(map(str, row['seeds_left_out']))}")
         cells = [

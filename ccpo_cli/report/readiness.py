@@ -1,8 +1,9 @@
 """What a card of a run can say now: `--status auto` and, when the default window holds too few
 evaluations for a window mean, the `--window-start` that would hold enough.
 
-`card` and `publish` take `--status auto`: final once the run reached the largest total steps
-recorded for it (compare's `run_state` "finished"), interim before. The default window
+`card_status` is the one interim/final decision (`card`, `publish` and `train --push-to-hub`):
+`--status auto` is final once the run reached the largest total steps recorded for it
+(compare's `run_state` "finished"), interim before. The default window
 (`report/window.py`, `DEFAULT_WINDOW`) of a run at step 80 of 150 holds two evaluations; rather than a refusal that
 says "pass an earlier --window-start", the refusal names the start that gives the last
 `MIN_HEADLINE_EVALUATIONS` evaluations of the run's protocol. The window is never moved without
@@ -18,6 +19,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.report.window import MIN_HEADLINE_EVALUATIONS
+from ccpo_cli.vocabulary import CARD_STATUSES, FINAL, INTERIM
 
 if TYPE_CHECKING:
     from ccpo_cli.report.comparison import RunEntry
@@ -50,22 +52,69 @@ def suggested_window_start(entry: RunEntry) -> int | None:
     return steps[-MIN_HEADLINE_EVALUATIONS] if len(steps) >= MIN_HEADLINE_EVALUATIONS else None
 
 
+def _progress(entry: RunEntry) -> str:
+    """ "step 80 of 150", or "step 80 (total steps not recorded)": never a None in the words."""
+    step = "no step recorded" if entry.last_step is None else f"step {entry.last_step}"
+    totals = entry.total_steps_recorded
+    return f"{step} of {max(totals)}" if totals else f"{step} (total steps not recorded)"
+
+
+def card_status(run: str, entry: RunEntry, requested: str) -> CardReadiness:
+    """The one interim/final decision: `ccpo card`, `ccpo publish` and `train --push-to-hub`
+    (whose card renders through `cards.build_card_context`) all take their status from here.
+
+    auto is final once the run reached the largest total steps recorded for it (compare's
+    `run_state` "finished"), interim before. A final card needs a finished run (a re-ingest with
+    a smaller total is a conflict, not a shortcut); an interim card of a finished run would
+    promise numbers that will never change, so it is refused, and so is any card of a failed run.
+    """
+    if requested not in (*CARD_STATUSES, AUTO):
+        raise InvalidInput(f"card status {requested!r} is not one of {', '.join(CARD_STATUSES)}")
+    if entry.run_state == "failed":
+        # An interim card would promise final numbers that will never come; a final one would
+        # present a failed run's numbers as a result. Refused, with the failure named.
+        raise InvalidInput(
+            f"run {run!r} failed ({_progress(entry)}): no card is rendered for a failed run; "
+            "its evaluations stay in `ccpo compare --include-failed`"
+        )
+    finished = entry.run_state == "finished"
+    if requested == AUTO:
+        return CardReadiness(
+            FINAL if finished else INTERIM,
+            f"--status auto: the run is {entry.run_state} ({_progress(entry)})",
+        )
+    totals = entry.total_steps_recorded
+    if requested == FINAL and not totals:
+        raise InvalidInput(f"run {run!r} records no total steps, so it cannot be called final")
+    if requested == FINAL and not finished:
+        conflict = (
+            f" (total steps recorded: {', '.join(map(str, totals))})" if len(totals) > 1 else ""
+        )
+        raise InvalidInput(
+            f"run {run!r} is at {_progress(entry)}{conflict}: a final card needs a finished run "
+            "(use --status interim)"
+        )
+    if requested == INTERIM and finished:
+        raise InvalidInput(
+            f"run {run!r} finished ({_progress(entry)}): an interim card would promise numbers "
+            "that will not change; render it with --status final"
+        )
+    return CardReadiness(requested, "given")
+
+
 def card_readiness(
     db: sqlite_utils.Database, run: str, status: str, window_start: int | None
 ) -> CardReadiness:
-    """The status to render (`auto` resolved) and, with the default window, InvalidInput naming
-    the --window-start to pass when that window is too short for a window mean."""
-    entry = _entry(db, run, window_start) if status == AUTO or window_start is None else None
-    if status == AUTO:
-        state = "unknown" if entry is None else entry.run_state
-        resolved = CardReadiness(
-            "final" if state == "finished" else "interim",
-            f"--status auto: the run is {state} (step {None if entry is None else entry.last_step} of "
-            f"{None if entry is None else entry.total_steps})",
-        )
-    else:
-        resolved = CardReadiness(status, "given")
-    if window_start is None and entry is not None and entry.window["n"] < MIN_HEADLINE_EVALUATIONS:
+    """The status to render (`card_status`, `auto` resolved) and, with the default window of a
+    run that can still evaluate, InvalidInput naming the --window-start to pass when that window
+    is too short for a window mean. A run that ended gets its card with the evaluations it has
+    (the card says the window is too short), as `train --push-to-hub` publishes it."""
+    entry = _entry(db, run, window_start)
+    if entry is None:  # retracted: the card refuses it with its own reason
+        return CardReadiness(INTERIM if status == AUTO else status, "given")
+    resolved = card_status(run, entry, status)
+    still_running = entry.run_state in ("running", "interrupted", "unknown")
+    if window_start is None and still_running and entry.window["n"] < MIN_HEADLINE_EVALUATIONS:
         window = entry.window
         suggestion = suggested_window_start(entry)
         if suggestion is not None:
@@ -77,4 +126,4 @@ def card_readiness(
     return resolved
 
 
-__all__ = ["AUTO", "CardReadiness", "card_readiness", "suggested_window_start"]
+__all__ = ["AUTO", "CardReadiness", "card_readiness", "card_status", "suggested_window_start"]

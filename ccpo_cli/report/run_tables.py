@@ -131,6 +131,35 @@ def _evaluation_cells(
     return cells
 
 
+def metric_series_tables(document: dict) -> list[TableData]:
+    """`ccpo runs show RUN --metric KEY`: one table per scalar, a row per step (the value
+    recorded first, its source file and line, how many other values that step has)."""
+    tables = []
+    for series in document["series"]:
+        table = TableData(
+            f"metric {series['metric']}",
+            f"run {document['run']}: {series['metric']} ({len(series['points'])} step(s))",
+            [
+                Column("step"),
+                Column("value"),
+                text_column("source"),
+                Column("other values"),
+            ],
+        )
+        for point in series["points"]:
+            where = point["source_file"]
+            if where is not None and point["source_line"] is not None:
+                where = f"{where}:{point['source_line']}"
+            table.add(
+                num(point["step"]),
+                Cell(f"{point['value']:.6g}", raw_value(point["value"])),
+                txt(where),
+                num(point["other_values"]),
+            )
+        tables.append(table)
+    return tables
+
+
 def run_detail_tables(document: dict) -> list[Any]:
     """`ccpo runs show`: settings, evaluations (retracted ones marked), conflicts, corrections.
     The per-type columns are the run's benchmark's own (`benchmark_task_types`)."""

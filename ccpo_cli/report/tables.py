@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ccpo_cli.errors import UsageError
+from ccpo_cli.terminal_text import escape_control, escape_control_lines
 
 NUMBER, NAME, TEXT = "number", "name", "text"
 # A wrapping column is never narrower than this (a word longer than it folds).
@@ -70,7 +71,8 @@ def num(value: Any, digits: int = 1) -> Cell:
 
 
 def txt(value: Any, shown: str | None = None) -> Cell:
-    return Cell(dash_or_text(value) if shown is None else shown, value)
+    # What a person reads never carries a raw terminal control (a name pulled from a part can).
+    return Cell(escape_control(dash_or_text(value) if shown is None else shown), value)
 
 
 # How a column's cells are aligned; Markdown and LaTeX tell right from everything else.
@@ -307,6 +309,7 @@ def _widths(table: TableData, indexes: list[int], width: int) -> dict[int, int]:
 def _rich_table(table: TableData, indexes: list[int], width: int, part: int, parts: int):
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
     title = table.title + (f" ({part}/{parts})" if parts > 1 else "")
     rich_table = Table(
@@ -330,7 +333,8 @@ def _rich_table(table: TableData, indexes: list[int], width: int, part: int, par
             max_width=widths[index] if wraps else None,
         )
     for row in table.rows:
-        rich_table.add_row(*(row[index].text for index in indexes))
+        # Text, not str: a cell is shown as written, never read as console markup.
+        rich_table.add_row(*(Text(escape_control(row[index].text)) for index in indexes))
     return rich_table
 
 
@@ -366,7 +370,7 @@ def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[An
             for part, indexes in enumerate(groups, start=1):
                 yield _rich_table(item, indexes, width, part, len(groups))
         else:
-            yield Text(str(item))
+            yield Text(escape_control_lines(item))
 
 
 # ----------------------------------------------------------------------------- the tables

@@ -1,16 +1,22 @@
-"""`ccpo export --to tensorboard|trackio|csv`: any recorded run's curves, an ingested one included.
+"""`ccpo export --to tensorboard|trackio|wandb|csv`: any recorded run's curves, an ingested one included.
 
 `run_scalars` reads a run's standing held-out evaluations from runs.db under the names verl-agent
 logs them (`val/success_rate` as a fraction, per-type `val/<name>_success_rate`, counts, mean
-turns, the training success rate), and the sinks of report/trackers.py write them. Each export
-replaces what an earlier export of that run wrote (a TensorBoard folder or CSV file written aside
-and renamed; the trackio run deleted and written again), so exporting twice gives one copy.
+turns, the training success rate: the names of store/readers/metric_names.py), and
+`with_logged_scalars` adds every other scalar the run logged (the metrics table, under the
+names it was logged with: loss, KL, entropy, ...); the sinks of report/trackers.py write them.
+The evaluation fields come from the standing evaluations only (a retracted one is not
+exported), the other scalars at every step they were logged. Each export replaces what an
+earlier export of that run wrote (a TensorBoard folder or CSV file written aside and renamed;
+the trackio run deleted and written again; the wandb run written under a fixed id and the
+earlier folder of that id removed), so exporting twice gives one copy. Only
+ccpo's own marked output is ever replaced (ccpo_cli/owned_output.py): a user's file or folder of
+that name, or a run folder, is refused with exit 3, never renamed or deleted.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import CcpoError, UsageError
+from ccpo_cli.owned_output import check_output_folder, replace_owned
 from ccpo_cli.report.trackers import (
     DEFAULT_TRACKIO_PROJECT,
     TRACKERS,
@@ -26,6 +33,14 @@ from ccpo_cli.report.trackers import (
     ScalarPoint,
     TensorBoardSink,
     TrackioSink,
+    WandbSink,
+)
+from ccpo_cli.store.readers.metric_names import (
+    EPISODES_KEY,
+    MEAN_TURNS_KEY,
+    OVERALL_KEY,
+    SUCCESSES_KEY,
+    TRAIN_SUCCESS_KEY,
 )
 
 
@@ -53,11 +68,11 @@ def run_scalars(
         for row in rows:
             train = row.get("train_success_rate")
             found = [
-                ("val/success_rate", row["success_rate"] / 100.0),
-                ("val/episodes", row.get("episodes")),
-                ("val/successes", row.get("successes")),
-                ("val/episode_length/mean", row.get("mean_turns")),
-                ("episode/success_rate", None if train is None else train / 100.0),
+                (OVERALL_KEY, row["success_rate"] / 100.0),
+                (EPISODES_KEY, row.get("episodes")),
+                (SUCCESSES_KEY, row.get("successes")),
+                (MEAN_TURNS_KEY, row.get("mean_turns")),
+                (TRAIN_SUCCESS_KEY, None if train is None else train / 100.0),
             ]
             found += [
                 (task_metrics.get(key, f"val/{key}_success_rate"), result["success"] / 100.0)
@@ -77,6 +92,33 @@ def run_scalars(
     return points
 
 
+def with_logged_scalars(
+    points: list[ScalarPoint],
+    logged: Mapping[int, Mapping[str, float]],
+    evaluation_keys: frozenset[str],
+) -> list[ScalarPoint]:
+    """`points` (from the standing evaluations) with every scalar the run logged at each step
+    (`store.metrics.run_metric_steps`) added, the NaNs and infinities left out as the trackers
+    take finite numbers. A name the evaluations give (`evaluation_keys`) comes from them alone,
+    so a retracted evaluation stays out, except the training success rate, which the metrics
+    table holds at steps without a validation; where both have a value of a step, the
+    evaluation's stands."""
+    by_step = {point.step: point for point in points}
+    merged = []
+    for step in sorted(set(by_step) | set(logged)):
+        values = {
+            name: value
+            for name, value in logged.get(step, {}).items()
+            if math.isfinite(value) and (name == TRAIN_SUCCESS_KEY or name not in evaluation_keys)
+        }
+        point = by_step.get(step)
+        if point is not None:
+            values.update(point.values)
+        if values:
+            merged.append(ScalarPoint(step, values, None if point is None else point.wall_time))
+    return merged
+
+
 @dataclass(frozen=True)
 class ExportResult:
     run: str
@@ -89,6 +131,14 @@ def _safe_name(run: str) -> str:
     return "".join(char if char.isalnum() or char in "-_.@" else "_" for char in run)
 
 
+def _wandb_id(run: str, uid: str | None) -> str:
+    """The wandb run id of an export: the run's global id (the same run, the same wandb run),
+    else a digest of its name; wandb takes letters, digits, `-` and `_`."""
+    import hashlib
+
+    return uid or hashlib.sha256(run.encode()).hexdigest()[:32]
+
+
 def export_run(
     points: list[ScalarPoint],
     run: str,
@@ -98,33 +148,49 @@ def export_run(
     project: str,
     config: Mapping[str, Any] | None = None,
 ) -> ExportResult:
-    """Write one run's points to `tracker`, replacing an earlier export of the same run."""
+    """Write one run's points to `tracker`, replacing an earlier export of the same run: only
+    ccpo's own marked output is replaced (owned_output.replace_owned), and a failed write leaves
+    the earlier export as it was and no partial file."""
+
+    def write_all(sink: Any) -> None:
+        try:
+            for point in points:
+                sink.write(point)
+        finally:
+            sink.close()
+
     if tracker == "tensorboard":
         final = out / _safe_name(run)
-        partial = out / f".{_safe_name(run)}.{os.getpid()}.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        sink: Any = TensorBoardSink(partial)
+        replace_owned(
+            final,
+            lambda partial: write_all(TensorBoardSink(partial)),
+            folder=True,
+            what="ccpo export --to tensorboard",
+        )
         where = str(final)
     elif tracker == "csv":
-        final = partial = out / f"{_safe_name(run)}.csv"
-        sink = CsvSink(final)
+        final = out / f"{_safe_name(run)}.csv"
+        replace_owned(
+            final,
+            lambda partial: write_all(CsvSink(partial)),
+            folder=False,
+            what="ccpo export --to csv",
+        )
         where = str(final)
     elif tracker == "trackio":
-        sink = TrackioSink(project, run, config, replace=True)
+        write_all(TrackioSink(project, run, config, replace=True))
         where = f"trackio project {project}"
+    elif tracker == "wandb":
+        run_id = _wandb_id(run, (config or {}).get("uid"))
+        earlier = sorted((out / "wandb").glob(f"*-{run_id}"))
+        sink = WandbSink(project, run, out, config, run_id=run_id)
+        write_all(sink)
+        for folder in earlier:
+            if folder != sink.folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        where = str(sink.folder)
     else:
         raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
-    try:
-        for point in points:
-            sink.write(point)
-    finally:
-        sink.close()
-    if tracker == "tensorboard":
-        old = out / f".{_safe_name(run)}.{os.getpid()}.old"
-        if final.exists():
-            final.replace(old)
-        partial.replace(final)
-        shutil.rmtree(old, ignore_errors=True)
     return ExportResult(run, tracker, len(points), where)
 
 
@@ -135,8 +201,12 @@ def export_runs(
     run that is not recorded or is retracted, before anything is written)."""
     from ccpo_cli.benchmarks import load_benchmark
     from ccpo_cli.errors import InvalidInput
+    from ccpo_cli.store.metrics import run_metric_steps
     from ccpo_cli.store.queries import get_run, run_evaluations
+    from ccpo_cli.store.readers.metric_names import COMMON_KEYS
 
+    if tracker in ("tensorboard", "csv"):
+        check_output_folder(out)  # a file, or a run folder, before anything is read or written
     chosen = [get_run(db, name) for name in dict.fromkeys(runs)]
     retracted = [run["name"] for run in chosen if run.get("retracted")]
     if retracted:
@@ -163,14 +233,19 @@ def export_runs(
                 "backend",
                 "benchmark",
                 "total_steps",
+                "uid",
             )
             if run.get(key) is not None
         }
-        points = run_scalars(run_evaluations(db, run["name"]), metrics)
+        points = with_logged_scalars(
+            run_scalars(run_evaluations(db, run["name"]), metrics),
+            run_metric_steps(db, run["name"]),
+            COMMON_KEYS | frozenset(metrics.values()),
+        )
         results.append(
             export_run(points, run["name"], tracker, out, project=project, config=config)
         )
     return results
 
 
-__all__ = ["ExportResult", "export_run", "export_runs", "run_scalars"]
+__all__ = ["ExportResult", "export_run", "export_runs", "run_scalars", "with_logged_scalars"]

@@ -1,14 +1,19 @@
-"""A run's curves for the trackers researchers already watch: TensorBoard, trackio, CSV.
+"""A run's curves for the trackers researchers already watch: TensorBoard, trackio, wandb, CSV.
 
 Two sources, one set of writers:
 
-- while training (`ccpo train --report-to tensorboard,trackio`), `ReportingObserver` follows the
-  run's `metrics.jsonl` (one line per step, the held-out keys on evaluation steps; a verl file
-  logger's `{"step", "data"}` lines too) and writes every numeric key as it appears. The trainer
+- while training (`ccpo train --report-to tensorboard,trackio,wandb`), `ReportingObserver` follows
+  the run's `metrics.jsonl` (one line per step from the untrained evaluation at step 0 on, the
+  held-out keys on evaluation steps; a verl file logger's `{"step", "data"}` lines too) and
+  writes every numeric key as it appears. The trainer
   only sees a `TrainingObserver`, so it never waits on a tracker, and a tracker that fails is
   logged, never the trainer's failure;
 - for any recorded run, an ingested one included (`ccpo export --to ...`), report/tracker_export.py
-  reads its standing held-out evaluations from runs.db and writes them through the same sinks.
+  reads its standing held-out evaluations and every scalar it logged from runs.db and writes
+  them through the same sinks.
+
+wandb runs are written offline (`WANDB_MODE=offline` unless the user set WANDB_MODE), in a
+folder `wandb sync` uploads later: ccpo never waits on wandb's servers.
 """
 
 from __future__ import annotations
@@ -29,12 +34,13 @@ from typing import Any, Protocol
 from ccpo_cli.errors import UsageError
 from ccpo_cli.extras import check_extra, require_extra
 
-TRACKERS = ("tensorboard", "trackio", "csv")
-LIVE_TRACKERS = (
-    "tensorboard",
-    "trackio",
-)  # --report-to: metrics.jsonl already is the run's CSV-like log
+# The one list of trackers: `ccpo export --to` takes TRACKERS, `ccpo train --report-to` the
+# LIVE_TRACKERS (metrics.jsonl already is the run's CSV-like log).
+TRACKERS = ("tensorboard", "trackio", "wandb", "csv")
+LIVE_TRACKERS = ("tensorboard", "trackio", "wandb")
 DEFAULT_TRACKIO_PROJECT = "ccpo"
+# The optional extra (pyproject.toml) and module of each tracker that needs one.
+TRACKER_EXTRAS = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
 
 
 def parse_trackers(text: str, allowed: tuple[str, ...] = LIVE_TRACKERS) -> tuple[str, ...]:
@@ -64,30 +70,47 @@ class ScalarSink(Protocol):
 
 
 class TensorBoardSink:
-    """Event files in `logdir`, written with TensorBoard's own writer (no torch, no TensorFlow)."""
+    """Event files in `logdir`, written with TensorBoard's own record writer (no torch, no
+    TensorFlow). Written in the caller's thread, not by EventFileWriter's background thread: a
+    write that fails (a full disk) is raised here, where ccpo turns it into one line, instead
+    of a thread's traceback on stderr."""
 
     def __init__(self, logdir: Path) -> None:
         require_extra("tensorboard", "tensorboard", what="writing TensorBoard event files")
+        import socket
+        import time
+
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
         logdir.mkdir(parents=True, exist_ok=True)
         self._event, self._summary = Event, Summary
-        self._writer = EventFileWriter(str(logdir))
+        # The file name TensorBoard's EventFileWriter gives (its readers look for it).
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.0"
+        self._file = open(logdir / name, "wb")  # noqa: SIM115  (closed by close())
+        self._writer = RecordWriter(self._file)
+        self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def _write(self, event: Any) -> None:
+        self._writer.write(event.SerializeToString())
 
     def write(self, point: ScalarPoint) -> None:
         values = [
             self._summary.Value(tag=tag, simple_value=value) for tag, value in point.values.items()
         ]
         wall_time = point.wall_time if point.wall_time is not None else datetime.now().timestamp()
-        self._writer.add_event(
+        self._write(
             self._event(wall_time=wall_time, step=point.step, summary=self._summary(value=values))
         )
+        self._file.flush()  # a reader (tensorboard --logdir) sees each step as it comes
 
     def close(self) -> None:
-        self._writer.flush()
-        self._writer.close()
+        if not self._file.closed:
+            try:
+                self._file.flush()
+            finally:
+                self._file.close()
 
 
 @contextlib.contextmanager
@@ -129,8 +152,63 @@ class TrackioSink:
             self._trackio.finish()
 
 
+def wandb_mode() -> str:
+    """offline, unless the user chose a mode with WANDB_MODE."""
+    return os.environ.get("WANDB_MODE") or "offline"
+
+
+class WandbSink:
+    """One wandb run (`name`, id `run_id`) of `project`, written under `directory`/wandb by
+    wandb's own writer, offline unless WANDB_MODE says otherwise: `wandb sync` uploads it."""
+
+    def __init__(
+        self,
+        project: str,
+        name: str,
+        directory: Path,
+        config: Mapping[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> None:
+        wandb = require_extra("wandb", "wandb", what="a wandb run")
+        directory.mkdir(parents=True, exist_ok=True)
+        settings = wandb.Settings(
+            console="off",  # the trainer's output is the user's terminal's, not wandb's
+            x_disable_stats=True,
+            x_disable_meta=True,
+            disable_git=True,
+            save_code=False,
+            silent=True,
+        )
+        with _stdout_to_stderr():
+            self._run = wandb.init(
+                project=project,
+                name=name,
+                id=run_id,
+                dir=str(directory),
+                mode=wandb_mode(),
+                config=dict(config or {}),
+                settings=settings,
+                reinit="create_new",
+            )
+
+    @property
+    def folder(self) -> Path:
+        """The run's own folder (`offline-run-...`), the one `wandb sync` takes."""
+        return Path(self._run.dir).parent
+
+    def write(self, point: ScalarPoint) -> None:
+        with _stdout_to_stderr():
+            self._run.log(dict(point.values), step=point.step)
+
+    def close(self) -> None:
+        with _stdout_to_stderr():
+            self._run.finish()
+
+
 class CsvSink:
-    """One CSV file: `step`, `wall_time`, then one column per key (sorted); written on close."""
+    """One CSV file at `path`: `step`, `wall_time`, then one column per key (sorted); written
+    on close."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -152,10 +230,8 @@ class CsvSink:
                     *(repr(point.values[key]) if key in point.values else "" for key in keys),
                 ]
             )
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self._path.with_name(f".{self._path.name}.{os.getpid()}.partial")
-        partial.write_text(buffer.getvalue())
-        partial.replace(self._path)
+        # Written in place: ccpo export hands a fresh partial path and puts it where it belongs.
+        self._path.write_text(buffer.getvalue(), encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------- while training
@@ -164,8 +240,8 @@ class CsvSink:
 def check_installed(trackers: tuple[str, ...]) -> None:
     """CcpoError (exit 1, a missing optional runtime) naming the extra to install, before training."""
     for tracker in trackers:
-        if tracker in ("tensorboard", "trackio"):
-            check_extra(tracker, tracker, what=f"--report-to {tracker}")
+        if tracker in TRACKER_EXTRAS:
+            check_extra(TRACKER_EXTRAS[tracker], tracker, what=f"--report-to {tracker}")
 
 
 def numeric_scalars(record: Mapping[str, Any]) -> ScalarPoint | None:
@@ -216,10 +292,15 @@ class ReportingObserver:
                 self._sinks.append(TensorBoardSink(Path(run_dir) / "tensorboard"))
             elif tracker == "trackio":
                 self._sinks.append(TrackioSink(self.project, run, {"run": run}, replace=False))
+            elif tracker == "wandb":
+                self._sinks.append(WandbSink(self.project, run, Path(run_dir), {"run": run}))
         if self.log is not None:
             where = {
                 "tensorboard": f"tensorboard --logdir {Path(run_dir) / 'tensorboard'}",
                 "trackio": f"trackio show --project {self.project}",
+                "wandb": f"wandb sync {Path(run_dir) / 'wandb'}/offline-run-*"
+                if wandb_mode() == "offline"
+                else f"wandb project {self.project}",
             }
             self.log("curves: " + "; ".join(where[tracker] for tracker in self.trackers))
         if self.inner is not None:
@@ -270,12 +351,14 @@ __all__ = [
     "DEFAULT_TRACKIO_PROJECT",
     "LIVE_TRACKERS",
     "TRACKERS",
+    "TRACKER_EXTRAS",
     "CsvSink",
     "ReportingObserver",
     "ScalarPoint",
     "ScalarSink",
     "TensorBoardSink",
     "TrackioSink",
+    "WandbSink",
     "check_installed",
     "numeric_scalars",
     "parse_trackers",

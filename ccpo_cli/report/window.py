@@ -131,6 +131,61 @@ def run_window_start(
     return DEFAULT_WINDOW.start(total_steps, last_step)
 
 
+def seeds_averaged(rows: list[dict]) -> list[dict]:
+    """The evaluation rows with one row per step and protocol: the evaluations of one step under
+    several evaluation seeds (`eval_seed`, three runs of one checkpoint's validation) are one
+    protocol's measurement of that step, averaged, and say how many seeds they average
+    (`evaluation_seeds`); a step evaluated once is its row as it is."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["step"], row.get("split"), row.get("episodes"), row.get("temperature"))
+        groups.setdefault(key, []).append(row)
+    merged: list[dict] = []
+    for group in groups.values():
+        seeds = sorted({row["eval_seed"] for row in group if row.get("eval_seed") is not None})
+        if len(group) == 1 or len(seeds) < len(group):
+            # One evaluation, or repeats that name no seed each: not seeds to average.
+            merged.extend(
+                dict(row, evaluation_seeds=row.get("evaluation_seeds", seeds)) for row in group
+            )
+            continue
+        merged.append(_mean_of_seeds(group, seeds))
+    return sorted(merged, key=lambda row: (row["step"], row["id"]))
+
+
+def _mean(values: list) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) / len(known) if known and len(known) == len(values) else None
+
+
+def _mean_of_seeds(group: list[dict], seeds: list[int]) -> dict:
+    first = group[0]
+    successes = [row["successes"] for row in group]
+    task_types = {}
+    for key in sorted({key for row in group for key in row.get("task_types", {})}):
+        cells = [row["task_types"][key] for row in group if key in row.get("task_types", {})]
+        if len(cells) == len(group):
+            task_types[key] = {
+                "episodes": first["task_types"][key]["episodes"],
+                "successes": None,
+                "success": _mean([cell["success"] for cell in cells]),
+            }
+    return dict(
+        first,
+        success_rate=_mean([row["success_rate"] for row in group]),
+        successes=None,
+        mean_turns=_mean([row["mean_turns"] for row in group]),
+        train_success_rate=first.get("train_success_rate"),
+        eval_seed=None,
+        task_types=task_types,
+        evaluation_seeds=seeds,
+        evaluation_ids=[row["id"] for row in group],
+        # Every episode the seeds played, for the window's pooled interval.
+        pooled_episodes=None if first["episodes"] is None else first["episodes"] * len(group),
+        pooled_successes=None if None in successes else sum(successes),
+    )
+
+
 def _row_key(row: dict) -> tuple:
     return (row.get("episodes"), row.get("temperature"))
 
@@ -179,6 +234,7 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
         "successes": best["successes"],
         "train_success_rate": best["train_success_rate"],
         "evaluation_id": best["id"],
+        "evaluation_seeds": best["evaluation_seeds"],
         "chosen_from": "window",
         "n_candidates": n_candidates,
         "expected_max_bias_sd": bias_sd,
@@ -228,11 +284,15 @@ def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
     from ccpo_cli import stats
 
     window["pooled_interval"] = None
-    episode_counts = [row["episodes"] for row in window_evals]
+    episode_counts = [row.get("pooled_episodes", row["episodes"]) for row in window_evals]
+    success_counts = [row.get("pooled_successes", row["successes"]) for row in window_evals]
     if window_evals and all(count is not None for count in episode_counts):
         window["episodes"] = sum(episode_counts)
-        window["successes"] = sum(row["successes"] or 0 for row in window_evals)
-        if all(row["successes"] is not None for row in window_evals):
+        # A success count missing from any evaluation leaves the window's total not recorded
+        # (never 0 of its episodes).
+        complete = all(count is not None for count in success_counts)
+        window["successes"] = sum(success_counts) if complete else None
+        if complete:
             # Measurement precision of the whole window (all its episodes pooled), not of one eval.
             low, high = stats.wilson_interval(window["successes"], window["episodes"], confidence)
             window["pooled_interval"] = {
@@ -251,6 +311,7 @@ def window_entry(
     whose recorded protocol is `protocol`."""
     from ccpo_cli import stats
 
+    evaluations = seeds_averaged(evaluations)
     in_window = [row for row in evaluations if row["step"] >= window_start]
     chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
     chosen_ids = {row["id"] for row in chosen}
@@ -271,6 +332,8 @@ def window_entry(
         values=[row["success_rate"] for row in chosen],
         protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
         left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids],
+        # The evaluation seeds the window's points average (none named: one evaluation each).
+        evaluation_seeds=sorted({seed for row in chosen for seed in row["evaluation_seeds"]}),
     )
     window["headline"] = window["n"] >= MIN_HEADLINE_EVALUATIONS
     window["headline_note"] = (

@@ -12,7 +12,10 @@ database created before the stamp existed is recognised by its migrations table 
 on its next write. Writes go through
 `write_transaction`, which takes the write lock up front (BEGIN IMMEDIATE) so that two
 processes never deadlock upgrading a read lock, and retries a busy database with backoff
-before giving up with one clear message.
+before giving up with one clear message. A runs.db in a folder this process cannot write is
+opened read-only (immutable when WAL's `-shm` cannot be made there), so the read commands work;
+a file SQLite finds damaged, at opening or at the query that reads the damaged page, is one
+line (exit 3) naming `sqlite3 .recover` (`unusable_database`).
 
 One concern, kept in one file past 400 lines: the migrations are one ordered history of the
 schema, and `open_db`'s checks of whose file it is, which migrations it holds and which columns
@@ -24,9 +27,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import os
 import random
 import sqlite3
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -475,6 +480,86 @@ def m009_views(db: sqlite_utils.Database) -> None:
     )
 
 
+@MIGRATIONS()
+def m010_completed_evaluations(db: sqlite_utils.Database) -> None:
+    # A second record of one result that carries a value the first left out (a console's per-type
+    # rates, a history's training rate) completes the kept row (store/records.py): a value not
+    # recorded may be filled in once; a recorded value, the result and its provenance never change.
+    db.executescript(
+        """
+        DROP TRIGGER evaluations_append_only;
+        CREATE TRIGGER evaluations_append_only BEFORE UPDATE ON evaluations
+        WHEN NOT (
+            NEW.id IS OLD.id AND NEW.run_id IS OLD.run_id AND NEW.step IS OLD.step
+            AND NEW.split IS OLD.split AND NEW.success_rate IS OLD.success_rate
+            AND NEW.eval_seed IS OLD.eval_seed AND NEW.source_file IS OLD.source_file
+            AND NEW.source_line IS OLD.source_line AND NEW.content_hash IS OLD.content_hash
+            AND NEW.recorded_at IS OLD.recorded_at
+            AND (OLD.episodes IS NULL OR NEW.episodes IS OLD.episodes)
+            AND (OLD.successes IS NULL OR NEW.successes IS OLD.successes)
+            AND (OLD.mean_turns IS NULL OR NEW.mean_turns IS OLD.mean_turns)
+            AND (OLD.temperature IS NULL OR NEW.temperature IS OLD.temperature)
+            AND (OLD.train_success_rate IS NULL OR NEW.train_success_rate IS OLD.train_success_rate))
+        BEGIN SELECT RAISE(ABORT, 'evaluations are append-only'); END;
+        """
+    )
+
+
+@MIGRATIONS()
+def m011_metrics(db: sqlite_utils.Database) -> None:
+    # Every scalar a run logged, at every step (store/metrics.py, docs/runs-db.md "Logged
+    # scalars"): one row per (run, name, step, value), in long format, append-only like the
+    # evaluations. A value already recorded for that run, name and step is a duplicate whatever
+    # file it came from (IFNULL: SQLite stores a logged NaN as NULL, and NULLs never collide in
+    # an index); another value is kept beside it, and the first recorded stands in
+    # `metric_steps`. Names and files are stored once (metric_names, metric_sources) so that a
+    # row is a few integers and its value: a 150-step verl log holds ~10,000 of them.
+    db.executescript(
+        """
+        CREATE TABLE metric_names (
+            id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE metric_sources (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            source_file TEXT NOT NULL,
+            recorded_at TEXT NOT NULL,
+            UNIQUE (run_id, source_file)
+        );
+        CREATE TABLE metrics (
+            id INTEGER PRIMARY KEY,
+            run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+            name_id INTEGER NOT NULL REFERENCES metric_names(id),
+            step INTEGER NOT NULL,
+            value REAL,
+            source_id INTEGER REFERENCES metric_sources(id) ON DELETE CASCADE,
+            source_line INTEGER
+        );
+        CREATE UNIQUE INDEX metrics_value ON metrics (run_id, name_id, step, IFNULL(value, 'NaN'));
+        CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics
+        BEGIN SELECT RAISE(ABORT, 'metrics are append-only'); END;
+        CREATE TRIGGER metric_names_append_only BEFORE UPDATE ON metric_names
+        BEGIN SELECT RAISE(ABORT, 'metric names are append-only'); END;
+        CREATE TRIGGER metric_sources_append_only BEFORE UPDATE ON metric_sources
+        BEGIN SELECT RAISE(ABORT, 'metric sources are append-only'); END;
+
+        CREATE VIEW run_metrics AS
+        SELECT runs.name AS run, m.run_id, m.step, n.name, m.value, s.source_file, m.source_line, m.id
+        FROM metrics AS m JOIN runs ON runs.id = m.run_id JOIN metric_names AS n ON n.id = m.name_id
+        LEFT JOIN metric_sources AS s ON s.id = m.source_id;
+
+        CREATE VIEW metric_steps AS
+        SELECT runs.name AS run, first.run_id, first.step,
+               json_group_object(n.name, first.value) AS metrics
+        FROM (SELECT run_id, name_id, step, value FROM metrics
+              WHERE id IN (SELECT MIN(id) FROM metrics GROUP BY run_id, name_id, step)) AS first
+        JOIN runs ON runs.id = first.run_id JOIN metric_names AS n ON n.id = first.name_id
+        GROUP BY first.run_id, first.step;
+        """
+    )
+
+
 def _is_lock_error(error: BaseException) -> bool:
     return isinstance(error, sqlite3.OperationalError) and (
         "locked" in str(error) or "busy" in str(error)
@@ -518,6 +603,50 @@ def _with_lock_retry(action, what: str):
             delay = min(delay * 2, 1.0)
 
 
+def unusable_database(path: str, error: BaseException) -> InvalidInput:
+    """The one line for a file SQLite cannot read as a database (a damaged page, not SQLite)."""
+    return InvalidInput(
+        f"{path}: not a usable runs database ({error}); if it is a damaged runs.db, "
+        f"`sqlite3 {path} .recover | sqlite3 recovered.db` saves what can still be read"
+    )
+
+
+def is_damaged_database(error: BaseException) -> bool:
+    """Whether an sqlite3 error says the file is damaged or no database (not a lock, not a
+    constraint): SQLite finds a damaged page only when a query reads it."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return False
+    text = str(error).lower()
+    return type(error) is sqlite3.DatabaseError or "malformed" in text or "not a database" in text
+
+
+def _folder_writable(path_text: str) -> bool:
+    return os.access(Path(path_text).parent, os.W_OK)
+
+
+def _connect_read_only(path_text: str) -> sqlite3.Connection:
+    """A runs.db in a folder this process cannot write: read-only, and immutable when SQLite
+    cannot open WAL's shared-memory file there (a WAL database needs `-shm` beside it)."""
+    uri = "file:" + urllib.parse.quote(str(Path(path_text).resolve()))
+    error: sqlite3.Error | None = None
+    for query in ("mode=ro", "immutable=1"):
+        connection = sqlite3.connect(
+            f"{uri}?{query}",
+            uri=True,
+            timeout=BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return connection
+        except sqlite3.Error as failed:
+            error = failed
+            connection.close()
+    assert error is not None
+    raise error
+
+
 def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Database:
     """Open (creating if needed) a runs database, migrated to the current schema.
 
@@ -525,9 +654,11 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
     locks, and enforces foreign keys. Use `write_transaction(db)` for every multi-row write.
     ``":memory:"`` gives a private in-memory database (tests). `must_exist` (the read-only
     commands) refuses a missing file instead of creating an empty database, and leaves an
-    unstamped database as it is.
+    unstamped database as it is; in a folder this process cannot write it opens the file
+    read-only (reads work; a write fails with one line).
     """
     path_text = str(path)
+    read_only = False
     if path_text != ":memory:":
         parent = Path(path_text).parent
         if not parent.is_dir():
@@ -537,15 +668,27 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
                 f"{path_text}: no such runs database (check --db / CCPO_DB); "
                 "this command only reads one and never creates it"
             )
+        read_only = must_exist and not _folder_writable(path_text)
     try:
-        connection = sqlite3.connect(
-            path_text, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
-        )
+        if read_only:
+            connection = _connect_read_only(path_text)
+        else:
+            connection = sqlite3.connect(
+                path_text,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,
+                check_same_thread=False,
+            )
         db = sqlite_utils.Database(connection)
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         db.execute("PRAGMA foreign_keys = ON")
         stamped = _check_identity(db, path_text)
-        if path_text != ":memory:":
+        if read_only and MIGRATIONS.pending(db):
+            raise InvalidInput(
+                f"{path_text}: written by an older ccpo and its folder cannot be written, so it "
+                "cannot be brought to this schema; copy it to a folder you can write"
+            )
+        if path_text != ":memory:" and not read_only:
             try:
                 _with_lock_retry(lambda: db.execute("PRAGMA journal_mode = WAL"), path_text)
             except sqlite3.OperationalError as error:
@@ -563,8 +706,27 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
             raise
         if _is_write_failure(error):
             raise CcpoError(f"{path_text}: cannot write the database ({error})") from None
-        raise InvalidInput(f"{path_text}: not a usable runs database ({error})") from None
+        raise unusable_database(path_text, error) from None
     return db
+
+
+def check_writable(db: sqlite_utils.Database, why: str) -> None:
+    """CcpoError (exit 1) unless a write transaction can start: before an action whose record
+    must be written afterwards (a sync push records what it pushed)."""
+    try:
+        _with_lock_retry(lambda: db.execute("BEGIN IMMEDIATE"), "write")
+        # BEGIN succeeds on a read-only connection: writing the stamp back as it is does not.
+        application_id = db.execute("PRAGMA application_id").fetchone()[0]
+        db.execute(f"PRAGMA application_id = {int(application_id)}")
+    except sqlite3.OperationalError as error:
+        if _is_write_failure(error):
+            raise CcpoError(
+                f"{_db_file(db)}: cannot be written ({error}), and {why}; nothing was done"
+            ) from None
+        raise
+    finally:
+        if db.conn.in_transaction:
+            db.execute("ROLLBACK")
 
 
 def _known_migrations() -> list[str]:

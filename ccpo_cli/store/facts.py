@@ -30,7 +30,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeGuard
 
 import sqlite_utils
@@ -64,6 +64,8 @@ FACT_KEYS = (
     "agent",
     "resumed_from",
     "algorithm",
+    "adapter",
+    "crashed_after_step",
 )
 # The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
 # The split (ALFWorld's key is named here for the card's evidence), the estimator's own
@@ -234,7 +236,37 @@ def _split_from_config(flat: Mapping[str, Any]) -> str | None:
             split = benchmark.evaluation_split.from_config(flat)
             if split is not None:
                 return split
-    return None
+    if named and load_benchmark(named).evaluation_split is not None:
+        # The benchmark's split is its own (a key, or verl-agent's default), and data.val_files
+        # holds placeholder rows for its environment, not the questions validated on.
+        return None
+    return _split_from_val_files(flat.get(VAL_FILES_KEY))
+
+
+# verl's validation data: the split of a benchmark without a split key of its own is the file it
+# validates on (Search-R1's test.parquet, verl-agent search's validation.parquet).
+VAL_FILES_KEY = "data.val_files"
+# verl-agent's environment benchmarks validate on placeholder rows (prepare.py --mode text or
+# visual writes data/<mode>/test.parquet): such a file names no split.
+_PLACEHOLDER_FOLDERS = frozenset({"text", "visual"})
+
+
+def _split_from_val_files(files: Any) -> str | None:
+    """The split a `data.val_files` value names: each file's name without its extension
+    (`.../test.parquet` is `test`), several joined with `+`; None for verl-agent's placeholder
+    rows and for a value that names no file."""
+    if isinstance(files, str) and files.startswith("["):
+        files = _scalar(files)
+    paths = [files] if isinstance(files, str) else files
+    if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+        return None
+    names = []
+    for text in paths:
+        path = PurePosixPath(text.strip())
+        if not path.name or path.parent.name in _PLACEHOLDER_FOLDERS:
+            return None
+        names.append(path.name.split(".")[0])
+    return "+".join(dict.fromkeys(names)) or None
 
 
 def _estimator_settings(flat: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,7 +379,29 @@ def facts_from_config(flat: Mapping[str, Any]) -> dict[str, Any]:
     algorithm = algorithm_settings(flat)
     if algorithm.get("adv_estimator") is not None:
         facts["algorithm"] = algorithm
+    adapter = _adapter(flat)
+    if adapter is not None:
+        facts["adapter"] = adapter
     return facts
+
+
+# verl's LoRA settings: a rank above 0 trains low-rank adapters on a frozen base model, not the
+# base model's weights (verl-agent and verl < 0.6 name them model.lora_*, later verl model.lora.*).
+_LORA_RANK_KEYS = ("actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora.rank")
+
+
+def _adapter(flat: Mapping[str, Any]) -> dict[str, Any] | None:
+    """{"type": "lora", "rank", "alpha", "target_modules"} when the config trains LoRA adapters."""
+    for rank_key in _LORA_RANK_KEYS:
+        rank = flat.get(rank_key)
+        if _positive_int(rank):
+            stem = rank_key[: -len("rank")]
+            adapter = {"type": "lora", "rank": rank}
+            for name in ("alpha", "target_modules"):
+                if flat.get(stem + name) is not None:
+                    adapter[name] = flat[stem + name]
+            return adapter
+    return None
 
 
 def flat_config(event: StatedConfig) -> dict[str, Any] | None:

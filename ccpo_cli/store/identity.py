@@ -156,12 +156,29 @@ class EvaluationProtocol:
     # The (episodes, temperature) pair as the protocol's evaluation rows recorded it (None where a
     # row did not): the rows a window averages are those with exactly this pair.
     evaluation_key: tuple = (None, None)
+    # An inferred count is a common factor of the run's success counts, so the true panel is a
+    # multiple of it: the one count recorded by the runs of its setting that it divides, which it
+    # is pooled and compared by (`settle_inferred_episodes`); None when no recorded count fits.
+    pooled_episodes: int | None = None
+
+    @property
+    def episodes_inferred(self) -> bool:
+        return self.episodes is not None and self.episodes_basis != EPISODES_RECORDED
+
+    @property
+    def episodes_uncertain(self) -> bool:
+        """Pooled by a recorded count the inference cannot confirm (a sub-multiple panel)."""
+        return self.pooled_episodes is not None and self.pooled_episodes != self.episodes
 
     def key(self) -> tuple:
-        """What must agree for runs to be pooled. Episodes count only when recorded: a count
-        inferred from one run's rates (a common factor of its success counts) or not recorded
-        at all says nothing that splits one arm's seeds apart."""
-        episodes = self.episodes if self.episodes_basis == EPISODES_RECORDED else None
+        """What must agree for runs to be pooled. Episodes by value: a recorded count, or the
+        recorded count an inferred one was settled to (a recorded 128 and an inferred 128 are
+        one protocol; an inferred 32 of a 64 panel is pooled with the 64, named as uncertain).
+        A count inferred with no recorded count to settle to, or not recorded at all, says
+        nothing that splits one arm's seeds apart."""
+        episodes = (
+            self.episodes if self.episodes_basis == EPISODES_RECORDED else self.pooled_episodes
+        )
         return (self.split, self.temperature, episodes, self.turn_limit)
 
     def as_dict(self) -> dict[str, Any]:
@@ -173,6 +190,8 @@ class EvaluationProtocol:
             "turn_limit": self.turn_limit,
             "mixed": self.mixed,
             "split_assumed": self.split_assumed,
+            "pooled_episodes": self.pooled_episodes,
+            "episodes_uncertain": self.episodes_uncertain,
         }
 
 
@@ -256,7 +275,7 @@ class RunIdentity:
                     self.benchmark,
                     protocol.split,
                     protocol.temperature,
-                    protocol.episodes,
+                    protocol.key()[2],  # the count it is pooled by (unit and label agree)
                     protocol.turn_limit,
                 ),
             )
@@ -604,9 +623,11 @@ def read_identities(
     run_rows: Sequence[Mapping[str, Any]],
     *,
     split: str | None = "heldout",
+    settle: bool = True,
 ) -> dict[str, RunIdentity]:
     """The identity of each run (rows of `store.list_runs`), keyed by run name; `split` is the
-    evaluations' split whose protocol is read (the held-out role by default). Three queries in all."""
+    evaluations' split whose protocol is read (the held-out role by default). Three queries in
+    all, three more when an inferred episode count is settled against the database's runs."""
     ids = [int(row["id"]) for row in run_rows]
     facts = _facts_by_run(db, ids)
     counts = _protocols_by_run(db, ids, split)
@@ -648,7 +669,54 @@ def read_identities(
             if isinstance(stream, int) and not isinstance(stream, bool)
             else None,
         )
+    if settle and any(identity.protocol.episodes_inferred for identity in identities.values()):
+        everyone = (
+            identities
+            if len(run_rows) == db["runs"].count
+            else read_identities(db, list_runs(db), split=split, settle=False)
+        )
+        identities = settle_inferred_episodes(identities, everyone.values())
     return identities
+
+
+def _setting_but_episodes(identity: RunIdentity) -> tuple:
+    protocol = identity.protocol
+    return (
+        identity.base_model,
+        identity.backend,
+        identity.benchmark,
+        protocol.split,
+        protocol.temperature,
+        protocol.turn_limit,
+    )
+
+
+def settle_inferred_episodes(
+    identities: dict[str, RunIdentity], everyone: Iterable[RunIdentity]
+) -> dict[str, RunIdentity]:
+    """Each run whose episode count was inferred, pooled by the recorded count of the database's
+    runs of its setting (its own arm's first) that the inference divides, when exactly one does.
+    Read over every run of the database, so compare and the cards group any subset alike."""
+    recorded: dict[tuple, set[int]] = defaultdict(set)
+    for other in everyone:
+        protocol = other.protocol
+        if protocol.episodes_basis == EPISODES_RECORDED and protocol.episodes is not None:
+            setting = _setting_but_episodes(other)
+            recorded[setting].add(protocol.episodes)
+            recorded[(other.unit.arm_key, *setting)].add(protocol.episodes)
+    settled = dict(identities)
+    for name, identity in identities.items():
+        inferred = identity.protocol.episodes
+        if not identity.protocol.episodes_inferred or inferred is None:
+            continue
+        setting = _setting_but_episodes(identity)
+        for counts in (recorded.get((identity.unit.arm_key, *setting)), recorded.get(setting)):
+            fits = {count for count in counts or () if count % inferred == 0}
+            if len(fits) == 1:
+                protocol = replace(identity.protocol, pooled_episodes=fits.pop())
+                settled[name] = replace(identity, protocol=protocol)
+                break
+    return settled
 
 
 def run_identity(
@@ -688,9 +756,10 @@ def unit_labels(identities: Iterable[RunIdentity]) -> dict[ComparisonUnit, str]:
             if len({json.dumps(values[unit][name], sort_keys=True, default=str) for unit in units})
             > 1
         ]
-        for unit in units:
+        for index, unit in enumerate(units, 1):
             parts = [f"{name} {_short(name, values[unit][name])}" for name in differing]
-            labels[unit] = f"{label} ({', '.join(parts)})"
+            # Units that differ in nothing a label can show stay apart by number, never "()".
+            labels[unit] = f"{label} ({', '.join(parts) or f'unit {index}'})"
     return labels
 
 

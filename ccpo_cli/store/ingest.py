@@ -7,8 +7,9 @@ database exactly as it was.
 
 `val/success_rate` (a fraction) becomes an evaluation in percent, the benchmark's per-type
 rates (`val/<type>_success_rate`) its task-type rows, `val/episode_length/mean` its mean turns
-and `episode/success_rate` the training success rate at that step. Every other metric name is
-counted and listed in the report as unused.
+and `episode/success_rate` the training success rate at that step. Every number of every step
+(loss, KL, entropy, the rates too) is also kept in the `metrics` table (store/metrics.py); the
+names that are no evaluation field are listed in the report as unused.
 
 The benchmark (ccpo_cli/benchmarks.py) is the one `--benchmark` names, else the one the metric
 names or the printed config's `env.env_name` identify; evidence that contradicts it refuses the
@@ -28,7 +29,7 @@ the report of what was skipped all happen within it and share its state.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,15 +48,19 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_fields import evaluation_from_metrics
 from ccpo_cli.store.facts import (
+    VERL_CONFIG_KEYS,
+    facts_from_config,
     facts_from_log,
     flat_config,
     hub_model_id,
     reconcile_total_steps,
     record_ingest_facts,
+    run_facts,
     states_val_only,
     unexpanded_variables,
 )
 from ccpo_cli.store.identity import ExternalArm
+from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
 from ccpo_cli.store.readers import (
     FORMATS,
     MAX_LINE_BYTES,
@@ -73,8 +78,12 @@ from ccpo_cli.store.readers.base import MAX_DROPPED_KEYS, StatedConfig
 from ccpo_cli.store.readers.metric_names import (
     OVERALL_KEY,
     MetricRename,
+    dialect_rate,
     evaluation_keys,
+    is_reward,
+    read_dialects,
     renamed_candidates,
+    task_type_keys,
 )
 from ccpo_cli.store.records import (
     agree_at_precision,
@@ -85,6 +94,8 @@ from ccpo_cli.store.records import (
     update_run_state,
 )
 from ccpo_cli.vocabulary import AUTO, CONSOLE
+
+HELDOUT = "heldout"  # the role of a run's validations: what compare, the cards and the views read
 
 __all__ = [
     "FORMATS",
@@ -102,8 +113,9 @@ __all__ = [
 REPORTED_LINES = 10_000
 # Skipped lines named one by one in the warning on stderr; the rest are in --json.
 WARNED_LINES = 10
-# Unused metric names: at most MAX_DROPPED_KEYS distinct ones are counted, the first
-# REPORTED_KEYS (sorted) go to --json and WARNED_KEYS to the warning line.
+# Unused metric names (no evaluation field; kept in the metrics table): at most MAX_DROPPED_KEYS
+# distinct ones are counted, the first REPORTED_KEYS (sorted) go to --json; WARNED_KEYS names
+# are named in a warning line.
 REPORTED_KEYS = 1_000
 WARNED_KEYS = 8
 # A log restarted into the same file prints its config again; more than this many are not kept.
@@ -125,6 +137,7 @@ class IngestReport:
     evaluations_found: int = 0
     new: int = 0
     duplicates: int = 0
+    completed: int = 0  # duplicates that filled in what the recorded evaluation left out
     conflicts: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     incomplete_tail_line: int | None = None
@@ -147,6 +160,13 @@ class IngestReport:
         default_factory=list
     )  # other output inside a printed config
     summary_not_placed: bool = False  # a wandb summary's validation whose step is not known
+    per_source_only_steps: int = 0  # validations of per-source rates without an overall rate
+    dialect_keys: set[str] = field(default_factory=set)  # other trainers' names read (metric_names)
+    crashed: bool = False  # the log ends with Hydra's report that the job raised
+    split: str | None = None  # the split its evaluations ran on (--split, else the log's)
+    eval_seed: int | None = None  # an evaluation-only log's env.seed: its evaluations' eval_seed
+    evaluated_checkpoint: int | None = None  # the checkpoint an evaluation-only log loaded
+    metrics: MetricCounts = field(default_factory=MetricCounts)  # scalars kept (store/metrics.py)
 
     def skip(self, event: Skipped) -> None:
         self.skipped += 1
@@ -174,6 +194,7 @@ class IngestReport:
             "evaluations_found": self.evaluations_found,
             "new": self.new,
             "duplicates": self.duplicates,
+            "completed": self.completed,
             "conflicts": self.conflicts,
             "warnings": self.warnings,
             "incomplete_tail_line": self.incomplete_tail_line,
@@ -187,11 +208,19 @@ class IngestReport:
             "stated_facts": self.stated_facts,
             "kind": self.kind,
             "first_step": self.first_step,
-            "resumed_from": self.stated_facts.get("resumed_from"),
+            "resumed_from": None
+            if self.evaluated_checkpoint is not None
+            else self.stated_facts.get("resumed_from"),
+            "eval_seed": self.eval_seed,
+            "evaluated_checkpoint": self.evaluated_checkpoint,
+            "read_as_success_rates": sorted(self.dialect_keys),
+            "crashed": self.crashed,
+            "split": self.split,
             "config_left_out_lines": self.config_left_out_lines,
             "unused_metric_keys": self.unused_metric_keys,
             "unused_metric_key_count": len(self.unused_keys),
             "unused_metric_keys_capped": len(self.unused_keys) >= MAX_DROPPED_KEYS,
+            "metrics": self.metrics.as_dict(),
         }
 
 
@@ -222,16 +251,21 @@ def _events(
     strict: bool,
     metric: str | None,
     source_run: str | None,
-    rename: MetricRename | None = None,
+    renames: Sequence[MetricRename] = (),
 ):
     """The records of the file and what it stated about its run, with skips, cleaned lines and
-    the tail noted in `report` (raised at once under `strict`); `rename` applied to each record."""
+    the tail noted in `report` (raised at once under `strict`); `renames` applied to each
+    record, then other trainers' names of per-source success rates read (`read_dialects`)."""
     report.format, events = read_events(
         path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
     )
     for event in events:
         if isinstance(event, MetricRecord):
-            yield event if rename is None else rename.applied(event)
+            for rename in renames:
+                event = rename.applied(event)
+            event, read = read_dialects(event)
+            report.dialect_keys.update(read)
+            yield event
         elif isinstance(event, StatedConfig):
             yield event
         elif isinstance(event, IncompleteTail):
@@ -335,30 +369,104 @@ def _summarise(path: Path, report: IngestReport) -> None:
             f"{path}:{report.incomplete_tail_line}: incomplete last line (file still being written?); "
             "not ingested yet, run ingest again later"
         )
-    if report.steps and not report.evaluations_found and not report.summary_not_placed:
-        renamed = renamed_candidates(report.unused_keys)
-        if renamed:
+    if report.dialect_keys:
+        named = ", ".join(sorted(report.dialect_keys)[:WARNED_KEYS])
+        more = (
+            f" and {len(report.dialect_keys) - WARNED_KEYS} more"
+            if len(report.dialect_keys) > WARNED_KEYS
+            else ""
+        )
+        meanings = sorted(
+            {known[1] for key in report.dialect_keys if (known := dialect_rate(key)) is not None}
+        )
+        report.warnings.append(
+            f"{path}: read {named}{more} as per-source success rates (task types: "
+            f"{'; '.join(meanings)})"
+        )
+    if report.per_source_only_steps:
+        report.warnings.append(
+            f"{path}: {report.per_source_only_steps} validation(s) log per-source success rates that differ "
+            f"and no {OVERALL_KEY}: the rate pooled over every question is not in the log (a mean of the "
+            "sources is not it), so they are not recorded as evaluations"
+        )
+    if (
+        report.steps
+        and not report.evaluations_found
+        and not report.summary_not_placed
+        and not report.per_source_only_steps
+    ):
+        candidates = renamed_candidates(report.unused_keys)
+        if candidates:
+            options = " ".join(
+                f"--metric {name}={target}" for name, target in candidates[:WARNED_KEYS]
+            )
+            rewards = [name for name, _ in candidates if is_reward(name)]
+            caveat = (
+                f"; {', '.join(rewards[:WARNED_KEYS])} {'is a' if len(rewards) == 1 else 'are'} reward or "
+                "score (shaped, possibly negative), a success rate only where the run's reward is 1 for a "
+                "success and 0 otherwise"
+                if rewards
+                else ""
+            )
             report.warnings.append(
-                f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs {', '.join(renamed)}: "
-                f"if that is the validation success rate under another name, ingest again with "
-                f"--metric {renamed[0]}={OVERALL_KEY}"
+                f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs "
+                f"{', '.join(name for name, _ in candidates[:WARNED_KEYS])}: if that is the validation "
+                f"success under another name, ingest again with {options}{caveat}"
             )
         else:
             report.warnings.append(
                 f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
                 f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
             )
-    if report.unused_keys:
-        count = len(report.unused_keys)
-        named = ", ".join(sorted(report.unused_keys)[:WARNED_KEYS])
-        more = (
-            f" and {count - WARNED_KEYS}{'+' if count >= MAX_DROPPED_KEYS else ''} more (all in --json)"
-            if count > WARNED_KEYS
-            else ""
+
+
+@dataclass
+class _Evaluated:
+    """How the file's evaluations ran, as far as what it printed before them says: an
+    evaluation-only log (`trainer.val_only`) played its validation under `env.seed`, which is
+    then the evaluations' `eval_seed`, never the run's training seed.
+
+    The split its evaluations ran on (`--split`, else the one the log names) is the run's split
+    when the run has none recorded (a `--split` given, only while it has no held-out evaluation
+    yet), or names the same one; any other split is this file's alone: its evaluation rows carry it (`row_split`), and the run's
+    split, and the evaluations earlier files recorded, stay as they were."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    val_only: bool = False
+    eval_seed: int | None = None
+    given_split: str | None = None
+    stated_split: str | None = None
+    run_split: str | None = None  # the run's split fact before this file
+    earlier_heldout: bool = False  # whether earlier files recorded held-out evaluations
+
+    def see(self, flat: Mapping[str, Any] | None, *, wins: bool = True) -> None:
+        if not flat:
+            return
+        self.config = {**self.config, **flat} if wins else {**flat, **self.config}
+        self.val_only = states_val_only(self.config)
+        seed = self.config.get(VERL_CONFIG_KEYS["seed"])
+        self.eval_seed = (
+            int(seed)
+            if self.val_only and isinstance(seed, int) and not isinstance(seed, bool)
+            else None
         )
-        report.warnings.append(
-            f"{path}: {count} metric key(s) not recorded (runs.db has no place for them): {named}{more}"
-        )
+        self.stated_split = facts_from_config(self.config).get("split")
+
+    @property
+    def split(self) -> str | None:
+        return self.given_split or self.stated_split
+
+    @property
+    def row_split(self) -> str:
+        """The `split` of this file's evaluation rows: the held-out role, or a split of its own."""
+        split = self.split
+        if split is None or split == self.run_split:
+            return HELDOUT
+        if self.run_split is None and (not self.earlier_heldout or self.given_split is None):
+            # The run's first split: a log naming the split of validations recorded before
+            # (its history export, then its console) states theirs too.
+            return HELDOUT
+        return str(split)
 
 
 class _BenchmarkChoice:
@@ -405,7 +513,7 @@ def ingest_file(
     strict: bool = False,
     metric: str | None = None,
     source_run: str | None = None,
-    rename: MetricRename | None = None,
+    rename: MetricRename | Sequence[MetricRename] | None = None,
     progress: ProgressCallback | None = None,
     write_progress: Callable[[int, int | None], None] | None = None,
 ) -> IngestReport:
@@ -446,6 +554,8 @@ def ingest_file(
         "the --config file's env.env_name",
     )
     stated: list[StatedConfig] = []
+    evaluated = _Evaluated(given_split=(facts or {}).get("split"))
+    evaluated.see(config)
     with write_transaction(db):
         source = str(path.resolve())
         recorded = next(db.table("runs").rows_where("name = ?", [run], select="benchmark"), None)
@@ -461,10 +571,18 @@ def ingest_file(
             backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
-        for event in _events(path, fmt, stats, report, strict, metric, source_run, rename):
+        evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run)
+        renames = (rename,) if isinstance(rename, MetricRename) else tuple(rename or ())
+        scalars = MetricWriter(db, run, source)
+        report.metrics = scalars.counts
+        for event in _events(path, fmt, stats, report, strict, metric, source_run, renames):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
+                # The printed config wins over the traced launch command, as in facts_from_log.
+                evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
+            if not event.summary:  # a summary's values were measured at steps it does not keep
+                scalars.write(event.step, scalar_values(event.metrics), event.line)
             if not event.summary:
                 report.first_step = (
                     event.step if report.first_step is None else min(report.first_step, event.step)
@@ -475,11 +593,28 @@ def ingest_file(
                     detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})"
                 )
             report.note_unused(
-                key for key in event.metrics if key not in evaluation_keys(choice.current)
+                key
+                for key in event.metrics
+                if key not in evaluation_keys(choice.current) and key not in report.dialect_keys
             )
             if event.summary:
                 event = _summary_evaluation(db, run, path, event, report)
-            if _record_one(db, run, path, source, event, report, strict, choice.current):
+            if OVERALL_KEY not in event.metrics and any(
+                key in event.metrics for key in task_type_keys(choice.current)
+            ):
+                report.per_source_only_steps += 1
+            if _record_one(
+                db,
+                run,
+                path,
+                source,
+                event,
+                report,
+                strict,
+                choice.current,
+                eval_seed=evaluated.eval_seed,
+                split=evaluated.row_split,
+            ):
                 report.steps += 1
                 report.last_step = (
                     event.step if report.last_step is None else max(report.last_step, event.step)
@@ -499,20 +634,39 @@ def ingest_file(
         )
         if val_only:
             stated_total = None  # an evaluation-only log trains no step
+            # Its env.seed seeded the evaluation (the rows' eval_seed), and the checkpoint it
+            # loaded is the one it evaluated, not a training run resumed.
+            stated_facts.pop("seed", None)
+            report.eval_seed = evaluated.eval_seed
+            report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
             _mark_reference(db, run, path, run_is_new, report)
         elif stated_total is not None and total_steps is None:
             ensure_run(
                 db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report)
             )
+        given_facts = dict(facts or {})
+        report.split = evaluated.split
+        if evaluated.row_split != HELDOUT:
+            # This file's split is its evaluations' own: not the run's, which stays as it was.
+            stated_facts.pop("split", None)
+            given_facts.pop("split", None)
+            report.warnings.append(
+                f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
+                f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
+                f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
+            )
+        if report.crashed:
+            # The run stopped there: its last step (0 before its first) is where it crashed.
+            stated_facts["crashed_after_step"] = report.last_step or 0
         _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
         conflicts = record_ingest_facts(
             db,
             run,
-            facts or {},
+            given_facts,
             config=config or printed_config,
-            ended=ended,
+            ended=ended or report.crashed,
             source=source,
             stated=stated_facts,
             stated_source=f"{source} (printed by the run)",
@@ -526,6 +680,19 @@ def ingest_file(
         )
     _summarise(path, report)
     return report
+
+
+def _run_split(db, run: str) -> tuple[str | None, bool]:
+    """(the run's recorded split, whether it has held-out evaluations) before this file."""
+    row = next(db.table("runs").rows_where("name = ?", [run], select="id"))
+    recorded = run_facts(db, row["id"])["values"].get("split")
+    heldout = next(
+        db.table("evaluations").rows_where(
+            "run_id = ? AND split = ?", [row["id"], HELDOUT], select="id", limit=1
+        ),
+        None,
+    )
+    return (None if recorded is None else str(recorded)), heldout is not None
 
 
 def _reconcile_total(
@@ -546,6 +713,8 @@ def _reconcile_total(
 def _note_stated(
     event: StatedConfig, stated: list[StatedConfig], choice: _BenchmarkChoice, report: IngestReport
 ) -> None:
+    if event.kind == "crash":
+        report.crashed = True
     if len(stated) < MAX_STATED_CONFIGS:
         stated.append(event)
     if event.left_out_count:
@@ -687,6 +856,9 @@ def _record_one(
     report: IngestReport,
     strict: bool,
     benchmark: Benchmark | None,
+    *,
+    eval_seed: int | None = None,
+    split: str = HELDOUT,
 ) -> bool:
     """Record the step's evaluation, if it has one; False when the record was skipped."""
     where = _where(path, record.line)
@@ -695,7 +867,13 @@ def _record_one(
         if evaluation is None:
             return True
         outcome = record_evaluation_outcome(
-            db, run, source_file=source, source_line=record.line, **evaluation
+            db,
+            run,
+            source_file=source,
+            source_line=record.line,
+            eval_seed=eval_seed,
+            split=split,
+            **evaluation,
         )
     except (BadRecord, InvalidInput) as error:
         if strict:
@@ -707,6 +885,7 @@ def _record_one(
         report.new += 1
     elif outcome.outcome == "duplicate":
         report.duplicates += 1
+        report.completed += bool(outcome.completed)
     else:
         report.conflicts.append(
             {

@@ -226,15 +226,6 @@ def finish_attempt(
         return _entry(db, entry.id)
 
 
-def was_attempted(db: sqlite_utils.Database, entry: OutboxEntry) -> bool:
-    """Whether any attempt at `entry` was started, finished or not: an attempt whose process was
-    killed mid-commit is not counted in `attempts`, and its commit may have landed."""
-    return (
-        entry.attempts > 0
-        or db.table("publication_attempts").count_where("outbox_id = ?", [entry.id]) > 0
-    )
-
-
 def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[OutboxEntry]:
     """Put a run's failed entries back in the queue (`--retry-failed`: the token was fixed, the
     disk freed), with a fresh count of attempts; their attempt log stays. The entries moved."""
@@ -248,6 +239,27 @@ def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> lis
                     "attempts": 0,
                     "next_attempt_at": None,
                     "reason": f"queued again by --retry-failed (was: {entry.reason})",
+                    "updated_at": utc_now(),
+                },
+            )
+            moved.append(_entry(db, entry.id))
+    return moved
+
+
+def fail_pending(
+    db: sqlite_utils.Database, run: str | int, repo_id: str, reason: str
+) -> list[OutboxEntry]:
+    """Fail every pending entry of a run to one repository with `reason` (publishing there
+    stopped); `retry_failed` queues them again. The entries moved."""
+    moved = []
+    with write_transaction(db):
+        for entry in entries(db, run, repo_id, state="pending"):
+            db.table("publication_outbox").update(
+                entry.id,
+                {
+                    "state": "failed",
+                    "reason": reason,
+                    "next_attempt_at": None,
                     "updated_at": utc_now(),
                 },
             )

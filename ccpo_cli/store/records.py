@@ -28,7 +28,12 @@ import sqlite_utils
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name, host_label
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
-from ccpo_cli.store.evaluation_content import evaluation_content, json_text, non_negative_int
+from ccpo_cli.store.evaluation_content import (
+    EvaluationContent,
+    evaluation_content,
+    json_text,
+    non_negative_int,
+)
 from ccpo_cli.vocabulary import CARD_STATUSES
 
 if TYPE_CHECKING:
@@ -68,6 +73,8 @@ class EvaluationOutcome:
     evaluation_id: int
     outcome: str
     conflict_id: int | None = None
+    # A duplicate that completed the kept row: the fields it filled in (`task_types`, ...).
+    completed: tuple[str, ...] = ()
 
 
 def _first(
@@ -284,13 +291,13 @@ def record_evaluation_outcome(
     with write_transaction(db):
         identifier = run_id(db, run)
         same = _first(
-            db.table("evaluations"),
-            "run_id = ? AND content_hash = ?",
-            [identifier, digest],
-            select="id",
+            db.table("evaluations"), "run_id = ? AND content_hash = ?", [identifier, digest]
         )
         if same is not None:
-            return EvaluationOutcome(int(same["id"]), "duplicate")
+            # The training rate is no part of the content hash: a repeat may still carry it.
+            adds = _completion(db, same, checked) or {}
+            _complete(db, same, adds)
+            return EvaluationOutcome(int(same["id"]), "duplicate", completed=tuple(sorted(adds)))
         # Against the result that stands: a retracted one (store/retractions.py) no longer does, so
         # a corrected evaluation recorded after a retraction is new, not a conflict.
         clash = _first(
@@ -300,9 +307,15 @@ def record_evaluation_outcome(
             order_by="id",
         )
         now = utc_now()
-        if clash is not None and _same_at_precision(db, clash, row, checked.task_types):
-            # One result written at two precisions (the console's 0.477, the summary's 0.4765625).
-            return EvaluationOutcome(int(clash["id"]), "duplicate")
+        completion = None if clash is None else _completion(db, clash, checked)
+        if clash is not None and completion is not None:
+            # One result recorded twice: written at two precisions (the console's 0.477, the
+            # summary's 0.4765625), or with fields only one of the records carries (a console's
+            # per-type rates, a history's training rate), which complete the kept row.
+            _complete(db, clash, completion)
+            return EvaluationOutcome(
+                int(clash["id"]), "duplicate", completed=tuple(sorted(completion))
+            )
         if clash is not None:
             # The conflict path: the same differing content seen twice is one conflict row
             # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
@@ -345,8 +358,16 @@ def record_evaluation_outcome(
         return EvaluationOutcome(evaluation_id, "new")
 
 
-# The fields of an evaluation compared when one result may be written at another precision.
-_COMPARED_FIELDS = ("episodes", "successes", "success_rate", "mean_turns", "temperature")
+# The fields of an evaluation compared when one result may be written at another precision,
+# or recorded by two files that each carry some of them.
+_COMPARED_FIELDS = (
+    "episodes",
+    "successes",
+    "success_rate",
+    "mean_turns",
+    "temperature",
+    "train_success_rate",
+)
 
 
 def _decimals(value: float) -> int:
@@ -361,37 +382,62 @@ def agree_at_precision(first: float, second: float) -> bool:
     return abs(float(fine) - float(coarse)) <= 0.5 * 10.0 ** -_decimals(coarse) + 1e-9
 
 
-def _same_at_precision(
-    db: sqlite_utils.Database,
-    recorded: Mapping[str, Any],
-    row: Mapping[str, Any],
-    task_types: Mapping[str, Mapping[str, Any]],
-) -> bool:
-    """Whether a new evaluation says what a recorded one says, each number at the coarser of the
-    two precisions: same fields given, same task types, every value agreeing."""
+def _agree(mine: Any, theirs: Any) -> bool:
+    return mine is None or theirs is None or agree_at_precision(float(mine), float(theirs))
+
+
+def _completion(
+    db: sqlite_utils.Database, recorded: Mapping[str, Any], checked: EvaluationContent
+) -> dict[str, Any] | None:
+    """What a new record of a recorded result adds to it, or None when the two disagree.
+
+    Two records are one result when every value both carry agrees at the coarser of the two
+    precisions (47.7 and 47.65625); a value only one carries is no disagreement. The fields, the
+    per-type rates (`task_types`) and episode rows (`episodes`) that only the new one carries
+    are returned, to complete the kept row; an empty dict is a plain duplicate."""
+    fields = dict(checked.row, train_success_rate=checked.train_success_rate)
+    adds: dict[str, Any] = {}
     for name in _COMPARED_FIELDS:
-        mine, theirs = row.get(name), recorded.get(name)
-        if (mine is None) != (theirs is None):
-            return False
-        # Both given or both missing (checked above); `theirs is not None` is for mypy.
-        if (
-            mine is not None
-            and theirs is not None
-            and not agree_at_precision(float(mine), float(theirs))
-        ):
-            return False
+        mine, theirs = fields.get(name), recorded.get(name)
+        if not _agree(mine, theirs):
+            return None
+        if theirs is None and mine is not None:
+            adds[name] = mine
     recorded_types = {
         item["task_type"]: item["success_rate"]
         for item in db.table("task_type_results").rows_where("evaluation_id = ?", [recorded["id"]])
     }
-    new_types = {key: value.get("success_rate") for key, value in task_types.items()}
-    if set(recorded_types) != set(new_types):
-        return False
-    return all(
-        recorded_types[key] is not None
-        and new_rate is not None
-        and agree_at_precision(float(recorded_types[key]), float(new_rate))
-        for key, new_rate in new_types.items()
+    for key, value in checked.task_types.items():
+        if key in recorded_types and not _agree(value.get("success_rate"), recorded_types[key]):
+            return None
+    missing_types = {
+        key: value for key, value in checked.task_types.items() if key not in recorded_types
+    }
+    if missing_types:
+        adds["task_types"] = missing_types
+    if (
+        checked.episodes
+        and _first(db.table("episodes"), "evaluation_id = ?", [recorded["id"]], select="id") is None
+    ):
+        adds["episodes"] = checked.episodes
+    return adds
+
+
+def _complete(
+    db: sqlite_utils.Database, recorded: Mapping[str, Any], adds: Mapping[str, Any]
+) -> None:
+    """Fill in what the kept evaluation did not record (a value, once recorded, never changes:
+    the append-only trigger of migration m010_completed_evaluations allows only this)."""
+    identifier = recorded["id"]
+    columns = {key: value for key, value in adds.items() if key in _COMPARED_FIELDS}
+    if columns:
+        db.table("evaluations").update(identifier, columns)
+    db.table("task_type_results").insert_all(
+        {"evaluation_id": identifier, "task_type": key, **value}
+        for key, value in adds.get("task_types", {}).items()
+    )
+    db.table("episodes").insert_all(
+        dict(episode, evaluation_id=identifier) for episode in adds.get("episodes", [])
     )
 
 

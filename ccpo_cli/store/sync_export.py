@@ -20,7 +20,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.names import check_run_name, host_label
-from ccpo_cli.store import sync_corrections
+from ccpo_cli.store import metrics, sync_corrections
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 from ccpo_cli.store.sync_format import (
     CHECKPOINT_COLUMNS,
@@ -102,6 +102,9 @@ def _table_rows(
         return
     if table in CORRECTION_TABLES:
         yield from sync_corrections.export_rows(db, table, run)
+        return
+    if table == metrics.SYNC_TABLE:
+        yield from metrics.export_rows(db, run, CHUNK_ROWS)
         return
     source = {
         "evaluations": "evaluations",

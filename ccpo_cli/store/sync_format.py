@@ -3,7 +3,7 @@
 A part holds the rows of one table of one run (`TABLES`, in merge order; checkpoint rows are
 not among them: they name files on the machine that wrote them). Its schema is stamped with
 the table and `PART_FORMAT`. An item key says what makes two rows on two machines the same
-(a run snapshot, one result, a fact, a correction, a publication); `sync_items` records which
+(a run snapshot, one result, a fact, a correction, a publication, one logged scalar); `sync_items` records which
 keys a database knows to be in a dataset (`known_items`). Writing parts is sync_export.py,
 reading them sync_read.py, merging them sync_merge.py.
 """
@@ -18,14 +18,22 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.extras import require_extra
-from ccpo_cli.store import sync_corrections
+from ccpo_cli.store import metrics, sync_corrections
 from ccpo_cli.store.records import IDENTITY_FIELDS
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 
 PART_FORMAT = "1"
 # Merge order: a run before the rows that belong to it, evaluations before the conflicts
 # recorded against them.
-TABLES = ("runs", "evaluations", "conflicts", "facts", "publications", *CORRECTION_TABLES)
+TABLES = (
+    "runs",
+    "evaluations",
+    "conflicts",
+    "facts",
+    "publications",
+    *CORRECTION_TABLES,
+    metrics.SYNC_TABLE,
+)
 # Rows per parquet row group and per merged batch: memory stays flat whatever the run's size.
 CHUNK_ROWS = 256
 
@@ -152,6 +160,7 @@ def part_schemas() -> dict[str, Any]:
             ("published_at", text),
         ],
         **sync_corrections.schemas(pa),
+        metrics.SYNC_TABLE: metrics.sync_schema(pa),
     }
     return {
         table: pa.schema(fields, metadata={"ccpo_table": table, "ccpo_part_format": PART_FORMAT})
@@ -186,6 +195,8 @@ def item_key(table: str, row: dict[str, Any]) -> str:
         return f"fact:{uid}:{_digest(row['key'], row['value'])}"
     if table in CORRECTION_TABLES:
         return f"{table}:{uid}:{_digest(*sync_corrections.item_parts(table, row))}"
+    if table == metrics.SYNC_TABLE:
+        return f"metric:{uid}:{_digest(*metrics.item_parts(row))}"
     return f"publication:{uid}:{_digest(*(row.get(name) for name in ('repo_id', 'revision', 'commit_id', 'card_hash', 'status', 'checkpoint_step', 'url', 'published_at')))}"
 
 

@@ -5,7 +5,8 @@ identical evaluation content is one row (its content hash recomputed from the ro
 whose rows do not match refused), a different result for the same run, step, split and eval
 seed is a recorded conflict (both values kept), a fact is kept once per value, a publication
 once per identical row, a checkpoint row (a Ray task's return only) once per step and path.
-Run snapshots are merged by sync_runs.py, corrections by sync_corrections.py. With an
+Run snapshots are merged by sync_runs.py, corrections by sync_corrections.py, logged
+scalars by metrics.py (a value once per run, name and step). With an
 `Origin`, every merged row is also recorded as being in that dataset (`sync_items`), so
 merging a part twice changes nothing.
 """
@@ -21,7 +22,7 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store import sync_corrections
+from ccpo_cli.store import metrics, sync_corrections
 from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
@@ -141,16 +142,18 @@ def _conflict_arguments(row: dict[str, Any], where: str) -> dict[str, Any]:
     }
 
 
+def _reached(db: sqlite_utils.Database, run_id: int) -> int:
+    """The last step recorded here (total and last step; only the run's own machine moves them
+    forward): a merged row past it is refused (an injected step 7 of a 4-step run once became
+    its best)."""
+    run = db.table("runs").get(run_id)
+    return max(step for step in (run["total_steps"], run["last_step"], 0) if isinstance(step, int))
+
+
 def _merge_evaluation(
     db: sqlite_utils.Database, table: str, row: dict[str, Any], run_id: int, where: str
 ) -> str:
-    run = db.table("runs").get(run_id)
-    # Past the steps recorded here (total and last step; only the run's own machine moves them
-    # forward) an evaluation is refused: an injected step 7 of a 4-step run once became its best.
-    reached = max(
-        step for step in (run["total_steps"], run["last_step"], 0) if isinstance(step, int)
-    )
-    check_step(row["step"], reached, "an evaluation at step", where)
+    check_step(row["step"], _reached(db, run_id), "an evaluation at step", where)
     synced_time(row["recorded_at"], "recorded_at", where)
     if table == "evaluations":
         arguments = _evaluation_arguments(row)
@@ -310,6 +313,9 @@ def _merge_one(
             outcome = _merge_publication(db, row, local["id"])
         elif table in CORRECTION_TABLES:
             outcome = sync_corrections.merge_row(db, table, row, local, where)
+        elif table == metrics.SYNC_TABLE:
+            check_step(row.get("step"), _reached(db, local["id"]), "a metric at step", where)
+            outcome = metrics.merge_row(db, row, local, where)
         else:
             raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
     counts.add(table, outcome)

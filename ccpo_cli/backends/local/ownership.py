@@ -39,11 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.owned_output import RUN_IDENTITY_FILE
 from ccpo_cli.store.db import utc_now
 from ccpo_cli.store.liveness import ProcessOwner
 from ccpo_cli.vocabulary import LOCAL
 
-IDENTITY_FILE = "run.json"
+IDENTITY_FILE = RUN_IDENTITY_FILE
 LOCK_FILE = "trainer.lock"
 FOLDER_FORMAT = "ccpo-run-folder/1"
 _MAX_RECORD_BYTES = 64 * 1024

@@ -76,7 +76,7 @@ from ccpo_cli.store import (
     run_evaluations,
     update_run_state,
 )
-from ccpo_cli.store.db import utc_now
+from ccpo_cli.store.db import utc_now, write_transaction
 from ccpo_cli.store.facts import record_run_facts
 from ccpo_cli.store.liveness import (
     HEARTBEAT_EVERY_S,
@@ -87,6 +87,7 @@ from ccpo_cli.store.liveness import (
     record_failure,
     start_session,
 )
+from ccpo_cli.store.metrics import record_metrics, scalar_values
 from ccpo_cli.vocabulary import LOCAL
 
 BACKEND = LOCAL
@@ -139,6 +140,7 @@ class _Run:
         self.train_wall_s = 0.0
         self.evaluations: list[dict[str, Any]] = []
         self.step1_hash: str | None = None
+        self.metrics_lines: int | None = None  # lines of metrics.jsonl, counted at the first append
         # Each time this run record was continued: at which step, and which free settings changed.
         self.resumes: list[dict[str, Any]] = []
         self.start = (
@@ -244,15 +246,31 @@ class _Run:
             ) from None
 
     def append_metrics(self, metrics: dict[str, Any]) -> None:
+        """One step's line of metrics.jsonl, and its numbers in runs.db's metrics table (the
+        file and line they were written to: store/metrics.py)."""
         self.check_folder(metrics["step"])
+        path = self.run_dir / "metrics.jsonl"
         try:
-            with open(self.run_dir / "metrics.jsonl", "a") as handle:
+            if self.metrics_lines is None:  # after _drop_metrics_after: the lines kept
+                self.metrics_lines = sum(1 for _ in open(path, "rb")) if path.exists() else 0
+            with open(path, "a") as handle:
                 handle.write(json.dumps(metrics) + "\n")
         except OSError as error:
             raise CcpoError(
-                f"could not append to {self.run_dir / 'metrics.jsonl'} ({error.strerror or error}); "
+                f"could not append to {path} ({error.strerror or error}); "
                 "the run is recorded as failed"
             ) from None
+        self.metrics_lines += 1
+        scalars = {key: value for key, value in metrics.items() if key not in ("step", "wall_time")}
+        with write_transaction(self.db):
+            record_metrics(
+                self.db,
+                self.run_name,
+                metrics["step"],
+                scalar_values(scalars),
+                source_file=str(path.resolve()),
+                source_line=self.metrics_lines,
+            )
 
     def resume(self) -> bool:
         path = latest_checkpoint(self.run_dir)
@@ -698,7 +716,13 @@ def _train(
         )  # this session's steps and seconds give s/step and the ETA
         try:
             if run.step == 0 and config.eval_every and config.eval_from == 0:
-                _report_eval(log, run.evaluate(rollout_pool, 0))
+                evaluation = run.evaluate(rollout_pool, 0)
+                _report_eval(log, evaluation)
+                # The untrained evaluation is a point of every curve: metrics.jsonl, and so
+                # every live tracker, starts at step 0 as runs.db and `ccpo export` do.
+                run.append_metrics(
+                    {"step": 0, "wall_time": time.time(), **_evaluation_metrics(evaluation)}
+                )
                 if observer is not None:
                     notify(log, lambda: observer.evaluated(0))
             while step < config.steps:
@@ -743,11 +767,7 @@ def _train(
                 if evaluated:
                     evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
                     _report_eval(log, evaluation)
-                    # The step's line carries its evaluation's cost, so a run's CPU is its metrics' sum.
-                    metrics.update(
-                        {"eval/wall_s": evaluation["eval_s"], "eval/cpu_s": evaluation["cpu_s"]}
-                    )
-                    metrics.update(held_out_metrics(evaluation))
+                    metrics.update(_evaluation_metrics(evaluation))
                 run.append_metrics(metrics)
                 if evaluated or last:
                     run.checkpoint(step)
@@ -880,6 +900,16 @@ def held_out_metrics(result: dict[str, Any]) -> dict[str, float | int]:
             continue  # a game outside ALFWorld's six types has no verl-agent metric name
         metrics[metric] = counts["successes"] / counts["episodes"]
     return metrics
+
+
+def _evaluation_metrics(evaluation: dict[str, Any]) -> dict[str, float | int]:
+    """An evaluation's keys of its step's metrics.jsonl line: its cost (so that a run's CPU is
+    its metrics' sum) and its held-out results."""
+    return {
+        "eval/wall_s": evaluation["eval_s"],
+        "eval/cpu_s": evaluation["cpu_s"],
+        **held_out_metrics(evaluation),
+    }
 
 
 def _report_eval(log: Callable[[str], None], result: dict[str, Any]) -> None:

@@ -62,7 +62,8 @@ class StatedConfig:
     main_ppo pretty-prints it (a nested mapping), `launch` the text of a traced
     `python -m verl.trainer.main_ppo key=value ...` command, `prepare` the text of verl-agent's
     traced data preparation command (`examples.data_preprocess.prepare --val_data_size N`),
-    `resume` the step of the checkpoint verl says it resumed from. `left_out` names the lines of other output found inside a printed config (Ray interleaves
+    `resume` the step of the checkpoint verl says it resumed from, `crash` Hydra's report that the
+    job raised (the run stopped there). `left_out` names the lines of other output found inside a printed config (Ray interleaves
     them) and read around; `left_out_count` counts them all."""
 
     line: int

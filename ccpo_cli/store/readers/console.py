@@ -29,7 +29,13 @@ from ccpo_cli.store.readers.base import (
     StatedConfig,
     step_number,
 )
-from ccpo_cli.store.readers.console_config import ConfigBlock, command_event, config_starts
+from ccpo_cli.store.readers.console_config import (
+    ConfigBlock,
+    PrintedMetrics,
+    command_event,
+    config_starts,
+    initial_validation_starts,
+)
 from ccpo_cli.store.readers.lines import Line, read_lines
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
@@ -225,7 +231,17 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     such line was (wandb's output.log)."""
     held: list[_MaybeCut] = []
     longer_line_seen = False
+    initial: _PrintedValidation | None = None
     for event in _read_console(path, stats):
+        if isinstance(event, _PrintedValidation):
+            initial = event
+            continue
+        record = event.result if isinstance(event, _MaybeCut) else event
+        if initial is not None and isinstance(record, MetricRecord):
+            # The step line that follows the print holds the same validation: it is the record.
+            if record.step != initial.step:
+                yield MetricRecord(initial.step, initial.metrics, initial.line)
+            initial = None
         if isinstance(event, _LongerLine):
             longer_line_seen = True
             yield from (maybe.result for maybe in held)
@@ -238,6 +254,13 @@ def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
         else:
             yield event
     yield from (maybe.cut() for maybe in held)
+    if initial is not None:
+        yield MetricRecord(initial.step, initial.metrics, initial.line)
+
+
+class _PrintedValidation(MetricRecord):
+    """The initial validation verl printed (`Initial validation metrics: {...}`): the step-0
+    (or resumed step's) record only when no step line of that step follows it."""
 
 
 class _LongerLine:
@@ -257,8 +280,20 @@ def _covers(record: MetricRecord | Skipped | _MaybeCut, previous_last_key: str |
 def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCut | _LongerLine]:
     pending: _Pending | None = None
     config: ConfigBlock | None = None
+    printed: PrintedMetrics | None = None
+    resumed_step = 0  # the step an initial validation is of: 0, or the checkpoint resumed from
     previous_last_key: str | None = None
     longer_line_seen = False
+
+    def initial_validation(line: Line, body: str) -> Iterator[ReadEvent]:
+        nonlocal printed
+        assert printed is not None
+        outcome = printed.add(body)
+        if isinstance(outcome, dict):
+            yield _PrintedValidation(resumed_step, outcome, printed.line)
+        elif outcome is not None:
+            yield Skipped(line.number, outcome)
+        printed = None if printed.done else printed
 
     def completed(record: _Pending) -> MetricRecord | Skipped | _MaybeCut:
         nonlocal previous_last_key
@@ -279,6 +314,13 @@ def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCu
             yield from _feed(config, line, body)
             config = None if config.done else config
             continue
+        if printed is not None:
+            if prefix in (None, printed.prefix) and printed.continues(body):
+                yield from initial_validation(line, body)
+                continue
+            # Cut by other output: the print is not read; the step line of that validation, when
+            # the log has one, is its record anyway.
+            printed = None
         if not line.terminated:
             # Still being written, unless it is a whole record (see _covers). If it would
             # continue the pending record, that record is incomplete too; both wait for the
@@ -316,7 +358,12 @@ def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCu
             config = ConfigBlock(line.number, prefix)
             yield from _feed(config, line, body)
             config = None if config.done else config
+        elif initial_validation_starts(body):
+            printed = PrintedMetrics(line.number, prefix)
+            yield from initial_validation(line, body)
         elif (command := command_event(line.number, body)) is not None:
+            if command.kind == "resume":
+                resumed_step = command.value
             yield command
     if pending is not None:
         yield completed(pending)

@@ -13,7 +13,9 @@ cannot belong to it, the block is dropped and said so.
 Ray interleaves the output of the same actor (a warning, a progress bar) with the printed
 lines. pprint indents every line after the first and starts it with an element (a quoted
 key or string, a number, a bracket, True/False/None); a line of the actor that does not is
-not part of the literal: it is left out, and the lines left out are named in the event.
+not part of the literal: it is left out, and the lines left out are named in the event. Other
+output can also cut a printed line after a key (`'tool_config': `, then a WARNING line): the
+next line that starts with an element, indented or not, is the rest of that value.
 """
 
 from __future__ import annotations
@@ -32,11 +34,70 @@ _PREPARE = re.compile(r"(?:^|[\s+])-m\s+examples\.data_preprocess\.prepare\b")
 _LAUNCH = re.compile(r"(?:^|[\s+])-m\s+(?:verl\.trainer\.main_ppo|recipe\.[\w.]+\.main_\w+)\b")
 # verl's trainer, resuming: `Resuming from <folder>/global_step_60` (a fresh run prints none).
 _RESUME = re.compile(r"^Resuming from\s+(?P<folder>\S*global_step_(?P<step>\d+))\S*\s*$")
+# Hydra's last word when the job it ran raised (a crash, not a run that ended by itself).
+_CRASH = "Error executing job with overrides:"
 _OPENERS, _CLOSERS = "{[(", "}])"
 # A pprint continuation line: indented, starting with an element of a literal.
 _LITERAL_LINE = re.compile(r"\s+(?:['\"{\[(\d-]|True\b|False\b|None\b)")
+# The rest of a value whose key ended the previous line (`'tool_config': `), when other output
+# cut the line in two: it starts with an element, at any indentation.
+_VALUE_REST = re.compile(r"\s*(?:['\"{\[(\d-]|True\b|False\b|None\b)")
 # At most this many left-out line numbers are kept (the count is exact).
 MAX_NAMED_INTERLEAVED = 1_000
+
+
+# verl's trainers print the validation they run before training (`pprint(f"Initial validation
+# metrics: {val_metrics}")`): one line, or, when long, pprint's parenthesised run of string
+# literals over several lines. A launch that crashes before its first step leaves only this.
+_INITIAL_VALIDATION = re.compile(r"""^[("']*Initial validation metrics:\s*""")
+_NUMPY_NUMBER = re.compile(r"np\.(?:float|int)\d*\(([^()]*)\)")
+MAX_PRINTED_METRICS_LINES = 1_000
+
+
+def initial_validation_starts(body: str) -> bool:
+    return _INITIAL_VALIDATION.match(body.strip()) is not None
+
+
+class PrintedMetrics:
+    """The initial validation's metrics verl printed, collected line by line (one Ray actor's)."""
+
+    def __init__(self, number: int, prefix: str | None):
+        self.line, self.prefix = number, prefix
+        self.parts: list[str] = []
+        self.depth = 0
+        self.done = False
+
+    def continues(self, body: str) -> bool:
+        """Whether a line is the next piece of the printed value: pprint's next string literal."""
+        return body.strip()[:1] in ("'", '"')
+
+    def add(self, body: str) -> dict[str, float] | str | None:
+        """Take one more line: the metrics once the printed value closes, a reason (text) when
+        it does not read, None while it is still open."""
+        self.parts.append(body.strip())
+        self.depth += _depth_change(body)
+        if self.depth > 0 and len(self.parts) < MAX_PRINTED_METRICS_LINES:
+            return None
+        self.done = True
+        return self._read()
+
+    def _read(self) -> dict[str, float] | str:
+        text = "\n".join(self.parts)
+        try:
+            if text[0] in "(\"'":
+                text = ast.literal_eval(text)
+            if not isinstance(text, str):
+                raise ValueError("not a string")
+            value = ast.literal_eval(_NUMPY_NUMBER.sub(r"\1", _INITIAL_VALIDATION.sub("", text)))
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return f"printed initial validation metrics from line {self.line} do not read; not read"
+        if not isinstance(value, Mapping):
+            return f"printed initial validation metrics from line {self.line} are not a mapping; not read"
+        return {
+            str(key): float(number)
+            for key, number in value.items()
+            if isinstance(number, (int, float)) and not isinstance(number, bool)
+        }
 
 
 def config_starts(body: str) -> bool:
@@ -45,9 +106,12 @@ def config_starts(body: str) -> bool:
 
 
 def command_event(number: int, body: str) -> StatedConfig | None:
-    """A traced data-preparation or launch command, or the checkpoint a run resumed from
-    (value: its step), as an event; None for any other line."""
+    """A traced data-preparation or launch command, the checkpoint a run resumed from
+    (value: its step), or the crash Hydra reports (value: the error line), as an event; None
+    for any other line."""
     text = body.strip()
+    if text.startswith(_CRASH):
+        return StatedConfig(number, "crash", text[: len(_CRASH)])
     if (resume := _RESUME.match(text)) is not None:
         return StatedConfig(number, "resume", int(resume.group("step")))
     if _PREPARE.search(text):
@@ -93,7 +157,7 @@ class ConfigBlock:
         """Take one more line (`number` its line in the file). The event once the dict closes
         and reads; a reason (text) when the block is given up; None while it is still open.
         A line after the first that is not a pprint continuation is other output: left out."""
-        if self.parts and not _LITERAL_LINE.match(body):
+        if self.parts and not self._continues(body):
             self.interleaved_count += 1
             if number is not None and len(self.interleaved) < MAX_NAMED_INTERLEAVED:
                 self.interleaved.append(number)
@@ -107,6 +171,11 @@ class ConfigBlock:
             return None
         self.done = True
         return self._read()
+
+    def _continues(self, body: str) -> bool:
+        if _LITERAL_LINE.match(body):
+            return True
+        return self.parts[-1].rstrip().endswith(":") and _VALUE_REST.match(body) is not None
 
     def _too_long(self) -> str | None:
         if (

@@ -2,12 +2,13 @@
 written with pandas), with a `dir_name` or `run` column when it holds several runs.
 
 Rows come in any order (tbparse groups them by tag), so a step's metrics are gathered before
-they are yielded. Only the metrics that become evaluations are kept, which bounds memory by the
-number of validation steps, not by the file.
+they are yielded: every tag, as every scalar goes to runs.db's metrics table, so memory grows
+with the file's values (one float each, the tag names shared).
 """
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +18,10 @@ from ccpo_cli.store.readers.base import (
     BadRecord,
     MetricRecord,
     ReadEvent,
-    ReadStats,
     Skipped,
     step_number,
 )
-from ccpo_cli.store.readers.metric_names import KNOWN_KEYS, RATE_KEYS
+from ccpo_cli.store.readers.metric_names import RATE_KEYS
 
 RUN_COLUMNS = ("dir_name", "run")
 
@@ -31,9 +31,7 @@ def is_long_header(cells: list[str]) -> bool:
     return {"step", "tag", "value"} <= names
 
 
-def read_long(
-    path: Path, rows, header: list[str], source_run: str | None, stats: ReadStats | None = None
-) -> Iterator[ReadEvent]:
+def read_long(path: Path, rows, header: list[str], source_run: str | None) -> Iterator[ReadEvent]:
     names = [cell.strip().lower() for cell in header]
     step_at, tag_at, value_at = names.index("step"), names.index("tag"), names.index("value")
     run_at = next((names.index(name) for name in RUN_COLUMNS if name in names), None)
@@ -52,11 +50,7 @@ def read_long(
                 runs.add(cells[run_at])
                 if source_run is not None and cells[run_at] != source_run:
                     continue
-            tag = cells[tag_at].strip()
-            if tag not in KNOWN_KEYS:
-                if stats is not None:
-                    stats.drop_key(tag)  # named in the ingest report as unused
-                continue
+            tag = sys.intern(cells[tag_at].strip())
             step = step_number(float(cells[step_at]))
             by_step[step][tag] = float(cells[value_at])
             first_line.setdefault(step, number)

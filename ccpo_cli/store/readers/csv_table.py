@@ -204,7 +204,7 @@ def read_csv(
             f"{path}: no CSV header with a step column (one of {', '.join(STEP_COLUMNS)})"
         )
     if is_long_header(header.cells):
-        yield from read_long(path, rows, header.cells, source_run, stats)
+        yield from read_long(path, rows, header.cells, source_run)
         return
     step_index, columns = _columns(path, header.cells, metric, source_run)
     percent, text = _survey_columns(path, columns)
