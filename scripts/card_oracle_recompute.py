@@ -19,8 +19,9 @@ The rules, as the docs state them:
   not recorded.
 - unit: training runs with the same arm (name and fingerprint), base model, backend, benchmark,
   split, temperature, turn limit and episodes; an inferred count is a lower bound (the true
-  panel is a multiple of it): it pools with the one count recorded in its setting that it
-  divides, else stands as its own value (docs/runs-db.md); a count neither
+  panel is a multiple of it) and never splits an arm: it pools with the one count recorded in
+  its setting that it divides (docs/runs-db.md), with none recorded with the largest inferred
+  count it divides; a count neither
   recorded nor inferable is its own value, as docs/runs-db.md's pandas recipe groups it
   (dropna=False): a run of unknown panel is not pooled with a 64-episode one. Rates printed to
   3 or 4 decimals (verl's console) cannot say their panel: such a run joins the one panel of its
@@ -305,6 +306,7 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
     result = []
     for ((arm, fingerprint), setting), members in groups.items():
         recorded = {r.episodes for r in members if r.episodes_basis == "recorded"}
+        inferred = {r.episodes for r in members if r.episodes_basis == "inferred"}
         by_panel: dict[int | None, list[Run]] = defaultdict(list)
         known = {r.episodes for r in members if r.episodes_basis in ("recorded", "inferred")}
         for run in members:
@@ -312,9 +314,12 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
             if run.episodes_basis == "rounded" and len(known) == 1:
                 panel = next(iter(known))  # rates rounded past reading: the one panel there is
             elif run.episodes_basis == "inferred":
-                # The true panel is a multiple of the inferred one: the one count recorded in
-                # the setting that it divides (docs/runs-db.md), else its own.
+                # The true panel is a multiple of the inferred one, which never splits an arm
+                # (issue 39): the one count recorded in the setting that it divides
+                # (docs/runs-db.md); with none recorded, the largest inferred count it divides.
                 sizes = [size for size in recorded if size % run.episodes == 0]
+                if not recorded:
+                    sizes = [max(size for size in inferred if size % run.episodes == 0)]
                 panel = sizes[0] if len(sizes) == 1 else panel
             by_panel[panel].append(run)
         for panel, grouped in by_panel.items():
@@ -439,6 +444,27 @@ def check_compare(
                     f"{label}: mean {arm.get('mean')}",
                     f"the mean of the seed means is {unit.mean}",
                 )
+        panel = (arm.get("protocol") or {}).get("episodes")
+        for name in names if isinstance(panel, int) and panel > 0 else ():
+            run = runs.get(name)
+            if run is None or run.episodes_basis == "rounded":
+                continue
+            fits = all(
+                abs(row["success_rate"] * panel / 100 - round(row["success_rate"] * panel / 100))
+                < 1e-6
+                for row in run.window
+            )
+            found.check(
+                fits and (run.episodes_basis != "recorded" or run.episodes == panel),
+                "compare arms[]",
+                f"{label}: {panel} episodes per evaluation, for run {name}",
+                f"run {name} records {run.episodes} episodes ({run.episodes_basis}); "
+                + (
+                    "its rates are whole successes of that panel"
+                    if fits
+                    else f"its rates are not whole successes of {panel} episodes"
+                ),
+            )
         found.check(
             not arm.get("resolved") or (arm.get("n_seeds") or 0) >= MIN_SEEDS_RESOLVED,
             "compare arms[]",

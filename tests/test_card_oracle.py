@@ -159,6 +159,43 @@ CAUSES = {
             ),
         )
     ),
+    # Generated examples that once found a false claim (h39-findings F15-F17).
+    # Two inferred counts, one dividing the other, nothing recorded: one arm, never split.
+    "generated-two-inferred-counts": DatabaseRecipe(
+        (
+            _run("turn-ppo-s0-0", "turn-ppo", 0, base_model=MODEL_15B, episodes="inferred"),
+            _run(
+                "turn-ppo-s1-1",
+                "turn-ppo",
+                1,
+                base_model=MODEL_15B,
+                episodes="submultiple",
+                panel=64,
+            ),
+        )
+    ),
+    # A recorded 128 pooled with an unseeded sub-multiple panel: the unit's count is 128.
+    "generated-recorded-128-with-submultiple": DatabaseRecipe(
+        (
+            _run("ppo-s1-1", "ppo", 1, base_model=MODEL_15B, temperature=0.0),
+            _run(
+                "ppo-noseed-2",
+                "ppo",
+                None,
+                base_model=MODEL_15B,
+                temperature=0.0,
+                episodes="submultiple",
+                panel=64,
+            ),
+        )
+    ),
+    # A count neither recorded nor inferable beside an inferred 32: never labelled 32 episodes.
+    "generated-unknown-count-labelled-32": DatabaseRecipe(
+        (
+            _run("gigpo-s1-1", "gigpo", 1, base_model=MODEL_15B, episodes="submultiple", panel=64),
+            _run("gigpo-s2-2", "gigpo", 2, base_model=MODEL_15B, episodes="missing", level=72.0),
+        )
+    ),
 }
 
 
