@@ -5,8 +5,8 @@ The token comes from --token (``-`` reads it from stdin, so it never shows in `p
 --token-file, HF_TOKEN or the saved login, in that order. Every Hub call is one
 `HubClient.call`: it runs under the limits of hub_transport.py (short timeouts for metadata,
 longer ones for transfers, an overall deadline, a size cap on answers), is tried again with
-bounded, jittered backoff on 408, 429 (after its Retry-After), 5xx and (for commits, by the
-caller) 409, and any failure becomes one `HubCallError` (a RemoteError, exit 4) that says what
+bounded, jittered backoff on the statuses of its `RetryRule` (408, 429 after its Retry-After,
+500, 502, 503, 504, and on a commit, `HubClient.commit`, 409), and any failure becomes one `HubCallError` (a RemoteError, exit 4) that says what
 failed and how to fix it. A Hub that accepts a connection and never answers, streams forever or
 trickles ends in exit 4 within the deadline.
 
@@ -422,8 +422,9 @@ LATER_KINDS = TRANSIENT_KINDS | {"timeout", "deadline", "too_large", "shape"}
 class RetryRule:
     """The one retry rule of every Hub call ccpo makes (publish, sync, model download, outbox).
 
-    Statuses worth another attempt are `statuses` (and 409 on a commit: another commit was being
-    applied); a call is tried at most `attempts` times; the n-th wait is `first_wait_s` · 2^n (at
+    Statuses worth another attempt are `statuses`, and `commit_statuses` on a commit (they add
+    409: another commit was being applied); a failure without an answer is worth one when the Hub
+    could not be reached. A call is tried at most `attempts` times; the n-th wait is `first_wait_s` · 2^n (at
     most `max_wait_s`) times a random factor in [0.5, 1), or the Hub's Retry-After when it sends
     one, honoured up to `retry_after_max_s` (a longer one ends the call: the caller decides when
     to come back). No wait reaches past the command's deadline."""
@@ -435,8 +436,11 @@ class RetryRule:
     max_wait_s: float = 30.0
     retry_after_max_s: float = 60.0
 
-    def transient(self, failure: HubCallError) -> bool:
-        """Whether `failure` is worth another attempt now (the one answer every path uses)."""
+    def transient(self, failure: HubCallError, *, commit: bool = False) -> bool:
+        """Whether `failure` (of a commit when `commit`) is worth another attempt now (the one
+        answer every path uses)."""
+        if failure.status is not None:
+            return failure.status in (self.commit_statuses if commit else self.statuses)
         return failure.kind in TRANSIENT_KINDS
 
     def retry_later(self, failure: HubCallError) -> bool:
@@ -639,7 +643,7 @@ class HubClient:
                             f"{self.repo_id}: {what}: the answer was lost, but the commit landed ({found[:12]})"
                         )
                     return found, True
-                if not self.rule.transient(failure):
+                if not self.rule.transient(failure, commit=True):
                     raise
                 if attempt + 1 == self.rule.attempts:
                     raise _gave_up(failure, attempt + 1) from None

@@ -37,9 +37,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-# Statuses worth a second try: the Hub's own words for "not now" (rate limit, a commit in
-# progress, a gateway that gave up). 409 is only a retry on a commit: elsewhere it means
-# "already exists", which the library handles.
+# The Hub's own words for "not now" (rate limit, a commit in progress, a gateway that gave up):
+# the transport ends a request on them, so the library never retries one silently, and they are
+# the default statuses of hub_access.RetryRule, which decides whether ccpo tries again. 409 only
+# on a commit: elsewhere it means "already exists", which the library handles.
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 COMMIT_RETRY_STATUSES = RETRY_STATUSES | {409}
 

@@ -28,14 +28,16 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TYPES = (
-    "pick_and_place",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
+sys.path.insert(0, str(REPO))
+
+from ccpo_cli.store.readers.metric_names import (  # noqa: E402
+    MEAN_TURNS_KEY,
+    OVERALL_KEY,
+    TRAIN_SUCCESS_KEY,
 )
+from ccpo_cli.task_types import VERL_METRIC_NAMES  # noqa: E402
+
+TYPES = tuple(VERL_METRIC_NAMES.values())  # the names verl-agent logs per task type
 TRAINING_KEYS = [
     f"{group}/{name}_{i}"
     for group in ("actor", "critic", "timing_s", "response_length", "perf")
@@ -46,10 +48,10 @@ TRAINING_KEYS = [
 
 def step_metrics(step: int, rng: random.Random) -> dict[str, float]:
     metrics = {key: rng.uniform(-10, 1000) for key in TRAINING_KEYS}
-    metrics["episode/success_rate"] = rng.random()
+    metrics[TRAIN_SUCCESS_KEY] = rng.random()
     if step % 5 == 0:
-        metrics["val/success_rate"] = rng.random()
-        metrics["val/episode_length/mean"] = rng.uniform(10, 50)
+        metrics[OVERALL_KEY] = rng.random()
+        metrics[MEAN_TURNS_KEY] = rng.uniform(10, 50)
         metrics.update({f"val/{name}_success_rate": rng.random() for name in TYPES})
     return metrics
 
@@ -74,7 +76,6 @@ def write_files(folder: Path, megabytes: int) -> dict[str, Path]:
 
 def write_csv_files(folder: Path, megabytes: int) -> dict[str, Path]:
     """Three CSV exports of about `megabytes` MB: 11 columns, MAX_CSV_COLUMNS columns, 10^6 columns."""
-    sys.path.insert(0, str(REPO))
     from ccpo_cli.store.readers.csv_table import MAX_CSV_COLUMNS
 
     target = megabytes * 1024 * 1024
@@ -85,7 +86,7 @@ def write_csv_files(folder: Path, megabytes: int) -> dict[str, Path]:
         ("10^6 cols", 10**6),
     ):
         path = folder / f"width-{columns}.csv"
-        names = ["val/success_rate", *(f"custom/m{i}" for i in range(1, columns - 1))]
+        names = [OVERALL_KEY, *(f"custom/m{i}" for i in range(1, columns - 1))]
         with path.open("w") as handle:
             handle.write(",".join(["step", *names]) + "\n")
             step = 0

@@ -37,6 +37,7 @@ from fakehub import FakeHub  # noqa: E402
 
 from ccpo_cli.backends.local import train_arm  # noqa: E402
 from ccpo_cli.publishing.background import publisher_for  # noqa: E402
+from ccpo_cli.vocabulary import LOCAL  # noqa: E402
 
 TOKEN = "hf_bench_token"
 TARGET = 0.03
@@ -83,7 +84,7 @@ def one_run(folder: Path, options: dict, hub: FakeHub | None) -> dict:
             publisher_for(
                 db_path,
                 "bench/push",
-                backend="local",
+                backend=LOCAL,
                 endpoint=hub.endpoint,
                 token=TOKEN,
                 window_start=0,

@@ -29,8 +29,9 @@ from ccpo_cli.report.compare import compare_runs  # noqa: E402
 from ccpo_cli.store import ensure_run, open_db, record_evaluation, write_transaction  # noqa: E402
 from ccpo_cli.store.identity import ExternalArm  # noqa: E402
 from ccpo_cli.store.ingest import ingest_file  # noqa: E402
+from ccpo_cli.task_types import TASK_TYPES  # noqa: E402
+from ccpo_cli.vocabulary import EVAL_TEMPERATURE  # noqa: E402
 
-TASK_TYPES = ("pick", "look", "clean", "heat", "cool", "pick2")
 ARMS = ("grpo", "gigpo", "return-hard", "return-hard-fbjw", "global-successor")
 COMPARE_TARGET_S = 1.0
 
@@ -72,7 +73,7 @@ def fill_database(path: Path, runs: int, evals: int) -> float:
                     step,
                     episodes=128,
                     successes=successes,
-                    temperature=0.4,
+                    temperature=EVAL_TEMPERATURE,
                     task_types=types,
                 )
     return time.perf_counter() - started

@@ -170,14 +170,9 @@ def window_of(design):
     from dataclasses import replace
 
     from ccpo_cli.experiments import testbed_cost
-    from ccpo_cli.experiments.matrix import MATRIX_WINDOW
 
     recipe, warm = design.recipe, design.warm_start
-    window = (
-        MATRIX_WINDOW.start(recipe.steps, warm, recipe.eval_every)
-        if design.window_start is None
-        else design.window_start
-    )
+    window = design.window_first_step
     first = window if design.eval_from is None else design.eval_from
     schedule = replace(recipe, eval_from=first)
     # A fork trains (and evaluates after) its own steps only: warm + 1 onwards.

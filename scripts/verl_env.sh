@@ -3,11 +3,20 @@
 # without moving any version verl-agent resolved. CI (.ci/run) and users run the same script.
 #
 #   scripts/verl_env.sh PYTHON TARGET_DIR VERL_AGENT_HOME
+#   scripts/verl_env.sh --stamp PYTHON VERL_AGENT_HOME   # prints the key of a valid environment
 #
 # verl-agent is not installed into the environment (a user's checkout may be read-only): tests and
 # `ccpo train --backend verl` import it from PYTHONPATH=$VERL_AGENT_HOME.
-# A rerun with the same interpreter, requirements and ccpo pyproject.toml reuses TARGET_DIR.
+# A rerun with the same interpreter, requirements and ccpo pyproject.toml reuses TARGET_DIR, also
+# one built from another clone (CI keeps it outside the clone, keyed by --stamp): ccpo's editable
+# install is then pointed at this clone, nothing else moves.
 set -euo pipefail
+PRINT_STAMP=0
+if [ "${1:-}" = "--stamp" ]; then
+  PRINT_STAMP=1
+  shift
+  set -- "${1:-}" "-" "${2:-}"
+fi
 PY=${1:?usage: verl_env.sh PYTHON TARGET_DIR VERL_AGENT_HOME}
 TARGET=${2:?usage: verl_env.sh PYTHON TARGET_DIR VERL_AGENT_HOME}
 VERL_AGENT_HOME=${3:-${VERL_AGENT_HOME:?usage: verl_env.sh PYTHON TARGET_DIR VERL_AGENT_HOME}}
@@ -20,7 +29,17 @@ stamp_of() {
   { "$PY" -c 'import sys; print(sys.version)'; cat "$SETUP_PY" "$REPO/pyproject.toml" "$0"; } | sha256sum | cut -d' ' -f1
 }
 STAMP=$(stamp_of)
+if [ "$PRINT_STAMP" = 1 ]; then
+  echo "$STAMP"
+  exit 0
+fi
 if [ -f "$TARGET/.ccpo-verl-env" ] && [ "$(cat "$TARGET/.ccpo-verl-env")" = "$STAMP" ]; then
+  # (run from / so that the answer is the installed ccpo, not a checkout in the working directory)
+  INSTALLED=$(cd / && "$TARGET/bin/python" -c 'import ccpo_cli, pathlib; print(pathlib.Path(ccpo_cli.__file__).parent.parent)' 2>/dev/null || true)
+  if [ "$INSTALLED" != "$REPO" ]; then
+    "$TARGET/bin/python" -m pip --disable-pip-version-check install -q --no-deps --no-build-isolation -e "$REPO"
+    echo "verl_env.sh: $TARGET reused; ccpo now installed from $REPO"
+  fi
   echo "verl_env.sh: $TARGET is up to date"
   exit 0
 fi

@@ -10,6 +10,7 @@ import socket
 import tempfile
 
 import pytest
+from helpers_cache import SHARED
 from hypothesis import settings as hypothesis_settings
 
 # alfworld creates $ALFWORLD_DATA at import time (default ~/.cache/alfworld): keep tests in a temp
@@ -20,8 +21,13 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Ray instances the tests start listen on 127.0.0.1 only (read by Ray when it is imported).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# Shipped game sets are regenerated from their manifests into this cache, once per test session.
-os.environ.setdefault("CCPO_CACHE_DIR", tempfile.mkdtemp(prefix="ccpo-cache-"))
+# A table is as wide as COLUMNS says (160 without it): tests that print one set their own width,
+# and none inherits one (pytest-xdist's workers start with COLUMNS=80 and LINES=24).
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
+# Shipped game sets are regenerated from their manifests into this cache once, for every worker
+# of this test run and later runs of the same code (tests/helpers_cache.py).
+os.environ.setdefault("CCPO_CACHE_DIR", str(SHARED / "ccpo-cache"))
 
 # CI explores the same hypothesis examples on every run, so a red build is reproducible;
 # locally hypothesis keeps searching new ones.

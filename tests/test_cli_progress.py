@@ -348,3 +348,33 @@ def test_a_training_run_gives_its_steps_to_the_bar_and_its_evaluations_to_the_lo
     assert any(line.startswith("eval step    1") for line in logged)  # ...the log the evaluations
     assert steps[1].line.startswith("step    2/2") and "[bar-run " in steps[1].line
     assert "step 2/2" in terminal.file.getvalue()
+
+
+def test_log_lines_print_above_the_training_bar_never_on_its_line(monkeypatch):
+    """An 80-column terminal: the evaluation lines the trainer logs (through cli/common's
+    stderr console, as `ccpo train` does) each start on a cleared line above the bar, and the
+    bar's line fits the 80 columns, so no stale bar is left behind."""
+    import re
+    import sys
+
+    from ccpo_cli.cli.common import stderr_console
+    from ccpo_cli.cli.progress import TrainBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    monkeypatch.setattr(sys, "stderr", screen)
+    monkeypatch.setenv("COLUMNS", "80")
+    with TrainBar(Console(file=screen, force_terminal=True, width=80)) as bar:
+        for step in (36, 37, 38):
+            bar.update(_step(step))
+            bar._bar.refresh()
+            stderr_console().print(f"eval step {step}: held-out 50.0%", markup=False)
+    text = screen.getvalue()
+    for step in (36, 37, 38):
+        before = text.split(f"eval step {step}:", 1)[0]
+        assert before.endswith(("\n", "\x1b[2K")), repr(before[-120:])  # a cleared line
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "\n")
+    assert max(len(line) for line in drawn.splitlines()) <= 80

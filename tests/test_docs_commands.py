@@ -47,7 +47,7 @@ def _block_commands(text: str) -> list[str]:
     for block in BLOCK.findall(text):
         joined = re.sub(r"\\\n\s*", " ", block)
         commands += [
-            " ".join(shlex.split(line, comments=True))
+            shlex.join(shlex.split(line, comments=True))
             for line in joined.splitlines()
             if line.strip().startswith("ccpo ")
         ]
@@ -162,3 +162,46 @@ def test_the_light_commands_run_as_written(tmp_path, monkeypatch):
         assert "Traceback" not in result.output
         if command.endswith("--json"):
             assert json.loads(result.stdout)["arms"]
+
+
+def _readme_setup_commands() -> list[str]:
+    """The README's shell lines that are not ccpo commands: the set-up's two commands."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return [
+        line.strip()
+        for block in BLOCK.findall(text)
+        for line in block.splitlines()
+        if line.strip() and not line.strip().startswith(("ccpo ", "#"))
+    ]
+
+
+def test_the_readmes_test_command_is_the_one_ci_runs():
+    """CI (.ci/run) runs the README's test command as written, so the two cannot drift."""
+    [test_command] = [line for line in _readme_setup_commands() if "[all,test]" in line]
+    assert test_command in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert test_command.endswith("scripts/test.sh") and (ROOT / "scripts" / "test.sh").exists()
+
+
+def test_the_readmes_main_job_command_installs_extras_that_exist_and_runs_commands_that_parse():
+    """The main job trains for minutes, so it is checked as written rather than run: its install
+    names extras pyproject.toml declares, its script exists, and every ccpo command the script
+    runs (short and --full) parses with the values the script gives it."""
+    import tomllib
+
+    [main_job] = [line for line in _readme_setup_commands() if "main_job.sh" in line]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    [spec] = re.findall(r"-e '\.\[([a-z,-]+)\]'", main_job)
+    assert set(spec.split(",")) <= set(extras), spec
+    script = (ROOT / "scripts" / "main_job.sh").read_text(encoding="utf-8")
+    values = {"$db": "demo/runs.db", '"$db"': "demo/runs.db", "$runs": "demo-return-hard"}
+    values |= {'"$card_run"': "demo-return-hard", '"$out/learning-curve.png"': "c.png"}
+    values |= {'"$out/card/README.md"': "demo/card/README.md"}
+    lines = [line.strip() for line in script.splitlines() if line.strip().startswith("ccpo ")]
+    assert len(lines) >= 4
+    for line in lines:
+        args = [values.get(word, word) for word in line.split()[1:]]
+        assert not any("$" in arg for arg in args), line
+        command, _ = resolve(args, strict=True)
+        assert command.name in args, line

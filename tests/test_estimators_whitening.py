@@ -27,6 +27,7 @@ def exact_projection(features: np.ndarray, k: int) -> np.ndarray:
     return vt[:k].T @ vt[:k]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_subspace_iteration_matches_exact_svd(seed, monkeypatch):
     features = strong_spectrum(640, 480, seed)

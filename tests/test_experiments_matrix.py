@@ -214,6 +214,7 @@ def test_matrix_cli_refuses_bad_input_before_training(tmp_path):
     assert not (tmp_path / "runs.db").exists() or not list_runs(open_db(tmp_path / "runs.db"))
 
 
+@pytest.mark.slow
 def test_warm_start_forks_every_arm_from_the_first_arms_run(game_dirs, tmp_path):
     import json
 

@@ -111,6 +111,7 @@ def test_a_hub_that_never_answers_ends_in_exit_4(db_path, hub_env, loopback_only
     assert db_state(db_path) == before
 
 
+@pytest.mark.slow
 def test_the_environment_sets_the_timeout(
     db_path, hub_env, loopback_only, silent, tmp_path, monkeypatch
 ):

@@ -277,3 +277,47 @@ def test_a_bad_deadline_is_refused_before_any_network(db_path, hub_env, tmp_path
         result.output
     )  # typer refuses what is not a number (2), ccpo the rest (3)
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("emptied", ["statuses", "commit_statuses"])
+def test_the_retry_rules_statuses_decide_what_is_sent_again(hub, emptied):
+    """`RetryRule.statuses` (a metadata call) and `.commit_statuses` (a commit) are the rule: the
+    default rule sends a 503 and a commit's 409 again, a rule without them gives up at once."""
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    from ccpo_cli.hub_access import (
+        HubCallError,
+        HubClient,
+        RetryRule,
+        hub_timeouts,
+        resolve_timeouts,
+    )
+
+    hub.seed_repo(REPO)
+    api = HfApi(endpoint=hub.endpoint, token=TOKEN)
+    timeouts = resolve_timeouts("5", 20)
+    status, method, fragment = (
+        (503, "GET", f"/api/models/{REPO}") if emptied == "statuses" else (409, "POST", "/commit/")
+    )
+
+    def attempt(rule: RetryRule) -> None:
+        client = HubClient(api, TOKEN, REPO, timeouts, rule=rule, sleep=lambda _: None)
+        hub.inject("status", method=method, path=fragment, status=status)
+        if emptied == "statuses":
+            client.call("reading the repository", api.model_info, REPO)
+            return
+        operation = CommitOperationAdd("note.txt", path_or_fileobj=b"x")
+        client.commit(
+            "committing",
+            lambda: api.create_commit(REPO, [operation], commit_message="note").oid,
+            lambda: None,
+        )
+
+    fast = RetryRule(attempts=3, first_wait_s=0.01, max_wait_s=0.02)
+    with hub_timeouts(timeouts):
+        attempt(fast)  # sent again, and then it works
+        before = len(hub.requests_to(fragment, method))
+        with pytest.raises(HubCallError) as raised:
+            attempt(RetryRule(**{**fast.__dict__, emptied: frozenset()}))
+    assert raised.value.status == status
+    assert len(hub.requests_to(fragment, method)) == before + 1  # one attempt, no second

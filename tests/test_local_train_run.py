@@ -52,6 +52,7 @@ def _metrics(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_short_run_records_evaluations_with_the_arm_fingerprint(short_run):
     db_path, result = short_run
     db = open_db(db_path)
@@ -151,6 +152,7 @@ def test_dumped_batch_is_the_estimate_schema_and_ccpo_estimate_reproduces_its_ad
     np.testing.assert_allclose(estimated, trained_with, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_step1_rollouts_are_identical_across_arms_and_differ_across_seeds(
     short_run, game_dirs, tmp_path
 ):
@@ -178,6 +180,7 @@ def test_step1_rollouts_are_identical_across_arms_and_differ_across_seeds(
     assert other.step1_rollout_hash != rh.step1_rollout_hash
 
 
+@pytest.mark.slow
 def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(
     short_run, game_dirs, tmp_path
 ):
@@ -282,6 +285,7 @@ def test_bad_options_are_usage_errors(game_dirs, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_evaluations_can_start_later_and_always_include_the_last_step(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     schedule = dict(SHORT, steps=5, eval_every=2, eval_from=2)

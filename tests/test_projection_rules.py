@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +91,7 @@ def test_batch_projection_keeps_order():
     assert [tuple(r) for r in results] == [("look", True), ("nothing", False)]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=120))
 def test_any_text_projects_without_error_and_command_is_lowercase(text):

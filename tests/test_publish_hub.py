@@ -123,6 +123,7 @@ def test_hand_edited_readme_keeps_the_edits(db_path, hub, tmp_path):
     assert ModelCard(merged).data.thumbnail == "t.png"
 
 
+@pytest.mark.slow
 def test_hand_written_readme_without_ccpo_regions_is_not_overwritten(db_path, hub, tmp_path):
     original = b"---\nlicense: apache-2.0\n---\n# My model\n\nWritten by hand.\n"
     hub.seed_repo(REPO, {"README.md": original}, private=True)
@@ -133,6 +134,7 @@ def test_hand_written_readme_without_ccpo_regions_is_not_overwritten(db_path, hu
     assert head_files(hub)["README.md"] == original
 
 
+@pytest.mark.slow
 def test_a_concurrent_edit_is_merged_after_reading_the_head_again(db_path, hub, tmp_path):
     """412 (issue 20): ccpo re-reads the head and re-renders the card only; the edit survives."""
     assert publish(db_path, hub, tmp_path / "first").exit_code == 0
@@ -154,6 +156,7 @@ def test_a_concurrent_edit_is_merged_after_reading_the_head_again(db_path, hub, 
     assert len(store.run_publications(store.open_db(db_path), "return-hard")) == 2
 
 
+@pytest.mark.slow
 def test_a_repository_that_keeps_changing_ends_in_exit_4_and_is_not_overwritten(
     db_path, hub, tmp_path
 ):
@@ -304,6 +307,7 @@ def test_dry_run_writes_the_plan_and_opens_no_socket(db_path, hub_env, tmp_path,
     assert store.run_publications(store.open_db(db_path), "return-hard") == []
 
 
+@pytest.mark.slow
 def test_unreachable_hub_is_exit_4(db_path, hub_env, loopback_only, tmp_path, monkeypatch):
     started_with(monkeypatch, "http://127.0.0.1:9")
     result = publish(db_path, None, tmp_path / "staging")
@@ -369,6 +373,7 @@ def test_a_final_card_is_private_too_unless_public_is_asked(hub, tmp_path, flag)
     assert publication["status"] == "final"
 
 
+@pytest.mark.slow
 def test_an_existing_public_repository_is_refused_unless_public_is_asked(db_path, hub, tmp_path):
     hub.seed_repo(REPO, private=False)
     refused = publish(db_path, hub, tmp_path / "staging")
@@ -384,6 +389,7 @@ def test_an_existing_public_repository_is_refused_unless_public_is_asked(db_path
     assert visibility["private"] is False and visibility["requested_private"] is False
 
 
+@pytest.mark.slow
 def test_an_existing_private_repository_asked_public_keeps_its_visibility_and_ccpo_says_so(
     db_path, hub, tmp_path
 ):

@@ -7,8 +7,8 @@ loopback fake Hub; a kill is a SIGKILL at a chosen request, which the Hub then s
 from __future__ import annotations
 
 import os
-import sqlite3
 import signal
+import sqlite3
 import threading
 
 import pytest

@@ -133,6 +133,7 @@ def test_a_second_follower_is_refused_while_the_first_holds_the_outbox(db_path, 
     assert len(_ours(hub)) >= 1
 
 
+@pytest.mark.slow
 def test_an_attempt_killed_mid_commit_is_looked_up_not_sent_again(
     db_path, hub, tmp_path, monkeypatch
 ):

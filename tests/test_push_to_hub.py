@@ -125,6 +125,7 @@ def assert_published_run(hub: FakeHub, db_path: Path, run: str) -> dict:
     return summary
 
 
+@pytest.mark.slow
 def test_training_pushes_cards_and_the_best_checkpoint(tmp_path, hub, game_dirs):
     db_path = tmp_path / "runs.db"
     observer, messages = publisher(db_path, hub)
@@ -152,6 +153,7 @@ def test_training_pushes_cards_and_the_best_checkpoint(tmp_path, hub, game_dirs)
     assert any("publishing: " in message and "done" in message for message in messages)
 
 
+@pytest.mark.slow
 def test_runs_show_lists_every_publication_attempt(tmp_path, hub, game_dirs):
     db_path = tmp_path / "runs.db"
     hub.inject(
@@ -174,6 +176,7 @@ def test_runs_show_lists_every_publication_attempt(tmp_path, hub, game_dirs):
     assert "Hub publications" in table.stdout and "interim card" in table.stdout
 
 
+@pytest.mark.slow
 def test_a_silent_hub_changes_nothing_in_training_and_adds_only_the_bounded_wait(
     tmp_path, hub, game_dirs
 ):
@@ -205,6 +208,7 @@ def test_a_silent_hub_changes_nothing_in_training_and_adds_only_the_bounded_wait
     assert not hub.repos or not ccpo_commits(hub)
 
 
+@pytest.mark.slow
 def test_a_resumed_outbox_recognises_a_commit_that_landed_before_the_uploader_died(
     tmp_path, hub, game_dirs
 ):

@@ -1,5 +1,5 @@
-"""Every command of the README's tour runs as written, in order, against a
-database and files the test builds (the example log is the shipped one; the Hub is the loopback
+"""Every command of the long tour (docs/tour.md) runs as written, in order, against a
+database and files the test builds (the README's ten-line tour is lines of it, in its order) (the example log is the shipped one; the Hub is the loopback
 fake Hub). Commands that train or evaluate get options that only make them small (SHRINK: fewer
 steps, games and turns); /tmp and ~ point into the test's
 folder. Nothing else is changed.
@@ -46,12 +46,20 @@ SHRINK = {
 }
 
 
-def tour_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text()
-    block = text.split("## A tour", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+def _block_after(page: str, heading: str) -> list[list[str]]:
+    text = (ROOT / page).read_text()
+    block = text.split(heading, 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
     return [
         shlex.split(line, comments=True) for line in block.splitlines() if line.startswith("ccpo ")
     ]
+
+
+def tour_commands() -> list[list[str]]:
+    return _block_after("docs/tour.md", "# The long tour")
+
+
+def readme_tour() -> list[list[str]]:
+    return _block_after("README.md", "## A tour")
 
 
 def _shrunk(args: list[str]) -> list[str]:
@@ -64,6 +72,10 @@ def _shrunk(args: list[str]) -> list[str]:
 def test_the_tour_is_what_this_test_runs():
     commands = [" ".join(args) for args in tour_commands()]
     assert len(commands) == 23 and commands[0] == "ccpo arms list"
+    readme = [" ".join(args) for args in readme_tour()]
+    assert len(readme) == 10
+    at = [commands.index(command) for command in readme]  # ValueError: not run by this test
+    assert at == sorted(at), "the README's tour keeps the long tour's order"
     for prefix in SHRINK:  # every shrink still names a command of the tour
         assert any(command.startswith(f"ccpo {prefix}") for command in commands), prefix
 

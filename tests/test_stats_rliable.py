@@ -13,6 +13,7 @@ from rliable import metrics as rly_metrics
 from ccpo_cli import stats
 
 
+@pytest.mark.slow
 def test_iqm_and_its_stratified_bootstrap_interval_agree_with_rliable():
     scores = np.random.default_rng(2).uniform(0.55, 0.95, size=(5, 6))  # seeds x task types
     points, intervals = rly.get_interval_estimates(

@@ -71,6 +71,7 @@ def test_four_processes_ingesting_at_once_lose_nothing(tmp_path):
     assert per_run == [(f"run-{i}", 1500) for i in range(4)]
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_ingest_leaves_a_consistent_database(tmp_path):
     db_path = tmp_path / "runs.db"
     open_db(db_path)

@@ -69,6 +69,7 @@ def test_parts_are_typed_parquet_named_by_host_and_run(tmp_path, monkeypatch):
     assert [row["step"] for row in chunk.rows] == [6]
 
 
+@pytest.mark.slow
 def test_a_pull_holds_every_row_once_and_a_second_pull_changes_nothing(tmp_path, monkeypatch):
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "r1")
@@ -95,6 +96,7 @@ def test_a_pull_holds_every_row_once_and_a_second_pull_changes_nothing(tmp_path,
     assert list(export_chunks(open_db(c), repo_id=REPO)) == []
 
 
+@pytest.mark.slow
 def test_same_named_runs_of_two_machines_stay_two_runs(tmp_path, monkeypatch):
     a = machine(tmp_path, "node-a", monkeypatch)
     full_run(a, "shared-name")

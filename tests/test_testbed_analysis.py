@@ -185,6 +185,7 @@ def test_batch_structure_counts_revisits_horizon_and_sparsity(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_testbed_validity_quick_runs_both_controls_and_reports(tmp_path):
     from helpers_local_train import generated_games
 

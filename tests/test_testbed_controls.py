@@ -55,6 +55,7 @@ def metrics(db_path, name):
     return {row["step"]: row for row in map(json.loads, lines)}
 
 
+@pytest.mark.slow
 def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_numbers(
     game_dirs, tmp_path
 ):
@@ -104,6 +105,7 @@ def test_a_second_rollout_stream_pairs_at_step_one_and_then_draws_its_own_number
         train_arm(gigpo, "s1", db_path, replace(config, steps=5, rollout_stream=3), resume=True)
 
 
+@pytest.mark.slow
 def test_every_step_and_evaluation_records_its_cpu_seconds(game_dirs, tmp_path):
     db_path = tmp_path / "runs.db"
     train_arm(
@@ -217,6 +219,7 @@ def test_warm_ups_rotate_over_the_arms_and_their_effect_is_reported(game_dirs, t
     assert result.arms == ["grpo", "gigpo", "gigpo-b = gigpo (rollout stream 1)"]
 
 
+@pytest.mark.slow
 def test_a_cpu_budget_stops_before_a_block_that_would_end_past_it(game_dirs, tmp_path):
     result = run_matrix(
         tmp_path / "runs.db",

@@ -102,6 +102,7 @@ def test_ingest_records_backend_and_hardware_and_reads_input_format(example_db, 
     assert backend.exit_code == 2 and "--backend tpu: use one of local, verl" in backend.stderr
 
 
+@pytest.mark.slow
 def test_card_status_auto_follows_the_run(example_db, tmp_path):
     final = invoke(
         example_db,
@@ -136,6 +137,7 @@ def test_card_status_auto_follows_the_run(example_db, tmp_path):
     assert json.loads(interim.stdout)["status"] == "interim"
 
 
+@pytest.mark.slow
 def test_a_default_window_too_short_names_the_start_to_pass(example_db, tmp_path):
     refused = invoke(
         example_db,
@@ -167,6 +169,7 @@ def test_a_default_window_too_short_names_the_start_to_pass(example_db, tmp_path
     assert advised.exit_code == 0, advised.output
 
 
+@pytest.mark.slow
 def test_publish_dry_run_prints_the_plan_and_the_tokens_source(
     example_db, tmp_path, monkeypatch, no_sockets
 ):

@@ -294,6 +294,7 @@ def test_a_failing_merger_is_exit_1_with_its_error_and_leaves_no_folder(
 # --- merging, reuse and the record -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_merge_is_verified_recorded_and_reused(tmp_path, stand_in_home):
     folder = step_folder(tmp_path)
     model, merged = resolve_model_source(str(folder))
@@ -418,6 +419,7 @@ def test_verification_catches_weights_that_do_not_fit_the_config(
 # --- eval and publish on a checkpoint ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eval_records_a_checkpoint_at_its_own_step(tmp_path, stand_in_home, games):
     folder = step_folder(tmp_path)
     result = eval_cli(tmp_path, games, folder, "--json")
@@ -446,6 +448,7 @@ def test_the_agents_name_an_unmerged_checkpoint(tmp_path):
         HFAgent(str(folder))
 
 
+@pytest.mark.slow
 def test_publish_dry_run_plans_the_merged_folder_with_its_record(tmp_path, stand_in_home):
     db = tmp_path / "runs.db"
     seed_card_db(db, arms=1)
@@ -517,6 +520,7 @@ def test_vllm_takes_the_merged_folder_and_other_agents_take_model_as_given(tmp_p
     )
 
 
+@pytest.mark.slow
 def test_publish_pushes_the_merged_folder_with_its_record_to_the_hub(
     tmp_path, stand_in_home, hub_env, loopback_only
 ):

@@ -315,6 +315,7 @@ def test_placeholder_parquets_have_one_row_per_game_and_step(tmp_path):
     assert launch.overrides["data.train_files"] == str(launch.data_dir / "train.parquet")
 
 
+@pytest.mark.slow
 def test_without_verl_agent_everything_but_the_launch_works(tmp_path, monkeypatch):
     monkeypatch.delenv("VERL_AGENT_HOME", raising=False)
     db = tmp_path / "runs.db"
@@ -484,6 +485,7 @@ def test_hydra_values(value, text):
     assert hydra_value(value) == text
 
 
+@pytest.mark.slow
 def test_seeds_make_one_launch_each(tmp_path):
     result = runner.invoke(
         app,
@@ -566,6 +568,7 @@ def test_default_backend_follows_the_gpu(tmp_path, monkeypatch, has_gpu):
         assert run["options"] == {"steps": 3, "tasks": 2}
 
 
+@pytest.mark.slow
 def test_options_of_the_other_backend_are_refused_not_ignored(tmp_path):
     db = ["--db", str(tmp_path / "runs.db")]
     local = runner.invoke(
@@ -791,6 +794,7 @@ def test_only_the_newest_and_the_best_checkpoint_are_kept(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_wandb_without_credentials_is_refused_before_launch(tmp_path, monkeypatch):
     home = fake_verl_agent(tmp_path / "verl-agent")
     for name in ("WANDB_API_KEY", "WANDB_MODE", "NETRC"):

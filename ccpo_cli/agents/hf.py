@@ -53,9 +53,10 @@ MODEL_FILE_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoke
 
 def download_model(repo_id: str) -> Path:
     """Fetch a Hub model's config, tokenizer and weights into the Hugging Face cache through
-    ccpo's one Hub client (hub_access.py): every request under its timeouts, transient answers
-    (408, 429, 5xx, a timeout) tried again by the one retry rule, the whole download within the
-    Hub deadline (CCPO_HUB_DEADLINE, else 900 s: a model's size is not known up front). A Hub that fails, refuses or never answers is exit 4. PyTorch `.bin` weights are fetched
+    ccpo's one Hub client (hub_access.py): every request under its timeouts, the answers its retry rule
+    names (408, 429, 500, 502-504) and an unreachable Hub tried again; a timeout ends the download at
+    its first attempt (the same request now would meet the same fault). The whole download within
+    the Hub deadline (CCPO_HUB_DEADLINE, else 900 s: a model's size is not known up front). A Hub that fails, refuses or never answers is exit 4. PyTorch `.bin` weights are fetched
     only when the repository has no safetensors."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.utils import validate_repo_id

@@ -15,6 +15,7 @@ from huggingface_hub import ModelCard
 
 from ccpo_cli.cards.lint import ALLOWED_KEYS, FROM_SCRATCH_TAG, TOO_FEW_TAG
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.vocabulary import INTERIM
 
 REGION = re.compile(
     r"<!-- ccpo:begin (?P<name>[a-z0-9-]+) -->\n?(?P<body>.*?)<!-- ccpo:end (?P=name) -->",
@@ -24,7 +25,7 @@ FRONT_MATTER = re.compile(r"\A---\r?\n(.*?)\r?\n---\r?\n", re.DOTALL)
 # Tags that state how a run stands when its card is rendered (interim; too few evaluations for a
 # result; no base model): a later card that no longer says so must drop them, or the merged card
 # would claim both (a too-few-evaluations tag beside a model-index fails the lint).
-TRANSIENT_TAGS = ("interim", TOO_FEW_TAG, FROM_SCRATCH_TAG)
+TRANSIENT_TAGS = (INTERIM, TOO_FEW_TAG, FROM_SCRATCH_TAG)
 # The YAML keys ccpo writes. A card that leaves one out says it does not apply (no model-index
 # while evaluations are too few, no base_model for a policy trained from scratch), so the merged
 # card drops it; keys ccpo never writes (a thumbnail added on the website) are kept.

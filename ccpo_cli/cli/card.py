@@ -20,11 +20,12 @@ from ccpo_cli.cli.common import (
     say,
     settings,
 )
+from ccpo_cli.vocabulary import FINAL, INTERIM
 
 
 class CardStatus(StrEnum):
-    interim = "interim"
-    final = "final"
+    interim = INTERIM
+    final = FINAL
     auto = "auto"  # final once the run finished, else interim (report/readiness.py)
 
 

@@ -259,7 +259,11 @@ def stdout_console() -> Console:
 
 
 def stderr_console() -> Console:
-    return _console(stderr=True)
+    """Log lines' console: the bar's while a progress bar is on screen (the line then prints above
+    the bar, never on its line), else one for whatever sys.stderr is now."""
+    from ccpo_cli.cli.progress import bar_console
+
+    return bar_console() or _console(stderr=True)
 
 
 def say(message: str) -> None:

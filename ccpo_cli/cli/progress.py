@@ -22,6 +22,22 @@ from typing import Any
 
 LOG_EVERY_S = 10.0
 
+# The console of the bar on screen. A line printed through it goes above the bar (rich's Live
+# redraws the bar under it); a line printed through any other console would land on the bar's
+# own line, since rich writes past the stream its Live redirects. cli/common.stderr_console
+# hands this one out while a bar is shown.
+_on_screen: Any = None
+
+
+def bar_console() -> Any:
+    """The console of the bar now on screen, or None."""
+    return _on_screen
+
+
+def _show(console: Any) -> None:
+    global _on_screen
+    _on_screen = console
+
 
 class Progress:
     def __init__(
@@ -81,6 +97,7 @@ class Progress:
                 transient=True,
             )
             self._bar.__enter__()
+            _show(self.console)
             self._task = self._bar.add_task(self.unit, total=None, turn="")
         elif not self.quiet and self.every_s > 0 and self._with_timer:
             self._timer = threading.Thread(target=self._tick, name="ccpo-progress", daemon=True)
@@ -94,6 +111,7 @@ class Progress:
         if exc[0] is None:
             self._flush_phase()
         if self._bar is not None:
+            _show(None)
             self._bar.__exit__(*exc)
 
     def _tick(self) -> None:
@@ -191,10 +209,12 @@ class TrainBar:
             transient=True,
         )
         self._bar.__enter__()
+        _show(self.console)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._bar is not None:
+            _show(None)
             self._bar.__exit__(*exc)
 
     def update(self, step: Any) -> None:

@@ -74,16 +74,42 @@ def list_command(
             "--model", help="Only runs of this base model (its id or the part after the last /)."
         ),
     ] = None,
+    sort: Annotated[
+        str | None,
+        typer.Option(
+            "--sort",
+            metavar="COLUMN",
+            help="Order by run, arm, seed, status, step, last, best, window, created or updated "
+            "(success highest first; runs without the value last).",
+        ),
+    ] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", min=1, metavar="N", help="Only the first N runs (after --sort)."),
+    ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            help="Every column in a terminal (last, best, conflicts, retractions, base model, "
+            "benchmark, backend, times), in parts when wider than it. CSV, Markdown and JSON "
+            "always have every column.",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     fmt: FormatOption = None,
 ) -> None:
-    """Every run with its arm, seed, status, steps, last, best and window held-out success,
-    benchmark, backend and times.
+    """Every run with its arm, seed, status, steps and window held-out success; with --wide also
+    last and best success, benchmark, backend and times.
 
     Example: ccpo runs list --arm grpo --format csv
     """
     # Imported here: the store pulls in sqlite-utils, which --help and completion never need.
-    from ccpo_cli.report.run_tables import runs_table
+    from ccpo_cli.report.run_tables import (
+        narrow_runs_table,
+        runs_table,
+        sorted_runs,
+    )
     from ccpo_cli.store import list_runs, open_db
     from ccpo_cli.store.liveness import annotate_runs
     from ccpo_cli.store.run_summaries import RunFilter, success_summaries
@@ -93,18 +119,15 @@ def list_command(
     runs = RunFilter(arm=arm, status=status, benchmark=benchmark, model=model).apply(runs)
     summaries = success_summaries(db)
     for run in runs:
+        nothing = ("last_success", "last_success_step", "best_success", "best_success_step")
         run.update(
             summaries.get(run["id"])
-            or {
-                "last_success": None,
-                "last_success_step": None,
-                "best_success": None,
-                "best_success_step": None,
-                "window_success": None,
-                "window_n": 0,
-            }
+            or {**dict.fromkeys(nothing), "window_success": None, "window_n": 0}
         )
-    emit(output_format(fmt, as_json), {"runs": runs}, lambda: [runs_table(runs)])
+    runs = sorted_runs(runs, sort, limit) if sort else runs[:limit]
+    chosen = output_format(fmt, as_json)
+    narrow = chosen is OutputFormat.table and not wide
+    emit(chosen, {"runs": runs}, lambda: [(narrow_runs_table if narrow else runs_table)(runs)])
 
 
 @runs_app.command("show")
@@ -221,7 +244,7 @@ def diff_command(
 
     Example: ccpo runs diff grpo-seed0 gigpo-seed0
     """
-    from ccpo_cli.report.command_tables import differences_table
+    from ccpo_cli.report.command_tables import differences_table, folded_differences
     from ccpo_cli.report.diffs import run_differences
     from ccpo_cli.store import get_run, open_db
     from ccpo_cli.store.facts import run_facts
@@ -246,13 +269,16 @@ def diff_command(
             {"field": d.field, "first": d.first, "second": d.second} for d in differences
         ],
     }
+    chosen = output_format(fmt, as_json)
     emit(
-        output_format(fmt, as_json),
+        chosen,
         document,
         lambda: (
-            [differences_table(differences, first, second, "runs")]
-            if differences
-            else [f"runs {first} and {second}: nothing recorded differs"]
+            [f"runs {first} and {second}: nothing recorded differs"]
+            if not differences
+            else folded_differences(differences, first, second, "runs")
+            if chosen is OutputFormat.table
+            else [differences_table(differences, first, second, "runs")]
         ),
     )
 

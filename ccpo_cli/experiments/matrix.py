@@ -269,6 +269,13 @@ class MatrixDesign:
     warm_start_arms: tuple[str, ...] = ()
     cpu_minutes: float | None = None
 
+    @property
+    def window_first_step(self) -> int:
+        """Where the compared window starts: `window_start`, else the matrix rule's step."""
+        if self.window_start is not None:
+            return self.window_start
+        return MATRIX_WINDOW.start(self.recipe.steps, self.warm_start, self.recipe.eval_every)
+
 
 @dataclass
 class MatrixResult:
@@ -327,11 +334,7 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("seeds are whole numbers >= 0")
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
-    window = (
-        MATRIX_WINDOW.start(steps, warm_start, design.recipe.eval_every)
-        if design.window_start is None
-        else design.window_start
-    )
+    window = design.window_first_step
     if warm_start >= steps:
         raise UsageError(
             f"--warm-start ({warm_start}) must be below --steps ({steps}); 0 turns it off"

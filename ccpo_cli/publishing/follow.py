@@ -210,9 +210,9 @@ def plan_follow(
     _queue_round(db, run, target, kind=kind, folder=folder, log=lambda message: None, keep=False)
     # The uploader's own choice, entry by entry (checkpoints first, superseded checkpoints and
     # coalesced cards left out), each taken out of the copy's queue as a real upload would.
-    from ccpo_cli.store.outbox import skip
+    from ccpo_cli.store.outbox import make_pending_ready, skip
 
-    db.execute("UPDATE publication_outbox SET next_attempt_at = NULL WHERE state = 'pending'")
+    make_pending_ready(db)
     planner = Uploader(db, Path(db_path), run, target, token="")
     order = []
     while (entry := planner.next_entry()) is not None:

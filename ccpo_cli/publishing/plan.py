@@ -29,6 +29,7 @@ from ccpo_cli.paths import file_sha256
 from ccpo_cli.publishing.target import PushTarget
 from ccpo_cli.store import best_evaluation, run_evaluations
 from ccpo_cli.store.outbox import OutboxEntry, enqueue, entries
+from ccpo_cli.vocabulary import INTERIM
 
 CheckpointFinder = Callable[[int], Path | None]
 PUBLISH_FOLDER = "publish"
@@ -114,9 +115,9 @@ def note_evaluations(
             run,
             target,
             kind="card",
-            role="interim",
+            role=INTERIM,
             step=row["step"],
-            content_hash=card_content_hash(evaluations, row["step"], "interim"),
+            content_hash=card_content_hash(evaluations, row["step"], INTERIM),
         )
         new += [entry] if created else []
     best = best_evaluation(evaluations)

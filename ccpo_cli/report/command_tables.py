@@ -26,11 +26,13 @@ from ccpo_cli.report.tables import (
 
 
 def differences_table(differences: Sequence[Any], first: str, second: str, what: str) -> TableData:
-    """`runs diff` / `arms diff`: one row per field that differs."""
+    """`runs diff` / `arms diff`: one row per field that differs, the two sides side by side
+    (never in separate parts of a narrow terminal: long values fold instead)."""
     table = TableData(
         "differences",
         f"{what} {first} vs {second}: {len(differences)} difference(s)",
-        [name_column("field"), text_column(first), text_column(second), text_column("note")],
+        [text_column("field"), text_column(first), text_column(second), text_column("note")],
+        whole=True,
     )
     for difference in differences:
         shown = [
@@ -44,6 +46,30 @@ def differences_table(differences: Sequence[Any], first: str, second: str, what:
             txt(difference.note),
         )
     return table
+
+
+def folded_differences(differences: Sequence[Any], first: str, second: str, what: str) -> list:
+    """The terminal's `runs diff`: the fields both sides recorded differently as the table, and
+    those one side never recorded folded into one line per side (CSV and JSON keep every row)."""
+    from ccpo_cli.report.diffs import NOT_RECORDED
+
+    missing = {
+        side: [d.field for d in differences if getattr(d, side) == NOT_RECORDED]
+        for side in ("first", "second")
+    }
+    both = [d for d in differences if NOT_RECORDED not in (d.first, d.second)]
+    items: list[Any] = []
+    if both:
+        table = differences_table(both, first, second, what)
+        table.title = f"{what} {first} vs {second}: {len(differences)} difference(s)"
+        items.append(table)
+    for side, name, other in (("first", first, second), ("second", second, first)):
+        if missing[side]:
+            items.append(
+                f"{len(missing[side])} field(s) recorded for {other}, not recorded for {name}: "
+                + ", ".join(missing[side])
+            )
+    return items
 
 
 def arms_list_table(arms: list[dict]) -> TableData:

@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ccpo_cli.errors import UsageError
 from ccpo_cli.report.tables import (
     NAME,
     TEXT,
@@ -29,6 +30,45 @@ from ccpo_cli.report.tables import (
 def _at_step(value: Any, step: Any) -> Cell:
     return Cell(
         f"{number_text(value)}@{step}" if value is not None else "-", (raw_value(value), step)
+    )
+
+
+# `ccpo runs list` without --wide: the columns that fit 80 columns for runs of usual names.
+NARROW_RUN_COLUMNS = ("run", "arm", "seed", "status", "step", "window")
+# `ccpo runs list --sort`: column -> the run's field; success is sorted highest first.
+RUN_SORT_FIELDS = {
+    "run": "name",
+    "arm": "arm",
+    "seed": "seed",
+    "status": "status",
+    "step": "last_step",
+    "last": "last_success",
+    "best": "best_success",
+    "window": "window_success",
+    "created": "created_at",
+    "updated": "updated_at",
+}
+_HIGHEST_FIRST = ("last", "best", "window")
+
+
+def sorted_runs(runs: list[dict], by: str, limit: int | None = None) -> list[dict]:
+    """`runs` ordered by the column `by` (a run without that value last), the first `limit`."""
+    if by not in RUN_SORT_FIELDS:
+        raise UsageError(f"--sort {by}: sort by one of {', '.join(RUN_SORT_FIELDS)}")
+    field = RUN_SORT_FIELDS[by]
+    known = [run for run in runs if run.get(field) is not None]
+    unknown = [run for run in runs if run.get(field) is None]
+    known.sort(key=lambda run: run[field], reverse=by in _HIGHEST_FIRST)
+    ordered = known + unknown
+    return ordered if limit is None else ordered[:limit]
+
+
+def narrow_runs_table(runs: list[dict]) -> TableData:
+    """The terminal's default `runs list`: NARROW_RUN_COLUMNS, a retracted run's status saying so."""
+    shown = [{**run, "status": "retracted"} if run.get("retracted") else run for run in runs]
+    table = runs_table(shown)
+    return table.keeping(
+        [index for index, column in enumerate(table.columns) if column.header in NARROW_RUN_COLUMNS]
     )
 
 
@@ -257,20 +297,25 @@ def run_detail_tables(document: dict) -> list[Any]:
         Column("eps"),
         Column("turns"),
         *(Column(key) for key in task_keys),
-        Column("retracted", TEXT, "left"),
     ]
+    # The retraction goes beside the success it retracts, so that it is on the same part of the
+    # table as its row in a narrow terminal (a retracted row must never look standing).
+    marker = len(columns) - len(task_keys) - 2
+    columns.insert(marker, Column("retracted", TEXT, "left"))
     evaluations = TableData(
         "evaluations", "evaluations (success %; sources and ids in --json)", columns
     )
     for row in document["evaluations"]:
         retraction = row.get("retracted")
-        evaluations.add(
-            *_evaluation_cells(row, with_split, task_keys),
+        cells = _evaluation_cells(row, with_split, task_keys)
+        cells.insert(
+            marker,
             txt(
                 retraction["reason"] if retraction else None,
                 retraction["reason"] if retraction else "",
             ),
         )
+        evaluations.add(*cells)
     items.append(evaluations)
     if document["conflicts"]:
         conflicts = TableData(

@@ -26,7 +26,7 @@ import csv
 import io
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ccpo_cli.errors import UsageError
@@ -112,9 +112,15 @@ class TableData:
     columns: list[Column]
     rows: list[list[Cell]] = field(default_factory=list)
     show_header: bool = True
+    whole: bool = False  # never in parts: text columns fold to fit (`runs diff`'s A beside B)
 
     def add(self, *cells: Cell | str) -> None:
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell, cell) for cell in cells])
+
+    def keeping(self, keep: list[int]) -> TableData:
+        """The table with only the columns at `keep`, in that order."""
+        rows = [[row[index] for index in keep] for row in self.rows]
+        return replace(self, columns=[self.columns[index] for index in keep], rows=rows)
 
 
 # ----------------------------------------------------------------------------- formats
@@ -272,7 +278,7 @@ def _column_groups(table: TableData, width: int) -> list[list[int]]:
     """The column indexes of each printed part: all in one when they fit at their least widths,
     else as many as fit after the first column, which every part repeats."""
     least = [_least_width(table, index) for index in range(len(table.columns))]
-    if _table_width(least) <= width or len(least) <= 1:
+    if table.whole or _table_width(least) <= width or len(least) <= 1:
         return [list(range(len(least)))]
     groups: list[list[int]] = []
     current = [0]
@@ -294,6 +300,12 @@ def _widths(table: TableData, indexes: list[int], width: int) -> dict[int, int]:
     least = {index: _least_width(table, index) for index in indexes}
     wrapping = [index for index in indexes if table.columns[index].kind == TEXT]
     widths = {index: natural[index] if index not in wrapping else least[index] for index in indexes}
+    if table.whole and wrapping and _table_width(list(widths.values())) > width:
+        # below their least widths: the text columns share what the others leave, equally
+        fixed = _table_width([widths[i] for i in indexes if i not in wrapping])
+        share = width - fixed - _BETWEEN * len(wrapping)
+        for index in wrapping:
+            widths[index] = min(natural[index], max(4, share // len(wrapping)))
     spare = width - _table_width(list(widths.values()))
     # Hand the room left over to the text columns, the one furthest from its natural width first.
     while spare > 0 and wrapping:
@@ -345,15 +357,7 @@ def _without_blank_text_columns(table: TableData) -> TableData:
         for index, column in enumerate(table.columns)
         if column.kind != TEXT or any(row[index].text.strip() for row in table.rows)
     ]
-    if len(keep) == len(table.columns):
-        return table
-    return TableData(
-        table.name,
-        table.title,
-        [table.columns[index] for index in keep],
-        [[row[index] for index in keep] for row in table.rows],
-        table.show_header,
-    )
+    return table if len(keep) == len(table.columns) else table.keeping(keep)
 
 
 def terminal_renderables(items: Iterable[Any], width: int | None) -> Iterator[Any]:

@@ -25,10 +25,11 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import DEFAULT_RULE, RetryRule
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.records import run_id
+from ccpo_cli.vocabulary import CARD_STATUSES
 
 KINDS = ("checkpoint", "card")
 # A checkpoint is the best one so far or the final weights; a card is interim or final.
-ROLES = {"checkpoint": ("best", "final"), "card": ("interim", "final")}
+ROLES = {"checkpoint": ("best", "final"), "card": CARD_STATUSES}
 STATES = ("pending", "done", "failed", "skipped")
 ATTEMPT_OUTCOMES = ("done", "retry", "failed", "skipped")
 
@@ -265,6 +266,11 @@ def fail_pending(
             )
             moved.append(_entry(db, entry.id))
     return moved
+
+
+def make_pending_ready(db: sqlite_utils.Database) -> None:
+    """Every pending entry ready now (a --dry-run plan on a scratch copy ignores back-off)."""
+    db.execute("UPDATE publication_outbox SET next_attempt_at = NULL WHERE state = 'pending'")
 
 
 def skip(db: sqlite_utils.Database, entry: OutboxEntry, reason: str) -> OutboxEntry:

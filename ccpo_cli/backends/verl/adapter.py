@@ -23,8 +23,6 @@ import numpy as np
 
 from ccpo_cli.errors import InvalidInput
 
-# verl-agent logs no validation episode length; ingest reads mean turns from this key.
-VAL_MEAN_TURNS_KEY = "val/episode_length/mean"
 STEP_INDEX_KEY = "ccpo_step_index"
 SOURCE_ROW_KEY = "ccpo_source_row"
 FEATURES_KEY = "ccpo_phi_feats"

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 from ccpo_cli.backends.verl import worker_env
 from ccpo_cli.backends.verl.adapter import (
     FEATURES_KEY,
-    VAL_MEAN_TURNS_KEY,
     advantage_tensor,
     annotate_rollout_rows,
     estimator_inputs,
@@ -262,7 +261,10 @@ def _patch_validate(trainer_class: type) -> None:
             self.val_reward_fn = reward_fn
         turns = mean_turns(seen)
         if isinstance(metrics, dict) and metrics and turns is not None:
-            metrics.setdefault(VAL_MEAN_TURNS_KEY, turns)
+            # verl-agent logs no validation episode length; ingest reads mean turns from this key.
+            from ccpo_cli.store.readers.metric_names import MEAN_TURNS_KEY
+
+            metrics.setdefault(MEAN_TURNS_KEY, turns)
         return metrics
 
     setattr(_validate, _MARK, True)
