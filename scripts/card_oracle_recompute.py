@@ -19,13 +19,11 @@ The rules, as the docs state them:
   not recorded.
 - unit: training runs with the same arm (name and fingerprint), base model, backend, benchmark,
   split, temperature, turn limit and episodes; an inferred count is a lower bound (the true
-  panel is a multiple of it) and never splits an arm: it pools with the one count recorded in
-  its setting that it divides (docs/runs-db.md), with none recorded with the largest inferred
-  count it divides; a count neither
-  recorded nor inferable is its own value, as docs/runs-db.md's pandas recipe groups it
-  (dropna=False): a run of unknown panel is not pooled with a 64-episode one. Rates printed to
-  3 or 4 decimals (verl's console) cannot say their panel: such a run joins the one panel of its
-  arm and setting, else stands alone.
+  panel is a multiple of it): it pools with the one count recorded in its setting that it
+  divides; when none fits it takes no part in pooling, and the run joins its arm's runs of no
+  recorded count (inferred or not), as docs/runs-db.md states it and its pandas recipe's null
+  group does. Rates printed to 3 or 4 decimals (verl's console) cannot say their panel: such a
+  run joins the one count recorded in its setting, else the runs of no recorded count.
 - seed: a distinct recorded seed of the unit (a run without a seed is no seed); a seed's mean is
   the mean of its runs' window means; the arm's mean is the mean of its seed means.
 - trend: OLS slope of the window against step (scipy's linregress), undefined with fewer than 5
@@ -306,21 +304,19 @@ def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
     result = []
     for ((arm, fingerprint), setting), members in groups.items():
         recorded = {r.episodes for r in members if r.episodes_basis == "recorded"}
-        inferred = {r.episodes for r in members if r.episodes_basis == "inferred"}
         by_panel: dict[int | None, list[Run]] = defaultdict(list)
-        known = {r.episodes for r in members if r.episodes_basis in ("recorded", "inferred")}
         for run in members:
-            panel = run.episodes
-            if run.episodes_basis == "rounded" and len(known) == 1:
-                panel = next(iter(known))  # rates rounded past reading: the one panel there is
-            elif run.episodes_basis == "inferred":
-                # The true panel is a multiple of the inferred one, which never splits an arm
-                # (issue 39): the one count recorded in the setting that it divides
-                # (docs/runs-db.md); with none recorded, the largest inferred count it divides.
-                sizes = [size for size in recorded if size % run.episodes == 0]
-                if not recorded:
-                    sizes = [max(size for size in inferred if size % run.episodes == 0)]
-                panel = sizes[0] if len(sizes) == 1 else panel
+            panel = run.episodes if run.episodes_basis == "recorded" else None
+            if run.episodes_basis in ("inferred", "rounded"):
+                # The true panel is a multiple of an inferred one: the one count recorded in the
+                # setting that it divides; else the count takes no part in pooling (the run
+                # joins the arm's runs of no recorded count), docs/runs-db.md.
+                sizes = [
+                    size
+                    for size in recorded
+                    if run.episodes_basis == "rounded" or size % run.episodes == 0
+                ]
+                panel = sizes[0] if len(sizes) == 1 else None
             by_panel[panel].append(run)
         for panel, grouped in by_panel.items():
             result.append(Unit(arm, fingerprint, setting, panel, grouped))
@@ -447,9 +443,10 @@ def check_compare(
         panel = (arm.get("protocol") or {}).get("episodes")
         for name in names if isinstance(panel, int) and panel > 0 else ():
             run = runs.get(name)
-            if run is None or run.episodes_basis == "rounded":
+            if run is None:
                 continue
-            fits = all(
+            # Rates printed rounded (verl's console) say nothing about the panel.
+            fits = rounded([row["success_rate"] for row in run.window]) or all(
                 abs(row["success_rate"] * panel / 100 - round(row["success_rate"] * panel / 100))
                 < 1e-6
                 for row in run.window

@@ -160,7 +160,7 @@ CAUSES = {
         )
     ),
     # Generated examples that once found a false claim (h39-findings F15-F17).
-    # Two inferred counts, one dividing the other, nothing recorded: one arm, never split.
+    # Two inferred counts, nothing recorded: no count confirms them, they pool as "not recorded".
     "generated-two-inferred-counts": DatabaseRecipe(
         (
             _run("turn-ppo-s0-0", "turn-ppo", 0, base_model=MODEL_15B, episodes="inferred"),
@@ -189,7 +189,8 @@ CAUSES = {
             ),
         )
     ),
-    # A count neither recorded nor inferable beside an inferred 32: never labelled 32 episodes.
+    # A count neither recorded nor inferable beside an unconfirmed inferred 32: one arm of no
+    # recorded count, never labelled 32 episodes.
     "generated-unknown-count-labelled-32": DatabaseRecipe(
         (
             _run("gigpo-s1-1", "gigpo", 1, base_model=MODEL_15B, episodes="submultiple", panel=64),
