@@ -265,6 +265,9 @@ def test_cause6_an_arm_without_a_recorded_arm_is_not_compared(tmp_path):
     against = [c for c in claims if c.kind == "arm-comparison"]
     assert against and all(c.difference is None for c in against)
     assert "not recorded" in against[0].no_test
+    text = card_text(db, "rh")
+    assert "| (run mystery" not in text  # never a row among "the arms compared with this one"
+    assert "Not compared, their arm not recorded: `(run mystery: arm not recorded)` (1 run" in text
 
 
 def test_cause6_power_names_its_test_and_whether_it_is_exact(tmp_path):
@@ -534,3 +537,28 @@ def test_cause3_on_real_logs_a_card_never_names_another_settings_grpo_run(tmp_pa
     assert "No GRPO run of this run's setting is recorded in the database." in grpo
     left_out = next(line for line in readme.splitlines() if line.startswith("Left out"))
     assert "base model Qwen/Qwen2.5-1.5B-Instruct (this run: Qwen/Qwen2.5-7B-Instruct)" in left_out
+
+
+def test_cause1_a_unit_shows_the_count_it_is_pooled_by(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_counted_run(db, "ppo-1", "ppo", COUNTS_128, 128, seed=1, recorded=True)
+    add_counted_run(db, "ppo-2", "ppo", COUNTS_64_EVEN, 64, seed=2, recorded=False)  # inferred 32
+    add_counted_run(db, "gigpo-1", "gigpo", COUNTS_64_EVEN, 64, seed=1, recorded=False)
+    store.ensure_run(
+        db,
+        "gigpo-2",
+        arm=ExternalArm("gigpo"),
+        seed=2,
+        base_model=BASE_MODEL,
+        total_steps=150,
+        benchmark="alfworld",
+        hardware="8xH100",
+        backend="verl",
+        data_order_seed=0,
+        config=SHARED_CONFIG,
+    )  # too few distinct rates to infer a count
+    for index, rate in enumerate((25.0, 50.0, 75.0, 51.5625, 25.0, 50.0)):
+        store.record_evaluation(db, "gigpo-2", 70 + 5 * index, success_rate=rate, temperature=0.4)
+    arms = {arm.arm_name: arm for arm in compare_runs(db).arms}
+    assert arms["ppo"].protocol["episodes"] == 128 and arms["ppo"].n_seeds == 2
+    assert arms["gigpo"].protocol["episodes"] is None and "32" not in arms["gigpo"].name
