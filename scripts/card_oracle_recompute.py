@@ -19,8 +19,8 @@ The rules, as the docs state them:
   not recorded.
 - unit: training runs with the same arm (name and fingerprint), base model, backend, benchmark,
   split, temperature, turn limit and episodes; an inferred count is a lower bound (the true
-  panel is a multiple of it): it pools with the one count recorded in its setting that it
-  divides; when none fits it takes no part in pooling, and the run joins its arm's runs of no
+  panel is a multiple of it): it pools with the one count recorded in its setting (by any run
+  of the database, its own arm's runs first) that it divides; when none fits it takes no part in pooling, and the run joins its arm's runs of no
   recorded count (inferred or not), as docs/runs-db.md states it and its pandas recipe's null
   group does. Rates printed to 3 or 4 decimals (verl's console) cannot say their panel: such a
   run joins the one count recorded in its setting, else the runs of no recorded count.
@@ -297,26 +297,36 @@ def compared_runs(runs: dict[str, Run], include_failed: bool = False) -> list[Ru
 
 
 def units(runs: dict[str, Run], include_failed: bool = False) -> list[Unit]:
-    """The comparison units: an inferred panel joins the recorded one it divides."""
+    """The comparison units: an inferred panel joins the one count recorded in its setting (by
+    any arm) that it divides."""
     groups: dict[tuple, list[Run]] = defaultdict(list)
     for run in compared_runs(runs, include_failed):
         groups[(run.arm_identity, run.setting)].append(run)
+    # The counts recorded in a setting, by every run of the database (retracted and failed ones
+    # too: a count is a fact of the protocol), and by the runs of each arm in it.
+    recorded_in: dict[tuple, set[int]] = defaultdict(set)
+    for run in runs.values():
+        if run.episodes_basis == "recorded":
+            recorded_in[run.setting].add(run.episodes)
+            recorded_in[(run.arm_identity, *run.setting)].add(run.episodes)
     result = []
     for ((arm, fingerprint), setting), members in groups.items():
-        recorded = {r.episodes for r in members if r.episodes_basis == "recorded"}
         by_panel: dict[int | None, list[Run]] = defaultdict(list)
         for run in members:
             panel = run.episodes if run.episodes_basis == "recorded" else None
             if run.episodes_basis in ("inferred", "rounded"):
                 # The true panel is a multiple of an inferred one: the one count recorded in the
-                # setting that it divides; else the count takes no part in pooling (the run
-                # joins the arm's runs of no recorded count), docs/runs-db.md.
-                sizes = [
-                    size
-                    for size in recorded
-                    if run.episodes_basis == "rounded" or size % run.episodes == 0
-                ]
-                panel = sizes[0] if len(sizes) == 1 else None
+                # setting that it divides, its own arm's first; else the count takes no part in
+                # pooling (the run joins the arm's runs of no recorded count), docs/runs-db.md.
+                for counts in (recorded_in[(run.arm_identity, *setting)], recorded_in[setting]):
+                    fits = [
+                        size
+                        for size in counts
+                        if run.episodes_basis == "rounded" or size % run.episodes == 0
+                    ]
+                    if len(fits) == 1:
+                        panel = fits[0]
+                        break
             by_panel[panel].append(run)
         for panel, grouped in by_panel.items():
             result.append(Unit(arm, fingerprint, setting, panel, grouped))

@@ -56,7 +56,9 @@ def check_recipe(recipe: DatabaseRecipe, folder: Path):
 def test_no_card_or_compare_claim_is_false_on_generated_databases(recipe, tmp_path_factory):
     folder = tmp_path_factory.mktemp("oracle")
     rendered, found = check_recipe(recipe, folder)
-    assert found.claims > 0
+    # Something was checked, unless no trained run stands (every one retracted or failed).
+    trained = [row for row in rendered.compare["runs"] if row["kind"] == "training"]
+    assert found.claims > 0 or not (rendered.cards or trained)
     agreement = [item for item in found.false if item[1].startswith("this arm: ")]
     assert not agreement, "compare and the card disagree on an arm's seeds or mean:\n" + "\n".join(
         f"{sentence}: {why}" for _, sentence, why in agreement
