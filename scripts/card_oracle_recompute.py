@@ -410,19 +410,7 @@ def check_compare(
         window = row.get("window") or {}
         if run is None or run.kind != "training":
             continue
-        found.check(
-            window.get("n") == len(run.window),
-            "compare runs[]",
-            f"{row['run']}: window n {window.get('n')}",
-            f"the rows give {len(run.window)} evaluations at step >= {run.window_start}",
-        )
-        if run.window:
-            found.check(
-                _close(window.get("mean"), run.mean),
-                "compare runs[]",
-                f"{row['run']}: window mean {window.get('mean')}",
-                f"the rows give {run.mean}",
-            )
+        _check_window(found, "compare runs[]", f"{row['run']}: ", window, run)
     for arm in document.get("arms", []):
         names = set(arm.get("runs") or [])
         mine = [unit for unit in all_units if unit.names & names]
@@ -603,19 +591,8 @@ def check_card(
 
     # The window the card reads.
     window = summary.get("window") or {}
-    found.check(
-        window.get("n") == len(run.window),
-        where,
-        f"window n {window.get('n')}",
-        f"the rows give {len(run.window)} evaluations at step >= {run.window_start}",
-    )
+    _check_window(found, where, "", window, run)
     if run.window:
-        found.check(
-            _close(window.get("mean"), run.mean),
-            where,
-            f"window mean {window.get('mean')}",
-            f"the rows give {run.mean}",
-        )
         found.check(
             window.get("start") == run.window_start,
             where,
@@ -824,6 +801,23 @@ def check_card(
                 f"it lists {len(HEX64.findall(line))} 64-hex fingerprints",
             )
     return found
+
+
+def _check_window(found: Findings, where: str, prefix: str, window: dict, run: Run) -> None:
+    """A window's n and mean (compare's runs[] or a card's) against the rows."""
+    found.check(
+        window.get("n") == len(run.window),
+        where,
+        f"{prefix}window n {window.get('n')}",
+        f"the rows give {len(run.window)} evaluations at step >= {run.window_start}",
+    )
+    if run.window:
+        found.check(
+            _close(window.get("mean"), run.mean),
+            where,
+            f"{prefix}window mean {window.get('mean')}",
+            f"the rows give {run.mean}",
+        )
 
 
 def _check_difference(

@@ -284,6 +284,13 @@ def fast_cards():
         yield
 
 
+def card(db_path: Path, run: str, out: Path):
+    """`ccpo card --run RUN --status auto --output OUT`: the status a finished run publishes."""
+    return runner.invoke(
+        app, ["--db", str(db_path), "card", "--run", run, "--status", "auto", "--output", str(out)]
+    )
+
+
 def render(recipe: DatabaseRecipe, db_path: Path) -> Rendered:
     """`ccpo compare --json` and `ccpo card` for each of the recipe's card runs."""
     with fast_cards():
@@ -297,10 +304,7 @@ def _render(recipe: DatabaseRecipe, db_path: Path) -> Rendered:
     cards, refused = [], {}
     for name in recipe.card_runs():
         out = db_path.parent / f"card-{name}" / "README.md"
-        result = runner.invoke(
-            app,
-            ["--db", str(db_path), "card", "--run", name, "--status", "auto", "--output", str(out)],
-        )
+        result = card(db_path, name, out)
         if result.exit_code == 0:
             cards.append(out.parent)
         else:
@@ -632,20 +636,7 @@ def build_real_round(
     for run in cards_of:
         out = folder / f"card-{run}" / "README.md"
         with fast_cards():
-            result = runner.invoke(
-                app,
-                [
-                    "--db",
-                    str(db_path),
-                    "card",
-                    "--run",
-                    run,
-                    "--status",
-                    "auto",
-                    "--output",
-                    str(out),
-                ],
-            )
+            result = card(db_path, run, out)
         assert result.exit_code in (0, 3) and "Traceback" not in result.output, result.output
         if result.exit_code == 0:
             cards.append(out.parent)
