@@ -624,6 +624,7 @@ def build_real_round(
         build(DatabaseRecipe(REAL_LOG_SYNTHETIC), db_path)
         cards_of += ["synthetic-rh-0", "synthetic-rh-1"]
     for file, run, args in REAL_LOG_ROUNDS[name]:
+        assert (REAL_LOGS / file).is_file(), f"{REAL_LOGS / file} is missing"
         result = runner.invoke(
             app, ["--db", str(db_path), "ingest", str(REAL_LOGS / file), "--run", run, *args]
         )
