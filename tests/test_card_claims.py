@@ -544,21 +544,8 @@ def test_cause1_a_unit_shows_the_count_it_is_pooled_by(tmp_path):
     add_counted_run(db, "ppo-1", "ppo", COUNTS_128, 128, seed=1, recorded=True)
     add_counted_run(db, "ppo-2", "ppo", COUNTS_64_EVEN, 64, seed=2, recorded=False)  # inferred 32
     add_counted_run(db, "gigpo-1", "gigpo", COUNTS_64_EVEN, 64, seed=1, recorded=False)
-    store.ensure_run(
-        db,
-        "gigpo-2",
-        arm=ExternalArm("gigpo"),
-        seed=2,
-        base_model=BASE_MODEL,
-        total_steps=150,
-        benchmark="alfworld",
-        hardware="8xH100",
-        backend="verl",
-        data_order_seed=0,
-        config=SHARED_CONFIG,
-    )  # too few distinct rates to infer a count
-    for index, rate in enumerate((25.0, 50.0, 75.0, 51.5625, 25.0, 50.0)):
-        store.record_evaluation(db, "gigpo-2", 70 + 5 * index, success_rate=rate, temperature=0.4)
+    # Four distinct rates (25, 50, 75, 51.5625 %): too few to infer a count.
+    add_counted_run(db, "gigpo-2", "gigpo", [32, 64, 96, 66, 32, 64], 128, seed=2, recorded=False)
     arms = {arm.arm_name: arm for arm in compare_runs(db).arms}
     assert arms["ppo"].protocol["episodes"] == 128 and arms["ppo"].n_seeds == 2
     assert arms["gigpo"].protocol["episodes"] is None and "32" not in arms["gigpo"].name

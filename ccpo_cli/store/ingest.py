@@ -252,15 +252,19 @@ def _events(
     metric: str | None,
     source_run: str | None,
     renames: Sequence[MetricRename] = (),
+    logged: Callable[[MetricRecord], None] | None = None,
 ):
     """The records of the file and what it stated about its run, with skips, cleaned lines and
     the tail noted in `report` (raised at once under `strict`); `renames` applied to each
-    record, then other trainers' names of per-source success rates read (`read_dialects`)."""
+    record, then other trainers' names of per-source success rates read (`read_dialects`).
+    `logged` sees each record before either, under the names the file logged them with."""
     report.format, events = read_events(
         path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
     )
     for event in events:
         if isinstance(event, MetricRecord):
+            if logged is not None:
+                logged(event)
             for rename in renames:
                 event = rename.applied(event)
             event, read = read_dialects(event)
@@ -575,14 +579,21 @@ def ingest_file(
         renames = (rename,) if isinstance(rename, MetricRename) else tuple(rename or ())
         scalars = MetricWriter(db, run, source)
         report.metrics = scalars.counts
-        for event in _events(path, fmt, stats, report, strict, metric, source_run, renames):
+
+        def keep_scalars(record: MetricRecord) -> None:
+            # Every number as logged, under its own name; a summary's values were measured at
+            # steps it does not keep.
+            if not record.summary:
+                scalars.write(record.step, scalar_values(record.metrics), record.line)
+
+        for event in _events(
+            path, fmt, stats, report, strict, metric, source_run, renames, keep_scalars
+        ):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
                 # The printed config wins over the traced launch command, as in facts_from_log.
                 evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
-            if not event.summary:  # a summary's values were measured at steps it does not keep
-                scalars.write(event.step, scalar_values(event.metrics), event.line)
             if not event.summary:
                 report.first_step = (
                     event.step if report.first_step is None else min(report.first_step, event.step)
