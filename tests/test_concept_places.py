@@ -75,14 +75,30 @@ def named_files(text: str) -> list[str]:
 # ---- the code ---------------------------------------------------------------------------------
 
 
+# Scripts that import nothing of the package and restate its rules on purpose, to check them: an
+# independent recomputation is the point of an oracle (issue 39's card oracle).
+INDEPENDENT_ORACLES = ("scripts/card_oracle_recompute.py",)
+
+
 @cache
 def modules() -> dict[str, ast.Module]:
     """Every module of the package and every script of scripts/ (they import the package and
     must not restate it), parsed, by its path from the repository root."""
-    return {
+    parsed = {
         path.relative_to(ROOT).as_posix(): ast.parse(path.read_text(encoding="utf-8"), str(path))
         for path in sorted([*PACKAGE_DIR.rglob("*.py"), *(ROOT / "scripts").glob("*.py")])
     }
+    for name in INDEPENDENT_ORACLES:
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(parsed.pop(name))
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for alias in (
+                node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")]
+            )
+        }
+        assert "ccpo_cli" not in imported, f"{name} is an independent oracle: it imports no ccpo"
+    return parsed
 
 
 def _docstrings(tree: ast.AST) -> set[int]:
