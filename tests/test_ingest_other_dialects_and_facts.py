@@ -94,6 +94,28 @@ def test_verl_09_answer_em_is_read_and_its_reward_is_not(tmp_path):
     assert not any("a run that has not validated yet" in w for w in document["warnings"])
 
 
+def test_the_verl_09_warning_names_the_metric_that_reads_each_validation(tmp_path):
+    """The warning of a per-source-only log names the exact --metric that records one source's
+    exact match as a run's success rate; passed as named, every validation of the file (three,
+    at steps 100, 200 and 300) is recorded with that source's logged rate."""
+    path = ROUND4 / "tzy_search_grpo_qwen25_15b_console.log"
+    text = ANSI.sub("", path.read_text(errors="replace"))
+    warning = next(
+        w
+        for w in ingest(tmp_path / "a.db", path, "tzy")["warnings"]
+        if "pooled over every question" in w
+    )
+    named = re.search(r"e\.g\. --metric (\S+)", warning).group(1)
+    source_key = named.split("=")[0]
+    logged = [float(v) for v in re.findall(re.escape(f"{source_key}:") + r"([0-9.]+)", text)]
+    assert len(logged) == 3
+    document = ingest(tmp_path / "b.db", path, "tzy-source", "--metric", named)
+    assert document["conflicts"] == []
+    rows = evaluations(tmp_path / "b.db")
+    assert [row["step"] for row in rows] == [100, 200, 300]
+    assert [row["success_rate"] for row in rows] == pytest.approx([100 * v for v in logged])
+
+
 def test_a_verl_09_config_cut_by_a_warning_line_is_read(tmp_path):
     """The pprinted config is cut after `'tool_config': ` by a WARNING line and two more lines
     of the same actor; the rest of the value follows unindented. The config is read (model,

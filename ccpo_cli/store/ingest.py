@@ -348,6 +348,19 @@ def _refuse_if_nothing_read(path: Path, report: IngestReport, stated: list[State
         raise InvalidInput(f"{path}: no metrics records found in this {report.format} file")
 
 
+def _one_source_hint(source_keys: set[str]) -> str:
+    """How to read those validations anyway: one source's rate as the success rate of a run of
+    its own (the other sources stay its per-type rates), named with the exact --metric."""
+    if not source_keys:
+        return ""
+    example = sorted(source_keys)[0]
+    return (
+        f"; to record a source's rate as a run's success rate, ingest the file into a run of "
+        f"its own per source with --metric SOURCE_KEY={OVERALL_KEY}, e.g. "
+        f"--metric {example}={OVERALL_KEY}"
+    )
+
+
 def _summarise(path: Path, report: IngestReport) -> None:
     if report.cleaned:
         report.warnings.append(
@@ -393,6 +406,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
             f"{path}: {report.per_source_only_steps} validation(s) log per-source success rates that differ "
             f"and no {OVERALL_KEY}: the rate pooled over every question is not in the log (a mean of the "
             "sources is not it), so they are not recorded as evaluations"
+            + _one_source_hint(report.dialect_keys)
         )
     if (
         report.steps
