@@ -42,13 +42,6 @@ from ccpo_cli.store.readers.metric_names import (
     SUCCESSES_KEY,
     TRAIN_SUCCESS_KEY,
 )
-from ccpo_cli.store.readers.metric_names import (
-    EPISODES_KEY,
-    MEAN_TURNS_KEY,
-    OVERALL_KEY,
-    SUCCESSES_KEY,
-    TRAIN_SUCCESS_KEY,
-)
 
 
 def _wall_time(recorded_at: str | None) -> float | None:
