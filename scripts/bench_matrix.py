@@ -169,9 +169,9 @@ def one_run(args: argparse.Namespace, folder: Path, name: str, seed: int, varian
             memo.FAST_SYMBOL_COPIES,
         ) = saved
     wall = time.perf_counter() - started
-    metrics = [
-        json.loads(line) for line in (folder / name / "metrics.jsonl").read_text().splitlines()
-    ]
+    lines = (folder / name / "metrics.jsonl").read_text().splitlines()
+    # The training steps: the line of step 0 is the untrained evaluation's.
+    metrics = [row for row in map(json.loads, lines) if "rollout_sha256" in row]
     counts = {key: rollout_workers.TRANSITION_TOTALS[key] - before[key] for key in before}
     return {
         "wall_s": wall,

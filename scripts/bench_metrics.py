@@ -1,7 +1,11 @@
 """The cost of runs.db's `metrics` table: ingest time and database size of the largest real log,
 as ratios to a baseline checkout without the table (today's main), measured side by side.
 
-    python scripts/bench_metrics.py [--baseline /work/main] [--logs ../shared/real-logs] [--repeats 3]
+    python scripts/bench_metrics.py [--baseline MAIN_CHECKOUT] [--logs REAL_LOGS_DIR] [--repeats 3]
+
+The baseline is a checkout from before the table (main before it was merged, e.g.
+`git archive 6820f94 ccpo_cli configs templates | tar -x -C /tmp/base`, then
+`--baseline /tmp/base`); a baseline that has the table too is said so.
 
 Each measurement is a fresh process (this checkout, or the baseline on PYTHONPATH) that ingests
 the file into a new runs.db in a temporary folder, timing `ingest_file` alone (imports and the
@@ -81,7 +85,7 @@ def main() -> None:
     parser.add_argument("--log", type=Path, default=None, help="this file instead of the largest")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    log = args.log or largest_log(args.logs)
+    log = (args.log or largest_log(args.logs)).resolve()
     results: dict[str, list[dict]] = {"this": [], "baseline": []}
     with tempfile.TemporaryDirectory() as folder:
         for index in range(args.repeats):
@@ -107,6 +111,10 @@ def main() -> None:
         f"runs.db size: {size['this'] / 1e6:.2f} MB vs {size['baseline'] / 1e6:.3f} MB baseline: "
         f"ratio {size['this'] / size['baseline']:.1f}"
     )
+    if base[0]["scalars"]:
+        print(
+            "note: the baseline has a metrics table too; pass --baseline a checkout from before it"
+        )
     if this[0]["scalars"]:
         print(
             f"the table's cost per scalar: {(size['this'] - size['baseline']) / this[0]['scalars']:.0f} bytes"

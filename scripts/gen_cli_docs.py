@@ -191,7 +191,15 @@ NOTES: dict[str, str] = {
     "`--run`; with `--run-dir`, `--poll`, `--once`). New repositories are private unless "
     "`--public`, final cards included; a checkpoint is verified by sha256 and tagged `step-N`, a "
     "final card's commit `final`; a concurrent edit (412) is merged after reading the head again, and "
-    "a commit whose answer was lost is recognised, not repeated (docs/publishing.md).",
+    "a commit whose answer was lost is recognised, not repeated (docs/publishing.md). "
+    "`--revision` must be a valid git branch name and `--checkpoint` may hold no link leading out "
+    "of its folder (exit 3). The token sources are bounded: a regular file (or stdin) of at most "
+    "4 KiB holding one printable line, else exit 3. `--follow`: `--run-dir` must be the run's own "
+    "folder (its run.json), a checkpoint goes up only with the sha256 runs.db records for it, one "
+    "publisher per repository and run (the history is searched for each commit's key before it is "
+    "made, against the head just read), a repository found public while private was asked stops "
+    "the uploads with exit 3 (`--public --retry-failed` publishes them), and `--dry-run` writes "
+    "nothing and lists exactly what a real follow publishes.",
 }
 
 

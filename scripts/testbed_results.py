@@ -68,7 +68,6 @@ def export(args: argparse.Namespace) -> int:
 def analyse(args: argparse.Namespace) -> dict:
     from ccpo_cli.experiments.records import load_records, read_records
     from ccpo_cli.experiments.testbed import differences, paired_stats
-    from ccpo_cli.stats import paired_t_test
 
     records = read_records(args.results, args.prefix)
     if not records:
@@ -95,8 +94,7 @@ def analyse(args: argparse.Namespace) -> dict:
         arm_a, arm_b = (part.strip() for part in spec.split(","))
         found = differences(data, arm_a, arm_b, offsets)
         values = [found[seed] for seed in sorted(found)]
-        stats = paired_stats(values)
-        ci = paired_t_test(values, confidence=1 - args.alpha) if len(values) >= 2 else {}
+        stats = paired_stats(values, confidence=1 - args.alpha)
         cpu = sum(
             record["runs"][arm]["cpu_s"]
             for record in records
@@ -115,7 +113,7 @@ def analyse(args: argparse.Namespace) -> dict:
                 "budget_pairs": args.budget_pairs,
                 "per_seed": {str(seed): round(found[seed], 2) for seed in sorted(found)},
                 **stats,
-                "ci": [ci.get("ci_low"), ci.get("ci_high")] if ci else None,
+                "ci": [stats["ci_low"], stats["ci_high"]] if stats["sd"] else None,
                 "ci_level": 1 - args.alpha,
                 "significant": stats["p"] is not None and stats["p"] < args.alpha,
                 "cpu_minutes": cpu / 60,

@@ -40,6 +40,7 @@ def local_runs(tmp_path: Path, *, finished: bool = True, final_weights: bool = T
     folder (run.json with its uid) holding its best checkpoint (and its last step's), recorded
     with their sha256 as the local trainer records them. Finished at step 150 of 150 unless
     `finished` is false (then still running)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "runs.db"
     db = seed_card_db(path, arms=2)
     for name in (RUN, OTHER):

@@ -55,6 +55,13 @@ def add_counted_run(
         )
 
 
+def add_seeds(db, arm: str, counts: list[int], panel: int, seeds: range, *, prefix: str) -> None:
+    """Recorded-panel seeds of one arm, each with the counts rotated (a seed's own noise)."""
+    for seed in seeds:
+        rotated = counts[seed:] + counts[:seed]
+        add_counted_run(db, f"{prefix}-{seed}", arm, rotated, panel, seed=seed, recorded=True)
+
+
 def card_text(db, run: str, **kwargs) -> str:
     return render_card(build_card_context(db, run, **kwargs))
 
@@ -104,22 +111,17 @@ def test_cause1_recorded_and_inferred_128_are_one_protocol(tmp_path):
 
 def test_cause1_sub_multiple_inference_never_splits_an_arm(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    for seed in range(3):
-        add_counted_run(
-            db,
-            f"rh-{seed}",
-            "return-hard",
-            COUNTS_64_EVEN[seed:] + COUNTS_64_EVEN[:seed],
-            64,
-            seed=seed,
-            recorded=True,
-        )
+    add_seeds(db, "return-hard", COUNTS_64_EVEN, 64, range(3), prefix="rh")
     add_counted_run(db, "rh-3", "return-hard", COUNTS_64_EVEN[::-1], 64, seed=3, recorded=False)
     comparison = compare_runs(db)
     assert [arm.n_seeds for arm in comparison.arms] == [4]
     protocol = comparison.run("rh-3").identity.protocol
     assert protocol.episodes == 32 and protocol.pooled_episodes == 64
     assert protocol.episodes_uncertain  # named as uncertain, not split off
+    assert (
+        "recorded 64, since the inference finds a divisor of the panel: the panel size is uncertain"
+        in card_text(db, "rh-3")
+    )
 
 
 # ---- cause 2: compare and the card group by one unit identity ---------------------------------
@@ -127,16 +129,7 @@ def test_cause1_sub_multiple_inference_never_splits_an_arm(tmp_path):
 
 def test_cause2_card_and_compare_agree_on_seeds_and_mean(tmp_path):
     db = store.open_db(tmp_path / "runs.db")
-    for seed in range(3):
-        add_counted_run(
-            db,
-            f"rh-{seed}",
-            "return-hard",
-            COUNTS_128[seed:] + COUNTS_128[:seed],
-            128,
-            seed=seed,
-            recorded=True,
-        )
+    add_seeds(db, "return-hard", COUNTS_128, 128, range(3), prefix="rh")
     add_counted_run(
         db, "rh-3", "return-hard", [c - 20 for c in COUNTS_128], 128, seed=3, recorded=False
     )
@@ -272,6 +265,9 @@ def test_cause6_an_arm_without_a_recorded_arm_is_not_compared(tmp_path):
     against = [c for c in claims if c.kind == "arm-comparison"]
     assert against and all(c.difference is None for c in against)
     assert "not recorded" in against[0].no_test
+    text = card_text(db, "rh")
+    assert "| (run mystery" not in text  # never a row among "the arms compared with this one"
+    assert "Not compared, their arm not recorded: `(run mystery: arm not recorded)` (1 run" in text
 
 
 def test_cause6_power_names_its_test_and_whether_it_is_exact(tmp_path):
@@ -442,3 +438,114 @@ def test_card_claims_are_in_the_summary_and_the_template_decides_nothing(tmp_pat
         "arms_table",
     ):
         assert removed not in template
+
+
+def test_cause1_an_inferred_seed_joins_its_arms_recorded_seed_on_the_card(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_seeds(db, "return-hard", COUNTS_128, 128, range(2), prefix="rh")
+    add_counted_run(db, "hgae-0", "hgae", COUNTS_128[::-1], 128, seed=0, recorded=False)
+    add_counted_run(
+        db, "hgae-1", "hgae", COUNTS_128[2:] + COUNTS_128[:2], 128, seed=1, recorded=True
+    )
+    compared = sorted((arm.arm_name, arm.n_seeds) for arm in compare_runs(db).arms)
+    assert compared == [("hgae", 2), ("return-hard", 2)]
+    for run in ("hgae-0", "rh-0"):
+        context = build_card_context(db, run)
+        assert sorted((arm.arm_name, arm.n_seeds) for arm in context.comparison.arms) == compared
+        assert context.summary["excluded_runs"] == {}
+        assert "Left out" not in render_card(context)
+
+
+def test_window_successes_are_not_recorded_when_a_count_is_missing(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
+    window = build_card_context(db, "rh").summary["window"]
+    assert window["episodes"] == 1280 and window["successes"] is None  # never "0 of 1280"
+
+
+LAUNCH_SCRIPT = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "verl-agent"
+    / "recipe"
+    / "hgpo"
+    / "run_qwen2.5_7b_alfworld_train.sh"
+)
+
+
+def test_cause9_a_real_launch_script_with_shell_variables_gives_a_card(tmp_path):
+    from helpers_store import acceptance_rows, write_console
+
+    db_path = tmp_path / "runs.db"
+    log = write_console(acceptance_rows(), tmp_path / "console.log")
+    command = f"ingest {log} --run rh --arm return-hard --base-model {BASE_MODEL} --config"
+    ingested = runner.invoke(
+        app, ["--db", str(db_path), *command.split(), str(LAUNCH_SCRIPT), "--json"]
+    )
+    assert ingested.exit_code == 0, ingested.output
+    result = card_cli(db_path, "rh", "--window-start", "0")
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output and "invalid literal" not in result.output
+    readme = (tmp_path / "rh" / "README.md").read_text()
+    assert "$train_data_size" not in section(readme, "training-setup").split("<details>")[0]
+
+
+def test_cause1_a_sub_multiple_seed_does_not_fail_the_isolation_check(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_seeds(db, "return-hard", COUNTS_64_EVEN, 64, range(2), prefix="rh")
+    add_counted_run(db, "rh-2", "return-hard", COUNTS_64_EVEN[::-1], 64, seed=2, recorded=False)
+    add_seeds(db, "global-successor", COUNTS_64_EVEN[1:] + [40], 64, range(3), prefix="gs")
+    comparison = compare_runs(db)
+    assert [arm.n_seeds for arm in comparison.arms] == [3, 3]
+    assert comparison.isolation["verdict"] == "passes", comparison.isolation["differences"]
+    context = build_card_context(db, "rh-2")
+    assert context.summary["excluded_runs"] == {}
+    assert "the 6 runs checked passed ccpo's isolation check" in render_card(context)
+
+
+def test_cause6_a_table_difference_without_interval_says_why(tmp_path):
+    from ccpo_cli.report.compare_tables import comparisons_table
+
+    db = store.open_db(tmp_path / "runs.db")
+    add_run(db, "rh", "return-hard", mean=83.5, sd=6.5, n=10, best=93.75)
+    add_run(db, "gs", "global-successor", mean=77.5, sd=6.3, n=9, best=86.7)
+    table = comparisons_table(compare_runs(db))
+    note = table.rows[0][-1].text
+    assert "no test:" in note and "one seed" in note
+
+
+REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs"
+
+
+def test_cause3_on_real_logs_a_card_never_names_another_settings_grpo_run(tmp_path):
+    db_path = tmp_path / "runs.db"
+    for log, run, extra in (
+        ("jonp07_grpo_run_alfworld.txt", "jonp-grpo-15b", ["--arm", "grpo"]),
+        (
+            "boerz_run_a_telemetry.csv",
+            "boerz-rh-7b",
+            ["--arm", "return-hard", "--base-model", BASE_MODEL, "--benchmark", "alfworld"],
+        ),
+    ):
+        command = ["--db", str(db_path), "ingest", str(REAL_LOGS / log), "--run", run, *extra]
+        assert runner.invoke(app, command).exit_code == 0
+    result = card_cli(db_path, "boerz-rh-7b", "--status", "auto")
+    assert result.exit_code == 0, result.output
+    readme = (tmp_path / "boerz-rh-7b" / "README.md").read_text()
+    grpo = section(readme, "does-and-does-not-show")
+    assert "jonp-grpo-15b" not in grpo  # a 1.5B run is never "in this run's setting" of a 7B card
+    assert "No GRPO run of this run's setting is recorded in the database." in grpo
+    left_out = next(line for line in readme.splitlines() if line.startswith("Left out"))
+    assert "base model Qwen/Qwen2.5-1.5B-Instruct (this run: Qwen/Qwen2.5-7B-Instruct)" in left_out
+
+
+def test_cause1_a_unit_shows_the_count_it_is_pooled_by(tmp_path):
+    db = store.open_db(tmp_path / "runs.db")
+    add_counted_run(db, "ppo-1", "ppo", COUNTS_128, 128, seed=1, recorded=True)
+    add_counted_run(db, "ppo-2", "ppo", COUNTS_64_EVEN, 64, seed=2, recorded=False)  # inferred 32
+    add_counted_run(db, "gigpo-1", "gigpo", COUNTS_64_EVEN, 64, seed=1, recorded=False)
+    # Four distinct rates (25, 50, 75, 51.5625 %): too few to infer a count.
+    add_counted_run(db, "gigpo-2", "gigpo", [32, 64, 96, 66, 32, 64], 128, seed=2, recorded=False)
+    arms = {arm.arm_name: arm for arm in compare_runs(db).arms}
+    assert arms["ppo"].protocol["episodes"] == 128 and arms["ppo"].n_seeds == 2
+    assert arms["gigpo"].protocol["episodes"] is None and "32" not in arms["gigpo"].name

@@ -89,7 +89,11 @@ def test_a_non_finite_loss_stops_the_run_as_failed_with_the_step_and_the_quantit
     # The untrained policy's evaluation stays recorded, as that of a failed run.
     assert [e["step"] for e in run_evaluations(db, "nan-loss")] == [0]
     folder = tmp_path / "ccpo-runs" / "nan-loss"
-    assert not (folder / "metrics.jsonl").exists() and not list(folder.glob("checkpoints/*.pt"))
+    # metrics.jsonl holds the untrained evaluation's line only: nothing of the failed step.
+    steps = [
+        json.loads(line)["step"] for line in (folder / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == [0] and not list(folder.glob("checkpoints/*.pt"))
     listed = json.loads(invoke("--db", db_path, "runs", "list", "--json").stdout)["runs"]
     assert listed[0]["failure"]["quantity"] == "loss" and listed[0]["failure"]["step"] == 1
 

@@ -202,6 +202,11 @@ def test_a_crash_and_its_resume_are_facts_of_the_run_and_lora_is_an_adapter(tmp_
     facts = runs_show(db_path, "grpo")["facts"]
     assert facts["crashed_after_step"] == 149 and facts["resumed_from"] == 100
     assert facts["adapter"] == {"type": "lora", "rank": 16, "alpha": 32}
+    # The log's two data sources, not the seven the search benchmark declares.
+    assert facts["task_types"] == ["hotpotqa", "nq"]
+    from ccpo_cli.cards.setup import benchmark_row
+
+    assert benchmark_row("search", facts["task_types"]).endswith("2 task types (hotpotqa, nq)")
 
 
 def test_project_name_is_a_label_not_an_isolation_difference():
@@ -218,3 +223,39 @@ def test_an_interim_card_message_never_says_of_none():
     )
     message = card_message(SimpleNamespace(context=context))
     assert "None" not in message and "step 100" in message
+
+
+CONFIGS_WITH_OTHER_OUTPUT = {
+    "config.yaml": (
+        "algorithm:\n"
+        "  adv_estimator: grpo\n"
+        "(TaskRunner pid=1) Setting TOKENIZERS_PARALLELISM=false, it's safe\n"
+        "env:\n"
+        "  seed: 7\n",
+        ("grpo", 7),
+    ),
+    "launch.sh": (
+        "python3 -m verl.trainer.main_ppo \\\n"
+        "    algorithm.adv_estimator=gigpo \\\n"
+        "WARNING: the retriever isn't up yet\n"
+        "    env.seed=3 \\\n"
+        "    trainer.total_training_steps=20\n",
+        ("gigpo", 3),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS_WITH_OTHER_OUTPUT))
+def test_a_config_file_is_read_around_a_line_of_other_output(tmp_path, name):
+    """A YAML config or a launch command with a foreign line (line 3) inside: the line is left
+    out and named, the rest read."""
+    text, (estimator, seed) = CONFIGS_WITH_OTHER_OUTPUT[name]
+    config = tmp_path / name
+    config.write_text(text)
+    log = tmp_path / "v.log"
+    log.write_text("step:5 - val/success_rate:0.500\n")
+    command = ("--benchmark", "alfworld", "--config", str(config))
+    document = ingest(tmp_path / "r.db", log, "r", *command)
+    assert document["config_left_out_lines"] == [3]
+    facts = runs_show(tmp_path / "r.db", "r")["facts"]
+    assert facts["estimator"] == estimator and facts["seed"] == seed

@@ -49,7 +49,9 @@ def short_run(game_dirs, tmp_path_factory):
 
 
 def _metrics(run_dir):
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    """The lines of the training steps (the line of step 0 is the untrained evaluation's)."""
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [line for line in lines if "rollout_sha256" in line]
 
 
 @pytest.mark.slow
@@ -67,6 +69,22 @@ def test_short_run_records_evaluations_with_the_arm_fingerprint(short_run):
         assert evaluation["temperature"] == pytest.approx(0.4)
         assert 0.0 <= evaluation["success_rate"] <= 100.0
     assert [e["step"] for e in result.evaluations] == [0, 1, 2]
+    # metrics.jsonl starts with the untrained evaluation (issue 41), and every number of every
+    # line is in runs.db's metrics table at the line it was written to.
+    lines = [
+        json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert lines[0]["val/success_rate"] == evaluations[0]["success_rate"] / 100
+    from ccpo_cli.store.metrics import metric_series
+
+    kl = metric_series(db, "rh-s0", "actor/kl")
+    assert [(p["step"], p["value"], p["source_line"]) for p in kl] == [
+        (line["step"], line["actor/kl"], number)
+        for number, line in enumerate(lines, 1)
+        if number > 1
+    ]
+    assert metric_series(db, "rh-s0", "val/success_rate")[0]["step"] == 0
 
 
 def test_provenance_is_recorded_before_training(short_run):

@@ -32,7 +32,7 @@ from ccpo_cli.store.sync_merge import Origin
 
 ROOT = Path(__file__).resolve().parents[1]
 # A verl-agent GRPO run on ALFWorld as its author committed it: 150 training steps, each with
-# its loss, KL, entropy and gradient norm printed to 3 decimals (../shared/real-logs/SOURCES.md).
+# its loss, KL, entropy and gradient norm printed to 3 decimals (its source is named in the real logs' SOURCES.md).
 VERL_AGENT_LOG = REAL_LOGS / "jonp07_grpo_run_alfworld.txt"
 # verl-agent's names of the loss, the KL, the entropy and the gradient norm.
 TRAINING_KEYS = ("actor/pg_loss", "actor/kl_loss", "actor/entropy_loss", "actor/grad_norm")
@@ -278,3 +278,35 @@ def test_a_synced_metric_past_the_runs_steps_is_refused(tmp_path, monkeypatch):
     }
     with pytest.raises(InvalidInput, match="past the run's recorded steps"):
         merge_rows(db, "metrics", [row], where="part")
+
+
+def test_compare_reads_the_evaluations_only(verl_db, tmp_path):
+    """The metrics table adds nothing to compare's numbers: the document is the same with the
+    table emptied."""
+    copy = tmp_path / "copy.db"
+    source, target = sqlite3.connect(verl_db), sqlite3.connect(copy)
+    source.backup(target)  # the WAL's pages included
+    source.close()
+    target.close()
+    emptied = open_db(copy)
+    emptied.execute("DELETE FROM metrics")
+
+    def document(path: Path) -> dict:
+        result = runner.invoke(app, ["--db", str(path), "compare", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.stdout)
+
+    assert document(verl_db) == document(copy)
+    assert open_db(copy).execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
+
+
+def test_a_renamed_metric_is_kept_under_the_name_it_was_logged_with(tmp_path):
+    from ccpo_cli.store.readers.metric_names import MetricRename
+
+    path = tmp_path / "fork.jsonl"
+    path.write_text('{"step": 5, "val/val/success_rate": 0.5, "actor/kl_loss": 0.125}\n')
+    db = open_db(tmp_path / "runs.db")
+    rename = MetricRename.parse("val/val/success_rate=val/success_rate")
+    ingest_file(db, path, "r", benchmark="alfworld", rename=rename)
+    assert [row["success_rate"] for row in run_evaluations(db, "r")] == [50.0]
+    assert run_metric_steps(db, "r") == {5: {"val/val/success_rate": 0.5, "actor/kl_loss": 0.125}}

@@ -127,3 +127,20 @@ def test_a_good_token_file_still_reads(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("hf_good_token_123\n")
     assert resolve_token(None, token_file) == "hf_good_token_123"
+
+
+def test_push_to_hub_refuses_a_named_pipe_before_training(tmp_path):
+    """`ccpo train --push-to-hub --token-file FIFO`: the publisher is built (and the token read)
+    before training starts, under the same bounds: exit 3, never a hang."""
+    from ccpo_cli.publishing.background import publisher_for
+
+    pipe = tmp_path / "token.fifo"
+    os.mkfifo(pipe)
+    with pytest.raises(InvalidInput, match="not a regular file"):
+        publisher_for(
+            tmp_path / "runs.db",
+            "tester/bounded",
+            backend="local",
+            endpoint="http://127.0.0.1:9",
+            token_file=pipe,
+        )

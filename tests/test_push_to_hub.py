@@ -250,6 +250,10 @@ def test_a_resumed_run_never_replaces_a_better_recorded_checkpoint(tmp_path, hub
         store.record_evaluation(db, "rh", step, success_rate=success, episodes=4)
         files[step] = folder / f"step-{step:06d}.pt"
         files[step].write_bytes(bytes([step]) * 64)
+        # As the trainer records them: only weights runs.db records for the run go up.
+        store.record_checkpoint(
+            db, "rh", step, str(files[step]), sha256=sha256(files[step].read_bytes())
+        )
     target = push_target(REPO, endpoint=hub.endpoint, window_start=0)
     # A stale request for step 2's checkpoint (enqueued when step 2 was the best) is still pending.
     outbox.enqueue(
@@ -270,6 +274,7 @@ def test_a_resumed_run_never_replaces_a_better_recorded_checkpoint(tmp_path, hub
     store.record_evaluation(db, "rh", 6, success_rate=60.0, episodes=4)
     files[6] = folder / "step-000006.pt"
     files[6].write_bytes(b"\x06" * 64)
+    store.record_checkpoint(db, "rh", 6, str(files[6]), sha256=sha256(files[6].read_bytes()))
     note_evaluations(db, "rh", target, checkpoint_for=files.get)
     Uploader(db, db_path, "rh", target, TOKEN).drain()
     checkpoints = {e.step: e for e in outbox.entries(db, "rh") if e.kind == "checkpoint"}

@@ -377,6 +377,16 @@ def test_a_verl_agent_logs_training_scalars_are_exported_to_tensorboard_and_wand
         assert scalars[key] == pytest.approx(series, rel=1e-6)  # TensorBoard's float32
     assert history["val/success_rate"] == pytest.approx(standing) and len(standing) == 31
     assert wandb_run_record(offline).project == "ccpo"
+    # Ready for `wandb sync`: its own dry run finds the run (a loopback URL: nothing leaves).
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    dry = subprocess.run(
+        [str(wandb_cli), "sync", "--dry-run", str(offline)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WANDB_BASE_URL": "http://127.0.0.1:9", "WANDB_API_KEY": "x" * 40},
+        timeout=120,
+    )
+    assert dry.returncode == 0 and "Would sync 1 run" in dry.stdout + dry.stderr, dry.stderr
 
 
 def test_a_step_line_says_where_the_run_is_and_when():

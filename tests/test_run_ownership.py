@@ -178,7 +178,7 @@ def test_resume_with_more_steps_and_other_workers_continues_and_records_the_chan
     run = get_run(db, "ref")
     assert (run["last_step"], run["total_steps"], run["status"]) == (3, 3, "finished")
     assert [e["step"] for e in run_evaluations(db, "ref")] == [0, 1, 2, 3]
-    assert metric_steps(folder) == [1, 2, 3]
+    assert metric_steps(folder) == [0, 1, 2, 3]  # 0: the untrained evaluation
     (resumed,) = run["config"]["resumes"]
     assert resumed["at_step"] == 2 and resumed["from_checkpoint"] is True
     assert resumed["changed"] == {"steps": {"from": 2, "to": 3}, "workers": {"from": 0, "to": 1}}
@@ -292,7 +292,7 @@ def test_two_concurrent_trainers_of_one_run_leave_one_clean_record(tmp_path):
     assert len(lines) == 1 and "Traceback" not in loser_stderr, loser_stderr
     assert "is being trained by pid" in lines[0] or "already has checkpoints" in lines[0], lines[0]
     folder = tmp_path / "ccpo-runs" / "cc"
-    assert metric_steps(folder) == [1, 2, 3]
+    assert metric_steps(folder) == [0, 1, 2, 3]  # 0: the untrained evaluation
     assert not list(folder.rglob("*.partial"))
     assert [e["step"] for e in run_evaluations(open_db(db), "cc")] == [0, 1, 2, 3]
 

@@ -52,7 +52,8 @@ def game_dirs():
 
 def metrics(db_path, name):
     lines = (default_run_dir(db_path, name) / "metrics.jsonl").read_text().splitlines()
-    return {row["step"]: row for row in map(json.loads, lines)}
+    rows = map(json.loads, lines)  # the training steps: the step-0 line is an evaluation's
+    return {row["step"]: row for row in rows if "rollout_sha256" in row}
 
 
 @pytest.mark.slow

@@ -252,7 +252,7 @@ def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tu
 
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
-    best, window = facts.this.best, facts.this.window
+    best = facts.this.best
     if not best:
         return {"present": False}
     columns = task_type_columns(facts.identity, best)
@@ -262,8 +262,6 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
     )
     return {
         "present": True,
-        "step": best["step"],
-        "success": fmt(best["success"]),
         "turns": fmt(best.get("mean_turns"))
         if best.get("mean_turns") is not None
         else "not recorded",
@@ -272,11 +270,6 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
         "train_success": fmt(best["train_success_rate"])
         if best.get("train_success_rate") is not None
         else "",
-        "bias_sd": fmt(best["expected_max_bias_sd"]),
-        "bias_points": fmt(best.get("expected_max_bias_points")),
-        "bias_known": best.get("expected_max_bias_points") is not None,
-        "bias_basis": best.get("bias_noise") or "the window sd",
-        "n_candidates": best.get("n_candidates", window["n"]),
         "turns_start": fmt(first_with_turns["mean_turns"]) if first_with_turns else "",
         "turns_start_step": first_with_turns["step"] if first_with_turns else None,
     }
@@ -368,6 +361,8 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
             "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
             "episodes_known": bool(protocol["episodes"]),
             "episodes_basis": protocol["episodes_basis"],
+            "pooled_episodes": protocol["pooled_episodes"],
+            "episodes_uncertain": protocol["episodes_uncertain"],
             "split": protocol["split"],
             "split_assumed": protocol.get("split_assumed"),
             "temperature": protocol["temperature"],

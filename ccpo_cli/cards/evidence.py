@@ -19,6 +19,9 @@ def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any])
     return {
         "episodes": protocol.episodes,
         "episodes_basis": protocol.episodes_basis,
+        # Pooled by a recorded count the inference divides but cannot confirm (a sub-multiple).
+        "pooled_episodes": protocol.pooled_episodes,
+        "episodes_uncertain": protocol.episodes_uncertain,
         "temperature": protocol.temperature,
         "split": protocol.split,
         "split_assumed": protocol.split_assumed,

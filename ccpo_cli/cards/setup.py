@@ -54,8 +54,9 @@ def _count(value: Any) -> int | None:
     return None
 
 
-def benchmark_row(name: str | None) -> str:
-    """The setup table's benchmark cell: the declared display name and its task types."""
+def benchmark_row(name: str | None, logged_types: Any = None) -> str:
+    """The setup table's benchmark cell: the declared display name and its task types, those
+    the run's validations logged (the fact `task_types`) where it is recorded."""
     from ccpo_cli.benchmarks import load_benchmark
     from ccpo_cli.errors import CcpoError
 
@@ -65,6 +66,8 @@ def benchmark_row(name: str | None) -> str:
         benchmark = load_benchmark(name)
     except CcpoError:
         return f"{name} (not a benchmark this ccpo declares)"
+    if isinstance(logged_types, list) and logged_types:
+        return f"{benchmark.display_name}, {len(logged_types)} task types ({', '.join(map(str, logged_types))})"
     types = len(benchmark.task_types)
     return f"{benchmark.display_name}, " + (f"{types} task types" if types else "no task types")
 
@@ -175,7 +178,7 @@ def verl_setup_rows(
         if value[name] is None:
             value[name] = facts.get(name)
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
-    rows.append(("benchmark", benchmark_row(run_row.get("benchmark"))))
+    rows.append(("benchmark", benchmark_row(run_row.get("benchmark"), facts.get("task_types"))))
     batch, group = _count(value["batch"]), _count(value["group"])
     if batch is not None and group is not None:
         episodes = batch * group

@@ -238,8 +238,10 @@ def ingest(
     check_run_name(run)  # before open_db, like the file check below
     if benchmark is not None:
         load_benchmark(benchmark)  # an unknown name exits 3, naming the known ones
+    config_left_out: list[int] = []
     flat_config, facts = protocol_facts(
         config,
+        left_out=config_left_out,
         split=split,
         temperature=temperature,
         episodes=episodes,
@@ -270,6 +272,7 @@ def ingest(
         total_steps=facts.pop("total_steps", None),
         facts=facts,
         config=flat_config,
+        config_file_left_out=config_left_out,
         ended=ended,
         strict=strict,
         metric=scalars[0] if scalars else None,

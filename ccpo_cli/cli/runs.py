@@ -1,10 +1,7 @@
-"""`ccpo runs list|show|diff|retract|resolve`: what runs.db holds, and correcting it without
-losing it.
+"""`ccpo runs list|show|retract|resolve`: what runs.db holds, and correcting it without losing it.
 
-One concern, kept in one file past 400 lines: the `runs` sub-app, whose five commands share the
-run argument, the --by option and the output options, and each parse their options and call the
-store and report functions that do the work.
-"""
+One concern, kept in one file past 400 lines: the `ccpo runs` group's option declarations, each
+command parsing its options and calling one library function."""
 
 from __future__ import annotations
 

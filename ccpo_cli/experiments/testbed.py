@@ -36,7 +36,7 @@ import numpy as np
 from scipy import stats
 
 from ccpo_cli.experiments.testbed_runs import MatrixData
-from ccpo_cli.stats import two_arm_test
+from ccpo_cli.stats import DEFAULT_CONFIDENCE, two_arm_test
 
 ALPHA = 0.05
 
@@ -44,8 +44,11 @@ ALPHA = 0.05
 # ---- the paired comparison ---------------------------------------------------------------
 
 
-def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
-    """The paired t-test on per-seed differences a − b: n, mean, sd, t, p, MDD, effect/sd.
+def paired_stats(
+    differences: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
+) -> dict[str, Any]:
+    """The paired t-test on per-seed differences a − b: n, mean, sd, t, p, MDD, effect/sd and
+    the CI at `confidence` (ci_low, ci_high; None below two seeds).
 
     A matrix pairs its arms by seed (one warm start, one game draw), so the testbed's test is the
     paired branch of `ccpo_cli.stats.two_arm_test`, the one compare and the power section use."""
@@ -54,7 +57,10 @@ def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
     # The one two-arm decision, told that the design paired every seed: a − b against b − b.
     seeds = range(len(differences))
     test = two_arm_test(
-        dict(zip(seeds, differences)), dict.fromkeys(seeds, 0.0), paired_by_design=seeds
+        dict(zip(seeds, differences)),
+        dict.fromkeys(seeds, 0.0),
+        paired_by_design=seeds,
+        confidence=confidence,
     )
     # Below two seeds there is no paired test: the count and no spread, as before.
     n, sd = len(differences), test.get("sd")
@@ -66,6 +72,8 @@ def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
         "p": None,
         "mdd": None,
         "effect_to_sd": None,
+        "ci_low": None,
+        "ci_high": None,
     }
     if sd:
         result.update(
@@ -73,6 +81,8 @@ def paired_stats(differences: Sequence[float]) -> dict[str, Any]:
             p=test["p"],
             mdd=paired_mdd(sd, n),
             effect_to_sd=float(test["difference"] / sd),
+            ci_low=test.get("ci_low"),
+            ci_high=test.get("ci_high"),
         )
     return result
 

@@ -256,10 +256,12 @@ class Uploader:
         landed = self._landed(entry, key)
         if landed is not None:
             session.verify(landed, files)
+            tagged = session.tag(tag, landed, message)
             return {
                 "commit_id": landed,
-                "tag": session.tag(tag, landed, message)["tag"],
-                "reason": "found on the Hub: an earlier attempt landed although its answer was lost",
+                "tag": tagged["tag"] if tagged["commit_id"] == landed else None,
+                "reason": "found on the Hub: an earlier attempt, another publisher or a copy of "
+                "this database landed it",
             }
         if entry.base_commit is None:
             set_base_commit(self.db, entry, session.head_sha())

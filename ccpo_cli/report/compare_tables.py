@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ccpo_cli.report.comparison import ArmSummary, Comparison, RunEntry
+from ccpo_cli.report.comparison import ArmSummary, Comparison, PairComparison, RunEntry
 from ccpo_cli.report.labels import (
     LABEL_FIELDS,
     NOT_RECORDED,
@@ -282,6 +282,14 @@ def best_rows_table(comparison: Comparison) -> TableData:
     return table
 
 
+def _no_interval(pair: PairComparison) -> str:
+    """Why a difference has no test, interval or p (every difference says one or the other)."""
+    thin = [arm.label or arm.name for arm in (pair.first, pair.second) if arm.n_seeds < 2]
+    if thin:
+        return f"no test: {' and '.join(thin)} {'has' if len(thin) == 1 else 'have'} one seed"
+    return "no test: the seed means do not vary"
+
+
 def comparisons_table(comparison: Comparison) -> TableData:
     table = TableData(
         "comparisons",
@@ -311,6 +319,7 @@ def comparisons_table(comparison: Comparison) -> TableData:
         notes = "; ".join(
             note
             for note in (
+                _no_interval(row) if welch["ci_low"] is None else "",
                 row.note or "",
                 f"isolation {verdict}" if verdict and verdict != "passes" else "",
             )

@@ -53,8 +53,11 @@ def _arm_json(arm: ArmIdentity | None) -> dict[str, Any]:
 
 
 def shown_protocol(identity: RunIdentity) -> dict[str, Any]:
-    """The protocol as an arm or a reference shows it: split, temperature, episodes, turn limit."""
-    recorded = identity.protocol.as_dict()
+    """The protocol as an arm or a reference shows it: split, temperature, episodes, turn limit.
+    The episodes are the count the unit is pooled by (`EvaluationProtocol.key()`): a recorded
+    count, or the recorded count an inferred one was settled to; None when no count pools the
+    unit (an unconfirmed inference is one run's, not its unit's: `runs[].protocol` keeps it)."""
+    recorded = dict(identity.protocol.as_dict(), episodes=identity.protocol.key()[2])
     return {key: recorded[key] for key in SHOWN_PROTOCOL_FIELDS}
 
 

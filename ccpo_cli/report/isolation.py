@@ -131,6 +131,15 @@ def _config_differences(runs: list[dict], differences: list[str], not_recorded: 
             differences.append(f"config {key}: {_describe(values)}")
 
 
+def _protocol_value(identity: RunIdentity, field: str) -> Any:
+    """A protocol field as the runs are pooled by it: an inferred episode count settled to the
+    recorded count of its setting is that count (store/identity.py `pooled_episodes`)."""
+    protocol = identity.protocol
+    if field == "episodes" and protocol.pooled_episodes is not None:
+        return protocol.pooled_episodes
+    return getattr(protocol, field)
+
+
 def _seed_differences(
     runs: list[dict], arm_of: dict[str, str], differences: list[str], not_recorded: list[str]
 ) -> None:
@@ -218,7 +227,7 @@ def isolation_check(
         if any(value is not None for value in values.values()):
             _field_check(f"fact {fact}", values, differences, not_recorded)
     for field in PROTOCOL_FIELDS:
-        values = {name: getattr(identities[name].protocol, field) for name in names}
+        values = {name: _protocol_value(identities[name], field) for name in names}
         if field == "turn_limit" and all(value is None for value in values.values()):
             continue  # no run states its turn limit; a recorded difference is still caught
         if field == "split" and all(value is None for value in values.values()):

@@ -5,6 +5,9 @@ The tables themselves are built where their documents are read: `report/compare_
 `ccpo arms`, `ccpo games check` and `ccpo sync pull`, `report/power_tables.py` for the power
 section.
 
+One concern, kept in one file past 400 lines: one table and its formats, which share the cell
+and column types and the terminal's width rules.
+
 One rendering path per table: each table is built once as a `TableData` (its columns and, per
 cell, the text a person reads and the raw value a program reads) and then handed to a formatter
 (sqlite-utils' `--table/--csv/--fmt` is the model):

@@ -288,8 +288,11 @@ def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
     success_counts = [row.get("pooled_successes", row["successes"]) for row in window_evals]
     if window_evals and all(count is not None for count in episode_counts):
         window["episodes"] = sum(episode_counts)
-        window["successes"] = sum(count or 0 for count in success_counts)
-        if all(count is not None for count in success_counts):
+        # A success count missing from any evaluation leaves the window's total not recorded
+        # (never 0 of its episodes).
+        complete = all(count is not None for count in success_counts)
+        window["successes"] = sum(success_counts) if complete else None
+        if complete:
             # Measurement precision of the whole window (all its episodes pooled), not of one eval.
             low, high = stats.wilson_interval(window["successes"], window["episodes"], confidence)
             window["pooled_interval"] = {

@@ -66,6 +66,7 @@ FACT_KEYS = (
     "algorithm",
     "adapter",
     "crashed_after_step",
+    "task_types",
 )
 # The one verl-agent Hydra key each plain fact is read from (verl/trainer/config/ppo_trainer.yaml).
 # The split (ALFWorld's key is named here for the card's evidence), the estimator's own
@@ -132,12 +133,47 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _command_overrides(text: str) -> dict[str, Any]:
-    """The `key=value` Hydra overrides of a launch command (`+key`, `++key` alike)."""
+# A line of a YAML document: blank, a comment, a list item, a `key:` (quoted or not), or an
+# indented continuation of the value above. Anything else at the left margin is other output.
+_YAML_LINE = re.compile(r"^(?:\s*(?:#.*)?|\s*- .*|\s*-|\s*['\"\w.+/$-][^:]*:(?:\s.*)?|\s+\S.*)$")
+
+
+def _yaml_around_foreign_lines(text: str, source: str, dropped: list[int]) -> Any:
+    """The YAML document of `text`, read around lines that are not YAML when it does not read
+    whole (their numbers added to `dropped`); None when it is no YAML either way."""
+    try:
+        return load_yaml(text, source)
+    except YamlSyntaxError:
+        pass
+    lines = text.splitlines()
+    foreign = [number for number, line in enumerate(lines, 1) if not _YAML_LINE.match(line)]
+    if not foreign or len(foreign) == len(lines):
+        return None  # not YAML: maybe a launch command
+    skipped = set(foreign)
+    kept = "\n".join(line for number, line in enumerate(lines, 1) if number not in skipped)
+    try:
+        document = load_yaml(kept, source)
+    except YamlSyntaxError:
+        return None
+    dropped.extend(foreign)
+    return document
+
+
+def _command_overrides(text: str, left_out: list[int] | None = None) -> dict[str, Any]:
+    """The `key=value` Hydra overrides of a launch command (`+key`, `++key` alike). A line
+    that does not split as shell words (other output with an unbalanced quote) is left out and
+    its number added to `left_out`; the command's other lines are read."""
     try:
         words = shlex.split(text.replace("\\\n", " "), comments=True)
     except ValueError as error:
-        raise InvalidInput(f"cannot split the launch command ({error})") from None
+        words = []
+        for number, line in enumerate(text.splitlines(), 1):
+            try:
+                words += shlex.split(line.rstrip().removesuffix("\\"), comments=True)
+            except ValueError:
+                if left_out is None:
+                    raise InvalidInput(f"cannot split the launch command ({error})") from None
+                left_out.append(number)
     overrides = {}
     for word in words:
         key, sep, value = word.partition("=")
@@ -204,21 +240,28 @@ def _refuse_ccpo_definition(path: Path, document: Mapping[str, Any]) -> None:
             )
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
+def read_config_file(path: str | Path, left_out: list[int] | None = None) -> dict[str, Any]:
     """The flattened configuration of a verl run: a resolved Hydra YAML file, or a text file
-    holding the launch command with `key=value` overrides. InvalidInput when neither."""
+    holding the launch command with `key=value` overrides. InvalidInput when neither.
+
+    Other output caught in the file (a `WARNING:` line, a Ray actor's line) is read around: a
+    line that does not continue the YAML document or the command is left out, its number added
+    to `left_out`, and the rest is read."""
     path = Path(path)
     try:
         text = read_bounded_text(path)
     except (OSError, UnicodeDecodeError) as error:
         raise InvalidInput(f"{path}: cannot read the run config ({error})") from None
-    try:
-        document = load_yaml(text, str(path))
-    except YamlSyntaxError:
-        document = None  # not YAML: maybe a launch command
+    dropped: list[int] = []
+    document = _yaml_around_foreign_lines(text, str(path), dropped)
     if isinstance(document, Mapping):
         _refuse_ccpo_definition(path, document)
-    flat = flatten(document) if isinstance(document, Mapping) else _command_overrides(text)
+        flat = flatten(document)
+    else:
+        dropped = []
+        flat = _command_overrides(text, dropped)
+    if left_out is not None:
+        left_out.extend(dropped)
     if not flat:
         raise InvalidInput(
             f"{path}: neither a Hydra config nor a launch command with key=value overrides"
@@ -643,11 +686,12 @@ def record_ingest_facts(
 
 
 def protocol_facts(
-    config_file: str | Path | None, **given: Any
+    config_file: str | Path | None, *, left_out: list[int] | None = None, **given: Any
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The flattened config (None without a file) and the facts of an ingest: those the config
-    gives, overridden by the options given (None means not given)."""
-    flat = read_config_file(config_file) if config_file is not None else None
+    gives, overridden by the options given (None means not given). The lines of other output
+    the config file was read around go to `left_out`."""
+    flat = read_config_file(config_file, left_out) if config_file is not None else None
     facts = facts_from_config(flat) if flat else {}
     facts.update({key: value for key, value in given.items() if value is not None})
     for key, value in facts.items():  # runs.db holds 64-bit integers; a config may state more

@@ -163,6 +163,7 @@ class IngestReport:
     per_source_only_steps: int = 0  # validations of per-source rates without an overall rate
     dialect_keys: set[str] = field(default_factory=set)  # other trainers' names read (metric_names)
     crashed: bool = False  # the log ends with Hydra's report that the job raised
+    task_types: set[str] = field(default_factory=set)  # the per-type rates its evaluations held
     split: str | None = None  # the split its evaluations ran on (--split, else the log's)
     eval_seed: int | None = None  # an evaluation-only log's env.seed: its evaluations' eval_seed
     evaluated_checkpoint: int | None = None  # the checkpoint an evaluation-only log loaded
@@ -252,15 +253,19 @@ def _events(
     metric: str | None,
     source_run: str | None,
     renames: Sequence[MetricRename] = (),
+    logged: Callable[[MetricRecord], None] | None = None,
 ):
     """The records of the file and what it stated about its run, with skips, cleaned lines and
     the tail noted in `report` (raised at once under `strict`); `renames` applied to each
-    record, then other trainers' names of per-source success rates read (`read_dialects`)."""
+    record, then other trainers' names of per-source success rates read (`read_dialects`).
+    `logged` sees each record before either, under the names the file logged them with."""
     report.format, events = read_events(
         path, fmt, stats, metric=metric, notes=report.warnings, source_run=source_run
     )
     for event in events:
         if isinstance(event, MetricRecord):
+            if logged is not None:
+                logged(event)
             for rename in renames:
                 event = rename.applied(event)
             event, read = read_dialects(event)
@@ -428,8 +433,9 @@ class _Evaluated:
 
     The split its evaluations ran on (`--split`, else the one the log names) is the run's split
     when the run has none recorded (a `--split` given, only while it has no held-out evaluation
-    yet), or names the same one; any other split is this file's alone: its evaluation rows carry it (`row_split`), and the run's
-    split, and the evaluations earlier files recorded, stay as they were."""
+    yet), or names the same one; any other split is this file's alone: its evaluation rows
+    carry it (`row_split`), and the run's split and the evaluations earlier files recorded stay
+    as they were."""
 
     config: dict[str, Any] = field(default_factory=dict)
     val_only: bool = False
@@ -437,7 +443,7 @@ class _Evaluated:
     given_split: str | None = None
     stated_split: str | None = None
     run_split: str | None = None  # the run's split fact before this file
-    earlier_heldout: bool = False  # whether earlier files recorded held-out evaluations
+    earlier_heldout: bool = False  # whether other files recorded held-out evaluations before
 
     def see(self, flat: Mapping[str, Any] | None, *, wins: bool = True) -> None:
         if not flat:
@@ -509,6 +515,7 @@ def ingest_file(
     benchmark: str | None = None,
     facts: Mapping[str, Any] | None = None,
     config: Mapping[str, Any] | None = None,
+    config_file_left_out: Sequence[int] = (),
     ended: bool = False,
     strict: bool = False,
     metric: str | None = None,
@@ -523,7 +530,8 @@ def ingest_file(
     a different result for a step already stored is kept as a conflict and reported. Raises
     InvalidInput (exit 3) for a missing or empty file, one in which no record reads, any bad
     line under `strict`, or an arm fingerprint different from the run's; the database is then
-    unchanged. `progress(n_bytes)` is called as the file is read, `write_progress(done, None)`
+    unchanged. `config_file_left_out` names the lines of other output the `--config` file was
+    read around (reported). `progress(n_bytes)` is called as the file is read, `write_progress(done, None)`
     as evaluations are recorded. `facts` and `config` are the run's protocol facts and verl config
     (store/facts.py); a total steps different from the recorded one is kept as a conflict, not
     written; `ended` says the run will not continue (a run short of its total is then stopped).
@@ -553,6 +561,13 @@ def ingest_file(
         benchmark_for_env_name((config or {}).get("env.env_name")),
         "the --config file's env.env_name",
     )
+    if config_file_left_out:
+        report.config_left_out_lines.extend(config_file_left_out[:REPORTED_LINES])
+        shown = ", ".join(str(number) for number in config_file_left_out[:WARNED_LINES])
+        report.warnings.append(
+            f"the --config file was read around {len(config_file_left_out)} line(s) of other output "
+            f"(lines {shown}); those lines are not part of the config"
+        )
     stated: list[StatedConfig] = []
     evaluated = _Evaluated(given_split=(facts or {}).get("split"))
     evaluated.see(config)
@@ -571,18 +586,25 @@ def ingest_file(
             backend=backend,
             benchmark=None if choice.current is None else choice.current.name,
         )
-        evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run)
+        evaluated.run_split, evaluated.earlier_heldout = _run_split(db, run, source)
         renames = (rename,) if isinstance(rename, MetricRename) else tuple(rename or ())
         scalars = MetricWriter(db, run, source)
         report.metrics = scalars.counts
-        for event in _events(path, fmt, stats, report, strict, metric, source_run, renames):
+
+        def keep_scalars(record: MetricRecord) -> None:
+            # Every number as logged, under its own name; a summary's values were measured at
+            # steps it does not keep.
+            if not record.summary:
+                scalars.write(record.step, scalar_values(record.metrics), record.line)
+
+        for event in _events(
+            path, fmt, stats, report, strict, metric, source_run, renames, keep_scalars
+        ):
             if isinstance(event, StatedConfig):
                 _note_stated(event, stated, choice, report)
                 # The printed config wins over the traced launch command, as in facts_from_log.
                 evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
-            if not event.summary:  # a summary's values were measured at steps it does not keep
-                scalars.write(event.step, scalar_values(event.metrics), event.line)
             if not event.summary:
                 report.first_step = (
                     event.step if report.first_step is None else min(report.first_step, event.step)
@@ -655,6 +677,11 @@ def ingest_file(
                 f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
                 f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
             )
+        declared = set(task_type_keys(choice.current).values())
+        if report.task_types and report.task_types != declared:
+            # The task types its validations logged, where not the benchmark's whole set (a
+            # search run's two sources, not seven).
+            stated_facts["task_types"] = sorted(report.task_types)
         if report.crashed:
             # The run stopped there: its last step (0 before its first) is where it crashed.
             stated_facts["crashed_after_step"] = report.last_step or 0
@@ -682,13 +709,17 @@ def ingest_file(
     return report
 
 
-def _run_split(db, run: str) -> tuple[str | None, bool]:
-    """(the run's recorded split, whether it has held-out evaluations) before this file."""
+def _run_split(db, run: str, source: str) -> tuple[str | None, bool]:
+    """(the run's recorded split, whether other files recorded held-out evaluations of it); a
+    file ingested again names the split of its own evaluations."""
     row = next(db.table("runs").rows_where("name = ?", [run], select="id"))
     recorded = run_facts(db, row["id"])["values"].get("split")
     heldout = next(
         db.table("evaluations").rows_where(
-            "run_id = ? AND split = ?", [row["id"], HELDOUT], select="id", limit=1
+            "run_id = ? AND split = ? AND source_file IS NOT ?",
+            [row["id"], HELDOUT, source],
+            select="id",
+            limit=1,
         ),
         None,
     )
@@ -881,6 +912,7 @@ def _record_one(
         report.skip(Skipped(record.line, f"step {record.step}: {error}"))
         return False
     report.evaluations_found += 1
+    report.task_types.update(evaluation["task_types"])
     if outcome.outcome == "new":
         report.new += 1
     elif outcome.outcome == "duplicate":

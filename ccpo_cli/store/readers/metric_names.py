@@ -125,7 +125,8 @@ _TEST_SCORE = re.compile(r"^val/test_score/(?P<source>[\w.-]+)$")
 def renamed_candidates(names) -> list[tuple[str, str]]:
     """(name, the `--metric` target to read it as) for each metric name that looks like a
     validation result logged under another name (a fork's `val/val/success_rate`, verl's
-    `val-core/<source>/reward/mean@1`), sorted: offered by name when no validation was read.
+    `val-core/<source>/acc/mean@30`, its reward), a success or accuracy first, then scores, then
+    rewards: offered by name when no validation was read.
     A per-source name is offered as that source's rate when a benchmark knows the source."""
     found = []
     for name in sorted(names):
@@ -137,7 +138,15 @@ def renamed_candidates(names) -> list[tuple[str, str]]:
         source = match.group("source")
         target = f"val/{source}_success_rate" if source is not None else OVERALL_KEY
         found.append((name, target if target in _SOURCE_RATES else OVERALL_KEY))
-    return found
+    # A name that says success or accuracy first, a score next, a reward last.
+    return sorted(found, key=lambda item: (_kind_rank(item[0]), item[0]))
+
+
+def _kind_rank(name: str) -> int:
+    last = name.rsplit("/mean@", 1)[0].rsplit("/", 1)[-1]
+    if last.endswith("reward"):
+        return 2
+    return 1 if last.endswith("score") else 0
 
 
 def is_reward(name: str) -> bool:
