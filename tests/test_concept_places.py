@@ -926,7 +926,6 @@ CHECKS: dict[str, list[Check]] = {
 # What a scan finds that is another concept's word, not this one's: "title | check | file" ->
 # what it is. An entry that no longer matches anything fails.
 NOT_THE_CONCEPT: dict[str, str] = {
-    "Window statistics | paired or Welch: the two-arm test | scripts/testbed_results.py": "the interval of per-seed differences a matrix design already paired (every seed trains both arms from one start), not a choice between paired and Welch",
     "Matrix designs | the designs and their files | scripts/testbed_design.py": "the `designs` list of a tried-designs record (docs/testbed-designs-tried.json), not the designs folder",
     "Vocabulary | a card status named to decide | ccpo_cli/cards/context.py": "the card template's variable `interim`, set from `facts.status == INTERIM`",
     "The estimator table | an estimator named to decide something | ccpo_cli/store/facts.py": "verl-agent's own `algorithm.adv_estimator` values, read from its printed config",
