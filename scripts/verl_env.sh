@@ -37,7 +37,7 @@ if [ -f "$TARGET/.ccpo-verl-env" ] && [ "$(cat "$TARGET/.ccpo-verl-env")" = "$ST
   # (run from / so that the answer is the installed ccpo, not a checkout in the working directory)
   INSTALLED=$(cd / && "$TARGET/bin/python" -c 'import ccpo_cli, pathlib; print(pathlib.Path(ccpo_cli.__file__).parent.parent)' 2>/dev/null || true)
   if [ "$INSTALLED" != "$REPO" ]; then
-    "$TARGET/bin/python" -m pip --disable-pip-version-check install -q --no-deps --no-build-isolation -e "$REPO"
+    "$TARGET/bin/python" -m pip --disable-pip-version-check install -q --no-deps -e "$REPO"
     echo "verl_env.sh: $TARGET reused; ccpo now installed from $REPO"
   fi
   echo "verl_env.sh: $TARGET is up to date"

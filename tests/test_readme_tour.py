@@ -71,7 +71,7 @@ def _shrunk(args: list[str]) -> list[str]:
 
 def test_the_tour_is_what_this_test_runs():
     commands = [" ".join(args) for args in tour_commands()]
-    assert len(commands) == 23 and commands[0] == "ccpo arms list"
+    assert len(commands) == 24 and commands[0] == "ccpo arms list"
     readme = [" ".join(args) for args in readme_tour()]
     assert len(readme) == 10
     at = [commands.index(command) for command in readme]  # ValueError: not run by this test

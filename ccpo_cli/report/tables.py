@@ -120,10 +120,9 @@ class TableData:
     def add(self, *cells: Cell | str) -> None:
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell, cell) for cell in cells])
 
-    def keeping(self, keep: list[int]) -> TableData:
-        """The table with only the columns at `keep`, in that order."""
-        rows = [[row[index] for index in keep] for row in self.rows]
-        return replace(self, columns=[self.columns[index] for index in keep], rows=rows)
+    def keeping(self, keep: list[int]) -> TableData:  # only the columns at `keep`, in order
+        columns, rows = [self.columns[i] for i in keep], [[r[i] for i in keep] for r in self.rows]
+        return replace(self, columns=columns, rows=rows)
 
 
 # ----------------------------------------------------------------------------- formats

@@ -547,8 +547,13 @@ def resolve_by_content(
     ]
     if not conflicts:
         return None
-    for standing in _standing(db, identifier, step, split, eval_seed):
-        if standing["content_hash"] == kept_content_hash:
+    # The kept result is the standing evaluation, else one of the conflicting results.
+    candidates = [
+        ("standing", row, row["success_rate"])
+        for row in _standing(db, identifier, step, split, eval_seed)
+    ] + [("conflict", row, row["content"].get("success_rate")) for row in conflicts]
+    for kind, row, rate in candidates:
+        if row["content_hash"] == kept_content_hash and rate is not None:
             return _settle(
                 db,
                 identifier,
@@ -556,27 +561,9 @@ def resolve_by_content(
                 step,
                 (split, eval_seed),
                 conflicts,
-                "standing",
-                standing,
-                float(standing["success_rate"]),
-                reason_text,
-                actor,
-            )
-    for conflict in conflicts:
-        if (
-            conflict["content_hash"] == kept_content_hash
-            and conflict["content"].get("success_rate") is not None
-        ):
-            return _settle(
-                db,
-                identifier,
-                run,
-                step,
-                (split, eval_seed),
-                conflicts,
-                "conflict",
-                conflict,
-                float(conflict["content"]["success_rate"]),
+                kind,
+                row,
+                float(rate),
                 reason_text,
                 actor,
             )
