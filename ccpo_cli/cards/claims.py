@@ -25,7 +25,7 @@ from ccpo_cli.report.compare import pair_resolved
 from ccpo_cli.report.isolation import shown_differences
 from ccpo_cli.report.readiness import card_status
 from ccpo_cli.stats import DEFAULT_CONFIDENCE
-from ccpo_cli.store.identity import RunIdentity
+from ccpo_cli.store.identity import UNIT_FIELDS, RunIdentity
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -444,15 +444,8 @@ def published_rows_claim(published: Mapping[str, Any]) -> PublishedRowsClaim:
     )
 
 
-_SETTING_PARTS = (
-    "base model",
-    "backend",
-    "benchmark",
-    "split",
-    "temperature",
-    "episodes",
-    "turn limit",
-)
+# What a setting is: every field of a unit but its arm.
+_SETTING_PARTS = tuple(field for field in UNIT_FIELDS if field != "arm")
 
 
 def left_out_claim(
