@@ -58,7 +58,8 @@ def test_webshop_and_sokoban_runs_show_no_alfworld_task_types(tmp_path):
         table = invoke(db_path, "runs", "show", run).stdout
         assert "pick2" not in table
     header = evaluation_header(db_path, "alfworld")
-    assert header[-7:-1] == ALFWORLD_TYPES
+    first = header.index(ALFWORLD_TYPES[0])
+    assert header[first : first + len(ALFWORLD_TYPES)] == ALFWORLD_TYPES
 
 
 def test_a_run_without_a_benchmark_shows_the_task_types_its_rows_hold(tmp_path):

@@ -264,6 +264,25 @@ def export_rows(
         yield [dict({key: row[key] for key in SYNC_COLUMNS}, run_uid=run["uid"]) for row in batch]
 
 
+def _same_line_recorded(
+    db: sqlite_utils.Database,
+    run: int,
+    name: str,
+    step: int,
+    source_file: str | None,
+    source_line: int | None,
+) -> bool:
+    if source_file is None or source_line is None:
+        return False
+    found = db.execute(
+        "SELECT 1 FROM metrics AS m JOIN metric_names AS n ON n.id = m.name_id "
+        "JOIN metric_sources AS s ON s.id = m.source_id WHERE m.run_id = ? AND n.name = ? "
+        "AND m.step = ? AND s.source_file = ? AND m.source_line = ? LIMIT 1",
+        [run, name, step, source_file, source_line],
+    ).fetchone()
+    return found is not None
+
+
 def merge_row(
     db: sqlite_utils.Database, row: Mapping[str, Any], local: Mapping[str, Any], where: str
 ) -> str:
@@ -275,6 +294,12 @@ def merge_row(
         raise InvalidInput(f"{where}: metric {name!r} at step {step!r}, not a step number")
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise InvalidInput(f"{where}: metric {name!r} holds {value!r}, not a number")
+    if _same_line_recorded(
+        db, int(local["id"]), name, step, row["source_file"], row["source_line"]
+    ):
+        # The same file's same line read again: a re-executed block (a Ray task run twice)
+        # writes its metrics.jsonl again with other clock readings; the first record stands.
+        return "duplicate"
     counts = record_metrics(
         db,
         int(local["id"]),
