@@ -24,6 +24,7 @@ import os
 import random
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -255,16 +256,30 @@ def resolve_timeouts(
     )
 
 
+_blocks_lock = threading.Lock()
+_blocks_inside = 0
+
+
 @contextlib.contextmanager
 def hub_timeouts(timeouts: HubTimeouts) -> Iterator[None]:
     """Every request huggingface_hub sends inside the block is held to ccpo's limits (see
     hub_transport.py; each `HubClient.call` inside sets its own); afterwards the library has its
     default client back."""
-    install_limits()
+    # Counted: threads of one process (two pushes at once) share huggingface_hub's one client,
+    # so it is swapped in by the first block to enter and given back by the last to leave;
+    # swapping it under another thread's request would close that request's connection.
+    global _blocks_inside
+    with _blocks_lock:
+        if _blocks_inside == 0:
+            install_limits()
+        _blocks_inside += 1
     try:
         yield
     finally:
-        remove_limits()
+        with _blocks_lock:
+            _blocks_inside -= 1
+            if _blocks_inside == 0:
+                remove_limits()
 
 
 def is_timeout(error: BaseException | None) -> bool:

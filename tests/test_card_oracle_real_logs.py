@@ -1,5 +1,5 @@
 """The card oracle on real logs (issue 39, acceptance): runs.db built with `ccpo ingest` from
-real verl-agent logs written elsewhere (round 1 and round 4 of ../shared/real-logs: GRPO and
+real verl-agent logs written elsewhere (rounds 1 and 4 of the shared real logs: GRPO and
 GiGPO on ALFWorld, 1.5B and 7B), every card and compare --json checked by
 scripts/card_oracle_recompute.py run as its own process (it imports no ccpo)."""
 
