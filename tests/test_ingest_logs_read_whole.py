@@ -4,29 +4,14 @@ Values are read back from the files here with plain regexes, never from ccpo's r
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from typer.testing import CliRunner
+from helpers_real_logs import ANSI, ROUND3, ingest, runner
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.store import open_db, run_evaluations
 from ccpo_cli.store.identity import all_identities
-
-REAL_LOGS = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs"
-ROUND3 = REAL_LOGS / "round3"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-runner = CliRunner()
-
-
-def ingest(db_path: Path, path: Path, run: str, *extra: str) -> dict:
-    result = runner.invoke(
-        app, ["--db", str(db_path), "ingest", str(path), "--run", run, "--json", *extra]
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def run_row(db_path: Path, run: str) -> dict:

@@ -11,25 +11,13 @@ import re
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from helpers_real_logs import ANSI, ROUND4, ingest, runner
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.store import open_db
 
-ROUND4 = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs" / "round4"
 CONSOLE_7B = ROUND4 / "ymguan_alfworld_grpo_observe_qwen25_7b_seed0_20260415_104809.log"
 HISTORY_7B = ROUND4 / "ymguan_webshopdir_alfworld_observe_history_lmlyvpa6.csv"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-runner = CliRunner()
-
-
-def ingest(db_path: Path, path: Path, run: str, *extra: str) -> dict:
-    result = runner.invoke(
-        app, ["--db", str(db_path), "ingest", str(path), "--run", run, "--json", *extra]
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def logged(path: Path, key: str) -> dict[int, float]:

@@ -12,23 +12,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from typer.testing import CliRunner
+from helpers_real_logs import ANSI, ROUND4, ingest, runner
 
 from ccpo_cli.cli.app import app
 from ccpo_cli.store import open_db
-
-ROUND4 = Path(__file__).resolve().parents[1].parent / "shared" / "real-logs" / "round4"
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-runner = CliRunner()
-
-
-def ingest(db_path: Path, path: Path, run: str, *extra: str) -> dict:
-    result = runner.invoke(
-        app, ["--db", str(db_path), "ingest", str(path), "--run", run, "--json", *extra]
-    )
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
 
 
 def runs_show(db_path: Path, run: str) -> dict:
