@@ -269,7 +269,7 @@ def noncentral_t_sf(t: float, df: float, noncentrality: float) -> float:
     weights[0] *= 0.5
     weights[-1] *= 0.5
     arguments = (noncentrality - t * np.exp(y)) / _SQRT2
-    tails = np.array([0.5 * math.erfc(-value) for value in arguments.tolist()])
+    tails = 0.5 * np.fromiter(map(math.erfc, (-arguments).tolist()), float, count)
     return float(np.dot(weights, tails) / weights.sum())
 
 
