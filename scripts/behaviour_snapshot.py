@@ -15,8 +15,9 @@ by --repo (default: this one), so the same recipes run through the old code and 
 For each: every row of every table of runs.db, `ccpo compare --json`, `ccpo runs list --json`,
 `ccpo runs show --json` of each run, and each card's README.md and JSON files (the refused ones'
 messages instead). Values that differ between two runs of the same code (wall-clock times, the
-scenario's own temporary path, process ids) are replaced by a placeholder; NORMALISED says which.
---diff prints the files that differ and exits 1 when any does.
+scenario's own temporary path, process ids) are replaced by a placeholder; NORMALISED says which,
+and --diff also reads a run's random uid as "<uid>". --diff prints the files that differ and exits
+1 when any does.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ NORMALISED = re.compile(
     re.IGNORECASE,
 )
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
+RANDOM_UID = re.compile(r"\b[0-9a-f]{32}\b")  # uuid4().hex: a run's uid, new on every run
 
 
 def _clean(text: str, folder: Path) -> str:
@@ -168,12 +170,58 @@ def snapshot(out: Path, repo: Path, examples: int) -> None:
     _train_scenario(out, helpers)
 
 
+# What --diff reads as the moment of a run rather than its behaviour, on top of NORMALISED:
+# the run's random uid and session, its process, the timings it measured (metrics named ..._s,
+# wall, cpu, timing) and the checkpoint files' bytes, which hold the run's uid and times.
+TIMING_NAME = re.compile(r"(wall|cpu|timing|_s$)")
+MOMENT_KEY = re.compile(
+    r'(\\?"(?:pid|session|start_ticks|boot_id|sha256|size_bytes|[^"\\]*(?:wall|cpu|timing)[^"\\]*'
+    r'|[^"\\]*_s)\\?"\s*:\s*)(\\?"[^"\\]*\\?"|-?[0-9.eE+-]+)'
+)
+MOMENT_COLUMNS = {"checkpoints": ("sha256", "size_bytes"), "run_liveness": ("start_ticks",)}
+
+
+def _stable_row(table: str, columns: list[str], row: list, names: dict) -> list:
+    for column in MOMENT_COLUMNS.get(table, ()):
+        row[columns.index(column)] = "<moment>"
+    if "value" in columns and ("name" in columns or "name_id" in columns):
+        name = row[columns.index("name")] if "name" in columns else names.get(row[2])
+        if name is not None and TIMING_NAME.search(name):
+            row[columns.index("value")] = "<moment>"
+    return row
+
+
+def _stable(path: Path) -> list[str]:
+    """A captured file as --diff compares it: the moments above replaced, and rows.txt's rows
+    sorted again within each table once they are gone."""
+    text = MOMENT_KEY.sub(r"\1<moment>", RANDOM_UID.sub("<uid>", path.read_text()))
+    if path.name != "rows.txt":
+        return text.splitlines()
+    sections: list[tuple[str, list[str], list[list]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            table, columns = line[3:].split(" ", 1)
+            sections.append((table, json.loads(columns), []))
+        else:
+            sections[-1][2].append(json.loads(line))
+    names = {
+        row[0]: row[1] for table, _, rows in sections if table == "metric_names" for row in rows
+    }
+    lines = []
+    for table, columns, rows in sections:
+        lines.append(f"## {table} {json.dumps(columns)}")
+        lines.extend(sorted(json.dumps(_stable_row(table, columns, row, names)) for row in rows))
+    return lines
+
+
 def diff(before: Path, after: Path) -> int:
     differing = []
 
     def walk(comparison: filecmp.dircmp, prefix: str = "") -> None:
-        for name in comparison.left_only + comparison.right_only + comparison.diff_files:
-            differing.append(prefix + name)
+        differing.extend(prefix + name for name in comparison.left_only + comparison.right_only)
+        for name in comparison.common_files:
+            if _stable(Path(comparison.left, name)) != _stable(Path(comparison.right, name)):
+                differing.append(prefix + name)
         for name, sub in comparison.subdirs.items():
             walk(sub, f"{prefix}{name}/")
 
