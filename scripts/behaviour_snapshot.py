@@ -40,6 +40,7 @@ NORMALISED = re.compile(
 )
 ISO_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
 RANDOM_UID = re.compile(r"\b[0-9a-f]{32}\b")  # uuid4().hex: a run's uid, new on every run
+CODE_COMMIT = re.compile(r"\b[0-9a-f]{40}\b")  # the checkout's commit, which training records
 
 
 def _clean(text: str, folder: Path) -> str:
@@ -171,7 +172,7 @@ def snapshot(out: Path, repo: Path, examples: int) -> None:
 
 
 # What --diff reads as the moment of a run rather than its behaviour, on top of NORMALISED:
-# the run's random uid and session, its process, the timings it measured (metrics named ..._s,
+# the code's commit, the run's random uid and session, its process, the timings it measured (metrics named ..._s,
 # wall, cpu, timing) and the checkpoint files' bytes, which hold the run's uid and times.
 TIMING_NAME = re.compile(r"(wall|cpu|timing|_s$)")
 MOMENT_KEY = re.compile(
@@ -194,7 +195,8 @@ def _stable_row(table: str, columns: list[str], row: list, names: dict) -> list:
 def _stable(path: Path) -> list[str]:
     """A captured file as --diff compares it: the moments above replaced, and rows.txt's rows
     sorted again within each table once they are gone."""
-    text = MOMENT_KEY.sub(r"\1<moment>", RANDOM_UID.sub("<uid>", path.read_text()))
+    text = CODE_COMMIT.sub("<commit>", RANDOM_UID.sub("<uid>", path.read_text()))
+    text = MOMENT_KEY.sub(r"\1<moment>", text)
     if path.name != "rows.txt":
         return text.splitlines()
     sections: list[tuple[str, list[str], list[list]]] = []
