@@ -172,8 +172,9 @@ def snapshot(out: Path, repo: Path, examples: int) -> None:
 
 
 # What --diff reads as the moment of a run rather than its behaviour, on top of NORMALISED:
-# the code's commit, the run's random uid and session, its process, the timings it measured (metrics named ..._s,
-# wall, cpu, timing) and the checkpoint files' bytes, which hold the run's uid and times.
+# the code's commit, the run's random uid and session, its process, the timings it measured
+# (metrics named ..._s, wall, cpu, timing) and the checkpoint files' bytes, which hold the
+# run's uid and times.
 TIMING_NAME = re.compile(r"(wall|cpu|timing|_s$)")
 MOMENT_KEY = re.compile(
     r'(\\?"(?:pid|session|start_ticks|boot_id|sha256|size_bytes|[^"\\]*(?:wall|cpu|timing)[^"\\]*'
