@@ -45,6 +45,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.queries import list_runs
 from ccpo_cli.store.records import STANDING
 
@@ -182,17 +183,9 @@ class EvaluationProtocol:
         return (self.split, self.temperature, episodes, self.turn_limit)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            "temperature": self.temperature,
-            "episodes": self.episodes,
-            "episodes_basis": self.episodes_basis,
-            "turn_limit": self.turn_limit,
-            "mixed": self.mixed,
-            "split_assumed": self.split_assumed,
-            "pooled_episodes": self.pooled_episodes,
-            "episodes_uncertain": self.episodes_uncertain,
-        }
+        # The evaluation key is how rows are matched, not part of what the protocol says.
+        document = field_values(self, leave_out=frozenset({"evaluation_key"}))
+        return {**document, "episodes_uncertain": self.episodes_uncertain}
 
 
 @dataclass(frozen=True)
@@ -282,22 +275,14 @@ class RunIdentity:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "uid": self.uid,
-            "host": self.host,
-            "kind": self.kind,
-            "arm": None if self.arm is None else self.arm.as_dict(),
-            "seed": self.seed,
-            "base_model": self.base_model,
-            "backend": self.backend,
-            "benchmark": self.benchmark,
-            "protocol": self.protocol.as_dict(),
-            "total_steps": self.total_steps,
-            "agent": self.agent,
-            "start": None if self.start is None else dict(self.start),
-            "rollout_stream": self.rollout_stream,
-        }
+        # The row id is this database's own and the facts are their own document.
+        document = field_values(self, leave_out=frozenset({"run_id", "facts"}))
+        document.update(
+            arm=None if self.arm is None else self.arm.as_dict(),
+            protocol=self.protocol.as_dict(),
+            start=None if self.start is None else dict(self.start),
+        )
+        return document
 
 
 def unit_differences(first: RunIdentity, second: RunIdentity) -> list[str]:

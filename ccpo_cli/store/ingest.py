@@ -59,6 +59,7 @@ from ccpo_cli.store.facts import (
     states_val_only,
     unexpanded_variables,
 )
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
 from ccpo_cli.store.readers import (
@@ -153,9 +154,9 @@ class IngestReport:
     stated_facts: dict[str, Any] = field(
         default_factory=dict
     )  # what the log printed (store/facts.py)
-    unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
     kind: str | None = None  # "evaluation" for a log that only validated (trainer.val_only)
-    first_step: int | None = None
+    first_step: int | None = None  # the last field `as_dict` gives as it is, in this order
+    unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
     config_left_out_lines: list[int] = field(
         default_factory=list
     )  # other output inside a printed config
@@ -186,29 +187,7 @@ class IngestReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path,
-            "format": self.format,
-            "run": self.run,
-            "lines": self.lines,
-            "steps": self.steps,
-            "last_step": self.last_step,
-            "evaluations_found": self.evaluations_found,
-            "new": self.new,
-            "duplicates": self.duplicates,
-            "completed": self.completed,
-            "conflicts": self.conflicts,
-            "warnings": self.warnings,
-            "incomplete_tail_line": self.incomplete_tail_line,
-            "skipped": self.skipped,
-            "skipped_lines": self.skipped_lines,
-            "cleaned": self.cleaned,
-            "cleaned_lines": self.cleaned_lines,
-            "fact_conflicts": self.fact_conflicts,
-            "benchmark": self.benchmark,
-            "benchmark_evidence": self.benchmark_evidence,
-            "stated_facts": self.stated_facts,
-            "kind": self.kind,
-            "first_step": self.first_step,
+            **field_values(self, through="first_step"),
             "resumed_from": None
             if self.evaluated_checkpoint is not None
             else self.stated_facts.get("resumed_from"),

@@ -35,6 +35,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.records import STANDING, insert_evaluation_rows, run_id, this_host
 
 MAX_REASON = 1000
@@ -245,18 +246,12 @@ class Resolution:
     already: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "resolution_id": self.resolution_id,
-            "run": self.run,
-            "step": self.step,
-            "split": self.split,
-            "eval_seed": self.eval_seed,
-            "kept_value": self.kept_value,
-            "kept_evaluation_id": self.kept_evaluation_id,
-            "settled_conflict_ids": list(self.settled_conflict_ids),
-            "superseded_evaluation_ids": list(self.superseded_evaluation_ids),
-            "already_settled": self.already,
-        }
+        document = field_values(self, leave_out=frozenset({"already"}))
+        document.update(
+            settled_conflict_ids=list(self.settled_conflict_ids),
+            superseded_evaluation_ids=list(self.superseded_evaluation_ids),
+        )
+        return {**document, "already_settled": self.already}
 
 
 def _open_conflicts(db: sqlite_utils.Database, identifier: int, step: int) -> list[dict[str, Any]]:
