@@ -35,6 +35,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
+from ccpo_cli.store.evaluation_content import RESULT_FIELDS
 from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.records import STANDING, insert_evaluation_rows, run_id, this_host
 
@@ -300,19 +301,7 @@ def _insert_conflict_result(
 ) -> int:
     """The conflicting result, recorded as an evaluation of its own (its content is canonical already)."""
     content = conflict["content"]
-    row = {
-        key: content.get(key)
-        for key in (
-            "step",
-            "split",
-            "episodes",
-            "successes",
-            "success_rate",
-            "mean_turns",
-            "temperature",
-            "eval_seed",
-        )
-    }
+    row = {key: content.get(key) for key in RESULT_FIELDS}
     return insert_evaluation_rows(
         db,
         identifier,

@@ -23,9 +23,10 @@ from ccpo_cli.names import check_run_name, host_label
 from ccpo_cli.store import metrics, sync_corrections
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 from ccpo_cli.store.sync_format import (
-    CHECKPOINT_COLUMNS,
     CHUNK_ROWS,
     EPISODE_FIELDS,
+    PART_COLUMNS,
+    SOURCE_TABLES,
     TABLES,
     item_key,
     known_items,
@@ -66,24 +67,9 @@ def _evaluation_rows(
         ids,
     ):
         episodes[row["evaluation_id"]].append({key: row[key] for key in (*EPISODE_FIELDS, "extra")})
-    columns = (
-        "step",
-        "split",
-        "episodes",
-        "successes",
-        "success_rate",
-        "mean_turns",
-        "temperature",
-        "eval_seed",
-        "train_success_rate",
-        "source_file",
-        "source_line",
-        "content_hash",
-        "recorded_at",
-    )
     return [
         dict(
-            {key: row[key] for key in columns},
+            {key: row[key] for key in PART_COLUMNS["evaluations"]},
             run_uid=uid,
             task_types=types[row["id"]],
             episode_rows=episodes[row["id"]],
@@ -106,13 +92,7 @@ def _table_rows(
     if table == metrics.SYNC_TABLE:
         yield from metrics.export_rows(db, run, CHUNK_ROWS)
         return
-    source = {
-        "evaluations": "evaluations",
-        "conflicts": "conflicts",
-        "facts": "run_facts",
-        "publications": "publications",
-        "checkpoints": "checkpoints",
-    }[table]
+    source = SOURCE_TABLES.get(table, table)
     last_id = 0
     while True:
         batch = list(
@@ -125,58 +105,9 @@ def _table_rows(
         last_id = batch[-1]["id"]
         if table == "evaluations":
             yield _evaluation_rows(db, uid, batch)
-        elif table == "conflicts":
-            yield [
-                dict(
-                    {
-                        key: row[key]
-                        for key in (
-                            "step",
-                            "split",
-                            "eval_seed",
-                            "content_hash",
-                            "content",
-                            "source_file",
-                            "source_line",
-                            "recorded_at",
-                        )
-                    },
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
-        elif table == "facts":
-            yield [
-                dict(
-                    {key: row[key] for key in ("key", "value", "source", "recorded_at")},
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
-        elif table == "checkpoints":
-            yield [
-                dict({key: row[key] for key in CHECKPOINT_COLUMNS}, run_uid=uid) for row in batch
-            ]
         else:
-            yield [
-                dict(
-                    {
-                        key: row[key]
-                        for key in (
-                            "repo_id",
-                            "revision",
-                            "commit_id",
-                            "card_hash",
-                            "status",
-                            "checkpoint_step",
-                            "url",
-                            "published_at",
-                        )
-                    },
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
+            columns = PART_COLUMNS[table]
+            yield [dict({key: row[key] for key in columns}, run_uid=uid) for row in batch]
 
 
 def _runs(db: sqlite_utils.Database, run_ids: Iterable[int] | None) -> Iterator[dict[str, Any]]:

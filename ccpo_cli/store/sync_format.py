@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlite_utils
 
 from ccpo_cli.extras import require_extra
 from ccpo_cli.store import metrics, sync_corrections
+from ccpo_cli.store.db import utc_now
+from ccpo_cli.store.evaluation_content import RESULT_FIELDS
 from ccpo_cli.store.records import IDENTITY_FIELDS
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 
@@ -213,11 +215,76 @@ def known_items(db: sqlite_utils.Database, repo_id: str, keys: Sequence[str]) ->
     }
 
 
+def note_items(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    items: Iterable[tuple[str, int | None]],
+    *,
+    direction: str,
+    commit_id: str | None,
+    part: str,
+) -> None:
+    """Record that the dataset `repo_id` holds these items (item key, the local run's id),
+    pushed from here or merged from it (`direction`), so that a push leaves them out; an item
+    noted before keeps its first row."""
+    db.table("sync_items").insert_all(
+        (
+            {
+                "repo_id": repo_id,
+                "item_key": key,
+                "run_id": run_id,
+                "direction": direction,
+                "commit_id": commit_id,
+                "part": part,
+                "recorded_at": utc_now(),
+            }
+            for key, run_id in items
+        ),
+        ignore=True,
+    )
+
+
 def run_export_row(run: dict[str, Any]) -> dict[str, Any]:
     return {column: run[column] for column in RUN_COLUMNS}
 
 
 CHECKPOINT_COLUMNS = ("step", "path", "sha256", "size_bytes", "created_at")
+PUBLICATION_COLUMNS = (
+    "repo_id",
+    "revision",
+    "commit_id",
+    "card_hash",
+    "status",
+    "checkpoint_step",
+    "url",
+    "published_at",
+)
+# The columns a part gives of a row of these tables (beside the run's `run_uid`), and the
+# table of runs.db each is read from and merged into.
+PART_COLUMNS = {
+    "evaluations": (
+        *RESULT_FIELDS,
+        "train_success_rate",
+        "source_file",
+        "source_line",
+        "content_hash",
+        "recorded_at",
+    ),
+    "conflicts": (
+        "step",
+        "split",
+        "eval_seed",
+        "content_hash",
+        "content",
+        "source_file",
+        "source_line",
+        "recorded_at",
+    ),
+    "facts": ("key", "value", "source", "recorded_at"),
+    "publications": PUBLICATION_COLUMNS,
+    "checkpoints": CHECKPOINT_COLUMNS,
+}
+SOURCE_TABLES = {"facts": "run_facts"}  # a part table named otherwise than its runs.db table
 
 
 def part_table(path_in_repo: str) -> str | None:
