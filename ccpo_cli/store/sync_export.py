@@ -9,6 +9,7 @@ themselves (checkpoint rows included), which the driver merges (sync_merge.merge
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -164,6 +165,20 @@ def part_path(host: str, run_name: str, table: str) -> str:
     )
 
 
+def _write_part(
+    pa: Any, pq: Any, schema: Any, chunks: Iterator[Chunk], local: Path, host: str
+) -> PartFile:
+    """One parquet part of the chunks of one table of one run, at `local`."""
+    first = next(chunks)
+    path_in_repo = part_path(host, first.run_name, first.table)
+    rows = 0
+    with pq.ParquetWriter(str(local), schema) as writer:
+        for chunk in itertools.chain([first], chunks):
+            writer.write_table(pa.Table.from_pylist(chunk.rows, schema=schema))
+            rows += len(chunk.rows)
+    return PartFile(path_in_repo, local, first.table, first.run_uid, rows, local.stat().st_size)
+
+
 def write_parts(
     db: sqlite_utils.Database,
     folder: Path,
@@ -174,44 +189,14 @@ def write_parts(
 ) -> list[PartFile]:
     """Write the rows `export_chunks` gives as parquet parts in `folder` (local file names are
     numbers; the dataset path is `part_path`). One part per run and table."""
+    # pyarrow is imported lazily and untyped: its modules and schemas are Any here.
     pa, pq = pyarrow_modules()
     schemas = part_schemas()
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[PartFile] = []
-    # pyarrow is imported lazily (`_pyarrow`) and untyped, so the open writer is Any.
-    writer: Any = None
-    current: dict[str, Any] | None = None
-    rows = 0
-
-    def close() -> None:
-        nonlocal writer
-        if writer is not None:
-            assert current is not None  # a writer is open only for the current part
-            writer.close()
-            local = Path(current["local"])
-            parts.append(
-                PartFile(
-                    current["path"],
-                    local,
-                    current["table"],
-                    current["uid"],
-                    rows,
-                    local.stat().st_size,
-                )
-            )
-            writer = None
-
-    for chunk in export_chunks(db, run_ids, repo_id=repo_id):
-        if current is None or (current["uid"], current["table"]) != (chunk.run_uid, chunk.table):
-            close()
-            current = {
-                "uid": chunk.run_uid,
-                "table": chunk.table,
-                "path": part_path(host, chunk.run_name, chunk.table),
-                "local": str(folder / f"part-{len(parts):06d}.parquet"),
-            }
-            writer, rows = pq.ParquetWriter(current["local"], schemas[chunk.table]), 0
-        writer.write_table(pa.Table.from_pylist(chunk.rows, schema=schemas[chunk.table]))
-        rows += len(chunk.rows)
-    close()
+    chunks = export_chunks(db, run_ids, repo_id=repo_id)
+    # export_chunks gives a run's chunks table by table: each group is one part.
+    for (_, table), group in itertools.groupby(chunks, key=lambda c: (c.run_uid, c.table)):
+        local = folder / f"part-{len(parts):06d}.parquet"
+        parts.append(_write_part(pa, pq, schemas[table], group, local, host))
     return parts

@@ -93,74 +93,56 @@ def pyarrow_modules():
     )
 
 
+# The parquet type of a part's column, by its name: a count, a step or a seed is an integer, a
+# rate or a sampling setting a real, anything else text (a run's integers are RUN_INTEGERS).
+_INTEGER_COLUMNS = {
+    "step",
+    "episodes",
+    "successes",
+    "eval_seed",
+    "source_line",
+    "checkpoint_step",
+    "episode_index",
+    "won",
+    "turns",
+    "invalid_turns",
+}
+_REAL_COLUMNS = {"success_rate", "mean_turns", "temperature", "train_success_rate", "reward"}
+
+
 def part_schemas() -> dict[str, Any]:
     pa, _ = pyarrow_modules()
 
-    text, integer, real = pa.string(), pa.int64(), pa.float64()
-    task_type = pa.struct(
-        [("task_type", text), ("episodes", integer), ("successes", integer), ("success_rate", real)]
-    )
-    episode = pa.struct(
-        [
-            ("episode_index", integer),
-            ("game_id", text),
-            ("task_type", text),
-            ("won", integer),
-            ("turns", integer),
-            ("invalid_turns", integer),
-            ("reward", real),
-            ("extra", text),
+    def typed(names: Sequence[str]) -> list[tuple[str, Any]]:
+        return [
+            (
+                name,
+                pa.int64()
+                if name in _INTEGER_COLUMNS
+                else pa.float64()
+                if name in _REAL_COLUMNS
+                else pa.string(),
+            )
+            for name in names
         ]
-    )
+
+    task_type = pa.struct(typed(("task_type", "episodes", "successes", "success_rate")))
+    episode = pa.struct(typed((*EPISODE_FIELDS, "extra")))
+    run_uid = ("run_uid", pa.string())
     columns = {
-        "runs": [(name, integer if name in RUN_INTEGERS else text) for name in RUN_COLUMNS],
+        "runs": [
+            (name, pa.int64() if name in RUN_INTEGERS else pa.string()) for name in RUN_COLUMNS
+        ],
         "evaluations": [
-            ("run_uid", text),
-            ("step", integer),
-            ("split", text),
-            ("episodes", integer),
-            ("successes", integer),
-            ("success_rate", real),
-            ("mean_turns", real),
-            ("temperature", real),
-            ("eval_seed", integer),
-            ("train_success_rate", real),
-            ("source_file", text),
-            ("source_line", integer),
-            ("content_hash", text),
-            ("recorded_at", text),
+            run_uid,
+            *typed(PART_COLUMNS["evaluations"]),
             ("task_types", pa.list_(task_type)),
             ("episode_rows", pa.list_(episode)),
         ],
-        "conflicts": [
-            ("run_uid", text),
-            ("step", integer),
-            ("split", text),
-            ("eval_seed", integer),
-            ("content_hash", text),
-            ("content", text),
-            ("source_file", text),
-            ("source_line", integer),
-            ("recorded_at", text),
-        ],
-        "facts": [
-            ("run_uid", text),
-            ("key", text),
-            ("value", text),
-            ("source", text),
-            ("recorded_at", text),
-        ],
-        "publications": [
-            ("run_uid", text),
-            ("repo_id", text),
-            ("revision", text),
-            ("commit_id", text),
-            ("card_hash", text),
-            ("status", text),
-            ("checkpoint_step", integer),
-            ("url", text),
-            ("published_at", text),
-        ],
+        **{
+            table: [run_uid, *typed(PART_COLUMNS[table])]
+            for table in ("conflicts", "facts", "publications")
+        },
         **sync_corrections.schemas(pa),
         metrics.SYNC_TABLE: metrics.sync_schema(pa),
     }
