@@ -91,7 +91,7 @@ class Retraction:
         }
 
 
-def _retraction_row(
+def retraction_row(
     identifier: int,
     evaluation: int | None,
     step: int | None,
@@ -131,7 +131,7 @@ def _retract_run(
     )
     if existing is not None:
         return Retraction(run, None, (int(existing["id"]),), (), True)
-    row = _retraction_row(identifier, None, None, reason, actor, utc_now())
+    row = retraction_row(identifier, None, None, reason, actor, utc_now())
     return Retraction(run, None, (inserted_id(db.table("retractions").insert(row)),), (), False)
 
 
@@ -189,7 +189,7 @@ def retract(
         }
         now = utc_now()
         new = [
-            _retraction_row(identifier, evaluation, step, reason_text, actor, now)
+            retraction_row(identifier, evaluation, step, reason_text, actor, now)
             for evaluation in ids
             if evaluation not in done
         ]
@@ -533,7 +533,7 @@ def _settle(
         f"(resolution {resolution_id})"
     )
     db.table("retractions").insert_all(
-        _retraction_row(identifier, evaluation, step, why, actor, now, resolution_id)
+        retraction_row(identifier, evaluation, step, why, actor, now, resolution_id)
         for evaluation in superseded
     )
     return Resolution(
