@@ -87,6 +87,7 @@ from ccpo_cli.store.readers.metric_names import (
     task_type_keys,
 )
 from ccpo_cli.store.records import (
+    EvaluationOutcome,
     agree_at_precision,
     ensure_run,
     latest_standing_evaluation,
@@ -180,6 +181,27 @@ class IngestReport:
             if len(self.unused_keys) >= MAX_DROPPED_KEYS:
                 return
             self.unused_keys.add(key)
+
+    def count(self, outcome: EvaluationOutcome, step: int, line: int | None, where: str) -> None:
+        """Count what recording one evaluation did; a conflict is listed and warned about."""
+        if outcome.outcome == "new":
+            self.new += 1
+        elif outcome.outcome == "duplicate":
+            self.duplicates += 1
+            self.completed += bool(outcome.completed)
+        else:
+            self.conflicts.append(
+                {
+                    "step": step,
+                    "line": line,
+                    "kept_evaluation_id": outcome.evaluation_id,
+                    "conflict_id": outcome.conflict_id,
+                }
+            )
+            self.warnings.append(
+                f"{where}: step {step} differs from the evaluation already recorded "
+                f"(id {outcome.evaluation_id}); kept both, the new one as conflict {outcome.conflict_id}"
+            )
 
     @property
     def unused_metric_keys(self) -> list[str]:
@@ -340,6 +362,37 @@ def _one_source_hint(source_keys: set[str]) -> str:
     )
 
 
+def _no_validation_warning(path: Path, report: IngestReport) -> str:
+    """The warning for a log with steps and no validation: the names it logs that may be the
+    validation success under another name (with the --metric that reads them), else that only
+    the run and its last step are recorded."""
+    candidates = renamed_candidates(report.unused_keys)
+    if not candidates:
+        return (
+            f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
+            f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
+        )
+    options = " ".join(f"--metric {name}={target}" for name, target in candidates[:WARNED_KEYS])
+    rewards = [name for name, _ in candidates if is_reward(name)]
+    caveat = (
+        f"; {', '.join(rewards[:WARNED_KEYS])} {'is a' if len(rewards) == 1 else 'are'} reward or "
+        "score (shaped, possibly negative), a success rate only where the run's reward is 1 for a "
+        "success and 0 otherwise"
+        if rewards
+        else ""
+    )
+    return (
+        f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs "
+        f"{', '.join(name for name, _ in candidates[:WARNED_KEYS])}: if that is the validation "
+        f"success under another name, ingest again with {options}{caveat}"
+    )
+
+
+def _more(total: int, shown: int, before: str, after: str = "") -> str:
+    """What a warning that names only the first `shown` of `total` things adds ("" for none)."""
+    return f"{before}{total - shown} more{after}" if total > shown else ""
+
+
 def _summarise(path: Path, report: IngestReport) -> None:
     if report.cleaned:
         report.warnings.append(
@@ -353,11 +406,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
             else item["reason"][:100]
             for item in report.skipped_lines[:WARNED_LINES]
         )
-        more = (
-            f"; and {report.skipped - WARNED_LINES} more (all in --json)"
-            if report.skipped > WARNED_LINES
-            else ""
-        )
+        more = _more(report.skipped, WARNED_LINES, "; and ", " (all in --json)")
         report.warnings.append(
             f"{path}: skipped {report.skipped} line(s) that could not be read: {named}{more}"
         )
@@ -368,11 +417,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
         )
     if report.dialect_keys:
         named = ", ".join(sorted(report.dialect_keys)[:WARNED_KEYS])
-        more = (
-            f" and {len(report.dialect_keys) - WARNED_KEYS} more"
-            if len(report.dialect_keys) > WARNED_KEYS
-            else ""
-        )
+        more = _more(len(report.dialect_keys), WARNED_KEYS, " and ")
         meanings = sorted(
             {known[1] for key in report.dialect_keys if (known := dialect_rate(key)) is not None}
         )
@@ -393,29 +438,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
         and not report.summary_not_placed
         and not report.per_source_only_steps
     ):
-        candidates = renamed_candidates(report.unused_keys)
-        if candidates:
-            options = " ".join(
-                f"--metric {name}={target}" for name, target in candidates[:WARNED_KEYS]
-            )
-            rewards = [name for name, _ in candidates if is_reward(name)]
-            caveat = (
-                f"; {', '.join(rewards[:WARNED_KEYS])} {'is a' if len(rewards) == 1 else 'are'} reward or "
-                "score (shaped, possibly negative), a success rate only where the run's reward is 1 for a "
-                "success and 0 otherwise"
-                if rewards
-                else ""
-            )
-            report.warnings.append(
-                f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs "
-                f"{', '.join(name for name, _ in candidates[:WARNED_KEYS])}: if that is the validation "
-                f"success under another name, ingest again with {options}{caveat}"
-            )
-        else:
-            report.warnings.append(
-                f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
-                f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
-            )
+        report.warnings.append(_no_validation_warning(path, report))
 
 
 @dataclass
@@ -746,11 +769,7 @@ def _note_stated(
             event.left_out[: REPORTED_LINES - len(report.config_left_out_lines)]
         )
         shown = ", ".join(str(number) for number in event.left_out[:WARNED_LINES])
-        more = (
-            f" and {event.left_out_count - WARNED_LINES} more (all in --json)"
-            if event.left_out_count > WARNED_LINES
-            else ""
-        )
+        more = _more(event.left_out_count, WARNED_LINES, " and ", " (all in --json)")
         report.warnings.append(
             f"{report.path}:{event.line}: the printed config was read around {event.left_out_count} line(s) of other "
             f"output interleaved with it (lines {shown}{more}); those lines are not part of the config"
@@ -809,7 +828,7 @@ def _warn_unexpanded(
         named = ", ".join(
             f"{key}=${variable}" for key, variable in sorted(found.items())[:WARNED_KEYS]
         )
-        more = f" and {len(found) - WARNED_KEYS} more" if len(found) > WARNED_KEYS else ""
+        more = _more(len(found), WARNED_KEYS, " and ")
         report.warnings.append(
             f"{path}: not recorded as facts, their values are variables the launch script never expanded: "
             f"{named}{more}; give the values the run used as options (--episodes, --seed, ...)"
@@ -906,22 +925,5 @@ def _record_one(
         return False
     report.evaluations_found += 1
     report.task_types.update(evaluation["task_types"])
-    if outcome.outcome == "new":
-        report.new += 1
-    elif outcome.outcome == "duplicate":
-        report.duplicates += 1
-        report.completed += bool(outcome.completed)
-    else:
-        report.conflicts.append(
-            {
-                "step": evaluation["step"],
-                "line": record.line,
-                "kept_evaluation_id": outcome.evaluation_id,
-                "conflict_id": outcome.conflict_id,
-            }
-        )
-        report.warnings.append(
-            f"{where}: step {evaluation['step']} differs from the evaluation already recorded "
-            f"(id {outcome.evaluation_id}); kept both, the new one as conflict {outcome.conflict_id}"
-        )
+    report.count(outcome, evaluation["step"], record.line, where)
     return True
