@@ -577,13 +577,7 @@ def ingest_file(
         benchmark_for_env_name((config or {}).get("env.env_name")),
         "the --config file's env.env_name",
     )
-    if config_file_left_out:
-        report.config_left_out_lines.extend(config_file_left_out[:REPORTED_LINES])
-        shown = ", ".join(str(number) for number in config_file_left_out[:WARNED_LINES])
-        report.warnings.append(
-            f"the --config file was read around {len(config_file_left_out)} line(s) of other output "
-            f"(lines {shown}); those lines are not part of the config"
-        )
+    _note_config_left_out(report, config_file_left_out)
     stated: list[StatedConfig] = []
     evaluated = _Evaluated(given_split=(facts or {}).get("split"))
     evaluated.see(config)
@@ -621,42 +615,7 @@ def ingest_file(
                 # The printed config wins over the traced launch command, as in facts_from_log.
                 evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
-            if not event.summary:
-                report.first_step = (
-                    event.step if report.first_step is None else min(report.first_step, event.step)
-                )
-            detected = detect_benchmark(event.metrics)
-            if detected is not None:
-                choice.see(
-                    detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})"
-                )
-            report.note_unused(
-                key
-                for key in event.metrics
-                if key not in evaluation_keys(choice.current) and key not in report.dialect_keys
-            )
-            if event.summary:
-                event = _summary_evaluation(db, run, path, event, report)
-            if OVERALL_KEY not in event.metrics and any(
-                key in event.metrics for key in task_type_keys(choice.current)
-            ):
-                report.per_source_only_steps += 1
-            if _record_one(
-                db,
-                run,
-                path,
-                source,
-                event,
-                report,
-                strict,
-                choice.current,
-                eval_seed=evaluated.eval_seed,
-                split=evaluated.row_split,
-            ):
-                report.steps += 1
-                report.last_step = (
-                    event.step if report.last_step is None else max(report.last_step, event.step)
-                )
+            _take_record(db, run, path, source, event, report, strict, choice, evaluated)
             if write_progress is not None:
                 write_progress(report.evaluations_found, None)
         report.lines = stats.lines
@@ -672,12 +631,7 @@ def ingest_file(
         )
         if val_only:
             stated_total = None  # an evaluation-only log trains no step
-            # Its env.seed seeded the evaluation (the rows' eval_seed), and the checkpoint it
-            # loaded is the one it evaluated, not a training run resumed.
-            stated_facts.pop("seed", None)
-            report.eval_seed = evaluated.eval_seed
-            report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
-            _mark_reference(db, run, path, run_is_new, report)
+            _evaluation_only(db, run, path, stated_facts, evaluated, run_is_new, report)
         elif stated_total is not None and total_steps is None:
             ensure_run(
                 db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report)
@@ -685,22 +639,8 @@ def ingest_file(
         given_facts = dict(facts or {})
         report.split = evaluated.split
         if evaluated.row_split != HELDOUT:
-            # This file's split is its evaluations' own: not the run's, which stays as it was.
-            stated_facts.pop("split", None)
-            given_facts.pop("split", None)
-            report.warnings.append(
-                f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
-                f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
-                f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
-            )
-        declared = set(task_type_keys(choice.current).values())
-        if report.task_types and report.task_types != declared:
-            # The task types its validations logged, where not the benchmark's whole set (a
-            # search run's two sources, not seven).
-            stated_facts["task_types"] = sorted(report.task_types)
-        if report.crashed:
-            # The run stopped there: its last step (0 before its first) is where it crashed.
-            stated_facts["crashed_after_step"] = report.last_step or 0
+            _keep_split_apart(path, run, evaluated, stated_facts, given_facts, report)
+        _note_what_the_log_shows(stated_facts, choice.current, report)
         _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
@@ -723,6 +663,116 @@ def ingest_file(
         )
     _summarise(path, report)
     return report
+
+
+def _note_config_left_out(report: IngestReport, left_out: Sequence[int]) -> None:
+    """Report the lines of other output the `--config` file was read around."""
+    if not left_out:
+        return
+    report.config_left_out_lines.extend(left_out[:REPORTED_LINES])
+    shown = ", ".join(str(number) for number in left_out[:WARNED_LINES])
+    report.warnings.append(
+        f"the --config file was read around {len(left_out)} line(s) of other output "
+        f"(lines {shown}); those lines are not part of the config"
+    )
+
+
+def _take_record(
+    db: sqlite_utils.Database,
+    run: str,
+    path: Path,
+    source: str,
+    event: MetricRecord,
+    report: IngestReport,
+    strict: bool,
+    choice: _BenchmarkChoice,
+    evaluated: _Evaluated,
+) -> None:
+    """One step's record: the benchmark its metric names identify, the names ingest does not
+    read, a summary placed at its step, and its evaluation recorded (counted in `report`)."""
+    if not event.summary:
+        report.first_step = (
+            event.step if report.first_step is None else min(report.first_step, event.step)
+        )
+    detected = detect_benchmark(event.metrics)
+    if detected is not None:
+        choice.see(detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})")
+    report.note_unused(
+        key
+        for key in event.metrics
+        if key not in evaluation_keys(choice.current) and key not in report.dialect_keys
+    )
+    if event.summary:
+        event = _summary_evaluation(db, run, path, event, report)
+    if OVERALL_KEY not in event.metrics and any(
+        key in event.metrics for key in task_type_keys(choice.current)
+    ):
+        report.per_source_only_steps += 1
+    if _record_one(
+        db,
+        run,
+        path,
+        source,
+        event,
+        report,
+        strict,
+        choice.current,
+        eval_seed=evaluated.eval_seed,
+        split=evaluated.row_split,
+    ):
+        report.steps += 1
+        report.last_step = (
+            event.step if report.last_step is None else max(report.last_step, event.step)
+        )
+
+
+def _evaluation_only(
+    db: sqlite_utils.Database,
+    run: str,
+    path: Path,
+    stated_facts: dict[str, Any],
+    evaluated: _Evaluated,
+    run_is_new: bool,
+    report: IngestReport,
+) -> None:
+    """A log that only validated: its env.seed seeded the evaluation (the rows' eval_seed), and
+    the checkpoint it loaded is the one it evaluated, not a training run resumed; a new run
+    becomes a reference run."""
+    stated_facts.pop("seed", None)
+    report.eval_seed = evaluated.eval_seed
+    report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
+    _mark_reference(db, run, path, run_is_new, report)
+
+
+def _keep_split_apart(
+    path: Path,
+    run: str,
+    evaluated: _Evaluated,
+    stated_facts: dict[str, Any],
+    given_facts: dict[str, Any],
+    report: IngestReport,
+) -> None:
+    """This file's split is its evaluations' own: not the run's, which stays as it was."""
+    stated_facts.pop("split", None)
+    given_facts.pop("split", None)
+    report.warnings.append(
+        f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
+        f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
+        f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
+    )
+
+
+def _note_what_the_log_shows(
+    stated_facts: dict[str, Any], benchmark: Benchmark | None, report: IngestReport
+) -> None:
+    """Facts the log shows by what it holds rather than prints: the task types its validations
+    logged, where not the benchmark's whole set (a search run's two sources, not seven), and the
+    step a crashed run stopped after (0 before its first)."""
+    declared = set(task_type_keys(benchmark).values())
+    if report.task_types and report.task_types != declared:
+        stated_facts["task_types"] = sorted(report.task_types)
+    if report.crashed:
+        stated_facts["crashed_after_step"] = report.last_step or 0
 
 
 def _run_split(db, run: str, source: str) -> tuple[str | None, bool]:
