@@ -62,8 +62,9 @@ from ccpo_cli.store.facts import (
 from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
-from ccpo_cli.store.readers import (
-    FORMATS,
+from ccpo_cli.store.readers import FORMATS, detect_format, read_events
+from ccpo_cli.store.readers.base import (
+    MAX_DROPPED_KEYS,
     MAX_LINE_BYTES,
     MAX_LINE_TEXT,
     BadRecord,
@@ -72,10 +73,8 @@ from ccpo_cli.store.readers import (
     MetricRecord,
     ReadStats,
     Skipped,
-    detect_format,
-    read_events,
+    StatedConfig,
 )
-from ccpo_cli.store.readers.base import MAX_DROPPED_KEYS, StatedConfig
 from ccpo_cli.store.readers.metric_names import (
     OVERALL_KEY,
     MetricRename,
