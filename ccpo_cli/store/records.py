@@ -198,9 +198,6 @@ def ensure_run(
     A benchmark is never assumed: a run records one only when it is given. A new run gets its global id (`uid`) and
     the host that created it.
     """
-    check_run_name(name)
-    _check_choice(status, RUN_STATUSES, "run status")
-    _check_choice(kind, RUN_KINDS, "run kind")
     given = {
         **_arm_columns(arm),
         "kind": kind,
@@ -217,7 +214,16 @@ def ensure_run(
         "package_versions": json_text(package_versions),
         "config": json_text(config),
     }
-    given = {key: value for key, value in given.items() if value is not None}
+    return _write_run(db, name, {key: value for key, value in given.items() if value is not None})
+
+
+def _write_run(db: sqlite_utils.Database, name: str, given: Mapping[str, Any]) -> int:
+    """Create the run `name` with the `given` columns, or fill in and update them on the
+    recorded one (an identity field is never changed); its id. The name, status and kind are
+    checked first, so nothing is written for a value a run cannot hold."""
+    check_run_name(name)
+    _check_choice(given.get("status"), RUN_STATUSES, "run status")
+    _check_choice(given.get("kind"), RUN_KINDS, "run kind")
     runs = db.table("runs")
     with write_transaction(db):
         recorded = _first(runs, "name = ?", [name])
