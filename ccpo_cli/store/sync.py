@@ -30,7 +30,7 @@ import sqlite_utils
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.sync_export import PartFile
-from ccpo_cli.store.sync_format import item_key
+from ccpo_cli.store.sync_format import item_key, note_items
 from ccpo_cli.store.sync_merge import MergeCounts, Origin, merge_rows
 from ccpo_cli.store.sync_read import read_part
 
@@ -207,22 +207,19 @@ def mark_pushed(
                         list(uids),
                     )
                 }
-                db.table("sync_items").insert_all(
+                note_items(
+                    db,
+                    repo_id,
                     (
-                        {
-                            "repo_id": repo_id,
-                            "item_key": item_key(part.table, row),
-                            "run_id": local.get(
-                                row["uid"] if part.table == "runs" else row["run_uid"]
-                            ),
-                            "direction": "push",
-                            "commit_id": commit_id,
-                            "part": part.path_in_repo,
-                            "recorded_at": utc_now(),
-                        }
+                        (
+                            item_key(part.table, row),
+                            local.get(row["uid"] if part.table == "runs" else row["run_uid"]),
+                        )
                         for row in rows
                     ),
-                    ignore=True,
+                    direction="push",
+                    commit_id=commit_id,
+                    part=part.path_in_repo,
                 )
                 marked += len(rows)
             db.table("sync_parts").insert(
