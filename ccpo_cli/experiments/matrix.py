@@ -320,10 +320,8 @@ def warmup_arm_for(seed: int, warm_arms: tuple[MatrixArm, ...]) -> MatrixArm:
     return warm_arms[seed % len(warm_arms)]
 
 
-def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
-    """Check the design (UsageError before anything trains) and lay out its blocks."""
-    from ccpo_cli.arms import load_arm
-
+def _check_budget_and_seeds(design: MatrixDesign) -> None:
+    """UsageError for a budget that is not positive or seeds that are not distinct whole numbers."""
     if not design.minutes > 0:
         raise UsageError(f"--minutes must be positive, got {design.minutes}")
     if design.cpu_minutes is not None and not design.cpu_minutes > 0:
@@ -332,6 +330,13 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("a matrix needs distinct seeds")
     if any(seed < 0 for seed in design.seeds):
         raise UsageError("seeds are whole numbers >= 0")
+
+
+def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
+    """Check the design (UsageError before anything trains) and lay out its blocks."""
+    from ccpo_cli.arms import load_arm
+
+    _check_budget_and_seeds(design)
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
     window = design.window_first_step
