@@ -84,6 +84,11 @@ def _run_entry(run: RunData, games: list[str]) -> dict[str, Any]:
     }
 
 
+def recorded_cpu_s(folder: str | Path, prefix: str, seed: int) -> float:
+    """The CPU seconds a recorded block's runs took (a resumed matrix's budget counts them)."""
+    return float(read_record(record_path(folder, prefix, seed))["cpu_s"])
+
+
 def _finished_runs(
     db, prefix: str, labels: Sequence[str], seed: int
 ) -> dict[str, dict[str, Any]] | None:
