@@ -22,7 +22,7 @@ from typing import Any
 
 from ccpo_cli.arms import PADDING_MEANINGS, Arm
 from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
-from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
+from ccpo_cli.backends.verl.protocol import HostProfile, Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.vocabulary import VERL
 
@@ -261,10 +261,8 @@ def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
         ordered[key] = value
 
 
-def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
-    """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
-    protocol = protocol or load_protocol(request.protocol)
-    profile = protocol.host_profile(request.host_profile)
+def _check_schedule(request: VerlLaunchRequest) -> None:
+    """UsageError for a schedule option that is given and not positive."""
     schedule = {
         "--steps": request.steps,
         "--tasks": request.tasks,
@@ -274,25 +272,47 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     }
     for option, value in schedule.items():
         _positive(value, option)
-    arm = request.arm
-    arm_spec = worker_env.ArmSpec(
-        name=arm.name,
-        fingerprint=arm.fingerprint,
-        overrides={key: str(value) for key, value in arm.overrides},
-    )
-    flags = arm.flags()
 
-    run = request.run or default_run_name(arm.name, request.model, request.seed)
+
+def _checkpoints(
+    request: VerlLaunchRequest, overrides: dict[str, Any], run_dir: Path
+) -> dict[str, Any]:
+    """How the run saves: how often (and who said so), where, and which checkpoints it keeps."""
+    return {
+        "save_freq": overrides["trainer.save_freq"],
+        "folder": str(run_dir / "checkpoints"),
+        "keep": preflight.KEEP_POLICY,
+        "source": "--save-every"
+        if request.save_every is not None
+        else "every evaluation (trainer.test_freq)",
+    }
+
+
+def _run_name(request: VerlLaunchRequest) -> str:
+    """--run, or the default name of (arm, model, seed); UsageError unless it is one folder name."""
+    run = request.run or default_run_name(request.arm.name, request.model, request.seed)
     if "/" in run or run.strip(".") == "" or run != run.strip():
         raise UsageError(
             f"--run {run!r}: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces)"
         )
-    run_dir = (Path(request.runs_root) / run).resolve()
+    return run
+
+
+# The schedule options a request may set, and the verl-agent setting each one sets.
+_SCHEDULE_OVERRIDES = (
+    ("tasks", "data.train_batch_size"),
+    ("group", "env.rollout.n"),
+    ("steps", "trainer.total_epochs"),
+    ("eval_every", "trainer.test_freq"),
+    ("max_env_steps", "env.max_steps"),
+)
+
+
+def _launcher_values(request: VerlLaunchRequest, run: str, run_dir: Path) -> dict[str, Any]:
+    """The settings the launcher decides over the protocol's and the profile's: the model, the
+    run's folders, the seed, the GPUs, a resume, and the schedule options the request sets."""
     data_dir = run_dir / "data"
     resume_from = resolve_resume_path(request.resume) if request.resume is not None else None
-
-    overrides: dict[str, Any] = dict(protocol.overrides)
-    _merge(overrides, profile.overrides)
     launcher_values: dict[str, Any] = {
         "actor_rollout_ref.model.path": request.model,
         "data.train_files": str(data_dir / "train.parquet"),
@@ -308,17 +328,73 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     }
     if resume_from is not None:
         launcher_values["trainer.resume_from_path"] = str(resume_from)
-    if request.tasks is not None:
-        launcher_values["data.train_batch_size"] = request.tasks
-    if request.group is not None:
-        launcher_values["env.rollout.n"] = request.group
-    if request.steps is not None:
-        launcher_values["trainer.total_epochs"] = request.steps
-    if request.eval_every is not None:
-        launcher_values["trainer.test_freq"] = request.eval_every
-    if request.max_env_steps is not None:
-        launcher_values["env.max_steps"] = request.max_env_steps
-    _merge(overrides, launcher_values)
+    for field_name, key in _SCHEDULE_OVERRIDES:
+        if getattr(request, field_name) is not None:
+            launcher_values[key] = getattr(request, field_name)
+    return launcher_values
+
+
+def _worker_environment(
+    arm_spec: worker_env.ArmSpec, run: str, run_dir: Path, uses_features: bool
+) -> dict[str, str]:
+    """What every worker process is told: the arm, the run, where its metrics go, and whether
+    it captures the reference's features."""
+    return {
+        **arm_spec.to_environ(),
+        worker_env.RUN: run,
+        worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
+        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
+    }
+
+
+def _environment(
+    request: VerlLaunchRequest,
+    protocol: Protocol,
+    profile: HostProfile,
+    worker_environment: dict[str, str],
+) -> dict[str, str]:
+    """The launch's environment: the protocol's, the profile's and the workers' variables, the
+    entry point, a Ray address, and the list of the names the entry point forwards."""
+    environment = {**protocol.environment, **profile.environment, **worker_environment}
+    environment[entry.ENTRYPOINT] = protocol.entrypoint
+    if request.ray_address:
+        environment[entry.RAY_ADDRESS] = request.ray_address
+    environment[entry.FORWARD_ENV] = ",".join(
+        name for name in environment if name != entry.FORWARD_ENV
+    )
+    return environment
+
+
+def _worker_runtime_env(home: Any, environment: dict[str, str]) -> dict[str, Any]:
+    """The Ray workers' runtime env: verl-agent's own worker variables (read from the
+    checkout), verl's defaults and the forwarded environment, and the setup hook."""
+    verl_env_vars = checkout.ray_runtime_env_vars(home)
+    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
+    return {
+        "env_vars": checkout.merged_worker_env(
+            verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded
+        ),
+        "from_verl_agent": (
+            f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
+            if verl_env_vars is not None
+            else "not found in the checkout: verl's older defaults are used"
+        ),
+        "worker_process_setup_hook": entry.SETUP_HOOK,
+    }
+
+
+def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
+    """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
+    protocol = protocol or load_protocol(request.protocol)
+    profile = protocol.host_profile(request.host_profile)
+    _check_schedule(request)
+    arm = request.arm
+    arm_spec = worker_env.ArmSpec.of(arm)
+    run = _run_name(request)
+    run_dir = (Path(request.runs_root) / run).resolve()
+    overrides: dict[str, Any] = dict(protocol.overrides)
+    _merge(overrides, profile.overrides)
+    _merge(overrides, _launcher_values(request, run, run_dir))
     # Saving changes nothing in training: every profile saves, by default at every evaluation.
     overrides["trainer.save_freq"] = preflight.save_every(
         request.save_every, overrides["trainer.test_freq"]
@@ -327,26 +403,13 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     uses_features = _arm_uses_features(arm)
     preflight.check_lora_with_features(overrides, arm.name, uses_features)
 
-    worker_environment = {
-        **arm_spec.to_environ(),
-        worker_env.RUN: run,
-        worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
-        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
-    }
-    _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, flags))
+    worker_environment = _worker_environment(arm_spec, run, run_dir, uses_features)
+    _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, arm.flags()))
 
-    environment = {**protocol.environment, **profile.environment, **worker_environment}
-    environment[entry.ENTRYPOINT] = protocol.entrypoint
-    if request.ray_address:
-        environment[entry.RAY_ADDRESS] = request.ray_address
-    environment[entry.FORWARD_ENV] = ",".join(
-        name for name in environment if name != entry.FORWARD_ENV
-    )
+    environment = _environment(request, protocol, profile, worker_environment)
     train_rows = int(overrides["data.train_batch_size"])
     placeholder = protocol.placeholder_data
     home = checkout.locate(request.verl_agent)
-    verl_env_vars = checkout.ray_runtime_env_vars(home)
-    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
     return VerlLaunch(
         run=run,
         run_dir=run_dir,
@@ -363,26 +426,9 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         },
         verl_agent=home,
         verl_agent_source=checkout.describe(home),
-        worker_runtime_env={
-            "env_vars": checkout.merged_worker_env(
-                verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded
-            ),
-            "from_verl_agent": (
-                f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
-                if verl_env_vars is not None
-                else "not found in the checkout: verl's older defaults are used"
-            ),
-            "worker_process_setup_hook": entry.SETUP_HOOK,
-        },
+        worker_runtime_env=_worker_runtime_env(home, environment),
         padding_rule=padding_rule(arm),
-        checkpoints={
-            "save_freq": overrides["trainer.save_freq"],
-            "folder": str(run_dir / "checkpoints"),
-            "keep": preflight.KEEP_POLICY,
-            "source": "--save-every"
-            if request.save_every is not None
-            else "every evaluation (trainer.test_freq)",
-        },
+        checkpoints=_checkpoints(request, overrides, run_dir),
     )
 
 

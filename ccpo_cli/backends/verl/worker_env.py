@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ccpo_cli.errors import UsageError
 
@@ -46,6 +47,11 @@ class ArmSpec:
         if self.overrides:
             env[ARM_SET] = format_overrides(self.overrides)
         return env
+
+    @classmethod
+    def of(cls, arm: Any) -> ArmSpec:
+        """The spec of a loaded arm (`arms.Arm`): its name, fingerprint and overrides as text."""
+        return cls(arm.name, arm.fingerprint, {key: str(value) for key, value in arm.overrides})
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ArmSpec | None:
