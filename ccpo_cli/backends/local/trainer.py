@@ -766,6 +766,9 @@ def _train(
             _report_step(run, metrics, session_s / (step - run.start_step), observer, progress)
             if _close_step(run, rollout_pool, metrics, observer):
                 break
+        if run.step < config.steps:
+            # The time budget ended the run as planned: its length is what it reached.
+            ensure_run(run.db, run_name, total_steps=run.step)
     return TrainResult(
         run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash
     )
@@ -850,18 +853,14 @@ def _close_step(
 def _recorded_end(
     run: _Run, owner: ProcessOwner, observer: TrainingObserver | None
 ) -> Iterator[None]:
-    """Record how the run ends, whatever ends it: finished (its length is what it reached when
-    the time budget ended it); failed, with the step and the quantity of a non-finite number or
-    the error; stopped by a dead rollout worker or ^C (its last checkpoint stands for --resume).
-    The observer hears the end last."""
+    """Record how the run ends, whatever ends it: finished; failed, with the step and the
+    quantity of a non-finite number or the error; stopped by a dead rollout worker or ^C (its
+    last checkpoint stands for --resume). The observer hears the end last."""
     db, run_name, log = run.db, run.run_name, run.log
     status = "failed"
     try:
         yield
         status = "finished"
-        if run.step < run.config.steps:
-            # The time budget ended the run as planned: its length is what it reached.
-            ensure_run(db, run_name, total_steps=run.step)
     except NonFiniteTraining as error:
         step = run.current_step
         message = (

@@ -234,12 +234,6 @@ def _check_gpus(request: VerlLaunchRequest, overrides: Mapping[str, Any]) -> Non
         )
 
 
-def _positive(value: int | None, option: str) -> int | None:
-    if value is not None and value < 1:
-        raise UsageError(f"{option} must be at least 1, got {value}")
-    return value
-
-
 def _arm_flag_overrides(
     arm_name: str, fingerprint: str, flags: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -255,12 +249,6 @@ def _arm_flag_overrides(
     return arm_keys
 
 
-def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
-    """Replace values in place (keeping the protocol's order); new keys go at the end."""
-    for key, value in updates.items():
-        ordered[key] = value
-
-
 def _check_schedule(request: VerlLaunchRequest) -> None:
     """UsageError for a schedule option that is given and not positive."""
     schedule = {
@@ -271,7 +259,24 @@ def _check_schedule(request: VerlLaunchRequest) -> None:
         "--max-steps": request.max_env_steps,
     }
     for option, value in schedule.items():
-        _positive(value, option)
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be at least 1, got {value}")
+
+
+def _layered_overrides(
+    protocol: Protocol, profile: HostProfile, request: VerlLaunchRequest, run: str, run_dir: Path
+) -> dict[str, Any]:
+    """The protocol's overrides, in their order, under the host profile's and the launcher's
+    own values, and the save frequency."""
+    overrides: dict[str, Any] = dict(protocol.overrides)
+    # Later layers replace values in place, keeping the protocol's order; new keys go at the end.
+    overrides.update(profile.overrides)
+    overrides.update(_launcher_values(request, run, run_dir))
+    # Saving changes nothing in training: every profile saves, by default at every evaluation.
+    overrides["trainer.save_freq"] = preflight.save_every(
+        request.save_every, overrides["trainer.test_freq"]
+    )
+    return overrides
 
 
 def _checkpoints(
@@ -334,55 +339,6 @@ def _launcher_values(request: VerlLaunchRequest, run: str, run_dir: Path) -> dic
     return launcher_values
 
 
-def _worker_environment(
-    arm_spec: worker_env.ArmSpec, run: str, run_dir: Path, uses_features: bool
-) -> dict[str, str]:
-    """What every worker process is told: the arm, the run, where its metrics go, and whether
-    it captures the reference's features."""
-    return {
-        **arm_spec.to_environ(),
-        worker_env.RUN: run,
-        worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
-        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
-    }
-
-
-def _environment(
-    request: VerlLaunchRequest,
-    protocol: Protocol,
-    profile: HostProfile,
-    worker_environment: dict[str, str],
-) -> dict[str, str]:
-    """The launch's environment: the protocol's, the profile's and the workers' variables, the
-    entry point, a Ray address, and the list of the names the entry point forwards."""
-    environment = {**protocol.environment, **profile.environment, **worker_environment}
-    environment[entry.ENTRYPOINT] = protocol.entrypoint
-    if request.ray_address:
-        environment[entry.RAY_ADDRESS] = request.ray_address
-    environment[entry.FORWARD_ENV] = ",".join(
-        name for name in environment if name != entry.FORWARD_ENV
-    )
-    return environment
-
-
-def _worker_runtime_env(home: Any, environment: dict[str, str]) -> dict[str, Any]:
-    """The Ray workers' runtime env: verl-agent's own worker variables (read from the
-    checkout), verl's defaults and the forwarded environment, and the setup hook."""
-    verl_env_vars = checkout.ray_runtime_env_vars(home)
-    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
-    return {
-        "env_vars": checkout.merged_worker_env(
-            verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded
-        ),
-        "from_verl_agent": (
-            f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
-            if verl_env_vars is not None
-            else "not found in the checkout: verl's older defaults are used"
-        ),
-        "worker_process_setup_hook": entry.SETUP_HOOK,
-    }
-
-
 def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
     """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
     protocol = protocol or load_protocol(request.protocol)
@@ -392,23 +348,24 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     arm_spec = worker_env.ArmSpec.of(arm)
     run = _run_name(request)
     run_dir = (Path(request.runs_root) / run).resolve()
-    overrides: dict[str, Any] = dict(protocol.overrides)
-    _merge(overrides, profile.overrides)
-    _merge(overrides, _launcher_values(request, run, run_dir))
-    # Saving changes nothing in training: every profile saves, by default at every evaluation.
-    overrides["trainer.save_freq"] = preflight.save_every(
-        request.save_every, overrides["trainer.test_freq"]
-    )
+    overrides = _layered_overrides(protocol, profile, request, run, run_dir)
     _check_gpus(request, overrides)
     uses_features = _arm_uses_features(arm)
     preflight.check_lora_with_features(overrides, arm.name, uses_features)
 
-    worker_environment = _worker_environment(arm_spec, run, run_dir, uses_features)
-    _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, arm.flags()))
+    worker_environment = worker_env.run_environment(
+        arm_spec, run, run_dir / "metrics.jsonl", uses_features
+    )
+    overrides.update(_arm_flag_overrides(arm.name, arm.fingerprint, arm.flags()))
 
-    environment = _environment(request, protocol, profile, worker_environment)
-    train_rows = int(overrides["data.train_batch_size"])
-    placeholder = protocol.placeholder_data
+    environment = entry.launch_environment(
+        {**protocol.environment, **profile.environment, **worker_environment},
+        protocol.entrypoint,
+        request.ray_address,
+    )
+    placeholder_rows, placeholder_fields = protocol.placeholder(
+        int(overrides["data.train_batch_size"])
+    )
     home = checkout.locate(request.verl_agent)
     return VerlLaunch(
         run=run,
@@ -419,14 +376,11 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         overrides=overrides,
         environment=environment,
         worker_environment=worker_environment,
-        placeholder_rows={"train": train_rows, "test": int(placeholder.get("val_rows", 128))},
-        placeholder_fields={
-            "data_source": str(placeholder.get("data_source", "text")),
-            "ability": str(placeholder.get("ability", "agent")),
-        },
+        placeholder_rows=placeholder_rows,
+        placeholder_fields=placeholder_fields,
         verl_agent=home,
         verl_agent_source=checkout.describe(home),
-        worker_runtime_env=_worker_runtime_env(home, environment),
+        worker_runtime_env=entry.worker_runtime_env(home, environment),
         padding_rule=padding_rule(arm),
         checkpoints=_checkpoints(request, overrides, run_dir),
     )

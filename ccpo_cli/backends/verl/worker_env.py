@@ -72,6 +72,19 @@ class ArmMismatch(RuntimeError):
     """The estimator a worker would run is not the arm recorded for the run."""
 
 
+def run_environment(
+    spec: ArmSpec, run: str, metrics_jsonl: str | os.PathLike, capture_features: bool
+) -> dict[str, str]:
+    """What every worker process of a run is told: the arm, the run, where its metrics go, and
+    whether it captures the reference's features."""
+    return {
+        **spec.to_environ(),
+        RUN: run,
+        METRICS_JSONL: str(metrics_jsonl),
+        CAPTURE_FEATURES: "1" if capture_features else "0",
+    }
+
+
 def format_overrides(overrides: Mapping[str, str]) -> str:
     for key, value in overrides.items():
         if "," in str(value) or "=" in str(key):
