@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ccpo_cli import __version__
 from ccpo_cli.cards.staging import README_PATH
@@ -38,6 +38,7 @@ KEY_PREFIX = "ccpo-publication: "
 # A commit made against a head that moved meanwhile (412) is tried again this often, the
 # history searched for its key each time.
 HEAD_ATTEMPTS = 3
+T = TypeVar("T")
 
 
 def check_endpoint_supported(endpoint: str) -> None:
@@ -148,13 +149,30 @@ class RepoSession:
         return info
 
     def head_sha(self) -> str:
-        sha = getattr(self.head(), "sha", None)
+        return self._named_commit(self.head())
+
+    def _named_commit(self, head: Any) -> str:
+        sha = getattr(head, "sha", None)
         if not isinstance(sha, str) or not sha:
             raise HubCallError(
                 f"{self.repo_id}: reading the repository failed: the Hub's answer names no commit",
                 kind="shape",
             )
         return sha
+
+    def on_fresh_head(self, commit: Callable[[Any], T], again: str) -> T:
+        """`commit(head)` commits against the head just read; when the head moved meanwhile (412)
+        the head is read again and `commit` run on it, at most HEAD_ATTEMPTS times in all, each
+        retry said as `again`. The one place a moved head is met, for cards and checkpoints."""
+        for attempt in range(HEAD_ATTEMPTS):
+            head = self.head()
+            try:
+                return commit(head)
+            except HubCallError as failure:
+                if failure.status != 412 or attempt + 1 == HEAD_ATTEMPTS:
+                    raise
+                self.note(f"{self.repo_id}: the repository changed meanwhile (412); {again}")
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def find_landed(self, key: str, since: str | None) -> str | None:
         """The commit carrying publication `key` made after `since` (newest first), if any."""
@@ -238,25 +256,20 @@ class RepoSession:
 
         operations = [CommitOperationAdd(path, str(local)) for path, local in files.items()]
         size = sum(local.stat().st_size for local in files.values())
-        for attempt in range(HEAD_ATTEMPTS):
-            since = self.head_sha()
-            try:
-                commit_id, landed = self.commit(
-                    "uploading the checkpoint",
-                    operations,
-                    message=message,
-                    key=key,
-                    since=since,
-                    parent=since,
-                    size_bytes=size,
-                )
-                break
-            except HubCallError as failure:
-                if failure.status != 412 or attempt + 1 == HEAD_ATTEMPTS:
-                    raise
-                self.note(
-                    f"{self.repo_id}: the repository changed meanwhile (412); reading it again"
-                )
+
+        def upload(head: Any) -> tuple[str, bool]:
+            since = self._named_commit(head)
+            return self.commit(
+                "uploading the checkpoint",
+                operations,
+                message=message,
+                key=key,
+                since=since,
+                parent=since,
+                size_bytes=size,
+            )
+
+        commit_id, landed = self.on_fresh_head(upload, "reading it again")
         verified = self.verify(commit_id, files)
         result = dict(verified, commit_id=commit_id, found_landed=landed)
         if tag is not None:
