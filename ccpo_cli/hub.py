@@ -92,7 +92,7 @@ def commit_card(
             "readme_merged": readme_text != staged.text,
             "card_hash": sha256_text(readme_text),
             "found_landed": landed,
-            "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
+            "commit_url": session.commit_url(commit_id),
             "files": [README_PATH, *others],
         }
 

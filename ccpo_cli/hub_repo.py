@@ -85,10 +85,6 @@ class RepoSession:
     landed_first: bool = False
 
     @property
-    def api(self) -> Any:
-        return self.client.api
-
-    @property
     def repo_id(self) -> str:
         return self.client.repo_id
 
@@ -96,28 +92,28 @@ class RepoSession:
         if self.log is not None:
             self.log(message)
 
+    def commit_url(self, commit_id: str) -> str:
+        return f"{self.client.api.endpoint.rstrip('/')}/{self.repo_id}/commit/{commit_id}"
+
+    def call(self, what: str, method: str, **kwargs: Any) -> Any:
+        """`HfApi.<method>(repo_id, **kwargs)` about this repository, as one `HubClient.call`."""
+        return self.client.call(what, getattr(self.client.api, method), self.repo_id, **kwargs)
+
     # -- the repository ---------------------------------------------------------------------
     def ensure_repo(self, private: bool) -> dict[str, Any]:
         """Create the repository (private unless asked otherwise) or find it; read its
         visibility back. An existing public one is refused unless --public was asked (nothing
         is uploaded: a checkpoint there would be public); an existing private one asked public
         is said, never changed."""
-        url = self.client.call(
-            "creating the repository",
-            self.api.create_repo,
-            self.repo_id,
-            private=private,
-            exist_ok=True,
-        )
-        info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
+        url = self.call("creating the repository", "create_repo", private=private, exist_ok=True)
+        info = self.call("reading the repository", "model_info")
         actual = getattr(info, "private", None)
         self.private_required = private
         self._guard_visibility(info, "nothing was uploaded")
         if self.revision != "main":
-            self.client.call(
+            self.call(
                 f"creating branch {self.revision}",
-                self.api.create_branch,
-                self.repo_id,
+                "create_branch",
                 branch=self.revision,
                 exist_ok=True,
             )
@@ -142,9 +138,7 @@ class RepoSession:
     def head(self) -> Any:
         """The head of the revision (and, on the same answer, the visibility check that precedes
         every upload)."""
-        info = self.client.call(
-            "reading the repository", self.api.model_info, self.repo_id, revision=self.revision
-        )
+        info = self.call("reading the repository", "model_info", revision=self.revision)
         self._guard_visibility(info, "uploads stopped: nothing more is sent there")
         return info
 
@@ -176,9 +170,7 @@ class RepoSession:
 
     def find_landed(self, key: str, since: str | None) -> str | None:
         """The commit carrying publication `key` made after `since` (newest first), if any."""
-        commits = self.client.call(
-            "listing the commits", self.api.list_repo_commits, self.repo_id, revision=self.revision
-        )
+        commits = self.call("listing the commits", "list_repo_commits", revision=self.revision)
         for commit in commits:
             if since is not None and commit.commit_id == since:
                 return None
@@ -209,7 +201,7 @@ class RepoSession:
             return found, True
 
         def send() -> str:
-            info = self.api.create_commit(
+            info = self.client.api.create_commit(
                 self.repo_id,
                 operations,
                 commit_message=message,
@@ -226,10 +218,9 @@ class RepoSession:
     def tag(self, name: str, commit_id: str, message: str) -> dict[str, Any]:
         """Tag `commit_id`; an existing tag is never moved (ccpo deletes nothing)."""
         try:
-            self.client.call(
+            self.call(
                 f"tagging {name}",
-                self.api.create_tag,
-                self.repo_id,
+                "create_tag",
                 tag=name,
                 revision=commit_id,
                 tag_message=message,
@@ -239,7 +230,7 @@ class RepoSession:
         except HubCallError as failure:
             if failure.status != 409:
                 raise
-        refs = self.client.call("listing the tags", self.api.list_repo_refs, self.repo_id)
+        refs = self.call("listing the tags", "list_repo_refs")
         target = next((ref.target_commit for ref in (refs.tags or []) if ref.name == name), None)
         if target == commit_id:
             return {"tag": name, "commit_id": commit_id, "created": False}
@@ -279,12 +270,8 @@ class RepoSession:
     def verify(self, revision: str, expected: dict[str, Path]) -> dict[str, Any]:
         """Every file at `revision` has the local file's size and sha256: the Hub's LFS sha256
         where it stores the file in LFS, else the file read back from that commit."""
-        info = self.client.call(
-            "listing the uploaded files",
-            self.api.model_info,
-            self.repo_id,
-            revision=revision,
-            files_metadata=True,
+        info = self.call(
+            "listing the uploaded files", "model_info", revision=revision, files_metadata=True
         )
         siblings = info.siblings or []
         remote = {sibling.rfilename: sibling for sibling in siblings}
@@ -393,7 +380,7 @@ def remote_readme(session: RepoSession, revision_sha: str, scratch: Path) -> str
         session.repo_id,
         README_PATH,
         revision=revision_sha,
-        endpoint=session.api.endpoint,
+        endpoint=session.client.api.endpoint,
         token=session.client.token,
         cache_dir=scratch,
         transfer_bytes=0,
