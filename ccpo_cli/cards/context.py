@@ -64,7 +64,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.papers import code_url, load_papers, software_bibtex
 from ccpo_cli.report.arm_summary import MIN_SEEDS_RESOLVED
 from ccpo_cli.report.comparison import Comparison, RunEntry
-from ccpo_cli.report.window import task_type_keys
+from ccpo_cli.report.window import BestPoint, task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 from ccpo_cli.vocabulary import INTERIM
 
@@ -149,13 +149,13 @@ def _gather(
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this.window
-    headline = check_headline(name, window, window["start"], len(this.evaluations))
+    headline = check_headline(name, window, len(this.evaluations))
     protocol = evaluation_protocol(identity.protocol, window)
     noise = single_evaluation_noise(this.single_eval_interval, identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
     # Each unit's arm as its runs recorded it (the typed identity, never rebuilt from keys).
     resolved = {arm.name: resolve_arm(arm.arm, arm.name) for arm in comparison.arms if arm.arm}
-    best_step = this.best["step"] if this.best else None
+    best_step = this.best.step if this.best else None
     wanted = best_step if status == INTERIM and this.run_state != "stopped-early" else last_step
     return _Facts(
         decided_status=status_decided,
@@ -163,7 +163,7 @@ def _gather(
         identities=identities,
         run_row=run_row,
         status=status,
-        window_start=window["start"],
+        window_start=window.start,
         comparison=comparison,
         excluded=excluded,
         this=this,
@@ -236,7 +236,7 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
     }
 
 
-def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tuple[str, str]]:
+def task_type_columns(identity: RunIdentity, best: BestPoint | None) -> list[tuple[str, str]]:
     """(key, column title) of the card's best row: the run's benchmark's own task types when it
     declares them (all of them, a missing one said to be not recorded), else those the run reports."""
     from ccpo_cli.benchmarks import load_benchmark
@@ -248,7 +248,7 @@ def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tu
         declared = ()
     if declared:
         return [(task.key, task.label) for task in declared]
-    return [(key, key) for key in task_type_keys([{"task_types": best.get("task_types") or {}}])]
+    return [(key, key) for key in task_type_keys([{"task_types": best.task_types if best else {}}])]
 
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
@@ -256,19 +256,17 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
     if not best:
         return {"present": False}
     columns = task_type_columns(facts.identity, best)
-    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
+    per_type = [_rate_of(best.task_types.get(key)) for key, _ in columns]
     first_with_turns = next(
         (point for point in facts.this.evaluations if point["mean_turns"] is not None), None
     )
     return {
         "present": True,
-        "turns": fmt(best.get("mean_turns"))
-        if best.get("mean_turns") is not None
-        else "not recorded",
+        "turns": fmt(best.mean_turns) if best.mean_turns is not None else "not recorded",
         "task_type_titles": [title for _, title in columns],
         "task_types": [fmt(value) if value is not None else "not recorded" for value in per_type],
-        "train_success": fmt(best["train_success_rate"])
-        if best.get("train_success_rate") is not None
+        "train_success": fmt(best.train_success_rate)
+        if best.train_success_rate is not None
         else "",
         "turns_start": fmt(first_with_turns["mean_turns"]) if first_with_turns else "",
         "turns_start_step": first_with_turns["step"] if first_with_turns else None,
@@ -404,7 +402,7 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
     window = facts.this.window
     return {
         "present": True,
-        "note": window.get("headline_note") or f"no evaluation at step >= {facts.window_start}",
+        "note": window.headline_note or f"no evaluation at step >= {facts.window_start}",
         "rows": [
             {
                 "step": point["step"],
@@ -504,7 +502,9 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "tags": list(dict.fromkeys(tags)),
         "model_name": _repo_name(facts.repo_id, facts.identity.run),
         # No window mean, no model-index value: the card reports its evaluations instead.
-        "headline_value": round(float(window["mean"]), 1) if facts.headline else None,
+        "headline_value": round(float(window.mean), 1)
+        if facts.headline and window.mean is not None
+        else None,
         # A name, as the Hub's leaderboards show it; the window, its size and its convergence
         # verdict are the card's Results section (and the summary JSON), not the metric's name.
         "headline_name": HEADLINE_NAME,
@@ -521,7 +521,7 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     """Per task type, the mean over the same window as the headline (never the best point)."""
     window_types = facts.this.window_task_types
     rows = []
-    for key, label in task_type_columns(facts.identity, facts.this.best or {}):
+    for key, label in task_type_columns(facts.identity, facts.this.best):
         entry = window_types.get(key) or {}
         if entry.get("mean") is not None:
             rows.append(
@@ -555,9 +555,9 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
         "last_step": facts.last_step,
         "total_steps": facts.total_steps,
         "checkpoint_step": facts.checkpoint_step,
-        "window": facts.this.window,
+        "window": facts.this.window.to_document(),
         "run_state": facts.this.run_state,
-        "best": facts.this.best,
+        "best": None if facts.this.best is None else facts.this.best.to_document(),
         "single_evaluation_noise": facts.noise,
         "arms": [facts.comparison.arm(arm.arm).as_json() for arm in claims.arms],
         "runs": [
@@ -567,7 +567,7 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
                 "arm_label": entry.arm_label,
                 "kind": entry.identity.kind,
                 "seed": entry.seed,
-                "window": entry.window,
+                "window": entry.window.to_document(),
             }
             for entry in facts.comparison.runs
         ],

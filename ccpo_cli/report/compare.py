@@ -80,11 +80,7 @@ def _run_entry(
     start_basis: str,
     confidence: float,
 ) -> RunEntry:
-    measured = window_entry(evaluations, identity.protocol, window_start, confidence)
-    best, interval = measured["best"], measured["single_eval_interval"]
-    if best is not None and interval is not None:
-        binomial_sd = (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
-        best["expected_max_bias_points_binomial"] = best["expected_max_bias_sd"] * binomial_sd
+    measured = window_entry(evaluations, identity.protocol, window_start, start_basis, confidence)
     last_eval_step = max((row["step"] for row in evaluations), default=None)
     steps_seen = [step for step in (run["last_step"], last_eval_step) if step is not None]
     last_step = max(steps_seen) if steps_seen else None
@@ -95,15 +91,14 @@ def _run_entry(
             if value is not None
         }
     )
-    measured["window"]["start_basis"] = start_basis
     return RunEntry(
         identity=identity,
         status=run["status"],
         run_state=run_state(run["status"], last_step, totals),
         window=measured["window"],
         window_task_types=measured["window_task_types"],
-        best=best,
-        single_eval_interval=interval,
+        best=measured["best"],
+        single_eval_interval=measured["single_eval_interval"],
         protocols=measured["protocols"],
         protocol_mixed=measured["protocol_mixed"],
         last_step=last_step,
@@ -265,7 +260,7 @@ def _reference_entry(entry: RunEntry) -> Reference:
         n_evaluations=level["n"],
         steps=sorted({row["step"] for row in entry.evaluations}),
         evaluation_ids=[row["evaluation_id"] for row in entry.evaluations],
-        evaluation_seeds=entry.window["evaluation_seeds"],
+        evaluation_seeds=entry.window.evaluation_seeds,
     )
 
 
@@ -441,7 +436,7 @@ def compare_runs(
 
     # Checked: the trained runs compared (no reference, no failed run) with an evaluation in the
     # window; a seed with nothing in the window contributes no number, so it is not checked.
-    evaluated = {entry.run for entry in trained if entry.window.get("n")}
+    evaluated = {entry.run for entry in trained if entry.window.n}
 
     def isolation_of(names: list[str]) -> dict:
         checked = [by_name[name] for name in names if name in evaluated]
@@ -450,8 +445,8 @@ def compare_runs(
     rollout_hashes = {run["name"]: run.get("step1_rollout_hash") for run in chosen}
     comparisons, not_compared = _arm_comparisons(arms, isolation_of, rollout_hashes)
     trained_names = [entry.run for entry in trained]
-    protocols = {json.dumps(entry.window["protocol"], sort_keys=True) for entry in trained}
-    starts = {entry.window["start"] for entry in run_entries}
+    protocols = {json.dumps(entry.window.protocol, sort_keys=True) for entry in trained}
+    starts = {entry.window.start for entry in run_entries}
     return Comparison(
         # The start every window shares (given, or the same share of equal totals), else None.
         window_start=window_start

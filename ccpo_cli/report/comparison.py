@@ -7,9 +7,11 @@ reason, and the reference runs. `Comparison.as_json()` is the one writer of the 
 --json` document (docs/compare.schema.json): the identity is flattened into the document's keys
 there and nowhere else, so no reader rebuilds an arm from flat keys.
 
-The statistics inside an entry (a run's window, best evaluation and single-evaluation interval,
-an arm's IQM, a pair's tests and isolation) are the plain mappings their one producer returns
-(`report/window.py`, `stats.py`, `report/isolation.py`); they are JSON already.
+A run's window (with its trend) and best evaluation are typed by their one producer
+(`report/window.py`, `stats.py`) and write their own keys (`to_document`); the other statistics
+inside an entry (the single-evaluation interval, an arm's IQM, a pair's tests and isolation) are
+the plain mappings their one producer returns (`report/window.py`, `stats.py`,
+`report/isolation.py`); they are JSON already.
 
 One concern, kept in one file past 400 lines: the typed comparison and its one JSON writer.
 Each class writes its own keys beside its fields, so the document's keys are spelled in this file
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from ccpo_cli.report.window import BestPoint, Window
 from ccpo_cli.store.identity import ArmIdentity, ComparisonUnit, RunIdentity
 
 # The protocol fields an arm, a reference and a label show (the pooling key's fields).
@@ -68,9 +71,9 @@ class RunEntry:
     identity: RunIdentity
     status: str | None
     run_state: str
-    window: dict[str, Any]  # report/window.py: mean, sd, n, steps, evaluation_ids, start, ...
+    window: Window
     window_task_types: dict[str, dict[str, Any]]
-    best: dict[str, Any] | None
+    best: BestPoint | None
     single_eval_interval: dict[str, Any] | None
     protocols: list[dict[str, Any]]
     protocol_mixed: bool
@@ -133,9 +136,9 @@ class RunEntry:
             "status": self.status,
             "run_state": self.run_state,
             "n_evaluations": self.n_evaluations,
-            "window": self.window,
+            "window": self.window.to_document(),
             "window_task_types": self.window_task_types,
-            "best": self.best,
+            "best": None if self.best is None else self.best.to_document(),
             "single_eval_interval": self.single_eval_interval,
             "protocols": self.protocols,
             "protocol_mixed": self.protocol_mixed,
