@@ -412,7 +412,42 @@ class UntrainedLevel:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What `compare_runs` found (see its docstring for every field's meaning)."""
+    """What `compare_runs` found: the names below are the `ccpo compare --json` document's keys
+    and this class's fields alike (the document's `comparisons` are the `pairs`, its
+    `reference_levels.untrained` the `untrained` levels).
+
+    Keys: window_start (the one given, else None: each run's window then starts at
+    the start its matrix recorded, else the default rule (`report/window.py`); `window.start` and
+    `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
+    references[], reference_levels, left_out, isolation, power. Success rates are percent.
+
+    Per run: its `identity` (store.identity), window {mean, sd, n, steps, evaluation_ids,
+    episodes, successes, start, start_basis, protocol, trend, converged, headline}, window_task_types
+    {key: {mean, sd, n, episodes}}, best {step, success, task_types, task_type_episodes,
+    mean_turns, train_success_rate, evaluation_id, n_candidates, expected_max_bias_sd,
+    expected_max_bias_points, expected_max_bias_points_binomial, bias_noise},
+    single_eval_interval {at, episodes, episodes_basis, low, high, half_width} (None when the
+    episodes per evaluation are not recorded), run_state, last_step, last_eval_step, total_steps,
+    facts, conflicts, evaluations[] (the learning curve).
+
+    Per arm (a comparison unit; `arm` is its display label, `arm_name` the arm file's name):
+    n_seeds (distinct recorded seeds), mean, sd, n (over seed means from two seeds on, else over
+    the evaluations; `sd_over` says which), seeds, seed_runs, seed_window_means (one per seed:
+    the mean of that seed's runs), repeated_seeds, unseeded_runs, identical_runs, iqm, resolved
+    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol
+    (and its split, temperature, episodes, turn_limit as keys of their own); `label` the short
+    label that tables and plots show (report/labels.py: it changes with the units present),
+    `arm_stable` the arm with its overrides and `unit_key` the unit's identity hash (both stable).
+    Runs carry their unit's `unit_label` and `unit_key`, comparisons `label_a` and `label_b`.
+    comparisons: arm pairs that differ only in the arm (`ComparisonUnit.setting()` agrees), with
+    Welch's test on seed means and the `test` `stats.two_arm_test` chose (paired on the seeds the
+    design paired, else Welch), the probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
+    not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
+    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable. retracted: the runs
+    left out because they were retracted ({run: reason, retracted_by, recorded_at}) and the
+    retracted evaluations of the compared runs (never part of any number here);
+    resolved_conflicts: per run, the settled conflicts (store/retractions.py).
+    """
 
     window_start: int | None
     window_start_basis: str

@@ -421,27 +421,23 @@ def _protocol_counts(evaluations: list[dict], split: str | None) -> list[dict[st
     ]
 
 
-def window_entry(
-    evaluations: list[dict],
+def _window(
+    chosen: list[dict],
+    in_window: list[dict],
     protocol: EvaluationProtocol,
     window_start: int,
     start_basis: str,
     confidence: float,
-) -> dict:
-    """{"window", "window_task_types", "best", "single_eval_interval", "protocols",
-    "protocol_mixed"} of one run whose recorded protocol is `protocol`; the window starts at
-    `window_start`, chosen as `start_basis` says."""
+) -> Window:
+    """The statistics of the `chosen` evaluations (those of the run's protocol among the
+    evaluations `in_window`): mean, sd, trend and pooled episodes, and what was left out."""
     from ccpo_cli import stats
 
-    evaluations = seeds_averaged(evaluations)
-    in_window = [row for row in evaluations if row["step"] >= window_start]
-    chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
     chosen_ids = {row["id"] for row in chosen}
     values = [row["success_rate"] for row in chosen]
     raw = stats.window_stats([row["step"] for row in chosen], values, window_start)
-    trend = stats.trend_test(raw["steps"], values, confidence)
     episodes, successes, pooled_interval = _pooled(chosen, confidence)
-    window = Window(
+    return Window(
         mean=raw["mean"],
         sd=raw["sd"],
         n=raw["n"],
@@ -457,18 +453,34 @@ def window_entry(
         protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
         left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids],
         evaluation_seeds=sorted({seed for row in chosen for seed in row["evaluation_seeds"]}),
-        trend=trend,
+        trend=stats.trend_test(raw["steps"], values, confidence),
         pooled_interval=pooled_interval,
         episodes=episodes,
         successes=successes,
         start_basis=start_basis,
     )
+
+
+def window_entry(
+    evaluations: list[dict],
+    protocol: EvaluationProtocol,
+    window_start: int,
+    start_basis: str,
+    confidence: float,
+) -> dict:
+    """{"window", "window_task_types", "best", "single_eval_interval", "protocols",
+    "protocol_mixed"} of one run whose recorded protocol is `protocol`; the window starts at
+    `window_start`, chosen as `start_basis` says."""
+    evaluations = seeds_averaged(evaluations)
+    in_window = [row for row in evaluations if row["step"] >= window_start]
+    chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
+    window = _window(chosen, in_window, protocol, window_start, start_basis, confidence)
     interval = _single_eval_interval(window.mean, protocol, confidence)
     protocols = _protocol_counts(evaluations, protocol.split)
     return {
         "window": window,
         "window_task_types": _window_task_types(chosen),
-        "best": _best(window.sd, chosen, trend, interval),
+        "best": _best(window.sd, chosen, window.trend, interval),
         "single_eval_interval": interval,
         "protocols": protocols,
         "protocol_mixed": len(protocols) > 1,
