@@ -346,27 +346,9 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
         "run_name": run_row["name"],
         "ccpo_version": __version__,
         "code_reference": f"commit {run_row['git_commit']}" if run_row.get("git_commit") else "",
-        "method": external_method(facts.this_arm.name, facts.this_arm.flags)
-        if family == EXTERNAL or is_external(facts.this_arm.name)
-        else {
-            "family": family,
-            "name": METHOD_NAMES[family],
-            "short": METHOD_SHORT_NAMES[family],
-            "paragraph": METHOD_PARAGRAPHS[family],
-        },
+        "method": _method_vars(facts.this_arm, family),
         "arm": _arm_vars(facts),
-        "protocol": {
-            "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
-            "episodes_known": bool(protocol["episodes"]),
-            "episodes_basis": protocol["episodes_basis"],
-            "pooled_episodes": protocol["pooled_episodes"],
-            "episodes_uncertain": protocol["episodes_uncertain"],
-            "split": protocol["split"],
-            "split_assumed": protocol.get("split_assumed"),
-            "temperature": protocol["temperature"],
-            "mixed": protocol["mixed"],
-            "left_out": protocol["left_out"],
-        },
+        "protocol": _protocol_vars(protocol),
         "conflicts": conflict_lines(facts.comparison),
         "corrections": correction_lines(facts.comparison),  # retractions and settled conflicts
         "best": _best_vars(facts),
@@ -391,6 +373,34 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
         "framework_versions": framework_versions(run_row),
         "headline_name": HEADLINE_NAME,
         "too_few": too_few_vars(facts),
+    }
+
+
+def _method_vars(arm: ResolvedArm, family: str) -> dict[str, Any]:
+    """The method the card describes: an external estimator's own words, else ccpo's family's."""
+    if family == EXTERNAL or is_external(arm.name):
+        return external_method(arm.name, arm.flags)
+    return {
+        "family": family,
+        "name": METHOD_NAMES[family],
+        "short": METHOD_SHORT_NAMES[family],
+        "paragraph": METHOD_PARAGRAPHS[family],
+    }
+
+
+def _protocol_vars(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation protocol as the card words it (an unrecorded episode count said so)."""
+    return {
+        "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
+        "episodes_known": bool(protocol["episodes"]),
+        "episodes_basis": protocol["episodes_basis"],
+        "pooled_episodes": protocol["pooled_episodes"],
+        "episodes_uncertain": protocol["episodes_uncertain"],
+        "split": protocol["split"],
+        "split_assumed": protocol.get("split_assumed"),
+        "temperature": protocol["temperature"],
+        "mixed": protocol["mixed"],
+        "left_out": protocol["left_out"],
     }
 
 
@@ -535,6 +545,18 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     return rows
 
 
+def _summary_run(entry: RunEntry) -> dict[str, Any]:
+    """One run of the comparison as the card's summary lists it: who it is, and its window."""
+    return {
+        "run": entry.run,
+        "arm": entry.arm_name,
+        "arm_label": entry.arm_label,
+        "kind": entry.identity.kind,
+        "seed": entry.seed,
+        "window": entry.window.to_document(),
+    }
+
+
 def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, Any]:
     config, base_model = config_of(facts.run_row), facts.run_row.get("base_model")
     return {
@@ -560,17 +582,7 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
         "best": None if facts.this.best is None else facts.this.best.to_document(),
         "single_evaluation_noise": facts.noise,
         "arms": [facts.comparison.arm(arm.arm).as_json() for arm in claims.arms],
-        "runs": [
-            {
-                "run": entry.run,
-                "arm": entry.arm_name,
-                "arm_label": entry.arm_label,
-                "kind": entry.identity.kind,
-                "seed": entry.seed,
-                "window": entry.window.to_document(),
-            }
-            for entry in facts.comparison.runs
-        ],
+        "runs": [_summary_run(entry) for entry in facts.comparison.runs],
         "references": [reference.as_json() for reference in facts.comparison.references],
         "isolation": facts.comparison.isolation,
         "conflicts": facts.comparison.conflicts,
@@ -587,6 +599,35 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
         # Every claim the card states, typed (cards/claims.py): what the card says, as data.
         "claims": [claim.as_json() for claim in claims.as_list()],
     }
+
+
+def _published(facts: _Facts) -> dict[str, Any]:
+    """The published rows the card may quote beside the run: those of its base model and
+    protocol (cards/baselines.py)."""
+    run_protocol = config_of(facts.run_row).get("protocol")
+    return published_comparison(
+        facts.run_row.get("base_model"),
+        run_protocol if isinstance(run_protocol, str) else None,
+        load_baseline_data(),
+        benchmark=facts.identity.benchmark,
+        from_scratch=facts.from_scratch,
+    )
+
+
+def _claims(facts: _Facts, published: dict[str, Any]) -> CardClaims:
+    """Every claim of the card (cards/claims.py), from the facts gathered; each unit is named by
+    its arm's own short title."""
+    return claims_of(
+        facts.decided_status,
+        facts.this,
+        facts.identity,
+        facts.identities,
+        facts.comparison,
+        facts.excluded,
+        facts.runs_by_name,
+        published,
+        {label: arm.label for label, arm in facts.resolved.items()},
+    )
 
 
 def build_card_context(
@@ -617,26 +658,8 @@ def build_card_context(
     facts = _gather(
         db, run, status, repo_id, window_start, license, checkpoint_step, sending_checkpoint
     )
-    run_protocol = config_of(facts.run_row).get("protocol")
-    published = published_comparison(
-        facts.run_row.get("base_model"),
-        run_protocol if isinstance(run_protocol, str) else None,
-        load_baseline_data(),
-        benchmark=facts.identity.benchmark,
-        from_scratch=facts.from_scratch,
-    )
-    labels = {label: arm.label for label, arm in facts.resolved.items()}
-    claims = claims_of(
-        facts.decided_status,
-        facts.this,
-        facts.identity,
-        facts.identities,
-        facts.comparison,
-        facts.excluded,
-        facts.runs_by_name,
-        published,
-        labels,
-    )
+    published = _published(facts)
+    claims = _claims(facts, published)
     return CardContext(
         run=facts.run_row["name"],
         status=facts.status,
