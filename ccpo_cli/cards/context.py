@@ -100,7 +100,6 @@ class _Facts:
     identities: dict[str, RunIdentity]
     run_row: dict
     status: str
-    window_start: int
     comparison: Comparison
     excluded: dict[str, list[str]]
     this: RunEntry
@@ -163,7 +162,6 @@ def _gather(
         identities=identities,
         run_row=run_row,
         status=status,
-        window_start=window.start,
         comparison=comparison,
         excluded=excluded,
         this=this,
@@ -412,13 +410,13 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
     window = facts.this.window
     return {
         "present": True,
-        "note": window.headline_note or f"no evaluation at step >= {facts.window_start}",
+        "note": window.headline_note or f"no evaluation at step >= {window.start}",
         "rows": [
             {
                 "step": point["step"],
                 "success": fmt(point["success"]),
                 "episodes": point["episodes"] or "not recorded",
-                "in_window": "yes" if point["step"] >= facts.window_start else "no",
+                "in_window": "yes" if point["step"] >= window.start else "no",
             }
             for point in facts.this.evaluations
         ],

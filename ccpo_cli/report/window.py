@@ -25,7 +25,7 @@ The rules import nothing heavy (`--help` states them); the statistics import num
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -234,9 +234,9 @@ class BestPoint:
 @dataclass(frozen=True)
 class Window:
     """A run's window: the evaluations of its recorded protocol from `start` on, their mean, sd
-    and trend, and their pooled episodes. `to_document` writes the compare document's keys, in
-    its order; `headline`, `headline_note` and `converged` are read from the fields, never
-    stored beside them."""
+    and trend, and their pooled episodes. The fields are in the order the compare document
+    writes them (`to_document`); `headline`, `headline_note` and `converged` are derived from
+    the others when the window is made, never given."""
 
     mean: float | None
     sd: float | None
@@ -249,51 +249,44 @@ class Window:
     protocol_mixed: bool
     left_out_evaluation_ids: list[int]  # in the window, of another protocol
     evaluation_seeds: list[int]  # the evaluation seeds the points average (none named: one each)
+    headline: bool = field(init=False)  # enough evaluations for a window mean to be a result
+    headline_note: str | None = field(init=False)  # why not, when not
     trend: Trend
+    converged: bool | None = field(init=False)  # the trend's verdict
     pooled_interval: dict[str, float] | None
     episodes: int | None  # every episode of the window (None: some evaluation's not recorded)
     successes: int | None
     start_basis: str
 
-    @property
-    def headline(self) -> bool:
-        return self.n >= MIN_HEADLINE_EVALUATIONS
-
-    @property
-    def headline_note(self) -> str | None:
-        if self.headline:
-            return None
-        return (
-            f"{self.n} evaluation{'s' if self.n != 1 else ''} at step >= {self.start}: a window mean "
-            f"needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
+    def __post_init__(self) -> None:
+        headline = self.n >= MIN_HEADLINE_EVALUATIONS
+        object.__setattr__(self, "headline", headline)
+        object.__setattr__(
+            self,
+            "headline_note",
+            None
+            if headline
+            else (
+                f"{self.n} evaluation{'s' if self.n != 1 else ''} at step >= {self.start}: "
+                f"a window mean needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
+            ),
         )
-
-    @property
-    def converged(self) -> bool | None:
-        return self.trend.converged
+        object.__setattr__(self, "converged", self.trend.converged)
 
     def to_document(self) -> dict[str, Any]:
-        return {
-            "mean": self.mean,
-            "sd": self.sd,
-            "n": self.n,
-            "steps": self.steps,
-            "start": self.start,
-            "evaluation_ids": self.evaluation_ids,
-            "protocol": self.protocol,
-            "values": self.values,
-            "protocol_mixed": self.protocol_mixed,
-            "left_out_evaluation_ids": self.left_out_evaluation_ids,
-            "evaluation_seeds": self.evaluation_seeds,
-            "headline": self.headline,
-            "headline_note": self.headline_note,
-            "trend": self.trend.to_document(),
-            "converged": self.converged,
-            "pooled_interval": self.pooled_interval,
-            "episodes": self.episodes,
-            "successes": self.successes,
-            "start_basis": self.start_basis,
-        }
+        document = {item.name: getattr(self, item.name) for item in fields(self)}
+        return dict(document, trend=self.trend.to_document())
+
+
+# The fields the best point keeps of its evaluation row, under the row's names.
+BEST_ROW_FIELDS = (
+    "step",
+    "mean_turns",
+    "episodes",
+    "successes",
+    "train_success_rate",
+    "evaluation_seeds",
+)
 
 
 def _bias_noise(
@@ -334,17 +327,12 @@ def _best(
         else (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
     )
     return BestPoint(
-        step=best["step"],
         success=best["success_rate"],
         task_types={key: best["task_types"][key]["success"] for key in keys},
         task_type_episodes={key: best["task_types"][key]["episodes"] for key in keys},
-        mean_turns=best["mean_turns"],
-        episodes=best["episodes"],
-        successes=best["successes"],
-        train_success_rate=best["train_success_rate"],
         evaluation_id=best["id"],
-        evaluation_seeds=best["evaluation_seeds"],
         chosen_from="window",
+        **{key: best[key] for key in BEST_ROW_FIELDS},
         n_candidates=n_candidates,
         expected_max_bias_sd=bias_sd,
         expected_max_bias_points=None if noise_sd is None else bias_sd * noise_sd,
@@ -469,8 +457,9 @@ def window_entry(
     confidence: float,
 ) -> dict:
     """{"window", "window_task_types", "best", "single_eval_interval", "protocols",
-    "protocol_mixed"} of one run whose recorded protocol is `protocol`; the window starts at
-    `window_start`, chosen as `start_basis` says."""
+    "protocol_mixed"} of one run whose recorded protocol is `protocol` (the `RunEntry` fields of
+    that name, report/comparison.py); the window starts at `window_start`, chosen as
+    `start_basis` says."""
     evaluations = seeds_averaged(evaluations)
     in_window = [row for row in evaluations if row["step"] >= window_start]
     chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
