@@ -64,8 +64,23 @@ def shown_protocol(identity: RunIdentity) -> dict[str, Any]:
     return {key: recorded[key] for key in SHOWN_PROTOCOL_FIELDS}
 
 
+class _OfIdentity:
+    """The arm a typed entry reads from its `identity` (a run's, or its unit's first run's)."""
+
+    identity: RunIdentity
+
+    @property
+    def arm(self) -> ArmIdentity | None:
+        return self.identity.arm
+
+    @property
+    def arm_name(self) -> str | None:
+        """The arm file's name (None when the runs recorded no arm)."""
+        return None if self.identity.arm is None else self.identity.arm.name
+
+
 @dataclass(frozen=True)
-class RunEntry:
+class RunEntry(_OfIdentity):
     """One run of the comparison: its identity, its window statistics and its learning curve."""
 
     identity: RunIdentity
@@ -102,14 +117,6 @@ class RunEntry:
     @property
     def seed(self) -> int | None:
         return self.identity.seed
-
-    @property
-    def arm(self) -> ArmIdentity | None:
-        return self.identity.arm
-
-    @property
-    def arm_name(self) -> str | None:
-        return None if self.identity.arm is None else self.identity.arm.name
 
     @property
     def is_reference(self) -> bool:
@@ -158,7 +165,7 @@ class RunEntry:
 
 
 @dataclass(frozen=True)
-class ArmSummary:
+class ArmSummary(_OfIdentity):
     """One comparison unit (an "arm" of the document): its seeds and their across-seed summary.
 
     `name` is the unit's full label (`arms[].arm`), `label` the short one tables and plots show
@@ -198,15 +205,6 @@ class ArmSummary:
         return self.identity.unit
 
     @property
-    def arm(self) -> ArmIdentity | None:
-        return self.identity.arm
-
-    @property
-    def arm_name(self) -> str | None:
-        """The arm file's name (None when the runs recorded no arm)."""
-        return None if self.identity.arm is None else self.identity.arm.name
-
-    @property
     def arm_recorded(self) -> bool:
         return self.identity.arm is not None
 
@@ -218,18 +216,6 @@ class ArmSummary:
     @property
     def arm_fingerprint(self) -> str | None:
         return None if self.identity.arm is None else self.identity.arm.fingerprint
-
-    @property
-    def base_model(self) -> str | None:
-        return self.identity.base_model
-
-    @property
-    def backend(self) -> str | None:
-        return self.identity.backend
-
-    @property
-    def benchmark(self) -> str | None:
-        return self.identity.benchmark
 
     @property
     def protocol(self) -> dict[str, Any]:
@@ -247,9 +233,9 @@ class ArmSummary:
             "arm_name": self.arm_name,
             "arm_recorded": self.arm_recorded,
             **_arm_json(self.identity.arm),
-            "base_model": self.base_model,
-            "backend": self.backend,
-            "benchmark": self.benchmark,
+            "base_model": self.identity.base_model,
+            "backend": self.identity.backend,
+            "benchmark": self.identity.benchmark,
             "protocol": protocol,
             "n_seeds": self.n_seeds,
             "mean": self.mean,
@@ -281,8 +267,23 @@ class ArmSummary:
         }
 
 
+class _UnitPair:
+    """Two units of the comparison, by their full labels."""
+
+    first: ArmSummary
+    second: ArmSummary
+
+    @property
+    def arm_a(self) -> str:
+        return self.first.name
+
+    @property
+    def arm_b(self) -> str:
+        return self.second.name
+
+
 @dataclass(frozen=True)
-class PairComparison:
+class PairComparison(_UnitPair):
     """Two units that differ only in the arm, with the test `stats.two_arm_test` chose."""
 
     first: ArmSummary
@@ -297,14 +298,6 @@ class PairComparison:
     resolved: bool
     window_coverage: str | None
     note: str | None
-
-    @property
-    def arm_a(self) -> str:
-        return self.first.name
-
-    @property
-    def arm_b(self) -> str:
-        return self.second.name
 
     @property
     def verdict(self) -> str:
@@ -330,21 +323,13 @@ class PairComparison:
 
 
 @dataclass(frozen=True)
-class NotCompared:
+class NotCompared(_UnitPair):
     """A pair of units that is not compared, and why (`differ_in` names what else differs)."""
 
     first: ArmSummary
     second: ArmSummary
     differ_in: list[str]
     note: str
-
-    @property
-    def arm_a(self) -> str:
-        return self.first.name
-
-    @property
-    def arm_b(self) -> str:
-        return self.second.name
 
     def as_json(self) -> dict[str, Any]:
         return {
