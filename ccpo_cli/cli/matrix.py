@@ -378,7 +378,7 @@ def matrix(
 
         noise = measure_matrix(
             open_db(settings(ctx).db),
-            {entry.run: entry.window["mean"] for entry in comparison.runs if entry.window.get("n")},
+            {entry.run: entry.window.mean for entry in comparison.runs if entry.window.n},
             prefix,
             parse_arm_list(arms),
             result.seeds_compared,

@@ -775,8 +775,8 @@ def warm_start_effect(
 
     means: dict[str, float] = {}
     for entry in comparison.runs:
-        if entry.window.get("n"):
-            means[entry.run] = entry.window["mean"]
+        if entry.window.n:
+            means[entry.run] = entry.window.mean
     labels = [block.arms for block in blocks][0] if blocks else ()
     trained = sorted(set(warm_by_seed.values()))
     pairs = []
