@@ -8,12 +8,15 @@ command imports the library it calls inside its function.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import json
 import math
 import os
 import sqlite3
 import sys
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -157,6 +160,43 @@ LicenseOption = Annotated[
         "--license", help="License id, when neither the run nor its base model records one."
     ),
 ]
+
+
+def options_command(options_type: type) -> Callable[[Callable], Callable]:
+    """A command whose options are the fields of one frozen dataclass (`options_type`): Typer reads
+    each field (its `Annotated` option, its default) as a parameter, and the command body gets
+    them as one typed object, `command(ctx, options)`, instead of unpacking dozens of names.
+
+    An option group used by several commands is declared once, as an `Annotated` alias here,
+    the way sqlite-utils declares its shared click options once as decorators."""
+    hints = typing.get_type_hints(options_type, include_extras=True)
+    context = inspect.Parameter(
+        "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
+    )
+    parameters = [context] + [
+        inspect.Parameter(
+            field.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            annotation=hints[field.name],
+            default=inspect.Parameter.empty
+            if field.default is dataclasses.MISSING
+            else field.default,
+        )
+        for field in dataclasses.fields(options_type)
+    ]
+
+    def decorate(command: Callable[[typer.Context, Any], None]) -> Callable:
+        def parsed(ctx: typer.Context, **options: Any) -> None:
+            return command(ctx, options_type(**options))
+
+        for name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            setattr(parsed, name, getattr(command, name))
+        # Typer builds the parameters from the signature; handle_errors' wrapper keeps it.
+        parsed.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        parsed.__annotations__ = {p.name: p.annotation for p in parameters}
+        return parsed
+
+    return decorate
 
 
 @dataclass
