@@ -59,6 +59,19 @@ def seed_list(seeds: str | None, seed: int | None) -> list[int]:
 # The options only one backend reads, by Click parameter name (the option's flag in the message).
 LOCAL_ONLY = ("eval_games", "eval_from", "workers", "time_budget", "dump_batches")
 VERL_ONLY = ("model", "gpus", "nnodes", "ray_address", "host_profile", "save_every")
+# What both backends' requests take of the options, under the same names.
+EITHER_BACKEND = ("run", "resume", "dry_run", "steps", "tasks", "group", "eval_every", "max_steps")
+# The options only --push-to-hub reads (name: flag); the publisher takes most by name.
+PUSH_ONLY = {
+    "push_wait": "--push-wait",
+    "window_start": "--window-start",
+    "private": "--private/--public",
+    "token": "--token",
+    "token_file": "--token-file",
+    "timeout": "--timeout",
+    "deadline": "--deadline",
+    "endpoint": "--endpoint",
+}
 
 
 def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
@@ -258,28 +271,9 @@ class TrainOptions:
     deadline: HubDeadlineOption = None
     endpoint: HubEndpointOption = None
 
-    def schedule(self) -> dict[str, int | None]:
-        """The options both backends read, under their request's names."""
-        return {
-            "steps": self.steps,
-            "tasks": self.tasks,
-            "group": self.group,
-            "eval_every": self.eval_every,
-            "max_steps": self.max_steps,
-        }
-
-    def hub_options(self) -> dict[str, Any]:
-        """The options that only --push-to-hub reads, by flag."""
-        return {
-            "--push-wait": self.push_wait,
-            "--window-start": self.window_start,
-            "--private/--public": self.private,
-            "--token": self.token,
-            "--token-file": self.token_file,
-            "--timeout": self.timeout,
-            "--deadline": self.deadline,
-            "--endpoint": self.endpoint,
-        }
+    def picked(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """These options by name: the ones a request's field of the same name takes."""
+        return {name: getattr(self, name) for name in names}
 
 
 @handle_errors
@@ -311,7 +305,7 @@ def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seed
     """The --push-to-hub publisher (None without it, or for a dry run); a Hub option given
     without --push-to-hub would be ignored, so it is refused."""
     if options.push_to_hub is None:
-        stray = [name for name, value in options.hub_options().items() if value is not None]
+        stray = [flag for name, flag in PUSH_ONLY.items() if getattr(options, name) is not None]
         if stray:
             raise UsageError(f"{', '.join(stray)} only apply with --push-to-hub")
         return None
@@ -325,14 +319,8 @@ def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seed
         settings(ctx).db,
         options.push_to_hub,
         backend=backend,
-        endpoint=options.endpoint,
-        private=options.private,
-        token=options.token,
-        token_file=options.token_file,
-        timeout=options.timeout,
-        deadline=options.deadline,
+        **options.picked(tuple(name for name in PUSH_ONLY if name != "push_wait")),
         end_wait_s=options.push_wait,
-        window_start=options.window_start,
         verl_agent=options.verl_agent,
         log=lambda message: info(ctx, message),
     )
@@ -373,14 +361,8 @@ def _train_local(
                 arm=arm,
                 seeds=() if resumed_seed else seeds,
                 db_path=settings(ctx).db,
-                run=options.run,
-                resume=options.resume,
-                dry_run=options.dry_run,
-                **options.schedule(),
-                eval_games=options.eval_games,
-                eval_from=options.eval_from,
-                workers=options.workers,
-                dump_batches=options.dump_batches,
+                **options.picked(EITHER_BACKEND),
+                **options.picked(("eval_games", "eval_from", "workers", "dump_batches")),
                 time_budget_s=None if time_budget is None else time_budget * 60.0,
                 observer=observer,
                 progress=None if bar is None else bar.update,
@@ -403,17 +385,7 @@ def _train_verl(
             arm=arm,
             seeds=seeds,
             db_path=settings(ctx).db,
-            model=options.model,
-            gpus=options.gpus,
-            nnodes=options.nnodes,
-            run=options.run,
-            resume=options.resume,
-            dry_run=options.dry_run,
-            **options.schedule(),
-            ray_address=options.ray_address,
-            verl_agent=options.verl_agent,
-            host_profile=options.host_profile,
-            save_every=options.save_every,
+            **options.picked(EITHER_BACKEND + VERL_ONLY + ("verl_agent",)),
             observer=observer,
         ),
         lambda message: info(ctx, message),
