@@ -199,6 +199,12 @@ def options_command(options_type: type) -> Callable[[Callable], Callable]:
     return decorate
 
 
+def option_values(options: Any, names: Iterable[str]) -> dict[str, Any]:
+    """These fields of a command's options by name: for the library call whose keyword
+    arguments have the options' names."""
+    return {name: getattr(options, name) for name in names}
+
+
 @dataclass
 class Settings:
     db: Path

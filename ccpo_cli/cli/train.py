@@ -31,6 +31,7 @@ from ccpo_cli.cli.common import (
     emit_json,
     handle_errors,
     info,
+    option_values,
     options_command,
     parse_seeds,
     say,
@@ -271,10 +272,6 @@ class TrainOptions:
     deadline: HubDeadlineOption = None
     endpoint: HubEndpointOption = None
 
-    def picked(self, names: tuple[str, ...]) -> dict[str, Any]:
-        """These options by name: the ones a request's field of the same name takes."""
-        return {name: getattr(self, name) for name in names}
-
 
 @handle_errors
 @options_command(TrainOptions)
@@ -319,7 +316,7 @@ def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seed
         settings(ctx).db,
         options.push_to_hub,
         backend=backend,
-        **options.picked(tuple(name for name in PUSH_ONLY if name != "push_wait")),
+        **option_values(options, tuple(name for name in PUSH_ONLY if name != "push_wait")),
         end_wait_s=options.push_wait,
         verl_agent=options.verl_agent,
         log=lambda message: info(ctx, message),
@@ -361,8 +358,8 @@ def _train_local(
                 arm=arm,
                 seeds=() if resumed_seed else seeds,
                 db_path=settings(ctx).db,
-                **options.picked(EITHER_BACKEND),
-                **options.picked(("eval_games", "eval_from", "workers", "dump_batches")),
+                **option_values(options, EITHER_BACKEND),
+                **option_values(options, ("eval_games", "eval_from", "workers", "dump_batches")),
                 time_budget_s=None if time_budget is None else time_budget * 60.0,
                 observer=observer,
                 progress=None if bar is None else bar.update,
@@ -385,7 +382,7 @@ def _train_verl(
             arm=arm,
             seeds=seeds,
             db_path=settings(ctx).db,
-            **options.picked(EITHER_BACKEND + VERL_ONLY + ("verl_agent",)),
+            **option_values(options, EITHER_BACKEND + VERL_ONLY + ("verl_agent",)),
             observer=observer,
         ),
         lambda message: info(ctx, message),
