@@ -154,6 +154,31 @@ HubPrivateOption = Annotated[
 HubRevisionOption = Annotated[
     str, typer.Option("--revision", help="Branch to commit to (created if missing).")
 ]
+
+
+@dataclass(frozen=True)
+class HubPublishing:
+    """How `ccpo publish` and `ccpo train --push-to-hub` reach the Hub: an option group (None:
+    not given; the publisher's default)."""
+
+    private: HubPrivateOption = None
+    token: HubTokenOption = None
+    token_file: HubTokenFileOption = None
+    timeout: HubTimeoutOption = None
+    deadline: HubDeadlineOption = None
+    endpoint: HubEndpointOption = None
+
+
+@dataclass(frozen=True)
+class HubConnection:
+    """How `ccpo sync push` and `ccpo sync pull` reach the Hub: an option group."""
+
+    token: HubTokenOption = None
+    token_file: HubTokenFileOption = None
+    timeout: HubTimeoutOption = None
+    endpoint: HubEndpointOption = None
+
+
 LicenseOption = Annotated[
     str | None,
     typer.Option(
@@ -167,27 +192,17 @@ def options_command(options_type: type) -> Callable[[Callable], Callable]:
     each field (its `Annotated` option, its default) as a parameter, and the command body gets
     them as one typed object, `command(ctx, options)`, instead of unpacking dozens of names.
 
-    An option group used by several commands is declared once, as an `Annotated` alias here,
-    the way sqlite-utils declares its shared click options once as decorators."""
-    hints = typing.get_type_hints(options_type, include_extras=True)
+    A field whose type is itself such a dataclass is an option group several commands share
+    (`HubPublishing`): its options stand in the field's place, declared once, the way
+    sqlite-utils declares its shared click options once as decorators."""
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context
     )
-    parameters = [context] + [
-        inspect.Parameter(
-            field.name,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD,
-            annotation=hints[field.name],
-            default=inspect.Parameter.empty
-            if field.default is dataclasses.MISSING
-            else field.default,
-        )
-        for field in dataclasses.fields(options_type)
-    ]
+    parameters = [context, *_option_parameters(options_type)]
 
     def decorate(command: Callable[[typer.Context, Any], None]) -> Callable:
         def parsed(ctx: typer.Context, **options: Any) -> None:
-            return command(ctx, options_type(**options))
+            return command(ctx, _grouped(options_type, options))
 
         for name in ("__name__", "__qualname__", "__module__", "__doc__"):
             setattr(parsed, name, getattr(command, name))
@@ -197,6 +212,41 @@ def options_command(options_type: type) -> Callable[[Callable], Callable]:
         return parsed
 
     return decorate
+
+
+def _option_group(hint: Any) -> type | None:
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def _option_parameters(options_type: type) -> list[inspect.Parameter]:
+    """The command's parameters, in the fields' order, an option group's in its field's place."""
+    hints = typing.get_type_hints(options_type, include_extras=True)
+    parameters = []
+    for field in dataclasses.fields(options_type):
+        group = _option_group(hints[field.name])
+        if group is not None:
+            parameters += _option_parameters(group)
+            continue
+        default = field.default
+        parameters.append(
+            inspect.Parameter(
+                field.name,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                annotation=hints[field.name],
+                default=inspect.Parameter.empty if default is dataclasses.MISSING else default,
+            )
+        )
+    return parameters
+
+
+def _grouped(options_type: type, values: dict[str, Any]) -> Any:
+    """The typed options from Typer's values by name, each option group as its own object."""
+    hints = typing.get_type_hints(options_type, include_extras=True)
+    fields = {}
+    for field in dataclasses.fields(options_type):
+        group = _option_group(hints[field.name])
+        fields[field.name] = values[field.name] if group is None else _grouped(group, values)
+    return options_type(**fields)
 
 
 def option_values(options: Any, names: Iterable[str]) -> dict[str, Any]:

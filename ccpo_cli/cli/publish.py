@@ -3,6 +3,7 @@ that trains elsewhere and push it as it grows (`--follow RUN`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -12,13 +13,8 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
-    HubDeadlineOption,
-    HubEndpointOption,
-    HubPrivateOption,
+    HubPublishing,
     HubRevisionOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
     JsonOption,
     LicenseOption,
     OptionalHubRepoOption,
@@ -110,12 +106,7 @@ class PublishOptions:
             help="Write the staging folder and commit plan (--follow: list what would be published); no network call.",
         ),
     ] = False
-    private: HubPrivateOption = None
-    token: HubTokenOption = None
-    token_file: HubTokenFileOption = None
-    timeout: HubTimeoutOption = None
-    deadline: HubDeadlineOption = None
-    endpoint: HubEndpointOption = None
+    hub: HubPublishing = HubPublishing()
     revision: HubRevisionOption = "main"
     staging: Annotated[
         Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")
@@ -154,26 +145,16 @@ def publish(ctx: typer.Context, options: PublishOptions) -> None:
 # The options `publish_run` takes under their own names.
 PUBLISH_RUN_OPTIONS = (
     "revision",
-    "private",
-    "token",
-    "endpoint",
     "checkpoint",
     "dry_run",
     "window_start",
     "license",
     "checkpoint_step",
-    "token_file",
-    "timeout",
     "verl_agent_home",
     "merged_dir",
-    "deadline",
 )
-# The options `push_target` takes under their own names (--follow).
+# The options `push_target` takes under their own names (--follow), besides the Hub's.
 PUSH_TARGET_OPTIONS = (
-    "endpoint",
-    "private",
-    "timeout",
-    "deadline",
     "revision",
     "window_start",
     "license",
@@ -207,6 +188,7 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
         status=ready.status,
         staging=staging,
         **option_values(options, PUBLISH_RUN_OPTIONS),
+        **dataclasses.asdict(options.hub),
         log=lambda message: info(ctx, escape_control(message)),
     )
     if options.as_json:
@@ -214,7 +196,7 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
     elif result["dry_run"]:
         files = [entry["path_in_repo"] for commit in result["commits"] for entry in commit["files"]]
         info(ctx, f"dry run: nothing was sent; staged {len(files)} file(s) in {result['staging']}")
-        for line in _plan_lines(result, token_source(options.token, options.token_file)):
+        for line in _plan_lines(result, token_source(options.hub.token, options.hub.token_file)):
             say(line)
         say(result["plan_file"])
     else:
@@ -251,11 +233,16 @@ def _follow(ctx: typer.Context, options: PublishOptions) -> None:
     from ccpo_cli.publishing.target import push_target
 
     check_poll(options.poll)
-    target = push_target(options.repo, **option_values(options, PUSH_TARGET_OPTIONS))
+    hub = options.hub
+    target = push_target(
+        options.repo,
+        **option_values(hub, ("endpoint", "private", "timeout", "deadline")),
+        **option_values(options, PUSH_TARGET_OPTIONS),
+    )
     if options.dry_run:  # no token, no lock, no network: what the outbox would publish now
         _follow_plan(ctx, options, target)
         return
-    secret = resolve_token(options.token, options.token_file)
+    secret = resolve_token(options.hub.token, options.hub.token_file)
     if not secret:
         from ccpo_cli.errors import RemoteError
 

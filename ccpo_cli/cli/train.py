@@ -9,6 +9,7 @@ cores, verl follows the protocol file), so an option left out means "the backend
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,12 +19,7 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
-    HubDeadlineOption,
-    HubEndpointOption,
-    HubPrivateOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
+    HubPublishing,
     JsonOption,
     SeedsOption,
     SetOption,
@@ -62,7 +58,7 @@ LOCAL_ONLY = ("eval_games", "eval_from", "workers", "time_budget", "dump_batches
 VERL_ONLY = ("model", "gpus", "nnodes", "ray_address", "host_profile", "save_every")
 # What both backends' requests take of the options, under the same names.
 EITHER_BACKEND = ("run", "resume", "dry_run", "steps", "tasks", "group", "eval_every", "max_steps")
-# The options only --push-to-hub reads (name: flag); the publisher takes most by name.
+# The options only --push-to-hub reads (name: flag), in the order a refusal names them.
 PUSH_ONLY = {
     "push_wait": "--push-wait",
     "window_start": "--window-start",
@@ -265,12 +261,7 @@ class TrainOptions:
     window_start: Annotated[int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)] = (
         None
     )
-    private: HubPrivateOption = None
-    token: HubTokenOption = None
-    token_file: HubTokenFileOption = None
-    timeout: HubTimeoutOption = None
-    deadline: HubDeadlineOption = None
-    endpoint: HubEndpointOption = None
+    hub: HubPublishing = HubPublishing()
 
 
 @handle_errors
@@ -302,7 +293,11 @@ def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seed
     """The --push-to-hub publisher (None without it, or for a dry run); a Hub option given
     without --push-to-hub would be ignored, so it is refused."""
     if options.push_to_hub is None:
-        stray = [flag for name, flag in PUSH_ONLY.items() if getattr(options, name) is not None]
+        given = {
+            **option_values(options, ("push_wait", "window_start")),
+            **dataclasses.asdict(options.hub),
+        }
+        stray = [flag for name, flag in PUSH_ONLY.items() if given[name] is not None]
         if stray:
             raise UsageError(f"{', '.join(stray)} only apply with --push-to-hub")
         return None
@@ -316,8 +311,9 @@ def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seed
         settings(ctx).db,
         options.push_to_hub,
         backend=backend,
-        **option_values(options, tuple(name for name in PUSH_ONLY if name != "push_wait")),
+        **dataclasses.asdict(options.hub),
         end_wait_s=options.push_wait,
+        window_start=options.window_start,
         verl_agent=options.verl_agent,
         log=lambda message: info(ctx, message),
     )
