@@ -179,6 +179,14 @@ class HubConnection:
     endpoint: HubEndpointOption = None
 
 
+# Where `ccpo eval --model` and `ccpo publish --checkpoint` put a merged verl checkpoint.
+MergedDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--merged-dir",
+        help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
+    ),
+]
 LicenseOption = Annotated[
     str | None,
     typer.Option(

@@ -12,6 +12,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
+    MergedDirOption,
     SeedsOption,
     TableOption,
     emit,
@@ -106,13 +107,7 @@ class EvalCommandOptions:
             help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).",
         ),
     ] = None
-    merged_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--merged-dir",
-            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
-        ),
-    ] = None
+    merged_dir: MergedDirOption = None
     as_json: JsonOption = False
     fmt: FormatOption = None
     table: TableOption = None

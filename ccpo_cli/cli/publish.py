@@ -17,6 +17,7 @@ from ccpo_cli.cli.common import (
     HubRevisionOption,
     JsonOption,
     LicenseOption,
+    MergedDirOption,
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
@@ -92,13 +93,7 @@ class PublishOptions:
             help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).",
         ),
     ] = None
-    merged_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--merged-dir",
-            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
-        ),
-    ] = None
+    merged_dir: MergedDirOption = None
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -266,7 +261,14 @@ def _follow(ctx: typer.Context, options: PublishOptions) -> None:
     )
     if options.as_json:
         emit_json(result)
-        return
+    else:
+        _print_followed(options, result)
+
+
+def _print_followed(options: PublishOptions, result: dict) -> None:
+    """The outbox's counts after the follow, and the weights on the Hub no card names."""
+    from ccpo_cli.terminal_text import escape_control
+
     outbox = result["outbox"]
     say(
         f"{options.follow} -> {options.repo}: {outbox['done']} done, {outbox['pending']} pending, "
