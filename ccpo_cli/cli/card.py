@@ -16,7 +16,6 @@ from ccpo_cli.cli.common import (
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
-    handle_errors,
     info,
     option_values,
     options_command,
@@ -77,7 +76,6 @@ class CardOptions:
     as_json: JsonOption = False
 
 
-@handle_errors
 @options_command(CardOptions)
 def card(ctx: typer.Context, options: CardOptions) -> None:
     """Render the Hub model card of a run from the database; numbers and caveats come from data.

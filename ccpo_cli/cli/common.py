@@ -199,6 +199,7 @@ def options_command(options_type: type) -> Callable[[Callable], Callable]:
     """A command whose options are the fields of one frozen dataclass (`options_type`): Typer reads
     each field (its `Annotated` option, its default) as a parameter, and the command body gets
     them as one typed object, `command(ctx, options)`, instead of unpacking dozens of names.
+    Errors are handled as every command's are (`handle_errors`).
 
     A field whose type is itself such a dataclass is an option group several commands share
     (`HubPublishing`): its options stand in the field's place, declared once, the way
@@ -217,7 +218,7 @@ def options_command(options_type: type) -> Callable[[Callable], Callable]:
         # Typer builds the parameters from the signature; handle_errors' wrapper keeps it.
         parsed.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
         parsed.__annotations__ = {p.name: p.annotation for p in parameters}
-        return parsed
+        return handle_errors(parsed)
 
     return decorate
 

@@ -16,7 +16,6 @@ from ccpo_cli.cli.common import (
     TableOption,
     WindowStartOption,
     emit,
-    handle_errors,
     info,
     options_command,
     output_format,
@@ -63,7 +62,6 @@ class CompareOptions:
     ] = False
 
 
-@handle_errors
 @options_command(CompareOptions)
 def compare(ctx: typer.Context, options: CompareOptions) -> None:
     """Compare arms on their held-out window (not their best point).

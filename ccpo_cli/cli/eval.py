@@ -16,7 +16,6 @@ from ccpo_cli.cli.common import (
     SeedsOption,
     TableOption,
     emit,
-    handle_errors,
     info,
     option_values,
     options_command,
@@ -113,7 +112,6 @@ class EvalCommandOptions:
     table: TableOption = None
 
 
-@handle_errors
 @options_command(EvalCommandOptions)
 def eval_command(ctx: typer.Context, options: EvalCommandOptions) -> None:
     """Play the held-out panel with an agent for each seed; record every episode in runs.db.

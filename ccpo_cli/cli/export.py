@@ -13,7 +13,6 @@ from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
     emit,
-    handle_errors,
     options_command,
     output_format,
     settings,
@@ -57,7 +56,6 @@ class ExportOptions:
     fmt: FormatOption = None
 
 
-@handle_errors
 @options_command(ExportOptions)
 def export(ctx: typer.Context, options: ExportOptions) -> None:
     """Write runs' curves to TensorBoard, trackio, wandb or CSV: the standing held-out

@@ -12,7 +12,6 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
     emit_json,
-    handle_errors,
     info,
     options_command,
     settings,
@@ -226,7 +225,6 @@ class IngestOptions:
         return (scalars[0] if scalars else None), renames
 
 
-@handle_errors
 @options_command(IngestOptions)
 def ingest(ctx: typer.Context, options: IngestOptions) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent).

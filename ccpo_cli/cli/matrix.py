@@ -19,7 +19,6 @@ from ccpo_cli.cli.common import (
     JsonOption,
     TableOption,
     emit,
-    handle_errors,
     info,
     option_values,
     options_command,
@@ -267,7 +266,6 @@ class MatrixOptions:
     table: TableOption = None
 
 
-@handle_errors
 @options_command(MatrixOptions)
 def matrix(ctx: typer.Context, options: MatrixOptions) -> None:
     """Train every arm on every seed (seed-major, paired), within --minutes, then compare.

@@ -21,7 +21,6 @@ from ccpo_cli.cli.common import (
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
-    handle_errors,
     info,
     option_values,
     options_command,
@@ -118,7 +117,6 @@ class PublishOptions:
     as_json: JsonOption = False
 
 
-@handle_errors
 @options_command(PublishOptions)
 def publish(ctx: typer.Context, options: PublishOptions) -> None:
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit.

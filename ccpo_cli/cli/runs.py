@@ -106,7 +106,6 @@ class ListOptions:
 
 
 @runs_app.command("list")
-@handle_errors
 @options_command(ListOptions)
 def list_command(ctx: typer.Context, options: ListOptions) -> None:
     """Every run with its arm, seed, status, steps and window held-out success; with --wide also
@@ -153,7 +152,6 @@ class ShowOptions:
 
 
 @runs_app.command("show")
-@handle_errors
 @options_command(ShowOptions)
 def show_command(ctx: typer.Context, options: ShowOptions) -> None:
     """One run: its settings, evaluations, conflicts, checkpoints and publications; or, with
@@ -270,7 +268,6 @@ class RetractOptions:
 
 
 @runs_app.command("retract")
-@handle_errors
 @options_command(RetractOptions)
 def retract_command(ctx: typer.Context, options: RetractOptions) -> None:
     """Mark a run, or its evaluations at one step, as retracted (nothing is deleted).
@@ -337,7 +334,6 @@ class ResolveOptions:
 
 
 @runs_app.command("resolve")
-@handle_errors
 @options_command(ResolveOptions)
 def resolve_command(ctx: typer.Context, options: ResolveOptions) -> None:
     """Settle a conflict (one step recorded with two results) by keeping one value.

@@ -77,7 +77,6 @@ class PushOptions:
 
 
 @sync_app.command("push")
-@handle_errors
 @options_command(PushOptions)
 def push_command(ctx: typer.Context, options: PushOptions) -> None:
     """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit.
@@ -138,7 +137,6 @@ class PullOptions:
 
 
 @sync_app.command("pull")
-@handle_errors
 @options_command(PullOptions)
 def pull_command(ctx: typer.Context, options: PullOptions) -> None:
     """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before).

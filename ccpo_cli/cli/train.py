@@ -25,7 +25,6 @@ from ccpo_cli.cli.common import (
     SetOption,
     check_seed,
     emit_json,
-    handle_errors,
     info,
     option_values,
     options_command,
@@ -264,7 +263,6 @@ class TrainOptions:
     hub: HubPublishing = HubPublishing()
 
 
-@handle_errors
 @options_command(TrainOptions)
 def train(ctx: typer.Context, options: TrainOptions) -> None:
     """Train one arm; evaluations land in the database as they happen.

@@ -12,6 +12,8 @@ from typing import Any
 
 from ccpo_cli.report.run_tables import benchmark_task_types
 from ccpo_cli.report.tables import (
+    NAME,
+    NUMBER,
     TEXT,
     Cell,
     Column,
@@ -20,6 +22,7 @@ from ccpo_cli.report.tables import (
     name_column,
     num,
     number_text,
+    table_of,
     text_column,
     txt,
 )
@@ -182,62 +185,43 @@ def _evaluation_cells(
 
 
 def _conflicts_table(conflicts: list[dict]) -> TableData:
-    table = TableData(
-        "conflicts",
-        "conflicting results (kept, not applied)",
-        [
-            Column("id"),
-            Column("step"),
-            Column("kept eval"),
-            Column("success %"),
-            name_column("source"),
-            text_column("settled"),
-        ],
-    )
-    for row in conflicts:
-        source = f"{row['source_file']}:{row['source_line']}" if row["source_file"] else "-"
-        settled = row.get("resolution")
-        table.add(
-            num(row["id"]),
-            num(row["step"]),
-            num(row["kept_evaluation_id"]),
-            num(row["content"].get("success_rate")),
-            Cell(source, source if row["source_file"] else None),
-            txt(
-                f"kept {number_text(settled['kept_value'])} ({settled['resolved_by']})"
-                if settled
-                else None,
-                None if not settled else f"kept {settled['kept_value']}",
-            ),
+    def source(row: dict) -> Cell:
+        where = f"{row['source_file']}:{row['source_line']}" if row["source_file"] else "-"
+        return Cell(where, where if row["source_file"] else None)
+
+    def settled(row: dict) -> Cell:
+        kept = row.get("resolution")
+        if not kept:
+            return txt(None, None)
+        return txt(
+            f"kept {number_text(kept['kept_value'])} ({kept['resolved_by']})",
+            f"kept {kept['kept_value']}",
         )
-    return table
+
+    columns = [
+        ("id", NUMBER, lambda row: num(row["id"])),
+        ("step", NUMBER, lambda row: num(row["step"])),
+        ("kept eval", NUMBER, lambda row: num(row["kept_evaluation_id"])),
+        ("success %", NUMBER, lambda row: num(row["content"].get("success_rate"))),
+        ("source", NAME, source),
+        ("settled", TEXT, settled),
+    ]
+    return table_of(
+        conflicts, columns, name="conflicts", title="conflicting results (kept, not applied)"
+    )
 
 
 def _resolutions_table(resolutions: list[dict]) -> TableData:
-    table = TableData(
-        "resolutions",
-        "settled conflicts",
-        [
-            Column("step"),
-            name_column("split"),
-            Column("seed"),
-            Column("kept"),
-            name_column("by"),
-            name_column("at"),
-            text_column("reason"),
-        ],
-    )
-    for row in resolutions:
-        table.add(
-            num(row["step"]),
-            txt(row["split"]),
-            num(row["eval_seed"]),
-            num(row["kept_value"]),
-            txt(row["resolved_by"]),
-            txt(row["recorded_at"]),
-            txt(row["reason"]),
-        )
-    return table
+    columns = [
+        ("step", NUMBER, lambda row: num(row["step"])),
+        ("split", NAME, lambda row: txt(row["split"])),
+        ("seed", NUMBER, lambda row: num(row["eval_seed"])),
+        ("kept", NUMBER, lambda row: num(row["kept_value"])),
+        ("by", NAME, lambda row: txt(row["resolved_by"])),
+        ("at", NAME, lambda row: txt(row["recorded_at"])),
+        ("reason", TEXT, lambda row: txt(row["reason"])),
+    ]
+    return table_of(resolutions, columns, name="resolutions", title="settled conflicts")
 
 
 def run_detail_notes(document: dict, asked_as: str) -> list[str]:
