@@ -9,7 +9,7 @@ by --repo (default: this one), so the same recipes run through the old code and 
 - `oracle-NNN`: the card oracle's generated databases (tests/helpers_card_oracle.py, hypothesis
   derandomized, the first --examples of them), written through the store API and `ccpo ingest`;
 - `real-ROUND`: each round of the real training logs, ingested as tests/test_card_oracle_real_logs
-  does (they sit in ../shared/real-logs beside the checkout);
+  does (from the real-log folder that test reads);
 - `train`: two short local runs on the shipped ALFWorld games (return-hard and grpo, seed 0), as
   tests/test_local_train_run.py's acceptance run trains them.
 For each: every row of every table of runs.db, `ccpo compare --json`, `ccpo runs list --json`,
