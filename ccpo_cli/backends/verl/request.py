@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.arms import Arm
-from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends import run_header, seed_run_name
 from ccpo_cli.backends.observer import TrainingObserver
 from ccpo_cli.backends.verl.follow import start
 from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
@@ -110,9 +110,8 @@ def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTra
     results = []
     for index, launch in enumerate(launches, start=1):
         if len(launches) > 1:  # a header per run, so a multi-seed log says where each run starts
-            log(
-                f"── run {launch.run}: {request.arm.name}, seed {launch.request.seed} ({index} of {len(launches)}) ──"
-            )
+            place = f"{index} of {len(launches)}"
+            log(run_header(launch.run, request.arm.name, launch.request.seed, place))
         code = start(launch, db, log=log, observer=request.observer)
         results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
         if code != 0:
