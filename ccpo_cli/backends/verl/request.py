@@ -20,6 +20,23 @@ from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build
 from ccpo_cli.backends.verl.run_folder import refuse_silent_continuation, render_run_script
 from ccpo_cli.errors import CcpoError, UsageError
 
+# The request's fields that a seed's launch request takes as they are, under the same name.
+_LAUNCH_FIELDS = (
+    "arm",
+    "model",
+    "gpus",
+    "nnodes",
+    "steps",
+    "tasks",
+    "group",
+    "eval_every",
+    "ray_address",
+    "verl_agent",
+    "resume",
+    "host_profile",
+    "save_every",
+)
+
 
 @dataclass(frozen=True)
 class VerlTrainRequest:
@@ -58,23 +75,11 @@ class VerlTrainRequest:
         if self.gpus is None:
             raise UsageError("--backend verl needs --gpus (GPUs per node)")
         return VerlLaunchRequest(
-            arm=self.arm,
-            model=self.model,
-            gpus=self.gpus,
-            nnodes=self.nnodes,
             run=seed_run_name(self.run, seed, len(self.seeds) > 1),
             seed=seed,
-            steps=self.steps,
-            tasks=self.tasks,
-            group=self.group,
-            eval_every=self.eval_every,
             max_env_steps=self.max_steps,
-            ray_address=self.ray_address,
-            verl_agent=self.verl_agent,
-            resume=self.resume,
-            host_profile=self.host_profile,
             runs_root=self.runs_root,
-            save_every=self.save_every,
+            **{name: getattr(self, name) for name in _LAUNCH_FIELDS},
         )
 
 
