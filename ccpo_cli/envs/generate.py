@@ -278,22 +278,14 @@ def _problem(
 # ---- sampling a room -----------------------------------------------------------------------
 
 
-def _number(receptacle_types: list[str]) -> list[tuple[str, str]]:
+def _numbered(types: list[str], id_of: Callable[[str, int], str]) -> list[tuple[str, str]]:
+    """(id, type) of each of `types`, numbered from 1 within its type, in order."""
     counts: dict[str, int] = {}
-    result = []
-    for rtype in receptacle_types:
-        counts[rtype] = counts.get(rtype, 0) + 1
-        result.append((_receptacle_id(rtype, counts[rtype]), rtype))
-    return result
-
-
-def _object_ids(types: list[str]) -> list[tuple[str, str]]:
-    counts: dict[str, int] = {}
-    result = []
-    for otype in types:
-        counts[otype] = counts.get(otype, 0) + 1
-        result.append((f"{otype}_bar_{counts[otype]}", otype))
-    return result
+    numbered = []
+    for kind in types:
+        counts[kind] = counts.get(kind, 0) + 1
+        numbered.append((id_of(kind, counts[kind]), kind))
+    return numbered
 
 
 def _kitchen_receptacles(rng: random.Random, large: bool) -> list[str]:
@@ -340,7 +332,7 @@ def _sample(
     bedroom = task_type == "look" or (task_type in ("pick", "pick2") and rng.random() < 0.5)
     rtypes = _bedroom_receptacles(rng, large) if bedroom else _kitchen_receptacles(rng, large)
     rng.shuffle(rtypes)
-    receptacles = _number(rtypes)
+    receptacles = _numbered(rtypes, _receptacle_id)
     goal = _goal_objects(rng, task_type, bedroom, rtypes)
     if goal is None:
         return None
@@ -362,7 +354,7 @@ def _sample(
     n_distractors = rng.randint(2, 6) if large else rng.randint(1, 3)
     distractors = [rng.choice(distractor_types) for _ in range(n_distractors)]
     placed: list[tuple[str, str, str]] = []
-    ids = _object_ids([obj] * n_targets + distractors)
+    ids = _numbered([obj] * n_targets + distractors, lambda otype, n: f"{otype}_bar_{n}")
     for position, (oid, otype) in enumerate(ids):
         where = rng.choice(sources) if position < n_targets else rng.choice(receptacles)[0]
         placed.append((oid, otype, where))

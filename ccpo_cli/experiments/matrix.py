@@ -207,16 +207,12 @@ def design_recipe(testbed: Design, **execution: Any) -> TrainConfig:
     executed (workers, torch_threads, dump_batches), which never changes what they measure."""
     from ccpo_cli.backends.local.config import TrainConfig
 
+    same_name = ("steps", "tasks", "group", "eval_every", "eval_games", "room")
     return TrainConfig(
-        steps=testbed.steps,
-        tasks=testbed.tasks,
-        group=testbed.group,
         max_steps=testbed.turn_limit,
         eval_max_steps=testbed.eval_turn_limit,
-        eval_every=testbed.eval_every,
-        eval_games=testbed.eval_games,
-        room=testbed.room,
         design=testbed.name,
+        **{name: getattr(testbed, name) for name in same_name},
         **execution,
     )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.arms import Arm
-from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends import run_header, seed_run_name
 from ccpo_cli.backends.local.config import TrainConfig, resume_base
 from ccpo_cli.backends.observer import StepProgress, TrainingObserver
 from ccpo_cli.errors import InvalidInput, UsageError
@@ -122,11 +122,6 @@ def _recorded_train_config(folder: Path) -> TrainConfig | None:
         return resume_base(train)
     except (TypeError, ValueError):
         return None
-
-
-def run_header(name: str, arm: str, seed: int | None, place: str) -> str:
-    """The line that opens a run in a log of several (multi-seed train, matrix blocks)."""
-    return f"── run {name}: {arm}, seed {seed} ({place}) ──"
 
 
 def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[dict[str, Any]]:

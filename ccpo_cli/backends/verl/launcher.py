@@ -363,9 +363,6 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         protocol.entrypoint,
         request.ray_address,
     )
-    placeholder_rows, placeholder_fields = protocol.placeholder(
-        int(overrides["data.train_batch_size"])
-    )
     home = checkout.locate(request.verl_agent)
     return VerlLaunch(
         run=run,
@@ -376,8 +373,8 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         overrides=overrides,
         environment=environment,
         worker_environment=worker_environment,
-        placeholder_rows=placeholder_rows,
-        placeholder_fields=placeholder_fields,
+        placeholder_rows=protocol.placeholder_rows(int(overrides["data.train_batch_size"])),
+        placeholder_fields=protocol.placeholder_fields(),
         verl_agent=home,
         verl_agent_source=checkout.describe(home),
         worker_runtime_env=entry.worker_runtime_env(home, environment),
