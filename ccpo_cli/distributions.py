@@ -11,6 +11,7 @@ chi-squared denominator, integrated by the trapezoid rule on a log scale.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -30,55 +31,64 @@ def normal_cdf(x: float) -> float:
     return 0.5 * math.erfc(-x / _SQRT2)
 
 
+# Acklam's rational approximation of the normal quantile: the central region's numerator (A) and
+# denominator (B, its constant term 1) in r = q², and the lower tail's (C, D) in q = sqrt(-2 ln p),
+# highest power first.
+_ACKLAM_A = (
+    -3.969683028665376e01,
+    2.209460984245205e02,
+    -2.759285104469687e02,
+    1.383577518672690e02,
+    -3.066479806614716e01,
+    2.506628277459239e00,
+)
+_ACKLAM_B = (
+    -5.447609879822406e01,
+    1.615858368580409e02,
+    -1.556989798598866e02,
+    6.680131188771972e01,
+    -1.328068155288572e01,
+    1.0,
+)
+_ACKLAM_C = (
+    -7.784894002430293e-03,
+    -3.223964580411365e-01,
+    -2.400758277161838e00,
+    -2.549732539343734e00,
+    4.374664141464968e00,
+    2.938163982698783e00,
+)
+_ACKLAM_D = (
+    7.784695709041462e-03,
+    3.224671290700398e-01,
+    2.445134137142996e00,
+    3.754408661907416e00,
+    1.0,
+)
+# Below this probability the lower tail's approximation holds, above it the central one's.
+_ACKLAM_LOW = 0.02425
+
+
+def _horner(coefficients: tuple[float, ...], x: float) -> float:
+    """The polynomial with these coefficients (highest power first) at x."""
+    value = 0.0
+    for coefficient in coefficients:
+        value = value * x + coefficient
+    return value
+
+
 def normal_ppf(probability: float) -> float:
     """The standard normal quantile (Acklam's rational approximation, then two Newton steps)."""
     if not 0.0 < probability < 1.0:
         raise ValueError("probability must lie strictly between 0 and 1")
     if probability > 0.5:
         return -normal_ppf(1.0 - probability)  # the lower tail keeps the precision Newton needs
-    a = (
-        -3.969683028665376e01,
-        2.209460984245205e02,
-        -2.759285104469687e02,
-        1.383577518672690e02,
-        -3.066479806614716e01,
-        2.506628277459239e00,
-    )
-    b = (
-        -5.447609879822406e01,
-        1.615858368580409e02,
-        -1.556989798598866e02,
-        6.680131188771972e01,
-        -1.328068155288572e01,
-    )
-    c = (
-        -7.784894002430293e-03,
-        -3.223964580411365e-01,
-        -2.400758277161838e00,
-        -2.549732539343734e00,
-        4.374664141464968e00,
-        2.938163982698783e00,
-    )
-    d = (7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00)
-    low = 0.02425
-    if probability < low:
+    if probability < _ACKLAM_LOW:
         q = math.sqrt(-2 * math.log(probability))
-        x = (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
-    elif probability <= 1 - low:
-        q = probability - 0.5
-        r = q * q
-        x = (
-            (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
-            * q
-            / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
-        )
+        x = _horner(_ACKLAM_C, q) / _horner(_ACKLAM_D, q)
     else:
-        q = math.sqrt(-2 * math.log(1 - probability))
-        x = -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) / (
-            (((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1
-        )
+        q = probability - 0.5
+        x = _horner(_ACKLAM_A, q * q) * q / _horner(_ACKLAM_B, q * q)
     for _ in range(2):
         x -= (normal_cdf(x) - probability) / max(normal_pdf(x), 1e-300)
     return x
@@ -130,8 +140,10 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - t_sf(t, df)
 
 
+@functools.lru_cache(maxsize=4096)
 def t_ppf(probability: float, df: float) -> float:
-    """The `probability` quantile of Student's t (bisection on the tail to 1e-12)."""
+    """The `probability` quantile of Student's t (bisection on the tail to 1e-12). Cached: a
+    power search asks for the same critical value at every step of its bisection."""
     if not 0.0 < probability < 1.0:
         raise ValueError("probability must lie strictly between 0 and 1")
     if probability == 0.5:
@@ -222,7 +234,8 @@ def f_ppf(probability: float, df1: float, df2: float) -> float:
     return _increasing_ppf(lambda x: f_cdf(x, df1, df2), probability)
 
 
-def _normal_log_scale_law(df: float) -> tuple[np.ndarray, np.ndarray]:
+@functools.lru_cache(maxsize=1024)
+def _normal_log_scale_law(df: float) -> tuple[float, float]:
     """Points y and weights w such that sum(w * f(exp(y))) = E[f(S)] for S = sqrt(V / df),
     V ~ chi-squared(df).
 
@@ -265,7 +278,7 @@ def noncentral_t_sf(t: float, df: float, noncentrality: float) -> float:
     weights[0] *= 0.5
     weights[-1] *= 0.5
     arguments = (noncentrality - t * np.exp(y)) / _SQRT2
-    tails = np.array([0.5 * math.erfc(-value) for value in arguments.tolist()])
+    tails = 0.5 * np.fromiter(map(math.erfc, (-arguments).tolist()), float, count)
     return float(np.dot(weights, tails) / weights.sum())
 
 

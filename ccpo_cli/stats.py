@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ def expected_max_of_normals(n: int) -> float:
         return 0.0
     # Composite Simpson over [-12, 12]: the integrand is smooth and its tails beyond are < 1e-30.
     x = np.linspace(-12.0, 12.0, 24_001)
-    cdf = 0.5 * np.array([math.erfc(-value / math.sqrt(2.0)) for value in x])
+    cdf = 0.5 * np.fromiter(map(math.erfc, (-x / math.sqrt(2.0)).tolist()), float, len(x))
     integrand = x * n * np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi) * cdf ** (n - 1)
     weights = np.ones_like(x)
     weights[1:-1:2], weights[2:-1:2] = 4.0, 2.0
@@ -105,6 +106,22 @@ def wilson_interval(
     return float(max(0.0, centre - half_width)), float(min(1.0, centre + half_width))
 
 
+def _t_statistics(
+    difference: float, standard_error: float, df: float, confidence: float
+) -> dict[str, float]:
+    """The t statistic of a difference, its two-sided p and its t interval at `confidence`: the
+    one formula Welch's test and the paired test share (they differ in the error and the df)."""
+    t = difference / standard_error
+    half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
+    return {
+        "t": float(t),
+        "df": float(df),
+        "p": float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
+        "ci_low": float(difference - half),
+        "ci_high": float(difference + half),
+    }
+
+
 def welch_t_test(
     a: Sequence[float], b: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
 ) -> dict:
@@ -130,17 +147,8 @@ def welch_t_test(
     if no_spread(first) and no_spread(second):
         return result  # no spread at all (rounding noise is none): the t statistic is undefined
     var_a, var_b = first.var(ddof=1) / len(first), second.var(ddof=1) / len(second)
-    standard_error = math.sqrt(var_a + var_b)
     df = (var_a + var_b) ** 2 / (var_a**2 / (len(first) - 1) + var_b**2 / (len(second) - 1))
-    t = result["difference"] / standard_error
-    half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
-    result.update(
-        t=float(t),
-        df=float(df),
-        p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
-        ci_low=float(result["difference"] - half),
-        ci_high=float(result["difference"] + half),
-    )
+    result.update(_t_statistics(result["difference"], math.sqrt(var_a + var_b), df, confidence))
     return result
 
 
@@ -167,16 +175,8 @@ def paired_t_test(differences: Sequence[float], confidence: float = DEFAULT_CONF
     result["sd"] = 0.0 if no_spread(values) else float(values.std(ddof=1))
     if not result["sd"]:
         return result  # every seed moved by the same amount: the t statistic is undefined
-    standard_error = result["sd"] / math.sqrt(n)
-    df = n - 1
-    t = result["difference"] / standard_error
-    half = distributions.t_ppf(0.5 + confidence / 2, df) * standard_error
     result.update(
-        t=float(t),
-        df=float(df),
-        p=float(min(1.0, 2.0 * distributions.t_sf(abs(t), df))),
-        ci_low=float(result["difference"] - half),
-        ci_high=float(result["difference"] + half),
+        _t_statistics(result["difference"], result["sd"] / math.sqrt(n), n - 1, confidence)
     )
     return result
 
@@ -351,9 +351,32 @@ TOO_FEW_FOR_TREND = "too few evaluations to judge convergence"
 CONVERGED_MAX_WIDTH = 15.0
 
 
+@dataclass(frozen=True, kw_only=True)
+class Trend:
+    """The trend test of a window (`trend_test`): the OLS slope of its values against its steps,
+    the slope's t interval, and the verdict read from it. The fields are in the order the compare
+    document writes them (`to_document`); every statistic is None when no line was fitted, and
+    `note` then says why."""
+
+    slope: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    p: float | None = None
+    n: int
+    change: float | None = None  # slope x the window's span
+    residual_sd: float | None = None  # the noise around the fitted line (ddof 2)
+    converged: bool | None = None
+    direction: str | None = None  # "rising", "falling", "flat" or "uncertain"
+    note: str | None = None
+    confidence: float
+
+    def to_document(self) -> dict[str, Any]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+
 def trend_test(
     steps: Sequence[float], values: Sequence[float], confidence: float = DEFAULT_CONFIDENCE
-) -> dict:
+) -> Trend:
     """Ordinary least-squares slope of values against steps, with its t interval (n - 2 df).
 
     A window whose slope interval excludes 0 still rises or falls beyond its own noise: it is
@@ -363,44 +386,14 @@ def trend_test(
     noise of the window with the trend taken out. Below MIN_TREND_POINTS points (or with every
     point at one step, or every value equal: the trend is then undefined, as scipy's linregress
     gives NaN) there is no interval, and `converged` is None with the reason in `note`.
-    Returns {"slope", "ci_low", "ci_high", "p", "n", "change", "residual_sd", "converged",
-    "direction" ("rising", "falling" or "flat"), "note"}; change = slope × the window's span.
     """
     x = np.asarray(steps, dtype=float)
     y = np.asarray(values, dtype=float)
-    result: dict[str, Any] = {
-        "slope": None,
-        "ci_low": None,
-        "ci_high": None,
-        "p": None,
-        "n": len(x),
-        "change": None,
-        "residual_sd": None,
-        "converged": None,
-        "direction": None,
-        "note": None,
-        "confidence": confidence,
-    }
-    if len(x) < MIN_TREND_POINTS:
-        result["note"] = (
-            f"{TOO_FEW_FOR_TREND} ({len(x)} evaluation{'s' if len(x) != 1 else ''}; "
-            f"a trend needs at least {MIN_TREND_POINTS})"
-        )
-        return result
-    if np.ptp(x) == 0:
-        result["note"] = "every evaluation is at one step: no trend can be fitted"
-        return result
-    if np.ptp(y) == 0:
-        # scipy's linregress gives NaN here: a constant series has no slope interval to judge, and
-        # a zero-width interval around 0 would call it converged on no evidence.
-        result["note"] = (
-            f"every evaluation in the window is {float(y[0]):g}: with no variation the trend is "
-            "undefined"
-        )
-        return result
+    unfitted = _unfitted_trend(x, y)
+    if unfitted is not None:
+        return Trend(n=len(x), confidence=confidence, note=unfitted)
     fit = distributions.least_squares_line(x, y)
     residuals = y - (fit["intercept"] + fit["slope"] * x)
-    residual_sd = float(np.sqrt(np.sum(residuals**2) / (len(x) - 2)))
     # A series lying exactly on a line has no residual noise: the interval is the slope itself.
     stderr = fit["stderr"] if math.isfinite(fit["stderr"]) else 0.0
     half = float(distributions.t_ppf(0.5 + confidence / 2, len(x) - 2) * stderr)
@@ -408,25 +401,44 @@ def trend_test(
     covers_zero = bool(low <= 0.0 <= high)
     allowed = (high - low) * float(np.ptp(x))
     converged: bool | None = covers_zero and allowed <= CONVERGED_MAX_WIDTH
+    note = None
     if covers_zero and not converged:
         converged = None  # neither rising nor settled: too uncertain to say
-        result["note"] = (
+        note = (
             f"the slope's interval spans {allowed:.1f} points of change over the window, wider than "
             f"the {CONVERGED_MAX_WIDTH:g} a converged window may span"
         )
-    direction = (
-        "flat"
-        if converged
-        else ("uncertain" if covers_zero else "rising" if fit["slope"] > 0 else "falling")
-    )
-    result.update(
+    return Trend(
         slope=fit["slope"],
         ci_low=low,
         ci_high=high,
         p=fit["pvalue"] if math.isfinite(fit["pvalue"]) else None,
+        n=len(x),
         change=float(fit["slope"] * np.ptp(x)),
-        residual_sd=residual_sd,
+        residual_sd=float(np.sqrt(np.sum(residuals**2) / (len(x) - 2))),
         converged=converged,
-        direction=direction,
+        direction="flat"
+        if converged
+        else ("uncertain" if covers_zero else "rising" if fit["slope"] > 0 else "falling"),
+        note=note,
+        confidence=confidence,
     )
-    return result
+
+
+def _unfitted_trend(x: np.ndarray, y: np.ndarray) -> str | None:
+    """Why no line is fitted through these points, or None when one is."""
+    if len(x) < MIN_TREND_POINTS:
+        return (
+            f"{TOO_FEW_FOR_TREND} ({len(x)} evaluation{'s' if len(x) != 1 else ''}; "
+            f"a trend needs at least {MIN_TREND_POINTS})"
+        )
+    if np.ptp(x) == 0:
+        return "every evaluation is at one step: no trend can be fitted"
+    if np.ptp(y) == 0:
+        # scipy's linregress gives NaN here: a constant series has no slope interval to judge, and
+        # a zero-width interval around 0 would call it converged on no evidence.
+        return (
+            f"every evaluation in the window is {float(y[0]):g}: with no variation the trend is "
+            "undefined"
+        )
+    return None

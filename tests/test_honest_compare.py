@@ -98,11 +98,9 @@ def test_trend_test_matches_scipy_linregress_interval():
 
     fit = scipy_stats.linregress(steps, values)
     half = scipy_stats.t.ppf(0.975, 3) * fit.stderr
-    assert trend["slope"] == pytest.approx(fit.slope)
-    assert (trend["ci_low"], trend["ci_high"]) == pytest.approx(
-        (fit.slope - half, fit.slope + half)
-    )
-    assert stats.trend_test([70, 75], [1.0, 2.0])["converged"] is None
+    assert trend.slope == pytest.approx(fit.slope)
+    assert (trend.ci_low, trend.ci_high) == pytest.approx((fit.slope - half, fit.slope + half))
+    assert stats.trend_test([70, 75], [1.0, 2.0]).converged is None
 
 
 def test_isolation_without_evidence_is_unverifiable_not_a_pass(tmp_path):

@@ -40,9 +40,9 @@ def test_a_wide_slope_interval_covering_zero_is_not_converged():
     steps = [70, 80, 90, 100, 110]
     noisy = [60.0, 85.0, 55.0, 90.0, 62.0]
     trend = stats.trend_test(steps, noisy)
-    assert trend["ci_low"] < 0 < trend["ci_high"]
-    assert trend["converged"] is None and "wider than" in trend["note"]
+    assert trend.ci_low < 0 < trend.ci_high
+    assert trend.converged is None and "wider than" in trend.note
     flat = stats.trend_test(steps, [80.0, 80.5, 79.5, 80.2, 79.9])
-    assert flat["converged"] is True
+    assert flat.converged is True
     rising = stats.trend_test(steps, [60.0, 65.0, 70.0, 75.0, 80.5])
-    assert rising["converged"] is False and rising["direction"] == "rising"
+    assert rising.converged is False and rising.direction == "rising"

@@ -68,10 +68,7 @@ def correction_lines(comparison: Comparison) -> list[str]:
 
 def _step_range(comparison: Comparison, arm: str) -> tuple[int, int] | None:
     steps = [
-        step
-        for entry in comparison.runs
-        if entry.arm_label == arm
-        for step in entry.window.get("steps") or []
+        step for entry in comparison.runs if entry.arm_label == arm for step in entry.window.steps
     ]
     return (min(steps), max(steps)) if steps else None
 

@@ -205,37 +205,34 @@ def status_claim(run: str, this: RunEntry, requested: str) -> StatusClaim:
 
 
 def window_claim(this: RunEntry) -> WindowClaim:
-    window = this.window
-    trend = window.get("trend") or {}
+    window, trend = this.window, this.window.trend
     verdict = (
         CONVERGED
-        if trend.get("converged") is True
+        if trend.converged is True
         else NOT_CONVERGED
-        if trend.get("converged") is False
+        if trend.converged is False
         else NOT_JUDGED
     )
-    slope = trend.get("slope")
 
-    def per_100(key: str) -> float | None:
-        value = trend.get(key)
+    def per_100(value: float | None) -> float | None:
         return None if value is None else 100.0 * float(value)
 
     return WindowClaim(
         run=this.run,
-        start=int(window["start"]),
-        start_basis=str(window.get("start_basis") or ""),
-        mean=window.get("mean"),
-        sd=window.get("sd"),
-        n=int(window.get("n") or 0),
-        headline=bool(window.get("n")) and bool(window.get("headline")),
+        start=int(window.start),
+        start_basis=window.start_basis or "",
+        mean=window.mean,
+        sd=window.sd,
+        n=window.n,
+        headline=bool(window.n) and window.headline,
         verdict=verdict,
-        direction=trend.get("direction"),
-        slope_per_100=None if slope is None else 100.0 * float(slope),
-        ci_low_per_100=per_100("ci_low"),
-        ci_high_per_100=per_100("ci_high"),
-        confidence=trend.get("confidence"),
-        change=trend.get("change"),
-        note=trend.get("note"),
+        direction=trend.direction,
+        slope_per_100=per_100(trend.slope),
+        ci_low_per_100=per_100(trend.ci_low),
+        ci_high_per_100=per_100(trend.ci_high),
+        confidence=trend.confidence,
+        change=trend.change,
+        note=trend.note,
     )
 
 
@@ -244,12 +241,12 @@ def best_point_claim(this: RunEntry) -> BestPointClaim | None:
     if not best:
         return None
     return BestPointClaim(
-        step=int(best["step"]),
-        success=float(best["success"]),
-        n_candidates=int(best.get("n_candidates") or this.window["n"]),
-        bias_sd=float(best["expected_max_bias_sd"]),
-        bias_points=best.get("expected_max_bias_points"),
-        bias_basis=str(best.get("bias_noise") or "the window sd"),
+        step=int(best.step),
+        success=float(best.success),
+        n_candidates=int(best.n_candidates or this.window.n),
+        bias_sd=float(best.expected_max_bias_sd),
+        bias_points=best.expected_max_bias_points,
+        bias_basis=best.bias_noise or "the window sd",
     )
 
 

@@ -64,7 +64,7 @@ from ccpo_cli.errors import InvalidInput
 from ccpo_cli.papers import code_url, load_papers, software_bibtex
 from ccpo_cli.report.arm_summary import MIN_SEEDS_RESOLVED
 from ccpo_cli.report.comparison import Comparison, RunEntry
-from ccpo_cli.report.window import task_type_keys
+from ccpo_cli.report.window import BestPoint, task_type_keys
 from ccpo_cli.store.identity import FLAGS_RECORDED, FLAGS_STATED, RunIdentity
 from ccpo_cli.vocabulary import INTERIM
 
@@ -100,7 +100,6 @@ class _Facts:
     identities: dict[str, RunIdentity]
     run_row: dict
     status: str
-    window_start: int
     comparison: Comparison
     excluded: dict[str, list[str]]
     this: RunEntry
@@ -149,13 +148,13 @@ def _gather(
     from_scratch = trained_from_scratch(identity)
     license = card_license(run_row, license, from_scratch)
     window = this.window
-    headline = check_headline(name, window, window["start"], len(this.evaluations))
+    headline = check_headline(name, window, len(this.evaluations))
     protocol = evaluation_protocol(identity.protocol, window)
     noise = single_evaluation_noise(this.single_eval_interval, identity.protocol)
     runs_by_name = {row["name"]: row for row in store.list_runs(db)}
     # Each unit's arm as its runs recorded it (the typed identity, never rebuilt from keys).
     resolved = {arm.name: resolve_arm(arm.arm, arm.name) for arm in comparison.arms if arm.arm}
-    best_step = this.best["step"] if this.best else None
+    best_step = this.best.step if this.best else None
     wanted = best_step if status == INTERIM and this.run_state != "stopped-early" else last_step
     return _Facts(
         decided_status=status_decided,
@@ -163,7 +162,6 @@ def _gather(
         identities=identities,
         run_row=run_row,
         status=status,
-        window_start=window["start"],
         comparison=comparison,
         excluded=excluded,
         this=this,
@@ -236,7 +234,7 @@ def _arm_vars(facts: _Facts) -> dict[str, Any]:
     }
 
 
-def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tuple[str, str]]:
+def task_type_columns(identity: RunIdentity, best: BestPoint | None) -> list[tuple[str, str]]:
     """(key, column title) of the card's best row: the run's benchmark's own task types when it
     declares them (all of them, a missing one said to be not recorded), else those the run reports."""
     from ccpo_cli.benchmarks import load_benchmark
@@ -248,7 +246,7 @@ def task_type_columns(identity: RunIdentity, best: Mapping[str, Any]) -> list[tu
         declared = ()
     if declared:
         return [(task.key, task.label) for task in declared]
-    return [(key, key) for key in task_type_keys([{"task_types": best.get("task_types") or {}}])]
+    return [(key, key) for key in task_type_keys([{"task_types": best.task_types if best else {}}])]
 
 
 def _best_vars(facts: _Facts) -> dict[str, Any]:
@@ -256,19 +254,17 @@ def _best_vars(facts: _Facts) -> dict[str, Any]:
     if not best:
         return {"present": False}
     columns = task_type_columns(facts.identity, best)
-    per_type = [_rate_of((best.get("task_types") or {}).get(key)) for key, _ in columns]
+    per_type = [_rate_of(best.task_types.get(key)) for key, _ in columns]
     first_with_turns = next(
         (point for point in facts.this.evaluations if point["mean_turns"] is not None), None
     )
     return {
         "present": True,
-        "turns": fmt(best.get("mean_turns"))
-        if best.get("mean_turns") is not None
-        else "not recorded",
+        "turns": fmt(best.mean_turns) if best.mean_turns is not None else "not recorded",
         "task_type_titles": [title for _, title in columns],
         "task_types": [fmt(value) if value is not None else "not recorded" for value in per_type],
-        "train_success": fmt(best["train_success_rate"])
-        if best.get("train_success_rate") is not None
+        "train_success": fmt(best.train_success_rate)
+        if best.train_success_rate is not None
         else "",
         "turns_start": fmt(first_with_turns["mean_turns"]) if first_with_turns else "",
         "turns_start_step": first_with_turns["step"] if first_with_turns else None,
@@ -348,27 +344,9 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
         "run_name": run_row["name"],
         "ccpo_version": __version__,
         "code_reference": f"commit {run_row['git_commit']}" if run_row.get("git_commit") else "",
-        "method": external_method(facts.this_arm.name, facts.this_arm.flags)
-        if family == EXTERNAL or is_external(facts.this_arm.name)
-        else {
-            "family": family,
-            "name": METHOD_NAMES[family],
-            "short": METHOD_SHORT_NAMES[family],
-            "paragraph": METHOD_PARAGRAPHS[family],
-        },
+        "method": _method_vars(facts.this_arm, family),
         "arm": _arm_vars(facts),
-        "protocol": {
-            "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
-            "episodes_known": bool(protocol["episodes"]),
-            "episodes_basis": protocol["episodes_basis"],
-            "pooled_episodes": protocol["pooled_episodes"],
-            "episodes_uncertain": protocol["episodes_uncertain"],
-            "split": protocol["split"],
-            "split_assumed": protocol.get("split_assumed"),
-            "temperature": protocol["temperature"],
-            "mixed": protocol["mixed"],
-            "left_out": protocol["left_out"],
-        },
+        "protocol": _protocol_vars(protocol),
         "conflicts": conflict_lines(facts.comparison),
         "corrections": correction_lines(facts.comparison),  # retractions and settled conflicts
         "best": _best_vars(facts),
@@ -396,6 +374,34 @@ def _template_vars(facts: _Facts, claims: CardClaims, published: dict) -> dict[s
     }
 
 
+def _method_vars(arm: ResolvedArm, family: str) -> dict[str, Any]:
+    """The method the card describes: an external estimator's own words, else ccpo's family's."""
+    if family == EXTERNAL or is_external(arm.name):
+        return external_method(arm.name, arm.flags)
+    return {
+        "family": family,
+        "name": METHOD_NAMES[family],
+        "short": METHOD_SHORT_NAMES[family],
+        "paragraph": METHOD_PARAGRAPHS[family],
+    }
+
+
+def _protocol_vars(protocol: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation protocol as the card words it (an unrecorded episode count said so)."""
+    return {
+        "episodes": protocol["episodes"] if protocol["episodes"] else "an unrecorded number of",
+        "episodes_known": bool(protocol["episodes"]),
+        "episodes_basis": protocol["episodes_basis"],
+        "pooled_episodes": protocol["pooled_episodes"],
+        "episodes_uncertain": protocol["episodes_uncertain"],
+        "split": protocol["split"],
+        "split_assumed": protocol.get("split_assumed"),
+        "temperature": protocol["temperature"],
+        "mixed": protocol["mixed"],
+        "left_out": protocol["left_out"],
+    }
+
+
 def too_few_vars(facts: _Facts) -> dict[str, Any]:
     """A card whose window holds too few evaluations for a window mean: why, and every evaluation
     the run has (the card reports them instead of a headline)."""
@@ -404,13 +410,13 @@ def too_few_vars(facts: _Facts) -> dict[str, Any]:
     window = facts.this.window
     return {
         "present": True,
-        "note": window.get("headline_note") or f"no evaluation at step >= {facts.window_start}",
+        "note": window.headline_note or f"no evaluation at step >= {window.start}",
         "rows": [
             {
                 "step": point["step"],
                 "success": fmt(point["success"]),
                 "episodes": point["episodes"] or "not recorded",
-                "in_window": "yes" if point["step"] >= facts.window_start else "no",
+                "in_window": "yes" if point["step"] >= window.start else "no",
             }
             for point in facts.this.evaluations
         ],
@@ -504,7 +510,9 @@ def _metadata(facts: _Facts) -> dict[str, Any]:
         "tags": list(dict.fromkeys(tags)),
         "model_name": _repo_name(facts.repo_id, facts.identity.run),
         # No window mean, no model-index value: the card reports its evaluations instead.
-        "headline_value": round(float(window["mean"]), 1) if facts.headline else None,
+        "headline_value": round(float(window.mean), 1)
+        if facts.headline and window.mean is not None
+        else None,
         # A name, as the Hub's leaderboards show it; the window, its size and its convergence
         # verdict are the card's Results section (and the summary JSON), not the metric's name.
         "headline_name": HEADLINE_NAME,
@@ -521,7 +529,7 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
     """Per task type, the mean over the same window as the headline (never the best point)."""
     window_types = facts.this.window_task_types
     rows = []
-    for key, label in task_type_columns(facts.identity, facts.this.best or {}):
+    for key, label in task_type_columns(facts.identity, facts.this.best):
         entry = window_types.get(key) or {}
         if entry.get("mean") is not None:
             rows.append(
@@ -533,6 +541,18 @@ def task_type_results(facts: _Facts) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def _summary_run(entry: RunEntry) -> dict[str, Any]:
+    """One run of the comparison as the card's summary lists it: who it is, and its window."""
+    return {
+        "run": entry.run,
+        "arm": entry.arm_name,
+        "arm_label": entry.arm_label,
+        "kind": entry.identity.kind,
+        "seed": entry.seed,
+        "window": entry.window.to_document(),
+    }
 
 
 def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, Any]:
@@ -555,22 +575,12 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
         "last_step": facts.last_step,
         "total_steps": facts.total_steps,
         "checkpoint_step": facts.checkpoint_step,
-        "window": facts.this.window,
+        "window": facts.this.window.to_document(),
         "run_state": facts.this.run_state,
-        "best": facts.this.best,
+        "best": None if facts.this.best is None else facts.this.best.to_document(),
         "single_evaluation_noise": facts.noise,
         "arms": [facts.comparison.arm(arm.arm).as_json() for arm in claims.arms],
-        "runs": [
-            {
-                "run": entry.run,
-                "arm": entry.arm_name,
-                "arm_label": entry.arm_label,
-                "kind": entry.identity.kind,
-                "seed": entry.seed,
-                "window": entry.window,
-            }
-            for entry in facts.comparison.runs
-        ],
+        "runs": [_summary_run(entry) for entry in facts.comparison.runs],
         "references": [reference.as_json() for reference in facts.comparison.references],
         "isolation": facts.comparison.isolation,
         "conflicts": facts.comparison.conflicts,
@@ -587,6 +597,35 @@ def _summary(facts: _Facts, claims: CardClaims, published: dict) -> dict[str, An
         # Every claim the card states, typed (cards/claims.py): what the card says, as data.
         "claims": [claim.as_json() for claim in claims.as_list()],
     }
+
+
+def _published(facts: _Facts) -> dict[str, Any]:
+    """The published rows the card may quote beside the run: those of its base model and
+    protocol (cards/baselines.py)."""
+    run_protocol = config_of(facts.run_row).get("protocol")
+    return published_comparison(
+        facts.run_row.get("base_model"),
+        run_protocol if isinstance(run_protocol, str) else None,
+        load_baseline_data(),
+        benchmark=facts.identity.benchmark,
+        from_scratch=facts.from_scratch,
+    )
+
+
+def _claims(facts: _Facts, published: dict[str, Any]) -> CardClaims:
+    """Every claim of the card (cards/claims.py), from the facts gathered; each unit is named by
+    its arm's own short title."""
+    return claims_of(
+        facts.decided_status,
+        facts.this,
+        facts.identity,
+        facts.identities,
+        facts.comparison,
+        facts.excluded,
+        facts.runs_by_name,
+        published,
+        {label: arm.label for label, arm in facts.resolved.items()},
+    )
 
 
 def build_card_context(
@@ -617,26 +656,8 @@ def build_card_context(
     facts = _gather(
         db, run, status, repo_id, window_start, license, checkpoint_step, sending_checkpoint
     )
-    run_protocol = config_of(facts.run_row).get("protocol")
-    published = published_comparison(
-        facts.run_row.get("base_model"),
-        run_protocol if isinstance(run_protocol, str) else None,
-        load_baseline_data(),
-        benchmark=facts.identity.benchmark,
-        from_scratch=facts.from_scratch,
-    )
-    labels = {label: arm.label for label, arm in facts.resolved.items()}
-    claims = claims_of(
-        facts.decided_status,
-        facts.this,
-        facts.identity,
-        facts.identities,
-        facts.comparison,
-        facts.excluded,
-        facts.runs_by_name,
-        published,
-        labels,
-    )
+    published = _published(facts)
+    claims = _claims(facts, published)
     return CardContext(
         run=facts.run_row["name"],
         status=facts.status,

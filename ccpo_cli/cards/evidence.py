@@ -10,10 +10,11 @@ from typing import Any
 import sqlite_utils
 
 from ccpo_cli import store
+from ccpo_cli.report.window import Window
 from ccpo_cli.store.identity import EPISODES_RECORDED, EvaluationProtocol
 
 
-def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any]) -> dict[str, Any]:
+def evaluation_protocol(protocol: EvaluationProtocol, window: Window) -> dict[str, Any]:
     """Episodes, temperature and split of the evaluations a card's window averages: the run's
     recorded protocol (store.identity), with how the episode count is known."""
     return {
@@ -26,8 +27,8 @@ def evaluation_protocol(protocol: EvaluationProtocol, window: Mapping[str, Any])
         "split": protocol.split,
         "split_assumed": protocol.split_assumed,
         "turn_limit": protocol.turn_limit,
-        "mixed": bool(window.get("protocol_mixed")),
-        "left_out": len(window.get("left_out_evaluation_ids") or []),
+        "mixed": window.protocol_mixed,
+        "left_out": len(window.left_out_evaluation_ids),
     }
 
 

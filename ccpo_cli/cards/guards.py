@@ -9,6 +9,7 @@ from typing import Any
 from ccpo_cli.cards.baselines import inherited_license
 from ccpo_cli.cards.selection import config_of
 from ccpo_cli.errors import InvalidInput
+from ccpo_cli.report.window import Window
 from ccpo_cli.vocabulary import CARD_STATUSES
 
 STATUSES = CARD_STATUSES
@@ -17,9 +18,7 @@ STATUSES = CARD_STATUSES
 PROJECT_LICENSE = "apache-2.0"
 
 
-def check_headline(
-    name: str, window: Mapping[str, Any], window_start: int, evaluations: int
-) -> bool:
+def check_headline(name: str, window: Window, evaluations: int) -> bool:
     """Whether the window holds enough evaluations for a window mean (the card's headline and
     model-index value). A run with evaluations but too few in the window still gets a card that
     says so and reports the evaluations it has (a repository that receives weights always gets
@@ -28,7 +27,7 @@ def check_headline(
         raise InvalidInput(
             f"run {name!r} has no held-out evaluation yet; a card reports evaluations, so wait for one"
         )
-    return bool(window.get("n")) and bool(window.get("headline"))
+    return bool(window.n) and window.headline
 
 
 def card_license(run_row: Mapping[str, Any], given: str | None, from_scratch: bool) -> str:

@@ -24,6 +24,26 @@ def card_data(context: CardContext) -> ModelCardData:
     """The YAML header: lineage, license, language, datasets, tags, and a model-index of window
     means (never the best point): the headline, then one per task type."""
     meta = context.metadata
+    results = _eval_results(context)
+    return ModelCardData(
+        base_model=meta.get("base_model"),  # none for a policy trained from scratch
+        base_model_relation=meta.get("base_model_relation"),
+        library_name=meta["library_name"],
+        pipeline_tag=meta["pipeline_tag"],
+        license=meta["license"],
+        tags=meta["tags"],
+        metrics=["success_rate"],
+        model_name=meta["model_name"],
+        language=meta.get("language"),
+        datasets=meta.get("datasets") or None,
+        eval_results=results or None,  # none for a card with too few evaluations (lint.TOO_FEW_TAG)
+    )
+
+
+def _eval_results(context: CardContext) -> list[EvalResult]:
+    """The model-index: the headline window mean first (readers take results[0]), then each task
+    type over the same window; none without a headline or task types."""
+    meta = context.metadata
     benchmark = meta["benchmark"]
     # The source link needs a Hub id; a card rendered for a bare run name carries no link.
     source_url = (
@@ -62,19 +82,7 @@ def card_data(context: CardContext) -> ModelCardData:
         )
         for row in meta.get("task_type_results") or []
     ]
-    return ModelCardData(
-        base_model=meta.get("base_model"),  # none for a policy trained from scratch
-        base_model_relation=meta.get("base_model_relation"),
-        library_name=meta["library_name"],
-        pipeline_tag=meta["pipeline_tag"],
-        license=meta["license"],
-        tags=meta["tags"],
-        metrics=["success_rate"],
-        model_name=meta["model_name"],
-        language=meta.get("language"),
-        datasets=meta.get("datasets") or None,
-        eval_results=results or None,  # none for a card with too few evaluations (lint.TOO_FEW_TAG)
-    )
+    return results
 
 
 def collapse_blank_runs(text: str) -> str:

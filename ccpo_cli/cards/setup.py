@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -93,14 +94,60 @@ def _provenance_rows(run_row: Mapping[str, Any]) -> list[tuple[str, Any]]:
     )
 
 
-def local_setup_rows(
-    run_row: Mapping[str, Any], protocol: Mapping[str, Any]
-) -> list[dict[str, str]]:
-    """The training-setup table of a local CPU run, from the keys `ccpo train --backend local` records."""
-    config = config_of(run_row)
-    train = _mapping(config.get("train"))
-    update, model = _mapping(train.get("update")), _mapping(train.get("model"))
-    pool, panel = _mapping(config.get("training_pool")), _mapping(config.get("eval_panel"))
+@dataclass(frozen=True)
+class TrainingSchedule:
+    """What one training step is, as a run's configuration records it: `tasks` tasks x `group`
+    rollouts, each episode up to `max_steps` environment steps (with the `history_length` a
+    verl-agent run keeps), evaluated every `eval_every` steps. None: not recorded. The two
+    backends record it under different keys (`local`, `verl`); the table states it one way."""
+
+    tasks: int | None
+    group: int | None
+    max_steps: Any = None
+    history_length: Any = None
+    eval_every: Any = None
+
+    @classmethod
+    def local(cls, train: Mapping[str, Any]) -> TrainingSchedule:
+        """From the `train` block `ccpo train --backend local` records."""
+        return cls(
+            _count(train.get("tasks")),
+            _count(train.get("group")),
+            train.get("max_steps"),
+            eval_every=train.get("eval_every"),
+        )
+
+    @classmethod
+    def verl(cls, value: Mapping[str, Any]) -> TrainingSchedule:
+        """From a verl-agent run's Hydra values (`VERL_SETUP_KEYS`, facts filled in)."""
+        return cls(
+            _count(value["batch"]),
+            _count(value["group"]),
+            value["max_steps"],
+            value["history_length"],
+        )
+
+    def rows(self) -> list[tuple[str, Any]]:
+        rows: list[tuple[str, Any]] = []
+        if self.tasks is not None and self.group is not None:
+            rows.append(
+                (
+                    "batch",
+                    f"{self.tasks} tasks x {self.group} rollouts = "
+                    f"{self.tasks * self.group} episodes/step",
+                )
+            )
+        if self.max_steps is not None:
+            history = (
+                f", history length {self.history_length}" if self.history_length is not None else ""
+            )
+            rows.append(("max env steps", f"{self.max_steps} per episode{history}"))
+        return rows
+
+
+def _local_model_row(run_row: Mapping[str, Any], config: Mapping[str, Any]) -> tuple[str, str]:
+    """The policy a local run trains: ccpo's own, from scratch or forked from a warm start."""
+    model = _mapping(_mapping(config.get("train")).get("model"))
     size = ", ".join(
         f"{key} {model[key]}" for key in ("dim", "hidden") if model.get(key) is not None
     )
@@ -110,43 +157,46 @@ def local_setup_rows(
         if start
         else "trained from scratch"
     )
-    # Values may be None (not recorded): _rows leaves those rows out.
-    rows: list[tuple[str, Any]] = [
-        (
-            "model",
-            f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"
-            + (f" ({size})" if size else "")
-            + "; no pretrained base model",
-        )
-    ]
-    rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
-    if pool.get("games") is not None:
-        source = redact_paths(pool.get("source"))
-        rows.append(("training games", f"{pool['games']}" + (f", {source}" if source else "")))
-    tasks, group = _count(train.get("tasks")), _count(train.get("group"))
-    if tasks is not None and group is not None:
-        rows.append(("batch", f"{tasks} tasks x {group} rollouts = {tasks * group} episodes/step"))
-    if train.get("max_steps") is not None:
-        rows.append(("max env steps", f"{train['max_steps']} per episode"))
+    return (
+        "model",
+        f"{run_row.get('base_model') or 'ccpo local policy'}, {origin}"
+        + (f" ({size})" if size else "")
+        + "; no pretrained base model",
+    )
+
+
+# The local trainer's update settings the table shows, by their recorded key, in its order.
+LOCAL_UPDATE_ROWS = (
+    ("kl_coef", "KL coef"),
+    ("entropy_coef", "entropy coef"),
+    ("clip_ratio", "clip ratio"),
+    ("epochs", "epochs per step"),
+)
+
+
+def _local_update_rows(config: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The optimiser's settings a local run records, and its arm's discount."""
+    update = _mapping(_mapping(config.get("train")).get("update"))
+    rows: list[tuple[str, Any]] = []
     if update.get("learning_rate") is not None:
         rows.append(("learning rate", _learning_rate(update["learning_rate"])))
-    if update.get("kl_coef") is not None:
-        rows.append(("KL coef", f"{update['kl_coef']}"))
-    for key, label in (
-        ("entropy_coef", "entropy coef"),
-        ("clip_ratio", "clip ratio"),
-        ("epochs", "epochs per step"),
-    ):
-        if update.get(key) is not None:
-            rows.append((label, f"{update[key]}"))
+    rows += [
+        (label, f"{update[key]}") for key, label in LOCAL_UPDATE_ROWS if update.get(key) is not None
+    ]
     gamma = _mapping(_mapping(config.get("arm")).get("flags")).get("gamma")
     if gamma is not None:
         rows.append(("gamma", f"{gamma}"))
-    rows.append(("training steps", run_row.get("total_steps")))
-    rows.append(("seed", run_row.get("seed")))
+    return rows
+
+
+def _local_eval_row(
+    config: Mapping[str, Any], schedule: TrainingSchedule, protocol: Mapping[str, Any]
+) -> tuple[str, str | None]:
+    """How a local run was evaluated: its held-out panel, temperature and schedule."""
+    train, panel = _mapping(config.get("train")), _mapping(config.get("eval_panel"))
     temperature = train.get("eval_temperature", protocol.get("temperature"))
     games = panel.get("games", train.get("eval_games", protocol.get("episodes")))
-    every = train.get("eval_every")
+    every = schedule.eval_every
     eval_bits = [
         f"{games} held-out games"
         + (f" of the {panel['panel_games']}-game panel" if panel.get("panel_games") else "")
@@ -155,7 +205,26 @@ def local_setup_rows(
         f"temperature {temperature}" if temperature is not None else None,
         f"every {every} step{'' if every == 1 else 's'}" if every is not None else None,
     ]
-    rows.append(("eval", ", ".join(bit for bit in eval_bits if bit) or None))
+    return ("eval", ", ".join(bit for bit in eval_bits if bit) or None)
+
+
+def local_setup_rows(
+    run_row: Mapping[str, Any], protocol: Mapping[str, Any]
+) -> list[dict[str, str]]:
+    """The training-setup table of a local CPU run, from the keys `ccpo train --backend local` records."""
+    config = config_of(run_row)
+    pool, panel = _mapping(config.get("training_pool")), _mapping(config.get("eval_panel"))
+    schedule = TrainingSchedule.local(_mapping(config.get("train")))
+    # Values may be None (not recorded): _rows leaves those rows out.
+    rows: list[tuple[str, Any]] = [_local_model_row(run_row, config)]
+    rows.append(("benchmark", "ALFWorld (generated TextWorld games), 6 task types"))
+    if pool.get("games") is not None:
+        source = redact_paths(pool.get("source"))
+        rows.append(("training games", f"{pool['games']}" + (f", {source}" if source else "")))
+    rows += schedule.rows() + _local_update_rows(config)
+    rows.append(("training steps", run_row.get("total_steps")))
+    rows.append(("seed", run_row.get("seed")))
+    rows.append(_local_eval_row(config, schedule, protocol))
     if panel.get("subset"):
         rows.append(("eval panel", f"{panel['subset']}"))
     rows.append(("backend", f"{run_row.get('backend') or LOCAL_BACKEND} (ccpo's CPU trainer)"))
@@ -164,6 +233,35 @@ def local_setup_rows(
 
 # Table rows a recorded fact (store/facts.py) fills when the configuration does not give them.
 FACT_ROWS = ("batch", "group", "max_steps", "lr", "kl", "gamma")
+
+
+def _verl_update_rows(value: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The optimiser's settings of a verl-agent run; the learning rate and the discount are said
+    to be not recorded when missing, never left out."""
+    rows: list[tuple[str, Any]] = [
+        ("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED)
+    ]
+    if value["kl"] is not None:
+        kl_type = f", {value['kl_type']} estimator" if value["kl_type"] else ""
+        rows.append(("KL", f"{value['kl']}{kl_type}"))
+    rows.append(("gamma", f"{value['gamma']}" if value["gamma"] is not None else NOT_RECORDED))
+    if value["max_prompt"] is not None and value["max_response"] is not None:
+        rows.append(
+            ("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens")
+        )
+    return rows
+
+
+def _verl_eval_row(protocol: Mapping[str, Any]) -> tuple[str, str]:
+    """The recorded evaluation protocol, each part said to be not recorded when missing."""
+    eval_bits = [
+        f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
+        f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
+        f"temperature {protocol['temperature']}"
+        if protocol.get("temperature") is not None
+        else "temperature not recorded",
+    ]
+    return ("eval", ", ".join(eval_bits))
 
 
 def verl_setup_rows(
@@ -179,47 +277,10 @@ def verl_setup_rows(
             value[name] = facts.get(name)
     rows: list[tuple[str, Any]] = [("base model", run_row.get("base_model"))]
     rows.append(("benchmark", benchmark_row(run_row.get("benchmark"), facts.get("task_types"))))
-    batch, group = _count(value["batch"]), _count(value["group"])
-    if batch is not None and group is not None:
-        episodes = batch * group
-        rows.append(
-            (
-                "batch",
-                f"{value['batch']} tasks x {value['group']} rollouts = {episodes} episodes/step",
-            )
-        )
-    if value["max_steps"] is not None:
-        history = (
-            f", history length {value['history_length']}"
-            if value["history_length"] is not None
-            else ""
-        )
-        rows.append(("max env steps", f"{value['max_steps']} per episode{history}"))
-    rows.append(
-        ("learning rate", _learning_rate(value["lr"]) if value["lr"] is not None else NOT_RECORDED)
-    )
-    if value["kl"] is not None:
-        rows.append(
-            (
-                "KL",
-                f"{value['kl']}" + (f", {value['kl_type']} estimator" if value["kl_type"] else ""),
-            )
-        )
-    rows.append(("gamma", f"{value['gamma']}" if value["gamma"] is not None else NOT_RECORDED))
-    if value["max_prompt"] is not None and value["max_response"] is not None:
-        rows.append(
-            ("max prompt / response", f"{value['max_prompt']} / {value['max_response']} tokens")
-        )
+    rows += TrainingSchedule.verl(value).rows() + _verl_update_rows(value)
     rows.append(("training steps", run_row.get("total_steps")))
     rows.append(("seed", run_row.get("seed") if run_row.get("seed") is not None else NOT_RECORDED))
-    eval_bits = [
-        f"split {protocol['split']}" if protocol.get("split") else "split not recorded",
-        f"{protocol['episodes']} episodes" if protocol.get("episodes") else "episodes not recorded",
-        f"temperature {protocol['temperature']}"
-        if protocol.get("temperature") is not None
-        else "temperature not recorded",
-    ]
-    rows.append(("eval", ", ".join(eval_bits)))
+    rows.append(_verl_eval_row(protocol))
     rows.append(("backend", run_row.get("backend")))
     hardware = run_row.get("hardware") or facts.get("hardware")
     return _rows(rows + _provenance_rows(dict(run_row, hardware=hardware or NOT_RECORDED)))

@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 from ccpo_cli.cli.common import (
     FormatOption,
-    HubEndpointOption,
+    HubConnection,
     HubRepoOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
     JsonOption,
     emit,
     emit_json,
     handle_errors,
     info,
+    options_command,
     output_format,
     say,
     settings,
@@ -54,11 +54,11 @@ def _limits(deadline: float, max_mb: float | None, push: bool):
     )
 
 
-@sync_app.command("push")
-@handle_errors
-def push_command(
-    ctx: typer.Context,
-    repo: HubRepoOption,
+@dataclass(frozen=True)
+class PushOptions:
+    """What `ccpo sync push` was asked."""
+
+    repo: HubRepoOption
     private: Annotated[
         bool,
         typer.Option(
@@ -66,18 +66,19 @@ def push_command(
             " /--no-private",
             help="--public: create the dataset public, or push to an existing public one (default: private only; --no-private is --public).",
         ),
-    ] = True,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    endpoint: HubEndpointOption = None,
-    deadline: DeadlineOption = 900.0,
+    ] = True
+    hub: HubConnection = HubConnection()
+    deadline: DeadlineOption = 900.0
     max_mb: Annotated[
         float | None,
         typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048)."),
-    ] = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    as_json: JsonOption = False
+
+
+@sync_app.command("push")
+@options_command(PushOptions)
+def push_command(ctx: typer.Context, options: PushOptions) -> None:
     """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit.
 
     Example: ccpo sync push --repo me/ccpo-runs --token-file ~/.hf-token
@@ -92,15 +93,12 @@ def push_command(
     check_writable(db, "a push must record what it pushed")
     result = sync_push(
         db,
-        repo,
-        token=token,
-        token_file=token_file,
-        timeout=timeout,
-        endpoint=endpoint,
-        public=not private,
-        limits=_limits(deadline, max_mb, push=True),
+        options.repo,
+        **dataclasses.asdict(options.hub),
+        public=not options.private,
+        limits=_limits(options.deadline, options.max_mb, push=True),
     )
-    if as_json:
+    if options.as_json:
         emit_json({"push": result})
     elif not result["pushed"]:
         info(ctx, result["note"])
@@ -113,11 +111,11 @@ def push_command(
         say(result["commit_url"])
 
 
-@sync_app.command("pull")
-@handle_errors
-def pull_command(
-    ctx: typer.Context,
-    repo: HubRepoOption,
+@dataclass(frozen=True)
+class PullOptions:
+    """What `ccpo sync pull` was asked."""
+
+    repo: HubRepoOption
     revision: Annotated[
         str | None,
         typer.Option(
@@ -125,21 +123,22 @@ def pull_command(
             metavar="COMMIT",
             help="The dataset commit (or branch) to merge (default: main's head when the pull starts).",
         ),
-    ] = None,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    endpoint: HubEndpointOption = None,
-    deadline: DeadlineOption = 900.0,
+    ] = None
+    hub: HubConnection = HubConnection()
+    deadline: DeadlineOption = 900.0
     max_mb: Annotated[
         float | None,
         typer.Option(
             "--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192)."
         ),
-    ] = None,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+    ] = None
+    as_json: JsonOption = False
+    fmt: FormatOption = None
+
+
+@sync_app.command("pull")
+@options_command(PullOptions)
+def pull_command(ctx: typer.Context, options: PullOptions) -> None:
     """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before).
 
     Example: ccpo sync pull --repo me/ccpo-runs --token-file ~/.hf-token
@@ -148,32 +147,35 @@ def pull_command(
     from ccpo_cli.report.command_tables import sync_table
     from ccpo_cli.store import open_db
 
-    chosen = output_format(fmt, as_json)
+    chosen = output_format(options.fmt, options.as_json)
     result = sync_pull(
         open_db(settings(ctx).db),
-        repo,
-        revision=revision,
-        token=token,
-        token_file=token_file,
-        timeout=timeout,
-        endpoint=endpoint,
-        limits=_limits(deadline, max_mb, push=False),
+        options.repo,
+        revision=options.revision,
+        **dataclasses.asdict(options.hub),
+        limits=_limits(options.deadline, options.max_mb, push=False),
     )
     if chosen.value != "json":
-        from ccpo_cli.terminal_text import escape_control
+        _log_pull(ctx, result)
+    emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])
 
-        for refused in result["parts_refused"]:  # names and reasons come from the dataset: escaped
-            info(
-                ctx,
-                f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
-                f"{escape_control(refused['reason'])}",
-            )
+
+def _log_pull(ctx: typer.Context, result: dict) -> None:
+    """The parts a pull refused (names and reasons come from the dataset: escaped), then what
+    it merged."""
+    from ccpo_cli.terminal_text import escape_control
+
+    for refused in result["parts_refused"]:
         info(
             ctx,
-            f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
-            f"{result['commit_id']}",
+            f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
+            f"{escape_control(refused['reason'])}",
         )
-    emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])
+    info(
+        ctx,
+        f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
+        f"{result['commit_id']}",
+    )
 
 
 def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool, as_json: bool):

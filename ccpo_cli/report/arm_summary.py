@@ -29,7 +29,7 @@ def _seed_groups(members: list[RunEntry]) -> tuple[dict, list[RunEntry]]:
     seeds: dict = defaultdict(list)
     unseeded = []
     for entry in members:
-        if not entry.window["n"]:
+        if not entry.window.n:
             continue
         if entry.seed is None:
             unseeded.append(entry)
@@ -41,6 +41,11 @@ def _seed_groups(members: list[RunEntry]) -> tuple[dict, list[RunEntry]]:
 def _mean(values: Iterable[float]) -> float:
     values = list(values)
     return sum(values) / len(values)
+
+
+def _window_mean(entries: Iterable[RunEntry]) -> float:
+    """The mean of the runs' window means (every run here has evaluations in its window)."""
+    return _mean(entry.window.mean for entry in entries if entry.window.mean is not None)
 
 
 def _seed_task_types(entries: list[RunEntry]) -> dict[str, float]:
@@ -100,7 +105,7 @@ def arm_summary(
         if (kept := [entry for entry in runs if entry.run not in copies])
     }
     unseeded = [entry for entry in unseeded if entry.run not in copies]
-    seed_means = [_mean(entry.window["mean"] for entry in runs) for runs in seeds.values()]
+    seed_means = [_window_mean(runs) for runs in seeds.values()]
     n_seeds = len(seeds)
     # Runs without a recorded seed are no seed: they enter an arm's level only when it has no seed at all.
     with_window = [entry for runs in seeds.values() for entry in runs] or unseeded
@@ -109,10 +114,8 @@ def arm_summary(
         summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
     elif with_window:
         # One seed (or none recorded): the level is its runs' mean, the spread that of their evaluations.
-        pooled = stats.mean_sd_n(
-            [value for entry in with_window for value in entry.window["values"]]
-        )
-        mean = seed_means[0] if n_seeds == 1 else _mean(entry.window["mean"] for entry in unseeded)
+        pooled = stats.mean_sd_n([value for entry in with_window for value in entry.window.values])
+        mean = seed_means[0] if n_seeds == 1 else _window_mean(unseeded)
         summary = {"mean": mean, "sd": pooled["sd"], "n": pooled["n"], "sd_over": "evaluations"}
     else:
         summary = {"mean": None, "sd": None, "n": 0, "sd_over": None}
@@ -163,8 +166,8 @@ def arm_summary(
         repeated_seeds=repeated,
         unseeded_runs=[entry.run for entry in unseeded],
         identical_runs=identical,
-        n_evaluations=sum(entry.window["n"] for entry in with_window),
-        evaluation_ids=[i for entry in with_window for i in entry.window["evaluation_ids"]],
+        n_evaluations=sum(entry.window.n for entry in with_window),
+        evaluation_ids=[i for entry in with_window for i in entry.window.evaluation_ids],
         fingerprints=sorted(
             {
                 entry.arm.fingerprint
@@ -178,13 +181,9 @@ def arm_summary(
         if n_seeds >= MIN_SEEDS_RESOLVED
         else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
         seed_notes=notes,
-        headline=bool(with_window) and all(entry.window["headline"] for entry in with_window),
+        headline=bool(with_window) and all(entry.window.headline for entry in with_window),
         headline_note=next(
-            (
-                entry.window["headline_note"]
-                for entry in with_window
-                if not entry.window["headline"]
-            ),
+            (entry.window.headline_note for entry in with_window if not entry.window.headline),
             None,
         ),
         seed_task_types=seed_types,
@@ -194,7 +193,7 @@ def arm_summary(
 
 def _window_steps(entries: list[RunEntry]) -> list[int] | None:
     """The first and last step the arm's windows cover (None without an evaluation in one)."""
-    steps = [step for entry in entries for step in entry.window.get("steps") or []]
+    steps = [step for entry in entries for step in entry.window.steps]
     return [min(steps), max(steps)] if steps else None
 
 

@@ -1,7 +1,8 @@
 """The tables of `ccpo eval`, `ccpo arms`, `ccpo runs diff`, `ccpo games check` and `ccpo sync pull`.
 
 Each is a `TableData` (report/tables.py), so every format a table has comes with it. The runs
-tables (`ccpo runs list` and `ccpo runs show`) are in report/run_tables.py.
+tables (`ccpo runs list` and `ccpo runs show`) are in report/run_tables.py and
+report/run_detail_tables.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from ccpo_cli.report.tables import (
     NAME,
+    TEXT,
     Cell,
     Column,
     TableData,
@@ -20,6 +22,7 @@ from ccpo_cli.report.tables import (
     num,
     number_text,
     raw_value,
+    table_of,
     text_column,
     txt,
 )
@@ -73,24 +76,13 @@ def folded_differences(differences: Sequence[Any], first: str, second: str, what
 
 
 def arms_list_table(arms: list[dict]) -> TableData:
-    table = TableData(
-        "arms",
-        "",
-        [
-            name_column("arm"),
-            name_column("estimator"),
-            name_column("fingerprint"),
-            text_column("description"),
-        ],
-    )
-    for arm in arms:
-        table.add(
-            txt(arm["arm"]),
-            txt(arm["estimator"]),
-            Cell(arm["fingerprint"][:12], arm["fingerprint"]),
-            txt(arm["description"]),
-        )
-    return table
+    columns = [
+        ("arm", NAME, lambda arm: txt(arm["arm"])),
+        ("estimator", NAME, lambda arm: txt(arm["estimator"])),
+        ("fingerprint", NAME, lambda arm: Cell(arm["fingerprint"][:12], arm["fingerprint"])),
+        ("description", TEXT, lambda arm: txt(arm["description"])),
+    ]
+    return table_of(arms, columns, name="arms", title="")
 
 
 def arm_flags_table(flags: dict[str, Any], inert: dict[str, str]) -> TableData:

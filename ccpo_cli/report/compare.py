@@ -17,7 +17,7 @@ references, never arms. Failed runs are left out unless asked for.
 
 One concern, kept in one file past 400 lines: building one comparison from runs.db. Each step
 reads what the step before it decided (identities, then units and their labels, then pairs and
-the power of each pair), and `compare_runs`'s docstring is the field list of the document.
+the power of each pair), and `Comparison`'s docstring is the field list of the document.
 """
 
 from __future__ import annotations
@@ -80,11 +80,7 @@ def _run_entry(
     start_basis: str,
     confidence: float,
 ) -> RunEntry:
-    measured = window_entry(evaluations, identity.protocol, window_start, confidence)
-    best, interval = measured["best"], measured["single_eval_interval"]
-    if best is not None and interval is not None:
-        binomial_sd = (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
-        best["expected_max_bias_points_binomial"] = best["expected_max_bias_sd"] * binomial_sd
+    measured = window_entry(evaluations, identity.protocol, window_start, start_basis, confidence)
     last_eval_step = max((row["step"] for row in evaluations), default=None)
     steps_seen = [step for step in (run["last_step"], last_eval_step) if step is not None]
     last_step = max(steps_seen) if steps_seen else None
@@ -95,17 +91,11 @@ def _run_entry(
             if value is not None
         }
     )
-    measured["window"]["start_basis"] = start_basis
     return RunEntry(
         identity=identity,
         status=run["status"],
         run_state=run_state(run["status"], last_step, totals),
-        window=measured["window"],
-        window_task_types=measured["window_task_types"],
-        best=best,
-        single_eval_interval=interval,
-        protocols=measured["protocols"],
-        protocol_mixed=measured["protocol_mixed"],
+        **measured,
         last_step=last_step,
         last_eval_step=last_eval_step,
         total_steps=run["total_steps"],
@@ -159,100 +149,124 @@ def pair_resolved(first: ArmSummary, second: ArmSummary, test: dict) -> bool:
     )
 
 
+def _not_compared(first: ArmSummary, second: ArmSummary) -> NotCompared | None:
+    """Why two units are not compared (no recorded seed, no recorded arm, or a setting that
+    differs besides the arm), or None when they are."""
+    unseeded = [arm.name for arm in (first, second) if not arm.n_seeds]
+    if unseeded:
+        return NotCompared(
+            first,
+            second,
+            [],
+            f"not compared: {' and '.join(unseeded)} "
+            f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed",
+        )
+    unrecorded = [arm.name for arm in (first, second) if not arm.arm_recorded]
+    if unrecorded:  # nothing says such a pair differs in the arm: a difference would be a claim without evidence
+        return NotCompared(
+            first,
+            second,
+            ["arm not recorded"],
+            f"not compared: the arm of {' and '.join(unrecorded)} is not recorded",
+        )
+    # Pairing is the unit's to decide: two units are compared when their setting agrees.
+    differs = _setting_differences(first, second)
+    if differs:
+        return NotCompared(
+            first,
+            second,
+            differs,
+            f"not compared: they differ in {', '.join(differs)}, not only in the arm",
+        )
+    return None
+
+
+def _improvement_matrices(
+    first: ArmSummary, second: ArmSummary
+) -> tuple[list[str], list[list[float]], list[list[float]]]:
+    """The tasks of the probability of improvement and each arm's seeds x tasks scores: the task
+    types every seed of both arms reports, else one task ("all") of the seed window means."""
+    x, y = first.seed_task_types, second.seed_task_types
+    tasks = [task for task in (x[0] if x else {}) if all(task in row for row in x + y)]
+    if tasks:
+        return (
+            tasks,
+            [[row[task] for task in tasks] for row in x],
+            [[row[task] for task in tasks] for row in y],
+        )
+    return (
+        ["all"],
+        [[mean] for mean in first.seed_window_means],
+        [[mean] for mean in second.seed_window_means],
+    )
+
+
+def _pair_note(
+    first: ArmSummary, second: ArmSummary, resolved: bool, coverage: str | None
+) -> str | None:
+    """Why a compared pair's difference is not a result (too few seeds, or an interval that
+    covers zero), and whether its windows cover different steps."""
+    unresolved = (
+        None
+        if resolved
+        else UNRESOLVED_NOTE
+        if not (first.resolved and second.resolved)
+        else "unresolved: the interval covers zero"
+    )
+    return "; ".join(note for note in (unresolved, coverage) if note) or None
+
+
+def _pair_comparison(
+    first: ArmSummary,
+    second: ArmSummary,
+    isolation_of: Callable[[list[str]], dict],
+    rollout_hashes: dict[str, str | None],
+) -> PairComparison:
+    tasks, matrix_a, matrix_b = _improvement_matrices(first, second)
+    welch = stats.welch_t_test(first.seed_window_means, second.seed_window_means)
+    # Paired or Welch is decided once (stats.two_arm_test): seeds whose runs of both arms
+    # recorded the same first rollouts were paired by their design (a matrix), and are tested so.
+    test = stats.two_arm_test(
+        first.seed_means,
+        second.seed_means,
+        paired_by_design=shared_rollout_seeds(first, second, rollout_hashes),
+    )
+    enough = min(first.n_seeds, second.n_seeds) >= MIN_SEEDS_INTERVAL
+    pair = isolation_of(first.runs + second.runs)
+    coverage = _window_coverage_note(first, second)
+    resolved = pair_resolved(first, second, test)
+    return PairComparison(
+        first=first,
+        second=second,
+        difference=welch["difference"],
+        welch=welch,
+        test=test,
+        probability_of_improvement=stats.probability_of_improvement(matrix_a, matrix_b)
+        if enough
+        else None,
+        poi_note=None if enough else NEEDS_SEEDS_NOTE,
+        poi_tasks=tasks,
+        isolation={key: pair[key] for key in ("verdict", "differences", "not_recorded")},
+        resolved=resolved,
+        window_coverage=coverage,
+        note=_pair_note(first, second, resolved, coverage),
+    )
+
+
 def _arm_comparisons(
     arms: list[ArmSummary],
     isolation_of: Callable[[list[str]], dict],
     rollout_hashes: dict[str, str | None],
 ) -> tuple[list[PairComparison], list[NotCompared]]:
+    """Every pair of units: compared when they differ in the arm alone, else why not."""
     comparisons: list[PairComparison] = []
     not_compared: list[NotCompared] = []
     for first, second in combinations(arms, 2):
-        unseeded = [arm.name for arm in (first, second) if not arm.n_seeds]
-        if unseeded:
-            not_compared.append(
-                NotCompared(
-                    first,
-                    second,
-                    [],
-                    f"not compared: {' and '.join(unseeded)} "
-                    f"{'has' if len(unseeded) == 1 else 'have'} no recorded seed",
-                )
-            )
-            continue
-        unrecorded = [arm.name for arm in (first, second) if not arm.arm_recorded]
-        if unrecorded:  # nothing says such a pair differs in the arm: a difference would be a claim without evidence
-            not_compared.append(
-                NotCompared(
-                    first,
-                    second,
-                    ["arm not recorded"],
-                    f"not compared: the arm of {' and '.join(unrecorded)} is not recorded",
-                )
-            )
-            continue
-        # Pairing is the unit's to decide: two units are compared when their setting agrees.
-        differs = _setting_differences(first, second)
-        if differs:
-            not_compared.append(
-                NotCompared(
-                    first,
-                    second,
-                    differs,
-                    f"not compared: they differ in {', '.join(differs)}, not only in the arm",
-                )
-            )
-            continue
-        x, y = first.seed_task_types, second.seed_task_types
-        tasks = [task for task in (x[0] if x else {}) if all(task in row for row in x + y)]
-        if tasks:
-            matrix_a = [[row[task] for task in tasks] for row in x]
-            matrix_b = [[row[task] for task in tasks] for row in y]
+        reason = _not_compared(first, second)
+        if reason is not None:
+            not_compared.append(reason)
         else:
-            tasks = ["all"]
-            matrix_a = [[mean] for mean in first.seed_window_means]
-            matrix_b = [[mean] for mean in second.seed_window_means]
-        welch = stats.welch_t_test(first.seed_window_means, second.seed_window_means)
-        # Paired or Welch is decided once (stats.two_arm_test): seeds whose runs of both arms
-        # recorded the same first rollouts were paired by their design (a matrix), and are tested so.
-        test = stats.two_arm_test(
-            first.seed_means,
-            second.seed_means,
-            paired_by_design=shared_rollout_seeds(first, second, rollout_hashes),
-        )
-        enough = min(first.n_seeds, second.n_seeds) >= MIN_SEEDS_INTERVAL
-        pair = isolation_of(first.runs + second.runs)
-        coverage = _window_coverage_note(first, second)
-        both_resolved = pair_resolved(first, second, test)
-        comparisons.append(
-            PairComparison(
-                first=first,
-                second=second,
-                difference=welch["difference"],
-                welch=welch,
-                test=test,
-                probability_of_improvement=stats.probability_of_improvement(matrix_a, matrix_b)
-                if enough
-                else None,
-                poi_note=None if enough else NEEDS_SEEDS_NOTE,
-                poi_tasks=tasks,
-                isolation={key: pair[key] for key in ("verdict", "differences", "not_recorded")},
-                resolved=both_resolved,
-                window_coverage=coverage,
-                note="; ".join(
-                    note
-                    for note in (
-                        None
-                        if both_resolved
-                        else UNRESOLVED_NOTE
-                        if not (first.resolved and second.resolved)
-                        else "unresolved: the interval covers zero",
-                        coverage,
-                    )
-                    if note
-                )
-                or None,
-            )
-        )
+            comparisons.append(_pair_comparison(first, second, isolation_of, rollout_hashes))
     return comparisons, not_compared
 
 
@@ -265,14 +279,13 @@ def _reference_entry(entry: RunEntry) -> Reference:
         n_evaluations=level["n"],
         steps=sorted({row["step"] for row in entry.evaluations}),
         evaluation_ids=[row["evaluation_id"] for row in entry.evaluations],
-        evaluation_seeds=entry.window["evaluation_seeds"],
+        evaluation_seeds=entry.window.evaluation_seeds,
     )
 
 
-def _untrained_levels(
-    arms: list[ArmSummary], entries_by_run: dict[str, RunEntry]
-) -> list[UntrainedLevel]:
+def _untrained_levels(arms: list[ArmSummary], entries: list[RunEntry]) -> list[UntrainedLevel]:
     """Each arm's step-0 evaluations (the untrained policy), averaged over its seeds."""
+    entries_by_run = {entry.run: entry for entry in entries}
     levels = []
     for arm in arms:
         per_seed = []
@@ -319,42 +332,51 @@ def compare_runs(
     include_failed: bool = False,
 ) -> Comparison:
     """The comparison of the named runs (all runs when None or empty), in the order given (else
-    by name). Its `as_json()` is the `ccpo compare --json` document (without schema_version);
-    the names below are that document's keys and the `Comparison`'s fields alike (the document's
-    `comparisons` are the `pairs`, its `reference_levels.untrained` the `untrained` levels).
+    by name); its `as_json()` is the `ccpo compare --json` document (without schema_version),
+    whose keys the `Comparison`'s docstring lists (report/comparison.py). Failed runs are left
+    out unless `include_failed`; `detect` adds the seeds needed to detect that difference."""
+    chosen, retracted_runs = _chosen_runs(db, runs)
+    identities = read_identities(db, chosen, split=split)
+    run_entries = _run_entries(db, chosen, identities, window_start, split, confidence)
+    left_out = {} if include_failed else _failed_runs(chosen, run_entries)
+    kept = [entry for entry in run_entries if entry.run not in left_out]
+    references = [_reference_entry(entry) for entry in kept if entry.is_reference]
+    trained = [entry for entry in kept if not entry.is_reference]
+    unit_of, arms = _unit_summaries(db, trained, split, bootstrap_reps, bootstrap_seed)
+    run_entries = _with_unit_labels(run_entries, unit_of, arms)
+    isolation_of = _isolation_checker(chosen, trained, identities, unit_of)
+    rollout_hashes = {run["name"]: run.get("step1_rollout_hash") for run in chosen}
+    comparisons, not_compared = _arm_comparisons(arms, isolation_of, rollout_hashes)
+    return Comparison(
+        window_start=_shared_window_start(window_start, run_entries),
+        # The rule each window not given a start follows (report/window.py).
+        window_start_basis="given" if window_start is not None else DEFAULT_BASIS,
+        split=split,
+        runs=run_entries,
+        arms=arms,
+        pairs=comparisons,
+        not_compared=not_compared,
+        references=references,
+        untrained=_untrained_levels(arms, run_entries),
+        left_out=left_out,
+        isolation=isolation_of([entry.run for entry in trained]),
+        protocol_mixed=_protocol_mixed(trained),
+        conflicts=_conflicts_section(run_entries),
+        # Minimum detectable difference per compared arm pair (and seeds needed for `detect` points).
+        power=power_report(comparisons, detect),
+        unit_differences=_unit_difference_lines(trained),
+        # What was corrected: retracted runs and evaluations (left out above) and settled conflicts.
+        retracted=_retracted_section(db, retracted_runs, [run["id"] for run in chosen]),
+        resolved_conflicts=_resolved_section(db, chosen),
+    )
 
-    Keys: window_start (the one given, else None: each run's window then starts at
-    the start its matrix recorded, else the default rule (`report/window.py`); `window.start` and
-    `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
-    references[], reference_levels, left_out, isolation, power. Success rates are percent.
 
-    Per run: its `identity` (store.identity), window {mean, sd, n, steps, evaluation_ids,
-    episodes, successes, start, start_basis, protocol, trend, converged, headline}, window_task_types
-    {key: {mean, sd, n, episodes}}, best {step, success, task_types, task_type_episodes,
-    mean_turns, train_success_rate, evaluation_id, n_candidates, expected_max_bias_sd,
-    expected_max_bias_points, expected_max_bias_points_binomial, bias_noise},
-    single_eval_interval {at, episodes, episodes_basis, low, high, half_width} (None when the
-    episodes per evaluation are not recorded), run_state, last_step, last_eval_step, total_steps,
-    facts, conflicts, evaluations[] (the learning curve).
-
-    Per arm (a comparison unit; `arm` is its display label, `arm_name` the arm file's name):
-    n_seeds (distinct recorded seeds), mean, sd, n (over seed means from two seeds on, else over
-    the evaluations; `sd_over` says which), seeds, seed_runs, seed_window_means (one per seed:
-    the mean of that seed's runs), repeated_seeds, unseeded_runs, identical_runs, iqm, resolved
-    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol
-    (and its split, temperature, episodes, turn_limit as keys of their own); `label` the short
-    label that tables and plots show (report/labels.py: it changes with the units present),
-    `arm_stable` the arm with its overrides and `unit_key` the unit's identity hash (both stable).
-    Runs carry their unit's `unit_label` and `unit_key`, comparisons `label_a` and `label_b`.
-    comparisons: arm pairs that differ only in the arm (`ComparisonUnit.setting()` agrees), with
-    Welch's test on seed means and the `test` `stats.two_arm_test` chose (paired on the seeds the
-    design paired, else Welch), the probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
-    not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
-    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable. retracted: the runs
-    left out because they were retracted ({run: reason, retracted_by, recorded_at}) and the
-    retracted evaluations of the compared runs (never part of any number here);
-    resolved_conflicts: per run, the settled conflicts (store/retractions.py).
-    """
+def _chosen_runs(
+    db: sqlite_utils.Database, runs: Iterable[str] | None
+) -> tuple[list[dict], dict[str, dict]]:
+    """The runs compared (those named, in their order, else all) with their recorded facts, and
+    the retracted ones left out: a retracted run (`ccpo runs retract RUN`) is left out of
+    everything and listed under `retracted`."""
     # The status to show: a running run whose trainer is gone is interrupted (store/liveness.py).
     all_runs = annotate_runs(db, list_runs(db))
     wanted = list(runs or [])
@@ -366,8 +388,7 @@ def compare_runs(
         chosen = [by_name[name] for name in dict.fromkeys(wanted)]
     else:
         chosen = all_runs
-    # A retracted run (`ccpo runs retract RUN`) is left out of everything and listed under
-    # `retracted`; a retracted evaluation never reaches the readers below (store/queries.py).
+    # A retracted evaluation never reaches the readers below (store/queries.py).
     retracted_runs = {run["name"]: run["retracted"] for run in chosen if run.get("retracted")}
     chosen = [run for run in chosen if not run.get("retracted")]
     for run in chosen:
@@ -383,105 +404,110 @@ def compare_runs(
             if run["n_conflicts"]
             else []
         )
-    identities = read_identities(db, chosen, split=split)
+    return chosen, retracted_runs
+
+
+def _run_entries(
+    db: sqlite_utils.Database,
+    chosen: list[dict],
+    identities: dict[str, RunIdentity],
+    window_start: int | None,
+    split: str,
+    confidence: float,
+) -> list[RunEntry]:
+    """One entry per run, each with the window its start rule gives (`run_window_start`)."""
     evaluations = evaluations_for_runs(
         db, [run["id"] for run in chosen], split=split, provenance=False
     )
-    run_entries = []
+    entries = []
     for run in chosen:
         start, basis = run_window_start(
             window_start, run.get("config"), run["total_steps"], run["last_step"]
         )
-        run_entries.append(
+        entries.append(
             _run_entry(
                 run, identities[run["name"]], evaluations[run["id"]], start, basis, confidence
             )
         )
-    entries_by_run = {entry.run: entry for entry in run_entries}
-    failures = {run["name"]: run.get("failure") for run in chosen}
-    left_out = {
-        entry.run: _failed_reason(failures.get(entry.run))
-        for entry in run_entries
-        if entry.status == "failed" and not include_failed
-    }
-    references = [
-        _reference_entry(entry)
-        for entry in run_entries
-        if entry.is_reference and entry.run not in left_out
-    ]
-    trained = [
-        entry for entry in run_entries if not entry.is_reference and entry.run not in left_out
-    ]
+    return entries
+
+
+DEFAULT_BASIS = DEFAULT_WINDOW.describe(example=False)
+
+
+def _protocol_mixed(trained: list[RunEntry]) -> bool:
+    """Whether the compared windows, or any run's evaluations, mix evaluation protocols."""
+    protocols = {json.dumps(entry.window.protocol, sort_keys=True) for entry in trained}
+    return len(protocols) > 1 or any(entry.protocol_mixed for entry in trained)
+
+
+def _shared_window_start(given: int | None, entries: list[RunEntry]) -> int | None:
+    """The start every window shares (given, or the same share of equal totals), else None."""
+    if given is not None:
+        return given
+    starts = {entry.window.start for entry in entries}
+    return starts.pop() if len(starts) == 1 else None
+
+
+def _isolation_checker(
+    chosen: list[dict],
+    trained: list[RunEntry],
+    identities: dict[str, RunIdentity],
+    unit_of: dict[str, str],
+) -> Callable[[list[str]], dict]:
+    """The isolation check of a set of runs (report/isolation.py). Checked: the trained runs
+    compared (no reference, no failed run) with an evaluation in the window; a seed with nothing
+    in the window contributes no number, so it is not checked."""
+    by_name = {run["name"]: run for run in chosen}
+    evaluated = {entry.run for entry in trained if entry.window.n}
+
+    def isolation_of(names: list[str]) -> dict:
+        checked = [by_name[name] for name in names if name in evaluated]
+        return isolation_check(checked, identities, unit_of)
+
+    return isolation_of
+
+
+def _unit_summaries(
+    db: sqlite_utils.Database,
+    trained: list[RunEntry],
+    split: str,
+    bootstrap_reps: int,
+    bootstrap_seed: int,
+) -> tuple[dict[str, str], list[ArmSummary]]:
+    """Each trained run's unit (its full label, `store.identity.unit_labels`), and one summary
+    per unit, best window mean first, with its short label. Grouped by the unit identity, the
+    one the cards select by (cards/selection.py); the label only names it."""
     labels = unit_labels(entry.identity for entry in trained)
     unit_of = {entry.run: labels[entry.identity.unit] for entry in trained}
-    # Grouped by the unit identity, the one the cards select by (cards/selection.py); the label
-    # only names it.
     grouped: dict[str, list[RunEntry]] = defaultdict(list)
     for entry in trained:
-        grouped[labels[entry.identity.unit]].append(entry)
+        grouped[unit_of[entry.run]].append(entry)
     hashes = _content_hashes(db, [entry.run_id for entry in trained], split)
     arms = [
         arm_summary(label, members, hashes, bootstrap_reps, bootstrap_seed)
         for label, members in grouped.items()
     ]
     arms.sort(key=lambda arm: (arm.mean is None, -(arm.mean or 0.0), arm.name))
-    arms = _with_short_labels(arms)
+    return unit_of, _with_short_labels(arms)
+
+
+def _with_unit_labels(
+    entries: list[RunEntry], unit_of: dict[str, str], arms: list[ArmSummary]
+) -> list[RunEntry]:
+    """Each run with its unit's full label, short label and stable key (None for a reference
+    or a left-out run)."""
     by_unit = {arm.name: arm for arm in arms}
-    run_entries = [
+    return [
         replace(
             entry,
             arm_label=unit_of.get(entry.run),
             unit_label=None if unit_arm is None else unit_arm.label,
             unit_key=None if unit_arm is None else unit_arm.unit_key,
         )
-        for entry in run_entries
+        for entry in entries
         for unit_arm in [by_unit.get(unit_of.get(entry.run, ""))]
     ]
-    by_name = {run["name"]: run for run in chosen}
-
-    # Checked: the trained runs compared (no reference, no failed run) with an evaluation in the
-    # window; a seed with nothing in the window contributes no number, so it is not checked.
-    evaluated = {entry.run for entry in trained if entry.window.get("n")}
-
-    def isolation_of(names: list[str]) -> dict:
-        checked = [by_name[name] for name in names if name in evaluated]
-        return isolation_check(checked, identities, unit_of)
-
-    rollout_hashes = {run["name"]: run.get("step1_rollout_hash") for run in chosen}
-    comparisons, not_compared = _arm_comparisons(arms, isolation_of, rollout_hashes)
-    trained_names = [entry.run for entry in trained]
-    protocols = {json.dumps(entry.window["protocol"], sort_keys=True) for entry in trained}
-    starts = {entry.window["start"] for entry in run_entries}
-    return Comparison(
-        # The start every window shares (given, or the same share of equal totals), else None.
-        window_start=window_start
-        if window_start is not None
-        else (starts.pop() if len(starts) == 1 else None),
-        window_start_basis="given"
-        if window_start is not None
-        else DEFAULT_WINDOW.describe(example=False),
-        split=split,
-        runs=run_entries,
-        arms=arms,
-        pairs=comparisons,
-        not_compared=not_compared,
-        references=references,
-        untrained=_untrained_levels(arms, entries_by_run),
-        left_out=left_out,
-        isolation=isolation_of(trained_names),
-        protocol_mixed=len(protocols) > 1 or any(entry.protocol_mixed for entry in trained),
-        conflicts={
-            entry.run: {"steps": entry.conflicting_steps, "facts": entry.fact_conflicts}
-            for entry in run_entries
-            if entry.conflicting_steps or entry.fact_conflicts
-        },
-        # Minimum detectable difference per compared arm pair (and seeds needed for `detect` points).
-        power=power_report(comparisons, detect),
-        unit_differences=_unit_difference_lines(trained),
-        # What was corrected: retracted runs and evaluations (left out above) and settled conflicts.
-        retracted=_retracted_section(db, retracted_runs, [run["id"] for run in chosen]),
-        resolved_conflicts=_resolved_section(db, chosen),
-    )
 
 
 def _with_short_labels(arms: list[ArmSummary]) -> list[ArmSummary]:
@@ -541,6 +567,25 @@ def _resolved_section(db: sqlite_utils.Database, runs: list[dict]) -> dict[str, 
             for row in rows
         ]
         for run_id, rows in found.items()
+    }
+
+
+def _conflicts_section(entries: list[RunEntry]) -> dict[str, dict]:
+    """Per run with conflicting records: the steps whose evaluations conflict, and the facts."""
+    return {
+        entry.run: {"steps": entry.conflicting_steps, "facts": entry.fact_conflicts}
+        for entry in entries
+        if entry.conflicting_steps or entry.fact_conflicts
+    }
+
+
+def _failed_runs(chosen: list[dict], entries: list[RunEntry]) -> dict[str, str]:
+    """The failed runs left out of the comparison, with why (`--include-failed` keeps them)."""
+    failures = {run["name"]: run.get("failure") for run in chosen}
+    return {
+        entry.run: _failed_reason(failures.get(entry.run))
+        for entry in entries
+        if entry.status == "failed"
     }
 
 

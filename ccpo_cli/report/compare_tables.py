@@ -220,22 +220,22 @@ def per_run_table(comparison: Comparison) -> TableData:
     )
     for run in comparison.runs:
         window, best, interval = run.window, run.best, run.single_eval_interval
-        trend = window.get("trend") or {}
+        direction = window.trend.direction
         # "rising"/"falling": the slope interval excludes 0, so the window is not converged.
-        trend_text = trend.get("direction") or ("too few" if window["n"] else "-")
-        bias = best["expected_max_bias_points"] if best else None
+        trend_text = direction or ("too few" if window.n else "-")
+        bias = best.expected_max_bias_points if best else None
         table.add(
             txt(run.run),
             _unit_cell(comparison.find_arm(run.arm_label), _run_arm(run)),
             num(run.seed),
             Cell(
-                f"{number_text(window['mean'])}±{number_text(window['sd'])} ({window['n']})",
-                (raw_value(window["mean"]), raw_value(window["sd"]), window["n"]),
+                f"{number_text(window.mean)}±{number_text(window.sd)} ({window.n})",
+                (raw_value(window.mean), raw_value(window.sd), window.n),
             ),
-            Cell(trend_text, trend.get("direction")),
+            Cell(trend_text, direction),
             Cell(
-                f"{number_text(best['success'])}@{best['step']}" if best else "-",
-                (best["success"], best["step"]) if best else (None, None),
+                f"{number_text(best.success)}@{best.step}" if best else "-",
+                (best.success, best.step) if best else (None, None),
             ),
             Cell(f"+{number_text(bias)}" if bias is not None else "-", raw_value(bias)),
             Cell(
@@ -255,7 +255,7 @@ def best_rows_table(comparison: Comparison) -> TableData:
     the per-type columns of the runs' benchmarks."""
     task_keys = benchmark_task_types(
         [run.identity.benchmark for run in comparison.runs],
-        [{"task_types": run.best["task_types"]} for run in comparison.runs if run.best],
+        [{"task_types": run.best.task_types} for run in comparison.runs if run.best],
     )
     table = TableData(
         "best",
@@ -274,10 +274,10 @@ def best_rows_table(comparison: Comparison) -> TableData:
             continue
         table.add(
             txt(run.run),
-            num(best["step"]),
-            num(best["success"]),
-            num(best["mean_turns"]),
-            *[num(best["task_types"].get(key)) for key in task_keys],
+            num(best.step),
+            num(best.success),
+            num(best.mean_turns),
+            *[num(best.task_types.get(key)) for key in task_keys],
         )
     return table
 

@@ -7,9 +7,11 @@ reason, and the reference runs. `Comparison.as_json()` is the one writer of the 
 --json` document (docs/compare.schema.json): the identity is flattened into the document's keys
 there and nowhere else, so no reader rebuilds an arm from flat keys.
 
-The statistics inside an entry (a run's window, best evaluation and single-evaluation interval,
-an arm's IQM, a pair's tests and isolation) are the plain mappings their one producer returns
-(`report/window.py`, `stats.py`, `report/isolation.py`); they are JSON already.
+A run's window (with its trend) and best evaluation are typed by their one producer
+(`report/window.py`, `stats.py`) and write their own keys (`to_document`); the other statistics
+inside an entry (the single-evaluation interval, an arm's IQM, a pair's tests and isolation) are
+the plain mappings their one producer returns (`report/window.py`, `stats.py`,
+`report/isolation.py`); they are JSON already.
 
 One concern, kept in one file past 400 lines: the typed comparison and its one JSON writer.
 Each class writes its own keys beside its fields, so the document's keys are spelled in this file
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from ccpo_cli.report.window import BestPoint, Window
 from ccpo_cli.store.identity import ArmIdentity, ComparisonUnit, RunIdentity
 
 # The protocol fields an arm, a reference and a label show (the pooling key's fields).
@@ -61,16 +64,31 @@ def shown_protocol(identity: RunIdentity) -> dict[str, Any]:
     return {key: recorded[key] for key in SHOWN_PROTOCOL_FIELDS}
 
 
+class _OfIdentity:
+    """The arm a typed entry reads from its `identity` (a run's, or its unit's first run's)."""
+
+    identity: RunIdentity
+
+    @property
+    def arm(self) -> ArmIdentity | None:
+        return self.identity.arm
+
+    @property
+    def arm_name(self) -> str | None:
+        """The arm file's name (None when the runs recorded no arm)."""
+        return None if self.identity.arm is None else self.identity.arm.name
+
+
 @dataclass(frozen=True)
-class RunEntry:
+class RunEntry(_OfIdentity):
     """One run of the comparison: its identity, its window statistics and its learning curve."""
 
     identity: RunIdentity
     status: str | None
     run_state: str
-    window: dict[str, Any]  # report/window.py: mean, sd, n, steps, evaluation_ids, start, ...
+    window: Window
     window_task_types: dict[str, dict[str, Any]]
-    best: dict[str, Any] | None
+    best: BestPoint | None
     single_eval_interval: dict[str, Any] | None
     protocols: list[dict[str, Any]]
     protocol_mixed: bool
@@ -101,14 +119,6 @@ class RunEntry:
         return self.identity.seed
 
     @property
-    def arm(self) -> ArmIdentity | None:
-        return self.identity.arm
-
-    @property
-    def arm_name(self) -> str | None:
-        return None if self.identity.arm is None else self.identity.arm.name
-
-    @property
     def is_reference(self) -> bool:
         return self.identity.is_reference
 
@@ -133,9 +143,9 @@ class RunEntry:
             "status": self.status,
             "run_state": self.run_state,
             "n_evaluations": self.n_evaluations,
-            "window": self.window,
+            "window": self.window.to_document(),
             "window_task_types": self.window_task_types,
-            "best": self.best,
+            "best": None if self.best is None else self.best.to_document(),
             "single_eval_interval": self.single_eval_interval,
             "protocols": self.protocols,
             "protocol_mixed": self.protocol_mixed,
@@ -155,7 +165,7 @@ class RunEntry:
 
 
 @dataclass(frozen=True)
-class ArmSummary:
+class ArmSummary(_OfIdentity):
     """One comparison unit (an "arm" of the document): its seeds and their across-seed summary.
 
     `name` is the unit's full label (`arms[].arm`), `label` the short one tables and plots show
@@ -195,15 +205,6 @@ class ArmSummary:
         return self.identity.unit
 
     @property
-    def arm(self) -> ArmIdentity | None:
-        return self.identity.arm
-
-    @property
-    def arm_name(self) -> str | None:
-        """The arm file's name (None when the runs recorded no arm)."""
-        return None if self.identity.arm is None else self.identity.arm.name
-
-    @property
     def arm_recorded(self) -> bool:
         return self.identity.arm is not None
 
@@ -215,18 +216,6 @@ class ArmSummary:
     @property
     def arm_fingerprint(self) -> str | None:
         return None if self.identity.arm is None else self.identity.arm.fingerprint
-
-    @property
-    def base_model(self) -> str | None:
-        return self.identity.base_model
-
-    @property
-    def backend(self) -> str | None:
-        return self.identity.backend
-
-    @property
-    def benchmark(self) -> str | None:
-        return self.identity.benchmark
 
     @property
     def protocol(self) -> dict[str, Any]:
@@ -244,9 +233,9 @@ class ArmSummary:
             "arm_name": self.arm_name,
             "arm_recorded": self.arm_recorded,
             **_arm_json(self.identity.arm),
-            "base_model": self.base_model,
-            "backend": self.backend,
-            "benchmark": self.benchmark,
+            "base_model": self.identity.base_model,
+            "backend": self.identity.backend,
+            "benchmark": self.identity.benchmark,
             "protocol": protocol,
             "n_seeds": self.n_seeds,
             "mean": self.mean,
@@ -278,8 +267,23 @@ class ArmSummary:
         }
 
 
+class _UnitPair:
+    """Two units of the comparison, by their full labels."""
+
+    first: ArmSummary
+    second: ArmSummary
+
+    @property
+    def arm_a(self) -> str:
+        return self.first.name
+
+    @property
+    def arm_b(self) -> str:
+        return self.second.name
+
+
 @dataclass(frozen=True)
-class PairComparison:
+class PairComparison(_UnitPair):
     """Two units that differ only in the arm, with the test `stats.two_arm_test` chose."""
 
     first: ArmSummary
@@ -294,14 +298,6 @@ class PairComparison:
     resolved: bool
     window_coverage: str | None
     note: str | None
-
-    @property
-    def arm_a(self) -> str:
-        return self.first.name
-
-    @property
-    def arm_b(self) -> str:
-        return self.second.name
 
     @property
     def verdict(self) -> str:
@@ -327,21 +323,13 @@ class PairComparison:
 
 
 @dataclass(frozen=True)
-class NotCompared:
+class NotCompared(_UnitPair):
     """A pair of units that is not compared, and why (`differ_in` names what else differs)."""
 
     first: ArmSummary
     second: ArmSummary
     differ_in: list[str]
     note: str
-
-    @property
-    def arm_a(self) -> str:
-        return self.first.name
-
-    @property
-    def arm_b(self) -> str:
-        return self.second.name
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -409,7 +397,42 @@ class UntrainedLevel:
 
 @dataclass(frozen=True)
 class Comparison:
-    """What `compare_runs` found (see its docstring for every field's meaning)."""
+    """What `compare_runs` found: the names below are the `ccpo compare --json` document's keys
+    and this class's fields alike (the document's `comparisons` are the `pairs`, its
+    `reference_levels.untrained` the `untrained` levels).
+
+    Keys: window_start (the one given, else None: each run's window then starts at
+    the start its matrix recorded, else the default rule (`report/window.py`); `window.start` and
+    `window.start_basis` say where), split, runs[], arms[], comparisons[], not_compared[],
+    references[], reference_levels, left_out, isolation, power. Success rates are percent.
+
+    Per run: its `identity` (store.identity), window {mean, sd, n, steps, evaluation_ids,
+    episodes, successes, start, start_basis, protocol, trend, converged, headline}, window_task_types
+    {key: {mean, sd, n, episodes}}, best {step, success, task_types, task_type_episodes,
+    mean_turns, train_success_rate, evaluation_id, n_candidates, expected_max_bias_sd,
+    expected_max_bias_points, expected_max_bias_points_binomial, bias_noise},
+    single_eval_interval {at, episodes, episodes_basis, low, high, half_width} (None when the
+    episodes per evaluation are not recorded), run_state, last_step, last_eval_step, total_steps,
+    facts, conflicts, evaluations[] (the learning curve).
+
+    Per arm (a comparison unit; `arm` is its display label, `arm_name` the arm file's name):
+    n_seeds (distinct recorded seeds), mean, sd, n (over seed means from two seeds on, else over
+    the evaluations; `sd_over` says which), seeds, seed_runs, seed_window_means (one per seed:
+    the mean of that seed's runs), repeated_seeds, unseeded_runs, identical_runs, iqm, resolved
+    (at least 3 seeds), note, fingerprints, and the unit's base_model, backend, benchmark, protocol
+    (and its split, temperature, episodes, turn_limit as keys of their own); `label` the short
+    label that tables and plots show (report/labels.py: it changes with the units present),
+    `arm_stable` the arm with its overrides and `unit_key` the unit's identity hash (both stable).
+    Runs carry their unit's `unit_label` and `unit_key`, comparisons `label_a` and `label_b`.
+    comparisons: arm pairs that differ only in the arm (`ComparisonUnit.setting()` agrees), with
+    Welch's test on seed means and the `test` `stats.two_arm_test` chose (paired on the seeds the
+    design paired, else Welch), the probability of improvement (None below two seeds per arm) and the pair's isolation verdict;
+    not_compared: the other pairs and why. power: per compared pair the test, mdd, p and, with
+    `detect`, seeds_needed. isolation.verdict is passes / fails / unverifiable. retracted: the runs
+    left out because they were retracted ({run: reason, retracted_by, recorded_at}) and the
+    retracted evaluations of the compared runs (never part of any number here);
+    resolved_conflicts: per run, the settled conflicts (store/retractions.py).
+    """
 
     window_start: int | None
     window_start_basis: str

@@ -36,9 +36,9 @@ def identity_values(arm: ArmSummary) -> dict[str, Any]:
     """The unit's identity fields (LABEL_FIELDS)."""
     protocol = arm.protocol
     return {
-        "base_model": arm.base_model,
-        "backend": arm.backend,
-        "benchmark": arm.benchmark,
+        "base_model": arm.identity.base_model,
+        "backend": arm.identity.backend,
+        "benchmark": arm.identity.benchmark,
         **{key: protocol[key] for key in ("split", "temperature", "episodes", "turn_limit")},
     }
 

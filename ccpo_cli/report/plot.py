@@ -138,7 +138,7 @@ def _compared_pairs(comparison: Comparison, leader: str) -> list[str]:
 
 
 def _window(comparison: Comparison) -> tuple[int | None, str]:
-    starts = sorted({run.window["start"] for run in comparison.runs if run.arm_label})
+    starts = sorted({run.window.start for run in comparison.runs if run.arm_label})
     if not starts:
         return None, ""
     if len(starts) == 1:

@@ -43,7 +43,7 @@ def _entry(db: sqlite_utils.Database, run: str, window_start: int | None) -> Run
 def suggested_window_start(entry: RunEntry) -> int | None:
     """The latest start whose window holds MIN_HEADLINE_EVALUATIONS evaluations of the run's
     protocol, or None when the run has fewer than that in all."""
-    episodes = entry.window["protocol"].get("episodes")
+    episodes = entry.window.protocol.get("episodes")
     steps = sorted(
         row["step"]
         for row in entry.evaluations
@@ -114,13 +114,13 @@ def card_readiness(
         return CardReadiness(INTERIM if status == AUTO else status, "given")
     resolved = card_status(run, entry, status)
     still_running = entry.run_state in ("running", "interrupted", "unknown")
-    if window_start is None and still_running and entry.window["n"] < MIN_HEADLINE_EVALUATIONS:
+    if window_start is None and still_running and entry.window.n < MIN_HEADLINE_EVALUATIONS:
         window = entry.window
         suggestion = suggested_window_start(entry)
         if suggestion is not None:
             raise InvalidInput(
-                f"run {run!r}: the default window (step >= {window['start']}, {window['start_basis']}) holds "
-                f"{window['n']} evaluation(s), a window mean needs {MIN_HEADLINE_EVALUATIONS}; pass "
+                f"run {run!r}: the default window (step >= {window.start}, {window.start_basis}) holds "
+                f"{window.n} evaluation(s), a window mean needs {MIN_HEADLINE_EVALUATIONS}; pass "
                 f"--window-start {suggestion} for the last {MIN_HEADLINE_EVALUATIONS} evaluations, or wait for more"
             )
     return resolved

@@ -145,6 +145,40 @@ def _wandb_id(run: str, uid: str | None) -> str:
     return uid or hashlib.sha256(run.encode()).hexdigest()[:32]
 
 
+def _write_all(sink: Any, points: list[ScalarPoint]) -> None:
+    try:
+        for point in points:
+            sink.write(point)
+    finally:
+        sink.close()
+
+
+# The trackers that write files under `out`: the sink, the name's suffix, and whether it is a folder.
+FILE_EXPORTS = {
+    "tensorboard": (TensorBoardSink, "", True),
+    "csv": (CsvSink, ".csv", False),
+}
+
+
+def _export_wandb(
+    points: list[ScalarPoint], run: str, out: Path, project: str, config: Mapping[str, Any] | None
+) -> str:
+    """Write a wandb run under a fixed id (the run's), and remove the earlier export of that id
+    once the new one is written; only ccpo's own earlier folder goes."""
+    run_id = _wandb_id(run, (config or {}).get("uid"))
+    earlier = sorted((out / "wandb").glob(f"*-{run_id}"))
+    for folder in earlier:
+        check_replaceable(folder)  # before writing: only ccpo's own earlier export goes
+    with mapped_os_errors(out):
+        sink = WandbSink(project, run, out, config, run_id=run_id)
+        _write_all(sink, points)
+        mark_owned(sink.folder, "ccpo export --to wandb")
+    for folder in earlier:
+        if folder != sink.folder:
+            remove_owned(folder)
+    return str(sink.folder)
+
+
 def export_run(
     points: list[ScalarPoint],
     run: str,
@@ -157,51 +191,50 @@ def export_run(
     """Write one run's points to `tracker`, replacing an earlier export of the same run: only
     ccpo's own marked output is replaced (owned_output.replace_owned), and a failed write leaves
     the earlier export as it was and no partial file."""
-
-    def write_all(sink: Any) -> None:
-        try:
-            for point in points:
-                sink.write(point)
-        finally:
-            sink.close()
-
-    if tracker == "tensorboard":
-        final = out / _safe_name(run)
+    if tracker in FILE_EXPORTS:
+        sink_type, suffix, folder = FILE_EXPORTS[tracker]
+        final = out / f"{_safe_name(run)}{suffix}"
         replace_owned(
             final,
-            lambda partial: write_all(TensorBoardSink(partial)),
-            folder=True,
-            what="ccpo export --to tensorboard",
-        )
-        where = str(final)
-    elif tracker == "csv":
-        final = out / f"{_safe_name(run)}.csv"
-        replace_owned(
-            final,
-            lambda partial: write_all(CsvSink(partial)),
-            folder=False,
-            what="ccpo export --to csv",
+            lambda partial: _write_all(sink_type(partial), points),
+            folder=folder,
+            what=f"ccpo export --to {tracker}",
         )
         where = str(final)
     elif tracker == "trackio":
-        write_all(TrackioSink(project, run, config, replace=True))
+        _write_all(TrackioSink(project, run, config, replace=True), points)
         where = f"trackio project {project}"
     elif tracker == "wandb":
-        run_id = _wandb_id(run, (config or {}).get("uid"))
-        earlier = sorted((out / "wandb").glob(f"*-{run_id}"))
-        for folder in earlier:
-            check_replaceable(folder)  # before writing: only ccpo's own earlier export goes
-        with mapped_os_errors(out):
-            sink = WandbSink(project, run, out, config, run_id=run_id)
-            write_all(sink)
-            mark_owned(sink.folder, "ccpo export --to wandb")
-        for folder in earlier:
-            if folder != sink.folder:
-                remove_owned(folder)
-        where = str(sink.folder)
+        where = _export_wandb(points, run, out, project, config)
     else:
         raise UsageError(f"--to {tracker}: use one of {', '.join(TRACKERS)}")
     return ExportResult(run, tracker, len(points), where)
+
+
+# The run's recorded identity an export carries as the tracker run's configuration.
+EXPORTED_CONFIG = (
+    "arm",
+    "arm_fingerprint",
+    "seed",
+    "base_model",
+    "backend",
+    "benchmark",
+    "total_steps",
+    "uid",
+)
+
+
+def _task_metrics(benchmark: str | None) -> dict[str, str]:
+    """{task type key: metric name} of the run's benchmark; empty for a benchmark this ccpo does
+    not ship (the per-type keys then keep their short names)."""
+    from ccpo_cli.benchmarks import load_benchmark
+
+    if not benchmark:
+        return {}
+    try:
+        return {task.key: task.metric for task in load_benchmark(benchmark).task_types}
+    except CcpoError:
+        return {}
 
 
 def export_runs(
@@ -209,7 +242,6 @@ def export_runs(
 ) -> list[ExportResult]:
     """`ccpo export`: each named run's standing held-out curve to `tracker` (InvalidInput for a
     run that is not recorded or is retracted, before anything is written)."""
-    from ccpo_cli.benchmarks import load_benchmark
     from ccpo_cli.errors import InvalidInput
     from ccpo_cli.store.metrics import run_metric_steps
     from ccpo_cli.store.queries import get_run, run_evaluations
@@ -225,28 +257,8 @@ def export_runs(
         )
     results = []
     for run in chosen:
-        metrics: dict[str, str] = {}
-        if run.get("benchmark"):
-            try:
-                metrics = {
-                    task.key: task.metric for task in load_benchmark(run["benchmark"]).task_types
-                }
-            except CcpoError:
-                metrics = {}  # a benchmark this ccpo does not ship: the per-type keys keep their short names
-        config = {
-            key: run.get(key)
-            for key in (
-                "arm",
-                "arm_fingerprint",
-                "seed",
-                "base_model",
-                "backend",
-                "benchmark",
-                "total_steps",
-                "uid",
-            )
-            if run.get(key) is not None
-        }
+        metrics = _task_metrics(run.get("benchmark"))
+        config = {key: run.get(key) for key in EXPORTED_CONFIG if run.get(key) is not None}
         points = with_logged_scalars(
             run_scalars(run_evaluations(db, run["name"]), metrics),
             run_metric_steps(db, run["name"]),

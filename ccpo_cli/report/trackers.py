@@ -120,7 +120,22 @@ def _stdout_to_stderr() -> Iterator[None]:
         yield
 
 
-class TrackioSink:
+class _TrackerRunSink:
+    """A sink over a tracker's run (`_run`: a wandb run, or the trackio module, which logs to
+    its current run): each step is one `log`, the end one `finish`, their printing on stderr."""
+
+    _run: Any
+
+    def write(self, point: ScalarPoint) -> None:
+        with _stdout_to_stderr():
+            self._run.log(dict(point.values), step=point.step)
+
+    def close(self) -> None:
+        with _stdout_to_stderr():
+            self._run.finish()
+
+
+class TrackioSink(_TrackerRunSink):
     """One trackio run (`name`) in `project`, stored where trackio stores it (TRACKIO_DIR)."""
 
     def __init__(
@@ -129,7 +144,7 @@ class TrackioSink:
         trackio = require_extra("trackio", "trackio", what="a trackio run")
         from trackio.sqlite_storage import SQLiteStorage
 
-        self._trackio = trackio
+        self._run = trackio
         with _stdout_to_stderr():
             if replace and name in SQLiteStorage.get_runs(project):
                 SQLiteStorage.delete_run(project, name)
@@ -143,21 +158,13 @@ class TrackioSink:
                 auto_log_gpu=False,
             )
 
-    def write(self, point: ScalarPoint) -> None:
-        with _stdout_to_stderr():
-            self._trackio.log(dict(point.values), step=point.step)
-
-    def close(self) -> None:
-        with _stdout_to_stderr():
-            self._trackio.finish()
-
 
 def wandb_mode() -> str:
     """offline, unless the user chose a mode with WANDB_MODE."""
     return os.environ.get("WANDB_MODE") or "offline"
 
 
-class WandbSink:
+class WandbSink(_TrackerRunSink):
     """One wandb run (`name`, id `run_id`) of `project`, written under `directory`/wandb by
     wandb's own writer, offline unless WANDB_MODE says otherwise: `wandb sync` uploads it."""
 
@@ -196,14 +203,6 @@ class WandbSink:
     def folder(self) -> Path:
         """The run's own folder (`offline-run-...`), the one `wandb sync` takes."""
         return Path(self._run.dir).parent
-
-    def write(self, point: ScalarPoint) -> None:
-        with _stdout_to_stderr():
-            self._run.log(dict(point.values), step=point.step)
-
-    def close(self) -> None:
-        with _stdout_to_stderr():
-            self._run.finish()
 
 
 class CsvSink:

@@ -25,11 +25,12 @@ The rules import nothing heavy (`--help` states them); the statistics import num
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ccpo_cli.stats import Trend
     from ccpo_cli.store.identity import EvaluationProtocol
 
 # A window mean of fewer evaluations is one or two noisy points, not a level.
@@ -198,7 +199,118 @@ def task_type_keys(rows: list[dict]) -> list[str]:
     return [key for key in TASK_TYPES if key in present] + sorted(present - set(TASK_TYPES))
 
 
-def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
+@dataclass(frozen=True)
+class BestPoint:
+    """The best evaluation of a run's window and the selection bias of picking it: the expected
+    maximum of `n_candidates` draws, in sds, and in points of the window's noise (`bias_noise`
+    says which noise) and of one evaluation's binomial noise (None: not measured). Fields are in
+    the order the compare document writes them (`to_document`)."""
+
+    step: int
+    success: float
+    task_types: dict[str, float | None]
+    task_type_episodes: dict[str, int | None]
+    mean_turns: float | None
+    episodes: int | None
+    successes: int | None
+    train_success_rate: float | None
+    evaluation_id: int
+    evaluation_seeds: list[int]
+    chosen_from: str
+    n_candidates: int
+    expected_max_bias_sd: float
+    expected_max_bias_points: float | None
+    bias_noise: str
+    expected_max_bias_points_binomial: float | None = None
+
+    def to_document(self) -> dict[str, Any]:
+        """The document's keys; the binomial bias only where one evaluation's noise is known."""
+        document = {item.name: getattr(self, item.name) for item in fields(self)}
+        if self.expected_max_bias_points_binomial is None:
+            del document["expected_max_bias_points_binomial"]
+        return document
+
+
+@dataclass(frozen=True)
+class Window:
+    """A run's window: the evaluations of its recorded protocol from `start` on, their mean, sd
+    and trend, and their pooled episodes. The fields are in the order the compare document
+    writes them (`to_document`); `headline`, `headline_note` and `converged` are derived from
+    the others when the window is made, never given."""
+
+    mean: float | None
+    sd: float | None
+    n: int
+    steps: list[int]
+    start: int
+    evaluation_ids: list[int]
+    protocol: dict[str, Any]  # split, temperature, episodes of the evaluations averaged
+    values: list[float]
+    protocol_mixed: bool
+    left_out_evaluation_ids: list[int]  # in the window, of another protocol
+    evaluation_seeds: list[int]  # the evaluation seeds the points average (none named: one each)
+    headline: bool = field(init=False)  # enough evaluations for a window mean to be a result
+    headline_note: str | None = field(init=False)  # why not, when not
+    trend: Trend
+    converged: bool | None = field(init=False)  # the trend's verdict
+    pooled_interval: dict[str, float] | None
+    episodes: int | None  # every episode of the window (None: some evaluation's not recorded)
+    successes: int | None
+    start_basis: str
+
+    def __post_init__(self) -> None:
+        headline = self.n >= MIN_HEADLINE_EVALUATIONS
+        object.__setattr__(self, "headline", headline)
+        object.__setattr__(
+            self,
+            "headline_note",
+            None
+            if headline
+            else (
+                f"{self.n} evaluation{'s' if self.n != 1 else ''} at step >= {self.start}: "
+                f"a window mean needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
+            ),
+        )
+        object.__setattr__(self, "converged", self.trend.converged)
+
+    def to_document(self) -> dict[str, Any]:
+        document = {item.name: getattr(self, item.name) for item in fields(self)}
+        return dict(document, trend=self.trend.to_document())
+
+
+# The fields the best point keeps of its evaluation row, under the row's names.
+BEST_ROW_FIELDS = (
+    "step",
+    "mean_turns",
+    "episodes",
+    "successes",
+    "train_success_rate",
+    "evaluation_seeds",
+)
+
+
+def _bias_noise(
+    window_sd: float | None, n_candidates: int, trend: Trend
+) -> tuple[float | None, str]:
+    """The noise the best point's selection bias is measured on, and which it is: none below
+    MIN_HEADLINE_EVALUATIONS candidates, the detrended noise of a window that still moves, else
+    the window sd."""
+    if n_candidates < MIN_HEADLINE_EVALUATIONS:
+        return None, (
+            f"left out: {n_candidates} evaluation{'s' if n_candidates != 1 else ''} "
+            f"in the window, too few to measure their noise"
+        )
+    if trend.converged is False:
+        return (
+            trend.residual_sd,
+            "the detrended window (the window still moves, so its sd counts the trend)",
+        )
+    return window_sd, "the window sd"
+
+
+def _best(
+    window_sd: float | None, window_evals: list[dict], trend: Trend, interval: dict | None
+) -> BestPoint | None:
     from ccpo_cli import stats
     from ccpo_cli.store.queries import best_evaluation
 
@@ -207,55 +319,41 @@ def _best(window: dict, window_evals: list[dict], trend: dict) -> dict | None:
         return None
     n_candidates = len(window_evals)
     bias_sd = stats.expected_max_of_normals(n_candidates)
-    if n_candidates < MIN_HEADLINE_EVALUATIONS:
-        noise_sd, basis = (
-            None,
-            (
-                f"left out: {n_candidates} evaluation{'s' if n_candidates != 1 else ''} "
-                f"in the window, too few to measure their noise"
-            ),
-        )
-    elif trend.get("converged") is False:
-        noise_sd, basis = (
-            trend["residual_sd"],
-            "the detrended window (the window still moves, so its sd counts the trend)",
-        )
-    else:
-        noise_sd, basis = window["sd"], "the window sd"
-    return {
-        "step": best["step"],
-        "success": best["success_rate"],
-        "task_types": {key: best["task_types"][key]["success"] for key in task_type_keys([best])},
-        "task_type_episodes": {
-            key: best["task_types"][key]["episodes"] for key in task_type_keys([best])
-        },
-        "mean_turns": best["mean_turns"],
-        "episodes": best["episodes"],
-        "successes": best["successes"],
-        "train_success_rate": best["train_success_rate"],
-        "evaluation_id": best["id"],
-        "evaluation_seeds": best["evaluation_seeds"],
-        "chosen_from": "window",
-        "n_candidates": n_candidates,
-        "expected_max_bias_sd": bias_sd,
-        "expected_max_bias_points": None if noise_sd is None else bias_sd * noise_sd,
-        "bias_noise": basis,
-    }
+    noise_sd, basis = _bias_noise(window_sd, n_candidates, trend)
+    keys = task_type_keys([best])
+    binomial_sd = (
+        None
+        if interval is None
+        else (interval["at"] * (100 - interval["at"]) / interval["episodes"]) ** 0.5
+    )
+    return BestPoint(
+        success=best["success_rate"],
+        task_types={key: best["task_types"][key]["success"] for key in keys},
+        task_type_episodes={key: best["task_types"][key]["episodes"] for key in keys},
+        evaluation_id=best["id"],
+        chosen_from="window",
+        **{key: best[key] for key in BEST_ROW_FIELDS},
+        n_candidates=n_candidates,
+        expected_max_bias_sd=bias_sd,
+        expected_max_bias_points=None if noise_sd is None else bias_sd * noise_sd,
+        bias_noise=basis,
+        expected_max_bias_points_binomial=None if binomial_sd is None else bias_sd * binomial_sd,
+    )
 
 
 def _single_eval_interval(
-    window: dict, protocol: EvaluationProtocol, confidence: float
+    mean: float | None, protocol: EvaluationProtocol, confidence: float
 ) -> dict | None:
     """The Wilson interval of one evaluation at the window mean; None when the episodes per
     evaluation are not recorded (never an assumed panel size)."""
     from ccpo_cli import stats
 
-    if window["mean"] is None or not protocol.episodes:
+    if mean is None or not protocol.episodes:
         return None
     episodes = int(protocol.episodes)
-    low, high = stats.wilson_interval(window["mean"] / 100 * episodes, episodes, confidence)
+    low, high = stats.wilson_interval(mean / 100 * episodes, episodes, confidence)
     return {
-        "at": window["mean"],
+        "at": mean,
         "episodes": episodes,
         "episodes_basis": protocol.episodes_basis,
         "confidence": confidence,
@@ -280,86 +378,99 @@ def _window_task_types(window_evals: list[dict]) -> dict[str, dict]:
     return result
 
 
-def _pooled(window: dict, window_evals: list[dict], confidence: float) -> None:
+def _pooled(
+    window_evals: list[dict], confidence: float
+) -> tuple[int | None, int | None, dict[str, float] | None]:
+    """(episodes, successes, interval) of the window's evaluations pooled: the measurement
+    precision of the whole window, not of one evaluation. A count missing from any evaluation
+    leaves the window's total not recorded (never 0 of its episodes), and then no interval."""
     from ccpo_cli import stats
 
-    window["pooled_interval"] = None
     episode_counts = [row.get("pooled_episodes", row["episodes"]) for row in window_evals]
     success_counts = [row.get("pooled_successes", row["successes"]) for row in window_evals]
-    if window_evals and all(count is not None for count in episode_counts):
-        window["episodes"] = sum(episode_counts)
-        # A success count missing from any evaluation leaves the window's total not recorded
-        # (never 0 of its episodes).
-        complete = all(count is not None for count in success_counts)
-        window["successes"] = sum(success_counts) if complete else None
-        if complete:
-            # Measurement precision of the whole window (all its episodes pooled), not of one eval.
-            low, high = stats.wilson_interval(window["successes"], window["episodes"], confidence)
-            window["pooled_interval"] = {
-                "low": 100 * low,
-                "high": 100 * high,
-                "confidence": confidence,
-            }
-    else:
-        window["episodes"] = window["successes"] = None
+    if not window_evals or any(count is None for count in episode_counts):
+        return None, None, None
+    episodes = sum(episode_counts)
+    if any(count is None for count in success_counts):
+        return episodes, None, None
+    successes = sum(success_counts)
+    low, high = stats.wilson_interval(successes, episodes, confidence)
+    return episodes, successes, {"low": 100 * low, "high": 100 * high, "confidence": confidence}
 
 
-def window_entry(
-    evaluations: list[dict], protocol: EvaluationProtocol, window_start: int, confidence: float
-) -> dict:
-    """{"window", "window_task_types", "best", "single_eval_interval", "protocols"} of one run
-    whose recorded protocol is `protocol`."""
-    from ccpo_cli import stats
-
-    evaluations = seeds_averaged(evaluations)
-    in_window = [row for row in evaluations if row["step"] >= window_start]
-    chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
-    chosen_ids = {row["id"] for row in chosen}
-    raw = stats.window_stats(
-        [row["step"] for row in chosen], [row["success_rate"] for row in chosen], window_start
-    )
-    raw.pop("indices")
-    shown = {
-        "split": protocol.split,
-        "temperature": protocol.temperature,
-        "episodes": protocol.episodes,
-    }
-    window = dict(
-        raw,
-        start=window_start,
-        evaluation_ids=[row["id"] for row in chosen],
-        protocol=shown,
-        values=[row["success_rate"] for row in chosen],
-        protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
-        left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids],
-        # The evaluation seeds the window's points average (none named: one evaluation each).
-        evaluation_seeds=sorted({seed for row in chosen for seed in row["evaluation_seeds"]}),
-    )
-    window["headline"] = window["n"] >= MIN_HEADLINE_EVALUATIONS
-    window["headline_note"] = (
-        None
-        if window["headline"]
-        else (
-            f"{window['n']} evaluation{'s' if window['n'] != 1 else ''} at step >= {window_start}: a window mean "
-            f"needs at least {MIN_HEADLINE_EVALUATIONS} to be a result"
-        )
-    )
-    trend = stats.trend_test(window["steps"], [row["success_rate"] for row in chosen], confidence)
-    window["trend"] = trend
-    window["converged"] = trend["converged"]
-    _pooled(window, chosen, confidence)
+def _protocol_counts(evaluations: list[dict], split: str | None) -> list[dict[str, Any]]:
+    """Every protocol the run's evaluations used, with how many evaluations each."""
     counts: dict[tuple, int] = {}
     for row in evaluations:
         counts[_row_key(row)] = counts.get(_row_key(row), 0) + 1
-    protocols = [
-        {"split": protocol.split, "episodes": key[0], "temperature": key[1], "n": n}
+    return [
+        {"split": split, "episodes": key[0], "temperature": key[1], "n": n}
         for key, n in counts.items()
     ]
+
+
+def _window(
+    chosen: list[dict],
+    in_window: list[dict],
+    protocol: EvaluationProtocol,
+    window_start: int,
+    start_basis: str,
+    confidence: float,
+) -> Window:
+    """The statistics of the `chosen` evaluations (those of the run's protocol among the
+    evaluations `in_window`): mean, sd, trend and pooled episodes, and what was left out."""
+    from ccpo_cli import stats
+
+    chosen_ids = {row["id"] for row in chosen}
+    values = [row["success_rate"] for row in chosen]
+    raw = stats.window_stats([row["step"] for row in chosen], values, window_start)
+    episodes, successes, pooled_interval = _pooled(chosen, confidence)
+    return Window(
+        mean=raw["mean"],
+        sd=raw["sd"],
+        n=raw["n"],
+        steps=raw["steps"],
+        start=window_start,
+        evaluation_ids=[row["id"] for row in chosen],
+        protocol={
+            "split": protocol.split,
+            "temperature": protocol.temperature,
+            "episodes": protocol.episodes,
+        },
+        values=values,
+        protocol_mixed=len({_row_key(row) for row in in_window}) > 1,
+        left_out_evaluation_ids=[row["id"] for row in in_window if row["id"] not in chosen_ids],
+        evaluation_seeds=sorted({seed for row in chosen for seed in row["evaluation_seeds"]}),
+        trend=stats.trend_test(raw["steps"], values, confidence),
+        pooled_interval=pooled_interval,
+        episodes=episodes,
+        successes=successes,
+        start_basis=start_basis,
+    )
+
+
+def window_entry(
+    evaluations: list[dict],
+    protocol: EvaluationProtocol,
+    window_start: int,
+    start_basis: str,
+    confidence: float,
+) -> dict:
+    """{"window", "window_task_types", "best", "single_eval_interval", "protocols",
+    "protocol_mixed"} of one run whose recorded protocol is `protocol` (the `RunEntry` fields of
+    that name, report/comparison.py); the window starts at `window_start`, chosen as
+    `start_basis` says."""
+    evaluations = seeds_averaged(evaluations)
+    in_window = [row for row in evaluations if row["step"] >= window_start]
+    chosen = [row for row in in_window if _row_key(row) == protocol.evaluation_key]
+    window = _window(chosen, in_window, protocol, window_start, start_basis, confidence)
+    interval = _single_eval_interval(window.mean, protocol, confidence)
+    protocols = _protocol_counts(evaluations, protocol.split)
     return {
         "window": window,
         "window_task_types": _window_task_types(chosen),
-        "best": _best(window, chosen, trend),
-        "single_eval_interval": _single_eval_interval(window, protocol, confidence),
+        "best": _best(window.sd, chosen, window.trend, interval),
+        "single_eval_interval": interval,
         "protocols": protocols,
         "protocol_mixed": len(protocols) > 1,
     }

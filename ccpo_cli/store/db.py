@@ -813,9 +813,33 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
     return application_id == APPLICATION_ID
 
 
+class _LineScripts(sqlite_utils.Database):
+    """An in-memory database whose scripts run a statement at a time, cut at line ends.
+
+    Inside a transaction sqlite-utils cuts a script into statements by testing every prefix
+    of it, one character longer each time: the views' long SELECTs made that most of a
+    command's start-up (every command opens the runs database, and the reference schema is
+    built by running every migration). A statement of ccpo's migrations ends at a line end;
+    a line that holds two goes through sqlite-utils' own cutting."""
+
+    def executescript(self, sql: str) -> sqlite3.Cursor:
+        cursor, statement = self.conn.cursor(), ""
+        for line in sql.splitlines(keepends=True):
+            statement += line
+            if sqlite3.complete_statement(statement):
+                try:
+                    cursor.execute(statement)
+                except sqlite3.ProgrammingError:  # more than one statement on its last line
+                    cursor = super().executescript(statement)
+                statement = ""
+        if statement.strip():
+            cursor = super().executescript(statement)
+        return cursor
+
+
 @functools.lru_cache(maxsize=1)
 def _expected_columns() -> dict[str, frozenset[str]]:
-    reference = sqlite_utils.Database(memory=True)
+    reference = _LineScripts(memory=True)
     MIGRATIONS.apply(reference)
     return {
         table.name: frozenset(table.columns_dict)

@@ -37,6 +37,17 @@ class Protocol:
                 f"unknown host profile {name!r} for protocol {self.name} (known: {known})"
             ) from None
 
+    def placeholder(self, train_rows: int) -> tuple[dict[str, int], dict[str, str]]:
+        """The rows (`train_rows`, and the protocol's validation rows) and the fields of the
+        placeholder dataset the launch writes for verl's data loader."""
+        data = self.placeholder_data
+        rows = {"train": train_rows, "test": int(data.get("val_rows", 128))}
+        fields = {
+            "data_source": str(data.get("data_source", "text")),
+            "ability": str(data.get("ability", "agent")),
+        }
+        return rows, fields
+
 
 def load_protocol(name: str = "alfworld") -> Protocol:
     path = configs_dir() / "protocol" / f"{name}.yaml"
