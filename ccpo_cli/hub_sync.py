@@ -509,7 +509,6 @@ def _merge_one(db, hub, entry, origin, local: Path, limits, budget, counts) -> s
             merge_part(
                 db,
                 local,
-                entry.path,
                 origin,
                 blob_id=entry.blob_id,
                 size_bytes=entry.size,

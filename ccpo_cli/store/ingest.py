@@ -638,7 +638,10 @@ def ingest_file(
         given_facts = dict(facts or {})
         report.split = evaluated.split
         if evaluated.row_split != HELDOUT:
-            _keep_split_apart(path, run, evaluated, stated_facts, given_facts, report)
+            # This file's split is its evaluations' own: not the run's, which stays as it was.
+            stated_facts.pop("split", None)
+            given_facts.pop("split", None)
+            report.warnings.append(_split_apart_warning(path, run, evaluated))
         _note_what_the_log_shows(stated_facts, choice.current, report)
         _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
         _warn_unexpanded(path, config, stated, report)
@@ -743,18 +746,9 @@ def _evaluation_only(
     _mark_reference(db, run, path, run_is_new, report)
 
 
-def _keep_split_apart(
-    path: Path,
-    run: str,
-    evaluated: _Evaluated,
-    stated_facts: dict[str, Any],
-    given_facts: dict[str, Any],
-    report: IngestReport,
-) -> None:
-    """This file's split is its evaluations' own: not the run's, which stays as it was."""
-    stated_facts.pop("split", None)
-    given_facts.pop("split", None)
-    report.warnings.append(
+def _split_apart_warning(path: Path, run: str, evaluated: _Evaluated) -> str:
+    """The warning for a file whose evaluations ran on a split other than the run's."""
+    return (
         f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
         f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
         f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"

@@ -113,16 +113,17 @@ def _database_bytes(db: sqlite_utils.Database) -> int:
 def merge_part(
     db: sqlite_utils.Database,
     local_path: Path,
-    path_in_repo: str,
     origin: Origin,
     *,
     blob_id: str | None = None,
     size_bytes: int | None = None,
     budget: PullBudget | None = None,
 ) -> MergeCounts:
-    """Merge one downloaded part and note it as merged, all in one transaction (a pull stopped
-    half-way keeps the parts it finished, and the next pull goes on from there). With a
-    `budget`, a part that would pass it raises PullBudgetSpent and leaves nothing behind."""
+    """Merge one downloaded part (`origin.part` in the dataset, `local_path` here) and note it
+    as merged, all in one transaction (a pull stopped half-way keeps the parts it finished, and
+    the next pull goes on from there). With a `budget`, a part that would pass it raises
+    PullBudgetSpent and leaves nothing behind."""
+    path_in_repo = origin.part
     table, batches = read_part(local_path, path_in_repo)
     counts = MergeCounts()
     merged = 0
@@ -134,18 +135,7 @@ def merge_part(
             merged += len(rows)
         if budget is not None:
             budget.charge(db, merged, path_in_repo)  # the growth of the last batch too
-        db.table("sync_parts").insert(
-            {
-                "repo_id": origin.repo_id,
-                "path": path_in_repo,
-                "blob_id": blob_id,
-                "size_bytes": size_bytes,
-                "direction": "pull",
-                "commit_id": origin.commit_id,
-                "recorded_at": utc_now(),
-            },
-            replace=True,
-        )
+        _record_part(db, origin, "pull", blob_id=blob_id, size_bytes=size_bytes)
     if budget is not None:
         budget.spend(merged)
     return counts

@@ -215,15 +215,6 @@ class _Pending:
         return parse_record(self.body) is None and self.body.rstrip().endswith(("/", "_"))
 
 
-def _feed(config: ConfigBlock, line: Line, body: str) -> Iterator[ReadEvent]:
-    """One more line of a printed config: its event once it reads, a skip once it is given up."""
-    outcome = config.add(body, line.number)
-    if isinstance(outcome, StatedConfig):
-        yield outcome
-    elif outcome is not None:
-        yield Skipped(line.number, outcome)
-
-
 def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     """The events of a console log. A record ending on a line of exactly WANDB_LINE_LIMIT
     characters is held until the file shows whether wandb cut it: a line longer than the limit
@@ -267,6 +258,9 @@ class _LongerLine:
     """A physical line longer than WANDB_LINE_LIMIT: the file was not cut by wandb."""
 
 
+_ConsoleEvent = ReadEvent | _MaybeCut | _LongerLine  # what read_console sorts out
+
+
 def _covers(record: MetricRecord | Skipped | _MaybeCut, previous_last_key: str | None) -> bool:
     """Whether an unterminated last line is a whole record: it reads, and it ends with the key
     the record before it ended with (verl prints a step's metrics in one line, in one order, so
@@ -303,8 +297,13 @@ class _ConsoleLines:
         return result
 
     def feed_config(self, line: Line, body: str) -> Iterator[ReadEvent]:
+        """One more line of a printed config: its event once it reads, a skip once it is given up."""
         assert self.config is not None
-        yield from _feed(self.config, line, body)
+        outcome = self.config.add(body, line.number)
+        if isinstance(outcome, StatedConfig):
+            yield outcome
+        elif outcome is not None:
+            yield Skipped(line.number, outcome)
         self.config = None if self.config.done else self.config
 
     def initial_validation(self, line: Line, body: str) -> Iterator[ReadEvent]:
@@ -316,9 +315,7 @@ class _ConsoleLines:
             yield Skipped(line.number, outcome)
         self.printed = None if self.printed.done else self.printed
 
-    def read(
-        self, line: Line, prefix: str | None, body: str
-    ) -> Iterator[ReadEvent | _MaybeCut | _LongerLine]:
+    def read(self, line: Line, prefix: str | None, body: str) -> Iterator[_ConsoleEvent]:
         """The events of one logical line."""
         if not self.longer_line_seen and len(line.text) > WANDB_LINE_LIMIT:
             self.longer_line_seen = True
@@ -357,9 +354,7 @@ class _ConsoleLines:
             yield self.completed()
         yield from self.other_output(line, prefix, body)
 
-    def last_line(
-        self, line: Line, prefix: str | None, body: str
-    ) -> Iterator[ReadEvent | _MaybeCut]:
+    def last_line(self, line: Line, prefix: str | None, body: str) -> Iterator[_ConsoleEvent]:
         """The unterminated last line: still being written, unless it is a whole record (see
         _covers). If it would continue the pending record, that record is incomplete too; both
         wait for the next ingest. An unterminated line of other output holds no record."""
@@ -388,7 +383,7 @@ class _ConsoleLines:
             yield command
 
 
-def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCut | _LongerLine]:
+def _read_console(path: Path, stats: ReadStats) -> Iterator[_ConsoleEvent]:
     state = _ConsoleLines()
     for item in _physical_lines(path, stats):
         if not isinstance(item, tuple):
