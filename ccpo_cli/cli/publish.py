@@ -250,11 +250,8 @@ def _follow(ctx: typer.Context, options: PublishOptions) -> None:
         options.follow,
         target,
         secret,
-        run_dir=options.run_dir,
-        verl_agent_home=options.verl_agent_home,
+        **option_values(options, ("run_dir", "verl_agent_home", "once", "retry_failed")),
         poll_s=options.poll,
-        once=options.once,
-        retry_failed=options.retry_failed,
         log=lambda message: info(ctx, escape_control(message)),
     )
     if options.as_json:
