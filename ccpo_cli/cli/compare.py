@@ -17,10 +17,10 @@ from ccpo_cli.cli.common import (
     WindowStartOption,
     emit,
     info,
-    options_command,
     output_format,
     settings,
 )
+from ccpo_cli.cli.options import options_command
 from ccpo_cli.errors import UsageError
 
 

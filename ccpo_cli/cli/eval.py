@@ -17,13 +17,12 @@ from ccpo_cli.cli.common import (
     TableOption,
     emit,
     info,
-    option_values,
-    options_command,
     output_format,
     parse_seeds,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.cli.progress import Progress
 from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 

@@ -13,10 +13,10 @@ from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
     emit,
-    options_command,
     output_format,
     settings,
 )
+from ccpo_cli.cli.options import options_command
 from ccpo_cli.errors import UsageError
 
 

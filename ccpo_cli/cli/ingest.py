@@ -13,11 +13,10 @@ from ccpo_cli.cli.common import (
     JsonOption,
     emit_json,
     info,
-    option_values,
-    options_command,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.errors import UsageError
 
 # Below this size an ingest finishes before a bar would be worth drawing.

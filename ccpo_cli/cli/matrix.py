@@ -20,12 +20,11 @@ from ccpo_cli.cli.common import (
     TableOption,
     emit,
     info,
-    option_values,
-    options_command,
     output_format,
     parse_seeds,
     settings,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.experiments.matrix import DEFAULT_DESIGN, list_designs
 from ccpo_cli.report.window import MatrixWindow
 

@@ -20,12 +20,12 @@ from ccpo_cli.cli.common import (
     emit_json,
     handle_errors,
     info,
-    options_command,
     output_format,
     say,
     settings,
     stdout_console,
 )
+from ccpo_cli.cli.options import options_command
 
 runs_app = typer.Typer(
     help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True

@@ -16,11 +16,11 @@ from ccpo_cli.cli.common import (
     emit,
     emit_json,
     info,
-    options_command,
     output_format,
     say,
     settings,
 )
+from ccpo_cli.cli.options import options_command
 
 sync_app = typer.Typer(
     help="Share runs between machines through a private Hub dataset: push this database's new rows, pull everyone's.",
