@@ -153,29 +153,6 @@ HubRevisionOption = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class HubPublishing:
-    """How `ccpo publish` and `ccpo train --push-to-hub` reach the Hub: an option group (None:
-    not given; the publisher's default)."""
-
-    private: HubPrivateOption = None
-    token: HubTokenOption = None
-    token_file: HubTokenFileOption = None
-    timeout: HubTimeoutOption = None
-    deadline: HubDeadlineOption = None
-    endpoint: HubEndpointOption = None
-
-
-@dataclass(frozen=True)
-class HubConnection:
-    """How `ccpo sync push` and `ccpo sync pull` reach the Hub: an option group."""
-
-    token: HubTokenOption = None
-    token_file: HubTokenFileOption = None
-    timeout: HubTimeoutOption = None
-    endpoint: HubEndpointOption = None
-
-
 # Where `ccpo eval --model` and `ccpo publish --checkpoint` put a merged verl checkpoint.
 MergedDirOption = Annotated[
     Path | None,

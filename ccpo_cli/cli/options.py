@@ -1,7 +1,8 @@
 """How a command's options become one typed object: `options_command` makes a frozen dataclass's
 fields (each an `Annotated` Typer option) the command's parameters, option groups included, and
 hands the command the parsed object; `option_values` passes options on to a library call that
-takes them under the same names.
+takes them under the same names. The option groups several commands share are declared here
+(the output format, the Hub's), from the option types of `cli/common.py`.
 
 Start-up matters (this runs while `ccpo --help` builds every command): the standard library,
 typer and `cli/common.py` only.
@@ -13,11 +14,66 @@ import dataclasses
 import inspect
 import typing
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import typer
 
-from ccpo_cli.cli.common import handle_errors
+from ccpo_cli.cli.common import (
+    FormatOption,
+    HubDeadlineOption,
+    HubEndpointOption,
+    HubPrivateOption,
+    HubTimeoutOption,
+    HubTokenFileOption,
+    HubTokenOption,
+    JsonOption,
+    OutputFormat,
+    TableOption,
+    handle_errors,
+    output_format,
+)
+
+
+@dataclass(frozen=True)
+class Output:
+    """How a command prints its result: --json or --format (an option group)."""
+
+    as_json: JsonOption = False
+    fmt: FormatOption = None
+
+    def chosen(self) -> OutputFormat:
+        return output_format(self.fmt, self.as_json)
+
+
+@dataclass(frozen=True)
+class TablesOutput(Output):
+    """--json or --format, and --table for a command that prints several tables."""
+
+    table: TableOption = None
+
+
+@dataclass(frozen=True)
+class HubPublishing:
+    """How `ccpo publish` and `ccpo train --push-to-hub` reach the Hub: an option group (None:
+    not given; the publisher's default)."""
+
+    private: HubPrivateOption = None
+    token: HubTokenOption = None
+    token_file: HubTokenFileOption = None
+    timeout: HubTimeoutOption = None
+    deadline: HubDeadlineOption = None
+    endpoint: HubEndpointOption = None
+
+
+@dataclass(frozen=True)
+class HubConnection:
+    """How `ccpo sync push` and `ccpo sync pull` reach the Hub: an option group."""
+
+    token: HubTokenOption = None
+    token_file: HubTokenFileOption = None
+    timeout: HubTimeoutOption = None
+    endpoint: HubEndpointOption = None
 
 
 def options_command(options_type: type) -> Callable[[Callable], Callable]:

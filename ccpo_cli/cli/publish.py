@@ -13,7 +13,6 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
-    HubPublishing,
     HubRevisionOption,
     JsonOption,
     LicenseOption,
@@ -25,7 +24,7 @@ from ccpo_cli.cli.common import (
     say,
     settings,
 )
-from ccpo_cli.cli.options import option_values, options_command
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 
 

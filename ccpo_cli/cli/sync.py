@@ -9,18 +9,15 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli.common import (
-    FormatOption,
-    HubConnection,
     HubRepoOption,
     JsonOption,
     emit,
     emit_json,
     info,
-    output_format,
     say,
     settings,
 )
-from ccpo_cli.cli.options import options_command
+from ccpo_cli.cli.options import HubConnection, Output, options_command
 
 sync_app = typer.Typer(
     help="Share runs between machines through a private Hub dataset: push this database's new rows, pull everyone's.",
@@ -131,8 +128,7 @@ class PullOptions:
             "--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192)."
         ),
     ] = None
-    as_json: JsonOption = False
-    fmt: FormatOption = None
+    output: Output = Output()
 
 
 @sync_app.command("pull")
@@ -146,7 +142,7 @@ def pull_command(ctx: typer.Context, options: PullOptions) -> None:
     from ccpo_cli.report.command_tables import sync_table
     from ccpo_cli.store import open_db
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     result = sync_pull(
         open_db(settings(ctx).db),
         options.repo,

@@ -19,7 +19,6 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
-    HubPublishing,
     JsonOption,
     SeedsOption,
     SetOption,
@@ -31,7 +30,7 @@ from ccpo_cli.cli.common import (
     settings,
     stderr_console,
 )
-from ccpo_cli.cli.options import option_values, options_command
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of
