@@ -17,11 +17,10 @@ from ccpo_cli.cli.common import (
     WindowStartOption,
     emit_json,
     info,
-    option_values,
-    options_command,
     say,
     settings,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.vocabulary import FINAL, INTERIM
 
 

@@ -10,17 +10,13 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
     OutputFormat,
-    TableOption,
     WindowStartOption,
     emit,
     info,
-    options_command,
-    output_format,
     settings,
 )
+from ccpo_cli.cli.options import TablesOutput, options_command
 from ccpo_cli.errors import UsageError
 
 
@@ -37,9 +33,7 @@ class CompareOptions:
         ),
     ] = None
     window_start: WindowStartOption = None
-    as_json: JsonOption = False
-    fmt: FormatOption = None
-    table: TableOption = None
+    output: TablesOutput = TablesOutput()
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -77,7 +71,7 @@ def compare(ctx: typer.Context, options: CompareOptions) -> None:
     from ccpo_cli.report.compare_tables import comparison_tables, latex_comparison_tables
     from ccpo_cli.store import open_db
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     detect = options.detect
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
@@ -94,4 +88,4 @@ def compare(ctx: typer.Context, options: CompareOptions) -> None:
         plot_learning_curves(comparison, options.plot)
         info(ctx, f"wrote {options.plot}")
     build = latex_comparison_tables if chosen is OutputFormat.latex else comparison_tables
-    emit(chosen, comparison.as_json(), lambda: build(comparison), table=options.table)
+    emit(chosen, comparison.as_json(), lambda: build(comparison), table=options.output.table)

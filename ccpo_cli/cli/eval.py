@@ -10,20 +10,15 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
     MergedDirOption,
     SeedsOption,
-    TableOption,
     emit,
     info,
-    option_values,
-    options_command,
-    output_format,
     parse_seeds,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import TablesOutput, option_values, options_command
 from ccpo_cli.cli.progress import Progress
 from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
@@ -107,9 +102,7 @@ class EvalCommandOptions:
         ),
     ] = None
     merged_dir: MergedDirOption = None
-    as_json: JsonOption = False
-    fmt: FormatOption = None
-    table: TableOption = None
+    output: TablesOutput = TablesOutput()
 
 
 @options_command(EvalCommandOptions)
@@ -125,7 +118,7 @@ def eval_command(ctx: typer.Context, options: EvalCommandOptions) -> None:
     from ccpo_cli.evaluation import EvalOptions, run_eval
     from ccpo_cli.report.command_tables import eval_tables
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     request = EvalOptions(
         **option_values(options, EVAL_REQUEST_FIELDS), seeds=parse_seeds(options.seeds)
     )
@@ -149,7 +142,7 @@ def eval_command(ctx: typer.Context, options: EvalCommandOptions) -> None:
             on_turn=progress.turn,
             on_phase=progress.phase,
         )
-    emit(chosen, document, lambda: eval_tables(document), table=options.table)
+    emit(chosen, document, lambda: eval_tables(document), table=options.output.table)
 
 
 # The options `EvalOptions` takes under the same names (the seeds are parsed first).

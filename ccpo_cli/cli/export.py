@@ -10,13 +10,10 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
     emit,
-    options_command,
-    output_format,
     settings,
 )
+from ccpo_cli.cli.options import Output, options_command
 from ccpo_cli.errors import UsageError
 
 
@@ -52,8 +49,7 @@ class ExportOptions:
     project: Annotated[str, typer.Option("--project", help="The trackio or wandb project.")] = (
         "ccpo"
     )
-    as_json: JsonOption = False
-    fmt: FormatOption = None
+    output: Output = Output()
 
 
 @options_command(ExportOptions)
@@ -76,7 +72,7 @@ def export(ctx: typer.Context, options: ExportOptions) -> None:
     from ccpo_cli.report.trackers import TRACKERS
     from ccpo_cli.store import open_db
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     tracker = options.to.strip().lower()
     if tracker not in TRACKERS:
         raise UsageError(f"--to {options.to!r}: use one of {', '.join(TRACKERS)}")

@@ -13,10 +13,10 @@ from ccpo_cli.cli.common import (
     JsonOption,
     emit_json,
     info,
-    options_command,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.errors import UsageError
 
 # Below this size an ingest finishes before a bar would be worth drawing.
@@ -277,11 +277,7 @@ def _recorded_as(options: IngestOptions, reader: str) -> dict:
     flat_config, facts = protocol_facts(
         options.config,
         left_out=config_left_out,
-        split=options.split,
-        temperature=options.temperature,
-        episodes=options.episodes,
-        seed=options.seed,
-        total_steps=options.total_steps,
+        **option_values(options, ("split", "temperature", "episodes", "seed", "total_steps")),
     )
     if options.hardware is not None:
         if not options.hardware.strip() or len(options.hardware) > 200:

@@ -15,17 +15,12 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     SEED_SYNTAX,
-    FormatOption,
-    JsonOption,
-    TableOption,
     emit,
     info,
-    option_values,
-    options_command,
-    output_format,
     parse_seeds,
     settings,
 )
+from ccpo_cli.cli.options import TablesOutput, option_values, options_command
 from ccpo_cli.experiments.matrix import DEFAULT_DESIGN, list_designs
 from ccpo_cli.report.window import MatrixWindow
 
@@ -261,9 +256,7 @@ class MatrixOptions:
             "--eval-noise-seeds", help="Evaluation seeds per re-evaluated checkpoint (1..K)."
         ),
     ] = 3
-    as_json: JsonOption = False
-    fmt: FormatOption = None
-    table: TableOption = None
+    output: TablesOutput = TablesOutput()
 
 
 @options_command(MatrixOptions)
@@ -276,7 +269,7 @@ def matrix(ctx: typer.Context, options: MatrixOptions) -> None:
     from ccpo_cli.experiments.designs import load_design
     from ccpo_cli.experiments.matrix import run_matrix
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     if not options.detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {options.detect}")
     testbed = load_design(options.design).with_options(**option_values(options, DESIGN_KNOBS))
@@ -357,7 +350,7 @@ def _print_budget(options: MatrixOptions, testbed, chosen) -> None:
         workers=options.workers,
         ray=options.ray_address is not None,
     )
-    emit(chosen, estimate, lambda: plan_lines(estimate), table=options.table)
+    emit(chosen, estimate, lambda: plan_lines(estimate), table=options.output.table)
 
 
 def _report_run(ctx: typer.Context, options: MatrixOptions, result) -> None:
@@ -443,5 +436,5 @@ def _emit_comparison(chosen, options: MatrixOptions, summary: dict, comparison) 
             chosen,
             {"matrix": summary, "compare": {} if comparison is None else comparison.as_json()},
             lambda: [] if comparison is None else comparison_tables(comparison),
-            table=options.table,
+            table=options.output.table,
         )

@@ -13,7 +13,6 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
-    HubPublishing,
     HubRevisionOption,
     JsonOption,
     LicenseOption,
@@ -22,11 +21,10 @@ from ccpo_cli.cli.common import (
     WindowStartOption,
     emit_json,
     info,
-    option_values,
-    options_command,
     say,
     settings,
 )
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 
 
@@ -250,11 +248,8 @@ def _follow(ctx: typer.Context, options: PublishOptions) -> None:
         options.follow,
         target,
         secret,
-        run_dir=options.run_dir,
-        verl_agent_home=options.verl_agent_home,
+        **option_values(options, ("run_dir", "verl_agent_home", "once", "retry_failed")),
         poll_s=options.poll,
-        once=options.once,
-        retry_failed=options.retry_failed,
         log=lambda message: info(ctx, escape_control(message)),
     )
     if options.as_json:

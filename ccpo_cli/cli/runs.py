@@ -15,17 +15,16 @@ from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
     OutputFormat,
-    TableOption,
     emit,
     emit_json,
     handle_errors,
     info,
-    options_command,
     output_format,
     say,
     settings,
     stdout_console,
 )
+from ccpo_cli.cli.options import Output, TablesOutput, options_command
 
 runs_app = typer.Typer(
     help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True
@@ -101,8 +100,7 @@ class ListOptions:
             "always have every column.",
         ),
     ] = False
-    as_json: JsonOption = False
-    fmt: FormatOption = None
+    output: Output = Output()
 
 
 @runs_app.command("list")
@@ -126,7 +124,7 @@ def list_command(ctx: typer.Context, options: ListOptions) -> None:
     run_filter = RunFilter(arm=o.arm, status=o.status, benchmark=o.benchmark, model=o.model)
     runs = listed_runs(open_db(settings(ctx).db, must_exist=True), run_filter)
     runs = sorted_runs(runs, o.sort, o.limit) if o.sort else runs[: o.limit]
-    chosen = output_format(o.fmt, o.as_json)
+    chosen = o.output.chosen()
     narrow = chosen is OutputFormat.table and not o.wide
     emit(chosen, {"runs": runs}, lambda: [(narrow_runs_table if narrow else runs_table)(runs)])
 
@@ -146,9 +144,7 @@ class ShowOptions:
             show_default=False,
         ),
     ] = None
-    as_json: JsonOption = False
-    fmt: FormatOption = None
-    table: TableOption = None
+    output: TablesOutput = TablesOutput()
 
 
 @runs_app.command("show")
@@ -172,15 +168,20 @@ def show_command(ctx: typer.Context, options: ShowOptions) -> None:
         from ccpo_cli.store.metrics import metric_series_document
 
         found = metric_series_document(db, options.run, options.metric)
-        chosen = output_format(options.fmt, options.as_json)
-        emit(chosen, found, lambda: metric_series_tables(found), table=options.table)
+        chosen = options.output.chosen()
+        emit(chosen, found, lambda: metric_series_tables(found), table=options.output.table)
         return
     from ccpo_cli.report.run_detail_tables import run_detail_tables
     from ccpo_cli.store.run_detail import run_document
 
     document = run_document(db, options.run)
-    chosen = output_format(options.fmt, options.as_json)
-    emit(chosen, document, lambda: run_detail_tables(document, options.run), table=options.table)
+    chosen = options.output.chosen()
+    emit(
+        chosen,
+        document,
+        lambda: run_detail_tables(document, options.run),
+        table=options.output.table,
+    )
     if chosen is OutputFormat.table and document["publication_outbox"]:
         from ccpo_cli.publishing.status import outbox_table
 

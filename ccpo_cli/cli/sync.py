@@ -9,19 +9,15 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli.common import (
-    FormatOption,
-    HubConnection,
     HubRepoOption,
     JsonOption,
     emit,
     emit_json,
-    handle_errors,
     info,
-    options_command,
-    output_format,
     say,
     settings,
 )
+from ccpo_cli.cli.options import HubConnection, Output, options_command
 
 sync_app = typer.Typer(
     help="Share runs between machines through a private Hub dataset: push this database's new rows, pull everyone's.",
@@ -132,8 +128,7 @@ class PullOptions:
             "--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192)."
         ),
     ] = None
-    as_json: JsonOption = False
-    fmt: FormatOption = None
+    output: Output = Output()
 
 
 @sync_app.command("pull")
@@ -147,7 +142,7 @@ def pull_command(ctx: typer.Context, options: PullOptions) -> None:
     from ccpo_cli.report.command_tables import sync_table
     from ccpo_cli.store import open_db
 
-    chosen = output_format(options.fmt, options.as_json)
+    chosen = options.output.chosen()
     result = sync_pull(
         open_db(settings(ctx).db),
         options.repo,
@@ -178,14 +173,17 @@ def _log_pull(ctx: typer.Context, result: dict) -> None:
     )
 
 
-def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool, as_json: bool):
+def _settle(ctx: typer.Context, options: SettleOptions, *, accept: bool) -> None:
     from ccpo_cli.store import get_run, open_db
     from ccpo_cli.store.retractions import default_actor
     from ccpo_cli.store.sync_trust import settle_held
 
+    run = options.run
     db = open_db(settings(ctx).db, must_exist=True)
-    settled = settle_held(db, get_run(db, run), ids or None, accept=accept, by=default_actor())
-    if as_json:
+    settled = settle_held(
+        db, get_run(db, run), options.ids or None, accept=accept, by=default_actor()
+    )
+    if options.as_json:
         emit_json({"run": run, "accepted" if accept else "rejected": settled})
         return
     verb = "accepted" if accept else "rejected"
@@ -195,22 +193,24 @@ def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool
         info(ctx, f"run {run}: held {row['table']} row {row['id']} {verb} ({row['outcome']})")
 
 
-HeldIdOption = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--id", help="A held row's id, as `ccpo runs show RUN` lists it (default: every held row)."
-    ),
-]
+@dataclass(frozen=True)
+class SettleOptions:
+    """What `ccpo sync accept` or `ccpo sync reject` was asked: one run's held rows."""
+
+    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")]
+    ids: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--id",
+            help="A held row's id, as `ccpo runs show RUN` lists it (default: every held row).",
+        ),
+    ] = None
+    as_json: JsonOption = False
 
 
 @sync_app.command("accept")
-@handle_errors
-def accept_command(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
-    ids: HeldIdOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@options_command(SettleOptions)
+def accept_command(ctx: typer.Context, options: SettleOptions) -> None:
     """Merge rows a pull held for one of this machine's runs (foreign evaluations, corrections), as a local write would.
 
     Only this machine writes its runs: a pulled row that would change one is held, in no number,
@@ -218,19 +218,14 @@ def accept_command(
 
     Example: ccpo sync accept grpo-seed0 --id 3
     """
-    _settle(ctx, run, ids, accept=True, as_json=as_json)
+    _settle(ctx, options, accept=True)
 
 
 @sync_app.command("reject")
-@handle_errors
-def reject_command(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
-    ids: HeldIdOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@options_command(SettleOptions)
+def reject_command(ctx: typer.Context, options: SettleOptions) -> None:
     """Set aside rows a pull held for one of this machine's runs; they stay listed, never merged.
 
     Example: ccpo sync reject grpo-seed0 --id 3
     """
-    _settle(ctx, run, ids, accept=False, as_json=as_json)
+    _settle(ctx, options, accept=False)

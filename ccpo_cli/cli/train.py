@@ -19,20 +19,18 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
-    HubPublishing,
     JsonOption,
     SeedsOption,
     SetOption,
     check_seed,
     emit_json,
     info,
-    option_values,
-    options_command,
     parse_seeds,
     say,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of

@@ -134,7 +134,6 @@ def _task_types() -> tuple[str, ...]:
 
 def eval_tables(document: dict) -> list[Any]:
     """`ccpo eval`: the model line, per seed, per task type, and the summary line."""
-    task_keys = _task_types()
     items: list[Any] = []
     checkpoint = document.get("checkpoint")
     if checkpoint:
@@ -142,6 +141,17 @@ def eval_tables(document: dict) -> list[Any]:
             f"model: {checkpoint['merged_folder']} ({'reused merge' if checkpoint['reused_merge'] else 'merged'} "
             f"from {checkpoint['source']}, step {checkpoint['step']}; record {checkpoint['record']})"
         )
+    items.append(_eval_seeds_table(document))
+    items.append(_eval_task_types_table(document))
+    items.append(
+        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
+        f"± {number_text(document['sd'])} (sd over seeds)"
+    )
+    return items
+
+
+def _eval_seeds_table(document: dict) -> TableData:
+    """A row per evaluation seed: episodes, wins, success with its Wilson interval, turns."""
     seeds = TableData(
         "seeds",
         f"{document['agent']} on {document['games']} (run {document['run']}, step {document['step']})",
@@ -169,7 +179,11 @@ def eval_tables(document: dict) -> list[Any]:
             num(row["mean_turns"]),
             num(row["invalid_turn_rate"]),
         )
-    items.append(seeds)
+    return seeds
+
+
+def _eval_task_types_table(document: dict) -> TableData:
+    """A row per task type the evaluation played: each seed's success, their mean ± sd."""
     seed_numbers = [row["seed"] for row in document["evaluations"]]
     types = TableData(
         "task_types",
@@ -181,7 +195,7 @@ def eval_tables(document: dict) -> list[Any]:
             Column("mean ± sd", fields=("mean", "sd")),
         ],
     )
-    for key in task_keys:
+    for key in _task_types():
         if key not in document["task_types"]:
             continue
         cells = [row["task_types"].get(key) for row in document["evaluations"]]
@@ -195,9 +209,4 @@ def eval_tables(document: dict) -> list[Any]:
                 (raw_value(aggregate["mean"]), raw_value(aggregate["sd"])),
             ),
         )
-    items.append(types)
-    items.append(
-        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
-        f"± {number_text(document['sd'])} (sd over seeds)"
-    )
-    return items
+    return types

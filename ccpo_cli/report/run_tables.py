@@ -96,40 +96,44 @@ def runs_table(runs: list[dict]) -> TableData:
         ],
     )
     for run in runs:
-        last = run["last_step"] if run["last_step"] is not None else run["last_eval_step"]
-        steps = dash_or_text(last) + (f"/{run['total_steps']}" if run["total_steps"] else "")
-        retracted = run.get("retracted")
-        retracted_text = (
-            "run"
-            if retracted
-            else (f"{run['n_retracted']} eval(s)" if run.get("n_retracted") else "")
-        )
-        window = run.get("window_success")
-        table.add(
-            txt(run["name"]),
-            txt(run["arm"]),
-            num(run["seed"]),
-            txt(run["status"]),
-            Cell(steps, (last, run["total_steps"])),
-            num(run["n_evaluations"]),
-            _at_step(run.get("last_success"), run.get("last_success_step")),
-            _at_step(run.get("best_success"), run.get("best_success_step")),
-            Cell(
-                f"{number_text(window)} ({run.get('window_n')})" if window is not None else "-",
-                (raw_value(window), run.get("window_n") or 0),
-            ),
-            num(run["n_conflicts"]),
-            Cell(
-                retracted_text,
-                (retracted or {}).get("reason") if retracted else run.get("n_retracted") or 0,
-            ),
-            txt(run["base_model"]),
-            txt(run.get("benchmark")),
-            txt(run.get("backend")),
-            Cell((run.get("created_at") or "-")[:16].replace("T", " "), run.get("created_at")),
-            Cell((run.get("updated_at") or "-")[:16].replace("T", " "), run.get("updated_at")),
-        )
+        table.add(*_run_cells(run))
     return table
+
+
+def _run_cells(run: dict) -> list[Cell]:
+    """One run's row of `runs_table`: steps as last/total, success as value@step, the window
+    with its count, and what of it is retracted."""
+    last = run["last_step"] if run["last_step"] is not None else run["last_eval_step"]
+    steps = dash_or_text(last) + (f"/{run['total_steps']}" if run["total_steps"] else "")
+    retracted = run.get("retracted")
+    retracted_text = (
+        "run" if retracted else (f"{run['n_retracted']} eval(s)" if run.get("n_retracted") else "")
+    )
+    window = run.get("window_success")
+    return [
+        txt(run["name"]),
+        txt(run["arm"]),
+        num(run["seed"]),
+        txt(run["status"]),
+        Cell(steps, (last, run["total_steps"])),
+        num(run["n_evaluations"]),
+        _at_step(run.get("last_success"), run.get("last_success_step")),
+        _at_step(run.get("best_success"), run.get("best_success_step")),
+        Cell(
+            f"{number_text(window)} ({run.get('window_n')})" if window is not None else "-",
+            (raw_value(window), run.get("window_n") or 0),
+        ),
+        num(run["n_conflicts"]),
+        Cell(
+            retracted_text,
+            (retracted or {}).get("reason") if retracted else run.get("n_retracted") or 0,
+        ),
+        txt(run["base_model"]),
+        txt(run.get("benchmark")),
+        txt(run.get("backend")),
+        Cell((run.get("created_at") or "-")[:16].replace("T", " "), run.get("created_at")),
+        Cell((run.get("updated_at") or "-")[:16].replace("T", " "), run.get("updated_at")),
+    ]
 
 
 def benchmark_task_types(
