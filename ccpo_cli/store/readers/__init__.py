@@ -12,12 +12,6 @@ from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.readers.base import ReadEvent, ReadStats
-from ccpo_cli.store.readers.console import read_console
-from ccpo_cli.store.readers.csv_table import read_csv
-from ccpo_cli.store.readers.detect import detect_format
-from ccpo_cli.store.readers.jsonl import read_json_lines
-from ccpo_cli.store.readers.tb_events import read_tensorboard
-from ccpo_cli.store.readers.wandb_run import read_wandb
 from ccpo_cli.vocabulary import (
     AUTO,
     CCPO_JSONL,
@@ -36,6 +30,15 @@ FOLDER_FORMATS = INGEST_FOLDER_FORMATS
 __all__ = ["FORMATS", "detect_format", "read_events"]
 
 
+def __getattr__(name: str):
+    # detect_format, imported with the readers whose marks it looks for (see read_events).
+    if name == "detect_format":
+        from ccpo_cli.store.readers.detect import detect_format
+
+        return detect_format
+    raise AttributeError(name)
+
+
 def read_events(
     path: Path,
     fmt: str,
@@ -48,6 +51,15 @@ def read_events(
     """(the format read, its events). `metric` names the scalar of a single-scalar CSV and
     `source_run` the run of a CSV holding several; `notes` collects what a reader decided on
     the user's behalf (percent columns)."""
+    # The readers are imported when a log is read: the commands that only read runs.db (compare,
+    # runs show) import this package for base.py's record types, and should not pay for them.
+    from ccpo_cli.store.readers.console import read_console
+    from ccpo_cli.store.readers.csv_table import read_csv
+    from ccpo_cli.store.readers.detect import detect_format
+    from ccpo_cli.store.readers.jsonl import read_json_lines
+    from ccpo_cli.store.readers.tb_events import read_tensorboard
+    from ccpo_cli.store.readers.wandb_run import read_wandb
+
     if fmt == AUTO:
         fmt = detect_format(path)
     if path.is_dir() and fmt not in FOLDER_FORMATS:
