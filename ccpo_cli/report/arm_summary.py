@@ -76,7 +76,7 @@ def _identical_runs(entries: list[RunEntry], hashes: dict[int, frozenset]) -> li
     """Groups of runs whose evaluations are the same rows (the same log recorded twice)."""
     by_content: dict[frozenset, list[str]] = defaultdict(list)
     for entry in entries:
-        content = hashes.get(entry.run_id)
+        content = hashes.get(entry.identity.run_id)
         if content:
             by_content[content].append(entry.run)
     return [names for names in by_content.values() if len(names) > 1]

@@ -133,7 +133,8 @@ def paired_differences(
 def _compared_pairs(comparison: Comparison, leader: str) -> list[str]:
     """The arms compared with the leading arm (the same setting: they differ only in the arm)."""
     return [
-        pair.arm_b if pair.arm_a == leader else pair.arm_a for pair in comparison.pairs_of(leader)
+        pair.second.name if pair.first.name == leader else pair.first.name
+        for pair in comparison.pairs_of(leader)
     ]
 
 

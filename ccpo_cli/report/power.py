@@ -252,8 +252,8 @@ def power_report(
     """
     pairs = [
         {
-            "arm_a": comparison.arm_a,
-            "arm_b": comparison.arm_b,
+            "arm_a": comparison.first.name,
+            "arm_b": comparison.second.name,
             **pair_power(
                 comparison.first.seed_means,
                 comparison.second.seed_means,
