@@ -15,6 +15,10 @@ Each point carries its own error bar: the t interval over seeds from two seeds o
 Retracted evaluations (left out of every number) are marked on the step axis. The file's
 extension picks the format (png, pdf, svg), the legend sits outside the axes, and the title says
 what a curve is: a mean over seeds only where there are several.
+
+One concern, kept in one file past 400 lines: the one learning-curve figure. Its curves, their
+intervals, the reference levels and the paired panel are drawn from one comparison with one
+colour per arm and one legend; split, the colours and the title's notes would be decided apart.
 """
 
 from __future__ import annotations
