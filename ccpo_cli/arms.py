@@ -29,7 +29,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -455,31 +455,9 @@ def lambda_reason(arm: Arm) -> str:
     return f"rho = {arm.rho:g} > 0 ⇒ λ from shrink = {arm.shrink}"
 
 
-def inert_flags(arm: Arm) -> dict[str, str]:
-    """Flag -> why it cannot change this arm's advantages (derived from the flag values)."""
-    inert: dict[str, str] = {}
-
-    def mark(names: tuple[str, ...] | list[str], reason: str) -> None:
-        for name in names:
-            inert.setdefault(name, reason)
-
-    entry = estimator_registry.lookup(arm.estimator)
-    unread = [name for name in FLAG_NAMES if entry.reads is not None and name not in entry.reads]
-    unread_reason = f"estimator = {entry.name} ⇒ {entry.unread} ⇒ no effect"
-    if not entry.step_level:
-        mark(unread, unread_reason)
-        return inert
-    if arm.step_advantage_w == 0.0:
-        mark(
-            ("step_permute", "step_oracle"),
-            "step_advantage_w = 0 ⇒ no step term ⇒ step_permute, step_oracle have no effect",
-        )
-    if arm.step_oracle:
-        mark(("gamma",), "step_oracle = 1 ⇒ the step term ignores returns ⇒ gamma has no effect")
-    if unread:
-        mark(unread, unread_reason)
-        return {name: inert[name] for name in FLAG_NAMES if name in inert}
-
+def _mark_step_term_inert(arm: Arm, mark: Callable[[Sequence[str], str], None]) -> None:
+    """`mark` the flags of a step-level estimator that reads them all which this arm's other
+    flags make inert (the gate, a fixed λ, the features, the scale, the target), with why."""
     lam = fixed_lambda(arm)
     if arm.gate == "global":
         mark(
@@ -524,6 +502,34 @@ def inert_flags(arm: Arm) -> dict[str, str]:
             ("success_reward",),
             "target = return and edge_w = 0 ⇒ node values unused ⇒ success_reward has no effect",
         )
+
+
+def inert_flags(arm: Arm) -> dict[str, str]:
+    """Flag -> why it cannot change this arm's advantages (derived from the flag values)."""
+    inert: dict[str, str] = {}
+
+    def mark(names: Sequence[str], reason: str) -> None:
+        for name in names:
+            inert.setdefault(name, reason)
+
+    entry = estimator_registry.lookup(arm.estimator)
+    unread = [name for name in FLAG_NAMES if entry.reads is not None and name not in entry.reads]
+    unread_reason = f"estimator = {entry.name} ⇒ {entry.unread} ⇒ no effect"
+    if not entry.step_level:
+        mark(unread, unread_reason)
+        return inert
+    if arm.step_advantage_w == 0.0:
+        mark(
+            ("step_permute", "step_oracle"),
+            "step_advantage_w = 0 ⇒ no step term ⇒ step_permute, step_oracle have no effect",
+        )
+    if arm.step_oracle:
+        mark(("gamma",), "step_oracle = 1 ⇒ the step term ignores returns ⇒ gamma has no effect")
+    if unread:
+        mark(unread, unread_reason)
+        return {name: inert[name] for name in FLAG_NAMES if name in inert}
+
+    _mark_step_term_inert(arm, mark)
     return {name: inert[name] for name in FLAG_NAMES if name in inert}
 
 

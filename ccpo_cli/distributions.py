@@ -11,6 +11,7 @@ chi-squared denominator, integrated by the trapezoid rule on a log scale.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -139,8 +140,10 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - t_sf(t, df)
 
 
+@functools.lru_cache(maxsize=4096)
 def t_ppf(probability: float, df: float) -> float:
-    """The `probability` quantile of Student's t (bisection on the tail to 1e-12)."""
+    """The `probability` quantile of Student's t (bisection on the tail to 1e-12). Cached: a
+    power search asks for the same critical value at every step of its bisection."""
     if not 0.0 < probability < 1.0:
         raise ValueError("probability must lie strictly between 0 and 1")
     if probability == 0.5:
@@ -231,7 +234,8 @@ def f_ppf(probability: float, df1: float, df2: float) -> float:
     return _increasing_ppf(lambda x: f_cdf(x, df1, df2), probability)
 
 
-def _normal_log_scale_law(df: float) -> tuple[np.ndarray, np.ndarray]:
+@functools.lru_cache(maxsize=1024)
+def _normal_log_scale_law(df: float) -> tuple[float, float]:
     """Points y and weights w such that sum(w * f(exp(y))) = E[f(S)] for S = sqrt(V / df),
     V ~ chi-squared(df).
 
@@ -274,7 +278,7 @@ def noncentral_t_sf(t: float, df: float, noncentrality: float) -> float:
     weights[0] *= 0.5
     weights[-1] *= 0.5
     arguments = (noncentrality - t * np.exp(y)) / _SQRT2
-    tails = np.array([0.5 * math.erfc(-value) for value in arguments.tolist()])
+    tails = 0.5 * np.fromiter(map(math.erfc, (-arguments).tolist()), float, count)
     return float(np.dot(weights, tails) / weights.sum())
 
 

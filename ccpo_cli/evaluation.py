@@ -128,6 +128,23 @@ class EvalOptions:
     )
     merged_dir: Path | None = None  # where the merged checkpoint goes (default: beside its shards)
 
+    def check(self) -> None:
+        """InvalidInput for a setting out of range or a run name that cannot be recorded."""
+        if self.step is not None and self.step < 0:
+            raise InvalidInput(f"--step must be >= 0, got {self.step}")
+        if self.max_steps < 1:
+            raise InvalidInput(f"--max-steps must be >= 1, got {self.max_steps}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise InvalidInput(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.workers is not None and self.workers < 0:
+            raise InvalidInput(f"--workers must be >= 0, got {self.workers}")
+        check_run_name(self.run)
+
+    @property
+    def recorded_temperature(self) -> float | None:
+        """The temperature an evaluation is recorded at: none for an agent that does not sample."""
+        return self.temperature if self.agent in SAMPLING_AGENT_KINDS else None
+
 
 def run_eval(
     db_path: Path,
@@ -140,80 +157,12 @@ def run_eval(
 ) -> dict[str, Any]:
     """Evaluate, record each seed in runs.db, and return the `ccpo eval --json` document.
     `on_phase` hears the set-up (the model, the engine) before each part starts."""
-    from ccpo_cli.store import ensure_run, open_db, record_evaluation_outcome
-    from ccpo_cli.store.facts import record_run_facts
+    from ccpo_cli.store import open_db
 
-    if options.step is not None and options.step < 0:
-        raise InvalidInput(f"--step must be >= 0, got {options.step}")
-    if options.max_steps < 1:
-        raise InvalidInput(f"--max-steps must be >= 1, got {options.max_steps}")
-    if options.max_new_tokens is not None and options.max_new_tokens < 1:
-        raise InvalidInput(f"--max-new-tokens must be >= 1, got {options.max_new_tokens}")
-    if options.workers is not None and options.workers < 0:
-        raise InvalidInput(f"--workers must be >= 0, got {options.workers}")
-    check_run_name(options.run)
+    options.check()
     game_files, games_label = resolve_games(options.games)
-    agent_options = {}
-    if options.max_new_tokens is not None and options.agent in MODEL_AGENT_KINDS:
-        agent_options["max_new_tokens"] = options.max_new_tokens
-    if on_phase is not None and options.agent in MODEL_AGENT_KINDS:
-        on_phase(f"loading the model {options.model} for the {options.agent} agent")
-    model, merged, step = resolve_eval_model(options)
-    agent = build_agent(
-        options.agent,
-        model,
-        temperature=options.temperature,
-        seed=options.seeds[0],
-        **agent_options,
-    )
-    recorded_temperature = options.temperature if options.agent in SAMPLING_AGENT_KINDS else None
-    db = open_db(db_path)
-    documents: list[dict[str, Any]] = []
-
-    # A new run that only evaluates is a reference run (oracle, random, a checkpoint under its own
-    # name); evaluations recorded into an existing training run stay that run's.
-    from ccpo_cli.store.records import run_exists
-
-    kind = None if run_exists(db, options.run) else "evaluation"
-
-    def record(result: SeedEvaluation) -> None:
-        # The run is created with its first result: a failed evaluation leaves no empty run behind.
-        ensure_run(db, options.run, kind=kind, benchmark=BENCHMARK)
-        facts = {
-            "split": options.split,
-            "episodes": len(result.episodes),
-            "max_steps": options.max_steps,
-            "temperature": recorded_temperature,
-        }
-        if kind == "evaluation":
-            facts.update(agent=options.agent, model=options.model)
-        record_run_facts(
-            db,
-            options.run,
-            {key: value for key, value in facts.items() if value is not None},
-            source="ccpo eval",
-        )
-        outcome = record_evaluation_outcome(
-            db,
-            options.run,
-            step,
-            split=options.split,
-            episodes=len(result.episodes),
-            successes=result.successes,
-            success_rate=result.success,
-            mean_turns=result.mean_turns,
-            temperature=recorded_temperature,
-            eval_seed=result.seed,
-            task_types=result.task_types(),
-            episode_rows=[episode.as_row() for episode in result.episodes],
-        )
-        document = seed_document(result)
-        document["evaluation_id"] = outcome.evaluation_id
-        document["recorded"] = outcome.outcome
-        documents.append(document)
-        if on_seed_recorded is not None:
-            on_seed_recorded(document)
-
+    agent, merged, step = _load_agent(options, on_phase)
+    record = _SeedRecorder(open_db(db_path), options, step, on_seed_recorded)
     try:
         results = evaluate(
             agent,
@@ -237,11 +186,93 @@ def run_eval(
         "games": games_label,
         "step": step,
         "split": options.split,
-        "temperature": recorded_temperature,
-        "evaluations": documents,
+        "temperature": options.recorded_temperature,
+        "evaluations": record.documents,
         "mean": summary["mean"],
         "sd": summary["sd"],
         "n_seeds": summary["n_seeds"],
         "task_types": summary["task_type_means"],
         "checkpoint": None if merged is None else merged.summary(),
     }
+
+
+def _load_agent(options: EvalOptions, on_phase: PhaseCallback | None) -> tuple[Any, Any, int]:
+    """(the agent, the verl checkpoint's merge or None, the step to record at); `on_phase`
+    hears of a model's loading first, the slow part of a model agent's set-up."""
+    agent_options = {}
+    if options.max_new_tokens is not None and options.agent in MODEL_AGENT_KINDS:
+        agent_options["max_new_tokens"] = options.max_new_tokens
+    if on_phase is not None and options.agent in MODEL_AGENT_KINDS:
+        on_phase(f"loading the model {options.model} for the {options.agent} agent")
+    model, merged, step = resolve_eval_model(options)
+    agent = build_agent(
+        options.agent,
+        model,
+        temperature=options.temperature,
+        seed=options.seeds[0],
+        **agent_options,
+    )
+    return agent, merged, step
+
+
+class _SeedRecorder:
+    """Records each seed's evaluation in runs.db as soon as it is done, with the run's facts,
+    and keeps its `ccpo eval --json` document."""
+
+    def __init__(
+        self,
+        db,
+        options: EvalOptions,
+        step: int,
+        on_seed_recorded: Callable[[dict[str, Any]], None] | None,
+    ):
+        from ccpo_cli.store.records import run_exists
+
+        self.db, self.options, self.step = db, options, step
+        self.on_seed_recorded = on_seed_recorded
+        self.documents: list[dict[str, Any]] = []
+        # A new run that only evaluates is a reference run (oracle, random, a checkpoint under
+        # its own name); evaluations recorded into an existing training run stay that run's.
+        self.kind = None if run_exists(db, options.run) else "evaluation"
+
+    def __call__(self, result: SeedEvaluation) -> None:
+        from ccpo_cli.store import ensure_run, record_evaluation_outcome
+        from ccpo_cli.store.facts import record_run_facts
+
+        db, options = self.db, self.options
+        # The run is created with its first result: a failed evaluation leaves no empty run behind.
+        ensure_run(db, options.run, kind=self.kind, benchmark=BENCHMARK)
+        facts = {
+            "split": options.split,
+            "episodes": len(result.episodes),
+            "max_steps": options.max_steps,
+            "temperature": options.recorded_temperature,
+        }
+        if self.kind == "evaluation":
+            facts.update(agent=options.agent, model=options.model)
+        record_run_facts(
+            db,
+            options.run,
+            {key: value for key, value in facts.items() if value is not None},
+            source="ccpo eval",
+        )
+        outcome = record_evaluation_outcome(
+            db,
+            options.run,
+            self.step,
+            split=options.split,
+            episodes=len(result.episodes),
+            successes=result.successes,
+            success_rate=result.success,
+            mean_turns=result.mean_turns,
+            temperature=options.recorded_temperature,
+            eval_seed=result.seed,
+            task_types=result.task_types(),
+            episode_rows=[episode.as_row() for episode in result.episodes],
+        )
+        document = seed_document(result)
+        document["evaluation_id"] = outcome.evaluation_id
+        document["recorded"] = outcome.outcome
+        self.documents.append(document)
+        if self.on_seed_recorded is not None:
+            self.on_seed_recorded(document)

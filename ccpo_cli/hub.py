@@ -25,6 +25,7 @@ hub_repo.py; this module commits a card and runs the whole publish.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (
-    HubCallError,
     HubTimeouts,
     hub_timeouts,
     resolve_timeouts,
@@ -53,7 +53,6 @@ from ccpo_cli.hub_plan import (
     write_plan,
 )
 from ccpo_cli.hub_repo import (
-    HEAD_ATTEMPTS,
     RepoSession,
     open_session,
     publication_key,
@@ -71,62 +70,55 @@ def commit_card(
     head again and merging the card into the new README (the checkpoint is not sent again)."""
     from huggingface_hub import CommitOperationAdd
 
-    for attempt in range(HEAD_ATTEMPTS):
-        head = session.head()
+    others = {path: local for path, local in staged.files.items() if path != README_PATH}
+
+    def commit_on(head: Any) -> dict[str, Any]:
         head_sha = getattr(head, "sha", None)
-        remote_names = {sibling.rfilename for sibling in (head.siblings or [])}
-        readme_text, merged = staged.text, False
-        if README_PATH in remote_names:
-            remote_text = remote_readme(session, head_sha, staged.folder / ".hub-cache")
-            if remote_text != staged.text:
-                readme_text = merge_into_remote(remote_text, staged.text)
-                merged = readme_text != staged.text
-                # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
-                problems = [
-                    p
-                    for p in lint_card(readme_text, allow_extra_keys=True)
-                    if not p.startswith("body line")
-                ]
-                if problems:
-                    raise InvalidInput(
-                        f"{session.repo_id}: the README merged with the Hub's copy fails the lint: "
-                        + "; ".join(problems)
-                    )
-        operations = [CommitOperationAdd(README_PATH, readme_text.encode("utf-8"))] + [
-            CommitOperationAdd(path, str(local))
-            for path, local in staged.files.items()
-            if path != README_PATH
-        ]
-        size = len(readme_text.encode("utf-8")) + sum(
-            local.stat().st_size for path, local in staged.files.items() if path != README_PATH
+        readme_text = _readme_on(session, staged, head)
+        readme = readme_text.encode("utf-8")
+        commit_id, landed = session.commit(
+            "committing the card",
+            [CommitOperationAdd(README_PATH, readme)]
+            + [CommitOperationAdd(path, str(local)) for path, local in others.items()],
+            message=message,
+            key=key,
+            since=head_sha,
+            parent=head_sha,
+            size_bytes=len(readme) + sum(local.stat().st_size for local in others.values()),
         )
-        try:
-            commit_id, landed = session.commit(
-                "committing the card",
-                operations,
-                message=message,
-                key=key,
-                since=head_sha,
-                parent=head_sha,
-                size_bytes=size,
-            )
-        except HubCallError as failure:
-            if failure.status == 412 and attempt + 1 < HEAD_ATTEMPTS:
-                session.note(
-                    f"{session.repo_id}: the repository changed meanwhile (412); merging the card again"
-                )
-                continue
-            raise
         return {
             "commit_id": commit_id,
             "parent_commit": head_sha,
-            "readme_merged": merged,
+            "readme_merged": readme_text != staged.text,
             "card_hash": sha256_text(readme_text),
             "found_landed": landed,
-            "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
-            "files": [README_PATH] + [p for p in staged.files if p != README_PATH],
+            "commit_url": session.commit_url(commit_id),
+            "files": [README_PATH, *others],
         }
-    raise AssertionError("unreachable")
+
+    return session.on_fresh_head(commit_on, "merging the card again")
+
+
+def _readme_on(session: RepoSession, staged: StagedCard, head: Any) -> str:
+    """The README to commit on `head`: the staged card, merged into the Hub's README when the
+    repository has one that differs (a hand-edited README keeps what lies outside ccpo's fences);
+    a merge whose own parts fail the lint is refused (InvalidInput)."""
+    if README_PATH not in {sibling.rfilename for sibling in (head.siblings or [])}:
+        return staged.text
+    remote_text = remote_readme(session, getattr(head, "sha", None), staged.folder / ".hub-cache")
+    if remote_text == staged.text:
+        return staged.text
+    readme_text = merge_into_remote(remote_text, staged.text)
+    # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
+    problems = [
+        p for p in lint_card(readme_text, allow_extra_keys=True) if not p.startswith("body line")
+    ]
+    if problems:
+        raise InvalidInput(
+            f"{session.repo_id}: the README merged with the Hub's copy fails the lint: "
+            + "; ".join(problems)
+        )
+    return readme_text
 
 
 def push(
@@ -245,18 +237,13 @@ def publish_run(
     A verl `global_step_N` checkpoint is first merged by verl-agent's own merger and verified
     (locally, in a dry run too); the merged folder, with its ccpo-merge.json, is what goes up,
     and the card's checkpoint step is the checkpoint's."""
-    check_run_name(run)
-    check_repo_id(repo_id)
-    check_revision(revision)
+    where = _repository_settings(run, repo_id, revision, status, private, endpoint)
     timeouts = resolve_timeouts(timeout, deadline)
-    endpoint = resolve_endpoint(endpoint)
-    private = default_private(status, private)
-    verl_checkpoint = _verl_checkpoint(checkpoint, merged_dir)
-    if verl_checkpoint is not None:
-        checkpoint_step = _checkpoint_step(verl_checkpoint, checkpoint_step)
-    if checkpoint is None and checkpoint_step is not None:
-        _refuse_unpublished_step(db, run, repo_id, checkpoint_step)
-    staged = stage_card(
+    verl, checkpoint_step = _checked_checkpoint(
+        db, run, repo_id, checkpoint, checkpoint_step, merged_dir
+    )
+    stage = partial(
+        stage_card,
         db,
         run,
         Path(staging) / README_PATH,
@@ -265,78 +252,114 @@ def publish_run(
         window_start=window_start,
         license=license,
         checkpoint_step=checkpoint_step,
-        sending_checkpoint=checkpoint is not None,
-        clobber_hint="choose another --staging folder",
     )
-    merged = None
-    if verl_checkpoint is not None:
-        from ccpo_cli.backends.verl.checkpoint import merge_checkpoint
-
-        merged = merge_checkpoint(
-            verl_checkpoint, verl_agent_home=verl_agent_home, target=merged_dir
-        )
-        checkpoint = merged.folder
-    plan = commit_plan(
-        staged,
-        repo_id=repo_id,
-        revision=revision,
-        private=private,
-        endpoint=endpoint,
-        checkpoint=checkpoint,
+    staged = stage(
+        sending_checkpoint=checkpoint is not None, clobber_hint="choose another --staging folder"
     )
-    if merged is not None:
-        plan["checkpoint_source"] = merged.summary()
-    plan_path = write_plan(plan, staged.folder)
+    plan, checkpoint = _written_plan(staged, verl, checkpoint, verl_agent_home, merged_dir, where)
     if dry_run:
-        return {"dry_run": True, "plan_file": str(plan_path), **plan}
-
-    def restage(weights: dict[str, Any]) -> StagedCard:
-        return stage_card(
-            db,
-            run,
-            Path(staging) / README_PATH,
-            status=status,
-            repo_id=repo_id,
-            window_start=window_start,
-            license=license,
-            checkpoint_step=checkpoint_step,
-            weights=weights,
-            force=True,
-        )
-
+        return {"dry_run": True, **plan}
     result = push(
         staged,
-        repo_id=repo_id,
-        revision=revision,
-        private=private,
         token=resolve_token(token, token_file),
-        endpoint=endpoint,
         checkpoint=checkpoint,
         timeouts=timeouts,
         log=log,
-        restage=restage,
+        restage=lambda weights: stage(weights=weights, force=True),
+        **where,
     )
+    return _recorded(db, run, status, staged, plan, result, sent_checkpoint=checkpoint is not None)
+
+
+def _repository_settings(
+    run: str, repo_id: str, revision: str, status: str, private: bool | None, endpoint: str | None
+) -> dict[str, Any]:
+    """Where one publish goes, its names checked: the repository, revision, visibility (private
+    unless asked) and Hub address, as its plan states them and its push uses them."""
+    check_run_name(run)
+    check_repo_id(repo_id)
+    check_revision(revision)
+    return dict(
+        repo_id=repo_id,
+        revision=revision,
+        private=default_private(status, private),
+        endpoint=resolve_endpoint(endpoint),
+    )
+
+
+def _written_plan(
+    staged: StagedCard,
+    verl: Any,
+    checkpoint: Path | None,
+    verl_agent_home: Path | None,
+    merged_dir: Path | None,
+    where: dict[str, Any],
+) -> tuple[dict[str, Any], Path | None]:
+    """The commit plan, written beside the staged card (a dry run's answer, with its file's
+    path first), and the checkpoint folder that goes up: a verl checkpoint is merged first, in a
+    dry run too, so the plan lists the merged files and names their source."""
+    merged = None
+    if verl is not None:
+        from ccpo_cli.backends.verl.checkpoint import merge_checkpoint
+
+        merged = merge_checkpoint(verl, verl_agent_home=verl_agent_home, target=merged_dir)
+        checkpoint = merged.folder
+    plan = commit_plan(staged, checkpoint=checkpoint, **where)
+    if merged is not None:
+        plan["checkpoint_source"] = merged.summary()
+    return {"plan_file": str(write_plan(plan, staged.folder)), **plan}, checkpoint
+
+
+def _recorded(
+    db: sqlite_utils.Database,
+    run: str,
+    status: str,
+    staged: StagedCard,
+    plan: dict[str, Any],
+    result: dict[str, Any],
+    *,
+    sent_checkpoint: bool,
+) -> dict[str, Any]:
+    """The publication recorded in runs.db, and what `ccpo publish` reports of it."""
     publication_id = store.record_publication(
         db,
         run,
-        repo_id,
-        revision=revision,
+        plan["repo_id"],
+        revision=plan["revision"],
         commit_id=result["commit_id"],
         card_hash=result["card_hash"],
         status=status,
-        checkpoint_step=staged.context.summary["checkpoint_step"] if checkpoint else None,
+        checkpoint_step=staged.context.summary["checkpoint_step"] if sent_checkpoint else None,
         url=result.get("commit_url"),
     )
     return {
         "dry_run": False,
         "publication_id": publication_id,
-        "private": private,
-        "endpoint": endpoint,
+        "private": plan["private"],
+        "endpoint": plan["endpoint"],
         "run": run,
         "status": status,
         "checkpoint_source": plan.get("checkpoint_source"),
         **result,
     }
+
+
+def _checked_checkpoint(
+    db: sqlite_utils.Database,
+    run: str,
+    repo_id: str,
+    checkpoint: Path | None,
+    step: int | None,
+    merged_dir: Path | None,
+) -> tuple[Any, int | None]:
+    """The verl checkpoint --checkpoint names (None for a model folder or none) and the card's
+    checkpoint step, checked before anything is staged."""
+    verl = _verl_checkpoint(checkpoint, merged_dir)
+    if verl is not None:
+        step = _checkpoint_step(verl, step)
+    if checkpoint is None and step is not None:
+        _refuse_unpublished_step(db, run, repo_id, step)
+    return verl, step
 
 
 def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, step: int) -> None:

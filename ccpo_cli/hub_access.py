@@ -333,56 +333,16 @@ SHAPE_ERRORS = (TypeError, KeyError, AttributeError, IndexError)
 
 
 def remote_error(error: Exception, token: str | None, repo_id: str, what: str) -> HubCallError:
+    """`error`, met while `what` for `repo_id`, as one HubCallError: a line that says what failed
+    and how to fix it (scrubbed of the token), and the kind the retry rule decides on."""
     from huggingface_hub.errors import HfHubHTTPError
 
     if isinstance(error, HubCallError):
         return error
-    if isinstance(error, RetryableAnswer):
-        hint = {
-            429: "the Hub's rate limit (about 128 commits an hour per repository); try again later",
-            409: "another commit was in progress",
-        }.get(error.status, "the Hub is having trouble; try again later")
-        wait = f", it asked to wait {error.retry_after:.0f} s" if error.retry_after else ""
-        return HubCallError(
-            f"{repo_id}: {what} failed with HTTP {error.status}{wait} ({hint})"
-            + (f": {scrub(error.detail, token)}" if error.detail else ""),
-            kind="retryable",
-            status=error.status,
-            retry_after=error.retry_after,
-        )
-    if isinstance(error, DeadlineExceeded):
-        return HubCallError(
-            f"{repo_id}: {what} failed: the Hub gave no complete answer within the deadline of "
-            f"{error.seconds:.0f} s; raise --deadline / {DEADLINE_ENV} for a slow connection",
-            kind="deadline",
-        )
-    if isinstance(error, AnswerTooLarge):
-        return HubCallError(
-            f"{repo_id}: {what} failed: the Hub's answer exceeded {error.cap} bytes, far more than "
-            "this call needs; not reading further",
-            kind="too_large",
-        )
+    if isinstance(error, (RetryableAnswer, DeadlineExceeded, AnswerTooLarge)):
+        return _limit_error(error, token, f"{repo_id}: {what} failed")
     if isinstance(error, HfHubHTTPError) and error.response is not None:
-        status = error.response.status_code
-        if status == 412:
-            return HubCallError(
-                f"{repo_id}: the repository changed on the Hub while ccpo was publishing ({what}: 412, "
-                "a commit has happened since ccpo read it); nothing was overwritten. Run the publish again "
-                "to merge with the new state",
-                kind="http",
-                status=412,
-            )
-        if status in (401, 403):
-            return HubCallError(
-                f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN",
-                kind="http",
-                status=status,
-            )
-        detail = scrub(str(error).splitlines()[0], token)
-        kind = "retryable" if status in RETRY_STATUSES else "http"
-        return HubCallError(
-            f"{repo_id}: {what} failed with HTTP {status}: {detail}", kind=kind, status=status
-        )
+        return _http_error(error, error.response.status_code, token, repo_id, what)
     if is_timeout(error):
         return HubCallError(
             f"{repo_id}: {what} failed: the Hub did not answer in time ({type(error).__name__}); "
@@ -402,6 +362,63 @@ def remote_error(error: Exception, token: str | None, repo_id: str, what: str) -
     return HubCallError(
         f"{repo_id}: {what} failed, the Hub is unreachable: {scrub(str(error), token)}",
         kind="unreachable",
+    )
+
+
+def _limit_error(
+    error: RetryableAnswer | DeadlineExceeded | AnswerTooLarge, token: str | None, failed: str
+) -> HubCallError:
+    """A call that hub_transport's limits ended: an answer worth another attempt (with the
+    Hub's Retry-After), no complete answer within the deadline, or an answer over its cap."""
+    if isinstance(error, RetryableAnswer):
+        hint = {
+            429: "the Hub's rate limit (about 128 commits an hour per repository); try again later",
+            409: "another commit was in progress",
+        }.get(error.status, "the Hub is having trouble; try again later")
+        wait = f", it asked to wait {error.retry_after:.0f} s" if error.retry_after else ""
+        return HubCallError(
+            f"{failed} with HTTP {error.status}{wait} ({hint})"
+            + (f": {scrub(error.detail, token)}" if error.detail else ""),
+            kind="retryable",
+            status=error.status,
+            retry_after=error.retry_after,
+        )
+    if isinstance(error, DeadlineExceeded):
+        return HubCallError(
+            f"{failed}: the Hub gave no complete answer within the deadline of "
+            f"{error.seconds:.0f} s; raise --deadline / {DEADLINE_ENV} for a slow connection",
+            kind="deadline",
+        )
+    return HubCallError(
+        f"{failed}: the Hub's answer exceeded {error.cap} bytes, far more than "
+        "this call needs; not reading further",
+        kind="too_large",
+    )
+
+
+def _http_error(
+    error: Exception, status: int, token: str | None, repo_id: str, what: str
+) -> HubCallError:
+    """An HTTP error answer: a moved head (412) and a refused token say how to go on; any other
+    status is named with the Hub's first line, retryable when the retry rule's statuses say so."""
+    if status == 412:
+        return HubCallError(
+            f"{repo_id}: the repository changed on the Hub while ccpo was publishing ({what}: 412, "
+            "a commit has happened since ccpo read it); nothing was overwritten. Run the publish again "
+            "to merge with the new state",
+            kind="http",
+            status=412,
+        )
+    if status in (401, 403):
+        return HubCallError(
+            f"{repo_id}: the Hub refused the token ({what}: {status}); check --token / HF_TOKEN",
+            kind="http",
+            status=status,
+        )
+    detail = scrub(str(error).splitlines()[0], token)
+    kind = "retryable" if status in RETRY_STATUSES else "http"
+    return HubCallError(
+        f"{repo_id}: {what} failed with HTTP {status}: {detail}", kind=kind, status=status
     )
 
 

@@ -16,7 +16,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ccpo_cli import __version__
 from ccpo_cli.cards.staging import README_PATH
@@ -38,6 +38,7 @@ KEY_PREFIX = "ccpo-publication: "
 # A commit made against a head that moved meanwhile (412) is tried again this often, the
 # history searched for its key each time.
 HEAD_ATTEMPTS = 3
+T = TypeVar("T")
 
 
 def check_endpoint_supported(endpoint: str) -> None:
@@ -84,10 +85,6 @@ class RepoSession:
     landed_first: bool = False
 
     @property
-    def api(self) -> Any:
-        return self.client.api
-
-    @property
     def repo_id(self) -> str:
         return self.client.repo_id
 
@@ -95,28 +92,28 @@ class RepoSession:
         if self.log is not None:
             self.log(message)
 
+    def commit_url(self, commit_id: str) -> str:
+        return f"{self.client.api.endpoint.rstrip('/')}/{self.repo_id}/commit/{commit_id}"
+
+    def call(self, what: str, method: str, **kwargs: Any) -> Any:
+        """`HfApi.<method>(repo_id, **kwargs)` about this repository, as one `HubClient.call`."""
+        return self.client.call(what, getattr(self.client.api, method), self.repo_id, **kwargs)
+
     # -- the repository ---------------------------------------------------------------------
     def ensure_repo(self, private: bool) -> dict[str, Any]:
         """Create the repository (private unless asked otherwise) or find it; read its
         visibility back. An existing public one is refused unless --public was asked (nothing
         is uploaded: a checkpoint there would be public); an existing private one asked public
         is said, never changed."""
-        url = self.client.call(
-            "creating the repository",
-            self.api.create_repo,
-            self.repo_id,
-            private=private,
-            exist_ok=True,
-        )
-        info = self.client.call("reading the repository", self.api.model_info, self.repo_id)
+        url = self.call("creating the repository", "create_repo", private=private, exist_ok=True)
+        info = self.call("reading the repository", "model_info")
         actual = getattr(info, "private", None)
         self.private_required = private
         self._guard_visibility(info, "nothing was uploaded")
         if self.revision != "main":
-            self.client.call(
+            self.call(
                 f"creating branch {self.revision}",
-                self.api.create_branch,
-                self.repo_id,
+                "create_branch",
                 branch=self.revision,
                 exist_ok=True,
             )
@@ -141,14 +138,15 @@ class RepoSession:
     def head(self) -> Any:
         """The head of the revision (and, on the same answer, the visibility check that precedes
         every upload)."""
-        info = self.client.call(
-            "reading the repository", self.api.model_info, self.repo_id, revision=self.revision
-        )
+        info = self.call("reading the repository", "model_info", revision=self.revision)
         self._guard_visibility(info, "uploads stopped: nothing more is sent there")
         return info
 
     def head_sha(self) -> str:
-        sha = getattr(self.head(), "sha", None)
+        return self._named_commit(self.head())
+
+    def _named_commit(self, head: Any) -> str:
+        sha = getattr(head, "sha", None)
         if not isinstance(sha, str) or not sha:
             raise HubCallError(
                 f"{self.repo_id}: reading the repository failed: the Hub's answer names no commit",
@@ -156,11 +154,23 @@ class RepoSession:
             )
         return sha
 
+    def on_fresh_head(self, commit: Callable[[Any], T], again: str) -> T:
+        """`commit(head)` commits against the head just read; when the head moved meanwhile (412)
+        the head is read again and `commit` run on it, at most HEAD_ATTEMPTS times in all, each
+        retry said as `again`. The one place a moved head is met, for cards and checkpoints."""
+        for attempt in range(HEAD_ATTEMPTS):
+            head = self.head()
+            try:
+                return commit(head)
+            except HubCallError as failure:
+                if failure.status != 412 or attempt + 1 == HEAD_ATTEMPTS:
+                    raise
+                self.note(f"{self.repo_id}: the repository changed meanwhile (412); {again}")
+        raise AssertionError("unreachable")  # the loop returns or raises
+
     def find_landed(self, key: str, since: str | None) -> str | None:
         """The commit carrying publication `key` made after `since` (newest first), if any."""
-        commits = self.client.call(
-            "listing the commits", self.api.list_repo_commits, self.repo_id, revision=self.revision
-        )
+        commits = self.call("listing the commits", "list_repo_commits", revision=self.revision)
         for commit in commits:
             if since is not None and commit.commit_id == since:
                 return None
@@ -191,7 +201,7 @@ class RepoSession:
             return found, True
 
         def send() -> str:
-            info = self.api.create_commit(
+            info = self.client.api.create_commit(
                 self.repo_id,
                 operations,
                 commit_message=message,
@@ -208,10 +218,9 @@ class RepoSession:
     def tag(self, name: str, commit_id: str, message: str) -> dict[str, Any]:
         """Tag `commit_id`; an existing tag is never moved (ccpo deletes nothing)."""
         try:
-            self.client.call(
+            self.call(
                 f"tagging {name}",
-                self.api.create_tag,
-                self.repo_id,
+                "create_tag",
                 tag=name,
                 revision=commit_id,
                 tag_message=message,
@@ -221,7 +230,7 @@ class RepoSession:
         except HubCallError as failure:
             if failure.status != 409:
                 raise
-        refs = self.client.call("listing the tags", self.api.list_repo_refs, self.repo_id)
+        refs = self.call("listing the tags", "list_repo_refs")
         target = next((ref.target_commit for ref in (refs.tags or []) if ref.name == name), None)
         if target == commit_id:
             return {"tag": name, "commit_id": commit_id, "created": False}
@@ -238,25 +247,20 @@ class RepoSession:
 
         operations = [CommitOperationAdd(path, str(local)) for path, local in files.items()]
         size = sum(local.stat().st_size for local in files.values())
-        for attempt in range(HEAD_ATTEMPTS):
-            since = self.head_sha()
-            try:
-                commit_id, landed = self.commit(
-                    "uploading the checkpoint",
-                    operations,
-                    message=message,
-                    key=key,
-                    since=since,
-                    parent=since,
-                    size_bytes=size,
-                )
-                break
-            except HubCallError as failure:
-                if failure.status != 412 or attempt + 1 == HEAD_ATTEMPTS:
-                    raise
-                self.note(
-                    f"{self.repo_id}: the repository changed meanwhile (412); reading it again"
-                )
+
+        def upload(head: Any) -> tuple[str, bool]:
+            since = self._named_commit(head)
+            return self.commit(
+                "uploading the checkpoint",
+                operations,
+                message=message,
+                key=key,
+                since=since,
+                parent=since,
+                size_bytes=size,
+            )
+
+        commit_id, landed = self.on_fresh_head(upload, "reading it again")
         verified = self.verify(commit_id, files)
         result = dict(verified, commit_id=commit_id, found_landed=landed)
         if tag is not None:
@@ -266,12 +270,8 @@ class RepoSession:
     def verify(self, revision: str, expected: dict[str, Path]) -> dict[str, Any]:
         """Every file at `revision` has the local file's size and sha256: the Hub's LFS sha256
         where it stores the file in LFS, else the file read back from that commit."""
-        info = self.client.call(
-            "listing the uploaded files",
-            self.api.model_info,
-            self.repo_id,
-            revision=revision,
-            files_metadata=True,
+        info = self.call(
+            "listing the uploaded files", "model_info", revision=revision, files_metadata=True
         )
         siblings = info.siblings or []
         remote = {sibling.rfilename: sibling for sibling in siblings}
@@ -380,7 +380,7 @@ def remote_readme(session: RepoSession, revision_sha: str, scratch: Path) -> str
         session.repo_id,
         README_PATH,
         revision=revision_sha,
-        endpoint=session.api.endpoint,
+        endpoint=session.client.api.endpoint,
         token=session.client.token,
         cache_dir=scratch,
         transfer_bytes=0,

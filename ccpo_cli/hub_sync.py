@@ -183,49 +183,21 @@ def push(
     from ccpo_cli.store.records import this_host
     from ccpo_cli.store.sync import log_sync, mark_pushed
     from ccpo_cli.store.sync_export import write_parts
-    from ccpo_cli.store.sync_format import TABLES as SYNCED_TABLES
 
     check_repo_id(repo_id)
     host = host or this_host()
     endpoint = resolve_endpoint(endpoint)
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-push-") as staging:
         parts = write_parts(db, Path(staging), host, repo_id=repo_id)
-        rows = sum(part.rows for part in parts)
-        result: dict[str, Any] = {
-            "repo_id": repo_id,
-            "host": host,
-            "parts": len(parts),
-            "rows": rows,
-            "bytes": sum(part.size_bytes for part in parts),
-            "commit_id": None,
-            "runs": len({part.run_uid for part in parts}),
-        }
+        result = _push_summary(repo_id, host, parts, limits)
         if not parts:
-            return dict(
-                result,
-                pushed=False,
-                note="nothing new to push: the dataset holds every row ccpo sync carries from this database "
-                f"({', '.join(SYNCED_TABLES)}; checkpoints, liveness and the outbox stay on this machine)",
+            return result
+        timeouts = timeouts or resolve_timeouts()
+        with hub_timeouts(timeouts):
+            hub = _hub(
+                repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule
             )
-        if result["bytes"] > limits.max_push_bytes:
-            raise InvalidInput(
-                f"{repo_id}: {result['bytes'] / _MIB:.1f} MiB to push, over the limit of "
-                f"{limits.max_push_bytes / _MIB:.0f} MiB (--max-mb); nothing was sent"
-            )
-        with hub_timeouts(timeouts or resolve_timeouts()):
-            commit_id = _push(
-                db,
-                repo_id,
-                parts,
-                rows,
-                host,
-                token=token,
-                endpoint=endpoint,
-                public=public,
-                limits=limits,
-                rule=rule,
-                timeouts=timeouts or resolve_timeouts(),
-            )
+            commit_id = _push(hub, parts, result["rows"], host, public=public)
         marked = mark_pushed(db, repo_id, commit_id, parts)
         log_sync(db, repo_id, "push", commit_id, revision="main", parts=len(parts), rows=marked)
     return dict(
@@ -236,38 +208,58 @@ def push(
     )
 
 
-def _push(
-    db,
-    repo_id: str,
-    parts,
-    rows: int,
-    host: str,
-    *,
-    token,
-    endpoint,
-    public,
-    limits,
-    rule,
-    timeouts,
-) -> str:
-    from huggingface_hub import CommitOperationAdd
+def _push_summary(repo_id: str, host: str, parts: list, limits: SyncLimits) -> dict[str, Any]:
+    """What a push would send; with no parts, the whole answer (nothing new); refused
+    (InvalidInput, nothing sent) when it is over `max_push_bytes`."""
+    from ccpo_cli.store.sync_format import TABLES as SYNCED_TABLES
 
-    hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
+    result: dict[str, Any] = {
+        "repo_id": repo_id,
+        "host": host,
+        "parts": len(parts),
+        "rows": sum(part.rows for part in parts),
+        "bytes": sum(part.size_bytes for part in parts),
+        "commit_id": None,
+        "runs": len({part.run_uid for part in parts}),
+    }
+    if not parts:
+        return dict(
+            result,
+            pushed=False,
+            note="nothing new to push: the dataset holds every row ccpo sync carries from this database "
+            f"({', '.join(SYNCED_TABLES)}; checkpoints, liveness and the outbox stay on this machine)",
+        )
+    if result["bytes"] > limits.max_push_bytes:
+        raise InvalidInput(
+            f"{repo_id}: {result['bytes'] / _MIB:.1f} MiB to push, over the limit of "
+            f"{limits.max_push_bytes / _MIB:.0f} MiB (--max-mb); nothing was sent"
+        )
+    return result
+
+
+def _ensure_dataset(hub: HubClient, public: bool) -> None:
+    """Create the dataset (private unless `public`) or find it; a dataset that is public, or
+    whose visibility the Hub does not say, is refused unless `public`: never sent unasked."""
     hub.call(
         "creating the dataset",
         hub.api.create_repo,
-        repo_id,
+        hub.repo_id,
         repo_type=REPO_TYPE,
         private=not public,
         exist_ok=True,
     )
-    info = hub.call("reading the dataset", hub.api.dataset_info, repo_id)
-    if (
-        not public and getattr(info, "private", None) is not True
-    ):  # public, or not said: never sent unasked
+    info = hub.call("reading the dataset", hub.api.dataset_info, hub.repo_id)
+    if not public and getattr(info, "private", None) is not True:
         raise InvalidInput(
-            f"{repo_id} is a public dataset; ccpo pushes results to public datasets only with --public"
+            f"{hub.repo_id} is a public dataset; ccpo pushes results to public datasets only with --public"
         )
+
+
+def _push(hub: HubClient, parts: list, rows: int, host: str, *, public: bool) -> str:
+    """The parts as one commit to the dataset; its id."""
+    from huggingface_hub import CommitOperationAdd
+
+    _ensure_dataset(hub, public)
     runs = len({part.run_uid for part in parts})
     message = f"ccpo sync: {rows} row(s) of {runs} run(s) from {host}"
     paths = {part.path_in_repo for part in parts}
@@ -275,12 +267,12 @@ def _push(
     def send() -> str:
         operations = [CommitOperationAdd(part.path_in_repo, str(part.local_path)) for part in parts]
         return hub.api.create_commit(
-            repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision="main"
+            hub.repo_id, operations, commit_message=message, repo_type=REPO_TYPE, revision="main"
         ).oid
 
     def landed() -> str | None:
         # The landed check of a dataset: its part files (unique names) are there already.
-        info = hub.call("reading the dataset", hub.api.dataset_info, repo_id)
+        info = hub.call("reading the dataset", hub.api.dataset_info, hub.repo_id)
         return info.sha if paths <= {sibling.rfilename for sibling in info.siblings or []} else None
 
     commit_id, _ = hub.commit(
@@ -308,37 +300,52 @@ def pull(
     check_repo_id(repo_id)
     timeouts = timeouts or resolve_timeouts()
     with hub_timeouts(timeouts):
-        return _pull(
-            db,
+        hub = _hub(
             repo_id,
-            revision,
             token=token,
             endpoint=resolve_endpoint(endpoint),
             timeouts=timeouts,
             limits=limits,
             rule=rule,
         )
+        return _pull(db, hub, revision, limits)
 
 
-def _pull(
-    db, repo_id: str, revision: str | None, *, token, endpoint, timeouts, limits, rule
-) -> dict[str, Any]:
-    from huggingface_hub.hf_api import RepoFile
+def _pull(db, hub: HubClient, revision: str | None, limits: SyncLimits) -> dict[str, Any]:
+    from ccpo_cli.store.sync import log_sync
 
-    from ccpo_cli.store.sync import (
-        PullBudget,
-        PullBudgetSpent,
-        log_sync,
-        merge_part,
-        part_already_merged,
-        part_path_problem,
-        record_failed_part,
-        record_refused_part,
+    commit_id = _pinned_commit(hub, revision)
+    parts = _listed_parts(hub, commit_id, limits)
+    new, total = _new_parts(db, hub.repo_id, parts, limits)
+    counts, refused, waiting = _merge_new_parts(db, hub, commit_id, new, limits)
+    log_sync(
+        db,
+        hub.repo_id,
+        "pull",
+        commit_id,
+        revision=revision or "main",
+        parts=len(new),
+        counts=counts,
     )
-    from ccpo_cli.store.sync_format import TABLES, part_table
-    from ccpo_cli.store.sync_merge import MergeCounts, Origin
+    return {
+        "repo_id": hub.repo_id,
+        "commit_id": commit_id,
+        "revision": revision or "main",
+        "parts": len(parts),
+        "parts_merged": len(new) - len(refused) - max(0, waiting - 1),
+        "parts_waiting": waiting,
+        "parts_refused": refused,
+        "bytes": total,
+        "counts": counts.as_dict(),
+        "rows_new": counts.total("new"),
+        "rows_conflict": counts.total("conflict"),
+    }
 
-    hub = _hub(repo_id, token=token, endpoint=endpoint, timeouts=timeouts, limits=limits, rule=rule)
+
+def _pinned_commit(hub: HubClient, revision: str | None) -> str:
+    """The dataset commit a pull reads (`revision`, else main's head now): every part is read at
+    it, so a push landing meanwhile never mixes into this pull."""
+    repo_id = hub.repo_id
     try:
         info = hub.call("reading the dataset", hub.api.dataset_info, repo_id, revision=revision)
     except HubCallError as failure:
@@ -353,12 +360,21 @@ def _pull(
         raise RemoteError(
             f"{repo_id}: the Hub named no commit for {revision or 'main'}; nothing was merged"
         )
+    return commit_id
+
+
+def _listed_parts(hub: HubClient, commit_id: str, limits: SyncLimits) -> list:
+    """The part files the dataset lists under data/ at `commit_id` (none when it has no data/
+    yet); a listing of more than `max_parts` entries, or a part without a size, is refused."""
+    from huggingface_hub.hf_api import RepoFile
+
+    from ccpo_cli.store.sync_format import part_table
 
     def tree() -> list:
         return list(
             islice(
                 hub.api.list_repo_tree(
-                    repo_id,
+                    hub.repo_id,
                     path_in_repo="data",
                     recursive=True,
                     revision=commit_id,
@@ -382,12 +398,21 @@ def _pull(
     shapeless = [entry.path for entry in parts if not isinstance(entry.size, int) or entry.size < 0]
     if shapeless:
         raise RemoteError(
-            f"{repo_id}: the Hub listed {shapeless[0]} without a size; nothing was merged"
+            f"{hub.repo_id}: the Hub listed {shapeless[0]} without a size; nothing was merged"
         )
     if len(listing) > limits.max_parts:
         raise InvalidInput(
-            f"{repo_id}: the dataset lists more than {limits.max_parts} entries under data/; refused"
+            f"{hub.repo_id}: the dataset lists more than {limits.max_parts} entries under data/; refused"
         )
+    return parts
+
+
+def _new_parts(db, repo_id: str, parts: list, limits: SyncLimits) -> tuple[list, int]:
+    """The parts this database has not merged, in merge order (by table, then path), and their
+    bytes; refused (nothing merged) when one is over `max_part_bytes` or all over `max_pull_bytes`."""
+    from ccpo_cli.store.sync import part_already_merged
+    from ccpo_cli.store.sync_format import TABLES, part_table
+
     new = sorted(
         (
             entry
@@ -407,77 +432,100 @@ def _pull(
             f"{repo_id}: {total / _MIB:.1f} MiB of new parts, over the limit of "
             f"{limits.max_pull_bytes / _MIB:.0f} MiB (--max-mb); nothing was merged"
         )
+    return new, total
+
+
+class _LeftForNextPull(Exception):
+    """The pull's budget is spent on the parts merged before this one: the rest waits."""
+
+
+def _merge_new_parts(
+    db, hub: HubClient, commit_id: str, new: list, limits: SyncLimits
+) -> tuple[Any, list[dict[str, str]], int]:
+    """Each new part downloaded and merged in turn, within one budget: (the merge counts, the
+    parts refused and why, how many wait for the next pull, counting the one that found the
+    budget spent)."""
+    from ccpo_cli.store.sync import PullBudget
+    from ccpo_cli.store.sync_merge import MergeCounts, Origin
+
     counts = MergeCounts()
     refused: list[dict[str, str]] = []
     budget = PullBudget(limits.max_pull_rows, limits.max_pull_growth_bytes)
-    waiting = 0
     with tempfile.TemporaryDirectory(prefix="ccpo-sync-pull-") as scratch:
         local = Path(scratch) / "part.parquet"
         for index, entry in enumerate(new):
-            origin = Origin(repo_id, commit_id, entry.path)
-            problem = part_path_problem(entry.path)
-            if problem is not None:  # never downloaded: its path is not one ccpo writes
-                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
-                refused.append({"part": entry.path, "reason": problem})
-                continue
+            origin = Origin(hub.repo_id, commit_id, entry.path)
             try:
-                download_part(hub, entry.path, commit_id, local, entry.size, limits)
-            except (HubCallError, RemoteError, AnswerTooLarge) as error:
-                if hub.deadline.remaining() <= 0:
-                    raise
-                # A part that cannot be downloaded never blocks the parts after it; the next
-                # pull tries it again.
-                record_failed_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
-                refused.append({"part": entry.path, "reason": f"download failed: {error}"})
-                local.unlink(missing_ok=True)
-                continue
-            if hub.deadline.remaining() <= 0:
-                raise hub.deadline.failure(repo_id, f"merging {entry.path}")
-            try:
-                counts.update(
-                    merge_part(
-                        db,
-                        local,
-                        entry.path,
-                        origin,
-                        blob_id=entry.blob_id,
-                        size_bytes=entry.size,
-                        budget=budget,
-                    )
-                )
-            except PullBudgetSpent as error:
-                local.unlink()
-                if budget.used:  # the rest waits for the next pull, within its own budget
-                    waiting = len(new) - index
-                    refused.append(
-                        {"part": entry.path, "reason": f"{error}; left for the next pull"}
-                    )
-                    break
-                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
-                refused.append({"part": entry.path, "reason": str(error)})
-                continue
-            except InvalidInput as error:
-                # One bad part (hand-made, damaged, of a newer ccpo) is named, skipped and recorded, so
-                # it never blocks the rest of this pull or any later one; nothing of it was merged.
-                record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
-                refused.append({"part": entry.path, "reason": str(error)})
-            local.unlink()
-    log_sync(
-        db, repo_id, "pull", commit_id, revision=revision or "main", parts=len(new), counts=counts
+                reason = _merge_one(db, hub, entry, origin, local, limits, budget, counts)
+            except _LeftForNextPull as spent:
+                refused.append({"part": entry.path, "reason": f"{spent}; left for the next pull"})
+                return counts, refused, len(new) - index
+            if reason is not None:
+                refused.append({"part": entry.path, "reason": reason})
+    return counts, refused, 0
+
+
+def _download_failure(db, hub: HubClient, entry, origin, local: Path, limits) -> str | None:
+    """Download one part into `local`; why it could not be (recorded in runs.db as failed: a
+    part that cannot be downloaded never blocks the parts after it, the next pull tries it
+    again), or None. A failure once the command's deadline has passed ends the pull."""
+    from ccpo_cli.store.sync import record_failed_part
+
+    try:
+        download_part(hub, entry.path, origin.commit_id, local, entry.size, limits)
+    except (HubCallError, RemoteError, AnswerTooLarge) as error:
+        if hub.deadline.remaining() <= 0:
+            raise
+        record_failed_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+        local.unlink(missing_ok=True)
+        return f"download failed: {error}"
+    return None
+
+
+def _merge_one(db, hub, entry, origin, local: Path, limits, budget, counts) -> str | None:
+    """One part downloaded into `local` and merged; why it was not (recorded in runs.db, and
+    never blocking the parts after it), or None. The command's deadline ends the pull."""
+    from ccpo_cli.store.sync import (
+        PullBudgetSpent,
+        merge_part,
+        part_path_problem,
+        record_refused_part,
     )
-    return {
-        "repo_id": repo_id,
-        "commit_id": commit_id,
-        "revision": revision or "main",
-        "parts": len(parts),
-        "parts_merged": len(new) - len(refused) - max(0, waiting - 1),
-        "parts_waiting": waiting,
-        "parts_refused": refused,
-        "bytes": total,
-        "counts": counts.as_dict(),
-        "rows_new": counts.total("new"),
-        "rows_conflict": counts.total("conflict"),
-    }
+
+    def refuse(reason: str) -> str:
+        record_refused_part(db, origin, blob_id=entry.blob_id, size_bytes=entry.size)
+        return reason
+
+    problem = part_path_problem(entry.path)
+    if problem is not None:  # never downloaded: its path is not one ccpo writes
+        return refuse(problem)
+    failure = _download_failure(db, hub, entry, origin, local, limits)
+    if failure is not None:
+        return failure
+    if hub.deadline.remaining() <= 0:
+        raise hub.deadline.failure(hub.repo_id, f"merging {entry.path}")
+    try:
+        counts.update(
+            merge_part(
+                db,
+                local,
+                origin,
+                blob_id=entry.blob_id,
+                size_bytes=entry.size,
+                budget=budget,
+            )
+        )
+    except PullBudgetSpent as error:
+        if budget.used:  # the rest waits for the next pull, within its own budget
+            raise _LeftForNextPull(str(error)) from None
+        return refuse(str(error))
+    except InvalidInput as error:
+        # One bad part (hand-made, damaged, of a newer ccpo) is named, skipped and recorded, so
+        # it never blocks the rest of this pull or any later one; nothing of it was merged.
+        return refuse(str(error))
+    finally:
+        local.unlink(missing_ok=True)
+    return None
 
 
 def sync_push(

@@ -146,9 +146,10 @@ def commands(folder: Path, db: Path) -> dict[str, tuple[list[str], dict[str, str
 
 
 def run_once(argv: list[str], extra_env: dict[str, str], cwd: Path) -> float:
-    environment = {
-        key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "CCPO_DB")
-    }
+    # As a user's shell starts it: without PYTHONDONTWRITEBYTECODE, which CI sandboxes set and
+    # which would make every process (the warm-up round's too) compile ccpo from source.
+    unset = ("PYTHONPATH", "CCPO_DB", "PYTHONDONTWRITEBYTECODE")
+    environment = {key: value for key, value in os.environ.items() if key not in unset}
     environment.update(extra_env, COLUMNS="100")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(argv, cwd=cwd, env=environment, capture_output=True)

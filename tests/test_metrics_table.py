@@ -247,9 +247,7 @@ def test_sync_carries_the_metrics_and_a_second_pull_adds_nothing(tmp_path, monke
     for _ in range(2):
         for part in sorted(parts, key=lambda p: (TABLES.index(p.table), p.path_in_repo)):
             if not part_already_merged(db, "t/r", part.path_in_repo, None):
-                merge_part(
-                    db, part.local_path, part.path_in_repo, Origin("t/r", "c1", part.path_in_repo)
-                )
+                merge_part(db, part.local_path, Origin("t/r", "c1", part.path_in_repo))
     assert run_metric_steps(db, "jonp07") == run_metric_steps(open_db(a), "jonp07")
     assert (
         db.execute("SELECT COUNT(*) FROM metrics").fetchone()[0]

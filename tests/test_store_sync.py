@@ -39,7 +39,6 @@ def _pull_from_folder(db_path: Path, parts: list, commit: str):
                     merge_part(
                         db,
                         part.local_path,
-                        part.path_in_repo,
                         Origin(REPO, commit, part.path_in_repo),
                     )
                 )
@@ -93,9 +92,7 @@ def test_a_pull_holds_every_row_once_and_a_second_pull_changes_nothing(tmp_path,
     before = table_snapshot(c), [dict(r) for r in open_db(c)["runs"].rows]
     # Merging the same parts again (forgetting they were merged) still changes nothing.
     for part in parts:
-        merge_part(
-            open_db(c), part.local_path, part.path_in_repo, Origin(REPO, "c1", part.path_in_repo)
-        )
+        merge_part(open_db(c), part.local_path, Origin(REPO, "c1", part.path_in_repo))
     assert (table_snapshot(c), [dict(r) for r in open_db(c)["runs"].rows]) == before
     # The pulled rows are known to be in the dataset: machine C has nothing of its own to push.
     assert list(export_chunks(open_db(c), repo_id=REPO)) == []
@@ -194,14 +191,12 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
     merge_part(
         open_db(c),
         runs_part.local_path,
-        runs_part.path_in_repo,
         Origin(REPO, "c1", runs_part.path_in_repo),
     )
     with pytest.raises(InvalidInput, match="does not match its content hash|disagrees"):
         merge_part(
             open_db(c),
             evaluations.local_path,
-            evaluations.path_in_repo,
             Origin(REPO, "c1", evaluations.path_in_repo),
         )
     assert open_db(c)["evaluations"].count == 0
@@ -214,7 +209,6 @@ def test_an_altered_part_is_refused_and_nothing_of_it_is_written(tmp_path, monke
         merge_part(
             open_db(c),
             evaluations.local_path,
-            evaluations.path_in_repo,
             Origin(REPO, "c1", evaluations.path_in_repo),
         )
     assert open_db(c)["evaluations"].count == 0

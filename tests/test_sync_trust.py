@@ -43,7 +43,7 @@ def _forged(
 
 
 def _merge(db_path: Path, local: Path, path: str):
-    return merge_part(open_db(db_path), local, path, Origin(REPO, "c" * 40, path))
+    return merge_part(open_db(db_path), local, Origin(REPO, "c" * 40, path))
 
 
 def test_a_foreign_snapshot_of_this_machines_run_is_a_conflict_never_a_replacement(

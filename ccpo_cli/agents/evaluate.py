@@ -30,6 +30,10 @@ PhaseCallback = Callable[
 ]  # a set-up phase, said before it starts (engine workers, model)
 
 
+# The episode's own attributes an evaluation row carries, in its column order.
+_ROW_ATTRIBUTES = ("episode_index", "game_id", "task_type", "won", "turns", "invalid_turns")
+
+
 @dataclass
 class EpisodeResult:
     episode_index: int
@@ -47,13 +51,8 @@ class EpisodeResult:
 
     def as_row(self) -> dict[str, Any]:
         """The episode as `record_evaluation(episode_rows=...)` takes it."""
-        return {
-            "episode_index": self.episode_index,
-            "game_id": self.game_id,
-            "task_type": self.task_type,
-            "won": self.won,
-            "turns": self.turns,
-            "invalid_turns": self.invalid_turns,
+        row = {name: getattr(self, name) for name in _ROW_ATTRIBUTES}
+        return row | {
             "reward": WIN_REWARD if self.won else 0.0,
             "invalid_flags": [int(flag) for flag in self.invalid_flags],
         }
@@ -165,6 +164,28 @@ class _Episode:
         self.responses: list[str | None] = []
         self.result: EpisodeResult | None = None
 
+    def take(self, decision: Any) -> None:
+        """The agent's decision this turn, in the prompt history and the episode's record."""
+        self.prompter.record(decision.command)
+        self.commands.append(decision.command)
+        self.responses.append(decision.response)
+        self.invalid_flags.append(not decision.is_valid)
+
+    def finish(self, info: dict[str, Any], game_path: str) -> EpisodeResult:
+        """The finished episode's result, from the engine's last `info` (the task type from the
+        game's folder when the engine does not say it)."""
+        self.result = EpisodeResult(
+            episode_index=self.index,
+            game_id=str(info.get("game_id", "")),
+            task_type=str(info.get("task_type") or task_type_of_path(game_path)),
+            won=bool(info.get("won")),
+            turns=len(self.commands),
+            invalid_flags=self.invalid_flags,
+            commands=self.commands,
+            responses=self.responses,
+        )
+        return self.result
+
 
 def _turn(slot: int, episode: _Episode, observation: str, info: dict[str, Any]) -> Turn:
     admissible = tuple(info.get("admissible_commands") or ())
@@ -215,34 +236,34 @@ def play_batch(
             )
         actions: list[str | None] = [None] * len(slots)
         for slot, decision in zip(live, decisions):
-            episode = slots[slot]
-            episode.prompter.record(decision.command)
-            episode.commands.append(decision.command)
-            episode.responses.append(decision.response)
-            episode.invalid_flags.append(not decision.is_valid)
+            slots[slot].take(decision)
             actions[slot] = decision.command
         observations, _, dones, infos = env.step(actions)
         still_live = []
         for slot in live:
             if dones[slot]:
-                episode = slots[slot]
-                info = infos[slot]
-                episode.result = EpisodeResult(
-                    episode_index=episode.index,
-                    game_id=str(info.get("game_id", "")),
-                    task_type=str(info.get("task_type") or task_type_of_path(games[slot])),
-                    won=bool(info.get("won")),
-                    turns=len(episode.commands),
-                    invalid_flags=episode.invalid_flags,
-                    commands=episode.commands,
-                    responses=episode.responses,
-                )
+                result = slots[slot].finish(infos[slot], games[slot])
                 if on_episode_end is not None:
-                    on_episode_end(episode.result)
+                    on_episode_end(result)
             else:
                 still_live.append(slot)
         live = still_live
     return [slot.result for slot in slots]  # type: ignore[misc]
+
+
+class _EpisodeCounter:
+    """Counts finished episodes for a `ProgressCallback`, which hears the real total first, so
+    that a bar never shows 0/?."""
+
+    def __init__(self, progress: ProgressCallback | None, total: int):
+        self.progress, self.total, self.finished = progress, total, 0
+        if progress is not None:
+            progress(0, total)
+
+    def __call__(self, _: EpisodeResult) -> None:
+        self.finished += 1
+        if self.progress is not None:
+            self.progress(self.finished, self.total)
 
 
 def evaluate(
@@ -269,51 +290,62 @@ def evaluate(
     Progress: `progress` counts episodes (the total first), `on_turn` the turns of the batch
     being played, and `on_phase` names the engine's start before it happens.
     """
-    from ccpo_cli.envs.batch import AlfworldBatchEnv
-
     if not seeds:
         raise InvalidInput("at least one evaluation seed is needed")
     games = select_games(game_paths, episodes)
     chunk = max(1, batch_size or len(games))
-    total = len(games) * len(seeds)
-    finished = 0
-
-    def count(_: EpisodeResult) -> None:
-        nonlocal finished
-        finished += 1
-        if progress is not None:
-            progress(finished, total)
-
-    if progress is not None:
-        progress(0, total)  # the real total before the first episode, so a bar never shows 0/?
+    count = _EpisodeCounter(progress, len(games) * len(seeds))
     results = []
+    walkthrough = bool(getattr(agent, "needs_walkthrough", False))
+    with _start_engine(games, workers, max_steps, memo, walkthrough, on_phase) as env:
+        for seed in seeds:
+            agent.start(int(seed))
+            episodes_of_seed = _play_seed(
+                env,
+                agent,
+                games,
+                chunk,
+                history_length=history_length,
+                on_episode_end=count,
+                on_turn=on_turn,
+                turn_limit=max_steps,
+            )
+            results.append(SeedEvaluation(seed=int(seed), episodes=episodes_of_seed))
+            if on_seed_done is not None:
+                on_seed_done(results[-1])
+    return results
+
+
+def _start_engine(
+    games: list[str],
+    workers: int | None,
+    max_steps: int,
+    memo: bool,
+    walkthrough: bool,
+    on_phase: PhaseCallback | None,
+) -> Any:
+    """The batch engine for the panel's distinct games, its start said first to `on_phase` (it
+    is the slow part of a small evaluation)."""
+    from ccpo_cli.envs.batch import AlfworldBatchEnv
+
     if on_phase is not None:
         engines = (
             "in this process" if workers == 0 else f"with {workers or 'the default'} engine workers"
         )
         on_phase(f"starting the game engine {engines} for {len(set(games))} games")
-    with AlfworldBatchEnv(
-        sorted(set(games)),
-        workers=workers,
-        max_steps=max_steps,
-        memo=memo,
-        walkthrough=bool(getattr(agent, "needs_walkthrough", False)),
-    ) as env:
-        for seed in seeds:
-            agent.start(int(seed))
-            episodes_of_seed: list[EpisodeResult] = []
-            for start in range(0, len(games), chunk):
-                episodes_of_seed += play_batch(
-                    env,
-                    agent,
-                    games[start : start + chunk],
-                    first_index=start,
-                    history_length=history_length,
-                    on_episode_end=count,
-                    on_turn=on_turn,
-                    turn_limit=max_steps,
-                )
-            results.append(SeedEvaluation(seed=int(seed), episodes=episodes_of_seed))
-            if on_seed_done is not None:
-                on_seed_done(results[-1])
-    return results
+    return AlfworldBatchEnv(
+        sorted(set(games)), workers=workers, max_steps=max_steps, memo=memo, walkthrough=walkthrough
+    )
+
+
+def _play_seed(
+    env: Any, agent: Agent, games: list[str], chunk: int, **options: Any
+) -> list[EpisodeResult]:
+    """One seed's episodes, at most `chunk` games live at once; each keeps its panel index."""
+    return [
+        episode
+        for start in range(0, len(games), chunk)
+        for episode in play_batch(
+            env, agent, games[start : start + chunk], first_index=start, **options
+        )
+    ]

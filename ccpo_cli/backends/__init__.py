@@ -11,3 +11,8 @@ def seed_run_name(run: str | None, seed: int, several: bool) -> str | None:
     if run is None:
         return None
     return check_run_name(f"{run}-seed{seed}" if several else run)
+
+
+def run_header(name: str, arm: str, seed: int | None, place: str) -> str:
+    """The line that opens a run in a log of several (multi-seed train, matrix blocks)."""
+    return f"── run {name}: {arm}, seed {seed} ({place}) ──"

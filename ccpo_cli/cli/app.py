@@ -1,9 +1,10 @@
 """The `ccpo` command: global options and the registry of sub-commands.
 
 Each command module owns its command function or its sub-app (`arms`, `games`, `runs`, `sync`)
-and knows nothing of this one; registration happens here, so imports go one way (app ->
-commands). The command modules import only typer and `cli/common.py` at the top, so building
-the whole tree (`--help`, a TAB of completion) costs no library import.
+and knows nothing of this one; registration happens here (`COMMANDS`), so imports go one way
+(app -> commands). The command modules import only typer and `cli/common.py` at the top, so
+building the whole tree (`--help`, a TAB of completion) costs no library import, and a command
+line that names its command imports and builds that command alone.
 
 The global options `--db` and `--quiet` are the root's, and `CcpoGroup` gives every command the
 same two options as well, so `ccpo runs list --db other.db` works as `ccpo --db other.db runs
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
+import os
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -21,21 +25,6 @@ import typer
 from typer._click import Context
 
 from ccpo_cli import __version__
-from ccpo_cli.cli import (
-    arms,
-    card,
-    compare,
-    estimate,
-    export,
-    games,
-    ingest,
-    matrix,
-    publish,
-    runs,
-    sync,
-    train,
-)
-from ccpo_cli.cli import eval as eval_
 from ccpo_cli.cli.common import DEFAULT_DB, Settings, settings
 
 GLOBAL_PANEL = "Global options (also accepted before the command)"
@@ -119,15 +108,23 @@ class CcpoGroup(typer.core.TyperGroup):
         return params
 
 
-app = typer.Typer(
-    name="ccpo",
-    cls=CcpoGroup,
-    help="Reproducible credit-assignment research for LLM agents (GRPO, GiGPO, CCPO on ALFWorld).",
-    no_args_is_help=True,
-    rich_markup_mode="rich",
-    pretty_exceptions_show_locals=False,
-    add_completion=True,
-)
+# name -> (module in ccpo_cli.cli, its command function or sub-app, whether it is a sub-app), in
+# the order `ccpo --help` lists them.
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "arms": ("arms", "arms_app", True),
+    "estimate": ("estimate", "estimate_command", False),
+    "train": ("train", "train", False),
+    "eval": ("eval", "eval_command", False),
+    "games": ("games", "games_app", True),
+    "ingest": ("ingest", "ingest", False),
+    "runs": ("runs", "runs_app", True),
+    "compare": ("compare", "compare", False),
+    "export": ("export", "export", False),
+    "matrix": ("matrix", "matrix", False),
+    "card": ("card", "card", False),
+    "publish": ("publish", "publish", False),
+    "sync": ("sync", "sync_app", True),
+}
 
 
 def _version(value: bool) -> None:
@@ -136,7 +133,6 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
-@app.callback()
 def root(
     ctx: typer.Context,
     db: Annotated[
@@ -150,25 +146,62 @@ def root(
     ctx.obj = Settings(db=db, quiet=quiet)
 
 
-app.add_typer(arms.arms_app, name="arms")
-app.command("estimate")(estimate.estimate_command)
-app.command("train")(train.train)
-app.command("eval")(eval_.eval_command)
-app.add_typer(games.games_app, name="games")
-app.command("ingest")(ingest.ingest)
-app.add_typer(runs.runs_app, name="runs")
-app.command("compare")(compare.compare)
-app.command("export")(export.export)
-app.command("matrix")(matrix.matrix)
-app.command("card")(card.card)
-app.command("publish")(publish.publish)
-app.add_typer(sync.sync_app, name="sync")
+def build_app(names: tuple[str, ...] = tuple(COMMANDS)) -> typer.Typer:
+    """The `ccpo` app with these commands (all of them by default), each command module imported
+    here and not before."""
+    built = typer.Typer(
+        name="ccpo",
+        cls=CcpoGroup,
+        help="Reproducible credit-assignment research for LLM agents (GRPO, GiGPO, CCPO on ALFWorld).",
+        no_args_is_help=True,
+        rich_markup_mode="rich",
+        pretty_exceptions_show_locals=False,
+        add_completion=True,
+    )
+    built.callback()(root)
+    for name in names:
+        module, attribute, is_group = COMMANDS[name]
+        target = getattr(importlib.import_module(f"ccpo_cli.cli.{module}"), attribute)
+        if is_group:
+            built.add_typer(target, name=name)
+        else:
+            built.command(name)(target)
+    return built
+
+
+def __getattr__(name: str):
+    # `from ccpo_cli.cli.app import app` (tests, docs generation): the whole tree, built once.
+    if name == "app":
+        globals()["app"] = build_app()
+        return globals()["app"]
+    raise AttributeError(name)
+
+
+def _invoked_command(arguments: list[str]) -> str | None:
+    """The command this command line runs when nothing but the root's --db/--quiet stands before
+    it, else None (help, --version, completion and mistakes need the whole tree)."""
+    if "_CCPO_COMPLETE" in os.environ:
+        return None
+    index = 0
+    while index < len(arguments):
+        argument = arguments[index]
+        if argument == "--db":
+            index += 2
+        elif argument.startswith("--db=") or argument == "--quiet":
+            index += 1
+        else:
+            return argument if argument in COMMANDS else None
+    return None
 
 
 def main() -> None:
     from ccpo_cli.cli.startup import sqlite_utils_without_pandas
 
     sqlite_utils_without_pandas()
+    # Building a command's options costs Typer an inspection of its function, so a command line
+    # that names its command builds that command alone; what it parses and prints is the same.
+    command = _invoked_command(sys.argv[1:])
+    target = build_app((command,)) if command else build_app()
     # One name however it is started (`ccpo`, `python -m ccpo_cli`): usage lines and the shell
     # completion variable (_CCPO_COMPLETE) follow it.
-    app(prog_name="ccpo")
+    target(prog_name="ccpo")

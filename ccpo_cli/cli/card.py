@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -15,11 +16,11 @@ from ccpo_cli.cli.common import (
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
-    handle_errors,
     info,
     say,
     settings,
 )
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.vocabulary import FINAL, INTERIM
 
 
@@ -34,9 +35,10 @@ STATUS_HELP = (
 )
 
 
-@handle_errors
-def card(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class CardOptions:
+    """What `ccpo card` was asked (None: not given)."""
+
     run: Annotated[
         str,
         typer.Option(
@@ -45,33 +47,36 @@ def card(
             help="The run whose card to render.",
             autocompletion=completion.run_names,
         ),
-    ],
-    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
+    ]
+    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim
     output: Annotated[
         Path | None,
         typer.Option(
             "--output",
             help="README file to write; results/ goes beside it. Default: ccpo-card-RUN/README.md.",
         ),
-    ] = None,
-    repo: OptionalHubRepoOption = None,
-    window_start: WindowStartOption = None,
-    license: LicenseOption = None,  # noqa: A002
+    ] = None
+    repo: OptionalHubRepoOption = None
+    window_start: WindowStartOption = None
+    license: LicenseOption = None  # noqa: A002
     checkpoint_step: Annotated[
         int | None,
         typer.Option(
             "--checkpoint-step",
             help="Step of the checkpoint the card describes (default: best so far for interim, last for final).",
         ),
-    ] = None,
+    ] = None
     force: Annotated[
         bool,
         typer.Option(
             "--force", help="Overwrite an existing README (and results/) that ccpo did not write."
         ),
-    ] = False,
-    as_json: JsonOption = False,
-) -> None:
+    ] = False
+    as_json: JsonOption = False
+
+
+@options_command(CardOptions)
+def card(ctx: typer.Context, options: CardOptions) -> None:
     """Render the Hub model card of a run from the database; numbers and caveats come from data.
 
     `--repo` names the Hub id the card will live at (for the title and usage snippet).
@@ -84,40 +89,39 @@ def card(
     from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
 
+    run = options.run
     readme = (
-        output
+        options.output
         or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
     )
     db = open_db(settings(ctx).db, must_exist=True)
-    ready = card_readiness(db, run, status.value, window_start)
-    if status is CardStatus.auto:
+    ready = card_readiness(db, run, options.status.value, options.window_start)
+    if options.status is CardStatus.auto:
         info(ctx, f"{ready.status} card ({ready.status_basis})")
     staged = stage_card(
         db,
         run,
         readme,
         status=ready.status,
-        repo_id=repo,
-        window_start=window_start,
-        license=license,
-        checkpoint_step=checkpoint_step,
-        force=force,
+        repo_id=options.repo,
+        **option_values(options, ("window_start", "license", "checkpoint_step", "force")),
         merge_existing=True,
     )
-    if as_json:
-        emit_json(
-            {
-                "run": staged.context.run,
-                "status": staged.context.status,
-                "card": str(staged.readme),
-                "card_hash": staged.card_hash,
-                "files": {path: str(local) for path, local in staged.files.items()},
-                "summary": staged.context.summary,
-            }
-        )
+    if options.as_json:
+        emit_json(_staged_document(staged))
     else:
-        info(
-            ctx,
-            f"wrote {staged.readme} and {', '.join(str(p) for k, p in staged.files.items() if k != 'README.md')}",
-        )
+        written = ", ".join(str(p) for k, p in staged.files.items() if k != "README.md")
+        info(ctx, f"wrote {staged.readme} and {written}")
         say(str(staged.readme))
+
+
+def _staged_document(staged) -> dict:
+    """`ccpo card --json`: the card written, its hash, the files beside it and its summary."""
+    return {
+        "run": staged.context.run,
+        "status": staged.context.status,
+        "card": str(staged.readme),
+        "card_hash": staged.card_hash,
+        "files": {path: str(local) for path, local in staged.files.items()},
+        "summary": staged.context.summary,
+    }

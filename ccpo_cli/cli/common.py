@@ -18,16 +18,18 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from ccpo_cli.cli import completion
 from ccpo_cli.errors import CcpoError, InvalidInput, UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.seeds import SYNTAX as SEED_SYNTAX
 from ccpo_cli.seeds import check_seed, parse_seeds  # noqa: F401  (re-exported for the commands: one seed syntax)
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = Path("runs.db")
@@ -151,6 +153,16 @@ HubPrivateOption = Annotated[
 HubRevisionOption = Annotated[
     str, typer.Option("--revision", help="Branch to commit to (created if missing).")
 ]
+
+
+# Where `ccpo eval --model` and `ccpo publish --checkpoint` put a merged verl checkpoint.
+MergedDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--merged-dir",
+        help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
+    ),
+]
 LicenseOption = Annotated[
     str | None,
     typer.Option(
@@ -249,7 +261,9 @@ def terminal_width(stream: Any) -> int | None:
 
 def _console(stderr: bool) -> Console:
     # Made at print time, for whatever sys.stdout/sys.stderr is then (test runners swap them) and
-    # the width COLUMNS says then.
+    # the width COLUMNS says then. rich is imported here: a --json answer never needs it.
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     return Console(stderr=stderr, highlight=False, soft_wrap=True, width=terminal_width(stream))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -9,23 +10,20 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
     OutputFormat,
-    TableOption,
     WindowStartOption,
     emit,
-    handle_errors,
     info,
-    output_format,
     settings,
 )
+from ccpo_cli.cli.options import TablesOutput, options_command
 from ccpo_cli.errors import UsageError
 
 
-@handle_errors
-def compare(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class CompareOptions:
+    """What `ccpo compare` was asked (no RUN: every run)."""
+
     runs: Annotated[
         list[str] | None,
         typer.Argument(
@@ -33,32 +31,33 @@ def compare(
             help="Runs to compare (default: all).",
             autocompletion=completion.run_names,
         ),
-    ] = None,
-    window_start: WindowStartOption = None,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-    table: TableOption = None,
+    ] = None
+    window_start: WindowStartOption = None
+    output: TablesOutput = TablesOutput()
     plot: Annotated[
         Path | None,
         typer.Option(
             "--plot",
             help="Write learning curves to this file; its extension picks the format (.png, .pdf, .svg).",
         ),
-    ] = None,
+    ] = None
     detect: Annotated[
         float | None,
         typer.Option(
             "--detect",
             help="A difference in points: report the seeds per arm needed to detect it (80% power).",
         ),
-    ] = None,
+    ] = None
     include_failed: Annotated[
         bool,
         typer.Option(
             "--include-failed", help="Compare runs that failed too (left out by default)."
         ),
-    ] = False,
-) -> None:
+    ] = False
+
+
+@options_command(CompareOptions)
+def compare(ctx: typer.Context, options: CompareOptions) -> None:
     """Compare arms on their held-out window (not their best point).
 
     Runs are pooled only with runs of the same arm fingerprint, base model, backend, benchmark and
@@ -72,20 +71,21 @@ def compare(
     from ccpo_cli.report.compare_tables import comparison_tables, latex_comparison_tables
     from ccpo_cli.store import open_db
 
-    chosen = output_format(fmt, as_json)
+    chosen = options.output.chosen()
+    detect = options.detect
     if detect is not None and not detect > 0:
         raise UsageError(f"--detect must be a positive number of points, got {detect}")
     comparison = compare_runs(
         open_db(settings(ctx).db, must_exist=True),
-        runs or None,
-        window_start,
+        options.runs or None,
+        options.window_start,
         detect=detect,
-        include_failed=include_failed,
+        include_failed=options.include_failed,
     )
-    if plot is not None:
+    if options.plot is not None:
         from ccpo_cli.report.plot import plot_learning_curves
 
-        plot_learning_curves(comparison, plot)
-        info(ctx, f"wrote {plot}")
+        plot_learning_curves(comparison, options.plot)
+        info(ctx, f"wrote {options.plot}")
     build = latex_comparison_tables if chosen is OutputFormat.latex else comparison_tables
-    emit(chosen, comparison.as_json(), lambda: build(comparison), table=table)
+    emit(chosen, comparison.as_json(), lambda: build(comparison), table=options.output.table)

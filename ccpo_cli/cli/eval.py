@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -9,25 +10,23 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
+    MergedDirOption,
     SeedsOption,
-    TableOption,
     emit,
-    handle_errors,
     info,
-    output_format,
     parse_seeds,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import TablesOutput, option_values, options_command
 from ccpo_cli.cli.progress import Progress
 from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 
 
-@handle_errors
-def eval_command(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class EvalCommandOptions:
+    """What `ccpo eval` was asked, as Typer parsed it (`EvalOptions` is the library's request)."""
+
     run: Annotated[
         str,
         typer.Option(
@@ -36,7 +35,7 @@ def eval_command(
             help="Run to record the evaluations under (created if new).",
             autocompletion=completion.run_names,
         ),
-    ],
+    ]
     agent: Annotated[
         str,
         typer.Option(
@@ -44,56 +43,56 @@ def eval_command(
             help="oracle | random | hf | vllm | local",
             autocompletion=completion.agent_names,
         ),
-    ],
+    ]
     model: Annotated[
         str | None,
         typer.Option(
             "--model",
             help="Model folder or id (hf, vllm; checkpoint for local). hf/vllm also take a verl global_step_N folder, merged by verl-agent's own merger and verified first.",
         ),
-    ] = None,
+    ] = None
     games: Annotated[
         Path | None,
         typer.Option(
             "--games",
             help="Folder of ALFWorld games (default: the shipped 128-game held-out panel).",
         ),
-    ] = None,
+    ] = None
     episodes: Annotated[
         int | None,
         typer.Option(
             "--episodes",
             help="Episodes per seed (default: every game once; fewer = a type-balanced subset).",
         ),
-    ] = None,
-    seeds: SeedsOption = "0",
+    ] = None
+    seeds: SeedsOption = "0"
     temperature: Annotated[
         float,
         typer.Option(
             "--temperature", help="Sampling temperature of hf/vllm/local policies (0 = greedy)."
         ),
-    ] = EVAL_TEMPERATURE,
+    ] = EVAL_TEMPERATURE
     workers: Annotated[
         int | None,
         typer.Option(
             "--workers", help="Engine worker processes (default: cores, at most 8; 0 = in-process)."
         ),
-    ] = None,
+    ] = None
     step: Annotated[
         int | None,
         typer.Option(
             "--step",
             help="Training step the evaluation is recorded at (default: a verl checkpoint's step, else 0).",
         ),
-    ] = None,
+    ] = None
     split: Annotated[
         str, typer.Option("--split", help="Split name recorded with the evaluations.")
-    ] = "heldout",
-    max_steps: Annotated[int, typer.Option("--max-steps", help="Step limit of an episode.")] = 50,
+    ] = "heldout"
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Step limit of an episode.")] = 50
     max_new_tokens: Annotated[
         int | None,
         typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512)."),
-    ] = None,
+    ] = None
     verl_agent_home: Annotated[
         Path | None,
         typer.Option(
@@ -101,18 +100,13 @@ def eval_command(
             "--verl-agent",
             help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).",
         ),
-    ] = None,
-    merged_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--merged-dir",
-            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
-        ),
-    ] = None,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-    table: TableOption = None,
-) -> None:
+    ] = None
+    merged_dir: MergedDirOption = None
+    output: TablesOutput = TablesOutput()
+
+
+@options_command(EvalCommandOptions)
+def eval_command(ctx: typer.Context, options: EvalCommandOptions) -> None:
     """Play the held-out panel with an agent for each seed; record every episode in runs.db.
 
     Progress goes to stderr: a set-up line per phase, then a bar in a terminal or a line every tenth
@@ -124,22 +118,9 @@ def eval_command(
     from ccpo_cli.evaluation import EvalOptions, run_eval
     from ccpo_cli.report.command_tables import eval_tables
 
-    chosen = output_format(fmt, as_json)
-    options = EvalOptions(
-        run=run,
-        agent=agent,
-        model=model,
-        games=games,
-        episodes=episodes,
-        seeds=parse_seeds(seeds),
-        temperature=temperature,
-        workers=workers,
-        step=step,
-        split=split,
-        max_steps=max_steps,
-        max_new_tokens=max_new_tokens,
-        verl_agent_home=verl_agent_home,
-        merged_dir=merged_dir,
+    chosen = options.output.chosen()
+    request = EvalOptions(
+        **option_values(options, EVAL_REQUEST_FIELDS), seeds=parse_seeds(options.seeds)
     )
 
     def announce(seed_document: dict) -> None:
@@ -155,10 +136,28 @@ def eval_command(
     ) as progress:
         document = run_eval(
             settings(ctx).db,
-            options,
+            request,
             progress=progress.update,
             on_seed_recorded=announce,
             on_turn=progress.turn,
             on_phase=progress.phase,
         )
-    emit(chosen, document, lambda: eval_tables(document), table=table)
+    emit(chosen, document, lambda: eval_tables(document), table=options.output.table)
+
+
+# The options `EvalOptions` takes under the same names (the seeds are parsed first).
+EVAL_REQUEST_FIELDS = (
+    "run",
+    "agent",
+    "model",
+    "games",
+    "episodes",
+    "temperature",
+    "workers",
+    "step",
+    "split",
+    "max_steps",
+    "max_new_tokens",
+    "verl_agent_home",
+    "merged_dir",
+)

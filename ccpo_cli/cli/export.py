@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -9,19 +10,17 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
     emit,
-    handle_errors,
-    output_format,
     settings,
 )
+from ccpo_cli.cli.options import Output, options_command
 from ccpo_cli.errors import UsageError
 
 
-@handle_errors
-def export(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class ExportOptions:
+    """What `ccpo export` was asked."""
+
     runs: Annotated[
         list[str],
         typer.Argument(
@@ -29,7 +28,7 @@ def export(
             help="Runs to export (recorded or ingested).",
             autocompletion=completion.run_names,
         ),
-    ],
+    ]
     to: Annotated[
         str,
         typer.Option(
@@ -38,7 +37,7 @@ def export(
             help="tensorboard (event files), trackio (a project in TRACKIO_DIR), wandb (an "
             "offline run for `wandb sync`, unless WANDB_MODE says otherwise) or csv (one file per run).",
         ),
-    ],
+    ]
     out: Annotated[
         Path,
         typer.Option(
@@ -46,13 +45,15 @@ def export(
             help="Folder for tensorboard (one sub-folder per run), wandb (OUT/wandb/offline-run-*) "
             "and csv (RUN.csv).",
         ),
-    ] = Path("ccpo-export"),
-    project: Annotated[
-        str, typer.Option("--project", help="The trackio or wandb project.")
-    ] = "ccpo",
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+    ] = Path("ccpo-export")
+    project: Annotated[str, typer.Option("--project", help="The trackio or wandb project.")] = (
+        "ccpo"
+    )
+    output: Output = Output()
+
+
+@options_command(ExportOptions)
+def export(ctx: typer.Context, options: ExportOptions) -> None:
     """Write runs' curves to TensorBoard, trackio, wandb or CSV: the standing held-out
     evaluations and every scalar the run logged (loss, KL, entropy, ... at every step).
 
@@ -71,30 +72,25 @@ def export(
     from ccpo_cli.report.trackers import TRACKERS
     from ccpo_cli.store import open_db
 
-    chosen = output_format(fmt, as_json)
-    tracker = to.strip().lower()
+    chosen = options.output.chosen()
+    tracker = options.to.strip().lower()
     if tracker not in TRACKERS:
-        raise UsageError(f"--to {to!r}: use one of {', '.join(TRACKERS)}")
-    results = export_runs(
-        open_db(settings(ctx).db, must_exist=True), runs, tracker, out, project=project
-    )
+        raise UsageError(f"--to {options.to!r}: use one of {', '.join(TRACKERS)}")
+    db = open_db(settings(ctx).db, must_exist=True)
+    results = export_runs(db, options.runs, tracker, options.out, project=options.project)
     document = {
         "tracker": tracker,
         "runs": [{"run": r.run, "points": r.points, "written_to": r.written_to} for r in results],
     }
+    columns = [
+        ("run", NAME, lambda row: txt(row["run"])),
+        ("points", NUMBER, lambda row: num(row["points"])),
+        ("written to", NAME, lambda row: txt(row["written_to"])),
+    ]
     emit(
         chosen,
         document,
         lambda: [
-            table_of(
-                document["runs"],
-                [
-                    ("run", NAME, lambda row: txt(row["run"])),
-                    ("points", NUMBER, lambda row: num(row["points"])),
-                    ("written to", NAME, lambda row: txt(row["written_to"])),
-                ],
-                name="exported",
-                title=f"exported to {tracker}",
-            )
+            table_of(document["runs"], columns, name="exported", title=f"exported to {tracker}")
         ],
     )

@@ -69,15 +69,7 @@ def generate(
                 "room": room,
                 "n": len(games),
                 "task_types": counts,
-                "games": [
-                    {
-                        "game_id": g.game_id,
-                        "task_type": g.task_type,
-                        "sha256": g.sha256,
-                        "walkthrough_steps": len(g.walkthrough),
-                    }
-                    for g in games
-                ],
+                "games": [_game_entry(game) for game in games],
             }
         )
         return
@@ -85,6 +77,16 @@ def generate(
         f"wrote {len(games)} games to {out} "
         + " ".join(f"{key}={count}" for key, count in counts.items())
     )
+
+
+def _game_entry(game) -> dict:
+    """One generated game in `games generate --json`: its id, type, hash and walkthrough length."""
+    return {
+        "game_id": game.game_id,
+        "task_type": game.task_type,
+        "sha256": game.sha256,
+        "walkthrough_steps": len(game.walkthrough),
+    }
 
 
 @games_app.command("check")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from ccpo_cli.cli import completion
-from ccpo_cli.cli.common import JsonOption, emit_json, handle_errors, info, settings, stderr_console
+from ccpo_cli.cli.common import (
+    JsonOption,
+    emit_json,
+    info,
+    settings,
+    stderr_console,
+)
+from ccpo_cli.cli.options import option_values, options_command
 from ccpo_cli.errors import UsageError
 
 # Below this size an ingest finishes before a bar would be worth drawing.
@@ -57,9 +65,10 @@ def _formats(
     return reader, as_json or output == "json"
 
 
-@handle_errors
-def ingest(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class IngestOptions:
+    """What `ccpo ingest` was asked, as Typer parsed it (None: not given)."""
+
     file: Annotated[
         Path,
         typer.Argument(
@@ -68,7 +77,7 @@ def ingest(
                 "export, TensorBoard event files, or a wandb run folder."
             )
         ),
-    ],
+    ]
     run: Annotated[
         str,
         typer.Option(
@@ -77,7 +86,7 @@ def ingest(
             help="Run name to record under (created if new).",
             autocompletion=completion.run_names,
         ),
-    ],
+    ]
     arm: Annotated[
         str | None,
         typer.Option(
@@ -86,12 +95,12 @@ def ingest(
             help="Arm the run trained; its fingerprint must match the run's.",
             autocompletion=completion.arm_names,
         ),
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None,
-    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None,
+    ] = None
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None
     total_steps: Annotated[
         int | None, typer.Option("--total-steps", help="Planned training steps.")
-    ] = None,
+    ] = None
     fmt: Annotated[
         str | None,
         typer.Option(
@@ -102,7 +111,7 @@ def ingest(
             ),
             show_default=False,
         ),
-    ] = None,
+    ] = None
     input_format: Annotated[
         str | None,
         typer.Option(
@@ -110,7 +119,7 @@ def ingest(
             help=(f"The file's format: {FORMATS_HELP} (default auto: decided by content)."),
             show_default=False,
         ),
-    ] = None,
+    ] = None
     backend: Annotated[
         str | None,
         typer.Option(
@@ -118,7 +127,7 @@ def ingest(
             autocompletion=completion.backend_names,
             help=("The backend that trained the run (local or verl); not recorded when not given."),
         ),
-    ] = None,
+    ] = None
     hardware: Annotated[
         str | None,
         typer.Option(
@@ -127,7 +136,7 @@ def ingest(
                 "The hardware it trained on, as you would write it (e.g. 8xH100); recorded as a fact."
             ),
         ),
-    ] = None,
+    ] = None
     benchmark: Annotated[
         str | None,
         typer.Option(
@@ -138,34 +147,34 @@ def ingest(
                 "or the printed config identify; a file that contradicts it is refused."
             ),
         ),
-    ] = None,
+    ] = None
     split: Annotated[
         str | None,
         typer.Option(
             "--split",
             help="Dataset split the evaluations ran on (default: the split the log names, else not recorded).",
         ),
-    ] = None,
+    ] = None
     temperature: Annotated[
         float | None, typer.Option("--temperature", help="Sampling temperature of the evaluations.")
-    ] = None,
-    episodes: Annotated[
-        int | None, typer.Option("--episodes", help="Episodes per evaluation.")
-    ] = None,
+    ] = None
+    episodes: Annotated[int | None, typer.Option("--episodes", help="Episodes per evaluation.")] = (
+        None
+    )
     config: Annotated[
         Path | None,
         typer.Option(
             "--config",
             help="verl's resolved Hydra config YAML, or the launch command with key=value overrides.",
         ),
-    ] = None,
+    ] = None
     ended: Annotated[
         bool,
         typer.Option(
             "--ended",
             help="The run has ended: short of its total steps it is recorded as stopped early.",
         ),
-    ] = False,
+    ] = False
     strict: Annotated[
         bool,
         typer.Option(
@@ -175,7 +184,7 @@ def ingest(
                 f"{LINE_LIMIT_HELP}) are skipped and reported, and the file is refused only when no record reads."
             ),
         ),
-    ] = False,
+    ] = False
     metric: Annotated[
         list[str] | None,
         typer.Option(
@@ -186,7 +195,7 @@ def ingest(
                 "val/val/success_rate=val/success_rate for a fork that renamed it; give it once per metric."
             ),
         ),
-    ] = None,
+    ] = None
     source_run: Annotated[
         str | None,
         typer.Option(
@@ -196,14 +205,108 @@ def ingest(
                 "or a long step,tag,value table with a dir_name/run column)."
             ),
         ),
-    ] = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    as_json: JsonOption = False
+
+    def metric_names(self) -> tuple[str | None, list]:
+        """--metric: (the one scalar a single-scalar CSV holds, or None; the FROM=TO renames)."""
+        from ccpo_cli.store.readers.metric_names import MetricRename
+
+        renames = [MetricRename.parse(item) for item in self.metric or [] if "=" in item]
+        scalars = [item for item in self.metric or [] if "=" not in item]
+        if len(scalars) > 1:
+            raise UsageError(
+                f"--metric {scalars[0]} and --metric {scalars[1]}: a single-scalar CSV holds one "
+                "metric; write FROM=TO to read a metric under another name"
+            )
+        sources = [rename.source for rename in renames]
+        if len(set(sources)) < len(sources):
+            raise UsageError("--metric: each FROM=TO names its FROM once")
+        return (scalars[0] if scalars else None), renames
+
+
+@options_command(IngestOptions)
+def ingest(ctx: typer.Context, options: IngestOptions) -> None:
     """Record the held-out evaluations found in a training metrics file (idempotent).
 
     Example: ccpo ingest logs/train.log --run grpo-seed0 --arm grpo --seed 0 --total-steps 150
     """
-    # Imported here: the readers, sqlite-utils and the YAML config reader are for this command only.
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.ingest import FORMATS, require_metrics_file
+
+    reader, as_json = _formats(options.fmt, options.input_format, options.as_json, FORMATS)
+    if options.backend is not None and options.backend not in completion.BACKENDS:
+        raise UsageError(
+            f"--backend {options.backend}: use one of {', '.join(completion.BACKENDS)}"
+        )
+    recorded = _recorded_as(options, reader)
+    # Before open_db: a bad path must not leave an empty runs.db behind.
+    require_metrics_file(options.file)
+    report = _ingest_with_progress(ctx, open_db(settings(ctx).db), options, recorded)
+    console = stderr_console()
+    for warning in report.warnings:
+        console.print(f"warning: {warning}", markup=False)
+    if as_json:
+        emit_json(report.as_dict())
+        return
+    info(
+        ctx,
+        f"{options.file}: {report.format}, {report.steps} steps, {report.evaluations_found} "
+        f"evaluations: {report.new} new, {report.duplicates} already recorded, "
+        f"{len(report.conflicts)} conflicting, {report.skipped} lines skipped; "
+        f"{report.metrics.new} new scalars in metrics ({report.metrics.duplicates} already recorded) "
+        f"(run {options.run}, benchmark {report.benchmark or 'not recorded'}, "
+        f"last step {report.last_step})",
+    )
+
+
+def _recorded_as(options: IngestOptions, reader: str) -> dict:
+    """What the run is recorded with besides the file: the checked options and the protocol
+    facts (`ingest_file`'s keyword arguments)."""
+    from ccpo_cli.benchmarks import load_benchmark
+    from ccpo_cli.names import check_run_name
+    from ccpo_cli.store.facts import protocol_facts
+    from ccpo_cli.store.identity import ExternalArm
+
+    metric, renames = options.metric_names()
+    arm = _arm(options.arm)
+    check_run_name(options.run)  # before open_db, like the file check
+    if options.benchmark is not None:
+        load_benchmark(options.benchmark)  # an unknown name exits 3, naming the known ones
+    config_left_out: list[int] = []
+    flat_config, facts = protocol_facts(
+        options.config,
+        left_out=config_left_out,
+        **option_values(options, ("split", "temperature", "episodes", "seed", "total_steps")),
+    )
+    if options.hardware is not None:
+        if not options.hardware.strip() or len(options.hardware) > 200:
+            raise UsageError("--hardware: a short description such as 8xH100")
+        facts["hardware"] = options.hardware.strip()
+    # --arm is the user's word for which arm the log trained, not an arm ccpo resolved: an
+    # ExternalArm, so its name and fingerprint are recorded, and the flags the log itself printed
+    # (facts) stand beside them (store/identity.py).
+    return dict(
+        fmt=reader,
+        benchmark=options.benchmark,
+        backend=options.backend,
+        arm=None if arm is None else ExternalArm(arm.name, arm.fingerprint),
+        seed=facts.get("seed"),
+        base_model=options.base_model,
+        total_steps=facts.pop("total_steps", None),
+        facts=facts,
+        config=flat_config,
+        config_file_left_out=config_left_out,
+        ended=options.ended,
+        strict=options.strict,
+        metric=metric,
+        source_run=options.source_run,
+        rename=renames,
+    )
+
+
+def _ingest_with_progress(ctx: typer.Context, db, options: IngestOptions, recorded: dict):
+    """`ingest_file`, under a bar in a terminal when the file is large enough to want one."""
     from rich.progress import (
         BarColumn,
         Progress,
@@ -212,106 +315,29 @@ def ingest(
         TimeRemainingColumn,
     )
 
-    from ccpo_cli.benchmarks import load_benchmark
-    from ccpo_cli.names import check_run_name
-    from ccpo_cli.store import open_db
-    from ccpo_cli.store.facts import protocol_facts
-    from ccpo_cli.store.identity import ExternalArm
-    from ccpo_cli.store.ingest import FORMATS, ingest_file, require_metrics_file
-    from ccpo_cli.store.readers.metric_names import MetricRename
+    from ccpo_cli.store.ingest import ingest_file
 
-    reader, as_json = _formats(fmt, input_format, as_json, FORMATS)
-    if backend is not None and backend not in completion.BACKENDS:
-        raise UsageError(f"--backend {backend}: use one of {', '.join(completion.BACKENDS)}")
-    options = settings(ctx)
-    renames = [MetricRename.parse(item) for item in metric or [] if "=" in item]
-    scalars = [item for item in metric or [] if "=" not in item]
-    if len(scalars) > 1:
-        raise UsageError(
-            f"--metric {scalars[0]} and --metric {scalars[1]}: a single-scalar CSV holds one metric; "
-            "write FROM=TO to read a metric under another name"
-        )
-    sources = [rename.source for rename in renames]
-    if len(set(sources)) < len(sources):
-        raise UsageError("--metric: each FROM=TO names its FROM once")
-    resolved_arm = _arm(arm)
-    check_run_name(run)  # before open_db, like the file check below
-    if benchmark is not None:
-        load_benchmark(benchmark)  # an unknown name exits 3, naming the known ones
-    config_left_out: list[int] = []
-    flat_config, facts = protocol_facts(
-        config,
-        left_out=config_left_out,
-        split=split,
-        temperature=temperature,
-        episodes=episodes,
-        seed=seed,
-        total_steps=total_steps,
-    )
-    if hardware is not None:
-        if not hardware.strip() or len(hardware) > 200:
-            raise UsageError("--hardware: a short description such as 8xH100")
-        facts["hardware"] = hardware.strip()
-    require_metrics_file(file)  # before open_db: a bad path must not leave an empty runs.db behind
-    db = open_db(options.db)
+    file = options.file
     size = file.stat().st_size if file.is_file() else 0
     console = stderr_console()
-    show_bar = console.is_terminal and not options.quiet and size >= PROGRESS_MIN_BYTES
-    # --arm is the user's word for which arm the log trained, not an arm ccpo resolved: an
-    # ExternalArm, so its name and fingerprint are recorded, and the flags the log itself printed
-    # (facts) stand beside them (store/identity.py).
-    kwargs = dict(
-        fmt=reader,
-        benchmark=benchmark,
-        backend=backend,
-        arm=None
-        if resolved_arm is None
-        else ExternalArm(resolved_arm.name, resolved_arm.fingerprint),
-        seed=facts.get("seed"),
-        base_model=base_model,
-        total_steps=facts.pop("total_steps", None),
-        facts=facts,
-        config=flat_config,
-        config_file_left_out=config_left_out,
-        ended=ended,
-        strict=strict,
-        metric=scalars[0] if scalars else None,
-        source_run=source_run,
-        rename=renames,
+    if not (console.is_terminal and not settings(ctx).quiet and size >= PROGRESS_MIN_BYTES):
+        return ingest_file(db, file, options.run, **recorded)
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TimeRemainingColumn(),
     )
-    if show_bar:
-        columns = (
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TimeRemainingColumn(),
+    with Progress(*columns, console=console, transient=True) as progress:
+        reading = progress.add_task(f"read {file.name}", total=size)
+        recording = progress.add_task("record evaluations", total=None)
+        return ingest_file(
+            db,
+            file,
+            options.run,
+            progress=lambda n: progress.advance(reading, n),
+            write_progress=lambda done, total: progress.update(
+                recording, completed=done, total=total
+            ),
+            **recorded,
         )
-        with Progress(*columns, console=console, transient=True) as progress:
-            reading = progress.add_task(f"read {file.name}", total=size)
-            recording = progress.add_task("record evaluations", total=None)
-            report = ingest_file(
-                db,
-                file,
-                run,
-                progress=lambda n: progress.advance(reading, n),
-                write_progress=lambda done, total: progress.update(
-                    recording, completed=done, total=total
-                ),
-                **kwargs,
-            )
-    else:
-        report = ingest_file(db, file, run, **kwargs)
-    for warning in report.warnings:
-        console.print(f"warning: {warning}", markup=False)
-    if as_json:
-        emit_json(report.as_dict())
-        return
-    info(
-        ctx,
-        f"{file}: {report.format}, {report.steps} steps, {report.evaluations_found} evaluations: "
-        f"{report.new} new, {report.duplicates} already recorded, {len(report.conflicts)} conflicting, "
-        f"{report.skipped} lines skipped; {report.metrics.new} new scalars in metrics "
-        f"({report.metrics.duplicates} already recorded) "
-        f"(run {run}, benchmark {report.benchmark or 'not recorded'}, "
-        f"last step {report.last_step})",
-    )

@@ -3,6 +3,8 @@ that trains elsewhere and push it as it grows (`--follow RUN`)."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -11,29 +13,25 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
-    HubDeadlineOption,
-    HubEndpointOption,
-    HubPrivateOption,
     HubRevisionOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
     JsonOption,
     LicenseOption,
+    MergedDirOption,
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
-    handle_errors,
     info,
     say,
     settings,
 )
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 
 
-@handle_errors
-def publish(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class PublishOptions:
+    """What `ccpo publish` was asked (None: not given)."""
+
     run: Annotated[
         str | None,
         typer.Option(
@@ -42,8 +40,8 @@ def publish(
             help="The run to publish (or --follow RUN).",
             autocompletion=completion.run_names,
         ),
-    ] = None,
-    repo: OptionalHubRepoOption = None,
+    ] = None
+    repo: OptionalHubRepoOption = None
     follow: Annotated[
         str | None,
         typer.Option(
@@ -52,38 +50,38 @@ def publish(
             autocompletion=completion.run_names,
             help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
         ),
-    ] = None,
+    ] = None
     run_dir: Annotated[
         Path | None,
         typer.Option(
             "--run-dir", help="--follow: the run folder (default: the one runs.db records)."
         ),
-    ] = None,
+    ] = None
     poll: Annotated[
         float, typer.Option("--poll", help="--follow: seconds between looks at the run.")
-    ] = 30.0,
+    ] = 30.0
     once: Annotated[
         bool,
         typer.Option(
             "--once",
             help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.",
         ),
-    ] = False,
+    ] = False
     retry_failed: Annotated[
         bool,
         typer.Option(
             "--retry-failed",
             help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
         ),
-    ] = False,
-    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim,
+    ] = False
+    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim
     checkpoint: Annotated[
         Path | None,
         typer.Option(
             "--checkpoint",
             help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.",
         ),
-    ] = None,
+    ] = None
     verl_agent_home: Annotated[
         Path | None,
         typer.Option(
@@ -91,76 +89,72 @@ def publish(
             "--verl-agent",
             help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).",
         ),
-    ] = None,
-    merged_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--merged-dir",
-            help="Where a merged verl checkpoint goes (default: global_step_N/ccpo_merged_hf).",
-        ),
-    ] = None,
+    ] = None
+    merged_dir: MergedDirOption = None
     dry_run: Annotated[
         bool,
         typer.Option(
             "--dry-run",
             help="Write the staging folder and commit plan (--follow: list what would be published); no network call.",
         ),
-    ] = False,
-    private: HubPrivateOption = None,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    deadline: HubDeadlineOption = None,
-    endpoint: HubEndpointOption = None,
-    revision: HubRevisionOption = "main",
+    ] = False
+    hub: HubPublishing = HubPublishing()
+    revision: HubRevisionOption = "main"
     staging: Annotated[
         Path | None, typer.Option("--staging", help="Staging folder (default: ccpo-publish-RUN).")
-    ] = None,
-    window_start: WindowStartOption = None,
-    license: LicenseOption = None,  # noqa: A002
+    ] = None
+    window_start: WindowStartOption = None
+    license: LicenseOption = None  # noqa: A002
     checkpoint_step: Annotated[
         int | None,
         typer.Option(
             "--checkpoint-step",
             help="Step of the published checkpoint (default: best so far for interim, last for final).",
         ),
-    ] = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    as_json: JsonOption = False
+
+
+@options_command(PublishOptions)
+def publish(ctx: typer.Context, options: PublishOptions) -> None:
     """Render the card of a run and publish it (README.md + results/ccpo_summary.json + plot) in one commit.
 
     Example: ccpo publish --run grpo-seed0 --repo me/grpo-alfworld --dry-run
     """
-    if (run is None) == (follow is None):
+    if (options.run is None) == (options.follow is None):
         raise UsageError(
             "give --run RUN (publish once) or --follow RUN (publish as it trains), not both or neither"
         )
-    if repo is None:
+    if options.repo is None:
         raise UsageError("--repo OWNER/NAME is required")
-    if follow is not None:
-        _follow(
-            ctx,
-            follow,
-            repo,
-            run_dir=run_dir,
-            poll=poll,
-            once=once,
-            retry_failed=retry_failed,
-            dry_run=dry_run,
-            private=private,
-            token=token,
-            token_file=token_file,
-            timeout=timeout,
-            deadline=deadline,
-            endpoint=endpoint,
-            revision=revision,
-            staging=staging,
-            window_start=window_start,
-            license=license,
-            verl_agent_home=verl_agent_home,
-            as_json=as_json,
-        )
-        return
+    if options.follow is not None:
+        _follow(ctx, options)
+    else:
+        _publish_once(ctx, options)
+
+
+# The options `publish_run` takes under their own names.
+PUBLISH_RUN_OPTIONS = (
+    "revision",
+    "checkpoint",
+    "dry_run",
+    "window_start",
+    "license",
+    "checkpoint_step",
+    "verl_agent_home",
+    "merged_dir",
+)
+# The options `push_target` takes under their own names (--follow), besides the Hub's.
+PUSH_TARGET_OPTIONS = (
+    "revision",
+    "window_start",
+    "license",
+    "staging",
+)
+
+
+def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
+    """`ccpo publish --run RUN`: stage the card, then push it (or, dry, write the plan)."""
     # Imported here: the Hub client and the cards load only for a publication.
     from ccpo_cli.hub import publish_run
     from ccpo_cli.hub_access import token_source
@@ -169,48 +163,36 @@ def publish(
     from ccpo_cli.store import open_db
     from ccpo_cli.terminal_text import escape_control
 
+    run = options.run
     # The run name is checked as a folder name before the database is asked about it.
-    staging = staging or require_inside(default_folder("ccpo-publish", run), Path.cwd(), "--run")
+    staging = options.staging or require_inside(
+        default_folder("ccpo-publish", run), Path.cwd(), "--run"
+    )
     db = open_db(settings(ctx).db, must_exist=True)
-    ready = card_readiness(db, run, status.value, window_start)
-    if status is CardStatus.auto:
+    ready = card_readiness(db, run, options.status.value, options.window_start)
+    if options.status is CardStatus.auto:
         info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
         db,
         run,
-        repo,
+        options.repo,
         status=ready.status,
         staging=staging,
-        revision=revision,
-        private=private,
-        token=token,
-        endpoint=endpoint,
-        checkpoint=checkpoint,
-        dry_run=dry_run,
-        window_start=window_start,
-        license=license,
-        checkpoint_step=checkpoint_step,
-        token_file=token_file,
-        timeout=timeout,
-        verl_agent_home=verl_agent_home,
-        merged_dir=merged_dir,
-        deadline=deadline,
+        **option_values(options, PUBLISH_RUN_OPTIONS),
+        **dataclasses.asdict(options.hub),
         log=lambda message: info(ctx, escape_control(message)),
     )
-    if as_json:
+    if options.as_json:
         emit_json(result)
-        return
-    if result["dry_run"]:
+    elif result["dry_run"]:
         files = [entry["path_in_repo"] for commit in result["commits"] for entry in commit["files"]]
         info(ctx, f"dry run: nothing was sent; staged {len(files)} file(s) in {result['staging']}")
-        for line in _plan_lines(result, token_source(token, token_file)):
+        for line in _plan_lines(result, token_source(options.hub.token, options.hub.token_file)):
             say(line)
         say(result["plan_file"])
     else:
-        info(
-            ctx,
-            f"published {result['repo_id']}@{result['revision']} ({'merged into the remote README' if result['readme_merged'] else 'README replaced'})",
-        )
+        merged = "merged into the remote README" if result["readme_merged"] else "README replaced"
+        info(ctx, f"published {result['repo_id']}@{result['revision']} ({merged})")
         say(result["commit_url"])
 
 
@@ -235,59 +217,23 @@ def _plan_lines(plan: dict, token_from: str) -> list[str]:
     return lines
 
 
-def _follow(
-    ctx: typer.Context,
-    run: str,
-    repo: str,
-    *,
-    run_dir,
-    poll,
-    once,
-    retry_failed,
-    dry_run,
-    private,
-    token,
-    token_file,
-    timeout,
-    deadline,
-    endpoint,
-    revision,
-    staging,
-    window_start,
-    license,
-    verl_agent_home,
-    as_json,
-) -> None:  # noqa: A002
+def _follow(ctx: typer.Context, options: PublishOptions) -> None:
+    """`ccpo publish --follow RUN`: publish the run as it trains elsewhere (dry: the plan)."""
     from ccpo_cli.hub_access import resolve_token
-    from ccpo_cli.publishing.follow import check_poll, follow_run, plan_follow
+    from ccpo_cli.publishing.follow import check_poll, follow_run
     from ccpo_cli.publishing.target import push_target
 
-    check_poll(poll)
+    check_poll(options.poll)
+    hub = options.hub
     target = push_target(
-        repo,
-        endpoint=endpoint,
-        private=private,
-        timeout=timeout,
-        deadline=deadline,
-        revision=revision,
-        window_start=window_start,
-        license=license,
-        staging=staging,
+        options.repo,
+        **option_values(hub, ("endpoint", "private", "timeout", "deadline")),
+        **option_values(options, PUSH_TARGET_OPTIONS),
     )
-    if dry_run:  # no token, no lock, no network: what the outbox would publish now
-        result = plan_follow(settings(ctx).db, run, target, run_dir=run_dir)
-        if as_json:
-            emit_json(result)
-            return
-        info(
-            ctx,
-            f"dry run: nothing was sent or written; a follow would publish {len(result['would_publish'])} "
-            "publication(s), in this order",
-        )
-        for entry in result["would_publish"]:
-            say(f"{entry['role']} {entry['kind']} of step {entry['step']}")
+    if options.dry_run:  # no token, no lock, no network: what the outbox would publish now
+        _follow_plan(ctx, options, target)
         return
-    secret = resolve_token(token, token_file)
+    secret = resolve_token(options.hub.token, options.hub.token_file)
     if not secret:
         from ccpo_cli.errors import RemoteError
 
@@ -299,22 +245,26 @@ def _follow(
     # The uploader's lines carry the Hub's words and names from files: escaped for the terminal.
     result = follow_run(
         settings(ctx).db,
-        run,
+        options.follow,
         target,
         secret,
-        run_dir=run_dir,
-        verl_agent_home=verl_agent_home,
-        poll_s=poll,
-        once=once,
-        retry_failed=retry_failed,
+        **option_values(options, ("run_dir", "verl_agent_home", "once", "retry_failed")),
+        poll_s=options.poll,
         log=lambda message: info(ctx, escape_control(message)),
     )
-    if as_json:
+    if options.as_json:
         emit_json(result)
-        return
+    else:
+        _print_followed(options, result)
+
+
+def _print_followed(options: PublishOptions, result: dict) -> None:
+    """The outbox's counts after the follow, and the weights on the Hub no card names."""
+    from ccpo_cli.terminal_text import escape_control
+
     outbox = result["outbox"]
     say(
-        f"{run} -> {repo}: {outbox['done']} done, {outbox['pending']} pending, "
+        f"{options.follow} -> {options.repo}: {outbox['done']} done, {outbox['pending']} pending, "
         f"{outbox['failed']} failed, {outbox['skipped']} skipped"
     )
     for weights in result["weights_without_card"]:
@@ -325,3 +275,20 @@ def _follow(
                 f"{weights['card']}"
             )
         )
+
+
+def _follow_plan(ctx: typer.Context, options: PublishOptions, target) -> None:
+    """`--follow --dry-run`: what a follow would publish now, in order; nothing sent or written."""
+    from ccpo_cli.publishing.follow import plan_follow
+
+    result = plan_follow(settings(ctx).db, options.follow, target, run_dir=options.run_dir)
+    if options.as_json:
+        emit_json(result)
+        return
+    info(
+        ctx,
+        f"dry run: nothing was sent or written; a follow would publish {len(result['would_publish'])} "
+        "publication(s), in this order",
+    )
+    for entry in result["would_publish"]:
+        say(f"{entry['role']} {entry['kind']} of step {entry['step']}")

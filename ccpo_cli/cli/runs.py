@@ -5,6 +5,7 @@ command parsing its options and calling one library function."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
@@ -14,7 +15,6 @@ from ccpo_cli.cli.common import (
     FormatOption,
     JsonOption,
     OutputFormat,
-    TableOption,
     emit,
     emit_json,
     handle_errors,
@@ -24,6 +24,7 @@ from ccpo_cli.cli.common import (
     settings,
     stdout_console,
 )
+from ccpo_cli.cli.options import Output, TablesOutput, options_command
 
 runs_app = typer.Typer(
     help="Runs recorded in the database, and corrections to the record.", no_args_is_help=True
@@ -43,10 +44,10 @@ ByOption = Annotated[
 ]
 
 
-@runs_app.command("list")
-@handle_errors
-def list_command(
-    ctx: typer.Context,
+@dataclass(frozen=True)
+class ListOptions:
+    """What `ccpo runs list` was asked (None: not given)."""
+
     arm: Annotated[
         str | None,
         typer.Option(
@@ -55,14 +56,14 @@ def list_command(
             help="Only runs of this arm.",
             autocompletion=completion.arm_names,
         ),
-    ] = None,
+    ] = None
     status: Annotated[
         str | None,
         typer.Option(
             "--status",
             help="Only runs with this status (running, finished, stopped, interrupted, failed).",
         ),
-    ] = None,
+    ] = None
     benchmark: Annotated[
         str | None,
         typer.Option(
@@ -70,13 +71,13 @@ def list_command(
             help="Only runs of this benchmark.",
             autocompletion=completion.benchmark_names,
         ),
-    ] = None,
+    ] = None
     model: Annotated[
         str | None,
         typer.Option(
             "--model", help="Only runs of this base model (its id or the part after the last /)."
         ),
-    ] = None,
+    ] = None
     sort: Annotated[
         str | None,
         typer.Option(
@@ -85,11 +86,11 @@ def list_command(
             help="Order by run, arm, seed, status, step, last, best, window, created or updated "
             "(success highest first; runs without the value last).",
         ),
-    ] = None,
+    ] = None
     limit: Annotated[
         int | None,
         typer.Option("--limit", min=1, metavar="N", help="Only the first N runs (after --sort)."),
-    ] = None,
+    ] = None
     wide: Annotated[
         bool,
         typer.Option(
@@ -98,10 +99,13 @@ def list_command(
             "benchmark, backend, times), in parts when wider than it. CSV, Markdown and JSON "
             "always have every column.",
         ),
-    ] = False,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+    ] = False
+    output: Output = Output()
+
+
+@runs_app.command("list")
+@options_command(ListOptions)
+def list_command(ctx: typer.Context, options: ListOptions) -> None:
     """Every run with its arm, seed, status, steps and window held-out success; with --wide also
     last and best success, benchmark, backend and times.
 
@@ -113,31 +117,23 @@ def list_command(
         runs_table,
         sorted_runs,
     )
-    from ccpo_cli.store import list_runs, open_db
-    from ccpo_cli.store.liveness import annotate_runs
-    from ccpo_cli.store.run_summaries import RunFilter, success_summaries
+    from ccpo_cli.store import open_db
+    from ccpo_cli.store.run_summaries import RunFilter, listed_runs
 
-    db = open_db(settings(ctx).db, must_exist=True)
-    runs = annotate_runs(db, list_runs(db))  # a run whose trainer died shows as interrupted
-    runs = RunFilter(arm=arm, status=status, benchmark=benchmark, model=model).apply(runs)
-    summaries = success_summaries(db)
-    for run in runs:
-        nothing = ("last_success", "last_success_step", "best_success", "best_success_step")
-        run.update(
-            summaries.get(run["id"])
-            or {**dict.fromkeys(nothing), "window_success": None, "window_n": 0}
-        )
-    runs = sorted_runs(runs, sort, limit) if sort else runs[:limit]
-    chosen = output_format(fmt, as_json)
-    narrow = chosen is OutputFormat.table and not wide
+    o = options
+    run_filter = RunFilter(arm=o.arm, status=o.status, benchmark=o.benchmark, model=o.model)
+    runs = listed_runs(open_db(settings(ctx).db, must_exist=True), run_filter)
+    runs = sorted_runs(runs, o.sort, o.limit) if o.sort else runs[: o.limit]
+    chosen = o.output.chosen()
+    narrow = chosen is OutputFormat.table and not o.wide
     emit(chosen, {"runs": runs}, lambda: [(narrow_runs_table if narrow else runs_table)(runs)])
 
 
-@runs_app.command("show")
-@handle_errors
-def show_command(
-    ctx: typer.Context,
-    run: RunArgument,
+@dataclass(frozen=True)
+class ShowOptions:
+    """What `ccpo runs show` was asked."""
+
+    run: RunArgument
     metric: Annotated[
         list[str] | None,
         typer.Option(
@@ -147,11 +143,13 @@ def show_command(
             "--json: every number the run logged, at every step); repeat for several.",
             show_default=False,
         ),
-    ] = None,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-    table: TableOption = None,
-) -> None:
+    ] = None
+    output: TablesOutput = TablesOutput()
+
+
+@runs_app.command("show")
+@options_command(ShowOptions)
+def show_command(ctx: typer.Context, options: ShowOptions) -> None:
     """One run: its settings, evaluations, conflicts, checkpoints and publications; or, with
     --metric, the series of scalars it logged.
 
@@ -164,85 +162,26 @@ def show_command(
     """
     from ccpo_cli.store import open_db
 
-    if metric:
+    db = open_db(settings(ctx).db, must_exist=True)
+    if options.metric:
         from ccpo_cli.report.run_tables import metric_series_tables
         from ccpo_cli.store.metrics import metric_series_document
 
-        found = metric_series_document(open_db(settings(ctx).db, must_exist=True), run, metric)
-        emit(output_format(fmt, as_json), found, lambda: metric_series_tables(found), table=table)
+        found = metric_series_document(db, options.run, options.metric)
+        chosen = options.output.chosen()
+        emit(chosen, found, lambda: metric_series_tables(found), table=options.output.table)
         return
-    from ccpo_cli.report.run_tables import run_detail_tables
-    from ccpo_cli.store import (
-        get_run,
-        run_checkpoints,
-        run_conflicts,
-        run_evaluations,
-        run_publications,
+    from ccpo_cli.report.run_detail_tables import run_detail_tables
+    from ccpo_cli.store.run_detail import run_document
+
+    document = run_document(db, options.run)
+    chosen = options.output.chosen()
+    emit(
+        chosen,
+        document,
+        lambda: run_detail_tables(document, options.run),
+        table=options.output.table,
     )
-    from ccpo_cli.store.facts import run_facts
-    from ccpo_cli.store.identity import run_identity
-    from ccpo_cli.store.liveness import annotate_runs
-    from ccpo_cli.store.outbox import run_outbox
-    from ccpo_cli.store.retractions import resolutions
-    from ccpo_cli.store.sync import dataset_sources
-    from ccpo_cli.store.sync_runs import run_field_conflicts
-    from ccpo_cli.store.sync_trust import held_rows
-    from ccpo_cli.terminal_text import escape_control
-
-    db = open_db(settings(ctx).db, must_exist=True)
-    shown = annotate_runs(db, [get_run(db, run)])[0]
-    document = {
-        "run": shown,
-        "identity": run_identity(db, run).as_dict(),
-        "facts": run_facts(db, shown["id"])["values"],
-        "evaluations": run_evaluations(db, run, split=None, include_retracted=True),
-        "conflicts": run_conflicts(db, run),
-        "resolutions": resolutions(db, [shown["id"]]).get(shown["id"], []),
-        "checkpoints": run_checkpoints(db, run),
-        "publications": run_publications(db, run),
-        "publication_outbox": run_outbox(db, run),
-        "dataset_sources": dataset_sources(db, shown["id"]),
-        "field_conflicts": run_field_conflicts(db, shown["id"]),
-        "held_from_sync": held_rows(db, shown["id"]),
-    }
-
-    def tables() -> list:
-        items = list(run_detail_tables(document))
-        if shown.get("interrupted_because"):
-            items.append(f"interrupted: {shown['interrupted_because']}")
-        if shown.get("failure"):
-            items.append(f"failed: {shown['failure']['message']}")
-        for source in document["dataset_sources"]:
-            items.append(
-                escape_control(
-                    f"pulled from {source['repo_id']} at commit {source['commit_id']}: "
-                    f"{source['rows']} rows, first merged {source['first_merged_at']}"
-                )
-            )
-        for held in document["held_from_sync"]:
-            settle = (
-                f"; ccpo sync accept {run} --id {held['id']} merges it"
-                if held["state"] == "held"
-                else f" by {held['settled_by']}"
-            )
-            items.append(
-                escape_control(
-                    f"{held['state']} from sync: a {held['table']} row {held['summary']} of "
-                    f"{held['part']} at commit {held['commit_id']}, not written by this machine"
-                    f"{settle}"
-                )
-            )
-        for conflict in document["field_conflicts"]:
-            items.append(
-                escape_control(
-                    f"{conflict['field']} recorded elsewhere as {conflict['remote_value']!r} "
-                    f"(here {conflict['local_value']!r}; {conflict['origin']})"
-                )
-            )
-        return items
-
-    chosen = output_format(fmt, as_json)
-    emit(chosen, document, tables, table=table)
     if chosen is OutputFormat.table and document["publication_outbox"]:
         from ccpo_cli.publishing.status import outbox_table
 
@@ -301,15 +240,15 @@ def diff_command(
     )
 
 
-@runs_app.command("retract")
-@handle_errors
-def retract_command(
-    ctx: typer.Context,
-    run: RunArgument,
+@dataclass(frozen=True)
+class RetractOptions:
+    """What `ccpo runs retract` was asked (no --step: the whole run)."""
+
+    run: RunArgument
     reason: Annotated[
         str,
         typer.Option("--reason", metavar="TEXT", help="Why the record is wrong (kept with it)."),
-    ],
+    ]
     step: Annotated[
         int | None,
         typer.Option(
@@ -317,17 +256,21 @@ def retract_command(
             metavar="N",
             help="Retract the run's evaluations at this step only (default: the whole run).",
         ),
-    ] = None,
+    ] = None
     split: Annotated[
         str | None,
         typer.Option(
             "--split",
             help="With --step: only the evaluations of this split (default: every split).",
         ),
-    ] = None,
-    by: ByOption = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    by: ByOption = None
+    as_json: JsonOption = False
+
+
+@runs_app.command("retract")
+@options_command(RetractOptions)
+def retract_command(ctx: typer.Context, options: RetractOptions) -> None:
     """Mark a run, or its evaluations at one step, as retracted (nothing is deleted).
 
     `ccpo compare`, cards and publishing leave it out and say so; `ccpo runs show` still lists
@@ -338,21 +281,16 @@ def retract_command(
     from ccpo_cli.store import open_db
     from ccpo_cli.store.retractions import retract
 
-    result = retract(
-        open_db(settings(ctx).db, must_exist=True),
-        run,
-        reason=reason,
-        step=step,
-        split=split,
-        by=by,
-    )
-    if as_json:
+    o = options
+    db = open_db(settings(ctx).db, must_exist=True)
+    result = retract(db, o.run, reason=o.reason, step=o.step, split=o.split, by=o.by)
+    if o.as_json:
         emit_json({"retraction": result.as_dict()})
         return
     what = (
-        f"run {run}"
-        if step is None
-        else f"{len(result.evaluation_ids)} evaluation(s) of run {run} at step {step}"
+        f"run {o.run}"
+        if o.step is None
+        else f"{len(result.evaluation_ids)} evaluation(s) of run {o.run} at step {o.step}"
     )
     say(f"{what}: {'already retracted' if result.already else 'retracted'}")
     if not result.already:
@@ -362,15 +300,15 @@ def retract_command(
         )
 
 
-@runs_app.command("resolve")
-@handle_errors
-def resolve_command(
-    ctx: typer.Context,
-    run: RunArgument,
+@dataclass(frozen=True)
+class ResolveOptions:
+    """What `ccpo runs resolve` was asked."""
+
+    run: RunArgument
     step: Annotated[
         int,
         typer.Option("--step", metavar="N", help="The step whose conflicting results to settle."),
-    ],
+    ]
     keep: Annotated[
         str,
         typer.Option(
@@ -378,23 +316,27 @@ def resolve_command(
             metavar="VALUE",
             help="The success rate (percent) of the result that stands, as `ccpo runs show` prints it (83.6 matches 83.59375).",
         ),
-    ],
+    ]
     reason: Annotated[
         str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")
-    ] = None,
+    ] = None
     split: Annotated[
         str | None,
         typer.Option("--split", help="When several splits conflict at the step: which one."),
-    ] = None,
+    ] = None
     eval_seed: Annotated[
         int | None,
         typer.Option(
             "--eval-seed", help="When several evaluation seeds conflict at the step: which one."
         ),
-    ] = None,
-    by: ByOption = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    by: ByOption = None
+    as_json: JsonOption = False
+
+
+@runs_app.command("resolve")
+@options_command(ResolveOptions)
+def resolve_command(ctx: typer.Context, options: ResolveOptions) -> None:
     """Settle a conflict (one step recorded with two results) by keeping one value.
 
     The settlement is recorded with who and when. Keeping the conflicting result records it as
@@ -405,32 +347,31 @@ def resolve_command(
     from ccpo_cli.store import open_db
     from ccpo_cli.store.retractions import resolve
 
+    o = options
     result = resolve(
         open_db(settings(ctx).db, must_exist=True),
-        run,
-        step=step,
-        keep=keep,
-        reason=reason,
-        split=split,
-        eval_seed=eval_seed,
-        by=by,
+        o.run,
+        step=o.step,
+        keep=o.keep,
+        reason=o.reason,
+        split=o.split,
+        eval_seed=o.eval_seed,
+        by=o.by,
     )
-    if as_json:
+    if o.as_json:
         emit_json({"resolution": result.as_dict()})
         return
     if result.already:
         # Asked again: nothing was written, so nothing is claimed as done now.
         say(
-            f"run {run} step {step}: already resolved keeping {result.kept_value:g} "
+            f"run {o.run} step {o.step}: already resolved keeping {result.kept_value:g} "
             f"(evaluation {result.kept_evaluation_id}, resolution {result.resolution_id}); nothing changed"
         )
         return
     say(
-        f"run {run} step {step}: settled {len(result.settled_conflict_ids)} conflict(s), keeping "
-        f"{result.kept_value:g} (evaluation {result.kept_evaluation_id})"
+        f"run {o.run} step {o.step}: settled {len(result.settled_conflict_ids)} conflict(s), "
+        f"keeping {result.kept_value:g} (evaluation {result.kept_evaluation_id})"
     )
     if result.superseded_evaluation_ids:
-        info(
-            ctx,
-            f"retracted the result that stood (evaluation(s) {', '.join(map(str, result.superseded_evaluation_ids))})",
-        )
+        superseded = ", ".join(map(str, result.superseded_evaluation_ids))
+        info(ctx, f"retracted the result that stood (evaluation(s) {superseded})")

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Annotated
 
 import typer
 
 from ccpo_cli.cli.common import (
-    FormatOption,
-    HubEndpointOption,
     HubRepoOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
     JsonOption,
     emit,
     emit_json,
-    handle_errors,
     info,
-    output_format,
     say,
     settings,
 )
+from ccpo_cli.cli.options import HubConnection, Output, options_command
 
 sync_app = typer.Typer(
     help="Share runs between machines through a private Hub dataset: push this database's new rows, pull everyone's.",
@@ -54,11 +50,11 @@ def _limits(deadline: float, max_mb: float | None, push: bool):
     )
 
 
-@sync_app.command("push")
-@handle_errors
-def push_command(
-    ctx: typer.Context,
-    repo: HubRepoOption,
+@dataclass(frozen=True)
+class PushOptions:
+    """What `ccpo sync push` was asked."""
+
+    repo: HubRepoOption
     private: Annotated[
         bool,
         typer.Option(
@@ -66,18 +62,19 @@ def push_command(
             " /--no-private",
             help="--public: create the dataset public, or push to an existing public one (default: private only; --no-private is --public).",
         ),
-    ] = True,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    endpoint: HubEndpointOption = None,
-    deadline: DeadlineOption = 900.0,
+    ] = True
+    hub: HubConnection = HubConnection()
+    deadline: DeadlineOption = 900.0
     max_mb: Annotated[
         float | None,
         typer.Option("--max-mb", help="Refuse a push of more than this many MiB (default 2048)."),
-    ] = None,
-    as_json: JsonOption = False,
-) -> None:
+    ] = None
+    as_json: JsonOption = False
+
+
+@sync_app.command("push")
+@options_command(PushOptions)
+def push_command(ctx: typer.Context, options: PushOptions) -> None:
     """Push the rows of this database the dataset lacks (runs, evaluations, facts, conflicts, publications) as one commit.
 
     Example: ccpo sync push --repo me/ccpo-runs --token-file ~/.hf-token
@@ -92,15 +89,12 @@ def push_command(
     check_writable(db, "a push must record what it pushed")
     result = sync_push(
         db,
-        repo,
-        token=token,
-        token_file=token_file,
-        timeout=timeout,
-        endpoint=endpoint,
-        public=not private,
-        limits=_limits(deadline, max_mb, push=True),
+        options.repo,
+        **dataclasses.asdict(options.hub),
+        public=not options.private,
+        limits=_limits(options.deadline, options.max_mb, push=True),
     )
-    if as_json:
+    if options.as_json:
         emit_json({"push": result})
     elif not result["pushed"]:
         info(ctx, result["note"])
@@ -113,11 +107,11 @@ def push_command(
         say(result["commit_url"])
 
 
-@sync_app.command("pull")
-@handle_errors
-def pull_command(
-    ctx: typer.Context,
-    repo: HubRepoOption,
+@dataclass(frozen=True)
+class PullOptions:
+    """What `ccpo sync pull` was asked."""
+
+    repo: HubRepoOption
     revision: Annotated[
         str | None,
         typer.Option(
@@ -125,21 +119,21 @@ def pull_command(
             metavar="COMMIT",
             help="The dataset commit (or branch) to merge (default: main's head when the pull starts).",
         ),
-    ] = None,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    endpoint: HubEndpointOption = None,
-    deadline: DeadlineOption = 900.0,
+    ] = None
+    hub: HubConnection = HubConnection()
+    deadline: DeadlineOption = 900.0
     max_mb: Annotated[
         float | None,
         typer.Option(
             "--max-mb", help="Refuse a pull of more than this many MiB of new parts (default 8192)."
         ),
-    ] = None,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+    ] = None
+    output: Output = Output()
+
+
+@sync_app.command("pull")
+@options_command(PullOptions)
+def pull_command(ctx: typer.Context, options: PullOptions) -> None:
     """Merge one commit of the dataset into this database (runs matched by their global id; only parts not merged before).
 
     Example: ccpo sync pull --repo me/ccpo-runs --token-file ~/.hf-token
@@ -148,42 +142,48 @@ def pull_command(
     from ccpo_cli.report.command_tables import sync_table
     from ccpo_cli.store import open_db
 
-    chosen = output_format(fmt, as_json)
+    chosen = options.output.chosen()
     result = sync_pull(
         open_db(settings(ctx).db),
-        repo,
-        revision=revision,
-        token=token,
-        token_file=token_file,
-        timeout=timeout,
-        endpoint=endpoint,
-        limits=_limits(deadline, max_mb, push=False),
+        options.repo,
+        revision=options.revision,
+        **dataclasses.asdict(options.hub),
+        limits=_limits(options.deadline, options.max_mb, push=False),
     )
     if chosen.value != "json":
-        from ccpo_cli.terminal_text import escape_control
-
-        for refused in result["parts_refused"]:  # names and reasons come from the dataset: escaped
-            info(
-                ctx,
-                f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
-                f"{escape_control(refused['reason'])}",
-            )
-        info(
-            ctx,
-            f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
-            f"{result['commit_id']}",
-        )
+        _log_pull(ctx, result)
     emit(chosen, {"pull": result}, lambda: [sync_table(result["counts"])])
 
 
-def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool, as_json: bool):
+def _log_pull(ctx: typer.Context, result: dict) -> None:
+    """The parts a pull refused (names and reasons come from the dataset: escaped), then what
+    it merged."""
+    from ccpo_cli.terminal_text import escape_control
+
+    for refused in result["parts_refused"]:
+        info(
+            ctx,
+            f"warning: part {escape_control(refused['part'])} refused, skipped and recorded: "
+            f"{escape_control(refused['reason'])}",
+        )
+    info(
+        ctx,
+        f"merged {result['parts_merged']} new part(s) of {result['parts']} from {result['repo_id']} at "
+        f"{result['commit_id']}",
+    )
+
+
+def _settle(ctx: typer.Context, options: SettleOptions, *, accept: bool) -> None:
     from ccpo_cli.store import get_run, open_db
     from ccpo_cli.store.retractions import default_actor
     from ccpo_cli.store.sync_trust import settle_held
 
+    run = options.run
     db = open_db(settings(ctx).db, must_exist=True)
-    settled = settle_held(db, get_run(db, run), ids or None, accept=accept, by=default_actor())
-    if as_json:
+    settled = settle_held(
+        db, get_run(db, run), options.ids or None, accept=accept, by=default_actor()
+    )
+    if options.as_json:
         emit_json({"run": run, "accepted" if accept else "rejected": settled})
         return
     verb = "accepted" if accept else "rejected"
@@ -193,22 +193,24 @@ def _settle(ctx: typer.Context, run: str, ids: list[int] | None, *, accept: bool
         info(ctx, f"run {run}: held {row['table']} row {row['id']} {verb} ({row['outcome']})")
 
 
-HeldIdOption = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--id", help="A held row's id, as `ccpo runs show RUN` lists it (default: every held row)."
-    ),
-]
+@dataclass(frozen=True)
+class SettleOptions:
+    """What `ccpo sync accept` or `ccpo sync reject` was asked: one run's held rows."""
+
+    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")]
+    ids: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--id",
+            help="A held row's id, as `ccpo runs show RUN` lists it (default: every held row).",
+        ),
+    ] = None
+    as_json: JsonOption = False
 
 
 @sync_app.command("accept")
-@handle_errors
-def accept_command(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
-    ids: HeldIdOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@options_command(SettleOptions)
+def accept_command(ctx: typer.Context, options: SettleOptions) -> None:
     """Merge rows a pull held for one of this machine's runs (foreign evaluations, corrections), as a local write would.
 
     Only this machine writes its runs: a pulled row that would change one is held, in no number,
@@ -216,19 +218,14 @@ def accept_command(
 
     Example: ccpo sync accept grpo-seed0 --id 3
     """
-    _settle(ctx, run, ids, accept=True, as_json=as_json)
+    _settle(ctx, options, accept=True)
 
 
 @sync_app.command("reject")
-@handle_errors
-def reject_command(
-    ctx: typer.Context,
-    run: Annotated[str, typer.Argument(metavar="RUN", help="One of this machine's runs.")],
-    ids: HeldIdOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@options_command(SettleOptions)
+def reject_command(ctx: typer.Context, options: SettleOptions) -> None:
     """Set aside rows a pull held for one of this machine's runs; they stay listed, never merged.
 
     Example: ccpo sync reject grpo-seed0 --id 3
     """
-    _settle(ctx, run, ids, accept=False, as_json=as_json)
+    _settle(ctx, options, accept=False)

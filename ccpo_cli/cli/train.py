@@ -9,6 +9,8 @@ cores, verl follows the protocol file), so an option left out means "the backend
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,24 +19,18 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
-    HubDeadlineOption,
-    HubEndpointOption,
-    HubPrivateOption,
-    HubTimeoutOption,
-    HubTokenFileOption,
-    HubTokenOption,
     JsonOption,
     SeedsOption,
     SetOption,
     check_seed,
     emit_json,
-    handle_errors,
     info,
     parse_seeds,
     say,
     settings,
     stderr_console,
 )
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of
@@ -57,6 +53,19 @@ def seed_list(seeds: str | None, seed: int | None) -> list[int]:
 # The options only one backend reads, by Click parameter name (the option's flag in the message).
 LOCAL_ONLY = ("eval_games", "eval_from", "workers", "time_budget", "dump_batches")
 VERL_ONLY = ("model", "gpus", "nnodes", "ray_address", "host_profile", "save_every")
+# What both backends' requests take of the options, under the same names.
+EITHER_BACKEND = ("run", "resume", "dry_run", "steps", "tasks", "group", "eval_every", "max_steps")
+# The options only --push-to-hub reads (name: flag), in the order a refusal names them.
+PUSH_ONLY = {
+    "push_wait": "--push-wait",
+    "window_start": "--window-start",
+    "private": "--private/--public",
+    "token": "--token",
+    "token_file": "--token-file",
+    "timeout": "--timeout",
+    "deadline": "--deadline",
+    "endpoint": "--endpoint",
+}
 
 
 def _given(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
@@ -111,10 +120,11 @@ def _dry_run_script(result) -> str:
     return "\n".join(parts) + "\n"
 
 
-@handle_errors
-def train(
-    ctx: typer.Context,
-    arm_name: ArmOption,
+@dataclass(frozen=True)
+class TrainOptions:
+    """What `ccpo train` was asked, as Typer parsed it (one field an option; None: not given)."""
+
+    arm_name: ArmOption
     run: Annotated[
         str | None,
         typer.Option(
@@ -122,7 +132,7 @@ def train(
             metavar="RUN",
             help="Run name (default: derived from arm and seed; -seedN is appended with --seeds).",
         ),
-    ] = None,
+    ] = None
     backend: Annotated[
         str | None,
         typer.Option(
@@ -130,76 +140,76 @@ def train(
             autocompletion=completion.backend_names,
             help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.",
         ),
-    ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None,
-    seeds: SeedsOption = None,
+    ] = None
+    seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None
+    seeds: SeedsOption = None
     steps: Annotated[
         int | None, typer.Option("--steps", help="Training steps (policy updates).")
-    ] = None,
-    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None,
+    ] = None
+    tasks: Annotated[int | None, typer.Option("--tasks", help="Games per step.")] = None
     group: Annotated[
         int | None, typer.Option("--group", help="Rollouts per game (group size).")
-    ] = None,
+    ] = None
     eval_every: Annotated[
         int | None, typer.Option("--eval-every", help="Held-out evaluation every K steps.")
-    ] = None,
+    ] = None
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", help="Turn limit per episode.")
-    ] = None,
-    set_flags: SetOption = None,
+    ] = None
+    set_flags: SetOption = None
     resume: Annotated[
         Path | None,
         typer.Option(
             "--resume",
             help="Continue a run: verl, a checkpoint folder (global_step_N or its parent); local, the run's own folder (it must exist).",
         ),
-    ] = None,
+    ] = None
     dry_run: Annotated[
         bool,
         typer.Option(
             "--dry-run",
             help="Resolve the runs and print them as one document; write and start nothing.",
         ),
-    ] = False,
-    as_json: JsonOption = False,
+    ] = False
+    as_json: JsonOption = False
     # local backend
     eval_games: Annotated[
         int | None,
         typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games."),
-    ] = None,
+    ] = None
     eval_from: Annotated[
         int | None,
         typer.Option(
             "--eval-from",
             help="local: first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.",
         ),
-    ] = None,
+    ] = None
     workers: Annotated[
         int | None, typer.Option("--workers", help="local: rollout worker processes.")
-    ] = None,
+    ] = None
     time_budget: Annotated[
         float | None,
         typer.Option(
             "--time-budget", help="local: stop after this many minutes of training wall time."
         ),
-    ] = None,
+    ] = None
     dump_batches: Annotated[
         bool | None,
         typer.Option(
             "--dump-batches/--no-dump-batches",
             help="local: save each step's estimator batch as .npz.",
         ),
-    ] = None,
+    ] = None
     # verl backend
     model: Annotated[
         str | None, typer.Option("--model", help="verl: base model (Hugging Face id or path).")
-    ] = None,
-    gpus: Annotated[int | None, typer.Option("--gpus", help="verl: GPUs per node.")] = None,
-    nnodes: Annotated[int, typer.Option("--nnodes", help="verl: nodes.")] = 1,
+    ] = None
+    gpus: Annotated[int | None, typer.Option("--gpus", help="verl: GPUs per node.")] = None
+    nnodes: Annotated[int, typer.Option("--nnodes", help="verl: nodes.")] = 1
     ray_address: Annotated[
         str | None,
         typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one."),
-    ] = None,
+    ] = None
     verl_agent: Annotated[
         Path | None,
         typer.Option(
@@ -207,20 +217,20 @@ def train(
             envvar="VERL_AGENT_HOME",
             help="verl: the verl-agent checkout (env VERL_AGENT_HOME).",
         ),
-    ] = None,
+    ] = None
     host_profile: Annotated[
         str,
         typer.Option(
             "--host-profile", help="verl: host profile of the protocol (reference, lean)."
         ),
-    ] = "reference",
+    ] = "reference"
     save_every: Annotated[
         int | None,
         typer.Option(
             "--save-every",
             help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.",
         ),
-    ] = None,
+    ] = None
     report_to: Annotated[
         str | None,
         typer.Option(
@@ -228,7 +238,7 @@ def train(
             metavar="TRACKERS",
             help="Write the curves while training, from the untrained evaluation at step 0 on, to tensorboard (RUN_DIR/tensorboard), trackio (project ccpo, in TRACKIO_DIR) and/or wandb (an offline run in RUN_DIR/wandb for `wandb sync`, unless WANDB_MODE says otherwise), comma-separated, as TRL's report_to; none (the default) writes only metrics.jsonl and runs.db.",
         ),
-    ] = None,
+    ] = None
     # publishing while training
     push_to_hub: Annotated[
         str | None,
@@ -237,24 +247,22 @@ def train(
             metavar="OWNER/NAME",
             help="Push to this Hub repository while training: an interim card at every evaluation, a new best checkpoint first (verified, tagged step-N), at the end the final weights and card (tagged final). Uploads run in a separate process and never block or fail training.",
         ),
-    ] = None,
+    ] = None
     push_wait: Annotated[
         float | None,
         typer.Option(
             "--push-wait",
             help="--push-to-hub: at most this many seconds of waiting for pending uploads after the last step (default 120); what is left stays queued for `ccpo publish --follow`.",
         ),
-    ] = None,
-    window_start: Annotated[
-        int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)
-    ] = None,
-    private: HubPrivateOption = None,
-    token: HubTokenOption = None,
-    token_file: HubTokenFileOption = None,
-    timeout: HubTimeoutOption = None,
-    deadline: HubDeadlineOption = None,
-    endpoint: HubEndpointOption = None,
-) -> None:
+    ] = None
+    window_start: Annotated[int | None, typer.Option("--window-start", help=_PUSH_WINDOW_HELP)] = (
+        None
+    )
+    hub: HubPublishing = HubPublishing()
+
+
+@options_command(TrainOptions)
+def train(ctx: typer.Context, options: TrainOptions) -> None:
     """Train one arm; evaluations land in the database as they happen.
 
     Several seeds train one after the other, with a header per run in the log.
@@ -264,133 +272,114 @@ def train(
     from ccpo_cli.arms import load_arm, parse_set_options
     from ccpo_cli.backends.device import default_backend
 
-    chosen = backend or default_backend()
+    chosen = options.backend or default_backend()
     if chosen not in BACKENDS:
         raise UsageError(f"--backend {chosen}: use one of {', '.join(BACKENDS)}")
-    seed_values = tuple(seed_list(seeds, seed))
-    arm = load_arm(arm_name, parse_set_options(set_flags) or None)
+    seeds = tuple(seed_list(options.seeds, options.seed))
+    arm = load_arm(options.arm_name, parse_set_options(options.set_flags) or None)
     _refuse_other_backend_options(ctx, chosen)
-    db_path = settings(ctx).db
-    hub_options = {
-        "--push-wait": push_wait,
-        "--window-start": window_start,
-        "--private/--public": private,
-        "--token": token,
-        "--token-file": token_file,
-        "--timeout": timeout,
-        "--deadline": deadline,
-        "--endpoint": endpoint,
-    }
-    observer = None
-    if push_to_hub is None:
-        stray = [name for name, value in hub_options.items() if value is not None]
+    observer = _tracker_observer(ctx, options, _hub_publisher(ctx, options, chosen, seeds))
+    if chosen == LOCAL:
+        _train_local(ctx, options, arm, seeds, observer)
+    else:
+        _train_verl(ctx, options, arm, seeds, observer)
+
+
+def _hub_publisher(ctx: typer.Context, options: TrainOptions, backend: str, seeds: tuple[int, ...]):
+    """The --push-to-hub publisher (None without it, or for a dry run); a Hub option given
+    without --push-to-hub would be ignored, so it is refused."""
+    if options.push_to_hub is None:
+        given = {
+            **option_values(options, ("push_wait", "window_start")),
+            **dataclasses.asdict(options.hub),
+        }
+        stray = [flag for name, flag in PUSH_ONLY.items() if given[name] is not None]
         if stray:
             raise UsageError(f"{', '.join(stray)} only apply with --push-to-hub")
-    elif not dry_run:
-        if len(seed_values) > 1:
-            raise UsageError(
-                "--push-to-hub publishes one run: give one --seed (a repository per seed)"
-            )
-        from ccpo_cli.publishing.background import publisher_for
+        return None
+    if options.dry_run:
+        return None
+    if len(seeds) > 1:
+        raise UsageError("--push-to-hub publishes one run: give one --seed (a repository per seed)")
+    from ccpo_cli.publishing.background import publisher_for
 
-        observer = publisher_for(
-            db_path,
-            push_to_hub,
-            backend=chosen,
-            endpoint=endpoint,
-            private=private,
-            token=token,
-            token_file=token_file,
-            timeout=timeout,
-            deadline=deadline,
-            end_wait_s=push_wait,
-            window_start=window_start,
-            verl_agent=verl_agent,
-            log=lambda message: info(ctx, message),
+    return publisher_for(
+        settings(ctx).db,
+        options.push_to_hub,
+        backend=backend,
+        **dataclasses.asdict(options.hub),
+        end_wait_s=options.push_wait,
+        window_start=options.window_start,
+        verl_agent=options.verl_agent,
+        log=lambda message: info(ctx, message),
+    )
+
+
+def _tracker_observer(ctx: typer.Context, options: TrainOptions, observer):
+    """--report-to: the trackers' observer around `observer` (a dry run checks the names only)."""
+    if options.report_to is None:
+        return observer
+    from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
+
+    trackers = parse_trackers(options.report_to)  # a --dry-run checks it too
+    if trackers and not options.dry_run:
+        return ReportingObserver(trackers, inner=observer, log=lambda message: info(ctx, message))
+    return observer
+
+
+def _train_local(
+    ctx: typer.Context, options: TrainOptions, arm, seeds: tuple[int, ...], observer
+) -> None:
+    import contextlib
+
+    from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
+    from ccpo_cli.cli.progress import TrainBar
+
+    # Resuming without --seed/--seeds continues the run with the seed it recorded.
+    resumed_seed = options.resume is not None and options.seed is None and options.seeds is None
+    time_budget = options.time_budget
+    # In a terminal, a bar instead of a line per step; in a log, the step lines (with time and run).
+    console = stderr_console()
+    with (
+        TrainBar(console)
+        if console.is_terminal and not settings(ctx).quiet and not options.dry_run
+        else contextlib.nullcontext()
+    ) as bar:
+        local_runs = train_local(
+            LocalTrainRequest(
+                arm=arm,
+                seeds=() if resumed_seed else seeds,
+                db_path=settings(ctx).db,
+                **option_values(options, EITHER_BACKEND),
+                **option_values(options, ("eval_games", "eval_from", "workers", "dump_batches")),
+                time_budget_s=None if time_budget is None else time_budget * 60.0,
+                observer=observer,
+                progress=None if bar is None else bar.update,
+            ),
+            lambda message: info(ctx, message),
         )
-    if report_to is not None:
-        from ccpo_cli.report.trackers import ReportingObserver, parse_trackers
+    if options.as_json or options.dry_run:  # a dry run is one JSON document, whatever the seeds
+        emit_json({"dry_run": options.dry_run, "runs": local_runs})
+    else:
+        _print_local(local_runs)
 
-        trackers = parse_trackers(report_to)  # a --dry-run checks it too
-        if trackers and not dry_run:
-            observer = ReportingObserver(
-                trackers, inner=observer, log=lambda message: info(ctx, message)
-            )
-    schedule = {
-        "steps": steps,
-        "tasks": tasks,
-        "group": group,
-        "eval_every": eval_every,
-        "max_steps": max_steps,
-    }
 
-    def log(message: str) -> None:
-        info(ctx, message)
-
-    if chosen == LOCAL:
-        from ccpo_cli.backends.local.request import LocalTrainRequest, train_local
-
-        # Resuming without --seed/--seeds continues the run with the seed it recorded.
-        local_seeds = () if resume is not None and seed is None and seeds is None else seed_values
-        import contextlib
-
-        from ccpo_cli.cli.progress import TrainBar
-
-        # In a terminal, a bar instead of a line per step; in a log, the step lines (with time and run).
-        console = stderr_console()
-        with (
-            TrainBar(console)
-            if console.is_terminal and not settings(ctx).quiet and not dry_run
-            else contextlib.nullcontext()
-        ) as bar:
-            local_runs = train_local(
-                LocalTrainRequest(
-                    arm=arm,
-                    seeds=local_seeds,
-                    db_path=db_path,
-                    run=run,
-                    resume=resume,
-                    dry_run=dry_run,
-                    **schedule,
-                    eval_games=eval_games,
-                    eval_from=eval_from,
-                    workers=workers,
-                    dump_batches=dump_batches,
-                    time_budget_s=None if time_budget is None else time_budget * 60.0,
-                    observer=observer,
-                    progress=None if bar is None else bar.update,
-                ),
-                log,
-            )
-        if as_json or dry_run:  # a dry run is one JSON document, whatever the number of seeds
-            emit_json({"dry_run": dry_run, "runs": local_runs})
-        else:
-            _print_local(local_runs)
-        return
-
+def _train_verl(
+    ctx: typer.Context, options: TrainOptions, arm, seeds: tuple[int, ...], observer
+) -> None:
     from ccpo_cli.backends.verl.request import VerlTrainRequest, train_verl
 
     result = train_verl(
         VerlTrainRequest(
             arm=arm,
-            seeds=seed_values,
-            db_path=db_path,
-            model=model,
-            gpus=gpus,
-            nnodes=nnodes,
-            run=run,
-            resume=resume,
-            dry_run=dry_run,
-            **schedule,
-            ray_address=ray_address,
-            verl_agent=verl_agent,
-            host_profile=host_profile,
-            save_every=save_every,
+            seeds=seeds,
+            db_path=settings(ctx).db,
+            **option_values(options, EITHER_BACKEND + VERL_ONLY + ("verl_agent",)),
             observer=observer,
         ),
-        log,
+        lambda message: info(ctx, message),
     )
-    if as_json:
-        emit_json({"dry_run": dry_run, "runs": result.runs})
-    elif dry_run:  # verbatim (no console markup or emoji codes): it is a shell script
+    if options.as_json:
+        emit_json({"dry_run": options.dry_run, "runs": result.runs})
+    elif options.dry_run:  # verbatim (no console markup or emoji codes): it is a shell script
         typer.echo(_dry_run_script(result), nl=False)

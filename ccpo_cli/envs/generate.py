@@ -21,6 +21,7 @@ templates only make sense next to the PDDL writer and the replay check that acce
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -213,6 +214,26 @@ def _goal(task_type: str, obj: str, target: str) -> str:
     return f"(:goal (exists (?r - receptacle ?o - object) (and {conditions})))"
 
 
+def _object_facts(oid: str, otype: str, rid: str, location: str, lamp_ids: set[str]) -> str:
+    """An object's line of the problem's :init: where it is (`location` is its receptacle's),
+    and what may be done with it: a lamp is toggled, anything else picked up (and cleaned,
+    heated or cooled as its type allows)."""
+    facts = [
+        f"(objectType {oid} {otype}Type)",
+        f"(inReceptacle {oid} {rid})",
+        f"(objectAtLocation {oid} {location})",
+    ]
+    if oid in lamp_ids:
+        facts.append(f"(toggleable {oid})")
+    else:
+        facts.append(f"(pickupable {oid})")
+        affordances = KITCHEN_OBJECTS.get(otype, frozenset())
+        facts += [
+            f"({word}able {oid})" for word in ("clean", "heat", "cool") if word in affordances
+        ]
+    return "  " + " ".join(facts)
+
+
 def _problem(
     name: str,
     receptacles: list[tuple[str, str]],
@@ -243,21 +264,9 @@ def _problem(
         if rtype in OPENABLE:
             facts.append(f"(openable {rid})")
         lines.append("  " + " ".join(facts))
-    for oid, otype, rid in objects:
-        facts = [
-            f"(objectType {oid} {otype}Type)",
-            f"(inReceptacle {oid} {rid})",
-            f"(objectAtLocation {oid} {location[rid]})",
-        ]
-        if oid in lamp_ids:
-            facts.append(f"(toggleable {oid})")
-        else:
-            facts.append(f"(pickupable {oid})")
-            affordances = KITCHEN_OBJECTS.get(otype, frozenset())
-            facts += [
-                f"({word}able {oid})" for word in ("clean", "heat", "cool") if word in affordances
-            ]
-        lines.append("  " + " ".join(facts))
+    lines += [
+        _object_facts(oid, otype, rid, location[rid], lamp_ids) for oid, otype, rid in objects
+    ]
     movable = sorted({otype for oid, otype, _ in objects if oid not in lamp_ids})
     contain = [f"(canContain {rtype}Type {otype}Type)" for rtype in rtypes for otype in movable]
     lines.append("  " + " ".join(contain) + ")")
@@ -269,22 +278,14 @@ def _problem(
 # ---- sampling a room -----------------------------------------------------------------------
 
 
-def _number(receptacle_types: list[str]) -> list[tuple[str, str]]:
+def _numbered(types: list[str], id_of: Callable[[str, int], str]) -> list[tuple[str, str]]:
+    """(id, type) of each of `types`, numbered from 1 within its type, in order."""
     counts: dict[str, int] = {}
-    result = []
-    for rtype in receptacle_types:
-        counts[rtype] = counts.get(rtype, 0) + 1
-        result.append((_receptacle_id(rtype, counts[rtype]), rtype))
-    return result
-
-
-def _object_ids(types: list[str]) -> list[tuple[str, str]]:
-    counts: dict[str, int] = {}
-    result = []
-    for otype in types:
-        counts[otype] = counts.get(otype, 0) + 1
-        result.append((f"{otype}_bar_{counts[otype]}", otype))
-    return result
+    numbered = []
+    for kind in types:
+        counts[kind] = counts.get(kind, 0) + 1
+        numbered.append((id_of(kind, counts[kind]), kind))
+    return numbered
 
 
 def _kitchen_receptacles(rng: random.Random, large: bool) -> list[str]:
@@ -304,6 +305,25 @@ def _bedroom_receptacles(rng: random.Random, large: bool) -> list[str]:
     return rng.sample(pool, rng.randint(3, 5))
 
 
+def _goal_objects(
+    rng: random.Random, task_type: str, bedroom: bool, rtypes: list[str]
+) -> tuple[str, str] | None:
+    """(the object to move, the receptacle or lamp of the goal); None when the room has no
+    receptacle that may be a goal. A kitchen's object allows the task's state change."""
+    goal_candidates = sorted({t for t in rtypes if t not in APPLIANCES})
+    if task_type == "look":
+        obj = rng.choice(BEDROOM_OBJECTS)
+        return obj, rng.choice(LAMPS)
+    if not goal_candidates:
+        return None
+    target = rng.choice(goal_candidates)
+    if bedroom:
+        return rng.choice(BEDROOM_OBJECTS), target
+    wanted = STATE_CHANGE.get(task_type)
+    choices = sorted(o for o, a in KITCHEN_OBJECTS.items() if wanted is None or wanted in a)
+    return rng.choice(choices), target
+
+
 def _sample(
     split: str, seed: int, index: int, task_type: str, room: str, attempt: int
 ) -> GameSpec | None:
@@ -312,21 +332,11 @@ def _sample(
     bedroom = task_type == "look" or (task_type in ("pick", "pick2") and rng.random() < 0.5)
     rtypes = _bedroom_receptacles(rng, large) if bedroom else _kitchen_receptacles(rng, large)
     rng.shuffle(rtypes)
-    receptacles = _number(rtypes)
-    goal_candidates = sorted({t for t in rtypes if t not in APPLIANCES})
-    if task_type == "look":
-        obj = rng.choice(BEDROOM_OBJECTS)
-        target = rng.choice(LAMPS)
-    else:
-        if not goal_candidates:
-            return None
-        target = rng.choice(goal_candidates)
-        if bedroom:
-            obj = rng.choice(BEDROOM_OBJECTS)
-        else:
-            wanted = STATE_CHANGE.get(task_type)
-            choices = sorted(o for o, a in KITCHEN_OBJECTS.items() if wanted is None or wanted in a)
-            obj = rng.choice(choices)
+    receptacles = _numbered(rtypes, _receptacle_id)
+    goal = _goal_objects(rng, task_type, bedroom, rtypes)
+    if goal is None:
+        return None
+    obj, target = goal
     # Targets start only in receptacles not of the goal type, so no game is won at step 0.
     sources = [rid for rid, rtype in receptacles if rtype != target]
     if not large:
@@ -344,7 +354,7 @@ def _sample(
     n_distractors = rng.randint(2, 6) if large else rng.randint(1, 3)
     distractors = [rng.choice(distractor_types) for _ in range(n_distractors)]
     placed: list[tuple[str, str, str]] = []
-    ids = _object_ids([obj] * n_targets + distractors)
+    ids = _numbered([obj] * n_targets + distractors, lambda otype, n: f"{otype}_bar_{n}")
     for position, (oid, otype) in enumerate(ids):
         where = rng.choice(sources) if position < n_targets else rng.choice(receptacles)[0]
         placed.append((oid, otype, where))
@@ -475,6 +485,30 @@ class GeneratedGame:
     walkthrough: tuple[str, ...]
 
 
+def _output_folder(out: str | Path) -> Path:
+    """The folder the games go to, created; InvalidInput for a file there or one not creatable."""
+    root = Path(out)
+    if root.exists() and not root.is_dir():
+        raise InvalidInput(
+            f"--out {out}: exists and is not a folder; refusing to write games over it"
+        )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise InvalidInput(f"--out {out}: cannot create the folder ({error.strerror})") from None
+    return root
+
+
+def _distinct(specs: Iterator[GameSpec]) -> Iterator[GameSpec]:
+    """The candidates whose sentence and problem (but its name) no earlier candidate had."""
+    seen: set[str] = set()
+    for spec in specs:
+        key = hashlib.sha256((spec.sentence + spec.problem.split("\n", 1)[1]).encode()).hexdigest()
+        if key not in seen:
+            seen.add(key)
+            yield spec
+
+
 def generate_games(
     out: str | Path,
     split: str,
@@ -489,17 +523,8 @@ def generate_games(
     skipped (deterministically), and the next index takes its place."""
     if n < 1:
         raise UsageError(f"--n must be at least 1, got {n}")
-    root = Path(out)
-    if root.exists() and not root.is_dir():
-        raise InvalidInput(
-            f"--out {out}: exists and is not a folder; refusing to write games over it"
-        )
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InvalidInput(f"--out {out}: cannot create the folder ({error.strerror})") from None
-    specs = game_specs(split, seed, room)
-    seen: set[str] = set()
+    root = _output_folder(out)
+    specs = _distinct(game_specs(split, seed, room))
     accepted: list[GeneratedGame] = []
     chunk = max(8, 4 * max(1, workers))
     from ccpo_cli.envs import memo
@@ -511,15 +536,7 @@ def generate_games(
     memo.install()
     try:
         while len(accepted) < n:
-            batch = []
-            while len(batch) < min(chunk, n - len(accepted)):
-                spec = next(specs)
-                key = hashlib.sha256(
-                    (spec.sentence + spec.problem.split("\n", 1)[1]).encode()
-                ).hexdigest()
-                if key not in seen:
-                    seen.add(key)
-                    batch.append(spec)
+            batch = list(itertools.islice(specs, min(chunk, n - len(accepted))))
             plans = (
                 list(executor.map(_validate_spec, batch))
                 if executor

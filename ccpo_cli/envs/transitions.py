@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ccpo_cli.envs.engine import GameSession, StepResult
@@ -78,12 +78,7 @@ class CacheStats:
         return self.hits / total if total else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "hits": self.hits,
-            "misses": self.misses,
-            "replayed": self.replayed,
-            "hit_rate": self.hit_rate,
-        }
+        return asdict(self) | {"hit_rate": self.hit_rate}
 
 
 class TransitionCache:
@@ -124,6 +119,12 @@ def _reset_key(game_path: str) -> str:
     return "reset:" + game_path
 
 
+def _session_attribute(name: str) -> property:
+    """A read-only attribute of the wrapped `GameSession`, read through to it (never cached:
+    `load` changes the game)."""
+    return property(lambda self: getattr(self.session, name))
+
+
 class CachedSession:
     """A `GameSession` whose engine states come from a `TransitionCache` when known."""
 
@@ -136,17 +137,9 @@ class CachedSession:
         self._engine_history: list[str] | None = None
 
     # What callers read from a GameSession.
-    @property
-    def game_path(self) -> str:
-        return self.session.game_path
-
-    @property
-    def game_id(self) -> str:
-        return self.session.game_id
-
-    @property
-    def task_type(self) -> str:
-        return self.session.task_type
+    game_path = _session_attribute("game_path")
+    game_id = _session_attribute("game_id")
+    task_type = _session_attribute("task_type")
 
     def load(self, game_path: Any) -> None:
         self.session.load(game_path)

@@ -198,6 +198,22 @@ def _matrix(data, key, n, source) -> np.ndarray:
     return array
 
 
+def _phi_feats(data: Mapping[str, Any], n: int, source: str) -> np.ndarray:
+    """The reference-policy features: an n x d matrix of finite numbers (d >= 1), as float32."""
+    features = _matrix(data, "phi_feats", n, source)
+    if features.dtype.kind not in "iuf" or features.shape[1] == 0:
+        raise _fail(
+            source,
+            "phi_feats",
+            f"expected an n x d matrix of numbers (d >= 1), got dtype {features.dtype}",
+        )
+    phi_feats = np.ascontiguousarray(features, dtype=np.float32)
+    finite = np.isfinite(phi_feats).all(axis=1)
+    if not finite.all():
+        raise _fail(source, "phi_feats", "non-finite value", int(np.flatnonzero(~finite)[0]))
+    return phi_feats
+
+
 def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
     if not isinstance(data, Mapping):
         raise InvalidInput(f"{source}: expected a mapping of batch keys, got {type(data).__name__}")
@@ -217,20 +233,7 @@ def _validate(data: Mapping[str, Any], source: str) -> RolloutBatch:
     mask = _matrix(data, "response_mask", n, source)
     response_mask = _zero_one(mask, "response_mask", source).astype(np.float32)
 
-    phi_feats = None
-    if data.get("phi_feats") is not None:
-        features = _matrix(data, "phi_feats", n, source)
-        if features.dtype.kind not in "iuf" or features.shape[1] == 0:
-            raise _fail(
-                source,
-                "phi_feats",
-                f"expected an n x d matrix of numbers (d >= 1), got dtype {features.dtype}",
-            )
-        phi_feats = np.ascontiguousarray(features, dtype=np.float32)
-        finite = np.isfinite(phi_feats).all(axis=1)
-        if not finite.all():
-            raise _fail(source, "phi_feats", "non-finite value", int(np.flatnonzero(~finite)[0]))
-
+    phi_feats = _phi_feats(data, n, source) if data.get("phi_feats") is not None else None
     if data.get("is_pad") is not None:
         is_pad = _zero_one(_vector(data, "is_pad", n, source), "is_pad", source)
     else:
@@ -276,42 +279,47 @@ def _check_trajectories(batch: RolloutBatch, source: str) -> None:
         step = int(batch.step_index[row])
         if trajectory not in first_of:
             first_of[trajectory] = row
-            if step != 0:
-                raise _fail(
-                    source,
+            problem = (
+                None
+                if step == 0
+                else (
                     "step_index",
                     f"trajectory {trajectory!r} starts at step_index {step}, not 0 (missing step 0)",
-                    row,
                 )
+            )
         else:
-            first = first_of[trajectory]
-            if batch.uid[row] != batch.uid[first]:
-                raise _fail(
-                    source,
-                    "uid",
-                    f"trajectory {trajectory!r} is in task {batch.uid[first]!r} at row {first} but {batch.uid[row]!r} here",
-                    row,
-                )
-            if batch.episode_reward[row] != batch.episode_reward[first]:
-                raise _fail(
-                    source,
-                    "episode_reward",
-                    f"differs within trajectory {trajectory!r} (row {first} has {batch.episode_reward[first]!r})",
-                    row,
-                )
-            expected = int(batch.step_index[previous_row]) + 1
-            if step == expected - 1:
-                raise _fail(
-                    source,
-                    "step_index",
-                    f"duplicate step_index {step} in trajectory {trajectory!r} (also row {previous_row})",
-                    row,
-                )
-            if step != expected:
-                raise _fail(
-                    source,
-                    "step_index",
-                    f"trajectory {trajectory!r} jumps from step_index {expected - 1} to {step} (missing {expected})",
-                    row,
-                )
+            problem = _continuation_problem(batch, row, first_of[trajectory], previous_row)
+        if problem is not None:
+            raise _fail(source, *problem, row)
         previous_row = row
+
+
+def _continuation_problem(
+    batch: RolloutBatch, row: int, first: int, previous_row: int
+) -> tuple[str, str] | None:
+    """What is wrong with a trajectory's later `row` (the key and why), against the
+    trajectory's `first` row and the row before it in step order; None when nothing is."""
+    trajectory = batch.traj_uid[row]
+    step = int(batch.step_index[row])
+    if batch.uid[row] != batch.uid[first]:
+        return (
+            "uid",
+            f"trajectory {trajectory!r} is in task {batch.uid[first]!r} at row {first} but {batch.uid[row]!r} here",
+        )
+    if batch.episode_reward[row] != batch.episode_reward[first]:
+        return (
+            "episode_reward",
+            f"differs within trajectory {trajectory!r} (row {first} has {batch.episode_reward[first]!r})",
+        )
+    expected = int(batch.step_index[previous_row]) + 1
+    if step == expected - 1:
+        return (
+            "step_index",
+            f"duplicate step_index {step} in trajectory {trajectory!r} (also row {previous_row})",
+        )
+    if step != expected:
+        return (
+            "step_index",
+            f"trajectory {trajectory!r} jumps from step_index {expected - 1} to {step} (missing {expected})",
+        )
+    return None

@@ -136,6 +136,119 @@ def _task_prior(targets: np.ndarray, layout: Layout) -> np.ndarray:
     return uniform_pool(targets, layout.task, layout.n_tasks, layout).mean
 
 
+@dataclass
+class _Credited:
+    """Per row, from the first gate level whose pool credits it (`live`): that level and its
+    rho, the pool's trajectories, uniform mean and spread, and with features the kernel
+    baseline, its effective size and the local scale. NaN or 0 where no level credits it."""
+
+    live: np.ndarray
+    level: np.ndarray
+    n_traj: np.ndarray
+    uniform: np.ndarray
+    kernel: np.ndarray
+    spread: np.ndarray
+    n_eff: np.ndarray
+    local_sd: np.ndarray
+    rho: np.ndarray
+
+
+def _credit_by_level(
+    arm: Arm, layout: Layout, targets: np.ndarray, features: Features | None
+) -> _Credited:
+    """Walk the gate's levels (finest first); each row takes the first level whose pool has
+    `min_traj` trajectories and another row to compare with."""
+    n = layout.n
+    rows = _Credited(
+        live=np.zeros(n, dtype=bool),
+        level=np.full(n, -1, dtype=np.int64),
+        n_traj=np.zeros(n, dtype=np.int64),
+        uniform=np.full(n, np.nan),
+        kernel=np.full(n, np.nan),
+        spread=np.zeros(n),
+        n_eff=np.full(n, np.nan),
+        local_sd=np.full(n, np.nan),
+        rho=np.zeros(n),
+    )
+    for level, (bucket, n_buckets, rho) in enumerate(_gate_levels(arm, layout)):
+        pool = uniform_pool(targets, bucket, n_buckets, layout)
+        credited = ~rows.live & (pool.bucket_traj >= arm.min_traj) & (pool.others > 0)
+        if not credited.any():
+            continue
+        if features is not None:
+            level_kernel, level_n_eff, level_sd = _kernel_for_level(
+                features, targets, bucket, credited, layout, arm
+            )
+            rows.kernel[credited] = level_kernel[credited]
+            rows.n_eff[credited] = level_n_eff[credited]
+            rows.local_sd[credited] = level_sd[credited]
+        rows.uniform[credited] = pool.mean[credited]
+        rows.spread[credited] = pool.variance[credited]
+        rows.n_traj[credited] = pool.n_traj[credited]
+        rows.rho[credited] = rho
+        rows.level[credited] = level
+        rows.live |= credited
+    return rows
+
+
+def _blend_task_prior(
+    arm: Arm,
+    targets: np.ndarray,
+    layout: Layout,
+    rows: _Credited,
+    served: np.ndarray,
+    baseline: np.ndarray,
+) -> None:
+    """Pull the finest level's baselines toward the task's prior (in place): by the credibility
+    weight n/(n + prior_kappa), or the fixed `lk_fix`."""
+    prior = _task_prior(targets, layout)
+    blend = served[(rows.level[served] == 0) & np.isfinite(prior[served])]
+    if arm.lk_fix is not None:
+        weight = np.full(blend.shape, min(1.0, max(0.0, arm.lk_fix)))
+    else:
+        weight = rows.n_traj[blend] / (rows.n_traj[blend] + arm.prior_kappa)
+    baseline[blend] = weight * baseline[blend] + (1.0 - weight) * prior[blend]
+
+
+def _scale_cc_term(
+    arm: Arm, targets: np.ndarray, rows: _Credited, served: np.ndarray, cc_term: np.ndarray
+) -> None:
+    """Divide by the local scale (floored by a share of the batch's sd) under `std = local`,
+    and damp rows of small pools by n/(n + jweight_c); in place."""
+    n = len(cc_term)
+    if arm.std == "local":
+        batch_sd = float(np.std(targets)) if n > 1 else 1.0
+        if batch_sd < 1e-9:
+            batch_sd = 1.0
+        cc_term[served] /= np.maximum(rows.local_sd[served], arm.std_floor * batch_sd)
+    if arm.jweight_c > 0:
+        cc_term[served] *= rows.n_traj[served] / (rows.n_traj[served] + arm.jweight_c)
+
+
+def _shrunk_baseline(
+    arm: Arm, rows: _Credited, served: np.ndarray, has_features: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(λ, baseline) per row: the served rows' baseline is λ·b^K + (1 − λ)·b^U, with λ the
+    shrinkage toward the kernel baseline; NaN elsewhere."""
+    n = len(rows.live)
+    lam = np.full(n, np.nan)
+    baseline = np.full(n, np.nan)
+    if has_features:
+        kernel_served = rows.kernel[served]
+    else:
+        kernel_served = rows.uniform[served]  # λ ≡ 0 here, so b^K never enters
+    lam[served] = shrinkage_weights(
+        arm,
+        rows.uniform[served],
+        kernel_served,
+        rows.spread[served],
+        variance_gain(rows.n_eff[served], rows.n_traj[served]),
+        rows.rho[served],
+    )
+    baseline[served] = lam[served] * kernel_served + (1.0 - lam[served]) * rows.uniform[served]
+    return lam, baseline
+
+
 def ccpo_step_term(
     arm: Arm,
     layout: Layout,
@@ -145,70 +258,16 @@ def ccpo_step_term(
 ) -> CcpoStep:
     """A^CC + E per row. `targets` is Y (float64); `features` is required iff features_active(arm)."""
     n = layout.n
-    live = np.zeros(n, dtype=bool)
-    level_of = np.full(n, -1, dtype=np.int64)
-    n_traj = np.zeros(n, dtype=np.int64)
-    uniform = np.full(n, np.nan)
-    kernel = np.full(n, np.nan)
-    spread = np.zeros(n)
-    n_eff = np.full(n, np.nan)
-    local_sd = np.full(n, np.nan)
-    level_rho = np.zeros(n)
+    rows = _credit_by_level(arm, layout, targets, features)
 
-    for level, (bucket, n_buckets, rho) in enumerate(_gate_levels(arm, layout)):
-        pool = uniform_pool(targets, bucket, n_buckets, layout)
-        credited = ~live & (pool.bucket_traj >= arm.min_traj) & (pool.others > 0)
-        if not credited.any():
-            continue
-        if features is not None:
-            level_kernel, level_n_eff, level_sd = _kernel_for_level(
-                features, targets, bucket, credited, layout, arm
-            )
-            kernel[credited] = level_kernel[credited]
-            n_eff[credited] = level_n_eff[credited]
-            local_sd[credited] = level_sd[credited]
-        uniform[credited] = pool.mean[credited]
-        spread[credited] = pool.variance[credited]
-        n_traj[credited] = pool.n_traj[credited]
-        level_rho[credited] = rho
-        level_of[credited] = level
-        live |= credited
-
-    served = np.flatnonzero(live)
-    lam = np.full(n, np.nan)
-    baseline = np.full(n, np.nan)
-    if features is not None:
-        kernel_served = kernel[served]
-    else:
-        kernel_served = uniform[served]  # λ ≡ 0 here, so b^K never enters
-    lam[served] = shrinkage_weights(
-        arm,
-        uniform[served],
-        kernel_served,
-        spread[served],
-        variance_gain(n_eff[served], n_traj[served]),
-        level_rho[served],
-    )
-    baseline[served] = lam[served] * kernel_served + (1.0 - lam[served]) * uniform[served]
-
+    served = np.flatnonzero(rows.live)
+    lam, baseline = _shrunk_baseline(arm, rows, served, features is not None)
     if (arm.prior_kappa > 0 or arm.lk_fix is not None) and arm.gate != "global":
-        prior = _task_prior(targets, layout)
-        blend = served[(level_of[served] == 0) & np.isfinite(prior[served])]
-        if arm.lk_fix is not None:
-            weight = np.full(blend.shape, min(1.0, max(0.0, arm.lk_fix)))
-        else:
-            weight = n_traj[blend] / (n_traj[blend] + arm.prior_kappa)
-        baseline[blend] = weight * baseline[blend] + (1.0 - weight) * prior[blend]
+        _blend_task_prior(arm, targets, layout, rows, served, baseline)
 
     cc_term = np.zeros(n)
     cc_term[served] = targets[served] - baseline[served]
-    if arm.std == "local":
-        batch_sd = float(np.std(targets)) if n > 1 else 1.0
-        if batch_sd < 1e-9:
-            batch_sd = 1.0
-        cc_term[served] /= np.maximum(local_sd[served], arm.std_floor * batch_sd)
-    if arm.jweight_c > 0:
-        cc_term[served] *= n_traj[served] / (n_traj[served] + arm.jweight_c)
+    _scale_cc_term(arm, targets, rows, served, cc_term)
 
     edge = np.zeros(n)
     if arm.edge_w > 0 and values is not None:
@@ -219,11 +278,11 @@ def ccpo_step_term(
         cc_term=cc_term,
         edge_term=edge,
         target=targets,
-        live=live,
-        level=level_of,
-        n_traj=n_traj,
-        uniform_baseline=uniform,
-        kernel_baseline=kernel if features is not None else np.full(n, np.nan),
+        live=rows.live,
+        level=rows.level,
+        n_traj=rows.n_traj,
+        uniform_baseline=rows.uniform,
+        kernel_baseline=rows.kernel if features is not None else np.full(n, np.nan),
         lam=lam,
         baseline=baseline,
     )

@@ -177,6 +177,34 @@ def ccpo_terms(arm: Arm, inputs: TermInputs) -> Terms:
     return Terms(episode=episode, step=step, live=result.live, extra=extra)
 
 
+def _per_row(
+    canonical: dict[str, np.ndarray], positions: np.ndarray, n_rows: int
+) -> dict[str, np.ndarray]:
+    """Each canonical entry at its batch positions; a row it does not cover holds the key's
+    fill: not live, no trajectories, level -1, NaN for the diagnostic baselines and targets,
+    else 0."""
+    per_row: dict[str, np.ndarray] = {}
+    for key, values_in_order in canonical.items():
+        if key == "live":
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=False, dtype=bool)
+        elif key in ("n_traj",):
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0, dtype=np.int64)
+        elif key == "level":
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=-1, dtype=np.int64)
+        elif key == "final":
+            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0.0, dtype=np.float32)
+        else:
+            fill = (
+                np.nan
+                if key in ("target", "baseline", "uniform_baseline", "kernel_baseline", "lam")
+                else 0.0
+            )
+            per_row[key] = _scatter(
+                positions, values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64
+            )
+    return per_row
+
+
 def compute_advantages(
     batch: RolloutBatch, arm: Arm, padding: str | None = None
 ) -> AdvantageResult:
@@ -220,25 +248,7 @@ def compute_advantages(
     # Canonical entries go back to their batch positions: real rows, then any counted copies.
     positions = np.concatenate([rows, pad_rows])
 
-    per_row: dict[str, np.ndarray] = {}
-    for key, values_in_order in canonical.items():
-        if key == "live":
-            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=False, dtype=bool)
-        elif key in ("n_traj",):
-            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0, dtype=np.int64)
-        elif key == "level":
-            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=-1, dtype=np.int64)
-        elif key == "final":
-            per_row[key] = _scatter(positions, values_in_order, n_rows, fill=0.0, dtype=np.float32)
-        else:
-            fill = (
-                np.nan
-                if key in ("target", "baseline", "uniform_baseline", "kernel_baseline", "lam")
-                else 0.0
-            )
-            per_row[key] = _scatter(
-                positions, values_in_order.astype(np.float64), n_rows, fill=fill, dtype=np.float64
-            )
+    per_row = _per_row(canonical, positions, n_rows)
     advantages = (per_row["final"][:, None] * batch.response_mask).astype(np.float32)
     return AdvantageResult(arm=arm, advantages=advantages, per_row=per_row)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,38 +36,58 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
     shares), the mean number of trajectories per revisited state, the horizon (turns per
     episode), the success rate, the share of decisions with a non-zero reward, and the share of
     groups whose episodes all end alike (all won or all lost: GRPO's episode term is 0 there)."""
-    decisions = shared = shared_later = later = 0
-    state_sizes: list[int] = []
-    lengths: list[int] = []
-    rewarded = 0
-    groups = uniform_groups = 0
-    wins = episodes = 0
-    batches = 0
+    structure = _Structure()
     for path in paths:
         batch = load_batch(path)
-        uid, traj, anchor = batch.uid, batch.traj_uid, batch.anchor_obs
-        step_index, reward, episode_reward = (
-            batch.step_index,
-            batch.env_reward,
-            batch.episode_reward,
-        )
-        batches += 1
-        decisions += len(uid)
-        rewarded += int(np.count_nonzero(reward))
-        trajectories: dict[str, set[str]] = defaultdict(set)
-        for key, trajectory, observation in zip(uid, traj, anchor):
+        structure.batches += 1
+        structure.decisions += len(batch.uid)
+        structure.rewarded += int(np.count_nonzero(batch.env_reward))
+        structure.add_states(batch)
+        structure.add_episodes(batch)
+    return structure.summary()
+
+
+@dataclass
+class _Structure:
+    """The counts `batch_structure` reports, summed over batches."""
+
+    batches: int = 0
+    decisions: int = 0
+    rewarded: int = 0
+    shared: int = 0  # decisions in a state two or more trajectories of the group reach
+    later: int = 0  # decisions after an episode's first turn
+    shared_later: int = 0
+    state_sizes: list[int] = field(default_factory=list)  # trajectories per revisited state
+    lengths: list[int] = field(default_factory=list)  # turns per episode
+    episodes: int = 0
+    wins: int = 0
+    groups: int = 0
+    uniform_groups: int = 0  # groups whose episodes all end alike
+
+    def add_states(self, batch: Any) -> None:
+        """The batch's (group, observation) states and the trajectories that reach each."""
+        uid, anchor = batch.uid, batch.anchor_obs
+        trajectories: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for key, trajectory, observation in zip(uid, batch.traj_uid, anchor):
             trajectories[(str(key), str(observation))].add(str(trajectory))
-        for key, observation, index in zip(uid, anchor, step_index):
+        for key, observation, index in zip(uid, anchor, batch.step_index):
             size = len(trajectories[(str(key), str(observation))])
             if size >= 2:
-                shared += 1
+                self.shared += 1
             if index > 0:
-                later += 1
+                self.later += 1
                 if size >= 2:
-                    shared_later += 1
-        state_sizes.extend(len(members) for members in trajectories.values() if len(members) >= 2)
+                    self.shared_later += 1
+        self.state_sizes.extend(
+            len(members) for members in trajectories.values() if len(members) >= 2
+        )
+
+    def add_episodes(self, batch: Any) -> None:
+        """The batch's episodes: their length and outcome, and which groups end all alike."""
         per_episode: dict[str, tuple[str, int, float]] = {}
-        for key, trajectory, index, total in zip(uid, traj, step_index, episode_reward):
+        for key, trajectory, index, total in zip(
+            batch.uid, batch.traj_uid, batch.step_index, batch.episode_reward
+        ):
             previous = per_episode.get(str(trajectory))
             per_episode[str(trajectory)] = (
                 str(key),
@@ -75,28 +96,31 @@ def batch_structure(paths: Iterable[Path]) -> dict[str, Any]:
             )
         by_group: dict[str, list[float]] = defaultdict(list)
         for key, length, total in per_episode.values():
-            lengths.append(length)
+            self.lengths.append(length)
             by_group[key].append(total)
-            episodes += 1
-            wins += total > 0
+            self.episodes += 1
+            self.wins += total > 0
         for totals in by_group.values():
-            groups += 1
-            uniform_groups += len(set(totals)) == 1
-    if not batches:
-        return {"batches": 0}
-    return {
-        "batches": batches,
-        "decisions": decisions,
-        "episodes": episodes,
-        "share_of_decisions_in_revisited_states": shared / decisions,
-        "share_without_first_turn": shared_later / later if later else None,
-        "trajectories_per_revisited_state": statistics.fmean(state_sizes) if state_sizes else None,
-        "horizon_mean_turns": statistics.fmean(lengths),
-        "horizon_median_turns": statistics.median(lengths),
-        "success_rate": wins / episodes,
-        "share_of_decisions_rewarded": rewarded / decisions,
-        "share_of_groups_all_alike": uniform_groups / groups,
-    }
+            self.groups += 1
+            self.uniform_groups += len(set(totals)) == 1
+
+    def summary(self) -> dict[str, Any]:
+        if not self.batches:
+            return {"batches": 0}
+        decisions, later, sizes = self.decisions, self.later, self.state_sizes
+        return {
+            "batches": self.batches,
+            "decisions": decisions,
+            "episodes": self.episodes,
+            "share_of_decisions_in_revisited_states": self.shared / decisions,
+            "share_without_first_turn": self.shared_later / later if later else None,
+            "trajectories_per_revisited_state": statistics.fmean(sizes) if sizes else None,
+            "horizon_mean_turns": statistics.fmean(self.lengths),
+            "horizon_median_turns": statistics.median(self.lengths),
+            "success_rate": self.wins / self.episodes,
+            "share_of_decisions_rewarded": self.rewarded / decisions,
+            "share_of_groups_all_alike": self.uniform_groups / self.groups,
+        }
 
 
 def step_term_overlap(paths: Iterable[Path]) -> dict[str, Any]:

@@ -184,7 +184,7 @@ def train_block(
     seconds each took (0 for a run found finished). `on_run(k)` is called after the k-th
     compared run (1-based) is done, trained or found finished; `announce` gets a header line
     before each run that trains (and `log` gets it too, ahead of that run's own lines)."""
-    from ccpo_cli.backends.local.request import run_header
+    from ccpo_cli.backends import run_header
     from ccpo_cli.store import open_db
 
     db = open_db(db_path)

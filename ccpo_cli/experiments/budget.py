@@ -37,6 +37,31 @@ class MatrixCost:
         return self.warmup_cpu_minutes + arms * self.fork_cpu_minutes
 
 
+def _check_request(
+    effect: float, sd: float, alpha: float, power: float, cores: int, workers: int
+) -> None:
+    """UsageError for an effect or sd that is not positive, a level outside (0, 1), or no cores."""
+    if not effect > 0:
+        raise UsageError(f"--effect must be a positive number of points, got {effect}")
+    if not sd > 0:
+        raise UsageError(f"--sd must be a positive number of points, got {sd}")
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise UsageError("--alpha and --power must lie between 0 and 1")
+    if cores < 1 or workers < 1:
+        raise UsageError("--cores and --workers must be whole numbers >= 1")
+
+
+def _wall_minutes(
+    pairs: int, block: float, cores: int, workers: int, ray: bool
+) -> tuple[int, float]:
+    """(blocks side by side, wall minutes): Ray runs as many blocks at once as the cores hold
+    workers; here the blocks run one by one, each on its workers."""
+    if ray:
+        side_by_side = max(1, cores // workers)
+        return side_by_side, math.ceil(pairs / side_by_side) * block / workers
+    return 1, pairs * block / min(cores, workers)
+
+
 def budget_plan(
     *,
     design: str,
@@ -55,25 +80,13 @@ def budget_plan(
     """The plan `ccpo matrix --plan` prints (UsageError for an impossible request)."""
     from ccpo_cli.report.power import paired_power, paired_seeds_needed
 
-    if not effect > 0:
-        raise UsageError(f"--effect must be a positive number of points, got {effect}")
-    if not sd > 0:
-        raise UsageError(f"--sd must be a positive number of points, got {sd}")
-    if not 0 < alpha < 1 or not 0 < power < 1:
-        raise UsageError("--alpha and --power must lie between 0 and 1")
-    if cores < 1 or workers < 1:
-        raise UsageError("--cores and --workers must be whole numbers >= 1")
+    _check_request(effect, sd, alpha, power, cores, workers)
     pairs = paired_seeds_needed(effect, sd, alpha=alpha, power=power)
     if pairs is None:
         raise UsageError(f"effect {effect} with sd {sd} needs more than 10000 pairs")
     block = cost.block(len(arms))
     cpu_minutes = pairs * block
-    if ray:
-        side_by_side = max(1, cores // workers)
-        wall = math.ceil(pairs / side_by_side) * block / workers
-    else:
-        side_by_side = 1
-        wall = cpu_minutes / min(cores, workers)
+    side_by_side, wall = _wall_minutes(pairs, block, cores, workers, ray)
     return {
         "design": design,
         "arms": arms,

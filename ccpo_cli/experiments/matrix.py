@@ -207,16 +207,12 @@ def design_recipe(testbed: Design, **execution: Any) -> TrainConfig:
     executed (workers, torch_threads, dump_batches), which never changes what they measure."""
     from ccpo_cli.backends.local.config import TrainConfig
 
+    same_name = ("steps", "tasks", "group", "eval_every", "eval_games", "room")
     return TrainConfig(
-        steps=testbed.steps,
-        tasks=testbed.tasks,
-        group=testbed.group,
         max_steps=testbed.turn_limit,
         eval_max_steps=testbed.eval_turn_limit,
-        eval_every=testbed.eval_every,
-        eval_games=testbed.eval_games,
-        room=testbed.room,
         design=testbed.name,
+        **{name: getattr(testbed, name) for name in same_name},
         **execution,
     )
 
@@ -320,10 +316,8 @@ def warmup_arm_for(seed: int, warm_arms: tuple[MatrixArm, ...]) -> MatrixArm:
     return warm_arms[seed % len(warm_arms)]
 
 
-def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
-    """Check the design (UsageError before anything trains) and lay out its blocks."""
-    from ccpo_cli.arms import load_arm
-
+def _check_budget_and_seeds(design: MatrixDesign) -> None:
+    """UsageError for a budget that is not positive or seeds that are not distinct whole numbers."""
     if not design.minutes > 0:
         raise UsageError(f"--minutes must be positive, got {design.minutes}")
     if design.cpu_minutes is not None and not design.cpu_minutes > 0:
@@ -332,6 +326,13 @@ def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
         raise UsageError("a matrix needs distinct seeds")
     if any(seed < 0 for seed in design.seeds):
         raise UsageError("seeds are whole numbers >= 0")
+
+
+def _plan(design: MatrixDesign, db_path: str | Path) -> _Plan:
+    """Check the design (UsageError before anything trains) and lay out its blocks."""
+    from ccpo_cli.arms import load_arm
+
+    _check_budget_and_seeds(design)
     loaded = resolve_arms(design.arms, design.variants)  # every arm checked before anything trains
     steps, warm_start = design.recipe.steps, design.warm_start
     window = design.window_first_step
@@ -548,58 +549,124 @@ def run_matrix(
     one (`local` starts a Ray instance of this machine only), each block is a Ray task. With
     `results_dir` (results/<preregistration>/), each complete block is recorded there
     (records.py) and the blocks it already records are not trained again."""
-    from ccpo_cli.experiments import records
     from ccpo_cli.report.compare import compare_runs
     from ccpo_cli.store import open_db
 
     plan = _plan(design, db_path)
     db = open_db(db_path)
     check_rerun(db, plan)
-    from_records = (
-        set() if results_dir is None else records.recorded_seeds(results_dir, plan.blocks)
-    )
+    from_records, recorded_cpu = _recorded_blocks(results_dir, plan, design.prefix)
+    executor = _executor(design, db_path, ray_address, log, progress)
+    schedule = _Schedule(design, plan, executor, clock, progress, from_records, recorded_cpu)
+    try:
+        while schedule.waiting or schedule.running:
+            schedule.start_blocks()
+            if not schedule.running:
+                break
+            finished = executor.wait_one(schedule.report_run)
+            schedule.block_done(finished)
+            if results_dir is not None:
+                _record_block(db, design, plan, finished.block.seed, results_dir)
+            compared = schedule.compared_names()
+            schedule.power = compare_runs(db, compared, plan.window, detect=design.detect).power
+            schedule.report(len(schedule.complete) * len(plan.arm_names))
+    except KeyboardInterrupt:
+        schedule.interrupted()
+    finally:
+        executor.close()
+    compared = schedule.compared_names()
+    comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else None
+    return schedule.result(comparison, from_records)
+
+
+def _recorded_blocks(
+    results_dir: str | Path | None, plan: _Plan, prefix: str
+) -> tuple[set[int], list[float]]:
+    """The seeds whose blocks the --results folder already records (not trained again), and
+    those blocks' CPU seconds: a resumed matrix's CPU budget counts them."""
+    from ccpo_cli.experiments import records
+
+    if results_dir is None:
+        return set(), []
+    seeds = records.recorded_seeds(results_dir, plan.blocks)
+    return seeds, [records.recorded_cpu_s(results_dir, prefix, seed) for seed in sorted(seeds)]
+
+
+def _executor(
+    design: MatrixDesign,
+    db_path: str | Path,
+    ray_address: str | None,
+    log: Callable[[str], None] | None,
+    progress: Callable[[str], None] | None,
+) -> Any:
+    """Where the blocks train: here one by one (Ray never touched), or as Ray tasks."""
     if ray_address is None:
-        executor: Any = InProcessBlocks(db_path, log, progress)
-    else:
-        from ccpo_cli.experiments.ray_blocks import RayBlocks
+        return InProcessBlocks(db_path, log, progress)
+    from ccpo_cli.experiments.ray_blocks import RayBlocks
 
-        executor = RayBlocks(ray_address, db_path, cpus_per_block=max(1, design.recipe.workers))
-    arm_count = len(plan.arm_names)
-    budget_s = design.minutes * 60.0
-    cpu_budget_s = None if design.cpu_minutes is None else design.cpu_minutes * 60.0
-    progress = progress or (lambda message: None)
-    started = clock()
-    total = arm_count * len(plan.blocks)
-    waiting = [block for block in plan.blocks if block.seed not in from_records]
-    running: dict[int, float] = {}
-    complete: set[int] = set()
-    block_seconds: list[float] = []
-    # A resumed matrix's CPU budget counts the blocks its records hold.
-    block_cpu: list[float] = [
-        float(records.read_record(records.record_path(results_dir, design.prefix, seed))["cpu_s"])
-        for seed in sorted(from_records)
-        if results_dir is not None
-    ]
-    run_cpu: dict[str, float] = {}
-    incomplete: list[Block] = []
-    nodes: Counter = Counter()
-    stopped_reason = "all seeds done"
-    power: dict | None = None
+    return RayBlocks(ray_address, db_path, cpus_per_block=max(1, design.recipe.workers))
 
-    def over_budget() -> str | None:
+
+def _record_block(
+    db, design: MatrixDesign, plan: _Plan, seed: int, results_dir: str | Path
+) -> None:
+    """Record a complete block in the --results folder (records.py), when all its runs finished."""
+    from ccpo_cli.experiments import records
+
+    record = records.block_record(
+        db, design.prefix, plan.arm_names, seed, Path(results_dir).resolve().name
+    )
+    if record is not None:
+        records.write_record(results_dir, record)
+
+
+class _Schedule:
+    """The matrix's blocks as they run: which wait, which run (since when), which are complete,
+    what each cost, and the budgets the next block must fit in."""
+
+    def __init__(
+        self,
+        design: MatrixDesign,
+        plan: _Plan,
+        executor: Any,
+        clock: Callable[[], float],
+        progress: Callable[[str], None] | None,
+        from_records: set[int],
+        recorded_cpu: list[float],
+    ):
+        self.design, self.plan, self.executor = design, plan, executor
+        self.clock, self.progress = clock, progress or (lambda message: None)
+        self.arm_count = len(plan.arm_names)
+        self.budget_s = design.minutes * 60.0
+        self.cpu_budget_s = None if design.cpu_minutes is None else design.cpu_minutes * 60.0
+        self.started = clock()
+        self.total = self.arm_count * len(plan.blocks)
+        self.waiting = [block for block in plan.blocks if block.seed not in from_records]
+        self.running: dict[int, float] = {}  # seed -> when its block started
+        self.complete: set[int] = set()
+        self.block_seconds: list[float] = []
+        self.block_cpu = recorded_cpu
+        self.run_cpu: dict[str, float] = {}
+        self.incomplete: list[Block] = []
+        self.nodes: Counter = Counter()
+        self.stopped_reason = "all seeds done"
+        self.power: dict | None = None
+
+    def over_budget(self) -> str | None:
         """Why the next block may not start (None: it may): it would end past a budget, by the
         longest block so far, counting the blocks still running."""
-        predicted = max(block_seconds, default=0.0)
-        if block_seconds and clock() - started + predicted > budget_s:
+        design = self.design
+        predicted = max(self.block_seconds, default=0.0)
+        if self.block_seconds and self.clock() - self.started + predicted > self.budget_s:
             return (
                 f"its block (about {predicted / 60:.1f} min, the longest so far) would end past the "
                 f"{design.minutes:g}-min budget"
             )
-        predicted_cpu = max(block_cpu, default=0.0)
+        predicted_cpu = max(self.block_cpu, default=0.0)
         if (
-            cpu_budget_s is not None
-            and block_cpu
-            and sum(block_cpu) + predicted_cpu * (len(running) + 1) > cpu_budget_s
+            self.cpu_budget_s is not None
+            and self.block_cpu
+            and sum(self.block_cpu) + predicted_cpu * (len(self.running) + 1) > self.cpu_budget_s
         ):
             return (
                 f"its block (about {predicted_cpu / 60:.1f} CPU-min, the most so far) would end past the "
@@ -607,106 +674,89 @@ def run_matrix(
             )
         return None
 
-    def compared_names() -> list[str]:
-        return [name for block in plan.blocks if block.seed in complete for name in block.run_names]
-
-    def node_count() -> int | None:
-        return len(nodes) if executor.counts_nodes else None
-
-    def report_run(index: int) -> None:
-        if index < arm_count:  # a block's last run is reported with the new power below
-            progress(
-                progress_line(
-                    len(complete) * arm_count + index,
-                    total,
-                    clock() - started,
-                    budget_s,
-                    power,
-                    node_count(),
-                )
-            )
-
-    try:
-        while waiting or running:
-            while waiting and len(running) < executor.capacity:
-                reason = over_budget()
-                if reason is not None:
-                    stopped_reason = f"stopped before seed {waiting[0].seed}: {reason}"
-                    waiting = []
-                    break
-                block = waiting.pop(0)
-                executor.submit(block)
-                running[block.seed] = clock()
-            if not running:
+    def start_blocks(self) -> None:
+        """Submit waiting blocks while the executor has room; none at all once one would end
+        past a budget (the reason is the matrix's stop)."""
+        while self.waiting and len(self.running) < self.executor.capacity:
+            reason = self.over_budget()
+            if reason is not None:
+                self.stopped_reason = f"stopped before seed {self.waiting[0].seed}: {reason}"
+                self.waiting = []
                 break
-            finished = executor.wait_one(report_run)
-            block_seconds.append(clock() - running.pop(finished.block.seed))
-            if finished.run_cpu_s is not None:
-                block_cpu.append(finished.cpu_s)
-                run_cpu.update(finished.run_cpu_s)
-            complete.add(finished.block.seed)
-            record = (
-                None
-                if results_dir is None
-                else records.block_record(
-                    db,
-                    design.prefix,
-                    plan.arm_names,
-                    finished.block.seed,
-                    Path(results_dir).resolve().name,
-                )
+            block = self.waiting.pop(0)
+            self.executor.submit(block)
+            self.running[block.seed] = self.clock()
+
+    def block_done(self, finished: BlockDone) -> None:
+        """A block finished: its seconds, CPU (of the runs trained here) and node."""
+        self.block_seconds.append(self.clock() - self.running.pop(finished.block.seed))
+        if finished.run_cpu_s is not None:
+            self.block_cpu.append(finished.cpu_s)
+            self.run_cpu.update(finished.run_cpu_s)
+        self.complete.add(finished.block.seed)
+        if finished.node is not None:
+            self.nodes[finished.node] += 1
+
+    def interrupted(self) -> None:
+        """^C: the blocks still running are abandoned and left out of the comparison."""
+        self.incomplete = [block for block in self.executor.abandon() if block.seed in self.running]
+        seeds = ", ".join(str(block.seed) for block in self.incomplete)
+        self.stopped_reason = f"interrupted during seed {seeds}; {'its block is' if len(self.incomplete) == 1 else 'their blocks are'} left out"
+
+    def compared_names(self) -> list[str]:
+        return [
+            name
+            for block in self.plan.blocks
+            if block.seed in self.complete
+            for name in block.run_names
+        ]
+
+    def report(self, done: int) -> None:
+        self.progress(
+            progress_line(
+                done,
+                self.total,
+                self.clock() - self.started,
+                self.budget_s,
+                self.power,
+                len(self.nodes) if self.executor.counts_nodes else None,
             )
-            if record is not None and results_dir is not None:
-                records.write_record(results_dir, record)
-            if finished.node is not None:
-                nodes[finished.node] += 1
-            power = compare_runs(db, compared_names(), plan.window, detect=design.detect).power
-            progress(
-                progress_line(
-                    len(complete) * arm_count,
-                    total,
-                    clock() - started,
-                    budget_s,
-                    power,
-                    node_count(),
-                )
-            )
-    except KeyboardInterrupt:
-        incomplete = [block for block in executor.abandon() if block.seed in running]
-        seeds = ", ".join(str(block.seed) for block in incomplete)
-        stopped_reason = f"interrupted during seed {seeds}; {'its block is' if len(incomplete) == 1 else 'their blocks are'} left out"
-    finally:
-        executor.close()
-    compared = compared_names()
-    comparison = compare_runs(db, compared, plan.window, detect=design.detect) if compared else None
-    stopped = [{"seed": block.seed, "runs": block.run_names} for block in incomplete]
-    seen = complete | {block.seed for block in incomplete} | from_records
-    done_blocks = [block for block in plan.blocks if block.seed in complete]
-    warm_by_seed = {
-        block.seed: block.trains_warmup.label
-        for block in done_blocks
-        if block.trains_warmup is not None
-    }
-    return MatrixResult(
-        compared,
-        [block.seed for block in done_blocks],
-        stopped[0] if stopped else None,
-        [seed for seed in design.seeds if seed not in seen],
-        clock() - started,
-        stopped_reason,
-        comparison,
-        block_seconds,
-        stopped,
-        dict(nodes),
-        block_cpu,
-        run_cpu,
-        [arm.described for arm in plan.arms],
-        warm_by_seed,
-        warm_start_effect(comparison, warm_by_seed, done_blocks)
-        if warm_by_seed and comparison is not None
-        else None,
-        sorted(from_records),
-    )
+        )
+
+    def report_run(self, index: int) -> None:
+        if index < self.arm_count:  # a block's last run is reported with the new power
+            self.report(len(self.complete) * self.arm_count + index)
+
+    def result(self, comparison: Comparison | None, from_records: set[int]) -> MatrixResult:
+        """What the matrix compared, what it left out and why, and what it cost."""
+        stopped = [{"seed": block.seed, "runs": block.run_names} for block in self.incomplete]
+        seen = self.complete | {block.seed for block in self.incomplete} | from_records
+        done_blocks = [block for block in self.plan.blocks if block.seed in self.complete]
+        warm_by_seed = {
+            block.seed: block.trains_warmup.label
+            for block in done_blocks
+            if block.trains_warmup is not None
+        }
+        return MatrixResult(
+            self.compared_names(),
+            [block.seed for block in done_blocks],
+            stopped[0] if stopped else None,
+            [seed for seed in self.design.seeds if seed not in seen],
+            self.clock() - self.started,
+            self.stopped_reason,
+            comparison,
+            self.block_seconds,
+            stopped,
+            dict(self.nodes),
+            self.block_cpu,
+            self.run_cpu,
+            [arm.described for arm in self.plan.arms],
+            warm_by_seed,
+            warm_start_effect(comparison, warm_by_seed, done_blocks)
+            if warm_by_seed and comparison is not None
+            else None,
+            sorted(from_records),
+        )
 
 
 def warm_start_effect(

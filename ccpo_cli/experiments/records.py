@@ -84,14 +84,16 @@ def _run_entry(run: RunData, games: list[str]) -> dict[str, Any]:
     }
 
 
-def block_record(
-    db, prefix: str, labels: Sequence[str], seed: int, preregistration: str
-) -> dict[str, Any] | None:
-    """The record of one seed's block, read from runs.db and the runs' metrics files: every
-    arm's finished run PREFIX-LABEL-seedN and the warm-up it forked from (None when an arm's run
-    is not finished: the block is not complete)."""
+def recorded_cpu_s(folder: str | Path, prefix: str, seed: int) -> float:
+    """The CPU seconds a recorded block's runs took (a resumed matrix's budget counts them)."""
+    return float(read_record(record_path(folder, prefix, seed))["cpu_s"])
+
+
+def _finished_runs(
+    db, prefix: str, labels: Sequence[str], seed: int
+) -> dict[str, dict[str, Any]] | None:
+    """Every arm's run of the block by label, or None while one is missing or not finished."""
     from ccpo_cli.experiments.blocks import run_name
-    from ccpo_cli.experiments.testbed_runs import warmup_name_of
     from ccpo_cli.store import get_run
 
     rows: dict[str, dict[str, Any]] = {}
@@ -103,6 +105,21 @@ def block_record(
         if row.get("status") != "finished":
             return None
         rows[label] = row
+    return rows
+
+
+def block_record(
+    db, prefix: str, labels: Sequence[str], seed: int, preregistration: str
+) -> dict[str, Any] | None:
+    """The record of one seed's block, read from runs.db and the runs' metrics files: every
+    arm's finished run PREFIX-LABEL-seedN and the warm-up it forked from (None when an arm's run
+    is not finished: the block is not complete)."""
+    from ccpo_cli.experiments.testbed_runs import warmup_name_of
+    from ccpo_cli.store import get_run
+
+    rows = _finished_runs(db, prefix, labels, seed)
+    if rows is None:
+        return None
     loaded = {label: load_run(db, row["name"]) for label, row in rows.items()}
     warm_names = {warmup_name_of(run) for run in loaded.values()} - {None}
     warm_row = get_run(db, next(iter(warm_names))) if len(warm_names) == 1 else None

@@ -197,6 +197,25 @@ def null_count_range(
     )
 
 
+def _per_pair_p_values(
+    groups: dict[str, dict[Any, float]],
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Each pair's leave-one-out p-value within its own set (arms may differ in their noise),
+    and the sizes of the sets that were large enough to test."""
+    per_pair: list[dict[str, Any]] = []
+    sizes = []
+    for name, found in groups.items():
+        keys = list(found)
+        p_values = leave_one_out_p_values([found[key] for key in keys])
+        if p_values:
+            sizes.append(len(p_values))
+        per_pair.extend(
+            {**({"set": name} if name else {}), "seed": key, "difference": found[key], "p": p}
+            for key, p in zip(keys, p_values)
+        )
+    return per_pair, sizes
+
+
 def aa_false_positive_rate(
     pair_differences: Mapping[Any, float] | Mapping[str, Mapping[Any, float]], alpha: float = ALPHA
 ) -> dict[str, Any]:
@@ -212,17 +231,7 @@ def aa_false_positive_rate(
         and all(isinstance(value, Mapping) for value in pair_differences.values())
         else {"": dict(pair_differences)}
     )
-    per_pair: list[dict[str, Any]] = []
-    sizes = []
-    for name, found in groups.items():
-        keys = list(found)
-        p_values = leave_one_out_p_values([found[key] for key in keys])
-        if p_values:
-            sizes.append(len(p_values))
-        per_pair.extend(
-            {**({"set": name} if name else {}), "seed": key, "difference": found[key], "p": p}
-            for key, p in zip(keys, p_values)
-        )
+    per_pair, sizes = _per_pair_p_values(groups)
     n = len(per_pair)
     if not n:
         return {

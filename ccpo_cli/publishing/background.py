@@ -269,9 +269,7 @@ def check_visibility(target: PushTarget, token: str, log: Callable[[str], None])
             session = open_session(
                 target.repo_id, token=token, endpoint=target.endpoint, timeouts=timeouts
             )
-            info = session.client.call(
-                "reading the repository", session.api.model_info, target.repo_id
-            )
+            info = session.call("reading the repository", "model_info")
     except HubCallError as failure:
         if failure.status != 404:  # 404: a new repository, created private unless --public
             log(

@@ -81,8 +81,9 @@ def freeze(source: Path, run_dir: Path | None) -> Path:
     return kept
 
 
-def _enqueue(db, run, target: PushTarget, **fields) -> tuple[OutboxEntry, bool]:
-    return enqueue(
+def _enqueue(db, run, target: PushTarget, **fields) -> list[OutboxEntry]:
+    """One outbox entry for `target`; in a list when it is new (an entry queued before is not)."""
+    entry, created = enqueue(
         db,
         run,
         repo_id=target.repo_id,
@@ -90,6 +91,37 @@ def _enqueue(db, run, target: PushTarget, **fields) -> tuple[OutboxEntry, bool]:
         private=target.private,
         endpoint=target.endpoint,
         **fields,
+    )
+    return [entry] if created else []
+
+
+def _card_request(db, run, target: PushTarget, evaluations, role: str, step: int) -> list:
+    """The card of `run` at `step`, its content the evaluations it reports."""
+    return _enqueue(
+        db,
+        run,
+        target,
+        kind="card",
+        role=role,
+        step=step,
+        content_hash=card_content_hash(evaluations, step, role),
+    )
+
+
+def _checkpoint_request(
+    db, run, target: PushTarget, source: Path, run_dir: Path | None, role: str, step: int
+) -> list:
+    """The checkpoint of `run` at `step`, frozen for upload first (see `freeze`)."""
+    kept = freeze(source, run_dir)
+    return _enqueue(
+        db,
+        run,
+        target,
+        kind="checkpoint",
+        role=role,
+        step=step,
+        content_hash=source_hash(kept),
+        source=str(kept),
     )
 
 
@@ -110,34 +142,14 @@ def note_evaluations(
         if row["step"] in carded:
             continue
         carded.add(row["step"])
-        entry, created = _enqueue(
-            db,
-            run,
-            target,
-            kind="card",
-            role=INTERIM,
-            step=row["step"],
-            content_hash=card_content_hash(evaluations, row["step"], INTERIM),
-        )
-        new += [entry] if created else []
+        new += _card_request(db, run, target, evaluations, INTERIM, row["step"])
     best = best_evaluation(evaluations)
     if best is not None and not any(
         e.kind == "checkpoint" and e.step == best["step"] for e in queued
     ):
         source = checkpoint_for(best["step"])
         if source is not None:
-            kept = freeze(source, run_dir)
-            entry, created = _enqueue(
-                db,
-                run,
-                target,
-                kind="checkpoint",
-                role="best",
-                step=best["step"],
-                content_hash=source_hash(kept),
-                source=str(kept),
-            )
-            new += [entry] if created else []
+            new += _checkpoint_request(db, run, target, source, run_dir, "best", best["step"])
     return new
 
 
@@ -156,29 +168,9 @@ def note_end(
         e.kind == "checkpoint" and e.step == last_step for e in entries(db, run, target.repo_id)
     )
     if checkpoint is not None and checkpoint.exists() and not queued:
-        kept = freeze(checkpoint, run_dir)
-        entry, created = _enqueue(
-            db,
-            run,
-            target,
-            kind="checkpoint",
-            role="final",
-            step=last_step,
-            content_hash=source_hash(kept),
-            source=str(kept),
-        )
-        new += [entry] if created else []
+        new += _checkpoint_request(db, run, target, checkpoint, run_dir, "final", last_step)
     evaluations = run_evaluations(db, run)
-    entry, created = _enqueue(
-        db,
-        run,
-        target,
-        kind="card",
-        role="final",
-        step=last_step,
-        content_hash=card_content_hash(evaluations, last_step, "final"),
-    )
-    return new + ([entry] if created else [])
+    return new + _card_request(db, run, target, evaluations, "final", last_step)
 
 
 def local_checkpoints(

@@ -315,15 +315,19 @@ class Uploader:
         merged = merge_checkpoint(verl, verl_agent_home=self.verl_agent_home, log=self.log)
         return checkpoint_files(merged.folder)
 
-    def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
-        """The published checkpoint a card names: for a final card the weights of its last step
-        (else the newest published best-so-far checkpoint), else the newest published
-        best-so-far checkpoint; None when none is up."""
-        done = [
+    def _published_checkpoints(self) -> list[OutboxEntry]:
+        """The checkpoints of this run's outbox that are up on the Hub, oldest first."""
+        return [
             e
             for e in entries(self.db, self.run, self.target.repo_id, state="done")
             if e.kind == "checkpoint"
         ]
+
+    def _weights(self, card: OutboxEntry) -> OutboxEntry | None:
+        """The published checkpoint a card names: for a final card the weights of its last step
+        (else the newest published best-so-far checkpoint), else the newest published
+        best-so-far checkpoint; None when none is up."""
+        done = self._published_checkpoints()
         best = [e for e in done if e.role == "best"]
         if card.role == "final":
             # Without weights of the last step, the best checkpoint on the Hub is the one the
@@ -332,46 +336,36 @@ class Uploader:
             return last or (best[-1] if best else None)
         return best[-1] if best else None
 
-    def _newest_weights(self) -> OutboxEntry | None:
-        done = [
-            e
-            for e in entries(self.db, self.run, self.target.repo_id, state="done")
-            if e.kind == "checkpoint"
-        ]
-        return done[-1] if done else None
-
-    def _weights_card(
-        self, entry: OutboxEntry, weights: OutboxEntry, refused: str, folder: Path
-    ) -> dict[str, Any]:
-        """The README that says which weights are up and why no full card (publishing/weights_card.py)."""
-        from ccpo_cli.publishing.weights_card import commit_weights_card
-
-        session = self.session()
-        key = self._key(entry)
-        message = f"ccpo: weights card for {self.run} ({entry.role}, step {entry.step})"
-        cited = {
+    @staticmethod
+    def _cited(weights: OutboxEntry) -> dict[str, Any]:
+        """How a card cites published weights: their commit, the tag naming it, their step."""
+        return {
             "commit": weights.commit_id,
             "revision": weights.tag or weights.commit_id,
             "step": weights.step,
         }
+
+    def _published_card(
+        self,
+        entry: OutboxEntry,
+        message: str,
+        commit: Callable[[Any, str], dict[str, Any]],
+        *,
+        landed_fields: dict[str, Any],
+        checkpoint_step: int | None,
+    ) -> dict[str, Any]:
+        """A card entry made true on the Hub: found landed by its key (`landed_fields` then say
+        what is known of it), else committed by `commit(session, key)` against the head
+        recorded as the entry's base; a final card's commit tagged; the publication recorded."""
+        session = self.session()
+        key = self._key(entry)
         landed = self._landed(entry, key)
         if landed is not None:
-            result = {"commit_id": landed, "card_hash": None, "commit_url": None}
+            result = {"commit_id": landed, **landed_fields}
         else:
             if entry.base_commit is None:
                 set_base_commit(self.db, entry, session.head_sha())
-            result = commit_weights_card(
-                session,
-                self.db,
-                self.run,
-                weights=cited,
-                reason=refused,
-                status=entry.role,
-                license=self.target.license,
-                key=key,
-                message=message,
-                scratch=folder / ".hub-cache",
-            )
+            result = commit(session, key)
         tag = self._final_tag(entry, result["commit_id"], message)
         record_publication(
             self.db,
@@ -381,37 +375,67 @@ class Uploader:
             commit_id=result["commit_id"],
             card_hash=result["card_hash"],
             status=entry.role,
-            checkpoint_step=weights.step,
+            checkpoint_step=checkpoint_step,
             url=result.get("commit_url"),
         )
-        return {
-            "commit_id": result["commit_id"],
-            "tag": tag,
-            "reason": f"the full card was refused ({refused}); a weights card names the weights of step "
-            f"{weights.step} instead",
-        }
+        return {"commit_id": result["commit_id"], "tag": tag, "reason": result.get("reason")}
+
+    def _weights_instead(
+        self, entry: OutboxEntry, weights: OutboxEntry | None, refused: InvalidInput, folder: Path
+    ) -> dict[str, Any]:
+        """Weights always get a card: the full card was refused, but when weights of the run are
+        up a README names them and says why (publishing/weights_card.py); else the refusal."""
+        from ccpo_cli.publishing.weights_card import commit_weights_card
+
+        published = self._published_checkpoints()
+        up = weights or (published[-1] if published else None)
+        if up is None:
+            raise refused
+        message = f"ccpo: weights card for {self.run} ({entry.role}, step {entry.step})"
+        result = self._published_card(
+            entry,
+            message,
+            lambda session, key: commit_weights_card(
+                session,
+                self.db,
+                self.run,
+                weights=self._cited(up),
+                reason=str(refused),
+                status=entry.role,
+                license=self.target.license,
+                key=key,
+                message=message,
+                scratch=folder / ".hub-cache",
+            ),
+            landed_fields={"card_hash": None, "commit_url": None},
+            checkpoint_step=up.step,
+        )
+        return dict(
+            result,
+            reason=f"the full card was refused ({refused}); a weights card names the weights of "
+            f"step {up.step} instead",
+        )
+
+    def _card_message(self, entry: OutboxEntry) -> str:
+        if entry.role == "final":
+            return f"ccpo: final card for {self.run}"
+        return f"ccpo: interim card for {self.run} (step {entry.step})"
+
+    def _staging_folder(self, entry: OutboxEntry) -> Path:
+        """Where a card entry is staged. Per process: two processes never write one staging
+        folder (one uploader owns the outbox at a time, but a killed one may have left its folder
+        half-written)."""
+        return (
+            self.target.staging_for(self.db_path, self.run)
+            / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
+        )
 
     def _card(self, entry: OutboxEntry) -> dict[str, Any]:
         from ccpo_cli.cards.staging import README_PATH, stage_card
         from ccpo_cli.hub import commit_card
 
         weights = self._weights(entry)
-        # Per process: two processes never write one staging folder (one uploader owns the
-        # outbox at a time, but a killed one may have left its folder half-written).
-        folder = (
-            self.target.staging_for(self.db_path, self.run)
-            / f"{entry.role}-step-{entry.step}-pid{os.getpid()}"
-        )
-        cited = (
-            None
-            if weights is None
-            else {
-                "repo_id": self.target.repo_id,
-                "commit": weights.commit_id,
-                "revision": weights.tag or weights.commit_id,
-                "step": weights.step,
-            }
-        )
+        folder = self._staging_folder(entry)
         try:
             staged = stage_card(
                 self.db,
@@ -422,56 +446,45 @@ class Uploader:
                 window_start=self.target.window_start,
                 license=self.target.license,
                 checkpoint_step=None if weights is None else weights.step,
-                weights=cited,
+                weights=None
+                if weights is None
+                else {"repo_id": self.target.repo_id, **self._cited(weights)},
                 force=True,
             )
         except InvalidInput as refused:
-            # Weights always get a card: the full card is refused, but weights of the run are up.
-            up = weights or self._newest_weights()
-            if up is None:
-                raise
-            return self._weights_card(entry, up, str(refused), folder)
-        session = self.session()
-        key = self._key(entry)
-        landed = self._landed(entry, key)
-        message = (
-            f"ccpo: final card for {self.run}"
-            if entry.role == "final"
-            else f"ccpo: interim card for {self.run} (step {entry.step})"
-        )
-        if landed is not None:
-            result = {
-                "commit_id": landed,
-                "card_hash": staged.card_hash,
-                "commit_url": None,
-                "reason": "found on the Hub: an earlier attempt landed although its answer was lost",
-            }
-        else:
-            if entry.base_commit is None:
-                set_base_commit(self.db, entry, session.head_sha())
+            return self._weights_instead(entry, weights, refused, folder)
+        message = self._card_message(entry)
+
+        def commit(session: Any, key: str) -> dict[str, Any]:
             try:
                 result = commit_card(session, staged, key=key, message=message)
             except InvalidInput as refused:  # refused once merged with the Hub's README
-                up = weights or self._newest_weights()
-                if up is None:
-                    raise
-                return self._weights_card(entry, up, str(refused), folder)
-            result["reason"] = (
-                "found on the Hub after a lost answer" if result["found_landed"] else None
+                raise _FullCardRefused(refused) from None
+            lost = "found on the Hub after a lost answer" if result["found_landed"] else None
+            return dict(result, reason=lost)
+
+        try:
+            return self._published_card(
+                entry,
+                message,
+                commit,
+                landed_fields={
+                    "card_hash": staged.card_hash,
+                    "commit_url": None,
+                    "reason": "found on the Hub: an earlier attempt landed although its answer was lost",
+                },
+                checkpoint_step=None if weights is None else weights.step,
             )
-        tag = self._final_tag(entry, result["commit_id"], message)
-        record_publication(
-            self.db,
-            self.run,
-            self.target.repo_id,
-            revision=self.target.revision,
-            commit_id=result["commit_id"],
-            card_hash=result["card_hash"],
-            status=entry.role,
-            checkpoint_step=None if weights is None else weights.step,
-            url=result.get("commit_url"),
-        )
-        return {"commit_id": result["commit_id"], "tag": tag, "reason": result["reason"]}
+        except _FullCardRefused as refused:
+            return self._weights_instead(entry, weights, refused.refused, folder)
+
+
+class _FullCardRefused(Exception):
+    """The card merged with the Hub's README failed its checks: a weights card goes instead."""
+
+    def __init__(self, refused: InvalidInput):
+        super().__init__(str(refused))
+        self.refused = refused
 
 
 # --- the background process -------------------------------------------------------------------
@@ -494,6 +507,33 @@ class UploadJob:
         return cls(str(document["db"]), str(document["run"]), document.get("verl_agent_home"))
 
 
+def _watch_trainer() -> threading.Event:
+    """An event set once training is over: "finished" from the trainer, or the end of the input
+    (the trainer closed it or died; its forked rollout workers may hold the pipe open, hence the
+    explicit line too), or this process handed to init (the trainer died)."""
+    trainer_done = threading.Event()
+    parent = os.getppid()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            if line.strip() == FINISHED:
+                break
+        trainer_done.set()
+
+    def watch_parent() -> None:
+        while not trainer_done.wait(1.0):
+            if os.getppid() != parent:
+                trainer_done.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    threading.Thread(target=watch_parent, daemon=True).start()
+    return trainer_done
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main() -> int:
     """The uploader process a trainer starts (see the module docstring)."""
     try:  # uploads are background work: training keeps the cores when they are scarce
@@ -503,28 +543,7 @@ def main() -> int:
     token = sys.stdin.readline().strip()
     target = PushTarget.from_json(sys.stdin.readline())
     job = UploadJob.from_json(sys.stdin.readline())
-    trainer_done = threading.Event()
-    parent = os.getppid()
-
-    def watch_stdin() -> None:
-        # "finished" from the trainer, or the end of the input: the trainer closed it or died
-        # (its forked rollout workers may hold the pipe open, hence the explicit line too).
-        for line in sys.stdin:
-            if line.strip() == FINISHED:
-                break
-        trainer_done.set()
-
-    def watch_parent() -> None:
-        while not trainer_done.wait(1.0):
-            if os.getppid() != parent:  # the trainer died: this process was handed to init
-                trainer_done.set()
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    threading.Thread(target=watch_parent, daemon=True).start()
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
-
+    trainer_done = _watch_trainer()
     from ccpo_cli.publishing.owner import acquire_waiting, outbox_lock
 
     db = open_db(job.db)
@@ -534,17 +553,17 @@ def main() -> int:
         job.run,
         target,
         token,
-        log=log,
+        log=_log,
         verl_agent_home=Path(job.verl_agent_home) if job.verl_agent_home else None,
     )
     try:
         # A killed trainer's uploader may still be draining: wait for it, never work beside it.
         lock = acquire_waiting(
-            outbox_lock(target.staging_for(Path(job.db), job.run), job.run, log=log),
+            outbox_lock(target.staging_for(Path(job.db), job.run), job.run, log=_log),
             give_up=trainer_done.is_set,
         )
         if lock is None:
-            log(
+            _log(
                 f"uploader: another uploader works the outbox of {job.run}; it publishes what is pending"
             )
             return 0
@@ -555,7 +574,7 @@ def main() -> int:
     except KeyboardInterrupt:
         return 130
     except CcpoError as error:
-        log(f"uploader: {error}")
+        _log(f"uploader: {error}")
         return error.exit_code
     return 0
 

@@ -149,5 +149,5 @@ def commit_weights_card(
         "commit_id": commit_id,
         "card_hash": sha256_text(text),
         "found_landed": landed,
-        "commit_url": f"{session.api.endpoint.rstrip('/')}/{session.repo_id}/commit/{commit_id}",
+        "commit_url": session.commit_url(commit_id),
     }

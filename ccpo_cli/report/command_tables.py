@@ -1,7 +1,8 @@
 """The tables of `ccpo eval`, `ccpo arms`, `ccpo runs diff`, `ccpo games check` and `ccpo sync pull`.
 
 Each is a `TableData` (report/tables.py), so every format a table has comes with it. The runs
-tables (`ccpo runs list` and `ccpo runs show`) are in report/run_tables.py.
+tables (`ccpo runs list` and `ccpo runs show`) are in report/run_tables.py and
+report/run_detail_tables.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from ccpo_cli.report.tables import (
     NAME,
+    TEXT,
     Cell,
     Column,
     TableData,
@@ -20,6 +22,7 @@ from ccpo_cli.report.tables import (
     num,
     number_text,
     raw_value,
+    table_of,
     text_column,
     txt,
 )
@@ -73,24 +76,13 @@ def folded_differences(differences: Sequence[Any], first: str, second: str, what
 
 
 def arms_list_table(arms: list[dict]) -> TableData:
-    table = TableData(
-        "arms",
-        "",
-        [
-            name_column("arm"),
-            name_column("estimator"),
-            name_column("fingerprint"),
-            text_column("description"),
-        ],
-    )
-    for arm in arms:
-        table.add(
-            txt(arm["arm"]),
-            txt(arm["estimator"]),
-            Cell(arm["fingerprint"][:12], arm["fingerprint"]),
-            txt(arm["description"]),
-        )
-    return table
+    columns = [
+        ("arm", NAME, lambda arm: txt(arm["arm"])),
+        ("estimator", NAME, lambda arm: txt(arm["estimator"])),
+        ("fingerprint", NAME, lambda arm: Cell(arm["fingerprint"][:12], arm["fingerprint"])),
+        ("description", TEXT, lambda arm: txt(arm["description"])),
+    ]
+    return table_of(arms, columns, name="arms", title="")
 
 
 def arm_flags_table(flags: dict[str, Any], inert: dict[str, str]) -> TableData:
@@ -142,7 +134,6 @@ def _task_types() -> tuple[str, ...]:
 
 def eval_tables(document: dict) -> list[Any]:
     """`ccpo eval`: the model line, per seed, per task type, and the summary line."""
-    task_keys = _task_types()
     items: list[Any] = []
     checkpoint = document.get("checkpoint")
     if checkpoint:
@@ -150,6 +141,17 @@ def eval_tables(document: dict) -> list[Any]:
             f"model: {checkpoint['merged_folder']} ({'reused merge' if checkpoint['reused_merge'] else 'merged'} "
             f"from {checkpoint['source']}, step {checkpoint['step']}; record {checkpoint['record']})"
         )
+    items.append(_eval_seeds_table(document))
+    items.append(_eval_task_types_table(document))
+    items.append(
+        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
+        f"± {number_text(document['sd'])} (sd over seeds)"
+    )
+    return items
+
+
+def _eval_seeds_table(document: dict) -> TableData:
+    """A row per evaluation seed: episodes, wins, success with its Wilson interval, turns."""
     seeds = TableData(
         "seeds",
         f"{document['agent']} on {document['games']} (run {document['run']}, step {document['step']})",
@@ -177,7 +179,11 @@ def eval_tables(document: dict) -> list[Any]:
             num(row["mean_turns"]),
             num(row["invalid_turn_rate"]),
         )
-    items.append(seeds)
+    return seeds
+
+
+def _eval_task_types_table(document: dict) -> TableData:
+    """A row per task type the evaluation played: each seed's success, their mean ± sd."""
     seed_numbers = [row["seed"] for row in document["evaluations"]]
     types = TableData(
         "task_types",
@@ -189,7 +195,7 @@ def eval_tables(document: dict) -> list[Any]:
             Column("mean ± sd", fields=("mean", "sd")),
         ],
     )
-    for key in task_keys:
+    for key in _task_types():
         if key not in document["task_types"]:
             continue
         cells = [row["task_types"].get(key) for row in document["evaluations"]]
@@ -203,9 +209,4 @@ def eval_tables(document: dict) -> list[Any]:
                 (raw_value(aggregate["mean"]), raw_value(aggregate["sd"])),
             ),
         )
-    items.append(types)
-    items.append(
-        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
-        f"± {number_text(document['sd'])} (sd over seeds)"
-    )
-    return items
+    return types

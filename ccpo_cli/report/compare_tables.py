@@ -315,16 +315,7 @@ def comparisons_table(comparison: Comparison) -> TableData:
             else "-"
         )
         poi = row.probability_of_improvement
-        verdict = row.verdict
-        notes = "; ".join(
-            note
-            for note in (
-                _no_interval(row) if welch["ci_low"] is None else "",
-                row.note or "",
-                f"isolation {verdict}" if verdict and verdict != "passes" else "",
-            )
-            if note
-        )
+        notes = _pair_notes(row)
         label_a, label_b = row.first.label or row.first.name, row.second.label or row.second.name
         table.add(
             Cell(
@@ -341,6 +332,21 @@ def comparisons_table(comparison: Comparison) -> TableData:
             txt(notes, notes),
         )
     return table
+
+
+def _pair_notes(row: PairComparison) -> str:
+    """A compared pair's notes: why it has no interval, the comparison's note, and an isolation
+    check that did not pass."""
+    verdict = row.verdict
+    return "; ".join(
+        note
+        for note in (
+            _no_interval(row) if row.test["ci_low"] is None else "",
+            row.note or "",
+            f"isolation {verdict}" if verdict and verdict != "passes" else "",
+        )
+        if note
+    )
 
 
 def isolation_text(comparison: Comparison) -> str:

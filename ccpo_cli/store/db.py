@@ -71,6 +71,19 @@ def inserted_id(table: sqlite_utils.db.Table) -> int:
     return int(pk)
 
 
+def _append_only(table: str, words: str, *, kept: bool = False) -> str:
+    """The triggers that refuse to change a row of `table` (and, `kept`, to delete one): what is
+    recorded is evidence, corrected by a new row, never edited. Their text, as SQLite keeps it
+    in sqlite_master, is the same whichever migration writes them."""
+    refusal = f"BEGIN SELECT RAISE(ABORT, '{words} are append-only'); END;"
+    triggers = f"CREATE TRIGGER {table}_append_only BEFORE UPDATE ON {table}\n        {refusal}"
+    if kept:
+        triggers += (
+            f"\n        CREATE TRIGGER {table}_kept BEFORE DELETE ON {table}\n        {refusal}"
+        )
+    return triggers
+
+
 @MIGRATIONS()
 def m001_initial(db: sqlite_utils.Database) -> None:
     db.executescript(
@@ -182,13 +195,10 @@ def m001_initial(db: sqlite_utils.Database) -> None:
 def m002_append_only_evaluations(db: sqlite_utils.Database) -> None:
     # Recorded results are evidence: a correction is a new row or a conflict, never an edit.
     db.executescript(
-        """
-        CREATE TRIGGER evaluations_append_only BEFORE UPDATE ON evaluations
-        BEGIN SELECT RAISE(ABORT, 'evaluations are append-only'); END;
-        CREATE TRIGGER task_type_results_append_only BEFORE UPDATE ON task_type_results
-        BEGIN SELECT RAISE(ABORT, 'task_type_results are append-only'); END;
-        CREATE TRIGGER episodes_append_only BEFORE UPDATE ON episodes
-        BEGIN SELECT RAISE(ABORT, 'episodes are append-only'); END;
+        f"""
+        {_append_only("evaluations", "evaluations")}
+        {_append_only("task_type_results", "task_type_results")}
+        {_append_only("episodes", "episodes")}
         """
     )
 
@@ -371,7 +381,7 @@ def m008_retractions(db: sqlite_utils.Database) -> None:
     # resolution records the value kept for one run, step, split and seed, and settled_conflicts
     # the conflicts it settles (each at most once). All three are append-only.
     db.executescript(
-        """
+        f"""
         CREATE TABLE retractions (
             id INTEGER PRIMARY KEY,
             run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -402,18 +412,9 @@ def m008_retractions(db: sqlite_utils.Database) -> None:
             conflict_id INTEGER PRIMARY KEY REFERENCES conflicts(id) ON DELETE CASCADE,
             resolution_id INTEGER NOT NULL REFERENCES conflict_resolutions(id) ON DELETE CASCADE
         );
-        CREATE TRIGGER retractions_append_only BEFORE UPDATE ON retractions
-        BEGIN SELECT RAISE(ABORT, 'retractions are append-only'); END;
-        CREATE TRIGGER retractions_kept BEFORE DELETE ON retractions
-        BEGIN SELECT RAISE(ABORT, 'retractions are append-only'); END;
-        CREATE TRIGGER conflict_resolutions_append_only BEFORE UPDATE ON conflict_resolutions
-        BEGIN SELECT RAISE(ABORT, 'conflict resolutions are append-only'); END;
-        CREATE TRIGGER conflict_resolutions_kept BEFORE DELETE ON conflict_resolutions
-        BEGIN SELECT RAISE(ABORT, 'conflict resolutions are append-only'); END;
-        CREATE TRIGGER settled_conflicts_append_only BEFORE UPDATE ON settled_conflicts
-        BEGIN SELECT RAISE(ABORT, 'settled conflicts are append-only'); END;
-        CREATE TRIGGER settled_conflicts_kept BEFORE DELETE ON settled_conflicts
-        BEGIN SELECT RAISE(ABORT, 'settled conflicts are append-only'); END;
+        {_append_only("retractions", "retractions", kept=True)}
+        {_append_only("conflict_resolutions", "conflict resolutions", kept=True)}
+        {_append_only("settled_conflicts", "settled conflicts", kept=True)}
         """
     )
 
@@ -515,7 +516,7 @@ def m011_metrics(db: sqlite_utils.Database) -> None:
     # `metric_steps`. Names and files are stored once (metric_names, metric_sources) so that a
     # row is a few integers and its value: a 150-step verl log holds ~10,000 of them.
     db.executescript(
-        """
+        f"""
         CREATE TABLE metric_names (
             id INTEGER PRIMARY KEY,
             name TEXT NOT NULL UNIQUE
@@ -537,12 +538,9 @@ def m011_metrics(db: sqlite_utils.Database) -> None:
             source_line INTEGER
         );
         CREATE UNIQUE INDEX metrics_value ON metrics (run_id, name_id, step, IFNULL(value, 'NaN'));
-        CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics
-        BEGIN SELECT RAISE(ABORT, 'metrics are append-only'); END;
-        CREATE TRIGGER metric_names_append_only BEFORE UPDATE ON metric_names
-        BEGIN SELECT RAISE(ABORT, 'metric names are append-only'); END;
-        CREATE TRIGGER metric_sources_append_only BEFORE UPDATE ON metric_sources
-        BEGIN SELECT RAISE(ABORT, 'metric sources are append-only'); END;
+        {_append_only("metrics", "metrics")}
+        {_append_only("metric_names", "metric names")}
+        {_append_only("metric_sources", "metric sources")}
 
         CREATE VIEW run_metrics AS
         SELECT runs.name AS run, m.run_id, m.step, n.name, m.value, s.source_file, m.source_line, m.id
@@ -652,19 +650,26 @@ def _folder_writable(path_text: str) -> bool:
     return os.access(Path(path_text).parent, os.W_OK)
 
 
+def _sqlite_connect(target: str, *, uri: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit: `write_transaction`) that
+    waits for locks and may be used from the thread that did not open it. `uri` is passed only
+    when the target is one (a plain path is given as a path alone)."""
+    return sqlite3.connect(
+        target,
+        **({"uri": True} if uri else {}),
+        timeout=BUSY_TIMEOUT_MS / 1000,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+
+
 def _connect_read_only(path_text: str) -> sqlite3.Connection:
     """A runs.db in a folder this process cannot write: read-only, and immutable when SQLite
     cannot open WAL's shared-memory file there (a WAL database needs `-shm` beside it)."""
     uri = "file:" + urllib.parse.quote(str(Path(path_text).resolve()))
     error: sqlite3.Error | None = None
     for query in ("mode=ro", "immutable=1"):
-        connection = sqlite3.connect(
-            f"{uri}?{query}",
-            uri=True,
-            timeout=BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
+        connection = _sqlite_connect(f"{uri}?{query}", uri=True)
         try:
             connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
             return connection
@@ -673,6 +678,36 @@ def _connect_read_only(path_text: str) -> sqlite3.Connection:
             connection.close()
     assert error is not None
     raise error
+
+
+def _checked_location(path_text: str, must_exist: bool) -> bool:
+    """Whether the runs.db at `path_text` is to be opened read-only (a read command's file in a
+    folder this process cannot write); InvalidInput for a folder that does not exist, or a file
+    a read command needs that is not there."""
+    parent = Path(path_text).parent
+    if not parent.is_dir():
+        raise InvalidInput(f"{path_text}: folder {parent} does not exist")
+    if must_exist and not Path(path_text).is_file():
+        raise InvalidInput(
+            f"{path_text}: no such runs database (check --db / CCPO_DB); "
+            "this command only reads one and never creates it"
+        )
+    return must_exist and not _folder_writable(path_text)
+
+
+def _connect(path_text: str, read_only: bool) -> sqlite3.Connection:
+    return _connect_read_only(path_text) if read_only else _sqlite_connect(path_text)
+
+
+def _use_wal(db: sqlite_utils.Database, path_text: str, must_exist: bool) -> None:
+    """WAL, so readers never block the writer; a read command on a file it cannot write goes
+    on in the journal mode the file has."""
+    try:
+        _with_lock_retry(lambda: db.execute("PRAGMA journal_mode = WAL"), path_text)
+    except sqlite3.OperationalError as error:
+        if not (must_exist and _is_write_failure(error)):
+            raise
+    db.execute("PRAGMA synchronous = NORMAL")
 
 
 def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Database:
@@ -686,28 +721,9 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
     read-only (reads work; a write fails with one line).
     """
     path_text = str(path)
-    read_only = False
-    if path_text != ":memory:":
-        parent = Path(path_text).parent
-        if not parent.is_dir():
-            raise InvalidInput(f"{path_text}: folder {parent} does not exist")
-        if must_exist and not Path(path_text).is_file():
-            raise InvalidInput(
-                f"{path_text}: no such runs database (check --db / CCPO_DB); "
-                "this command only reads one and never creates it"
-            )
-        read_only = must_exist and not _folder_writable(path_text)
+    read_only = path_text != ":memory:" and _checked_location(path_text, must_exist)
     try:
-        if read_only:
-            connection = _connect_read_only(path_text)
-        else:
-            connection = sqlite3.connect(
-                path_text,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        db = sqlite_utils.Database(connection)
+        db = sqlite_utils.Database(_connect(path_text, read_only))
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         db.execute("PRAGMA foreign_keys = ON")
         stamped = _check_identity(db, path_text)
@@ -717,12 +733,7 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
                 "cannot be brought to this schema; copy it to a folder you can write"
             )
         if path_text != ":memory:" and not read_only:
-            try:
-                _with_lock_retry(lambda: db.execute("PRAGMA journal_mode = WAL"), path_text)
-            except sqlite3.OperationalError as error:
-                if not (must_exist and _is_write_failure(error)):
-                    raise
-            db.execute("PRAGMA synchronous = NORMAL")
+            _use_wal(db, path_text, must_exist)
         if MIGRATIONS.pending(db) or (not stamped and not must_exist):
             with write_transaction(db):
                 # apply() re-checks under the write lock: another process may have migrated.
@@ -802,9 +813,33 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
     return application_id == APPLICATION_ID
 
 
+class _LineScripts(sqlite_utils.Database):
+    """An in-memory database whose scripts run a statement at a time, cut at line ends.
+
+    Inside a transaction sqlite-utils cuts a script into statements by testing every prefix
+    of it, one character longer each time: the views' long SELECTs made that most of a
+    command's start-up (every command opens the runs database, and the reference schema is
+    built by running every migration). A statement of ccpo's migrations ends at a line end;
+    a line that holds two goes through sqlite-utils' own cutting."""
+
+    def executescript(self, sql: str) -> sqlite3.Cursor:
+        cursor, statement = self.conn.cursor(), ""
+        for line in sql.splitlines(keepends=True):
+            statement += line
+            if sqlite3.complete_statement(statement):
+                try:
+                    cursor.execute(statement)
+                except sqlite3.ProgrammingError:  # more than one statement on its last line
+                    cursor = super().executescript(statement)
+                statement = ""
+        if statement.strip():
+            cursor = super().executescript(statement)
+        return cursor
+
+
 @functools.lru_cache(maxsize=1)
 def _expected_columns() -> dict[str, frozenset[str]]:
-    reference = sqlite_utils.Database(memory=True)
+    reference = _LineScripts(memory=True)
     MIGRATIONS.apply(reference)
     return {
         table.name: frozenset(table.columns_dict)

@@ -20,6 +20,18 @@ from ccpo_cli.task_types import TASK_TYPES, short_key
 
 # Rates are compared and hashed at this many decimals, so 0.835 * 100 and 83.5 are one value.
 RATE_DECIMALS = 12
+# The columns of an `evaluations` row that its content holds (and its hash is taken over, with
+# the per-type rates and the episodes), in the order the row gives them.
+RESULT_FIELDS = (
+    "step",
+    "split",
+    "episodes",
+    "successes",
+    "success_rate",
+    "mean_turns",
+    "temperature",
+    "eval_seed",
+)
 
 
 @dataclass(frozen=True)
@@ -188,30 +200,12 @@ def evaluation_content(
     """Check and complete one evaluation's fields (InvalidInput naming the field otherwise)."""
     step = non_negative_int(step, "step")
     episode_list = normalise_episodes(episode_rows or [])
-    if episode_list:
-        if episodes is None:
-            episodes = len(episode_list)
-        if successes is None:
-            successes = sum(e["won"] for e in episode_list)
-        turns = [e["turns"] for e in episode_list if e["turns"] is not None]
-        if mean_turns is None and turns:
-            mean_turns = sum(turns) / len(turns)
+    episodes, successes, mean_turns = _totals_from_episodes(
+        episode_list, episodes, successes, mean_turns
+    )
     episodes = non_negative_int(episodes, "episodes")
     successes = non_negative_int(successes, "successes")
-    if episodes is not None and successes is not None and successes > episodes:
-        raise InvalidInput(f"step {step}: {successes} successes out of {episodes} episodes")
-    rate = finite(success_rate, f"step {step} success_rate")
-    if rate is None:
-        if not episodes:
-            raise InvalidInput(
-                f"step {step}: an evaluation needs success_rate or episodes and successes"
-            )
-        rate = 100.0 * (successes or 0) / episodes
-    elif episodes and successes is not None and abs(rate - 100.0 * successes / episodes) > 1e-6:
-        raise InvalidInput(
-            f"step {step}: success_rate {rate} disagrees with {successes}/{episodes} episodes"
-        )
-    rate = check_rate(rate, f"step {step} success_rate")
+    rate = _checked_success_rate(step, success_rate, episodes, successes)
     types = normalise_task_types(task_types, episode_list)
     row = {
         "step": step,
@@ -227,3 +221,43 @@ def evaluation_content(
     digest = content_hash(content)
     train_rate = check_rate(finite(train_success_rate, "train_success_rate"), "train_success_rate")
     return EvaluationContent(row, types, episode_list, digest, json_text(content), train_rate)
+
+
+def _totals_from_episodes(
+    episode_list: list[dict[str, Any]],
+    episodes: Any,
+    successes: Any,
+    mean_turns: Any,
+) -> tuple[Any, Any, Any]:
+    """The episodes, successes and mean turns given, each derived from the episode rows when
+    it was not given (a value given is kept, and checked against the rows elsewhere)."""
+    if episode_list:
+        if episodes is None:
+            episodes = len(episode_list)
+        if successes is None:
+            successes = sum(e["won"] for e in episode_list)
+        turns = [e["turns"] for e in episode_list if e["turns"] is not None]
+        if mean_turns is None and turns:
+            mean_turns = sum(turns) / len(turns)
+    return episodes, successes, mean_turns
+
+
+def _checked_success_rate(
+    step: int, success_rate: Any, episodes: int | None, successes: int | None
+) -> float | None:
+    """The success rate in percent: the one given, which must agree with the counts, else the
+    counts' own; InvalidInput when neither is there."""
+    if episodes is not None and successes is not None and successes > episodes:
+        raise InvalidInput(f"step {step}: {successes} successes out of {episodes} episodes")
+    rate = finite(success_rate, f"step {step} success_rate")
+    if rate is None:
+        if not episodes:
+            raise InvalidInput(
+                f"step {step}: an evaluation needs success_rate or episodes and successes"
+            )
+        rate = 100.0 * (successes or 0) / episodes
+    elif episodes and successes is not None and abs(rate - 100.0 * successes / episodes) > 1e-6:
+        raise InvalidInput(
+            f"step {step}: success_rate {rate} disagrees with {successes}/{episodes} episodes"
+        )
+    return check_rate(rate, f"step {step} success_rate")

@@ -45,6 +45,7 @@ from typing import Any
 
 import sqlite_utils
 
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.queries import list_runs
 from ccpo_cli.store.records import STANDING
 
@@ -182,17 +183,9 @@ class EvaluationProtocol:
         return (self.split, self.temperature, episodes, self.turn_limit)
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            "temperature": self.temperature,
-            "episodes": self.episodes,
-            "episodes_basis": self.episodes_basis,
-            "turn_limit": self.turn_limit,
-            "mixed": self.mixed,
-            "split_assumed": self.split_assumed,
-            "pooled_episodes": self.pooled_episodes,
-            "episodes_uncertain": self.episodes_uncertain,
-        }
+        # The evaluation key is how rows are matched, not part of what the protocol says.
+        document = field_values(self, leave_out=frozenset({"evaluation_key"}))
+        return {**document, "episodes_uncertain": self.episodes_uncertain}
 
 
 @dataclass(frozen=True)
@@ -282,22 +275,14 @@ class RunIdentity:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "uid": self.uid,
-            "host": self.host,
-            "kind": self.kind,
-            "arm": None if self.arm is None else self.arm.as_dict(),
-            "seed": self.seed,
-            "base_model": self.base_model,
-            "backend": self.backend,
-            "benchmark": self.benchmark,
-            "protocol": self.protocol.as_dict(),
-            "total_steps": self.total_steps,
-            "agent": self.agent,
-            "start": None if self.start is None else dict(self.start),
-            "rollout_stream": self.rollout_stream,
-        }
+        # The row id is this database's own and the facts are their own document.
+        document = field_values(self, leave_out=frozenset({"run_id", "facts"}))
+        document.update(
+            arm=None if self.arm is None else self.arm.as_dict(),
+            protocol=self.protocol.as_dict(),
+            start=None if self.start is None else dict(self.start),
+        )
+        return document
 
 
 def unit_differences(first: RunIdentity, second: RunIdentity) -> list[str]:
@@ -412,22 +397,7 @@ def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
     overrides = {str(key): value for key, value in overrides.items()}
     registry = _registry_arm(str(name), tuple(sorted(overrides.items())))
     description = registry.description if registry is not None else ""
-    if (
-        flags is not None
-        and registry is not None
-        and not set(registry.flags()) <= set(flags)
-        and fingerprint in (None, registry.fingerprint)
-    ):
-        # A partial record (older configs kept only some flags): the arm file fills in the rest.
-        flags = {**registry.flags(), **flags}
-        source = FLAGS_COMPLETED
-    elif flags is not None:
-        source = FLAGS_RECORDED
-    elif registry is not None and fingerprint in (None, registry.fingerprint):
-        flags = registry.flags()
-        source = FLAGS_REGISTRY if fingerprint else FLAGS_REGISTRY_UNCHECKED
-    else:
-        source = FLAGS_NOT_RECORDED
+    flags, source = _flags_and_source(flags, registry, fingerprint)
     return ArmIdentity(
         str(name),
         fingerprint,
@@ -436,6 +406,23 @@ def _arm_identity(row: Mapping[str, Any]) -> ArmIdentity | None:
         source,
         description,
     )
+
+
+def _flags_and_source(
+    flags: Mapping[str, Any] | None, registry: Any, fingerprint: str | None
+) -> tuple[Mapping[str, Any] | None, str]:
+    """The arm's flags and where they come from: as recorded, completed or given by the arm
+    file (`_registry_arm`) when its fingerprint does not contradict the run's, else not
+    recorded."""
+    fits = registry is not None and fingerprint in (None, registry.fingerprint)
+    if flags is not None and fits and not set(registry.flags()) <= set(flags):
+        # A partial record (older configs kept only some flags): the arm file fills in the rest.
+        return {**registry.flags(), **flags}, FLAGS_COMPLETED
+    if flags is not None:
+        return flags, FLAGS_RECORDED
+    if fits:
+        return registry.flags(), (FLAGS_REGISTRY if fingerprint else FLAGS_REGISTRY_UNCHECKED)
+    return None, FLAGS_NOT_RECORDED
 
 
 def external_arm(algorithm: Mapping[str, Any]) -> ArmIdentity | None:
@@ -618,6 +605,34 @@ def _kind(row: Mapping[str, Any]) -> str:
     return kind if kind in (TRAINING, EVALUATION) else TRAINING
 
 
+def _identity(
+    row: Mapping[str, Any], run_facts: dict[str, Any], counts: Counter, rates: list
+) -> RunIdentity:
+    """One run's identity from its row, its recorded facts and its evaluations' protocols."""
+    split_assumed = run_facts.pop(SPLIT_ASSUMED_KEY, None)
+    config = _mapping(row.get("config"))
+    start = config.get("start")
+    stream = _mapping(config.get("train")).get("rollout_stream")
+    return RunIdentity(
+        run=row["name"],
+        run_id=int(row["id"]),
+        uid=row.get("uid"),
+        host=row.get("host"),
+        kind=_kind(row),
+        arm=_run_arm(row, run_facts),
+        seed=row.get("seed"),
+        base_model=row.get("base_model"),
+        backend=row.get("backend"),
+        benchmark=row.get("benchmark"),
+        protocol=_protocol({**run_facts, SPLIT_ASSUMED_KEY: split_assumed}, counts, rates),
+        total_steps=row.get("total_steps"),
+        agent=run_facts.get("agent"),
+        start=dict(start) if isinstance(start, Mapping) else None,
+        facts=dict(run_facts),
+        rollout_stream=stream if isinstance(stream, int) and not isinstance(stream, bool) else None,
+    )
+
+
 def read_identities(
     db: sqlite_utils.Database,
     run_rows: Sequence[Mapping[str, Any]],
@@ -638,37 +653,15 @@ def read_identities(
         and facts.get(identifier, {}).get("episodes") is None
     ]
     rates = _rates_without_episodes(db, unrecorded, split)
-    identities = {}
-    for row in run_rows:
-        identifier = int(row["id"])
-        run_facts = facts.get(identifier, {})
-        split_assumed = run_facts.pop(SPLIT_ASSUMED_KEY, None)
-        start = _mapping(row.get("config")).get("start")
-        stream = _mapping(_mapping(row.get("config")).get("train")).get("rollout_stream")
-        identities[row["name"]] = RunIdentity(
-            run=row["name"],
-            run_id=identifier,
-            uid=row.get("uid"),
-            host=row.get("host"),
-            kind=_kind(row),
-            arm=_run_arm(row, run_facts),
-            seed=row.get("seed"),
-            base_model=row.get("base_model"),
-            backend=row.get("backend"),
-            benchmark=row.get("benchmark"),
-            protocol=_protocol(
-                {**run_facts, SPLIT_ASSUMED_KEY: split_assumed},
-                counts.get(identifier, Counter()),
-                rates.get(identifier, []),
-            ),
-            total_steps=row.get("total_steps"),
-            agent=run_facts.get("agent"),
-            start=dict(start) if isinstance(start, Mapping) else None,
-            facts=dict(run_facts),
-            rollout_stream=stream
-            if isinstance(stream, int) and not isinstance(stream, bool)
-            else None,
+    identities = {
+        row["name"]: _identity(
+            row,
+            facts.get(int(row["id"]), {}),
+            counts.get(int(row["id"]), Counter()),
+            rates.get(int(row["id"]), []),
         )
+        for row in run_rows
+    }
     if settle and any(identity.protocol.episodes_inferred for identity in identities.values()):
         everyone = (
             identities

@@ -59,10 +59,12 @@ from ccpo_cli.store.facts import (
     states_val_only,
     unexpanded_variables,
 )
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.identity import ExternalArm
 from ccpo_cli.store.metrics import MetricCounts, MetricWriter, scalar_values
-from ccpo_cli.store.readers import (
-    FORMATS,
+from ccpo_cli.store.readers import FORMATS, detect_format, read_events
+from ccpo_cli.store.readers.base import (
+    MAX_DROPPED_KEYS,
     MAX_LINE_BYTES,
     MAX_LINE_TEXT,
     BadRecord,
@@ -71,10 +73,8 @@ from ccpo_cli.store.readers import (
     MetricRecord,
     ReadStats,
     Skipped,
-    detect_format,
-    read_events,
+    StatedConfig,
 )
-from ccpo_cli.store.readers.base import MAX_DROPPED_KEYS, StatedConfig
 from ccpo_cli.store.readers.metric_names import (
     OVERALL_KEY,
     MetricRename,
@@ -86,6 +86,7 @@ from ccpo_cli.store.readers.metric_names import (
     task_type_keys,
 )
 from ccpo_cli.store.records import (
+    EvaluationOutcome,
     agree_at_precision,
     ensure_run,
     latest_standing_evaluation,
@@ -153,9 +154,9 @@ class IngestReport:
     stated_facts: dict[str, Any] = field(
         default_factory=dict
     )  # what the log printed (store/facts.py)
-    unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
     kind: str | None = None  # "evaluation" for a log that only validated (trainer.val_only)
-    first_step: int | None = None
+    first_step: int | None = None  # the last field `as_dict` gives as it is, in this order
+    unused_keys: set[str] = field(default_factory=set)  # bounded by MAX_DROPPED_KEYS
     config_left_out_lines: list[int] = field(
         default_factory=list
     )  # other output inside a printed config
@@ -180,35 +181,34 @@ class IngestReport:
                 return
             self.unused_keys.add(key)
 
+    def count(self, outcome: EvaluationOutcome, step: int, line: int | None, where: str) -> None:
+        """Count what recording one evaluation did; a conflict is listed and warned about."""
+        if outcome.outcome == "new":
+            self.new += 1
+        elif outcome.outcome == "duplicate":
+            self.duplicates += 1
+            self.completed += bool(outcome.completed)
+        else:
+            self.conflicts.append(
+                {
+                    "step": step,
+                    "line": line,
+                    "kept_evaluation_id": outcome.evaluation_id,
+                    "conflict_id": outcome.conflict_id,
+                }
+            )
+            self.warnings.append(
+                f"{where}: step {step} differs from the evaluation already recorded "
+                f"(id {outcome.evaluation_id}); kept both, the new one as conflict {outcome.conflict_id}"
+            )
+
     @property
     def unused_metric_keys(self) -> list[str]:
         return sorted(self.unused_keys)[:REPORTED_KEYS]
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "path": self.path,
-            "format": self.format,
-            "run": self.run,
-            "lines": self.lines,
-            "steps": self.steps,
-            "last_step": self.last_step,
-            "evaluations_found": self.evaluations_found,
-            "new": self.new,
-            "duplicates": self.duplicates,
-            "completed": self.completed,
-            "conflicts": self.conflicts,
-            "warnings": self.warnings,
-            "incomplete_tail_line": self.incomplete_tail_line,
-            "skipped": self.skipped,
-            "skipped_lines": self.skipped_lines,
-            "cleaned": self.cleaned,
-            "cleaned_lines": self.cleaned_lines,
-            "fact_conflicts": self.fact_conflicts,
-            "benchmark": self.benchmark,
-            "benchmark_evidence": self.benchmark_evidence,
-            "stated_facts": self.stated_facts,
-            "kind": self.kind,
-            "first_step": self.first_step,
+            **field_values(self, through="first_step"),
             "resumed_from": None
             if self.evaluated_checkpoint is not None
             else self.stated_facts.get("resumed_from"),
@@ -361,6 +361,37 @@ def _one_source_hint(source_keys: set[str]) -> str:
     )
 
 
+def _no_validation_warning(path: Path, report: IngestReport) -> str:
+    """The warning for a log with steps and no validation: the names it logs that may be the
+    validation success under another name (with the --metric that reads them), else that only
+    the run and its last step are recorded."""
+    candidates = renamed_candidates(report.unused_keys)
+    if not candidates:
+        return (
+            f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
+            f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
+        )
+    options = " ".join(f"--metric {name}={target}" for name, target in candidates[:WARNED_KEYS])
+    rewards = [name for name, _ in candidates if is_reward(name)]
+    caveat = (
+        f"; {', '.join(rewards[:WARNED_KEYS])} {'is a' if len(rewards) == 1 else 'are'} reward or "
+        "score (shaped, possibly negative), a success rate only where the run's reward is 1 for a "
+        "success and 0 otherwise"
+        if rewards
+        else ""
+    )
+    return (
+        f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs "
+        f"{', '.join(name for name, _ in candidates[:WARNED_KEYS])}: if that is the validation "
+        f"success under another name, ingest again with {options}{caveat}"
+    )
+
+
+def _more(total: int, shown: int, before: str, after: str = "") -> str:
+    """What a warning that names only the first `shown` of `total` things adds ("" for none)."""
+    return f"{before}{total - shown} more{after}" if total > shown else ""
+
+
 def _summarise(path: Path, report: IngestReport) -> None:
     if report.cleaned:
         report.warnings.append(
@@ -374,11 +405,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
             else item["reason"][:100]
             for item in report.skipped_lines[:WARNED_LINES]
         )
-        more = (
-            f"; and {report.skipped - WARNED_LINES} more (all in --json)"
-            if report.skipped > WARNED_LINES
-            else ""
-        )
+        more = _more(report.skipped, WARNED_LINES, "; and ", " (all in --json)")
         report.warnings.append(
             f"{path}: skipped {report.skipped} line(s) that could not be read: {named}{more}"
         )
@@ -389,11 +416,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
         )
     if report.dialect_keys:
         named = ", ".join(sorted(report.dialect_keys)[:WARNED_KEYS])
-        more = (
-            f" and {len(report.dialect_keys) - WARNED_KEYS} more"
-            if len(report.dialect_keys) > WARNED_KEYS
-            else ""
-        )
+        more = _more(len(report.dialect_keys), WARNED_KEYS, " and ")
         meanings = sorted(
             {known[1] for key in report.dialect_keys if (known := dialect_rate(key)) is not None}
         )
@@ -414,29 +437,7 @@ def _summarise(path: Path, report: IngestReport) -> None:
         and not report.summary_not_placed
         and not report.per_source_only_steps
     ):
-        candidates = renamed_candidates(report.unused_keys)
-        if candidates:
-            options = " ".join(
-                f"--metric {name}={target}" for name, target in candidates[:WARNED_KEYS]
-            )
-            rewards = [name for name, _ in candidates if is_reward(name)]
-            caveat = (
-                f"; {', '.join(rewards[:WARNED_KEYS])} {'is a' if len(rewards) == 1 else 'are'} reward or "
-                "score (shaped, possibly negative), a success rate only where the run's reward is 1 for a "
-                "success and 0 otherwise"
-                if rewards
-                else ""
-            )
-            report.warnings.append(
-                f"{path}: no {OVERALL_KEY} in its {report.steps} step(s), but it logs "
-                f"{', '.join(name for name, _ in candidates[:WARNED_KEYS])}: if that is the validation "
-                f"success under another name, ingest again with {options}{caveat}"
-            )
-        else:
-            report.warnings.append(
-                f"{path}: no validation in its {report.steps} step(s) (no {OVERALL_KEY} value): "
-                f"a run that has not validated yet? Only the run and its last step ({report.last_step}) are recorded"
-            )
+        report.warnings.append(_no_validation_warning(path, report))
 
 
 @dataclass
@@ -575,13 +576,7 @@ def ingest_file(
         benchmark_for_env_name((config or {}).get("env.env_name")),
         "the --config file's env.env_name",
     )
-    if config_file_left_out:
-        report.config_left_out_lines.extend(config_file_left_out[:REPORTED_LINES])
-        shown = ", ".join(str(number) for number in config_file_left_out[:WARNED_LINES])
-        report.warnings.append(
-            f"the --config file was read around {len(config_file_left_out)} line(s) of other output "
-            f"(lines {shown}); those lines are not part of the config"
-        )
+    _note_config_left_out(report, config_file_left_out)
     stated: list[StatedConfig] = []
     evaluated = _Evaluated(given_split=(facts or {}).get("split"))
     evaluated.see(config)
@@ -619,42 +614,7 @@ def ingest_file(
                 # The printed config wins over the traced launch command, as in facts_from_log.
                 evaluated.see(flat_config(event), wins=event.kind == "resolved")
                 continue
-            if not event.summary:
-                report.first_step = (
-                    event.step if report.first_step is None else min(report.first_step, event.step)
-                )
-            detected = detect_benchmark(event.metrics)
-            if detected is not None:
-                choice.see(
-                    detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})"
-                )
-            report.note_unused(
-                key
-                for key in event.metrics
-                if key not in evaluation_keys(choice.current) and key not in report.dialect_keys
-            )
-            if event.summary:
-                event = _summary_evaluation(db, run, path, event, report)
-            if OVERALL_KEY not in event.metrics and any(
-                key in event.metrics for key in task_type_keys(choice.current)
-            ):
-                report.per_source_only_steps += 1
-            if _record_one(
-                db,
-                run,
-                path,
-                source,
-                event,
-                report,
-                strict,
-                choice.current,
-                eval_seed=evaluated.eval_seed,
-                split=evaluated.row_split,
-            ):
-                report.steps += 1
-                report.last_step = (
-                    event.step if report.last_step is None else max(report.last_step, event.step)
-                )
+            _take_record(db, run, path, source, event, report, strict, choice, evaluated)
             if write_progress is not None:
                 write_progress(report.evaluations_found, None)
         report.lines = stats.lines
@@ -670,12 +630,7 @@ def ingest_file(
         )
         if val_only:
             stated_total = None  # an evaluation-only log trains no step
-            # Its env.seed seeded the evaluation (the rows' eval_seed), and the checkpoint it
-            # loaded is the one it evaluated, not a training run resumed.
-            stated_facts.pop("seed", None)
-            report.eval_seed = evaluated.eval_seed
-            report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
-            _mark_reference(db, run, path, run_is_new, report)
+            _evaluation_only(db, run, path, stated_facts, evaluated, run_is_new, report)
         elif stated_total is not None and total_steps is None:
             ensure_run(
                 db, run, total_steps=_reconcile_total(db, run, int(stated_total), source, report)
@@ -686,19 +641,8 @@ def ingest_file(
             # This file's split is its evaluations' own: not the run's, which stays as it was.
             stated_facts.pop("split", None)
             given_facts.pop("split", None)
-            report.warnings.append(
-                f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
-                f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
-                f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
-            )
-        declared = set(task_type_keys(choice.current).values())
-        if report.task_types and report.task_types != declared:
-            # The task types its validations logged, where not the benchmark's whole set (a
-            # search run's two sources, not seven).
-            stated_facts["task_types"] = sorted(report.task_types)
-        if report.crashed:
-            # The run stopped there: its last step (0 before its first) is where it crashed.
-            stated_facts["crashed_after_step"] = report.last_step or 0
+            report.warnings.append(_split_apart_warning(path, run, evaluated))
+        _note_what_the_log_shows(stated_facts, choice.current, report)
         _fill_identity(db, run, stated_facts, seed=seed, base_model=base_model)
         _warn_unexpanded(path, config, stated, report)
         _record_benchmark(db, run, path, choice, report)
@@ -721,6 +665,107 @@ def ingest_file(
         )
     _summarise(path, report)
     return report
+
+
+def _note_config_left_out(report: IngestReport, left_out: Sequence[int]) -> None:
+    """Report the lines of other output the `--config` file was read around."""
+    if not left_out:
+        return
+    report.config_left_out_lines.extend(left_out[:REPORTED_LINES])
+    shown = ", ".join(str(number) for number in left_out[:WARNED_LINES])
+    report.warnings.append(
+        f"the --config file was read around {len(left_out)} line(s) of other output "
+        f"(lines {shown}); those lines are not part of the config"
+    )
+
+
+def _take_record(
+    db: sqlite_utils.Database,
+    run: str,
+    path: Path,
+    source: str,
+    event: MetricRecord,
+    report: IngestReport,
+    strict: bool,
+    choice: _BenchmarkChoice,
+    evaluated: _Evaluated,
+) -> None:
+    """One step's record: the benchmark its metric names identify, the names ingest does not
+    read, a summary placed at its step, and its evaluation recorded (counted in `report`)."""
+    if not event.summary:
+        report.first_step = (
+            event.step if report.first_step is None else min(report.first_step, event.step)
+        )
+    detected = detect_benchmark(event.metrics)
+    if detected is not None:
+        choice.see(detected, f"the metric names ({_identifying_metric(event.metrics, detected)!r})")
+    report.note_unused(
+        key
+        for key in event.metrics
+        if key not in evaluation_keys(choice.current) and key not in report.dialect_keys
+    )
+    if event.summary:
+        event = _summary_evaluation(db, run, path, event, report)
+    if OVERALL_KEY not in event.metrics and any(
+        key in event.metrics for key in task_type_keys(choice.current)
+    ):
+        report.per_source_only_steps += 1
+    if _record_one(
+        db,
+        run,
+        path,
+        source,
+        event,
+        report,
+        strict,
+        choice.current,
+        eval_seed=evaluated.eval_seed,
+        split=evaluated.row_split,
+    ):
+        report.steps += 1
+        report.last_step = (
+            event.step if report.last_step is None else max(report.last_step, event.step)
+        )
+
+
+def _evaluation_only(
+    db: sqlite_utils.Database,
+    run: str,
+    path: Path,
+    stated_facts: dict[str, Any],
+    evaluated: _Evaluated,
+    run_is_new: bool,
+    report: IngestReport,
+) -> None:
+    """A log that only validated: its env.seed seeded the evaluation (the rows' eval_seed), and
+    the checkpoint it loaded is the one it evaluated, not a training run resumed; a new run
+    becomes a reference run."""
+    stated_facts.pop("seed", None)
+    report.eval_seed = evaluated.eval_seed
+    report.evaluated_checkpoint = stated_facts.pop("resumed_from", None)
+    _mark_reference(db, run, path, run_is_new, report)
+
+
+def _split_apart_warning(path: Path, run: str, evaluated: _Evaluated) -> str:
+    """The warning for a file whose evaluations ran on a split other than the run's."""
+    return (
+        f"{path}: its evaluations ran on split {evaluated.row_split!r}, but run {run!r}'s validations are "
+        f"{'of split ' + repr(evaluated.run_split) if evaluated.run_split else 'recorded without a split'}: "
+        f"recorded under split {evaluated.row_split!r}, apart from them (runs show lists them)"
+    )
+
+
+def _note_what_the_log_shows(
+    stated_facts: dict[str, Any], benchmark: Benchmark | None, report: IngestReport
+) -> None:
+    """Facts the log shows by what it holds rather than prints: the task types its validations
+    logged, where not the benchmark's whole set (a search run's two sources, not seven), and the
+    step a crashed run stopped after (0 before its first)."""
+    declared = set(task_type_keys(benchmark).values())
+    if report.task_types and report.task_types != declared:
+        stated_facts["task_types"] = sorted(report.task_types)
+    if report.crashed:
+        stated_facts["crashed_after_step"] = report.last_step or 0
 
 
 def _run_split(db, run: str, source: str) -> tuple[str | None, bool]:
@@ -767,11 +812,7 @@ def _note_stated(
             event.left_out[: REPORTED_LINES - len(report.config_left_out_lines)]
         )
         shown = ", ".join(str(number) for number in event.left_out[:WARNED_LINES])
-        more = (
-            f" and {event.left_out_count - WARNED_LINES} more (all in --json)"
-            if event.left_out_count > WARNED_LINES
-            else ""
-        )
+        more = _more(event.left_out_count, WARNED_LINES, " and ", " (all in --json)")
         report.warnings.append(
             f"{report.path}:{event.line}: the printed config was read around {event.left_out_count} line(s) of other "
             f"output interleaved with it (lines {shown}{more}); those lines are not part of the config"
@@ -830,7 +871,7 @@ def _warn_unexpanded(
         named = ", ".join(
             f"{key}=${variable}" for key, variable in sorted(found.items())[:WARNED_KEYS]
         )
-        more = f" and {len(found) - WARNED_KEYS} more" if len(found) > WARNED_KEYS else ""
+        more = _more(len(found), WARNED_KEYS, " and ")
         report.warnings.append(
             f"{path}: not recorded as facts, their values are variables the launch script never expanded: "
             f"{named}{more}; give the values the run used as options (--episodes, --seed, ...)"
@@ -927,22 +968,5 @@ def _record_one(
         return False
     report.evaluations_found += 1
     report.task_types.update(evaluation["task_types"])
-    if outcome.outcome == "new":
-        report.new += 1
-    elif outcome.outcome == "duplicate":
-        report.duplicates += 1
-        report.completed += bool(outcome.completed)
-    else:
-        report.conflicts.append(
-            {
-                "step": evaluation["step"],
-                "line": record.line,
-                "kept_evaluation_id": outcome.evaluation_id,
-                "conflict_id": outcome.conflict_id,
-            }
-        )
-        report.warnings.append(
-            f"{where}: step {evaluation['step']} differs from the evaluation already recorded "
-            f"(id {outcome.evaluation_id}); kept both, the new one as conflict {outcome.conflict_id}"
-        )
+    report.count(outcome, evaluation["step"], record.line, where)
     return True

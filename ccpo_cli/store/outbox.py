@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -227,24 +228,38 @@ def finish_attempt(
         return _entry(db, entry.id)
 
 
+def _move_entries(
+    db: sqlite_utils.Database,
+    run: str | int,
+    repo_id: str,
+    state: str,
+    change: Callable[[OutboxEntry], dict[str, Any]],
+) -> list[OutboxEntry]:
+    """Change every entry of a run to one repository in `state`, in one transaction; the
+    entries moved, as they are now."""
+    moved = []
+    with write_transaction(db):
+        for entry in entries(db, run, repo_id, state=state):
+            update = dict(change(entry), next_attempt_at=None, updated_at=utc_now())
+            db.table("publication_outbox").update(entry.id, update)
+            moved.append(_entry(db, entry.id))
+    return moved
+
+
 def retry_failed(db: sqlite_utils.Database, run: str | int, repo_id: str) -> list[OutboxEntry]:
     """Put a run's failed entries back in the queue (`--retry-failed`: the token was fixed, the
     disk freed), with a fresh count of attempts; their attempt log stays. The entries moved."""
-    moved = []
-    with write_transaction(db):
-        for entry in entries(db, run, repo_id, state="failed"):
-            db.table("publication_outbox").update(
-                entry.id,
-                {
-                    "state": "pending",
-                    "attempts": 0,
-                    "next_attempt_at": None,
-                    "reason": f"queued again by --retry-failed (was: {entry.reason})",
-                    "updated_at": utc_now(),
-                },
-            )
-            moved.append(_entry(db, entry.id))
-    return moved
+    return _move_entries(
+        db,
+        run,
+        repo_id,
+        "failed",
+        lambda entry: {
+            "state": "pending",
+            "attempts": 0,
+            "reason": f"queued again by --retry-failed (was: {entry.reason})",
+        },
+    )
 
 
 def fail_pending(
@@ -252,20 +267,9 @@ def fail_pending(
 ) -> list[OutboxEntry]:
     """Fail every pending entry of a run to one repository with `reason` (publishing there
     stopped); `retry_failed` queues them again. The entries moved."""
-    moved = []
-    with write_transaction(db):
-        for entry in entries(db, run, repo_id, state="pending"):
-            db.table("publication_outbox").update(
-                entry.id,
-                {
-                    "state": "failed",
-                    "reason": reason,
-                    "next_attempt_at": None,
-                    "updated_at": utc_now(),
-                },
-            )
-            moved.append(_entry(db, entry.id))
-    return moved
+    return _move_entries(
+        db, run, repo_id, "pending", lambda entry: {"state": "failed", "reason": reason}
+    )
 
 
 def make_pending_ready(db: sqlite_utils.Database) -> None:

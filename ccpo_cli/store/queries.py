@@ -89,6 +89,42 @@ def run_evaluations(
 _PROVENANCE_COLUMNS = ("source_file", "source_line", "content_hash", "recorded_at")
 
 
+def _attach_task_types(
+    db: sqlite_utils.Database, evaluations: list[dict[str, Any]], where: str, params: list[Any]
+) -> None:
+    """Each evaluation's per-type results under `task_types` (one query for all of them)."""
+    by_id = {row["id"]: row for row in evaluations}
+    for row in evaluations:
+        row["task_types"] = {}
+    if not evaluations:
+        return
+    type_rows = db.table("task_type_results").rows_where(
+        f"evaluation_id IN (SELECT id FROM evaluations WHERE {where})", params
+    )
+    for type_row in type_rows:
+        by_id[type_row["evaluation_id"]]["task_types"][type_row["task_type"]] = {
+            "episodes": type_row["episodes"],
+            "successes": type_row["successes"],
+            "success": type_row["success_rate"],
+        }
+
+
+def _attach_retractions(
+    db: sqlite_utils.Database, evaluations: list[dict[str, Any]], run_ids: list[int]
+) -> None:
+    """Each evaluation's retraction under `retracted` (None when it stands)."""
+    from ccpo_cli.store.retractions import retracted_evaluations
+
+    retracted = retracted_evaluations(db, list(run_ids))
+    for row in evaluations:
+        found = retracted.get(row["id"])
+        row["retracted"] = (
+            None
+            if found is None
+            else {key: found[key] for key in ("id", "reason", "retracted_by", "recorded_at")}
+        )
+
+
 def evaluations_for_runs(
     db: sqlite_utils.Database,
     run_ids: list[int],
@@ -125,30 +161,9 @@ def evaluations_for_runs(
             select="*" if columns is None else ", ".join(columns),
         )
     )
-    by_id = {row["id"]: row for row in evaluations}
-    for row in evaluations:
-        row["task_types"] = {}
-    if evaluations:
-        type_rows = db.table("task_type_results").rows_where(
-            f"evaluation_id IN (SELECT id FROM evaluations WHERE {where})", params
-        )
-        for type_row in type_rows:
-            by_id[type_row["evaluation_id"]]["task_types"][type_row["task_type"]] = {
-                "episodes": type_row["episodes"],
-                "successes": type_row["successes"],
-                "success": type_row["success_rate"],
-            }
+    _attach_task_types(db, evaluations, where, params)
     if include_retracted:
-        from ccpo_cli.store.retractions import retracted_evaluations
-
-        retracted = retracted_evaluations(db, list(run_ids))
-        for row in evaluations:
-            found = retracted.get(row["id"])
-            row["retracted"] = (
-                None
-                if found is None
-                else {key: found[key] for key in ("id", "reason", "retracted_by", "recorded_at")}
-            )
+        _attach_retractions(db, evaluations, run_ids)
     grouped: dict[int, list[dict[str, Any]]] = {identifier: [] for identifier in run_ids}
     for row in evaluations:
         grouped[row["run_id"]].append(row)

@@ -137,6 +137,35 @@ def run_exists(db: sqlite_utils.Database, name: str) -> bool:
     return _first(db.table("runs"), "name = ?", [name], select="id") is not None
 
 
+def _check_choice(value: str | None, choices: tuple[str, ...], what: str) -> None:
+    if value is not None and value not in choices:
+        raise InvalidInput(f"{what} {value!r} is not one of {', '.join(choices)}")
+
+
+def _new_run_row(name: str, given: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """A new run's row: what was given, its global id and the host that creates it; a run is
+    created, and trains, unless told otherwise."""
+    row = dict(
+        given, name=name, uid=new_run_uid(), host=this_host(), created_at=now, updated_at=now
+    )
+    row.setdefault("status", "created")
+    row.setdefault("kind", "training")
+    return row
+
+
+def _refuse_identity_change(
+    name: str, recorded: Mapping[str, Any], given: Mapping[str, Any]
+) -> None:
+    """InvalidInput when a given identity field differs from the one recorded: filled in once,
+    never changed (it would relabel the run's recorded evaluations)."""
+    for field in IDENTITY_FIELDS:
+        if field in given and recorded[field] is not None and recorded[field] != given[field]:
+            raise InvalidInput(
+                f"run {name!r} is recorded with {field} {recorded[field]!r}, "
+                f"refusing {given[field]!r} (use a new --run name)"
+            )
+
+
 def ensure_run(
     db: sqlite_utils.Database,
     name: str,
@@ -169,11 +198,6 @@ def ensure_run(
     A benchmark is never assumed: a run records one only when it is given. A new run gets its global id (`uid`) and
     the host that created it.
     """
-    check_run_name(name)
-    if status is not None and status not in RUN_STATUSES:
-        raise InvalidInput(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
-    if kind is not None and kind not in RUN_KINDS:
-        raise InvalidInput(f"run kind {kind!r} is not one of {', '.join(RUN_KINDS)}")
     given = {
         **_arm_columns(arm),
         "kind": kind,
@@ -190,29 +214,23 @@ def ensure_run(
         "package_versions": json_text(package_versions),
         "config": json_text(config),
     }
-    given = {key: value for key, value in given.items() if value is not None}
+    return _write_run(db, name, {key: value for key, value in given.items() if value is not None})
+
+
+def _write_run(db: sqlite_utils.Database, name: str, given: Mapping[str, Any]) -> int:
+    """Create the run `name` with the `given` columns, or fill in and update them on the
+    recorded one (an identity field is never changed); its id. The name, status and kind are
+    checked first, so nothing is written for a value a run cannot hold."""
+    check_run_name(name)
+    _check_choice(given.get("status"), RUN_STATUSES, "run status")
+    _check_choice(given.get("kind"), RUN_KINDS, "run kind")
     runs = db.table("runs")
     with write_transaction(db):
         recorded = _first(runs, "name = ?", [name])
         now = utc_now()
         if recorded is None:
-            row = dict(
-                given,
-                name=name,
-                uid=new_run_uid(),
-                host=this_host(),
-                created_at=now,
-                updated_at=now,
-            )
-            row.setdefault("status", "created")
-            row.setdefault("kind", "training")
-            return inserted_id(runs.insert(row))
-        for field in IDENTITY_FIELDS:
-            if field in given and recorded[field] is not None and recorded[field] != given[field]:
-                raise InvalidInput(
-                    f"run {name!r} is recorded with {field} {recorded[field]!r}, "
-                    f"refusing {given[field]!r} (use a new --run name)"
-                )
+            return inserted_id(runs.insert(_new_run_row(name, given, now)))
+        _refuse_identity_change(name, recorded, given)
         changes = {key: value for key, value in given.items() if recorded[key] != value}
         if changes:
             runs.update(recorded["id"], dict(changes, updated_at=now))
@@ -234,8 +252,7 @@ def update_run_state(
     InvalidInput, since it would mean the run was restarted with different data or policy.
     `updated_at` is always refreshed.
     """
-    if status is not None and status not in RUN_STATUSES:
-        raise InvalidInput(f"run status {status!r} is not one of {', '.join(RUN_STATUSES)}")
+    _check_choice(status, RUN_STATUSES, "run status")
     with write_transaction(db):
         identifier = run_id(db, run)
         recorded = db.table("runs").get(identifier)
@@ -260,102 +277,109 @@ def record_evaluation_outcome(
     run: str | int,
     step: int,
     *,
-    split: str = "heldout",
-    episodes: int | None = None,
-    successes: int | None = None,
-    success_rate: float | None = None,
-    mean_turns: float | None = None,
-    temperature: float | None = None,
-    eval_seed: int | None = None,
-    task_types: Mapping[str, Any] | None = None,
-    episode_rows: Sequence[Mapping[str, Any]] | None = None,
-    train_success_rate: float | None = None,
     source_file: str | None = None,
     source_line: int | None = None,
+    **fields: Any,
 ) -> EvaluationOutcome:
-    """`record_evaluation`, also saying whether the row was new, a duplicate or a conflict."""
-    checked = evaluation_content(
-        step,
-        split=split,
-        episodes=episodes,
-        successes=successes,
-        success_rate=success_rate,
-        mean_turns=mean_turns,
-        temperature=temperature,
-        eval_seed=eval_seed,
-        task_types=task_types,
-        episode_rows=episode_rows,
-        train_success_rate=train_success_rate,
-    )
-    row, digest, step = checked.row, checked.content_hash, checked.row["step"]
+    """`record_evaluation`, also saying whether the row was new, a duplicate or a conflict.
+    `fields` are the evaluation's, as `evaluation_content` takes and checks them (split, episodes,
+    successes, success_rate, mean_turns, temperature, eval_seed, task_types, episode_rows,
+    train_success_rate)."""
+    checked = evaluation_content(step, **fields)
     with write_transaction(db):
         identifier = run_id(db, run)
         same = _first(
-            db.table("evaluations"), "run_id = ? AND content_hash = ?", [identifier, digest]
+            db.table("evaluations"),
+            "run_id = ? AND content_hash = ?",
+            [identifier, checked.content_hash],
         )
         if same is not None:
             # The training rate is no part of the content hash: a repeat may still carry it.
-            adds = _completion(db, same, checked) or {}
-            _complete(db, same, adds)
-            return EvaluationOutcome(int(same["id"]), "duplicate", completed=tuple(sorted(adds)))
-        # Against the result that stands: a retracted one (store/retractions.py) no longer does, so
-        # a corrected evaluation recorded after a retraction is new, not a conflict.
-        clash = _first(
-            db.table("evaluations"),
-            f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
-            [identifier, step, row["split"], row["eval_seed"]],
-            order_by="id",
-        )
-        now = utc_now()
+            return _duplicate(db, same, _completion(db, same, checked) or {})
+        clash = _standing_clash(db, identifier, checked.row)
         completion = None if clash is None else _completion(db, clash, checked)
         if clash is not None and completion is not None:
             # One result recorded twice: written at two precisions (the console's 0.477, the
             # summary's 0.4765625), or with fields only one of the records carries (a console's
             # per-type rates, a history's training rate), which complete the kept row.
-            _complete(db, clash, completion)
-            return EvaluationOutcome(
-                int(clash["id"]), "duplicate", completed=tuple(sorted(completion))
-            )
+            return _duplicate(db, clash, completion)
+        now = utc_now()
         if clash is not None:
-            # The conflict path: the same differing content seen twice is one conflict row
-            # (UNIQUE (run_id, content_hash)), so the insert ignores a repeat.
-            db.table("conflicts").insert(
-                {
-                    "run_id": identifier,
-                    "step": step,
-                    "split": row["split"],
-                    "eval_seed": row["eval_seed"],
-                    "kept_evaluation_id": clash["id"],
-                    "content_hash": digest,
-                    "content": checked.content_json,
-                    "source_file": source_file,
-                    "source_line": source_line,
-                    "recorded_at": now,
-                },
-                ignore=True,
-            )
-            conflict = _first(
-                db.table("conflicts"),
-                "run_id = ? AND content_hash = ?",
-                [identifier, digest],
-                select="id",
-            )
-            # Inserted just now or by the same content before (the insert ignored a repeat).
-            assert conflict is not None
-            return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
+            return _record_conflict(db, identifier, clash, checked, source_file, source_line, now)
         evaluation_id = insert_evaluation_rows(
             db,
             identifier,
-            row,
+            checked.row,
             checked.task_types,
             checked.episodes,
-            content_hash=digest,
+            content_hash=checked.content_hash,
             train_success_rate=checked.train_success_rate,
             source_file=source_file,
             source_line=source_line,
             recorded_at=now,
         )
         return EvaluationOutcome(evaluation_id, "new")
+
+
+def _standing_clash(
+    db: sqlite_utils.Database, identifier: int, row: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The standing evaluation of the same run, step, split and eval seed, if any. Against the
+    result that stands: a retracted one (store/retractions.py) no longer does, so a corrected
+    evaluation recorded after a retraction is new, not a conflict."""
+    return _first(
+        db.table("evaluations"),
+        f"run_id = ? AND step = ? AND split = ? AND eval_seed IS ? AND {STANDING}",
+        [identifier, row["step"], row["split"], row["eval_seed"]],
+        order_by="id",
+    )
+
+
+def _duplicate(
+    db: sqlite_utils.Database, recorded: Mapping[str, Any], adds: Mapping[str, Any]
+) -> EvaluationOutcome:
+    """A result recorded before: complete the kept row with what only the new record carries."""
+    _complete(db, recorded, adds)
+    return EvaluationOutcome(int(recorded["id"]), "duplicate", completed=tuple(sorted(adds)))
+
+
+def _record_conflict(
+    db: sqlite_utils.Database,
+    identifier: int,
+    clash: Mapping[str, Any],
+    checked: EvaluationContent,
+    source_file: str | None,
+    source_line: int | None,
+    now: str,
+) -> EvaluationOutcome:
+    """Keep a differing result beside the one that stands (`clash`), in `conflicts`. The same
+    differing content seen twice is one conflict row (UNIQUE (run_id, content_hash)), so the
+    insert ignores a repeat."""
+    row = checked.row
+    db.table("conflicts").insert(
+        {
+            "run_id": identifier,
+            "step": row["step"],
+            "split": row["split"],
+            "eval_seed": row["eval_seed"],
+            "kept_evaluation_id": clash["id"],
+            "content_hash": checked.content_hash,
+            "content": checked.content_json,
+            "source_file": source_file,
+            "source_line": source_line,
+            "recorded_at": now,
+        },
+        ignore=True,
+    )
+    conflict = _first(
+        db.table("conflicts"),
+        "run_id = ? AND content_hash = ?",
+        [identifier, checked.content_hash],
+        select="id",
+    )
+    # Inserted just now or by the same content before (the insert ignored a repeat).
+    assert conflict is not None
+    return EvaluationOutcome(int(clash["id"]), "conflict", int(conflict["id"]))
 
 
 # The fields of an evaluation compared when one result may be written at another precision,

@@ -29,12 +29,14 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, NamedTuple, overload
 
 import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
+from ccpo_cli.store.evaluation_content import RESULT_FIELDS
+from ccpo_cli.store.field_values import field_values
 from ccpo_cli.store.records import STANDING, insert_evaluation_rows, run_id, this_host
 
 MAX_REASON = 1000
@@ -89,6 +91,74 @@ class Retraction:
         }
 
 
+def retraction_row(
+    identifier: int,
+    evaluation: int | None,
+    step: int | None,
+    reason: str,
+    actor: str,
+    now: str,
+    resolution_id: int | None = None,
+) -> dict[str, Any]:
+    """One row of `retractions`: the whole run (`evaluation` None) or one evaluation; a row
+    written by a settlement names its resolution."""
+    row: dict[str, Any] = {
+        "run_id": identifier,
+        "evaluation_id": evaluation,
+        "step": step,
+        "reason": reason,
+        "retracted_by": actor,
+        "recorded_at": now,
+    }
+    if resolution_id is not None:
+        row["resolution_id"] = resolution_id
+    return row
+
+
+def _retract_run(
+    db: sqlite_utils.Database, run: str, identifier: int, reason: str, actor: str
+) -> Retraction:
+    """Retract the whole run, unless a retraction of the whole run is there already."""
+    existing = next(
+        db.table("retractions").rows_where(
+            "run_id = ? AND evaluation_id IS NULL",
+            [identifier],
+            order_by="id",
+            limit=1,
+            select="id",
+        ),
+        None,
+    )
+    if existing is not None:
+        return Retraction(run, None, (int(existing["id"]),), (), True)
+    row = retraction_row(identifier, None, None, reason, actor, utc_now())
+    return Retraction(run, None, (inserted_id(db.table("retractions").insert(row)),), (), False)
+
+
+def _evaluations_at_step(
+    db: sqlite_utils.Database, run: str, identifier: int, step: int, split: str | None
+) -> list[int]:
+    """The ids of the run's evaluations at `step` (of `split`); InvalidInput naming the steps
+    it has when there are none, so that a mistyped step is not retracted silently."""
+    where = "run_id = ? AND step = ?" + (" AND split = ?" if split is not None else "")
+    params = [identifier, step, *([split] if split is not None else [])]
+    at_step = list(db.table("evaluations").rows_where(where, params, order_by="id", select="id"))
+    if at_step:
+        return [int(row["id"]) for row in at_step]
+    steps = [
+        row["step"]
+        for row in db.query(
+            "SELECT DISTINCT step FROM evaluations WHERE run_id = ? ORDER BY step", [identifier]
+        )
+    ]
+    shown = ", ".join(map(str, steps[:20])) + (" ..." if len(steps) > 20 else "")
+    raise InvalidInput(
+        f"run {run!r} has no evaluation at step {step}"
+        + (f" of split {split!r}" if split else "")
+        + (f" (its evaluated steps: {shown})" if steps else " (it has no evaluation)")
+    )
+
+
 def retract(
     db: sqlite_utils.Database,
     run: str,
@@ -108,66 +178,18 @@ def retract(
         raise InvalidInput("--split chooses evaluations at a step: give --step too")
     with write_transaction(db):
         identifier = run_id(db, run)
-        now = utc_now()
         if step is None:
-            existing = next(
-                db.table("retractions").rows_where(
-                    "run_id = ? AND evaluation_id IS NULL",
-                    [identifier],
-                    order_by="id",
-                    limit=1,
-                    select="id",
-                ),
-                None,
-            )
-            if existing is not None:
-                return Retraction(run, None, (int(existing["id"]),), (), True)
-            row: dict[str, Any] = {
-                "run_id": identifier,
-                "evaluation_id": None,
-                "step": None,
-                "reason": reason_text,
-                "retracted_by": actor,
-                "recorded_at": now,
-            }
-            return Retraction(
-                run, None, (inserted_id(db.table("retractions").insert(row)),), (), False
-            )
-        where = "run_id = ? AND step = ?" + (" AND split = ?" if split is not None else "")
-        params = [identifier, step, *([split] if split is not None else [])]
-        at_step = list(
-            db.table("evaluations").rows_where(where, params, order_by="id", select="id")
-        )
-        if not at_step:
-            steps = [
-                row["step"]
-                for row in db.query(
-                    "SELECT DISTINCT step FROM evaluations WHERE run_id = ? ORDER BY step",
-                    [identifier],
-                )
-            ]
-            shown = ", ".join(map(str, steps[:20])) + (" ..." if len(steps) > 20 else "")
-            raise InvalidInput(
-                f"run {run!r} has no evaluation at step {step}"
-                + (f" of split {split!r}" if split else "")
-                + (f" (its evaluated steps: {shown})" if steps else " (it has no evaluation)")
-            )
-        ids = [int(row["id"]) for row in at_step]
+            return _retract_run(db, run, identifier, reason_text, actor)
+        ids = _evaluations_at_step(db, run, identifier, step, split)
         done = {
             int(row["evaluation_id"]): int(row["id"])
             for row in db.table("retractions").rows_where(
                 f"evaluation_id IN ({', '.join('?' for _ in ids)})", ids, select="id, evaluation_id"
             )
         }
+        now = utc_now()
         new = [
-            {
-                "run_id": identifier,
-                "evaluation_id": evaluation,
-                "step": step,
-                "reason": reason_text,
-                "retracted_by": actor,
-                "recorded_at": now,
-            }
+            retraction_row(identifier, evaluation, step, reason_text, actor, now)
             for evaluation in ids
             if evaluation not in done
         ]
@@ -245,18 +267,12 @@ class Resolution:
     already: bool = False
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "resolution_id": self.resolution_id,
-            "run": self.run,
-            "step": self.step,
-            "split": self.split,
-            "eval_seed": self.eval_seed,
-            "kept_value": self.kept_value,
-            "kept_evaluation_id": self.kept_evaluation_id,
-            "settled_conflict_ids": list(self.settled_conflict_ids),
-            "superseded_evaluation_ids": list(self.superseded_evaluation_ids),
-            "already_settled": self.already,
-        }
+        document = field_values(self, leave_out=frozenset({"already"}))
+        document.update(
+            settled_conflict_ids=list(self.settled_conflict_ids),
+            superseded_evaluation_ids=list(self.superseded_evaluation_ids),
+        )
+        return {**document, "already_settled": self.already}
 
 
 def _open_conflicts(db: sqlite_utils.Database, identifier: int, step: int) -> list[dict[str, Any]]:
@@ -285,19 +301,7 @@ def _insert_conflict_result(
 ) -> int:
     """The conflicting result, recorded as an evaluation of its own (its content is canonical already)."""
     content = conflict["content"]
-    row = {
-        key: content.get(key)
-        for key in (
-            "step",
-            "split",
-            "episodes",
-            "successes",
-            "success_rate",
-            "mean_turns",
-            "temperature",
-            "eval_seed",
-        )
-    }
+    row = {key: content.get(key) for key in RESULT_FIELDS}
     return insert_evaluation_rows(
         db,
         identifier,
@@ -357,6 +361,69 @@ def _earlier_resolution(
     return None
 
 
+class _Candidate(NamedTuple):
+    """A result that a settlement may keep: the standing evaluation of a (split, eval seed)
+    group, or one of its conflicting results; `rate` its success rate (None when not recorded)."""
+
+    group: tuple[str, int | None]
+    kind: Literal["standing", "conflict"]
+    row: dict[str, Any]
+    rate: float | None
+
+
+def _candidates(
+    db: sqlite_utils.Database,
+    identifier: int,
+    step: int,
+    group: tuple[str, int | None],
+    conflicts: list[dict[str, Any]],
+) -> list[_Candidate]:
+    """The results of one group at `step`: the standing evaluation first, then the conflicts."""
+    standing = [
+        _Candidate(group, "standing", row, row["success_rate"])
+        for row in _standing(db, identifier, step, *group)
+    ]
+    return standing + [
+        _Candidate(group, "conflict", row, row["content"].get("success_rate"))
+        for row in conflicts
+        if (row["split"], row["eval_seed"]) == group
+    ]
+
+
+def _chosen_by_value(
+    candidates: list[_Candidate], keep: str, value: float, decimals: int, step: int, run: str
+) -> _Candidate:
+    """The one result whose success rate is `keep` as written; InvalidInput listing the results
+    when none or several of them match (a standing match wins over conflicting ones)."""
+    matching = [
+        candidate
+        for candidate in candidates
+        if candidate.rate is not None and _matches(float(candidate.rate), value, decimals)
+    ]
+    shown = "; ".join(
+        f"{kind} {row['id']} ({group[0]}, seed {group[1]}): {rate}"
+        for group, kind, row, rate in candidates
+    )
+    if not matching:
+        raise InvalidInput(
+            f"--keep {keep}: no result at step {step} of run {run!r} has that success rate "
+            f"(the results: {shown})"
+        )
+    if len({candidate.group for candidate in matching}) > 1:
+        raise InvalidInput(
+            f"--keep {keep} matches results of several splits or seeds at step {step}; choose one "
+            f"with --split and --eval-seed (the results: {shown})"
+        )
+    standing_match = [candidate for candidate in matching if candidate.kind == "standing"]
+    if not standing_match and len(matching) > 1:
+        raise InvalidInput(
+            f"--keep {keep} matches several conflicting results at step {step} "
+            f"({', '.join(str(candidate.row['id']) for candidate in matching)}); write the value "
+            "with more decimals"
+        )
+    return (standing_match or matching)[0]
+
+
 def resolve(
     db: sqlite_utils.Database,
     run: str,
@@ -397,57 +464,30 @@ def resolve(
             {(row["split"], row["eval_seed"]) for row in conflicts},
             key=lambda g: (g[0], -1 if g[1] is None else g[1]),
         )
-        candidates = []  # (group, kind, row)
-        for group in groups:
-            for standing in _standing(db, identifier, step, *group):
-                candidates.append((group, "standing", standing, standing["success_rate"]))
-            for conflict in conflicts:
-                if (conflict["split"], conflict["eval_seed"]) == group:
-                    candidates.append(
-                        (group, "conflict", conflict, conflict["content"].get("success_rate"))
-                    )
-        matching = [
+        candidates = [
             candidate
-            for candidate in candidates
-            if candidate[3] is not None and _matches(float(candidate[3]), value, decimals)
+            for group in groups
+            for candidate in _candidates(db, identifier, step, group, conflicts)
         ]
-        shown = "; ".join(
-            f"{kind} {row['id']} ({group[0]}, seed {group[1]}): {rate}"
-            for group, kind, row, rate in candidates
-        )
-        if not matching:
-            raise InvalidInput(
-                f"--keep {keep}: no result at step {step} of run {run!r} has that success rate "
-                f"(the results: {shown})"
-            )
-        matched_groups = {candidate[0] for candidate in matching}
-        if len(matched_groups) > 1:
-            raise InvalidInput(
-                f"--keep {keep} matches results of several splits or seeds at step {step}; choose one "
-                f"with --split and --eval-seed (the results: {shown})"
-            )
-        (group,) = matched_groups
-        standing_match = [candidate for candidate in matching if candidate[1] == "standing"]
-        if not standing_match and len(matching) > 1:
-            raise InvalidInput(
-                f"--keep {keep} matches several conflicting results at step {step} "
-                f"({', '.join(str(candidate[2]['id']) for candidate in matching)}); write the value "
-                "with more decimals"
-            )
-        chosen = (standing_match or matching)[0]
-        return _settle(
-            db,
-            identifier,
-            run,
-            step,
-            group,
-            conflicts,
-            chosen[1],
-            chosen[2],
-            float(chosen[3]),
-            reason_text,
-            actor,
-        )
+        chosen = _chosen_by_value(candidates, keep, value, decimals, step, run)
+        return _settle(db, identifier, run, step, conflicts, chosen, reason_text, actor)
+
+
+def _kept_evaluation(
+    db: sqlite_utils.Database, identifier: int, step: int, chosen: _Candidate
+) -> tuple[int, list[int]]:
+    """The evaluation that stands once `chosen` is kept, and the ones it supersedes: the standing
+    one supersedes nothing; a conflicting result is recorded as an evaluation of its own and
+    supersedes the group's standing evaluations."""
+    if chosen.kind == "standing":
+        return int(chosen.row["id"]), []
+    kept_id = _insert_conflict_result(db, identifier, chosen.row)
+    superseded = [
+        int(row["id"])
+        for row in _standing(db, identifier, step, *chosen.group)
+        if int(row["id"]) != kept_id
+    ]
+    return kept_id, superseded
 
 
 def _settle(
@@ -455,29 +495,20 @@ def _settle(
     identifier: int,
     run: str,
     step: int,
-    group: tuple[str, int | None],
     conflicts: list[dict[str, Any]],
-    kind: str,
-    chosen: dict[str, Any],
-    kept_rate: float,
+    chosen: _Candidate,
     reason_text: str | None,
     actor: str,
 ) -> Resolution:
-    """Keep `chosen` (the standing evaluation, or a conflicting result) for `group` at `step`:
+    """Keep `chosen` (the standing evaluation, or a conflicting result) for its group at `step`:
     the resolution row, the conflicts it settles, the evaluations it supersedes."""
-    settled = [row for row in conflicts if (row["split"], row["eval_seed"]) == group]
+    assert chosen.rate is not None, "only a result with a success rate is kept"
+    group, kept_rate = chosen.group, float(chosen.rate)
+    settled_ids = tuple(
+        int(row["id"]) for row in conflicts if (row["split"], row["eval_seed"]) == group
+    )
     now = utc_now()
-    superseded: list[int] = []
-    if kind == "standing":
-        kept_id, kept_hash = int(chosen["id"]), chosen["content_hash"]
-    else:
-        kept_id = _insert_conflict_result(db, identifier, chosen)
-        kept_hash = chosen["content_hash"]
-        superseded = [
-            int(row["id"])
-            for row in _standing(db, identifier, step, *group)
-            if int(row["id"]) != kept_id
-        ]
+    kept_id, superseded = _kept_evaluation(db, identifier, step, chosen)
     resolution_id = inserted_id(
         db.table("conflict_resolutions").insert(
             {
@@ -487,7 +518,7 @@ def _settle(
                 "eval_seed": group[1],
                 "kept_value": kept_rate,
                 "kept_evaluation_id": kept_id,
-                "kept_content_hash": kept_hash,
+                "kept_content_hash": chosen.row["content_hash"],
                 "reason": reason_text,
                 "resolved_by": actor,
                 "recorded_at": now,
@@ -495,31 +526,18 @@ def _settle(
         )
     )
     db.table("settled_conflicts").insert_all(
-        {"conflict_id": int(row["id"]), "resolution_id": resolution_id} for row in settled
+        {"conflict_id": conflict_id, "resolution_id": resolution_id} for conflict_id in settled_ids
+    )
+    why = (
+        f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
+        f"(resolution {resolution_id})"
     )
     db.table("retractions").insert_all(
-        {
-            "run_id": identifier,
-            "evaluation_id": evaluation,
-            "step": step,
-            "reason": f"superseded: the conflict at step {step} was resolved keeping {kept_rate:g} "
-            f"(resolution {resolution_id})",
-            "retracted_by": actor,
-            "recorded_at": now,
-            "resolution_id": resolution_id,
-        }
+        retraction_row(identifier, evaluation, step, why, actor, now, resolution_id)
         for evaluation in superseded
     )
     return Resolution(
-        resolution_id,
-        run,
-        step,
-        group[0],
-        group[1],
-        kept_rate,
-        kept_id,
-        tuple(int(row["id"]) for row in settled),
-        tuple(superseded),
+        resolution_id, run, step, *group, kept_rate, kept_id, settled_ids, tuple(superseded)
     )
 
 
@@ -548,25 +566,9 @@ def resolve_by_content(
     if not conflicts:
         return None
     # The kept result is the standing evaluation, else one of the conflicting results.
-    candidates = [
-        ("standing", row, row["success_rate"])
-        for row in _standing(db, identifier, step, split, eval_seed)
-    ] + [("conflict", row, row["content"].get("success_rate")) for row in conflicts]
-    for kind, row, rate in candidates:
-        if row["content_hash"] == kept_content_hash and rate is not None:
-            return _settle(
-                db,
-                identifier,
-                run,
-                step,
-                (split, eval_seed),
-                conflicts,
-                kind,
-                row,
-                float(rate),
-                reason_text,
-                actor,
-            )
+    for candidate in _candidates(db, identifier, step, (split, eval_seed), conflicts):
+        if candidate.row["content_hash"] == kept_content_hash and candidate.rate is not None:
+            return _settle(db, identifier, run, step, conflicts, candidate, reason_text, actor)
     return None
 
 

@@ -65,4 +65,28 @@ class RunFilter:
         return [run for run in runs if self.keeps(run)]
 
 
-__all__ = ["RunFilter", "success_summaries"]
+# What a run without a standing held-out evaluation shows in place of its success summary.
+_NO_SUCCESS = {
+    "last_success": None,
+    "last_success_step": None,
+    "best_success": None,
+    "best_success_step": None,
+    "window_success": None,
+    "window_n": 0,
+}
+
+
+def listed_runs(db: sqlite_utils.Database, run_filter: RunFilter) -> list[dict[str, Any]]:
+    """The runs `ccpo runs list` shows: the ones `run_filter` keeps, with the status to show (a
+    run whose trainer died is interrupted) and each one's success summary."""
+    from ccpo_cli.store.liveness import annotate_runs
+    from ccpo_cli.store.queries import list_runs
+
+    runs = run_filter.apply(annotate_runs(db, list_runs(db)))
+    summaries = success_summaries(db)
+    for run in runs:
+        run.update(summaries.get(run["id"]) or _NO_SUCCESS)
+    return runs
+
+
+__all__ = ["RunFilter", "listed_runs", "success_summaries"]

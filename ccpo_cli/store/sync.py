@@ -30,7 +30,7 @@ import sqlite_utils
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store.db import inserted_id, utc_now, write_transaction
 from ccpo_cli.store.sync_export import PartFile
-from ccpo_cli.store.sync_format import item_key
+from ccpo_cli.store.sync_format import item_key, note_items
 from ccpo_cli.store.sync_merge import MergeCounts, Origin, merge_rows
 from ccpo_cli.store.sync_read import read_part
 
@@ -113,16 +113,17 @@ def _database_bytes(db: sqlite_utils.Database) -> int:
 def merge_part(
     db: sqlite_utils.Database,
     local_path: Path,
-    path_in_repo: str,
     origin: Origin,
     *,
     blob_id: str | None = None,
     size_bytes: int | None = None,
     budget: PullBudget | None = None,
 ) -> MergeCounts:
-    """Merge one downloaded part and note it as merged, all in one transaction (a pull stopped
-    half-way keeps the parts it finished, and the next pull goes on from there). With a
-    `budget`, a part that would pass it raises PullBudgetSpent and leaves nothing behind."""
+    """Merge one downloaded part (`origin.part` in the dataset, `local_path` here) and note it
+    as merged, all in one transaction (a pull stopped half-way keeps the parts it finished, and
+    the next pull goes on from there). With a `budget`, a part that would pass it raises
+    PullBudgetSpent and leaves nothing behind."""
+    path_in_repo = origin.part
     table, batches = read_part(local_path, path_in_repo)
     counts = MergeCounts()
     merged = 0
@@ -134,18 +135,7 @@ def merge_part(
             merged += len(rows)
         if budget is not None:
             budget.charge(db, merged, path_in_repo)  # the growth of the last batch too
-        db.table("sync_parts").insert(
-            {
-                "repo_id": origin.repo_id,
-                "path": path_in_repo,
-                "blob_id": blob_id,
-                "size_bytes": size_bytes,
-                "direction": "pull",
-                "commit_id": origin.commit_id,
-                "recorded_at": utc_now(),
-            },
-            replace=True,
-        )
+        _record_part(db, origin, "pull", blob_id=blob_id, size_bytes=size_bytes)
     if budget is not None:
         budget.spend(merged)
     return counts
@@ -207,22 +197,19 @@ def mark_pushed(
                         list(uids),
                     )
                 }
-                db.table("sync_items").insert_all(
+                note_items(
+                    db,
+                    repo_id,
                     (
-                        {
-                            "repo_id": repo_id,
-                            "item_key": item_key(part.table, row),
-                            "run_id": local.get(
-                                row["uid"] if part.table == "runs" else row["run_uid"]
-                            ),
-                            "direction": "push",
-                            "commit_id": commit_id,
-                            "part": part.path_in_repo,
-                            "recorded_at": utc_now(),
-                        }
+                        (
+                            item_key(part.table, row),
+                            local.get(row["uid"] if part.table == "runs" else row["run_uid"]),
+                        )
                         for row in rows
                     ),
-                    ignore=True,
+                    direction="push",
+                    commit_id=commit_id,
+                    part=part.path_in_repo,
                 )
                 marked += len(rows)
             db.table("sync_parts").insert(

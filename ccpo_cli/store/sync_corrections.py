@@ -162,6 +162,16 @@ def merge_row(
             return _merge_resolution(db, row, local, where)
         finally:
             db.table("runs").update(local["id"], {"updated_at": updated_at})
+    return _merge_retraction(db, row, local, where)
+
+
+def _merge_retraction(
+    db: sqlite_utils.Database, row: dict[str, Any], local: dict[str, Any], where: str
+) -> str:
+    """Retract here what the part's retraction names: the whole run, or the evaluations with
+    its content hash (not_here when none is here yet)."""
+    from ccpo_cli.store.retractions import retraction_row
+
     scope = row.get("scope")
     reason, by = _text(row, "reason", where), _text(row, "retracted_by", where)
     if scope == "run":
@@ -169,15 +179,9 @@ def merge_row(
             "run_id = ? AND evaluation_id IS NULL", [local["id"]]
         ):
             return "duplicate"
+        recorded_at = _text(row, "recorded_at", where)
         db.table("retractions").insert(
-            {
-                "run_id": local["id"],
-                "evaluation_id": None,
-                "step": None,
-                "reason": reason,
-                "retracted_by": by,
-                "recorded_at": _text(row, "recorded_at", where),
-            }
+            retraction_row(local["id"], None, None, reason, by, recorded_at)
         )
         return "new"
     if scope != "evaluation":
@@ -200,14 +204,8 @@ def merge_row(
     }
     fresh = [evaluation for evaluation in found if evaluation not in taken]
     for evaluation in fresh:
+        recorded_at = _text(row, "recorded_at", where)
         db.table("retractions").insert(
-            {
-                "run_id": local["id"],
-                "evaluation_id": evaluation,
-                "step": row.get("step"),
-                "reason": reason,
-                "retracted_by": by,
-                "recorded_at": _text(row, "recorded_at", where),
-            }
+            retraction_row(local["id"], evaluation, row.get("step"), reason, by, recorded_at)
         )
     return "new" if fresh else "duplicate"

@@ -9,6 +9,7 @@ themselves (checkpoint rows included), which the driver merges (sync_merge.merge
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -23,9 +24,10 @@ from ccpo_cli.names import check_run_name, host_label
 from ccpo_cli.store import metrics, sync_corrections
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 from ccpo_cli.store.sync_format import (
-    CHECKPOINT_COLUMNS,
     CHUNK_ROWS,
     EPISODE_FIELDS,
+    PART_COLUMNS,
+    SOURCE_TABLES,
     TABLES,
     item_key,
     known_items,
@@ -66,24 +68,9 @@ def _evaluation_rows(
         ids,
     ):
         episodes[row["evaluation_id"]].append({key: row[key] for key in (*EPISODE_FIELDS, "extra")})
-    columns = (
-        "step",
-        "split",
-        "episodes",
-        "successes",
-        "success_rate",
-        "mean_turns",
-        "temperature",
-        "eval_seed",
-        "train_success_rate",
-        "source_file",
-        "source_line",
-        "content_hash",
-        "recorded_at",
-    )
     return [
         dict(
-            {key: row[key] for key in columns},
+            {key: row[key] for key in PART_COLUMNS["evaluations"]},
             run_uid=uid,
             task_types=types[row["id"]],
             episode_rows=episodes[row["id"]],
@@ -106,13 +93,7 @@ def _table_rows(
     if table == metrics.SYNC_TABLE:
         yield from metrics.export_rows(db, run, CHUNK_ROWS)
         return
-    source = {
-        "evaluations": "evaluations",
-        "conflicts": "conflicts",
-        "facts": "run_facts",
-        "publications": "publications",
-        "checkpoints": "checkpoints",
-    }[table]
+    source = SOURCE_TABLES.get(table, table)
     last_id = 0
     while True:
         batch = list(
@@ -125,58 +106,9 @@ def _table_rows(
         last_id = batch[-1]["id"]
         if table == "evaluations":
             yield _evaluation_rows(db, uid, batch)
-        elif table == "conflicts":
-            yield [
-                dict(
-                    {
-                        key: row[key]
-                        for key in (
-                            "step",
-                            "split",
-                            "eval_seed",
-                            "content_hash",
-                            "content",
-                            "source_file",
-                            "source_line",
-                            "recorded_at",
-                        )
-                    },
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
-        elif table == "facts":
-            yield [
-                dict(
-                    {key: row[key] for key in ("key", "value", "source", "recorded_at")},
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
-        elif table == "checkpoints":
-            yield [
-                dict({key: row[key] for key in CHECKPOINT_COLUMNS}, run_uid=uid) for row in batch
-            ]
         else:
-            yield [
-                dict(
-                    {
-                        key: row[key]
-                        for key in (
-                            "repo_id",
-                            "revision",
-                            "commit_id",
-                            "card_hash",
-                            "status",
-                            "checkpoint_step",
-                            "url",
-                            "published_at",
-                        )
-                    },
-                    run_uid=uid,
-                )
-                for row in batch
-            ]
+            columns = PART_COLUMNS[table]
+            yield [dict({key: row[key] for key in columns}, run_uid=uid) for row in batch]
 
 
 def _runs(db: sqlite_utils.Database, run_ids: Iterable[int] | None) -> Iterator[dict[str, Any]]:
@@ -233,6 +165,20 @@ def part_path(host: str, run_name: str, table: str) -> str:
     )
 
 
+def _write_part(
+    pa: Any, pq: Any, schema: Any, chunks: Iterator[Chunk], local: Path, host: str
+) -> PartFile:
+    """One parquet part of the chunks of one table of one run, at `local`."""
+    first = next(chunks)
+    path_in_repo = part_path(host, first.run_name, first.table)
+    rows = 0
+    with pq.ParquetWriter(str(local), schema) as writer:
+        for chunk in itertools.chain([first], chunks):
+            writer.write_table(pa.Table.from_pylist(chunk.rows, schema=schema))
+            rows += len(chunk.rows)
+    return PartFile(path_in_repo, local, first.table, first.run_uid, rows, local.stat().st_size)
+
+
 def write_parts(
     db: sqlite_utils.Database,
     folder: Path,
@@ -243,44 +189,14 @@ def write_parts(
 ) -> list[PartFile]:
     """Write the rows `export_chunks` gives as parquet parts in `folder` (local file names are
     numbers; the dataset path is `part_path`). One part per run and table."""
+    # pyarrow is imported lazily and untyped: its modules and schemas are Any here.
     pa, pq = pyarrow_modules()
     schemas = part_schemas()
     folder.mkdir(parents=True, exist_ok=True)
     parts: list[PartFile] = []
-    # pyarrow is imported lazily (`_pyarrow`) and untyped, so the open writer is Any.
-    writer: Any = None
-    current: dict[str, Any] | None = None
-    rows = 0
-
-    def close() -> None:
-        nonlocal writer
-        if writer is not None:
-            assert current is not None  # a writer is open only for the current part
-            writer.close()
-            local = Path(current["local"])
-            parts.append(
-                PartFile(
-                    current["path"],
-                    local,
-                    current["table"],
-                    current["uid"],
-                    rows,
-                    local.stat().st_size,
-                )
-            )
-            writer = None
-
-    for chunk in export_chunks(db, run_ids, repo_id=repo_id):
-        if current is None or (current["uid"], current["table"]) != (chunk.run_uid, chunk.table):
-            close()
-            current = {
-                "uid": chunk.run_uid,
-                "table": chunk.table,
-                "path": part_path(host, chunk.run_name, chunk.table),
-                "local": str(folder / f"part-{len(parts):06d}.parquet"),
-            }
-            writer, rows = pq.ParquetWriter(current["local"], schemas[chunk.table]), 0
-        writer.write_table(pa.Table.from_pylist(chunk.rows, schema=schemas[chunk.table]))
-        rows += len(chunk.rows)
-    close()
+    chunks = export_chunks(db, run_ids, repo_id=repo_id)
+    # export_chunks gives a run's chunks table by table: each group is one part.
+    for (_, table), group in itertools.groupby(chunks, key=lambda c: (c.run_uid, c.table)):
+        local = folder / f"part-{len(parts):06d}.parquet"
+        parts.append(_write_part(pa, pq, schemas[table], group, local, host))
     return parts

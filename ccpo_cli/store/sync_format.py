@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import sqlite_utils
 
 from ccpo_cli.extras import require_extra
 from ccpo_cli.store import metrics, sync_corrections
+from ccpo_cli.store.db import utc_now
+from ccpo_cli.store.evaluation_content import RESULT_FIELDS
 from ccpo_cli.store.records import IDENTITY_FIELDS
 from ccpo_cli.store.sync_corrections import TABLES as CORRECTION_TABLES
 
@@ -91,74 +93,56 @@ def pyarrow_modules():
     )
 
 
+# The parquet type of a part's column, by its name: a count, a step or a seed is an integer, a
+# rate or a sampling setting a real, anything else text (a run's integers are RUN_INTEGERS).
+_INTEGER_COLUMNS = {
+    "step",
+    "episodes",
+    "successes",
+    "eval_seed",
+    "source_line",
+    "checkpoint_step",
+    "episode_index",
+    "won",
+    "turns",
+    "invalid_turns",
+}
+_REAL_COLUMNS = {"success_rate", "mean_turns", "temperature", "train_success_rate", "reward"}
+
+
 def part_schemas() -> dict[str, Any]:
     pa, _ = pyarrow_modules()
 
-    text, integer, real = pa.string(), pa.int64(), pa.float64()
-    task_type = pa.struct(
-        [("task_type", text), ("episodes", integer), ("successes", integer), ("success_rate", real)]
-    )
-    episode = pa.struct(
-        [
-            ("episode_index", integer),
-            ("game_id", text),
-            ("task_type", text),
-            ("won", integer),
-            ("turns", integer),
-            ("invalid_turns", integer),
-            ("reward", real),
-            ("extra", text),
+    def typed(names: Sequence[str]) -> list[tuple[str, Any]]:
+        return [
+            (
+                name,
+                pa.int64()
+                if name in _INTEGER_COLUMNS
+                else pa.float64()
+                if name in _REAL_COLUMNS
+                else pa.string(),
+            )
+            for name in names
         ]
-    )
+
+    task_type = pa.struct(typed(("task_type", "episodes", "successes", "success_rate")))
+    episode = pa.struct(typed((*EPISODE_FIELDS, "extra")))
+    run_uid = ("run_uid", pa.string())
     columns = {
-        "runs": [(name, integer if name in RUN_INTEGERS else text) for name in RUN_COLUMNS],
+        "runs": [
+            (name, pa.int64() if name in RUN_INTEGERS else pa.string()) for name in RUN_COLUMNS
+        ],
         "evaluations": [
-            ("run_uid", text),
-            ("step", integer),
-            ("split", text),
-            ("episodes", integer),
-            ("successes", integer),
-            ("success_rate", real),
-            ("mean_turns", real),
-            ("temperature", real),
-            ("eval_seed", integer),
-            ("train_success_rate", real),
-            ("source_file", text),
-            ("source_line", integer),
-            ("content_hash", text),
-            ("recorded_at", text),
+            run_uid,
+            *typed(PART_COLUMNS["evaluations"]),
             ("task_types", pa.list_(task_type)),
             ("episode_rows", pa.list_(episode)),
         ],
-        "conflicts": [
-            ("run_uid", text),
-            ("step", integer),
-            ("split", text),
-            ("eval_seed", integer),
-            ("content_hash", text),
-            ("content", text),
-            ("source_file", text),
-            ("source_line", integer),
-            ("recorded_at", text),
-        ],
-        "facts": [
-            ("run_uid", text),
-            ("key", text),
-            ("value", text),
-            ("source", text),
-            ("recorded_at", text),
-        ],
-        "publications": [
-            ("run_uid", text),
-            ("repo_id", text),
-            ("revision", text),
-            ("commit_id", text),
-            ("card_hash", text),
-            ("status", text),
-            ("checkpoint_step", integer),
-            ("url", text),
-            ("published_at", text),
-        ],
+        **{
+            table: [run_uid, *typed(PART_COLUMNS[table])]
+            for table in ("conflicts", "facts", "publications")
+        },
         **sync_corrections.schemas(pa),
         metrics.SYNC_TABLE: metrics.sync_schema(pa),
     }
@@ -213,11 +197,76 @@ def known_items(db: sqlite_utils.Database, repo_id: str, keys: Sequence[str]) ->
     }
 
 
+def note_items(
+    db: sqlite_utils.Database,
+    repo_id: str,
+    items: Iterable[tuple[str, int | None]],
+    *,
+    direction: str,
+    commit_id: str | None,
+    part: str,
+) -> None:
+    """Record that the dataset `repo_id` holds these items (item key, the local run's id),
+    pushed from here or merged from it (`direction`), so that a push leaves them out; an item
+    noted before keeps its first row."""
+    db.table("sync_items").insert_all(
+        (
+            {
+                "repo_id": repo_id,
+                "item_key": key,
+                "run_id": run_id,
+                "direction": direction,
+                "commit_id": commit_id,
+                "part": part,
+                "recorded_at": utc_now(),
+            }
+            for key, run_id in items
+        ),
+        ignore=True,
+    )
+
+
 def run_export_row(run: dict[str, Any]) -> dict[str, Any]:
     return {column: run[column] for column in RUN_COLUMNS}
 
 
 CHECKPOINT_COLUMNS = ("step", "path", "sha256", "size_bytes", "created_at")
+PUBLICATION_COLUMNS = (
+    "repo_id",
+    "revision",
+    "commit_id",
+    "card_hash",
+    "status",
+    "checkpoint_step",
+    "url",
+    "published_at",
+)
+# The columns a part gives of a row of these tables (beside the run's `run_uid`), and the
+# table of runs.db each is read from and merged into.
+PART_COLUMNS = {
+    "evaluations": (
+        *RESULT_FIELDS,
+        "train_success_rate",
+        "source_file",
+        "source_line",
+        "content_hash",
+        "recorded_at",
+    ),
+    "conflicts": (
+        "step",
+        "split",
+        "eval_seed",
+        "content_hash",
+        "content",
+        "source_file",
+        "source_line",
+        "recorded_at",
+    ),
+    "facts": ("key", "value", "source", "recorded_at"),
+    "publications": PUBLICATION_COLUMNS,
+    "checkpoints": CHECKPOINT_COLUMNS,
+}
+SOURCE_TABLES = {"facts": "run_facts"}  # a part table named otherwise than its runs.db table
 
 
 def part_table(path_in_repo: str) -> str | None:

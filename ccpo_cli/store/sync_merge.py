@@ -24,7 +24,7 @@ import sqlite_utils
 
 from ccpo_cli.errors import InvalidInput
 from ccpo_cli.store import metrics, sync_corrections, sync_trust
-from ccpo_cli.store.db import utc_now, write_transaction
+from ccpo_cli.store.db import write_transaction
 from ccpo_cli.store.evaluation_content import content_hash, evaluation_content
 from ccpo_cli.store.facts import record_facts
 from ccpo_cli.store.records import record_evaluation_outcome
@@ -33,9 +33,11 @@ from ccpo_cli.store.sync_export import Chunk
 from ccpo_cli.store.sync_format import (
     CHECKPOINT_COLUMNS,
     EPISODE_FIELDS,
+    PUBLICATION_COLUMNS,
     TABLES,
     item_key,
     known_items,
+    note_items,
     run_export_row,
 )
 from ccpo_cli.store.sync_read import check_step, synced_time
@@ -227,21 +229,9 @@ def _merge_checkpoint(db: sqlite_utils.Database, row: dict[str, Any], run_id: in
     return "duplicate" if same["sha256"] in (None, row["sha256"]) else "rewritten"
 
 
-_PUBLICATION_COLUMNS = (
-    "repo_id",
-    "revision",
-    "commit_id",
-    "card_hash",
-    "status",
-    "checkpoint_step",
-    "url",
-    "published_at",
-)
-
-
 def _merge_publication(db: sqlite_utils.Database, row: dict[str, Any], run_id: int) -> str:
-    where = " AND ".join(f"{column} IS ?" for column in _PUBLICATION_COLUMNS)
-    values = [row[column] for column in _PUBLICATION_COLUMNS]
+    where = " AND ".join(f"{column} IS ?" for column in PUBLICATION_COLUMNS)
+    values = [row[column] for column in PUBLICATION_COLUMNS]
     if (
         next(
             db.table("publications").rows_where(
@@ -252,7 +242,7 @@ def _merge_publication(db: sqlite_utils.Database, row: dict[str, Any], run_id: i
         is not None
     ):
         return "duplicate"
-    db.table("publications").insert(dict(zip(_PUBLICATION_COLUMNS, values), run_id=run_id))
+    db.table("publications").insert(dict(zip(PUBLICATION_COLUMNS, values), run_id=run_id))
     return "new"
 
 
@@ -283,6 +273,31 @@ def merge_rows(
     return counts
 
 
+def _merge_run_snapshot(
+    db: sqlite_utils.Database, row: dict[str, Any], where: str, origin: Origin | None
+) -> tuple[dict[str, Any], str, str | None]:
+    """Merge a run's snapshot: the local run, the outcome, and the item key of the merged
+    snapshot when the dataset itself gives it (None: it is still to be pushed)."""
+    before = next(db.table("runs").rows_where("uid = ?", [row.get("uid")], limit=1), None)
+    local, outcome = merge_run(
+        db,
+        row,
+        where,
+        folder_host(origin.part if origin else None),
+        this_machines=origin is not None and sync_trust.is_this_machines(before),
+    )
+    # A run that held nothing unpushed is, once merged, what the dataset itself gives:
+    # its merged snapshot need not be pushed back. One with local changes still is.
+    if (
+        origin is not None
+        and outcome == "updated"
+        and before is not None  # always so: only a run already here is updated
+        and known_items(db, origin.repo_id, [item_key("runs", run_export_row(before))])
+    ):
+        return local, outcome, item_key("runs", run_export_row(local))
+    return local, outcome, None
+
+
 def _merge_one(
     db: sqlite_utils.Database,
     table: str,
@@ -293,23 +308,7 @@ def _merge_one(
 ) -> None:
     derived_key = None
     if table == "runs":
-        before = next(db.table("runs").rows_where("uid = ?", [row.get("uid")], limit=1), None)
-        local, outcome = merge_run(
-            db,
-            row,
-            where,
-            folder_host(origin.part if origin else None),
-            this_machines=origin is not None and sync_trust.is_this_machines(before),
-        )
-        # A run that held nothing unpushed is, once merged, what the dataset itself gives:
-        # its merged snapshot need not be pushed back. One with local changes still is.
-        if (
-            origin is not None
-            and outcome == "updated"
-            and before is not None  # always so: only a run already here is updated
-            and known_items(db, origin.repo_id, [item_key("runs", run_export_row(before))])
-        ):
-            derived_key = item_key("runs", run_export_row(local))
+        local, outcome, derived_key = _merge_run_snapshot(db, row, where, origin)
     else:
         local = _local_run(db, row.get("run_uid"), where)
         if origin is not None and sync_trust.is_this_machines(local):
@@ -332,21 +331,14 @@ def _merge_one(
             raise InvalidInput(f"{where}: rows of table {table!r}, which ccpo does not merge here")
     counts.add(table, outcome)
     if origin is not None:
-        db.table("sync_items").insert_all(
-            (
-                {
-                    "repo_id": origin.repo_id,
-                    "item_key": key,
-                    "run_id": local["id"],
-                    "direction": "pull",
-                    "commit_id": origin.commit_id,
-                    "part": origin.part,
-                    "recorded_at": utc_now(),
-                }
-                for key in (item_key(table, row), derived_key)
-                if key is not None
-            ),
-            ignore=True,
+        keys = (key for key in (item_key(table, row), derived_key) if key is not None)
+        note_items(
+            db,
+            origin.repo_id,
+            ((key, local["id"]) for key in keys),
+            direction="pull",
+            commit_id=origin.commit_id,
+            part=origin.part,
         )
 
 

@@ -46,11 +46,12 @@ def _check_sizes(parquet: Any, path_in_repo: str) -> None:
         raise InvalidInput(
             f"{path_in_repo}: {metadata.num_rows} rows, over the {MAX_PART_ROWS} a part may hold"
         )
-    pages = sum(
-        metadata.row_group(group).column(column).total_uncompressed_size
+    chunks = [
+        metadata.row_group(group).column(column)
         for group in range(metadata.num_row_groups)
         for column in range(metadata.num_columns)
-    )
+    ]
+    pages = sum(chunk.total_uncompressed_size for chunk in chunks)
     if pages > MAX_UNCOMPRESSED_BYTES:
         raise InvalidInput(
             f"{path_in_repo}: {pages >> 20} MiB uncompressed, over the {MAX_UNCOMPRESSED_BYTES >> 20} MiB "
@@ -58,11 +59,7 @@ def _check_sizes(parquet: Any, path_in_repo: str) -> None:
         )
     # Run-length and dictionary encodings store a repeated value once: the count of values is
     # what decoding makes, and the metadata states it per column chunk.
-    values = sum(
-        metadata.row_group(group).column(column).num_values
-        for group in range(metadata.num_row_groups)
-        for column in range(metadata.num_columns)
-    )
+    values = sum(chunk.num_values for chunk in chunks)
     if values > MAX_PART_VALUES:
         raise InvalidInput(
             f"{path_in_repo}: {values} values, over the {MAX_PART_VALUES} a part may hold; refused"

@@ -41,6 +41,56 @@ def _free_name(db: sqlite_utils.Database, name: str, host: str | None, uid: str)
     raise InvalidInput(f"run {name!r} of {host}: every name ccpo would give it here is taken")
 
 
+def _checked_snapshot(row: dict[str, Any], where: str) -> tuple[str, str]:
+    """The snapshot's global id and name, once what a run row must hold is checked (a usable
+    id, a run name, its created and updated times, a number of steps); InvalidInput naming
+    `where` otherwise."""
+    uid = row.get("uid")
+    if not isinstance(uid, str) or not 8 <= len(uid) <= 64 or not uid.isalnum():
+        raise InvalidInput(f"{where}: a run without a usable global id ({uid!r})")
+    name = check_run_name(row.get("name"), f"{where}: run name")
+    if not row.get("created_at") or not row.get("updated_at"):
+        raise InvalidInput(f"{where}: run {name!r} lacks its created/updated times")
+    synced_time(row["created_at"], "created_at", where)
+    synced_time(row["updated_at"], "updated_at", where)
+    total = row.get("total_steps")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
+        raise InvalidInput(f"{where}: run {name!r}: total_steps {total!r} is not a number of steps")
+    return uid, name
+
+
+def _own_snapshot_changes(
+    db: sqlite_utils.Database, local: dict[str, Any], row: dict[str, Any], where: str
+) -> dict[str, Any]:
+    """What a snapshot from the run's own host changes: an identity field only where none is
+    recorded (another value is a conflict), progress where the snapshot is newer, the furthest
+    step and the earliest creation time."""
+    created = synced_time(row["created_at"], "created_at", where)
+    updated = synced_time(row["updated_at"], "updated_at", where)
+    changes: dict[str, Any] = {}
+    for column in RUN_IDENTITY:
+        remote = row.get(column)
+        if remote is None or remote == local[column]:
+            continue
+        if local[column] is None:
+            changes[column] = remote
+        else:
+            _field_conflict(db, local, column, remote, where)
+    newer = updated > _local_time(local["updated_at"])
+    for column in RUN_PROGRESS:
+        remote = row.get(column)
+        if remote is not None and remote != local[column] and (local[column] is None or newer):
+            changes[column] = remote
+    steps = [step for step in (local["last_step"], row.get("last_step")) if step is not None]
+    if steps and max(steps) != local["last_step"]:
+        changes["last_step"] = max(steps)
+    if created < _local_time(local["created_at"], default=created):
+        changes["created_at"] = row["created_at"]
+    if newer:
+        changes["updated_at"] = row["updated_at"]
+    return changes
+
+
 def merge_run(
     db: sqlite_utils.Database,
     row: dict[str, Any],
@@ -54,19 +104,7 @@ def merge_run(
         `sync_run_conflicts`): a foreign snapshot of this machine's run is a conflict, never a
         replacement, and so is any pulled snapshot of this machine's own run (`this_machines`,
     store/sync_trust.py). A run not known here is taken from whichever folder holds it."""
-    uid = row.get("uid")
-    if not isinstance(uid, str) or not 8 <= len(uid) <= 64 or not uid.isalnum():
-        raise InvalidInput(f"{where}: a run without a usable global id ({uid!r})")
-    name = check_run_name(row.get("name"), f"{where}: run name")
-    if not row.get("created_at") or not row.get("updated_at"):
-        raise InvalidInput(f"{where}: run {name!r} lacks its created/updated times")
-    created, updated = (
-        synced_time(row["created_at"], "created_at", where),
-        synced_time(row["updated_at"], "updated_at", where),
-    )
-    total = row.get("total_steps")
-    if total is not None and (not isinstance(total, int) or isinstance(total, bool) or total < 0):
-        raise InvalidInput(f"{where}: run {name!r}: total_steps {total!r} is not a number of steps")
+    uid, name = _checked_snapshot(row, where)
     local = next(db.table("runs").rows_where("uid = ?", [uid], limit=1), None)
     check_step(row.get("last_step"), None, "last_step", where)
     # A run of this machine is written by this machine only, whatever folder a part is in.
@@ -89,27 +127,7 @@ def merge_run(
         for column in differing:
             _field_conflict(db, local, column, row.get(column), where)
         return local, "conflict" if differing else "same"
-    changes: dict[str, Any] = {}
-    for column in RUN_IDENTITY:
-        remote = row.get(column)
-        if remote is None or remote == local[column]:
-            continue
-        if local[column] is None:
-            changes[column] = remote
-        else:
-            _field_conflict(db, local, column, remote, where)
-    newer = updated > _local_time(local["updated_at"])
-    for column in RUN_PROGRESS:
-        remote = row.get(column)
-        if remote is not None and remote != local[column] and (local[column] is None or newer):
-            changes[column] = remote
-    steps = [step for step in (local["last_step"], row.get("last_step")) if step is not None]
-    if steps and max(steps) != local["last_step"]:
-        changes["last_step"] = max(steps)
-    if created < _local_time(local["created_at"], default=created):
-        changes["created_at"] = row["created_at"]
-    if newer:
-        changes["updated_at"] = row["updated_at"]
+    changes = _own_snapshot_changes(db, local, row, where)
     if changes:
         db.table("runs").update(local["id"], changes)
         return db.table("runs").get(local["id"]), "updated"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.arms import Arm
-from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends import run_header, seed_run_name
 from ccpo_cli.backends.local.config import TrainConfig, resume_base
 from ccpo_cli.backends.observer import StepProgress, TrainingObserver
 from ccpo_cli.errors import InvalidInput, UsageError
@@ -124,11 +124,6 @@ def _recorded_train_config(folder: Path) -> TrainConfig | None:
         return None
 
 
-def run_header(name: str, arm: str, seed: int | None, place: str) -> str:
-    """The line that opens a run in a log of several (multi-seed train, matrix blocks)."""
-    return f"── run {name}: {arm}, seed {seed} ({place}) ──"
-
-
 def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[dict[str, Any]]:
     """Train each seed in turn (or, for a dry run, describe the runs); one summary per run."""
     request.check()
@@ -157,29 +152,33 @@ def train_local(request: LocalTrainRequest, log: Callable[[str], None]) -> list[
             continue
         if len(seeds) > 1:  # a header per run, so a multi-seed log says where each run starts
             log(run_header(name, request.arm.name, seed, f"{index} of {len(seeds)}"))
-        require_extra("local", "torch", what="ccpo train --backend local")
-        from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
-
-        result = train_arm(
-            request.arm,
-            name,
-            request.db_path,
-            config,
-            resume=request.resume is not None,
-            run_dir=request.resume,
-            log=log,
-            observer=request.observer,
-            progress=request.progress,
-        )
-        runs.append(
-            {
-                **identity,
-                "run": result.run,
-                "run_dir": str(result.run_dir),
-                "last_step": result.last_step,
-                "train_wall_s": result.train_wall_s,
-                "evaluations": result.evaluations,
-                "step1_rollout_hash": result.step1_rollout_hash,
-            }
-        )
+        runs.append(identity | _train_run(request, name, config, log))
     return runs
+
+
+def _train_run(
+    request: LocalTrainRequest, name: str, config: TrainConfig, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """Train one seed's run; what its summary adds to the run's identity."""
+    require_extra("local", "torch", what="ccpo train --backend local")
+    from ccpo_cli.backends.local.trainer import train_arm  # torch only when training locally
+
+    result = train_arm(
+        request.arm,
+        name,
+        request.db_path,
+        config,
+        resume=request.resume is not None,
+        run_dir=request.resume,
+        log=log,
+        observer=request.observer,
+        progress=request.progress,
+    )
+    return {
+        "run": result.run,
+        "run_dir": str(result.run_dir),
+        "last_step": result.last_step,
+        "train_wall_s": result.train_wall_s,
+        "evaluations": result.evaluations,
+        "step1_rollout_hash": result.step1_rollout_hash,
+    }

@@ -26,11 +26,12 @@ its evaluation and a resume, and the resume checks beside it read the same recor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,9 @@ class _Run:
         self.config = config
         self.run_dir = run_dir
         self.log = log
+        torch.set_num_threads(config.torch_threads)  # before the first tensor of this process
         self.start_step = 0  # the step this session started from (a resume's checkpoint step)
+        self.current_step = 0  # the step being trained or evaluated: the one a failure names
         self.pool_games = game_sets.training_games(config.train_games_dir, config.room)
         self.panel = game_sets.evaluation_games(
             config.eval_games, config.eval_games_dir, config.room
@@ -352,17 +355,10 @@ class _Run:
             )
         return jobs
 
-    def train_step(self, rollout_pool: RolloutPool, step: int) -> dict[str, Any]:
-        started, cpu_started = time.perf_counter(), time.process_time()
-        trajectories = [t for group in rollout_pool.play(self.step_jobs(step)) for t in group]
-        rollout_s = time.perf_counter() - started
-        worker_cpu_s = rollout_pool.worker_cpu_s
-        digest = rollout_digest(trajectories)
-        if step == 1:
-            self.step1_hash = digest
-            update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
-        decisions = flat_decisions(trajectories)
-        packed = pack([d.features for d in decisions])
+    def advantages(self, trajectories: list, packed: Any, step: int) -> np.ndarray:
+        """The step's advantages by the arm's estimator, from the `ccpo estimate` batch with the
+        frozen reference's state vectors as `phi_feats`; a non-finite one stops the run before
+        any update, and with `dump_batches` the batch is saved beside them."""
         with torch.no_grad():
             phi = self.reference.state_vector(packed).numpy()
         # Validated once: the estimator and the dump below take the same batch.
@@ -379,6 +375,22 @@ class _Run:
             dump_dir = self.run_dir / "batches"
             dump_dir.mkdir(parents=True, exist_ok=True)
             save_batch(batch, dump_dir / f"step-{step:06d}.npz", advantages=advantages)
+        return advantages
+
+    def train_step(self, rollout_pool: RolloutPool, step: int) -> dict[str, Any]:
+        """Play the step's episodes, estimate their advantages and take the PPO update; the
+        step's metrics (the line of metrics.jsonl)."""
+        started, cpu_started = time.perf_counter(), time.process_time()
+        trajectories = [t for group in rollout_pool.play(self.step_jobs(step)) for t in group]
+        rollout_s = time.perf_counter() - started
+        worker_cpu_s = rollout_pool.worker_cpu_s
+        digest = rollout_digest(trajectories)
+        if step == 1:
+            self.step1_hash = digest
+            update_run_state(self.db, self.run_name, step1_rollout_hash=self.step1_hash)
+        decisions = flat_decisions(trajectories)
+        packed = pack([d.features for d in decisions])
+        advantages = self.advantages(trajectories, packed, step)
         actions = torch.tensor([d.action_index for d in decisions], dtype=torch.long)
         stats = update(
             self.model,
@@ -415,12 +427,10 @@ class _Run:
         }
 
     # -- evaluation --------------------------------------------------------------------------
-    def evaluate(
-        self, rollout_pool: RolloutPool, step: int, train_success_rate: float | None = None
-    ) -> dict[str, Any]:
+    def evaluation_jobs(self, step: int) -> list[EpisodeJob]:
+        """The held-out panel's episodes at `step`, at the evaluation temperature."""
         config = self.config
-        started, cpu_started = time.perf_counter(), time.process_time()
-        jobs = [
+        return [
             EpisodeJob(
                 game_path=str(path),
                 uid=f"eval/{index}",
@@ -436,7 +446,13 @@ class _Run:
             )
             for index, path in enumerate(self.panel)
         ]
-        episodes = [t for group in rollout_pool.play(jobs) for t in group]
+
+    def evaluate(
+        self, rollout_pool: RolloutPool, step: int, train_success_rate: float | None = None
+    ) -> dict[str, Any]:
+        config = self.config
+        started, cpu_started = time.perf_counter(), time.process_time()
+        episodes = [t for group in rollout_pool.play(self.evaluation_jobs(step)) for t in group]
         rows = [
             {
                 "game_id": t.game_id,
@@ -449,11 +465,6 @@ class _Run:
             for t in episodes
         ]
         wins = sum(t.won for t in episodes)
-        by_type: dict[str, list[int]] = {}
-        for row in rows:
-            counts = by_type.setdefault(row["task_type"], [0, 0])
-            counts[0] += 1
-            counts[1] += int(row["won"])
         result = {
             "step": step,
             "episodes": len(rows),
@@ -463,10 +474,7 @@ class _Run:
             "train_wall_s": self.train_wall_s,
             "eval_s": time.perf_counter() - started,
             "cpu_s": time.process_time() - cpu_started + rollout_pool.worker_cpu_s,
-            "task_types": {
-                name: {"episodes": n, "successes": won}
-                for name, (n, won) in sorted(by_type.items())
-            },
+            "task_types": _by_task_type(rows),
         }
         record_evaluation(
             self.db,
@@ -514,7 +522,23 @@ class _Run:
             old.unlink()
 
 
-def _validate(config: TrainConfig) -> None:
+def _by_task_type(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Episodes and successes per task type, by name."""
+    by_type: dict[str, list[int]] = {}
+    for row in rows:
+        counts = by_type.setdefault(row["task_type"], [0, 0])
+        counts[0] += 1
+        counts[1] += int(row["won"])
+    return {name: {"episodes": n, "successes": won} for name, (n, won) in sorted(by_type.items())}
+
+
+def _validate(arm: Arm, config: TrainConfig) -> None:
+    if not isinstance(arm, Arm):
+        raise UsageError(
+            f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}"
+        )
+    if not isinstance(config, TrainConfig):
+        raise UsageError(f"train_arm takes a TrainConfig, not {type(config).__name__}")
     for name in ("steps", "tasks", "group", "max_steps", "eval_episodes", "eval_max_steps"):
         if getattr(config, name) < 1:
             raise UsageError(
@@ -558,28 +582,12 @@ def train_arm(
     the run's numbers or status. With `progress` (a terminal's bar) each step goes there instead
     of being a log line; evaluations are logged either way.
     """
-    if not isinstance(arm, Arm):
-        raise UsageError(
-            f"train_arm takes an Arm (ccpo_cli.arms.load_arm), not {type(arm).__name__} {arm!r}"
-        )
-    if not isinstance(config, TrainConfig):
-        raise UsageError(f"train_arm takes a TrainConfig, not {type(config).__name__}")
-    _validate(config)
+    _validate(arm, config)
     log = log or (lambda message: None)
-    # Absolute from here on: the checkpoint paths and run folder runs.db records are read by a
-    # follower or a resume started from another folder (docs/publishing.md, "Run folders").
-    folder = (
-        Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)
-    ).absolute()
-    if resume and run_dir is not None and not folder.is_dir():
-        raise InvalidInput(
-            f"--resume {folder}: no such run folder (nothing was started; check the path)"
-        )
+    folder = _run_folder(db_path, run_name, run_dir, resume)
     db = open_db(db_path)
-    _refuse_what_is_not_a_continuation(
-        db, db_path, folder, run_name, arm, config, resume
-    )  # touching nothing
-    torch.set_num_threads(config.torch_threads)
+    # Refused before the lock too, touching nothing.
+    _refuse_what_is_not_a_continuation(db, db_path, folder, run_name, arm, config, resume)
     owner = ProcessOwner.this_process()
     with RunLock(
         folder,
@@ -593,20 +601,51 @@ def train_arm(
             db, db_path, folder, run_name, arm, config, resume
         )
         run = _Run(arm, run_name, db, config, folder, log)
-        resumed = resume and run.resume()
-        if recorded is not None:
-            run.resumes = _resume_history(recorded, run.step, resumed, allowed)
-        run.record_provenance(db_path)
-        if not resumed and run.start is not None:
-            run.fork()
-        _drop_metrics_after(folder / "metrics.jsonl", run.step)
-        start_session(db, run_name, owner, HEARTBEAT_EVERY_S)
-        if observer is not None:
-            notify(log, lambda: observer.started(run_name, folder))
+        _begin_session(run, db_path, owner, resume, recorded, allowed, observer)
         try:
             return _train(run, db_path, owner, observer, progress)
         finally:
             end_session(db, run_name, owner.session)
+
+
+def _run_folder(
+    db_path: str | Path, run_name: str, run_dir: str | Path | None, resume: bool
+) -> Path:
+    """The run's folder, absolute from here on: the checkpoint paths and run folder runs.db
+    records are read by a follower or a resume started from another folder (docs/publishing.md,
+    "Run folders"). A resume of a folder named explicitly needs it to exist."""
+    folder = (
+        Path(run_dir) if run_dir is not None else default_run_dir(db_path, run_name)
+    ).absolute()
+    if resume and run_dir is not None and not folder.is_dir():
+        raise InvalidInput(
+            f"--resume {folder}: no such run folder (nothing was started; check the path)"
+        )
+    return folder
+
+
+def _begin_session(
+    run: _Run,
+    db_path: str | Path,
+    owner: ProcessOwner,
+    resume: bool,
+    recorded: dict[str, Any] | None,
+    allowed: dict | None,
+    observer: TrainingObserver | None,
+) -> None:
+    """Bring the run to where this session starts (its latest checkpoint, or the checkpoint it
+    forks), record its provenance and its starts, forget the metric lines it redoes, and record
+    this process as its trainer; then the observer hears of the start."""
+    resumed = resume and run.resume()
+    if recorded is not None:
+        run.resumes = _resume_history(recorded, run.step, resumed, allowed)
+    run.record_provenance(db_path)
+    if not resumed and run.start is not None:
+        run.fork()
+    _drop_metrics_after(run.run_dir / "metrics.jsonl", run.step)
+    start_session(run.db, run.run_name, owner, HEARTBEAT_EVERY_S)
+    if observer is not None:
+        notify(run.log, lambda: observer.started(run.run_name, run.run_dir))
 
 
 def _refuse_what_is_not_a_continuation(
@@ -703,125 +742,161 @@ def _train(
     observer: TrainingObserver | None,
     progress: Callable[[StepProgress], None] | None = None,
 ) -> TrainResult:
-    config, db, run_name, log = run.config, run.db, run.run_name, run.log
-    status = "failed"
+    """The run's loop, as it reads: the untrained policy's evaluation, then per step the
+    rollouts and update, the step's report, and its evaluation and checkpoint when due; the
+    run's end is recorded whatever ends it (`_recorded_end`)."""
+    config, run_name = run.config, run.run_name
     with (
         RolloutPool(run.model, config.workers) as rollout_pool,
         Heartbeat(db_path, run_name, owner.session),
+        _recorded_end(run, owner, observer),
     ):
-        step = run.step
-        run.start_step, session_s = (
-            run.step,
-            0.0,
-        )  # this session's steps and seconds give s/step and the ETA
-        try:
-            if run.step == 0 and config.eval_every and config.eval_from == 0:
-                evaluation = run.evaluate(rollout_pool, 0)
-                _report_eval(log, evaluation)
-                # The untrained evaluation is a point of every curve: metrics.jsonl, and so
-                # every live tracker, starts at step 0 as runs.db and `ccpo export` do.
-                run.append_metrics(
-                    {"step": 0, "wall_time": time.time(), **_evaluation_metrics(evaluation)}
-                )
-                if observer is not None:
-                    notify(log, lambda: observer.evaluated(0))
-            while step < config.steps:
-                step += 1
-                run.check_folder(step)
-                metrics = run.train_step(rollout_pool, step)
-                run.step = step
-                metrics["wall_time"] = time.time()
-                update_run_state(db, run_name, last_step=step)
-                session_s += metrics["timing/step_s"]
-                pace, last_eval = (
-                    session_s / (step - run.start_step),
-                    run.evaluations[-1] if run.evaluations else None,
-                )
-                line = step_line(
-                    run_name, step, config.steps, metrics, pace, last_eval, run.train_wall_s
-                ) + (
-                    f"  {pushed}"
-                    if observer is not None and (pushed := notify(log, observer.progress))
-                    else ""
-                )
-                if progress is None:
-                    log(line)
-                else:
-                    progress(
-                        StepProgress(
-                            run=run_name,
-                            step=step,
-                            total=config.steps,
-                            seconds_per_step=pace,
-                            eta=_duration(pace * max(0, config.steps - step)),
-                            held_out=None if last_eval is None else last_eval["success"],
-                            held_out_step=None if last_eval is None else last_eval["step"],
-                            line=line,
-                        )
-                    )
-                out_of_time = (
-                    config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
-                )
-                last = step == config.steps or out_of_time
-                evaluated = config.evaluates_after(step, last=last)
-                if evaluated:
-                    evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
-                    _report_eval(log, evaluation)
-                    metrics.update(_evaluation_metrics(evaluation))
-                run.append_metrics(metrics)
-                if evaluated or last:
-                    run.checkpoint(step)
-                if evaluated and observer is not None:
-                    notify(log, functools.partial(observer.evaluated, step))
-                if out_of_time:
-                    log(
-                        f"time budget of {config.time_budget_s / 60:.1f} min reached at step {step}"
-                    )
-                    break
-            status = "finished"
-            if run.step < config.steps:
-                # The time budget ended the run as planned: its length is what it reached.
-                ensure_run(db, run_name, total_steps=run.step)
-        except NonFiniteTraining as error:
-            message = (
-                f"run {run_name!r} stopped at step {step}: {error}; recorded as failed, with its evaluations "
-                f"(ccpo runs show {run_name})"
-            )
-            record_failure(
-                db,
-                run_name,
-                message,
-                step=step,
-                quantity=error.quantity,
-                value=error.value,
-                session=owner.session,
-            )
-            raise CcpoError(message) from None
-        except RolloutWorkerDied as error:
-            # Not the run's failure: its last checkpoint stands and `--resume` goes on from there.
-            status = "stopped"
-            raise CcpoError(
-                f"run {run_name!r} stopped at step {step}: {error}; the run is kept at its last "
-                f"checkpoint, resume it with: ccpo train --resume {run.run_dir}"
-            ) from None
-        except CcpoError as error:
-            record_failure(db, run_name, str(error), step=step, session=owner.session)
-            raise
-        except KeyboardInterrupt:
-            status = "stopped"
-            raise
-        finally:
-            update_run_state(db, run_name, status=status)
-            if observer is not None:
-                notify(
-                    log,
-                    lambda: observer.finished(
-                        status, run.step, checkpoint_path(run.run_dir, run.step)
-                    ),
-                )
+        # This session's steps and seconds give s/step and the ETA.
+        run.start_step = run.current_step = run.step
+        session_s = 0.0
+        _evaluate_untrained(run, rollout_pool, observer)
+        while run.step < config.steps:
+            run.current_step = step = run.step + 1
+            run.check_folder(step)
+            metrics = run.train_step(rollout_pool, step)
+            run.step = step
+            metrics["wall_time"] = time.time()
+            update_run_state(run.db, run_name, last_step=step)
+            session_s += metrics["timing/step_s"]
+            _report_step(run, metrics, session_s / (step - run.start_step), observer, progress)
+            if _close_step(run, rollout_pool, metrics, observer):
+                break
+        if run.step < config.steps:
+            # The time budget ended the run as planned: its length is what it reached.
+            ensure_run(run.db, run_name, total_steps=run.step)
     return TrainResult(
         run_name, run.run_dir, run.step, run.train_wall_s, run.evaluations, run.step1_hash
     )
+
+
+def _evaluate_untrained(
+    run: _Run, rollout_pool: RolloutPool, observer: TrainingObserver | None
+) -> None:
+    """Step 0's evaluation, when the schedule starts there and the run starts fresh."""
+    config = run.config
+    if not (run.step == 0 and config.eval_every and config.eval_from == 0):
+        return
+    evaluation = run.evaluate(rollout_pool, 0)
+    _report_eval(run.log, evaluation)
+    # The untrained evaluation is a point of every curve: metrics.jsonl, and so every live
+    # tracker, starts at step 0 as runs.db and `ccpo export` do.
+    run.append_metrics({"step": 0, "wall_time": time.time(), **_evaluation_metrics(evaluation)})
+    if observer is not None:
+        notify(run.log, lambda: observer.evaluated(0))
+
+
+def _report_step(
+    run: _Run,
+    metrics: dict[str, Any],
+    pace: float,
+    observer: TrainingObserver | None,
+    progress: Callable[[StepProgress], None] | None,
+) -> None:
+    """The step's line (with the observer's few words), to the log or to the progress bar."""
+    step, total = run.step, run.config.steps
+    last_eval = run.evaluations[-1] if run.evaluations else None
+    line = step_line(run.run_name, step, total, metrics, pace, last_eval, run.train_wall_s) + (
+        f"  {pushed}"
+        if observer is not None and (pushed := notify(run.log, observer.progress))
+        else ""
+    )
+    if progress is None:
+        run.log(line)
+        return
+    progress(
+        StepProgress(
+            run=run.run_name,
+            step=step,
+            total=total,
+            seconds_per_step=pace,
+            eta=_duration(pace * max(0, total - step)),
+            held_out=None if last_eval is None else last_eval["success"],
+            held_out_step=None if last_eval is None else last_eval["step"],
+            line=line,
+        )
+    )
+
+
+def _close_step(
+    run: _Run,
+    rollout_pool: RolloutPool,
+    metrics: dict[str, Any],
+    observer: TrainingObserver | None,
+) -> bool:
+    """The step's evaluation when the schedule (or the run's last step) calls for one, its
+    metrics line, and a checkpoint at an evaluation and at the end; True when the time budget
+    ends the run at this step."""
+    config, step = run.config, run.step
+    out_of_time = config.time_budget_s is not None and run.train_wall_s >= config.time_budget_s
+    last = step == config.steps or out_of_time
+    evaluated = config.evaluates_after(step, last=last)
+    if evaluated:
+        evaluation = run.evaluate(rollout_pool, step, metrics["train/success_rate"])
+        _report_eval(run.log, evaluation)
+        metrics.update(_evaluation_metrics(evaluation))
+    run.append_metrics(metrics)
+    if evaluated or last:
+        run.checkpoint(step)
+    if evaluated and observer is not None:
+        notify(run.log, functools.partial(observer.evaluated, step))
+    if out_of_time:
+        run.log(f"time budget of {config.time_budget_s / 60:.1f} min reached at step {step}")
+    return out_of_time
+
+
+@contextlib.contextmanager
+def _recorded_end(
+    run: _Run, owner: ProcessOwner, observer: TrainingObserver | None
+) -> Iterator[None]:
+    """Record how the run ends, whatever ends it: finished; failed, with the step and the
+    quantity of a non-finite number or the error; stopped by a dead rollout worker or ^C (its
+    last checkpoint stands for --resume). The observer hears the end last."""
+    db, run_name, log = run.db, run.run_name, run.log
+    status = "failed"
+    try:
+        yield
+        status = "finished"
+    except NonFiniteTraining as error:
+        step = run.current_step
+        message = (
+            f"run {run_name!r} stopped at step {step}: {error}; recorded as failed, with its "
+            f"evaluations (ccpo runs show {run_name})"
+        )
+        record_failure(
+            db,
+            run_name,
+            message,
+            step=step,
+            quantity=error.quantity,
+            value=error.value,
+            session=owner.session,
+        )
+        raise CcpoError(message) from None
+    except RolloutWorkerDied as error:
+        # Not the run's failure: its last checkpoint stands and `--resume` goes on from there.
+        status = "stopped"
+        raise CcpoError(
+            f"run {run_name!r} stopped at step {run.current_step}: {error}; the run is kept at its "
+            f"last checkpoint, resume it with: ccpo train --resume {run.run_dir}"
+        ) from None
+    except CcpoError as error:
+        record_failure(db, run_name, str(error), step=run.current_step, session=owner.session)
+        raise
+    except KeyboardInterrupt:
+        status = "stopped"
+        raise
+    finally:
+        update_run_state(db, run_name, status=status)
+        if observer is not None:
+            notify(
+                log,
+                lambda: observer.finished(status, run.step, checkpoint_path(run.run_dir, run.step)),
+            )
 
 
 def _drop_metrics_after(path: Path, step: int) -> None:

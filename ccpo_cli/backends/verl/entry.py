@@ -13,6 +13,7 @@ import importlib
 import os
 import runpy
 import sys
+from typing import Any
 
 from ccpo_cli.backends.verl import worker_env
 
@@ -28,6 +29,37 @@ VERL_WORKER_DEFAULTS = {
     "NCCL_DEBUG": "WARN",
     "VLLM_LOGGING_LEVEL": "WARN",
 }
+
+
+def launch_environment(
+    layered: dict[str, str], entrypoint: str, ray_address: str | None
+) -> dict[str, str]:
+    """The launch's environment: the protocol's, the profile's and the workers' variables
+    (`layered`), the entry point, a Ray address, and the names every worker must see."""
+    environment = dict(layered)
+    environment[ENTRYPOINT] = entrypoint
+    if ray_address:
+        environment[RAY_ADDRESS] = ray_address
+    environment[FORWARD_ENV] = ",".join(name for name in environment if name != FORWARD_ENV)
+    return environment
+
+
+def worker_runtime_env(home: Any, environment: dict[str, str]) -> dict[str, Any]:
+    """The Ray workers' runtime env: verl-agent's own worker variables (read from the
+    checkout), verl's defaults and the forwarded environment, and the setup hook."""
+    from ccpo_cli.backends.verl import checkout
+
+    verl_env_vars = checkout.ray_runtime_env_vars(home)
+    forwarded = {name: value for name, value in environment.items() if name != FORWARD_ENV}
+    return {
+        "env_vars": checkout.merged_worker_env(verl_env_vars, VERL_WORKER_DEFAULTS, forwarded),
+        "from_verl_agent": (
+            f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
+            if verl_env_vars is not None
+            else "not found in the checkout: verl's older defaults are used"
+        ),
+        "worker_process_setup_hook": SETUP_HOOK,
+    }
 
 
 def _override(argv: list[str], key: str) -> str | None:

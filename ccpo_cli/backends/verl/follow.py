@@ -164,23 +164,10 @@ def start(
     # The database checks the run's identity (arm, fingerprint, seed, model) before any file changes.
     record_run(db, launch, info, status="created")
     run_folder.prepare_run_folder(launch, provenance=info)
-    env = {**os.environ, **launch.environment, checkout.VERL_AGENT_HOME: str(home)}
-    log_path = launch.run_dir / "train.log"
     from ccpo_cli.store import update_run_state
 
-    try:
-        with log_path.open("ab") as log_file:
-            process = subprocess.Popen(
-                ["bash", str(launch.run_dir / run_folder.RUN_SCRIPT)],
-                cwd=home,
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-    except OSError as error:
-        update_run_state(db, launch.run, status="failed")
-        raise CcpoError(f"run {launch.run}: could not start run.sh ({error})") from None
+    log_path = launch.run_dir / "train.log"
+    process = _spawn_run_script(launch, db, home, log_path)
     run_folder.mark_launched(launch, process.pid)
     update_run_state(db, launch.run, status="running")
     log(
@@ -198,12 +185,44 @@ def start(
     status = "finished" if code == 0 else "failed"
     update_run_state(db, launch.run, status=status)
     if observer is not None:
-        from ccpo_cli.store import get_run
-
-        last = get_run(db, launch.run).get("last_step") or 0
-        folder = launch.run_dir / "checkpoints" / f"global_step_{last}"
-        notify(log, lambda: observer.finished(status, last, folder if folder.is_dir() else None))
+        _tell_finished(db, launch, log, observer, status)
     return code
+
+
+def _spawn_run_script(launch: VerlLaunch, db: Any, home: Path, log_path: Path) -> Any:
+    """run.sh in its own session (so that a Ctrl-C here leaves it going), its output appended to
+    `log_path`; a start that fails is recorded as failed (CcpoError)."""
+    from ccpo_cli.store import update_run_state
+
+    env = {**os.environ, **launch.environment, checkout.VERL_AGENT_HOME: str(home)}
+    try:
+        with log_path.open("ab") as log_file:
+            return subprocess.Popen(
+                ["bash", str(launch.run_dir / run_folder.RUN_SCRIPT)],
+                cwd=home,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+    except OSError as error:
+        update_run_state(db, launch.run, status="failed")
+        raise CcpoError(f"run {launch.run}: could not start run.sh ({error})") from None
+
+
+def _tell_finished(
+    db: Any,
+    launch: VerlLaunch,
+    log: Callable[[str], None],
+    observer: TrainingObserver,
+    status: str,
+) -> None:
+    """The observer hears the end: the status, the last step and its checkpoint, if kept."""
+    from ccpo_cli.store import get_run
+
+    last = get_run(db, launch.run).get("last_step") or 0
+    folder = launch.run_dir / "checkpoints" / f"global_step_{last}"
+    notify(log, lambda: observer.finished(status, last, folder if folder.is_dir() else None))
 
 
 def _ingest_progress(

@@ -22,7 +22,7 @@ from typing import Any
 
 from ccpo_cli.arms import PADDING_MEANINGS, Arm
 from ccpo_cli.backends.verl import checkout, entry, preflight, worker_env
-from ccpo_cli.backends.verl.protocol import Protocol, hydra_override, load_protocol
+from ccpo_cli.backends.verl.protocol import HostProfile, Protocol, hydra_override, load_protocol
 from ccpo_cli.errors import InvalidInput, UsageError
 from ccpo_cli.vocabulary import VERL
 
@@ -234,12 +234,6 @@ def _check_gpus(request: VerlLaunchRequest, overrides: Mapping[str, Any]) -> Non
         )
 
 
-def _positive(value: int | None, option: str) -> int | None:
-    if value is not None and value < 1:
-        raise UsageError(f"{option} must be at least 1, got {value}")
-    return value
-
-
 def _arm_flag_overrides(
     arm_name: str, fingerprint: str, flags: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -255,16 +249,8 @@ def _arm_flag_overrides(
     return arm_keys
 
 
-def _merge(ordered: dict[str, Any], updates: Mapping[str, Any]) -> None:
-    """Replace values in place (keeping the protocol's order); new keys go at the end."""
-    for key, value in updates.items():
-        ordered[key] = value
-
-
-def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
-    """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
-    protocol = protocol or load_protocol(request.protocol)
-    profile = protocol.host_profile(request.host_profile)
+def _check_schedule(request: VerlLaunchRequest) -> None:
+    """UsageError for a schedule option that is given and not positive."""
     schedule = {
         "--steps": request.steps,
         "--tasks": request.tasks,
@@ -273,26 +259,65 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         "--max-steps": request.max_env_steps,
     }
     for option, value in schedule.items():
-        _positive(value, option)
-    arm = request.arm
-    arm_spec = worker_env.ArmSpec(
-        name=arm.name,
-        fingerprint=arm.fingerprint,
-        overrides={key: str(value) for key, value in arm.overrides},
-    )
-    flags = arm.flags()
+        if value is not None and value < 1:
+            raise UsageError(f"{option} must be at least 1, got {value}")
 
-    run = request.run or default_run_name(arm.name, request.model, request.seed)
+
+def _layered_overrides(
+    protocol: Protocol, profile: HostProfile, request: VerlLaunchRequest, run: str, run_dir: Path
+) -> dict[str, Any]:
+    """The protocol's overrides, in their order, under the host profile's and the launcher's
+    own values, and the save frequency."""
+    overrides: dict[str, Any] = dict(protocol.overrides)
+    # Later layers replace values in place, keeping the protocol's order; new keys go at the end.
+    overrides.update(profile.overrides)
+    overrides.update(_launcher_values(request, run, run_dir))
+    # Saving changes nothing in training: every profile saves, by default at every evaluation.
+    overrides["trainer.save_freq"] = preflight.save_every(
+        request.save_every, overrides["trainer.test_freq"]
+    )
+    return overrides
+
+
+def _checkpoints(
+    request: VerlLaunchRequest, overrides: dict[str, Any], run_dir: Path
+) -> dict[str, Any]:
+    """How the run saves: how often (and who said so), where, and which checkpoints it keeps."""
+    return {
+        "save_freq": overrides["trainer.save_freq"],
+        "folder": str(run_dir / "checkpoints"),
+        "keep": preflight.KEEP_POLICY,
+        "source": "--save-every"
+        if request.save_every is not None
+        else "every evaluation (trainer.test_freq)",
+    }
+
+
+def _run_name(request: VerlLaunchRequest) -> str:
+    """--run, or the default name of (arm, model, seed); UsageError unless it is one folder name."""
+    run = request.run or default_run_name(request.arm.name, request.model, request.seed)
     if "/" in run or run.strip(".") == "" or run != run.strip():
         raise UsageError(
             f"--run {run!r}: a run name is one folder name (no '/', not '.' or '..', no surrounding spaces)"
         )
-    run_dir = (Path(request.runs_root) / run).resolve()
+    return run
+
+
+# The schedule options a request may set, and the verl-agent setting each one sets.
+_SCHEDULE_OVERRIDES = (
+    ("tasks", "data.train_batch_size"),
+    ("group", "env.rollout.n"),
+    ("steps", "trainer.total_epochs"),
+    ("eval_every", "trainer.test_freq"),
+    ("max_env_steps", "env.max_steps"),
+)
+
+
+def _launcher_values(request: VerlLaunchRequest, run: str, run_dir: Path) -> dict[str, Any]:
+    """The settings the launcher decides over the protocol's and the profile's: the model, the
+    run's folders, the seed, the GPUs, a resume, and the schedule options the request sets."""
     data_dir = run_dir / "data"
     resume_from = resolve_resume_path(request.resume) if request.resume is not None else None
-
-    overrides: dict[str, Any] = dict(protocol.overrides)
-    _merge(overrides, profile.overrides)
     launcher_values: dict[str, Any] = {
         "actor_rollout_ref.model.path": request.model,
         "data.train_files": str(data_dir / "train.parquet"),
@@ -308,45 +333,37 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
     }
     if resume_from is not None:
         launcher_values["trainer.resume_from_path"] = str(resume_from)
-    if request.tasks is not None:
-        launcher_values["data.train_batch_size"] = request.tasks
-    if request.group is not None:
-        launcher_values["env.rollout.n"] = request.group
-    if request.steps is not None:
-        launcher_values["trainer.total_epochs"] = request.steps
-    if request.eval_every is not None:
-        launcher_values["trainer.test_freq"] = request.eval_every
-    if request.max_env_steps is not None:
-        launcher_values["env.max_steps"] = request.max_env_steps
-    _merge(overrides, launcher_values)
-    # Saving changes nothing in training: every profile saves, by default at every evaluation.
-    overrides["trainer.save_freq"] = preflight.save_every(
-        request.save_every, overrides["trainer.test_freq"]
-    )
+    for field_name, key in _SCHEDULE_OVERRIDES:
+        if getattr(request, field_name) is not None:
+            launcher_values[key] = getattr(request, field_name)
+    return launcher_values
+
+
+def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None) -> VerlLaunch:
+    """Resolve a request into a launch; reads configs only, writes nothing, starts nothing."""
+    protocol = protocol or load_protocol(request.protocol)
+    profile = protocol.host_profile(request.host_profile)
+    _check_schedule(request)
+    arm = request.arm
+    arm_spec = worker_env.ArmSpec.of(arm)
+    run = _run_name(request)
+    run_dir = (Path(request.runs_root) / run).resolve()
+    overrides = _layered_overrides(protocol, profile, request, run, run_dir)
     _check_gpus(request, overrides)
     uses_features = _arm_uses_features(arm)
     preflight.check_lora_with_features(overrides, arm.name, uses_features)
 
-    worker_environment = {
-        **arm_spec.to_environ(),
-        worker_env.RUN: run,
-        worker_env.METRICS_JSONL: str(run_dir / "metrics.jsonl"),
-        worker_env.CAPTURE_FEATURES: "1" if uses_features else "0",
-    }
-    _merge(overrides, _arm_flag_overrides(arm.name, arm.fingerprint, flags))
-
-    environment = {**protocol.environment, **profile.environment, **worker_environment}
-    environment[entry.ENTRYPOINT] = protocol.entrypoint
-    if request.ray_address:
-        environment[entry.RAY_ADDRESS] = request.ray_address
-    environment[entry.FORWARD_ENV] = ",".join(
-        name for name in environment if name != entry.FORWARD_ENV
+    worker_environment = worker_env.run_environment(
+        arm_spec, run, run_dir / "metrics.jsonl", uses_features
     )
-    train_rows = int(overrides["data.train_batch_size"])
-    placeholder = protocol.placeholder_data
+    overrides.update(_arm_flag_overrides(arm.name, arm.fingerprint, arm.flags()))
+
+    environment = entry.launch_environment(
+        {**protocol.environment, **profile.environment, **worker_environment},
+        protocol.entrypoint,
+        request.ray_address,
+    )
     home = checkout.locate(request.verl_agent)
-    verl_env_vars = checkout.ray_runtime_env_vars(home)
-    forwarded = {name: value for name, value in environment.items() if name != entry.FORWARD_ENV}
     return VerlLaunch(
         run=run,
         run_dir=run_dir,
@@ -356,33 +373,13 @@ def build_launch(request: VerlLaunchRequest, *, protocol: Protocol | None = None
         overrides=overrides,
         environment=environment,
         worker_environment=worker_environment,
-        placeholder_rows={"train": train_rows, "test": int(placeholder.get("val_rows", 128))},
-        placeholder_fields={
-            "data_source": str(placeholder.get("data_source", "text")),
-            "ability": str(placeholder.get("ability", "agent")),
-        },
+        placeholder_rows=protocol.placeholder_rows(int(overrides["data.train_batch_size"])),
+        placeholder_fields=protocol.placeholder_fields(),
         verl_agent=home,
         verl_agent_source=checkout.describe(home),
-        worker_runtime_env={
-            "env_vars": checkout.merged_worker_env(
-                verl_env_vars, entry.VERL_WORKER_DEFAULTS, forwarded
-            ),
-            "from_verl_agent": (
-                f"{checkout.CONSTANTS_MODULE} (read from the checkout; merged again from the real module at launch)"
-                if verl_env_vars is not None
-                else "not found in the checkout: verl's older defaults are used"
-            ),
-            "worker_process_setup_hook": entry.SETUP_HOOK,
-        },
+        worker_runtime_env=entry.worker_runtime_env(home, environment),
         padding_rule=padding_rule(arm),
-        checkpoints={
-            "save_freq": overrides["trainer.save_freq"],
-            "folder": str(run_dir / "checkpoints"),
-            "keep": preflight.KEEP_POLICY,
-            "source": "--save-every"
-            if request.save_every is not None
-            else "every evaluation (trainer.test_freq)",
-        },
+        checkpoints=_checkpoints(request, overrides, run_dir),
     )
 
 

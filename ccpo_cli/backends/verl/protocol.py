@@ -37,6 +37,17 @@ class Protocol:
                 f"unknown host profile {name!r} for protocol {self.name} (known: {known})"
             ) from None
 
+    def placeholder_rows(self, train_rows: int) -> dict[str, int]:
+        """The rows of the placeholder dataset the launch writes for verl's data loader: a
+        train batch's worth (`train_rows`), and the protocol's validation rows."""
+        return {"train": train_rows, "test": int(self.placeholder_data.get("val_rows", 128))}
+
+    def placeholder_fields(self) -> dict[str, str]:
+        return {
+            "data_source": str(self.placeholder_data.get("data_source", "text")),
+            "ability": str(self.placeholder_data.get("ability", "agent")),
+        }
+
 
 def load_protocol(name: str = "alfworld") -> Protocol:
     path = configs_dir() / "protocol" / f"{name}.yaml"

@@ -13,12 +13,29 @@ from pathlib import Path
 from typing import Any
 
 from ccpo_cli.arms import Arm
-from ccpo_cli.backends import seed_run_name
+from ccpo_cli.backends import run_header, seed_run_name
 from ccpo_cli.backends.observer import TrainingObserver
 from ccpo_cli.backends.verl.follow import start
 from ccpo_cli.backends.verl.launcher import VerlLaunch, VerlLaunchRequest, build_launch
 from ccpo_cli.backends.verl.run_folder import refuse_silent_continuation, render_run_script
 from ccpo_cli.errors import CcpoError, UsageError
+
+# The request's fields that a seed's launch request takes as they are, under the same name.
+_LAUNCH_FIELDS = (
+    "arm",
+    "model",
+    "gpus",
+    "nnodes",
+    "steps",
+    "tasks",
+    "group",
+    "eval_every",
+    "ray_address",
+    "verl_agent",
+    "resume",
+    "host_profile",
+    "save_every",
+)
 
 
 @dataclass(frozen=True)
@@ -58,23 +75,11 @@ class VerlTrainRequest:
         if self.gpus is None:
             raise UsageError("--backend verl needs --gpus (GPUs per node)")
         return VerlLaunchRequest(
-            arm=self.arm,
-            model=self.model,
-            gpus=self.gpus,
-            nnodes=self.nnodes,
             run=seed_run_name(self.run, seed, len(self.seeds) > 1),
             seed=seed,
-            steps=self.steps,
-            tasks=self.tasks,
-            group=self.group,
-            eval_every=self.eval_every,
             max_env_steps=self.max_steps,
-            ray_address=self.ray_address,
-            verl_agent=self.verl_agent,
-            resume=self.resume,
-            host_profile=self.host_profile,
             runs_root=self.runs_root,
-            save_every=self.save_every,
+            **{name: getattr(self, name) for name in _LAUNCH_FIELDS},
         )
 
 
@@ -110,9 +115,8 @@ def train_verl(request: VerlTrainRequest, log: Callable[[str], None]) -> VerlTra
     results = []
     for index, launch in enumerate(launches, start=1):
         if len(launches) > 1:  # a header per run, so a multi-seed log says where each run starts
-            log(
-                f"── run {launch.run}: {request.arm.name}, seed {launch.request.seed} ({index} of {len(launches)}) ──"
-            )
+            place = f"{index} of {len(launches)}"
+            log(run_header(launch.run, request.arm.name, launch.request.seed, place))
         code = start(launch, db, log=log, observer=request.observer)
         results.append({"run": launch.run, "run_dir": str(launch.run_dir), "exit_code": code})
         if code != 0:

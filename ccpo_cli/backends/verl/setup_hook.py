@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.backends.verl import worker_env
@@ -182,11 +183,27 @@ def apply_arm(data: Any, arm: Arm, padding: str | None = None) -> Any:
     return data
 
 
+def _patch_of(original: Any) -> Callable[[Any], Any]:
+    """A decorator: the wrapper takes `original`'s name, doc and attributes (verl's dispatch
+    mode among them) and is marked as ccpo's patch, so that a second setup leaves it alone."""
+
+    def patch(wrapper: Any) -> Any:
+        patched = functools.wraps(original)(wrapper)
+        setattr(patched, _MARK, True)
+        return patched
+
+    return patch
+
+
+def _is_patched(function: Any) -> bool:
+    return getattr(function, _MARK, False)
+
+
 def wrap_compute_advantage(original):
-    if getattr(original, _MARK, False):
+    if _is_patched(original):
         return original
 
-    @functools.wraps(original)
+    @_patch_of(original)
     def compute_advantage(data, adv_estimator, *args, **kwargs):
         if _estimator_name(adv_estimator) != ESTIMATOR_NAME:
             return original(data, adv_estimator, *args, **kwargs)
@@ -194,20 +211,18 @@ def wrap_compute_advantage(original):
         check_config_arm(kwargs.get("config"), arm)
         return apply_arm(data, arm)
 
-    setattr(compute_advantage, _MARK, True)
     return compute_advantage
 
 
 def wrap_adjust_batch(original):
     """Stamp rows before the trainer pads (duplicates) and later reorders them."""
-    if getattr(original, _MARK, False):
+    if _is_patched(original):
         return original
 
-    @functools.wraps(original)
+    @_patch_of(original)
     def adjust_batch(config, batch, *args, **kwargs):
         return original(config, annotate_rollout_rows(batch), *args, **kwargs)
 
-    setattr(adjust_batch, _MARK, True)
     return adjust_batch
 
 
@@ -215,12 +230,12 @@ def _patch_trainer_init(trainer_class: type, estimator_enum: Any) -> None:
     """verl-agent's trainer only accepts estimators of its own enum; `ccpo` is critic-free like
     GRPO, so the constructor runs with `grpo` in place and the name is restored right after."""
     original = trainer_class.__init__
-    if getattr(original, _MARK, False):
+    if _is_patched(original):
         return
     if estimator_enum is not None and ESTIMATOR_NAME in {member.value for member in estimator_enum}:
         return
 
-    @functools.wraps(original)
+    @_patch_of(original)
     def __init__(self, config, *args, **kwargs):
         algorithm = config.algorithm
         if _estimator_name(algorithm.adv_estimator) != ESTIMATOR_NAME:
@@ -232,7 +247,6 @@ def _patch_trainer_init(trainer_class: type, estimator_enum: Any) -> None:
         finally:
             algorithm.adv_estimator = ESTIMATOR_NAME
 
-    setattr(__init__, _MARK, True)
     trainer_class.__init__ = __init__
 
 
@@ -243,10 +257,10 @@ def _patch_validate(trainer_class: type) -> None:
     for the duration of `_validate`; the value never replaces one the trainer logged itself.
     """
     original = getattr(trainer_class, "_validate", None)
-    if original is None or getattr(original, _MARK, False):
+    if original is None or _is_patched(original):
         return
 
-    @functools.wraps(original)
+    @_patch_of(original)
     def _validate(self, *args, **kwargs):
         reward_fn, seen = self.val_reward_fn, []
 
@@ -267,7 +281,6 @@ def _patch_validate(trainer_class: type) -> None:
             metrics.setdefault(MEAN_TURNS_KEY, turns)
         return metrics
 
-    setattr(_validate, _MARK, True)
     trainer_class._validate = _validate
 
 
@@ -325,11 +338,11 @@ def attach_metrics_sink(tracking_module: Any, path: str) -> None:
 def patch_actor_module(module: Any) -> None:
     """Record the final-norm output of each reference micro-batch forward when asked to."""
     actor_class = getattr(module, "DataParallelPPOActor", None)
-    if actor_class is None or getattr(actor_class._forward_micro_batch, _MARK, False):
+    if actor_class is None or _is_patched(actor_class._forward_micro_batch):
         return
     original = actor_class._forward_micro_batch
 
-    @functools.wraps(original)
+    @_patch_of(original)
     def _forward_micro_batch(self, micro_batch, *args, **kwargs):
         recorder = getattr(self, "_ccpo_recorder", None)
         if recorder is None:
@@ -351,18 +364,17 @@ def patch_actor_module(module: Any) -> None:
         )
         return result
 
-    setattr(_forward_micro_batch, _MARK, True)
     actor_class._forward_micro_batch = _forward_micro_batch
 
 
 def patch_worker_module(module: Any) -> None:
     """Ship the recorded features with the reference log-probs as `ccpo_phi_feats`."""
     worker_class = getattr(module, "ActorRolloutRefWorker", None)
-    if worker_class is None or getattr(worker_class.compute_ref_log_prob, _MARK, False):
+    if worker_class is None or _is_patched(worker_class.compute_ref_log_prob):
         return
     original = worker_class.compute_ref_log_prob
 
-    @functools.wraps(original)  # keeps verl's dispatch-mode attribute on the method
+    @_patch_of(original)  # keeps verl's dispatch-mode attribute on the method
     def compute_ref_log_prob(self, data, *args, **kwargs):
         from ccpo_cli.backends.verl.capture import ReferenceFeatureRecorder
 
@@ -380,5 +392,4 @@ def patch_worker_module(module: Any) -> None:
         )
         return output
 
-    setattr(compute_ref_log_prob, _MARK, True)
     worker_class.compute_ref_log_prob = compute_ref_log_prob

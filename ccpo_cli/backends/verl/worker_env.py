@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ccpo_cli.errors import UsageError
 
@@ -48,6 +49,11 @@ class ArmSpec:
         return env
 
     @classmethod
+    def of(cls, arm: Any) -> ArmSpec:
+        """The spec of a loaded arm (`arms.Arm`): its name, fingerprint and overrides as text."""
+        return cls(arm.name, arm.fingerprint, {key: str(value) for key, value in arm.overrides})
+
+    @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> ArmSpec | None:
         """The spec in the environment, or None when this process is not part of a ccpo run."""
         environ = os.environ if environ is None else environ
@@ -64,6 +70,19 @@ class ArmSpec:
 
 class ArmMismatch(RuntimeError):
     """The estimator a worker would run is not the arm recorded for the run."""
+
+
+def run_environment(
+    spec: ArmSpec, run: str, metrics_jsonl: str | os.PathLike, capture_features: bool
+) -> dict[str, str]:
+    """What every worker process of a run is told: the arm, the run, where its metrics go, and
+    whether it captures the reference's features."""
+    return {
+        **spec.to_environ(),
+        RUN: run,
+        METRICS_JSONL: str(metrics_jsonl),
+        CAPTURE_FEATURES: "1" if capture_features else "0",
+    }
 
 
 def format_overrides(overrides: Mapping[str, str]) -> str:

@@ -1,7 +1,8 @@
 """Readers for every metrics format `ccpo ingest` understands, one module each.
 
 `read_events(path, fmt, stats)` picks the reader (`detect` for "auto") and returns it as a
-generator of `MetricRecord` / `Skipped` / `Cleaned` / `IncompleteTail` (see `base`).
+generator of `MetricRecord` / `Skipped` / `Cleaned` / `IncompleteTail` (see `base`, where
+the readers' record types and bounds live and are imported from).
 """
 
 from __future__ import annotations
@@ -10,19 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ccpo_cli.errors import InvalidInput
-from ccpo_cli.store.readers.base import (
-    LARGEST_INTEGER,
-    MAX_LINE_BYTES,
-    MAX_LINE_TEXT,
-    BadRecord,
-    Cleaned,
-    IncompleteTail,
-    MetricRecord,
-    ReadEvent,
-    ReadStats,
-    Skipped,
-    whole_number,
-)
+from ccpo_cli.store.readers.base import ReadEvent, ReadStats
 from ccpo_cli.store.readers.console import read_console
 from ccpo_cli.store.readers.csv_table import read_csv
 from ccpo_cli.store.readers.detect import detect_format
@@ -44,22 +33,7 @@ from ccpo_cli.vocabulary import (
 FORMATS = INGEST_FORMATS
 FOLDER_FORMATS = INGEST_FOLDER_FORMATS
 
-__all__ = [
-    "FORMATS",
-    "LARGEST_INTEGER",
-    "MAX_LINE_BYTES",
-    "MAX_LINE_TEXT",
-    "BadRecord",
-    "Cleaned",
-    "IncompleteTail",
-    "MetricRecord",
-    "ReadEvent",
-    "ReadStats",
-    "Skipped",
-    "detect_format",
-    "read_events",
-    "whole_number",
-]
+__all__ = ["FORMATS", "detect_format", "read_events"]
 
 
 def read_events(

@@ -215,15 +215,6 @@ class _Pending:
         return parse_record(self.body) is None and self.body.rstrip().endswith(("/", "_"))
 
 
-def _feed(config: ConfigBlock, line: Line, body: str) -> Iterator[ReadEvent]:
-    """One more line of a printed config: its event once it reads, a skip once it is given up."""
-    outcome = config.add(body, line.number)
-    if isinstance(outcome, StatedConfig):
-        yield outcome
-    elif outcome is not None:
-        yield Skipped(line.number, outcome)
-
-
 def read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent]:
     """The events of a console log. A record ending on a line of exactly WANDB_LINE_LIMIT
     characters is held until the file shows whether wandb cut it: a line longer than the limit
@@ -267,6 +258,9 @@ class _LongerLine:
     """A physical line longer than WANDB_LINE_LIMIT: the file was not cut by wandb."""
 
 
+_ConsoleEvent = ReadEvent | _MaybeCut | _LongerLine  # what read_console sorts out
+
+
 def _covers(record: MetricRecord | Skipped | _MaybeCut, previous_last_key: str | None) -> bool:
     """Whether an unterminated last line is a whole record: it reads, and it ends with the key
     the record before it ended with (verl prints a step's metrics in one line, in one order, so
@@ -277,68 +271,75 @@ def _covers(record: MetricRecord | Skipped | _MaybeCut, previous_last_key: str |
     return next(reversed(record.metrics)) == previous_last_key
 
 
-def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCut | _LongerLine]:
-    pending: _Pending | None = None
-    config: ConfigBlock | None = None
-    printed: PrintedMetrics | None = None
-    resumed_step = 0  # the step an initial validation is of: 0, or the checkpoint resumed from
-    previous_last_key: str | None = None
-    longer_line_seen = False
+class _ConsoleLines:
+    """Reading a console log one logical line at a time: the record being assembled, a printed
+    config or initial validation being read, the step an initial validation is of, the last key
+    of the last record read (see _covers), and whether a line longer than wandb's limit was
+    seen. `done` once the unterminated last line is read."""
 
-    def initial_validation(line: Line, body: str) -> Iterator[ReadEvent]:
-        nonlocal printed
-        assert printed is not None
-        outcome = printed.add(body)
-        if isinstance(outcome, dict):
-            yield _PrintedValidation(resumed_step, outcome, printed.line)
-        elif outcome is not None:
-            yield Skipped(line.number, outcome)
-        printed = None if printed.done else printed
+    def __init__(self) -> None:
+        self.pending: _Pending | None = None
+        self.config: ConfigBlock | None = None
+        self.printed: PrintedMetrics | None = None
+        self.resumed_step = (
+            0  # the step an initial validation is of: 0, or the checkpoint resumed from
+        )
+        self.previous_last_key: str | None = None
+        self.longer_line_seen = False
+        self.done = False
 
-    def completed(record: _Pending) -> MetricRecord | Skipped | _MaybeCut:
-        nonlocal previous_last_key
-        result = record.complete()
+    def completed(self) -> MetricRecord | Skipped | _MaybeCut:
+        """The pending record, complete (it is no longer pending)."""
+        assert self.pending is not None
+        result, self.pending = self.pending.complete(), None
         if isinstance(result, MetricRecord) and result.metrics:
-            previous_last_key = next(reversed(result.metrics))
+            self.previous_last_key = next(reversed(result.metrics))
         return result
 
-    for item in _physical_lines(path, stats):
-        if not isinstance(item, tuple):
-            yield item
-            continue
-        line, prefix, body = item
-        if not longer_line_seen and len(line.text) > WANDB_LINE_LIMIT:
-            longer_line_seen = True
+    def feed_config(self, line: Line, body: str) -> Iterator[ReadEvent]:
+        """One more line of a printed config: its event once it reads, a skip once it is given up."""
+        assert self.config is not None
+        outcome = self.config.add(body, line.number)
+        if isinstance(outcome, StatedConfig):
+            yield outcome
+        elif outcome is not None:
+            yield Skipped(line.number, outcome)
+        self.config = None if self.config.done else self.config
+
+    def initial_validation(self, line: Line, body: str) -> Iterator[ReadEvent]:
+        assert self.printed is not None
+        outcome = self.printed.add(body)
+        if isinstance(outcome, dict):
+            yield _PrintedValidation(self.resumed_step, outcome, self.printed.line)
+        elif outcome is not None:
+            yield Skipped(line.number, outcome)
+        self.printed = None if self.printed.done else self.printed
+
+    def read(self, line: Line, prefix: str | None, body: str) -> Iterator[_ConsoleEvent]:
+        """The events of one logical line."""
+        if not self.longer_line_seen and len(line.text) > WANDB_LINE_LIMIT:
+            self.longer_line_seen = True
             yield _LongerLine()
+        config = self.config
         if config is not None and prefix == config.prefix and STEP_START.match(body) is None:
-            yield from _feed(config, line, body)
-            config = None if config.done else config
-            continue
-        if printed is not None:
-            if prefix in (None, printed.prefix) and printed.continues(body):
-                yield from initial_validation(line, body)
-                continue
+            yield from self.feed_config(line, body)
+            return
+        if self.printed is not None:
+            if prefix in (None, self.printed.prefix) and self.printed.continues(body):
+                yield from self.initial_validation(line, body)
+                return
             # Cut by other output: the print is not read; the step line of that validation, when
             # the log has one, is its record anyway.
-            printed = None
+            self.printed = None
         if not line.terminated:
-            # Still being written, unless it is a whole record (see _covers). If it would
-            # continue the pending record, that record is incomplete too; both wait for the
-            # next ingest.
-            if pending is not None and STEP_START.match(body) is None and _continues_record(body):
-                yield IncompleteTail(pending.line)
-                return
-            if pending is not None:
-                yield completed(pending)
-            if STEP_START.match(body):
-                tail = _Pending(line, prefix, body).complete()
-                yield tail if _covers(tail, previous_last_key) else IncompleteTail(line.number)
-            return  # an unterminated line of other output holds no record
+            yield from self.last_line(line, prefix, body)
+            return
+        pending = self.pending
         if STEP_START.match(body) and not (pending is not None and pending.cut_mid_key()):
             if pending is not None:
-                yield completed(pending)
-            pending = _Pending(line, prefix, body)
-            continue
+                yield self.completed()
+            self.pending = _Pending(line, prefix, body)
+            return
         # A wrapped line continues the record when the two still read as key:value segments
         # (the last one possibly cut); the whole record is checked at the end.
         if (
@@ -348,22 +349,48 @@ def _read_console(path: Path, stats: ReadStats) -> Iterator[ReadEvent | _MaybeCu
             and _continues_record(body)
             and pending.extend_if_continues(line, body)
         ):
-            continue
+            return
         if pending is not None:
-            yield completed(pending)
-            pending = None
-        # A noise line may still say something about the run: a printed config opens here,
-        # or a traced command names its settings.
+            yield self.completed()
+        yield from self.other_output(line, prefix, body)
+
+    def last_line(self, line: Line, prefix: str | None, body: str) -> Iterator[_ConsoleEvent]:
+        """The unterminated last line: still being written, unless it is a whole record (see
+        _covers). If it would continue the pending record, that record is incomplete too; both
+        wait for the next ingest. An unterminated line of other output holds no record."""
+        self.done = True
+        if self.pending is not None and STEP_START.match(body) is None and _continues_record(body):
+            yield IncompleteTail(self.pending.line)
+            return
+        if self.pending is not None:
+            yield self.completed()
+        if STEP_START.match(body):
+            tail = _Pending(line, prefix, body).complete()
+            yield tail if _covers(tail, self.previous_last_key) else IncompleteTail(line.number)
+
+    def other_output(self, line: Line, prefix: str | None, body: str) -> Iterator[ReadEvent]:
+        """A noise line may still say something about the run: a printed config opens here,
+        or a traced command names its settings."""
         if config_starts(body):
-            config = ConfigBlock(line.number, prefix)
-            yield from _feed(config, line, body)
-            config = None if config.done else config
+            self.config = ConfigBlock(line.number, prefix)
+            yield from self.feed_config(line, body)
         elif initial_validation_starts(body):
-            printed = PrintedMetrics(line.number, prefix)
-            yield from initial_validation(line, body)
+            self.printed = PrintedMetrics(line.number, prefix)
+            yield from self.initial_validation(line, body)
         elif (command := command_event(line.number, body)) is not None:
             if command.kind == "resume":
-                resumed_step = command.value
+                self.resumed_step = command.value
             yield command
-    if pending is not None:
-        yield completed(pending)
+
+
+def _read_console(path: Path, stats: ReadStats) -> Iterator[_ConsoleEvent]:
+    state = _ConsoleLines()
+    for item in _physical_lines(path, stats):
+        if not isinstance(item, tuple):
+            yield item
+            continue
+        yield from state.read(*item)
+        if state.done:
+            return
+    if state.pending is not None:
+        yield state.completed()

@@ -38,7 +38,7 @@ from ccpo_cli.store.readers.base import (
     step_number,
 )
 from ccpo_cli.store.readers.csv_long import is_long_header, read_long
-from ccpo_cli.store.readers.lines import Line, read_lines
+from ccpo_cli.store.readers.lines import Line, text_lines
 from ccpo_cli.store.readers.metric_names import KNOWN_KEYS, RATE_KEYS, known_metric_from_tag
 
 STEP_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
@@ -135,11 +135,9 @@ def _rows(path: Path, stats: ReadStats | None) -> Iterator[CsvRow | ReadEvent]:
     """(line number, cells) of every non-blank line; the first one (the header) wider than
     MAX_CSV_COLUMNS refuses the file, a wider data row is skipped, both before splitting."""
     header_seen = False
-    for item in read_lines(path, stats):
+    for item in text_lines(path, stats):
         if not isinstance(item, Line):
             yield item
-            continue
-        if not item.text.strip():
             continue
         if cell_count(item.text) > MAX_CSV_COLUMNS:
             if not header_seen:

@@ -21,7 +21,7 @@ from ccpo_cli.store.readers.base import (
     Skipped,
     step_number,
 )
-from ccpo_cli.store.readers.lines import Line, read_lines
+from ccpo_cli.store.readers.lines import Line, text_lines
 from ccpo_cli.vocabulary import VERL_FILE
 
 
@@ -29,11 +29,9 @@ def read_json_lines(
     path: Path, stats: ReadStats, shape: str, step_key: str = "step"
 ) -> Iterator[ReadEvent]:
     """`shape` is "ccpo" (flat) or "verl-file" (metrics under "data")."""
-    for item in read_lines(path, stats):
+    for item in text_lines(path, stats):
         if not isinstance(item, Line):
             yield item
-            continue
-        if not item.text.strip():
             continue
         try:
             obj = json.loads(item.text)

@@ -55,6 +55,13 @@ def read_lines(path: Path, stats: ReadStats | None = None) -> Iterator[Line | Sk
             yield Line(number, text.rstrip("\r\n") if terminated else text, terminated)
 
 
+def text_lines(path: Path, stats: ReadStats | None = None) -> Iterator[Line | Skipped | Cleaned]:
+    """`read_lines` without its blank lines (a record format gives them no meaning)."""
+    for item in read_lines(path, stats):
+        if not isinstance(item, Line) or item.text.strip():
+            yield item
+
+
 def _drain_line(handle, stats: ReadStats) -> None:
     """Read past the rest of an over-long line without keeping it."""
     while True:
