@@ -126,7 +126,7 @@ def test_units_whose_setting_agrees_are_compared_even_when_inferred_episodes_dif
     shown = {arm.name: arm.protocol["episodes"] for arm in comparison.arms}
     keys = {arm.unit.setting() for arm in comparison.arms}
     assert len(keys) == 1, shown
-    assert [pair.arm_a for pair in comparison.pairs] and not comparison.not_compared, shown
+    assert [pair.first.name for pair in comparison.pairs] and not comparison.not_compared, shown
 
 
 # Keys only the compare document has (its top level, its runs[], arms[] and comparisons[]), which

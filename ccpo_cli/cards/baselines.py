@@ -86,40 +86,18 @@ def published_comparison(
     A policy trained from scratch (the local CPU backend) is compared with none of them: the
     published rows are language models fine-tuned under the papers' protocols."""
     data = data or load_baseline_data()
-    groups: dict[
-        Any, dict[str, Any]
-    ] = {}  # prose groups of incomparable rows, by source and setting
+    # Prose groups of incomparable rows, by source and setting.
+    groups: dict[Any, dict[str, Any]] = {}
     rows, comparable, sources = [], [], []
     for baseline in data.baselines:
         if not baseline.on_card or baseline.benchmark != benchmark:
             continue
-        same_backbone = not from_scratch and baseline.backbone == base_model
-        same_protocol = not from_scratch and protocol is not None and baseline.protocol == protocol
-        if same_backbone and same_protocol:
+        unlike = _incomparable(baseline, base_model, protocol, from_scratch, data)
+        if unlike is None:
             verdict = "yes"
             comparable.append(f"{baseline.method} {baseline.success:g} ({baseline.source})")
         else:
-            if from_scratch:
-                verdict = "no: different model and protocol"
-                reason = (
-                    "a fine-tuned language model under that paper's protocol, while this run is a small "
-                    "policy trained from scratch on CPU under ccpo's local protocol"
-                )
-            elif not same_backbone:
-                # None only from scratch (card_license refuses any other run without one).
-                assert base_model is not None
-                verdict = "no: different backbone"
-                reason = f"a different backbone from this run's {_short_backbone(base_model)}"
-            else:
-                description = data.protocols.get(
-                    (baseline.benchmark, baseline.protocol), baseline.protocol
-                )
-                verdict = "no: different protocol"
-                reason = (
-                    f"the same backbone, but a different protocol ({description})"
-                    if protocol is not None
-                    else f"the same backbone, but this run records no protocol to match ({description})"
-                )
+            verdict, reason = unlike
             group = groups.setdefault(
                 (baseline.source, baseline.backbone),
                 {
@@ -132,19 +110,7 @@ def published_comparison(
             group["numbers"].append(f"{baseline.method} {baseline.success:g}")
         if baseline.source not in sources:
             sources.append(baseline.source)
-        rows.append(
-            {
-                "method": baseline.method,
-                "backbone": _short_backbone(baseline.backbone),
-                "success": f"{baseline.success:g}",
-                "source": baseline.source,
-                "comparable": verdict,
-                "protocol": baseline.protocol,
-                "benchmark": baseline.benchmark,
-                "score": None if baseline.score is None else f"{baseline.score:g}",
-                "paper": baseline.paper,
-            }
-        )
+        rows.append(_row(baseline, verdict))
     incomparable = [dict(group, numbers=", ".join(group["numbers"])) for group in groups.values()]
     return {
         "rows": rows,
@@ -152,3 +118,50 @@ def published_comparison(
         "comparable": "; ".join(comparable),
         "sources": sources,
     }
+
+
+def _row(baseline: PublishedBaseline, verdict: str) -> dict[str, Any]:
+    """One published row as the card's table shows it, with its comparability verdict."""
+    return {
+        "method": baseline.method,
+        "backbone": _short_backbone(baseline.backbone),
+        "success": f"{baseline.success:g}",
+        "source": baseline.source,
+        "comparable": verdict,
+        "protocol": baseline.protocol,
+        "benchmark": baseline.benchmark,
+        "score": None if baseline.score is None else f"{baseline.score:g}",
+        "paper": baseline.paper,
+    }
+
+
+def _incomparable(
+    baseline: PublishedBaseline,
+    base_model: str | None,
+    protocol: str | None,
+    from_scratch: bool,
+    data: BaselineData,
+) -> tuple[str, str] | None:
+    """Why a published row is not comparable with the run (its verdict, and the reason the prose
+    gives), or None when it is: the same backbone under the same protocol."""
+    same_backbone = not from_scratch and baseline.backbone == base_model
+    if same_backbone and protocol is not None and baseline.protocol == protocol:
+        return None
+    if from_scratch:
+        return "no: different model and protocol", (
+            "a fine-tuned language model under that paper's protocol, while this run is a small "
+            "policy trained from scratch on CPU under ccpo's local protocol"
+        )
+    if not same_backbone:
+        # None only from scratch (card_license refuses any other run without one).
+        assert base_model is not None
+        return (
+            "no: different backbone",
+            f"a different backbone from this run's {_short_backbone(base_model)}",
+        )
+    description = data.protocols.get((baseline.benchmark, baseline.protocol), baseline.protocol)
+    return "no: different protocol", (
+        f"the same backbone, but a different protocol ({description})"
+        if protocol is not None
+        else f"the same backbone, but this run records no protocol to match ({description})"
+    )

@@ -285,16 +285,16 @@ def arm_seeds_claims(
 def _pair(comparison: Comparison, a: str, b: str) -> tuple[PairComparison | None, bool]:
     """The compared pair of units a and b, and whether its first unit is b (signs flip)."""
     for pair in comparison.pairs:
-        if (pair.arm_a, pair.arm_b) == (a, b):
+        if (pair.first.name, pair.second.name) == (a, b):
             return pair, False
-        if (pair.arm_a, pair.arm_b) == (b, a):
+        if (pair.first.name, pair.second.name) == (b, a):
             return pair, True
     return None, False
 
 
 def _why_not_compared(comparison: Comparison, a: str, b: str) -> str:
     for entry in comparison.not_compared:
-        if {entry.arm_a, entry.arm_b} == {a, b}:
+        if {entry.first.name, entry.second.name} == {a, b}:
             return entry.note
     return "not compared"
 

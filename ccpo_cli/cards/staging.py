@@ -86,35 +86,18 @@ def stage_card(
     text = render_card(context)
     require_clean(text, f"the card of run {run!r}")
     readme = Path(readme_path)
-    folder = readme.parent
     existing = _existing_readme(readme)
     ours = existing is not None and has_regions(existing)
-    if not force:
-        if existing is not None and not ours:
-            raise InvalidInput(
-                f"{readme}: exists and was not written by ccpo (no ccpo regions); "
-                f"refusing to overwrite it ({clobber_hint})"
-            )
-        if not ours:
-            taken = [
-                str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()
-            ]
-            if taken:
-                raise InvalidInput(
-                    f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
-                    f"refusing to overwrite ({clobber_hint})"
-                )
+    if not force and not ours:
+        _refuse_clobbering(readme, existing, clobber_hint)
     if ours and merge_existing and existing is not None and existing != text:  # ours: it exists
-        text = merge_into_remote(existing, text)
-        # Only ccpo's own parts are checked: the hand-written prose around them is the owner's.
-        problems = [
-            p for p in lint_card(text, allow_extra_keys=True) if not p.startswith("body line")
-        ]
-        if problems:
-            raise InvalidInput(
-                f"{readme}: the card merged into the existing README fails the lint: "
-                + "; ".join(problems)
-            )
+        text = _merged(readme, existing, text)
+    return _write_card(readme, text, context)
+
+
+def _write_card(readme: Path, text: str, context: CardContext) -> StagedCard:
+    """Write the README, the summary JSON and the learning-curve PNG, all or none of them."""
+    folder = readme.parent
     try:
         (folder / "results").mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -137,6 +120,36 @@ def stage_card(
         card_hash=sha256_text(text),
         context=context,
     )
+
+
+def _refuse_clobbering(readme: Path, existing: str | None, clobber_hint: str) -> None:
+    """InvalidInput when the README, or a results file beside it, exists and ccpo did not write
+    the README (it has no ccpo regions): a user's files are never overwritten."""
+    if existing is not None:
+        raise InvalidInput(
+            f"{readme}: exists and was not written by ccpo (no ccpo regions); "
+            f"refusing to overwrite it ({clobber_hint})"
+        )
+    folder = readme.parent
+    taken = [str(folder / name) for name in (SUMMARY_PATH, PLOT_PATH) if (folder / name).exists()]
+    if taken:
+        raise InvalidInput(
+            f"{', '.join(taken)}: exist(s) beside a README ccpo did not write; "
+            f"refusing to overwrite ({clobber_hint})"
+        )
+
+
+def _merged(readme: Path, existing: str, text: str) -> str:
+    """The card's regions merged into the README ccpo wrote before, linted: only ccpo's own
+    parts are checked, the hand-written prose around them is the owner's."""
+    text = merge_into_remote(existing, text)
+    problems = [p for p in lint_card(text, allow_extra_keys=True) if not p.startswith("body line")]
+    if problems:
+        raise InvalidInput(
+            f"{readme}: the card merged into the existing README fails the lint: "
+            + "; ".join(problems)
+        )
+    return text
 
 
 def _existing_readme(readme: Path) -> str | None:

@@ -76,7 +76,7 @@ def _identical_runs(entries: list[RunEntry], hashes: dict[int, frozenset]) -> li
     """Groups of runs whose evaluations are the same rows (the same log recorded twice)."""
     by_content: dict[frozenset, list[str]] = defaultdict(list)
     for entry in entries:
-        content = hashes.get(entry.run_id)
+        content = hashes.get(entry.identity.run_id)
         if content:
             by_content[content].append(entry.run)
     return [names for names in by_content.values() if len(names) > 1]
@@ -92,42 +92,90 @@ def arm_summary(
     """The unit named `label` from its runs (`members`, all of one `ComparisonUnit`): its seeds
     (repeated runs of a seed averaged into it, copies of one log counted once), its level and
     spread, and the IQM with its stratified-bootstrap interval over task types."""
-    seeds, unseeded = _seed_groups(members)
-    # One log recorded twice under one seed is one run: its copies add no evaluation. (Two seeds
-    # whose rows happen to agree stay two seeds.)
-    identical = [
-        group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)
-    ]
-    copies = {name for group in identical for name in group[1:]}
-    seeds = {
-        seed: kept
-        for seed, runs in seeds.items()
-        if (kept := [entry for entry in runs if entry.run not in copies])
-    }
-    unseeded = [entry for entry in unseeded if entry.run not in copies]
+    seeds, unseeded, identical = _without_copies(*_seed_groups(members), hashes)
     seed_means = [_window_mean(runs) for runs in seeds.values()]
     n_seeds = len(seeds)
     # Runs without a recorded seed are no seed: they enter an arm's level only when it has no seed at all.
     with_window = [entry for runs in seeds.values() for entry in runs] or unseeded
-    summary: dict[str, Any]
-    if n_seeds >= 2:
-        summary = dict(stats.mean_sd_n(seed_means), sd_over="seeds")
-    elif with_window:
-        # One seed (or none recorded): the level is its runs' mean, the spread that of their evaluations.
-        pooled = stats.mean_sd_n([value for entry in with_window for value in entry.window.values])
-        mean = seed_means[0] if n_seeds == 1 else _window_mean(unseeded)
-        summary = {"mean": mean, "sd": pooled["sd"], "n": pooled["n"], "sd_over": "evaluations"}
-    else:
-        summary = {"mean": None, "sd": None, "n": 0, "sd_over": None}
-    repeated = {
-        seed: [entry.run for entry in runs] for seed, runs in seeds.items() if len(runs) > 1
+    summary = _level(seed_means, with_window, unseeded)
+    seed_runs = {seed: [entry.run for entry in runs] for seed, runs in seeds.items()}
+    repeated = {seed: runs for seed, runs in seed_runs.items() if len(runs) > 1}
+    seed_types = [_seed_task_types(runs) for runs in seeds.values()]
+    return ArmSummary(
+        name=label,
+        identity=members[0].identity,
+        n_seeds=n_seeds,
+        **summary,
+        runs=[entry.run for entry in members],
+        seeds=list(seeds),
+        seed_runs=seed_runs,
+        seed_window_means=seed_means,
+        repeated_seeds=repeated,
+        unseeded_runs=[entry.run for entry in unseeded],
+        identical_runs=identical,
+        n_evaluations=sum(entry.window.n for entry in with_window),
+        evaluation_ids=[i for entry in with_window for i in entry.window.evaluation_ids],
+        fingerprints=sorted(
+            {entry.arm.fingerprint for entry in members if entry.arm and entry.arm.fingerprint}
+        ),
+        window_steps=_window_steps(with_window),
+        resolved=n_seeds >= MIN_SEEDS_RESOLVED,
+        note=None
+        if n_seeds >= MIN_SEEDS_RESOLVED
+        else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
+        seed_notes=_seed_notes(identical, repeated, unseeded),
+        headline=bool(with_window) and all(entry.window.headline for entry in with_window),
+        headline_note=next(
+            (entry.window.headline_note for entry in with_window if not entry.window.headline),
+            None,
+        ),
+        seed_task_types=seed_types,
+        iqm=_iqm(seed_types, seed_means, bootstrap_reps, bootstrap_seed),
+    )
+
+
+def _without_copies(
+    seeds: dict, unseeded: list[RunEntry], hashes: dict[int, frozenset]
+) -> tuple[dict, list[RunEntry], list[list[str]]]:
+    """The seeds and unseeded runs with each log recorded twice counted once, and the groups of
+    copies. One log recorded twice under one seed is one run: its copies add no evaluation. (Two
+    seeds whose rows happen to agree stay two seeds.)"""
+    identical = [
+        group for runs in [*seeds.values(), unseeded] for group in _identical_runs(runs, hashes)
+    ]
+    copies = {name for group in identical for name in group[1:]}
+    kept_seeds = {
+        seed: kept
+        for seed, runs in seeds.items()
+        if (kept := [entry for entry in runs if entry.run not in copies])
     }
-    notes = []
-    for group in identical:
-        notes.append(
-            f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
-            "counted once"
-        )
+    return kept_seeds, [entry for entry in unseeded if entry.run not in copies], identical
+
+
+def _level(
+    seed_means: list[float], with_window: list[RunEntry], unseeded: list[RunEntry]
+) -> dict[str, Any]:
+    """The unit's mean, sd, n and what the sd is over: its seed means from two seeds on; with one
+    seed (or none recorded) its runs' mean, and the spread of their evaluations."""
+    if len(seed_means) >= 2:
+        return dict(stats.mean_sd_n(seed_means), sd_over="seeds")
+    if not with_window:
+        return {"mean": None, "sd": None, "n": 0, "sd_over": None}
+    pooled = stats.mean_sd_n([value for entry in with_window for value in entry.window.values])
+    mean = seed_means[0] if seed_means else _window_mean(unseeded)
+    return {"mean": mean, "sd": pooled["sd"], "n": pooled["n"], "sd_over": "evaluations"}
+
+
+def _seed_notes(
+    identical: list[list[str]], repeated: dict[Any, list[str]], unseeded: list[RunEntry]
+) -> list[str]:
+    """What the unit's seeds are made of besides one run each: copies counted once, repeated
+    runs averaged into their seed, runs without a seed."""
+    notes = [
+        f"runs {', '.join(group)} hold the same evaluations (one log recorded {len(group)} times): "
+        "counted once"
+        for group in identical
+    ]
     if repeated:
         notes.append(
             "; ".join(
@@ -140,55 +188,26 @@ def arm_summary(
             f"{len(unseeded)} run{'s' if len(unseeded) != 1 else ''} without a recorded seed "
             f"({', '.join(entry.run for entry in unseeded)}) counted as no seed"
         )
-    seed_types = [_seed_task_types(runs) for runs in seeds.values()]
-    iqm: dict[str, Any] | None = None
-    if n_seeds:
-        tasks, matrix = _seed_type_matrix(seed_types, seed_means)
-        iqm = stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed)
-        if n_seeds < MIN_SEEDS_INTERVAL:
-            # Resampling one seed gives back that seed: a zero-width interval, not a result.
-            iqm.update(ci_low=None, ci_high=None)
-        iqm = dict(
-            iqm, tasks=tasks, note=None if n_seeds >= MIN_SEEDS_INTERVAL else NEEDS_SEEDS_NOTE
-        )
-    return ArmSummary(
-        name=label,
-        identity=members[0].identity,
-        n_seeds=n_seeds,
-        mean=summary["mean"],
-        sd=summary["sd"],
-        n=summary["n"],
-        sd_over=summary["sd_over"],
-        runs=[entry.run for entry in members],
-        seeds=list(seeds),
-        seed_runs={seed: [entry.run for entry in runs] for seed, runs in seeds.items()},
-        seed_window_means=seed_means,
-        repeated_seeds=repeated,
-        unseeded_runs=[entry.run for entry in unseeded],
-        identical_runs=identical,
-        n_evaluations=sum(entry.window.n for entry in with_window),
-        evaluation_ids=[i for entry in with_window for i in entry.window.evaluation_ids],
-        fingerprints=sorted(
-            {
-                entry.arm.fingerprint
-                for entry in members
-                if entry.arm is not None and entry.arm.fingerprint
-            }
-        ),
-        window_steps=_window_steps(with_window),
-        resolved=n_seeds >= MIN_SEEDS_RESOLVED,
-        note=None
-        if n_seeds >= MIN_SEEDS_RESOLVED
-        else (NO_SEED_NOTE if not n_seeds else UNRESOLVED_NOTE),
-        seed_notes=notes,
-        headline=bool(with_window) and all(entry.window.headline for entry in with_window),
-        headline_note=next(
-            (entry.window.headline_note for entry in with_window if not entry.window.headline),
-            None,
-        ),
-        seed_task_types=seed_types,
-        iqm=iqm,
-    )
+    return notes
+
+
+def _iqm(
+    seed_types: list[dict[str, float]],
+    seed_means: list[float],
+    bootstrap_reps: int,
+    bootstrap_seed: int,
+) -> dict[str, Any] | None:
+    """The IQM over the seeds and task types with its stratified-bootstrap interval (None
+    without a seed; no interval below MIN_SEEDS_INTERVAL seeds)."""
+    if not seed_means:
+        return None
+    tasks, matrix = _seed_type_matrix(seed_types, seed_means)
+    iqm = stats.stratified_bootstrap_iqm(matrix, reps=bootstrap_reps, seed=bootstrap_seed)
+    enough = len(seed_means) >= MIN_SEEDS_INTERVAL
+    if not enough:
+        # Resampling one seed gives back that seed: a zero-width interval, not a result.
+        iqm.update(ci_low=None, ci_high=None)
+    return dict(iqm, tasks=tasks, note=None if enough else NEEDS_SEEDS_NOTE)
 
 
 def _window_steps(entries: list[RunEntry]) -> list[int] | None:

@@ -483,7 +483,7 @@ def _unit_summaries(
     grouped: dict[str, list[RunEntry]] = defaultdict(list)
     for entry in trained:
         grouped[unit_of[entry.run]].append(entry)
-    hashes = _content_hashes(db, [entry.run_id for entry in trained], split)
+    hashes = _content_hashes(db, [entry.identity.run_id for entry in trained], split)
     arms = [
         arm_summary(label, members, hashes, bootstrap_reps, bootstrap_seed)
         for label, members in grouped.items()

@@ -316,7 +316,7 @@ def comparisons_table(comparison: Comparison) -> TableData:
         )
         poi = row.probability_of_improvement
         notes = _pair_notes(row)
-        label_a, label_b = row.first.label or row.arm_a, row.second.label or row.arm_b
+        label_a, label_b = row.first.label or row.first.name, row.second.label or row.second.name
         table.add(
             Cell(
                 f"{label_a} vs {label_b}",
@@ -411,7 +411,7 @@ def comparison_tables(comparison: Comparison) -> list[Any]:
 
         items.append(power_table(comparison.power))
     items += [
-        f"{row.first.label or row.arm_a} vs {row.second.label or row.arm_b}: {row.note}"
+        f"{row.first.label or row.first.name} vs {row.second.label or row.second.name}: {row.note}"
         for row in comparison.not_compared
     ]
     items += [f"left out: {run}: {why}" for run, why in comparison.left_out.items()]

@@ -79,8 +79,21 @@ class _OfIdentity:
         return None if self.identity.arm is None else self.identity.arm.name
 
 
+class _OfRun(_OfIdentity):
+    """What a typed entry of one run reads from its run's identity."""
+
+    @property
+    def run(self) -> str:
+        return self.identity.run
+
+    @property
+    def seed(self) -> int | None:
+        """The run's recorded seed (None: not recorded, and then never counted as a seed)."""
+        return self.identity.seed
+
+
 @dataclass(frozen=True)
-class RunEntry(_OfIdentity):
+class RunEntry(_OfRun):
     """One run of the comparison: its identity, its window statistics and its learning curve."""
 
     identity: RunIdentity
@@ -105,18 +118,6 @@ class RunEntry(_OfIdentity):
     arm_label: str | None = None
     unit_label: str | None = None
     unit_key: str | None = None
-
-    @property
-    def run(self) -> str:
-        return self.identity.run
-
-    @property
-    def run_id(self) -> int:
-        return self.identity.run_id
-
-    @property
-    def seed(self) -> int | None:
-        return self.identity.seed
 
     @property
     def is_reference(self) -> bool:
@@ -227,7 +228,6 @@ class ArmSummary(_OfIdentity):
         return dict(zip(self.seed_runs, self.seed_window_means))
 
     def as_json(self) -> dict[str, Any]:
-        protocol = self.protocol
         return {
             "arm": self.name,
             "arm_name": self.arm_name,
@@ -236,7 +236,7 @@ class ArmSummary(_OfIdentity):
             "base_model": self.identity.base_model,
             "backend": self.identity.backend,
             "benchmark": self.identity.benchmark,
-            "protocol": protocol,
+            "protocol": self.protocol,
             "n_seeds": self.n_seeds,
             "mean": self.mean,
             "sd": self.sd,
@@ -263,27 +263,12 @@ class ArmSummary(_OfIdentity):
             "label": self.label,
             "unit_key": self.unit_key,
             "arm_stable": self.arm_stable,
-            **protocol,
+            **self.protocol,
         }
 
 
-class _UnitPair:
-    """Two units of the comparison, by their full labels."""
-
-    first: ArmSummary
-    second: ArmSummary
-
-    @property
-    def arm_a(self) -> str:
-        return self.first.name
-
-    @property
-    def arm_b(self) -> str:
-        return self.second.name
-
-
 @dataclass(frozen=True)
-class PairComparison(_UnitPair):
+class PairComparison:
     """Two units that differ only in the arm, with the test `stats.two_arm_test` chose."""
 
     first: ArmSummary
@@ -323,7 +308,7 @@ class PairComparison(_UnitPair):
 
 
 @dataclass(frozen=True)
-class NotCompared(_UnitPair):
+class NotCompared:
     """A pair of units that is not compared, and why (`differ_in` names what else differs)."""
 
     first: ArmSummary
@@ -343,7 +328,7 @@ class NotCompared(_UnitPair):
 
 
 @dataclass(frozen=True)
-class Reference:
+class Reference(_OfRun):
     """An evaluation-only run (the oracle, the random agent, a checkpoint): a level, not an arm."""
 
     identity: RunIdentity
@@ -354,10 +339,6 @@ class Reference:
     evaluation_ids: list[int]
     # The evaluation seeds its evaluations ran under (none named: not recorded).
     evaluation_seeds: list[int] = field(default_factory=list)
-
-    @property
-    def run(self) -> str:
-        return self.identity.run
 
     @property
     def agent(self) -> str | None:
@@ -477,7 +458,7 @@ class Comparison:
         return None if entry is None else self.find_arm(entry.arm_label)
 
     def pairs_of(self, arm: str) -> Iterator[PairComparison]:
-        return (pair for pair in self.pairs if arm in (pair.arm_a, pair.arm_b))
+        return (pair for pair in self.pairs if arm in (pair.first.name, pair.second.name))
 
     def reference_agents(self) -> list[Reference]:
         """The references with a level (a mean), as the plot and the cards draw them."""

@@ -199,18 +199,11 @@ def isolation_check(
     for run in runs:
         if run["seed"] is not None:
             seeds_by_arm[arm_of[run["name"]]].append(run["seed"])
-    if len(runs) < 2:
-        return {
-            "verdict": "passes",
-            "estimator_only": True,
-            "compared_runs": names,
-            "differences": [],
-            "not_recorded": [],
-            "seeds_by_arm": dict(seeds_by_arm),
-            "note": "one run: nothing to compare" if runs else "no runs: nothing to compare",
-        }
     differences: list[str] = []
     not_recorded: list[str] = []
+    if len(runs) < 2:
+        note = "one run: nothing to compare" if runs else "no runs: nothing to compare"
+        return _document(names, differences, not_recorded, seeds_by_arm, note)
     for field in SHARED_IDENTITY_FIELDS:
         _field_check(
             field,
@@ -222,17 +215,36 @@ def isolation_check(
         _field_check(field, {run["name"]: run[field] for run in runs}, differences, not_recorded)
     _seed_differences(runs, arm_of, differences, not_recorded)
     _config_differences(runs, differences, not_recorded)
+    _evaluation_differences([identities[name] for name in names], differences, not_recorded)
+    return _document(names, differences, not_recorded, seeds_by_arm)
+
+
+def _evaluation_differences(
+    identities: list[RunIdentity], differences: list[str], not_recorded: list[str]
+) -> None:
+    """The recorded facts and evaluation protocols that differ, or that some runs do not record;
+    a fact or a turn limit no run records, and a split no run names, is not checked."""
     for fact in SHARED_FACTS:
-        values = {name: identities[name].facts.get(fact) for name in names}
+        values = {identity.run: identity.facts.get(fact) for identity in identities}
         if any(value is not None for value in values.values()):
             _field_check(f"fact {fact}", values, differences, not_recorded)
     for field in PROTOCOL_FIELDS:
-        values = {name: _protocol_value(identities[name], field) for name in names}
+        values = {identity.run: _protocol_value(identity, field) for identity in identities}
         if field == "turn_limit" and all(value is None for value in values.values()):
             continue  # no run states its turn limit; a recorded difference is still caught
         if field == "split" and all(value is None for value in values.values()):
             continue  # no run names a dataset split; every evaluation is of the held-out role
         _field_check(f"evaluation {field}", values, differences, not_recorded)
+
+
+def _document(
+    names: list[str],
+    differences: list[str],
+    not_recorded: list[str],
+    seeds_by_arm: dict[str, list],
+    note: str | None = None,
+) -> dict:
+    """The isolation document, its verdict read from what differs and what is not recorded."""
     verdict = "fails" if differences else "unverifiable" if not_recorded else "passes"
     return {
         "verdict": verdict,
@@ -241,7 +253,7 @@ def isolation_check(
         "differences": differences,
         "not_recorded": not_recorded,
         "seeds_by_arm": dict(seeds_by_arm),
-        "note": None,
+        "note": note,
     }
 
 

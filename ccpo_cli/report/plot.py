@@ -15,14 +15,19 @@ Each point carries its own error bar: the t interval over seeds from two seeds o
 Retracted evaluations (left out of every number) are marked on the step axis. The file's
 extension picks the format (png, pdf, svg), the legend sits outside the axes, and the title says
 what a curve is: a mean over seeds only where there are several.
+
+One concern, kept in one file past 400 lines: the one learning-curve figure. Its curves, their
+intervals, the reference levels and the paired panel are drawn from one comparison with one
+colour per arm and one legend; split, the colours and the title's notes would be decided apart.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ccpo_cli.errors import InvalidInput
 
@@ -133,7 +138,8 @@ def paired_differences(
 def _compared_pairs(comparison: Comparison, leader: str) -> list[str]:
     """The arms compared with the leading arm (the same setting: they differ only in the arm)."""
     return [
-        pair.arm_b if pair.arm_a == leader else pair.arm_a for pair in comparison.pairs_of(leader)
+        pair.second.name if pair.first.name == leader else pair.first.name
+        for pair in comparison.pairs_of(leader)
     ]
 
 
@@ -256,26 +262,12 @@ def learning_curve_figure(comparison: Comparison):
     import matplotlib.pyplot as plt
 
     curves = seed_curves(comparison)
-    single = single_evaluation_counts(comparison)
     short = {arm.name: arm.label or arm.name for arm in comparison.arms}
     order = [arm.name for arm in comparison.arms if arm.name in curves]
     palette = _listed_colours("tab10") + _listed_colours("Dark2")
     colours = {arm: palette[index % len(palette)] for index, arm in enumerate(order)}
     leader = order[0] if order else None
-    partners = (
-        [arm for arm in _compared_pairs(comparison, leader) if arm in curves] if leader else []
-    )
-    # Read only when there are partners, that is when there is a leader.
-    leader_curves = curves[leader] if leader else {}
-    pairs = {
-        arm: {
-            seed: curve
-            for seed, curve in paired_differences(leader_curves, curves[arm]).items()
-            if curve
-        }
-        for arm in partners
-    }
-    pairs = {arm: differences for arm, differences in pairs.items() if differences}
+    pairs = _paired_to_leader(comparison, curves, leader)
     many = len(order) > 4
     if pairs:
         figure, (top, bottom) = plt.subplots(
@@ -289,89 +281,141 @@ def learning_curve_figure(comparison: Comparison):
     else:
         figure, top = plt.subplots(figsize=(11 if many else 8.5, 4.8), dpi=120)
         bottom = None
-    any_missing = any_band = any_wilson = False
-    seed_counts = []
-    last_step = 0
-    for arm in order:
-        points = pointwise(curves[arm])
-        if not points:
-            continue
-        n_seeds = len(curves[arm])
-        seed_counts.append(n_seeds)
-        if n_seeds == 1 and arm in single:
-            points = _with_wilson(points, single[arm])
-        any_missing |= any(point["missing"] for point in points)
-        any_band |= any(
-            point["low"] is not None and point.get("interval") != "wilson" for point in points
-        )
-        any_wilson |= any(point.get("interval") == "wilson" for point in points)
-        last_step = max(last_step, points[-1]["step"])
-        _draw_curve(
-            top,
-            points,
-            colours[arm],
-            f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})",
-        )
+    drawn = _draw_arm_curves(top, comparison, curves, order, colours, short)
     _mark_retracted(top, comparison, colours)
-    for level in comparison.untrained:
-        if level.arm in colours:
-            top.axhline(
-                level.mean, color=colours[level.arm], linestyle=":", linewidth=0.9, alpha=0.8
-            )
-    for index, reference in enumerate(comparison.reference_agents()):
-        assert reference.mean is not None  # reference_agents() keeps the references with a level
-        top.axhline(
-            reference.mean,
-            color="black",
-            linestyle=("--", "-.", ":")[index % 3],
-            linewidth=0.9,
-            label=f"reference: {reference.label} ({reference.mean:.1f}%)",
-        )
+    _draw_levels(top, comparison, colours)
     start, window_label = _window(comparison)
     if start is not None:
-        top.axvspan(start, max(last_step, start), color="grey", alpha=0.12, label=window_label)
+        top.axvspan(
+            start, max(drawn.last_step, start), color="grey", alpha=0.12, label=window_label
+        )
     top.set_ylim(0, 100)
     split = comparison.split
     top.set_ylabel(f"{'held-out' if split == 'heldout' else split} success (%)")
-    if seed_counts and max(seed_counts) == 1:
-        notes = ["one seed per curve: its evaluations"]
-    elif seed_counts and min(seed_counts) == 1:
-        notes = ["mean over seeds where a curve has several (seeds in the legend)"]
-    else:
-        notes = ["mean over seeds at each step"]
-    if any_band:
-        notes.append(f"band and bars = {INTERVAL_LABEL}")
-    if any_wilson:
-        notes.append("one-seed bars = 95 % Wilson interval of the evaluation")
-    if any_missing:
-        notes.append("hollow = some seeds not evaluated there")
-    if comparison.untrained:
-        notes.append("dotted = untrained (step 0)")
-    top.set_title("; ".join(notes), fontsize="medium", wrap=True)
+    top.set_title("; ".join(drawn.notes(comparison)), fontsize="medium", wrap=True)
     if top.get_legend_handles_labels()[0]:
         # Outside the axes: a long label or many arms never cover the curves or run off the figure.
         top.legend(
             fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0
         )
     if bottom is not None:
-        for arm, differences in pairs.items():
-            points = pointwise(differences)
-            _draw_curve(
-                bottom,
-                points,
-                colours[arm],
-                f"{short.get(leader or '', leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)",
-            )
-        bottom.axhline(0.0, color="black", linewidth=0.8)
-        bottom.set_ylabel("difference, same seed (points)")
-        bottom.set_title(
-            "Paired difference to the leading arm (band = 95 % t interval over pairs)",
-            fontsize="medium",
-        )
-        bottom.legend(
-            fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0
-        )
-        bottom.set_xlabel("training step")
+        _draw_differences(bottom, pairs, colours, short, leader)
     else:
         top.set_xlabel("training step")
     return figure
+
+
+def _paired_to_leader(
+    comparison: Comparison, curves: dict, leader: str | None
+) -> dict[str, dict[Any, Any]]:
+    """Per arm compared with the leading arm, its per-seed differences to the leader on the
+    seeds both ran (arms without one are left out)."""
+    if leader is None:
+        return {}
+    partners = [arm for arm in _compared_pairs(comparison, leader) if arm in curves]
+    pairs = {
+        arm: {
+            seed: curve
+            for seed, curve in paired_differences(curves[leader], curves[arm]).items()
+            if curve
+        }
+        for arm in partners
+    }
+    return {arm: differences for arm, differences in pairs.items() if differences}
+
+
+@dataclass
+class _DrawnCurves:
+    """What the drawn curves show, for the figure's title: seeds per curve, and whether any
+    point misses seeds or carries a band or a one-seed Wilson interval."""
+
+    seed_counts: list[int] = field(default_factory=list)
+    last_step: int = 0
+    any_missing: bool = False
+    any_band: bool = False
+    any_wilson: bool = False
+
+    def notes(self, comparison: Comparison) -> list[str]:
+        counts = self.seed_counts
+        if counts and max(counts) == 1:
+            notes = ["one seed per curve: its evaluations"]
+        elif counts and min(counts) == 1:
+            notes = ["mean over seeds where a curve has several (seeds in the legend)"]
+        else:
+            notes = ["mean over seeds at each step"]
+        if self.any_band:
+            notes.append(f"band and bars = {INTERVAL_LABEL}")
+        if self.any_wilson:
+            notes.append("one-seed bars = 95 % Wilson interval of the evaluation")
+        if self.any_missing:
+            notes.append("hollow = some seeds not evaluated there")
+        if comparison.untrained:
+            notes.append("dotted = untrained (step 0)")
+        return notes
+
+
+def _draw_arm_curves(
+    axes, comparison: Comparison, curves: dict, order: list[str], colours: dict, short: dict
+) -> _DrawnCurves:
+    """Each arm's curve over its seeds (a one-seed curve with its evaluations' Wilson bars)."""
+    single = single_evaluation_counts(comparison)
+    drawn = _DrawnCurves()
+    for arm in order:
+        points = pointwise(curves[arm])
+        if not points:
+            continue
+        n_seeds = len(curves[arm])
+        drawn.seed_counts.append(n_seeds)
+        if n_seeds == 1 and arm in single:
+            points = _with_wilson(points, single[arm])
+        drawn.any_missing |= any(point["missing"] for point in points)
+        drawn.any_band |= any(
+            point["low"] is not None and point.get("interval") != "wilson" for point in points
+        )
+        drawn.any_wilson |= any(point.get("interval") == "wilson" for point in points)
+        drawn.last_step = max(drawn.last_step, points[-1]["step"])
+        _draw_curve(
+            axes,
+            points,
+            colours[arm],
+            f"{short.get(arm, arm)} ({n_seeds} seed{'s' if n_seeds != 1 else ''})",
+        )
+    return drawn
+
+
+def _draw_levels(axes, comparison: Comparison, colours: dict) -> None:
+    """The untrained level of each arm (dotted, its colour) and each reference agent's level."""
+    for level in comparison.untrained:
+        if level.arm in colours:
+            axes.axhline(
+                level.mean, color=colours[level.arm], linestyle=":", linewidth=0.9, alpha=0.8
+            )
+    for index, reference in enumerate(comparison.reference_agents()):
+        assert reference.mean is not None  # reference_agents() keeps the references with a level
+        axes.axhline(
+            reference.mean,
+            color="black",
+            linestyle=("--", "-.", ":")[index % 3],
+            linewidth=0.9,
+            label=f"reference: {reference.label} ({reference.mean:.1f}%)",
+        )
+
+
+def _draw_differences(axes, pairs: dict, colours: dict, short: dict, leader: str | None) -> None:
+    """The lower panel: each compared arm's paired difference to the leading arm, per step."""
+    for arm, differences in pairs.items():
+        points = pointwise(differences)
+        _draw_curve(
+            axes,
+            points,
+            colours[arm],
+            f"{short.get(leader or '', leader)} - {short.get(arm, arm)} ({len(differences)} paired seeds)",
+        )
+    axes.axhline(0.0, color="black", linewidth=0.8)
+    axes.set_ylabel("difference, same seed (points)")
+    axes.set_title(
+        "Paired difference to the leading arm (band = 95 % t interval over pairs)",
+        fontsize="medium",
+    )
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    axes.set_xlabel("training step")

@@ -182,27 +182,41 @@ def pair_power(
         )
     decided = two_arm_test(seed_means_a, seed_means_b, paired_by_design=paired_seeds)
     if decided["test"] == PAIRED:
-        sd = decided["sd"]
-        result.update(
-            test=PAIRED,
-            n_pairs=decided["n"],
-            seeds_left_out=decided["seeds_left_out"],
-            observed_difference=decided["difference"],
-            sd=sd,
-            power_method=EXACT_POWER,
-        )
-        if not sd:
-            result["note"] = "the paired differences do not vary: power is undefined"
-            return result
-        result["p"] = decided["p"]
-        result["mdd"] = paired_mdd(sd, decided["n"], alpha, power)
-        if detect is not None:
-            result["seeds_needed"] = paired_seeds_needed(detect, sd, alpha, power)
-        return result
+        return _paired_power(result, decided)
     if len(seed_means_a) < MIN_SEEDS or len(seed_means_b) < MIN_SEEDS:
         result["note"] = NEEDS_SEEDS_NOTE
         return result
-    a, b = list(seed_means_a.values()), list(seed_means_b.values())
+    return _welch_power(result, list(seed_means_a.values()), list(seed_means_b.values()), decided)
+
+
+def _paired_power(result: dict[str, Any], decided: dict[str, Any]) -> dict[str, Any]:
+    """`result` with the paired test's power: its mdd and, to `detect`, the pairs needed; none
+    when the paired differences do not vary."""
+    sd = decided["sd"]
+    result.update(
+        test=PAIRED,
+        n_pairs=decided["n"],
+        seeds_left_out=decided["seeds_left_out"],
+        observed_difference=decided["difference"],
+        sd=sd,
+        power_method=EXACT_POWER,
+    )
+    if not sd:
+        result["note"] = "the paired differences do not vary: power is undefined"
+        return result
+    alpha, power, detect = result["alpha"], result["power"], result["detect"]
+    result["p"] = decided["p"]
+    result["mdd"] = paired_mdd(sd, decided["n"], alpha, power)
+    if detect is not None:
+        result["seeds_needed"] = paired_seeds_needed(detect, sd, alpha, power)
+    return result
+
+
+def _welch_power(
+    result: dict[str, Any], a: list[float], b: list[float], decided: dict[str, Any]
+) -> dict[str, Any]:
+    """`result` with Welch's test's power over every seed of both arms (each has at least
+    MIN_SEEDS); none when neither arm's seeds spread."""
     sd_a, sd_b = _sd(a), _sd(b)
     # Each arm has at least MIN_SEEDS (2) seeds here, so each has an sd.
     assert sd_a is not None and sd_b is not None
@@ -216,6 +230,7 @@ def pair_power(
     if not sd_a and not sd_b:
         result["note"] = "no spread over seeds in either arm: power is undefined"
         return result
+    alpha, power, detect = result["alpha"], result["power"], result["detect"]
     result["p"] = decided["p"]
     result["mdd"] = welch_mdd(sd_a, len(a), sd_b, len(b), alpha, power)
     if detect is not None:
@@ -252,8 +267,8 @@ def power_report(
     """
     pairs = [
         {
-            "arm_a": comparison.arm_a,
-            "arm_b": comparison.arm_b,
+            "arm_a": comparison.first.name,
+            "arm_b": comparison.second.name,
             **pair_power(
                 comparison.first.seed_means,
                 comparison.second.seed_means,

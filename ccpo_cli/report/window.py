@@ -10,9 +10,9 @@ texts, the compare document, tables, cards) is generated from:
   and `run_window_start` reads that recorded start before the default, so `compare` and `card`
   of a matrix run average the window its matrix compared.
 
-The statistics: the evaluations of its protocol from the window start on, their mean and sd,
-the trend test over them, the best point with its selection bias, and the noise of one
-evaluation. The window holds evaluations of one protocol, the run's recorded one
+The statistics, typed (`Window`, `BestPoint`, each writing the compare document's keys): the
+evaluations of its protocol from the window start on, their mean and sd, the trend test over
+them (`stats.Trend`), the best point with its selection bias, and the noise of one evaluation. The window holds evaluations of one protocol, the run's recorded one
 (`store.identity`: the episodes and temperature most of its evaluations used); evaluations of
 another protocol in the window are listed as left out. A window of fewer than
 `MIN_HEADLINE_EVALUATIONS` is never a headline, and one of fewer than `stats.MIN_TREND_POINTS`
@@ -20,6 +20,10 @@ is never called converged. A window whose slope interval excludes 0 is "not conv
 best point's bias is then measured on the detrended noise.
 
 The rules import nothing heavy (`--help` states them); the statistics import numpy when they run.
+
+One concern, kept in one file past 400 lines: a run's window, where it starts and what is
+measured over it. The statistics read the start the rules give, and docs/architecture.md names
+this one module for both; split, the window start and its statistics would be two places.
 """
 
 from __future__ import annotations
