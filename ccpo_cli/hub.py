@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import sqlite_utils
 
@@ -37,6 +37,7 @@ from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (
+    HubAccess,
     HubTimeouts,
     hub_timeouts,
     resolve_timeouts,
@@ -217,19 +218,15 @@ def publish_run(
     staging: Path,
     revision: str = "main",
     private: bool | None = None,
-    token: str | None = None,
-    endpoint: str | None = None,
     checkpoint: Path | None = None,
     dry_run: bool = False,
     window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
     verl_agent_home: Path | None = None,
     merged_dir: Path | None = None,
-    deadline: str | float | None = None,
     log: Callable[[str], None] | None = None,
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """Stage the card of `run`, then either write the commit plan (dry run, no network) or push
     it and record the publication in runs.db. Returns the plan or the publication.
@@ -237,12 +234,43 @@ def publish_run(
     A verl `global_step_N` checkpoint is first merged by verl-agent's own merger and verified
     (locally, in a dry run too); the merged folder, with its ccpo-merge.json, is what goes up,
     and the card's checkpoint step is the checkpoint's."""
-    where = _repository_settings(run, repo_id, revision, status, private, endpoint)
-    timeouts = resolve_timeouts(timeout, deadline)
+    where = _repository_settings(run, repo_id, revision, status, private, access.get("endpoint"))
+    timeouts = resolve_timeouts(access.get("timeout"), access.get("deadline"))
     verl, checkpoint_step = _checked_checkpoint(
         db, run, repo_id, checkpoint, checkpoint_step, merged_dir
     )
-    stage = partial(
+    stage = _card_stager(db, run, staging, status, repo_id, window_start, license, checkpoint_step)
+    staged = stage(
+        sending_checkpoint=checkpoint is not None, clobber_hint="choose another --staging folder"
+    )
+    plan, checkpoint = _written_plan(staged, verl, checkpoint, verl_agent_home, merged_dir, where)
+    if dry_run:
+        return {"dry_run": True, **plan}
+    result = push(
+        staged,
+        token=resolve_token(access.get("token"), access.get("token_file")),
+        checkpoint=checkpoint,
+        timeouts=timeouts,
+        log=log,
+        restage=lambda weights: stage(weights=weights, force=True),
+        **where,
+    )
+    return _recorded(db, run, status, staged, plan, result, sent_checkpoint=checkpoint is not None)
+
+
+def _card_stager(
+    db: sqlite_utils.Database,
+    run: str,
+    staging: Path,
+    status: str,
+    repo_id: str,
+    window_start: int | None,
+    license: str | None,  # noqa: A002 - the metadata key's name
+    checkpoint_step: int | None,
+) -> Callable[..., StagedCard]:
+    """How one publish stages its card: now, and again once the weights' commit is known (the
+    card then cites it), always with the same run, status, repository, window, license and step."""
+    return partial(
         stage_card,
         db,
         run,
@@ -253,22 +281,6 @@ def publish_run(
         license=license,
         checkpoint_step=checkpoint_step,
     )
-    staged = stage(
-        sending_checkpoint=checkpoint is not None, clobber_hint="choose another --staging folder"
-    )
-    plan, checkpoint = _written_plan(staged, verl, checkpoint, verl_agent_home, merged_dir, where)
-    if dry_run:
-        return {"dry_run": True, **plan}
-    result = push(
-        staged,
-        token=resolve_token(token, token_file),
-        checkpoint=checkpoint,
-        timeouts=timeouts,
-        log=log,
-        restage=lambda weights: stage(weights=weights, force=True),
-        **where,
-    )
-    return _recorded(db, run, status, staged, plan, result, sent_checkpoint=checkpoint is not None)
 
 
 def _repository_settings(

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_transport import (
@@ -172,6 +172,18 @@ def token_source(explicit: str | None = None, token_file: Path | None = None) ->
     if get_token():
         return "the saved login (hf auth login)"
     return "none found (--token-file, --token -, HF_TOKEN or hf auth login): a push would fail with exit 4"
+
+
+class HubAccess(TypedDict, total=False):
+    """How a Hub command reaches the Hub, as its options say it (one option group, declared
+    once): --token (``-`` reads stdin), --token-file, --timeout, --deadline and --endpoint. What
+    is left out falls back as `resolve_token`, `resolve_timeouts` and --endpoint's rule say."""
+
+    token: str | None
+    token_file: Path | None
+    timeout: str | None
+    deadline: str | float | None
+    endpoint: str | None
 
 
 @dataclass(frozen=True)
@@ -582,7 +594,6 @@ class HubClient:
         kwargs: dict,
         *,
         deadline: float,
-        answer_cap: int | None,
         transfer_cap: int | None,
     ) -> Any:
         left = self.deadline.remaining()
@@ -592,7 +603,6 @@ class HubClient:
             with limited_call(
                 self.timeouts.limits(),
                 deadline=min(deadline, left),
-                answer_cap=answer_cap,
                 transfer_cap=transfer_cap,
             ):
                 return function(*args, **kwargs)
@@ -605,16 +615,15 @@ class HubClient:
         function: Callable,
         *args: Any,
         transfer_bytes: int | None = None,
-        answer_cap: int | None = None,
         transfer_cap: int | None = None,
-        retry: bool = True,
         whole_deadline: bool = False,
         **kwargs: Any,
     ) -> Any:
         """`function(*args, **kwargs)` as one Hub call: a metadata call under the metadata deadline,
         or (`transfer_bytes` given) a transfer whose deadline grows with its size, or
         (`whole_deadline`, a download of unknown size) one under what is left of the command's;
-        `transfer_cap` bounds a download's answer. `retry=False` leaves retrying to the caller."""
+        `transfer_cap` bounds a download's answer (any other answer is held to `answer_cap`);
+        what `rule` calls transient is tried again."""
         deadline = math.inf if whole_deadline else self.timeouts.deadline
         if transfer_bytes is not None:
             deadline = self.timeouts.transfer_deadline(transfer_bytes)
@@ -622,16 +631,10 @@ class HubClient:
         for attempt in range(self.rule.attempts):
             try:
                 return self._once(
-                    what,
-                    function,
-                    args,
-                    kwargs,
-                    deadline=deadline,
-                    answer_cap=answer_cap,
-                    transfer_cap=transfer_cap,
+                    what, function, args, kwargs, deadline=deadline, transfer_cap=transfer_cap
                 )
             except HubCallError as failure:
-                if not (retry and self.rule.transient(failure)):
+                if not self.rule.transient(failure):
                     raise
                 if attempt + 1 == self.rule.attempts:
                     raise _gave_up(failure, attempt + 1) from None
@@ -656,9 +659,7 @@ class HubClient:
         self.deadline.extend(max(size_bytes, 0) / self.timeouts.min_rate)
         for attempt in range(self.rule.attempts):
             try:
-                oid = self._once(
-                    what, send, (), {}, deadline=deadline, answer_cap=None, transfer_cap=None
-                )
+                oid = self._once(what, send, (), {}, deadline=deadline, transfer_cap=None)
                 if not isinstance(oid, str) or not oid:
                     raise HubCallError(
                         f"{self.repo_id}: {what} failed: the Hub's answer names no commit",

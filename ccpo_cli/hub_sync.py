@@ -29,7 +29,7 @@ import tempfile
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import sqlite_utils
 
@@ -38,6 +38,7 @@ from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (
     DEFAULT_RULE,
     Deadline,
+    HubAccess,
     HubCallError,
     HubClient,
     HubTimeouts,
@@ -533,23 +534,12 @@ def sync_push(
     db: sqlite_utils.Database,
     repo_id: str,
     *,
-    token: str | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
-    endpoint: str | None = None,
     public: bool = False,
     limits: SyncLimits = SyncLimits(),
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """`ccpo sync push` as one call: the token and timeouts resolved as every Hub command does."""
-    return push(
-        db,
-        repo_id,
-        token=resolve_token(token, token_file),
-        endpoint=endpoint,
-        timeouts=resolve_timeouts(timeout),
-        public=public,
-        limits=limits,
-    )
+    return push(db, repo_id, public=public, limits=limits, **_reached(access))
 
 
 def sync_pull(
@@ -557,19 +547,17 @@ def sync_pull(
     repo_id: str,
     *,
     revision: str | None = None,
-    token: str | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
-    endpoint: str | None = None,
     limits: SyncLimits = SyncLimits(),
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """`ccpo sync pull` as one call."""
-    return pull(
-        db,
-        repo_id,
-        revision=revision,
-        token=resolve_token(token, token_file),
-        endpoint=endpoint,
-        timeouts=resolve_timeouts(timeout),
-        limits=limits,
-    )
+    return pull(db, repo_id, revision=revision, limits=limits, **_reached(access))
+
+
+def _reached(access: HubAccess) -> dict[str, Any]:
+    """The token, endpoint and timeouts the Hub options name, resolved (in that order)."""
+    return {
+        "token": resolve_token(access.get("token"), access.get("token_file")),
+        "endpoint": access.get("endpoint"),
+        "timeouts": resolve_timeouts(access.get("timeout"), access.get("deadline")),
+    }
