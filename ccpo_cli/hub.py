@@ -365,45 +365,31 @@ def _checked_checkpoint(
     merged_dir: Path | None,
 ) -> tuple[Any, int | None]:
     """The verl checkpoint --checkpoint names (None for a model folder or none) and the card's
-    checkpoint step, checked before anything is staged."""
-    verl = _verl_checkpoint(checkpoint, merged_dir)
-    if verl is not None:
-        step = _checkpoint_step(verl, step)
-    if checkpoint is None and step is not None:
-        _refuse_unpublished_step(db, run, repo_id, step)
-    return verl, step
-
-
-def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, step: int) -> None:
-    """Without --checkpoint nothing is uploaded: the card may name only weights already landed."""
+    checkpoint step, checked before anything is staged: --merged-dir applies to a verl
+    checkpoint only; the card's step is a verl checkpoint's own (--checkpoint-step may only
+    agree); without --checkpoint nothing is uploaded, so the card may name only weights already
+    landed."""
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
     from ccpo_cli.cards.evidence import landed_checkpoint_steps
 
-    if step not in landed_checkpoint_steps(db, run, repo_id):
+    verl = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
+    if verl is None and merged_dir is not None:
+        raise InvalidInput(
+            f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one"
+        )
+    if verl is not None and verl.step is not None:
+        if step is not None and step != verl.step:
+            raise InvalidInput(
+                f"--checkpoint-step {step}, but {verl.folder} is the checkpoint of step {verl.step}"
+            )
+        step = verl.step
+    if (
+        checkpoint is None
+        and step is not None
+        and step not in landed_checkpoint_steps(db, run, repo_id)
+    ):
         raise InvalidInput(
             f"--checkpoint-step {step}: no upload of that step's checkpoint to {repo_id} is recorded "
             "as landed, and the card would say it is published there; give --checkpoint to upload it"
         )
-
-
-def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
-    """The verl checkpoint that --checkpoint names, None for a model folder."""
-    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
-
-    found = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
-    if found is None and merged_dir is not None:
-        raise InvalidInput(
-            f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one"
-        )
-    return found
-
-
-def _checkpoint_step(verl_checkpoint: Any, step: int | None) -> int | None:
-    """The card's checkpoint step is the checkpoint's own; --checkpoint-step may only agree."""
-    if verl_checkpoint.step is None:
-        return step
-    if step is not None and step != verl_checkpoint.step:
-        raise InvalidInput(
-            f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
-            f"{verl_checkpoint.step}"
-        )
-    return verl_checkpoint.step
+    return verl, step

@@ -42,6 +42,7 @@ from ccpo_cli.hub_transport import (
     install_limits,
     limited_call,
     remove_limits,
+    uses_httpx,
 )
 
 TIMEOUT_ENV = "CCPO_HUB_TIMEOUT"
@@ -640,6 +641,40 @@ class HubClient:
                     raise _gave_up(failure, attempt + 1) from None
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def file_blocks(
+        self, path_in_repo: str, revision: str, repo_type: str | None = None
+    ) -> Iterator[bytes]:
+        """One file as the Hub serves it at `revision`, streamed in blocks (never held whole in
+        memory), on whichever HTTP client this huggingface_hub talks; iterated inside `call`,
+        so the transfer's limits hold. Close it when done (contextlib.closing)."""
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        from ccpo_cli import __version__
+
+        url = hf_hub_url(
+            self.repo_id,
+            path_in_repo,
+            repo_type=repo_type,
+            revision=revision,
+            endpoint=self.api.endpoint,
+        )
+        headers = build_hf_headers(
+            token=self.token, library_name="ccpo", library_version=__version__
+        )
+        session = get_session()
+        if uses_httpx():  # huggingface_hub 1.x/2.x: httpx (a requests session's `stream` is a flag)
+            with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
+                hf_raise_for_status(response)
+                yield from response.iter_bytes(1 << 16)
+        else:  # 0.3x: requests
+            response = session.get(url, headers=headers, stream=True, allow_redirects=True)
+            try:
+                hf_raise_for_status(response)
+                yield from response.iter_content(1 << 16)
+            finally:
+                response.close()
 
     def commit(
         self,

@@ -25,6 +25,7 @@ download, and a pull reads the part paths a push writes.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from itertools import islice
@@ -47,7 +48,7 @@ from ccpo_cli.hub_access import (
     resolve_timeouts,
     resolve_token,
 )
-from ccpo_cli.hub_transport import AnswerTooLarge, uses_httpx
+from ccpo_cli.hub_transport import AnswerTooLarge
 from ccpo_cli.names import check_repo_id
 
 REPO_TYPE = "dataset"
@@ -86,30 +87,9 @@ def _download(
 ) -> None:
     """One file of the dataset at `revision` into `target`, never more than `cap` bytes taken
     (the transport cuts the answer; this stops a short-sized part too)."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
-    url = hf_hub_url(
-        client.repo_id,
-        path_in_repo,
-        repo_type=REPO_TYPE,
-        revision=revision,
-        endpoint=client.api.endpoint,
-    )
-    headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
-    session = get_session()
-    with open(target, "wb") as handle:
-        if uses_httpx():  # huggingface_hub 1.x/2.x; a requests session's `stream` is a flag
-            with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
-                hf_raise_for_status(response)
-                _write_capped(response.iter_bytes(1 << 16), handle, cap)
-        else:  # requests (huggingface_hub 0.3x)
-            response = session.get(url, headers=headers, stream=True, allow_redirects=True)
-            try:
-                hf_raise_for_status(response)
-                _write_capped(response.iter_content(1 << 16), handle, cap)
-            finally:
-                response.close()
+    blocks = client.file_blocks(path_in_repo, revision, repo_type=REPO_TYPE)
+    with open(target, "wb") as handle, contextlib.closing(blocks):
+        _write_capped(blocks, handle, cap)
 
 
 def download_part(
