@@ -35,11 +35,12 @@ from ccpo_cli import store
 from ccpo_cli.cards.fences import merge_into_remote
 from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
-from ccpo_cli.errors import InvalidInput, RemoteError
+from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import (
     HubAccess,
     HubTimeouts,
     hub_timeouts,
+    required_token,
     resolve_timeouts,
     resolve_token,
 )
@@ -140,10 +141,7 @@ def push(
     card's commit is tagged `final`. `restage(weights)` renders the card again citing the
     weights' commit (`repo_id`, `commit`, `revision`, `step`) once it is known. Returns what
     happened (no secrets)."""
-    if not token:
-        raise RemoteError(
-            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
-        )
+    token = required_token(token)
     with hub_timeouts(timeouts or resolve_timeouts()):
         session = open_session(
             repo_id,

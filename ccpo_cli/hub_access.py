@@ -155,6 +155,16 @@ def resolve_token(explicit: str | None = None, token_file: Path | None = None) -
     return None if saved is None else _checked_token(saved, "the saved login (hf auth login)")
 
 
+def required_token(token: str | None, where: str = "") -> str:
+    """`token`, or RemoteError (exit 4) saying how to give one (`where` names the option)."""
+    if not token:
+        raise RemoteError(
+            f"{where}no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
+            "`hf auth login`"
+        )
+    return token
+
+
 def token_source(explicit: str | None = None, token_file: Path | None = None) -> str:
     """Where `resolve_token` would take the token from, in words, without reading stdin or
     printing the token (a dry run says it before anything is sent)."""
@@ -500,11 +510,6 @@ class RetryRule:
 
 
 DEFAULT_RULE = RetryRule()
-
-
-def backoff_wait(attempt: int, retry_after: float | None, rule: RetryRule = DEFAULT_RULE) -> float:
-    """Seconds before attempt `attempt + 1` under `rule`."""
-    return rule.wait(attempt, retry_after)
 
 
 def _gave_up(failure: HubCallError, attempts: int) -> HubCallError:

@@ -45,6 +45,7 @@ from ccpo_cli.hub_access import (
     HubTimeouts,
     RetryRule,
     hub_timeouts,
+    required_token,
     resolve_timeouts,
     resolve_token,
 )
@@ -140,11 +141,12 @@ def _hub(
     check_endpoint_supported(
         endpoint
     )  # huggingface_hub 0.3x takes the address from HF_ENDPOINT only
-    if not token:
-        raise RemoteError(
-            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
-        )
-    api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
+    api = HfApi(
+        endpoint=endpoint,
+        token=required_token(token),
+        library_name="ccpo",
+        library_version=__version__,
+    )
     return HubClient(api, token, repo_id, timeouts, rule=rule, deadline=Deadline(limits.deadline_s))
 
 

@@ -225,8 +225,7 @@ def publisher_for(
 ) -> BackgroundPublisher:
     """The publisher `ccpo train --push-to-hub` hands its backend, every option checked (and the
     token found) before training starts."""
-    from ccpo_cli.errors import RemoteError
-    from ccpo_cli.hub_access import resolve_token
+    from ccpo_cli.hub_access import required_token, resolve_token
     from ccpo_cli.publishing.plan import verl_checkpoints
     from ccpo_cli.publishing.target import push_target
 
@@ -239,12 +238,9 @@ def publisher_for(
         window_start=window_start,
         end_wait_s=end_wait_s,
     )
-    secret = resolve_token(access.get("token"), access.get("token_file"))
-    if not secret:
-        raise RemoteError(
-            "--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
-            "`hf auth login`"
-        )
+    secret = required_token(
+        resolve_token(access.get("token"), access.get("token_file")), "--push-to-hub: "
+    )
     check_visibility(target, secret, log)
     finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == VERL else None
     return BackgroundPublisher(
