@@ -339,6 +339,12 @@ class HubCallError(RemoteError):
         self.status = status
         self.retry_after = retry_after
 
+    def said_further(self, more: str) -> HubCallError:
+        """The same failure (kind, status, Retry-After), its message followed by `more`."""
+        return HubCallError(
+            f"{self}; {more}", kind=self.kind, status=self.status, retry_after=self.retry_after
+        )
+
     @property
     def answered(self) -> bool:
         """Whether the Hub gave a definite refusal (nothing could have landed)."""
@@ -512,15 +518,6 @@ class RetryRule:
 DEFAULT_RULE = RetryRule()
 
 
-def _gave_up(failure: HubCallError, attempts: int) -> HubCallError:
-    return HubCallError(
-        f"{failure}; gave up after {attempts} attempts",
-        kind=failure.kind,
-        status=failure.status,
-        retry_after=failure.retry_after,
-    )
-
-
 class Deadline:
     """The end of one command's Hub work (time.monotonic()); a transfer moves it out by its bytes
     at the slowest rate ccpo waits for."""
@@ -578,12 +575,9 @@ class HubClient:
         if wait > self.rule.retry_after_max_s:
             raise failure
         if wait >= self.deadline.remaining():
-            raise HubCallError(
-                f"{failure}; not trying again: the wait of {wait:.0f} s would pass the command's "
-                f"deadline of {self.deadline.seconds:.0f} s",
-                kind=failure.kind,
-                status=failure.status,
-                retry_after=failure.retry_after,
+            raise failure.said_further(
+                f"not trying again: the wait of {wait:.0f} s would pass the command's "
+                f"deadline of {self.deadline.seconds:.0f} s"
             )
         if self.log is not None:
             self.log(
@@ -643,7 +637,7 @@ class HubClient:
                 if not self.rule.transient(failure):
                     raise
                 if attempt + 1 == self.rule.attempts:
-                    raise _gave_up(failure, attempt + 1) from None
+                    raise failure.said_further(f"gave up after {attempt + 1} attempts") from None
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")  # the loop returns or raises
 
@@ -719,6 +713,6 @@ class HubClient:
                 if not self.rule.transient(failure, commit=True):
                     raise
                 if attempt + 1 == self.rule.attempts:
-                    raise _gave_up(failure, attempt + 1) from None
+                    raise failure.said_further(f"gave up after {attempt + 1} attempts") from None
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")
