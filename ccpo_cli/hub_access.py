@@ -26,7 +26,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
@@ -643,7 +643,7 @@ class HubClient:
 
     def file_blocks(
         self, path_in_repo: str, revision: str, repo_type: str | None = None
-    ) -> Iterator[bytes]:
+    ) -> Generator[bytes, None, None]:
         """One file as the Hub serves it at `revision`, streamed in blocks (never held whole in
         memory), on whichever HTTP client this huggingface_hub talks; iterated inside `call`,
         so the transfer's limits hold. Close it when done (contextlib.closing)."""

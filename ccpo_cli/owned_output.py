@@ -166,10 +166,11 @@ def _replace_folder(target: Path, write: Callable[[Path], None], what: str, opti
     """A fresh hidden folder filled by `write` and marked, put at `target`: the old output is
     moved aside first (checked again: it may have changed meanwhile), put back if the move of the
     new one fails, and removed once the new one is in place."""
-    partial: Path | None = Path(
+    partial = Path(
         tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
     )
     old: Path | None = None
+    placed = False
     try:
         write(partial)
         mark_owned(partial, what)
@@ -185,9 +186,9 @@ def _replace_folder(target: Path, write: Callable[[Path], None], what: str, opti
             if old is not None:  # the old output back where it was
                 os.rename(old / target.name, target)
             raise
-        partial = None
+        placed = True
     finally:
-        if partial is not None:
+        if not placed:
             _remove(partial)
         if old is not None:
             _remove(old)
