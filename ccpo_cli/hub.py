@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import sqlite_utils
 
@@ -35,10 +35,12 @@ from ccpo_cli import store
 from ccpo_cli.cards.fences import merge_into_remote
 from ccpo_cli.cards.lint import lint_card
 from ccpo_cli.cards.staging import README_PATH, StagedCard, sha256_text, stage_card
-from ccpo_cli.errors import InvalidInput, RemoteError
+from ccpo_cli.errors import InvalidInput
 from ccpo_cli.hub_access import (
+    HubAccess,
     HubTimeouts,
     hub_timeouts,
+    required_token,
     resolve_timeouts,
     resolve_token,
 )
@@ -139,10 +141,7 @@ def push(
     card's commit is tagged `final`. `restage(weights)` renders the card again citing the
     weights' commit (`repo_id`, `commit`, `revision`, `step`) once it is known. Returns what
     happened (no secrets)."""
-    if not token:
-        raise RemoteError(
-            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
-        )
+    token = required_token(token)
     with hub_timeouts(timeouts or resolve_timeouts()):
         session = open_session(
             repo_id,
@@ -217,19 +216,15 @@ def publish_run(
     staging: Path,
     revision: str = "main",
     private: bool | None = None,
-    token: str | None = None,
-    endpoint: str | None = None,
     checkpoint: Path | None = None,
     dry_run: bool = False,
     window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
     checkpoint_step: int | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
     verl_agent_home: Path | None = None,
     merged_dir: Path | None = None,
-    deadline: str | float | None = None,
     log: Callable[[str], None] | None = None,
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """Stage the card of `run`, then either write the commit plan (dry run, no network) or push
     it and record the publication in runs.db. Returns the plan or the publication.
@@ -237,12 +232,43 @@ def publish_run(
     A verl `global_step_N` checkpoint is first merged by verl-agent's own merger and verified
     (locally, in a dry run too); the merged folder, with its ccpo-merge.json, is what goes up,
     and the card's checkpoint step is the checkpoint's."""
-    where = _repository_settings(run, repo_id, revision, status, private, endpoint)
-    timeouts = resolve_timeouts(timeout, deadline)
+    where = _repository_settings(run, repo_id, revision, status, private, access.get("endpoint"))
+    timeouts = resolve_timeouts(access.get("timeout"), access.get("deadline"))
     verl, checkpoint_step = _checked_checkpoint(
         db, run, repo_id, checkpoint, checkpoint_step, merged_dir
     )
-    stage = partial(
+    stage = _card_stager(db, run, staging, status, repo_id, window_start, license, checkpoint_step)
+    staged = stage(
+        sending_checkpoint=checkpoint is not None, clobber_hint="choose another --staging folder"
+    )
+    plan, checkpoint = _written_plan(staged, verl, checkpoint, verl_agent_home, merged_dir, where)
+    if dry_run:
+        return {"dry_run": True, **plan}
+    result = push(
+        staged,
+        token=resolve_token(access.get("token"), access.get("token_file")),
+        checkpoint=checkpoint,
+        timeouts=timeouts,
+        log=log,
+        restage=lambda weights: stage(weights=weights, force=True),
+        **where,
+    )
+    return _recorded(db, run, status, staged, plan, result, sent_checkpoint=checkpoint is not None)
+
+
+def _card_stager(
+    db: sqlite_utils.Database,
+    run: str,
+    staging: Path,
+    status: str,
+    repo_id: str,
+    window_start: int | None,
+    license: str | None,  # noqa: A002 - the metadata key's name
+    checkpoint_step: int | None,
+) -> Callable[..., StagedCard]:
+    """How one publish stages its card: now, and again once the weights' commit is known (the
+    card then cites it), always with the same run, status, repository, window, license and step."""
+    return partial(
         stage_card,
         db,
         run,
@@ -253,22 +279,6 @@ def publish_run(
         license=license,
         checkpoint_step=checkpoint_step,
     )
-    staged = stage(
-        sending_checkpoint=checkpoint is not None, clobber_hint="choose another --staging folder"
-    )
-    plan, checkpoint = _written_plan(staged, verl, checkpoint, verl_agent_home, merged_dir, where)
-    if dry_run:
-        return {"dry_run": True, **plan}
-    result = push(
-        staged,
-        token=resolve_token(token, token_file),
-        checkpoint=checkpoint,
-        timeouts=timeouts,
-        log=log,
-        restage=lambda weights: stage(weights=weights, force=True),
-        **where,
-    )
-    return _recorded(db, run, status, staged, plan, result, sent_checkpoint=checkpoint is not None)
 
 
 def _repository_settings(
@@ -353,45 +363,31 @@ def _checked_checkpoint(
     merged_dir: Path | None,
 ) -> tuple[Any, int | None]:
     """The verl checkpoint --checkpoint names (None for a model folder or none) and the card's
-    checkpoint step, checked before anything is staged."""
-    verl = _verl_checkpoint(checkpoint, merged_dir)
-    if verl is not None:
-        step = _checkpoint_step(verl, step)
-    if checkpoint is None and step is not None:
-        _refuse_unpublished_step(db, run, repo_id, step)
-    return verl, step
-
-
-def _refuse_unpublished_step(db: sqlite_utils.Database, run: str, repo_id: str, step: int) -> None:
-    """Without --checkpoint nothing is uploaded: the card may name only weights already landed."""
+    checkpoint step, checked before anything is staged: --merged-dir applies to a verl
+    checkpoint only; the card's step is a verl checkpoint's own (--checkpoint-step may only
+    agree); without --checkpoint nothing is uploaded, so the card may name only weights already
+    landed."""
+    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
     from ccpo_cli.cards.evidence import landed_checkpoint_steps
 
-    if step not in landed_checkpoint_steps(db, run, repo_id):
+    verl = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
+    if verl is None and merged_dir is not None:
+        raise InvalidInput(
+            f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one"
+        )
+    if verl is not None and verl.step is not None:
+        if step is not None and step != verl.step:
+            raise InvalidInput(
+                f"--checkpoint-step {step}, but {verl.folder} is the checkpoint of step {verl.step}"
+            )
+        step = verl.step
+    if (
+        checkpoint is None
+        and step is not None
+        and step not in landed_checkpoint_steps(db, run, repo_id)
+    ):
         raise InvalidInput(
             f"--checkpoint-step {step}: no upload of that step's checkpoint to {repo_id} is recorded "
             "as landed, and the card would say it is published there; give --checkpoint to upload it"
         )
-
-
-def _verl_checkpoint(checkpoint: Path | None, merged_dir: Path | None):
-    """The verl checkpoint that --checkpoint names, None for a model folder."""
-    from ccpo_cli.backends.verl.checkpoint import find_verl_checkpoint
-
-    found = find_verl_checkpoint(checkpoint) if checkpoint is not None else None
-    if found is None and merged_dir is not None:
-        raise InvalidInput(
-            f"--merged-dir applies to a verl checkpoint; --checkpoint {checkpoint} is not one"
-        )
-    return found
-
-
-def _checkpoint_step(verl_checkpoint: Any, step: int | None) -> int | None:
-    """The card's checkpoint step is the checkpoint's own; --checkpoint-step may only agree."""
-    if verl_checkpoint.step is None:
-        return step
-    if step is not None and step != verl_checkpoint.step:
-        raise InvalidInput(
-            f"--checkpoint-step {step}, but {verl_checkpoint.folder} is the checkpoint of step "
-            f"{verl_checkpoint.step}"
-        )
-    return verl_checkpoint.step
+    return verl, step

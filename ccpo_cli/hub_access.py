@@ -26,10 +26,10 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_transport import (
@@ -42,6 +42,7 @@ from ccpo_cli.hub_transport import (
     install_limits,
     limited_call,
     remove_limits,
+    uses_httpx,
 )
 
 TIMEOUT_ENV = "CCPO_HUB_TIMEOUT"
@@ -154,6 +155,16 @@ def resolve_token(explicit: str | None = None, token_file: Path | None = None) -
     return None if saved is None else _checked_token(saved, "the saved login (hf auth login)")
 
 
+def required_token(token: str | None, where: str = "") -> str:
+    """`token`, or RemoteError (exit 4) saying how to give one (`where` names the option)."""
+    if not token:
+        raise RemoteError(
+            f"{where}no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
+            "`hf auth login`"
+        )
+    return token
+
+
 def token_source(explicit: str | None = None, token_file: Path | None = None) -> str:
     """Where `resolve_token` would take the token from, in words, without reading stdin or
     printing the token (a dry run says it before anything is sent)."""
@@ -172,6 +183,18 @@ def token_source(explicit: str | None = None, token_file: Path | None = None) ->
     if get_token():
         return "the saved login (hf auth login)"
     return "none found (--token-file, --token -, HF_TOKEN or hf auth login): a push would fail with exit 4"
+
+
+class HubAccess(TypedDict, total=False):
+    """How a Hub command reaches the Hub, as its options say it (one option group, declared
+    once): --token (``-`` reads stdin), --token-file, --timeout, --deadline and --endpoint. What
+    is left out falls back as `resolve_token`, `resolve_timeouts` and --endpoint's rule say."""
+
+    token: str | None
+    token_file: Path | None
+    timeout: str | None
+    deadline: str | float | None
+    endpoint: str | None
 
 
 @dataclass(frozen=True)
@@ -315,6 +338,12 @@ class HubCallError(RemoteError):
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
+
+    def said_further(self, more: str) -> HubCallError:
+        """The same failure (kind, status, Retry-After), its message followed by `more`."""
+        return HubCallError(
+            f"{self}; {more}", kind=self.kind, status=self.status, retry_after=self.retry_after
+        )
 
     @property
     def answered(self) -> bool:
@@ -489,20 +518,6 @@ class RetryRule:
 DEFAULT_RULE = RetryRule()
 
 
-def backoff_wait(attempt: int, retry_after: float | None, rule: RetryRule = DEFAULT_RULE) -> float:
-    """Seconds before attempt `attempt + 1` under `rule`."""
-    return rule.wait(attempt, retry_after)
-
-
-def _gave_up(failure: HubCallError, attempts: int) -> HubCallError:
-    return HubCallError(
-        f"{failure}; gave up after {attempts} attempts",
-        kind=failure.kind,
-        status=failure.status,
-        retry_after=failure.retry_after,
-    )
-
-
 class Deadline:
     """The end of one command's Hub work (time.monotonic()); a transfer moves it out by its bytes
     at the slowest rate ccpo waits for."""
@@ -560,12 +575,9 @@ class HubClient:
         if wait > self.rule.retry_after_max_s:
             raise failure
         if wait >= self.deadline.remaining():
-            raise HubCallError(
-                f"{failure}; not trying again: the wait of {wait:.0f} s would pass the command's "
-                f"deadline of {self.deadline.seconds:.0f} s",
-                kind=failure.kind,
-                status=failure.status,
-                retry_after=failure.retry_after,
+            raise failure.said_further(
+                f"not trying again: the wait of {wait:.0f} s would pass the command's "
+                f"deadline of {self.deadline.seconds:.0f} s"
             )
         if self.log is not None:
             self.log(
@@ -582,7 +594,6 @@ class HubClient:
         kwargs: dict,
         *,
         deadline: float,
-        answer_cap: int | None,
         transfer_cap: int | None,
     ) -> Any:
         left = self.deadline.remaining()
@@ -592,7 +603,6 @@ class HubClient:
             with limited_call(
                 self.timeouts.limits(),
                 deadline=min(deadline, left),
-                answer_cap=answer_cap,
                 transfer_cap=transfer_cap,
             ):
                 return function(*args, **kwargs)
@@ -605,16 +615,15 @@ class HubClient:
         function: Callable,
         *args: Any,
         transfer_bytes: int | None = None,
-        answer_cap: int | None = None,
         transfer_cap: int | None = None,
-        retry: bool = True,
         whole_deadline: bool = False,
         **kwargs: Any,
     ) -> Any:
         """`function(*args, **kwargs)` as one Hub call: a metadata call under the metadata deadline,
         or (`transfer_bytes` given) a transfer whose deadline grows with its size, or
         (`whole_deadline`, a download of unknown size) one under what is left of the command's;
-        `transfer_cap` bounds a download's answer. `retry=False` leaves retrying to the caller."""
+        `transfer_cap` bounds a download's answer (any other answer is held to `answer_cap`);
+        what `rule` calls transient is tried again."""
         deadline = math.inf if whole_deadline else self.timeouts.deadline
         if transfer_bytes is not None:
             deadline = self.timeouts.transfer_deadline(transfer_bytes)
@@ -622,21 +631,49 @@ class HubClient:
         for attempt in range(self.rule.attempts):
             try:
                 return self._once(
-                    what,
-                    function,
-                    args,
-                    kwargs,
-                    deadline=deadline,
-                    answer_cap=answer_cap,
-                    transfer_cap=transfer_cap,
+                    what, function, args, kwargs, deadline=deadline, transfer_cap=transfer_cap
                 )
             except HubCallError as failure:
-                if not (retry and self.rule.transient(failure)):
+                if not self.rule.transient(failure):
                     raise
                 if attempt + 1 == self.rule.attempts:
-                    raise _gave_up(failure, attempt + 1) from None
+                    raise failure.said_further(f"gave up after {attempt + 1} attempts") from None
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def file_blocks(
+        self, path_in_repo: str, revision: str, repo_type: str | None = None
+    ) -> Generator[bytes, None, None]:
+        """One file as the Hub serves it at `revision`, streamed in blocks (never held whole in
+        memory), on whichever HTTP client this huggingface_hub talks; iterated inside `call`,
+        so the transfer's limits hold. Close it when done (contextlib.closing)."""
+        from huggingface_hub import hf_hub_url
+        from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+        from ccpo_cli import __version__
+
+        url = hf_hub_url(
+            self.repo_id,
+            path_in_repo,
+            repo_type=repo_type,
+            revision=revision,
+            endpoint=self.api.endpoint,
+        )
+        headers = build_hf_headers(
+            token=self.token, library_name="ccpo", library_version=__version__
+        )
+        session = get_session()
+        if uses_httpx():  # huggingface_hub 1.x/2.x: httpx (a requests session's `stream` is a flag)
+            with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
+                hf_raise_for_status(response)
+                yield from response.iter_bytes(1 << 16)
+        else:  # 0.3x: requests
+            response = session.get(url, headers=headers, stream=True, allow_redirects=True)
+            try:
+                hf_raise_for_status(response)
+                yield from response.iter_content(1 << 16)
+            finally:
+                response.close()
 
     def commit(
         self,
@@ -656,9 +693,7 @@ class HubClient:
         self.deadline.extend(max(size_bytes, 0) / self.timeouts.min_rate)
         for attempt in range(self.rule.attempts):
             try:
-                oid = self._once(
-                    what, send, (), {}, deadline=deadline, answer_cap=None, transfer_cap=None
-                )
+                oid = self._once(what, send, (), {}, deadline=deadline, transfer_cap=None)
                 if not isinstance(oid, str) or not oid:
                     raise HubCallError(
                         f"{self.repo_id}: {what} failed: the Hub's answer names no commit",
@@ -678,6 +713,6 @@ class HubClient:
                 if not self.rule.transient(failure, commit=True):
                     raise
                 if attempt + 1 == self.rule.attempts:
-                    raise _gave_up(failure, attempt + 1) from None
+                    raise failure.said_further(f"gave up after {attempt + 1} attempts") from None
                 self._pause(what, attempt, failure)
         raise AssertionError("unreachable")

@@ -12,6 +12,7 @@ token is only ever handed to huggingface_hub.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,6 @@ from ccpo_cli.hub_access import (
     HubTimeouts,
     RetryRule,
 )
-from ccpo_cli.hub_transport import uses_httpx
 from ccpo_cli.paths import file_sha256
 
 # Every commit ccpo makes carries this line and its publication key in the description, so a
@@ -327,26 +327,10 @@ class RepoSession:
 
 def _download_sha256(client: HubClient, path: str, revision: str) -> str:
     """The sha256 of one file as the Hub serves it at `revision`, streamed (never held in memory)."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
-    url = hf_hub_url(client.repo_id, path, revision=revision, endpoint=client.api.endpoint)
-    headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
     digest = hashlib.sha256()
-    session = get_session()
-    if uses_httpx():  # huggingface_hub 1.x/2.x: httpx (a requests session's `stream` is a flag)
-        with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
-            hf_raise_for_status(response)
-            for block in response.iter_bytes():
-                digest.update(block)
-    else:  # 0.3x: requests
-        response = session.get(url, headers=headers, stream=True, allow_redirects=True)
-        try:
-            hf_raise_for_status(response)
-            for block in response.iter_content(1 << 20):
-                digest.update(block)
-        finally:
-            response.close()
+    with contextlib.closing(client.file_blocks(path, revision)) as blocks:
+        for block in blocks:
+            digest.update(block)
     return digest.hexdigest()
 
 

@@ -25,11 +25,12 @@ download, and a pull reads the part paths a push writes.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import sqlite_utils
 
@@ -38,15 +39,17 @@ from ccpo_cli.errors import InvalidInput, RemoteError
 from ccpo_cli.hub_access import (
     DEFAULT_RULE,
     Deadline,
+    HubAccess,
     HubCallError,
     HubClient,
     HubTimeouts,
     RetryRule,
     hub_timeouts,
+    required_token,
     resolve_timeouts,
     resolve_token,
 )
-from ccpo_cli.hub_transport import AnswerTooLarge, uses_httpx
+from ccpo_cli.hub_transport import AnswerTooLarge
 from ccpo_cli.names import check_repo_id
 
 REPO_TYPE = "dataset"
@@ -85,30 +88,9 @@ def _download(
 ) -> None:
     """One file of the dataset at `revision` into `target`, never more than `cap` bytes taken
     (the transport cuts the answer; this stops a short-sized part too)."""
-    from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
-
-    url = hf_hub_url(
-        client.repo_id,
-        path_in_repo,
-        repo_type=REPO_TYPE,
-        revision=revision,
-        endpoint=client.api.endpoint,
-    )
-    headers = build_hf_headers(token=client.token, library_name="ccpo", library_version=__version__)
-    session = get_session()
-    with open(target, "wb") as handle:
-        if uses_httpx():  # huggingface_hub 1.x/2.x; a requests session's `stream` is a flag
-            with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
-                hf_raise_for_status(response)
-                _write_capped(response.iter_bytes(1 << 16), handle, cap)
-        else:  # requests (huggingface_hub 0.3x)
-            response = session.get(url, headers=headers, stream=True, allow_redirects=True)
-            try:
-                hf_raise_for_status(response)
-                _write_capped(response.iter_content(1 << 16), handle, cap)
-            finally:
-                response.close()
+    blocks = client.file_blocks(path_in_repo, revision, repo_type=REPO_TYPE)
+    with open(target, "wb") as handle, contextlib.closing(blocks):
+        _write_capped(blocks, handle, cap)
 
 
 def download_part(
@@ -159,11 +141,12 @@ def _hub(
     check_endpoint_supported(
         endpoint
     )  # huggingface_hub 0.3x takes the address from HF_ENDPOINT only
-    if not token:
-        raise RemoteError(
-            "no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run `hf auth login`"
-        )
-    api = HfApi(endpoint=endpoint, token=token, library_name="ccpo", library_version=__version__)
+    api = HfApi(
+        endpoint=endpoint,
+        token=required_token(token),
+        library_name="ccpo",
+        library_version=__version__,
+    )
     return HubClient(api, token, repo_id, timeouts, rule=rule, deadline=Deadline(limits.deadline_s))
 
 
@@ -532,23 +515,12 @@ def sync_push(
     db: sqlite_utils.Database,
     repo_id: str,
     *,
-    token: str | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
-    endpoint: str | None = None,
     public: bool = False,
     limits: SyncLimits = SyncLimits(),
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """`ccpo sync push` as one call: the token and timeouts resolved as every Hub command does."""
-    return push(
-        db,
-        repo_id,
-        token=resolve_token(token, token_file),
-        endpoint=endpoint,
-        timeouts=resolve_timeouts(timeout),
-        public=public,
-        limits=limits,
-    )
+    return push(db, repo_id, public=public, limits=limits, **_reached(access))
 
 
 def sync_pull(
@@ -556,19 +528,17 @@ def sync_pull(
     repo_id: str,
     *,
     revision: str | None = None,
-    token: str | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
-    endpoint: str | None = None,
     limits: SyncLimits = SyncLimits(),
+    **access: Unpack[HubAccess],
 ) -> dict[str, Any]:
     """`ccpo sync pull` as one call."""
-    return pull(
-        db,
-        repo_id,
-        revision=revision,
-        token=resolve_token(token, token_file),
-        endpoint=endpoint,
-        timeouts=resolve_timeouts(timeout),
-        limits=limits,
-    )
+    return pull(db, repo_id, revision=revision, limits=limits, **_reached(access))
+
+
+def _reached(access: HubAccess) -> dict[str, Any]:
+    """The token, endpoint and timeouts the Hub options name, resolved (in that order)."""
+    return {
+        "token": resolve_token(access.get("token"), access.get("token_file")),
+        "endpoint": access.get("endpoint"),
+        "timeouts": resolve_timeouts(access.get("timeout"), access.get("deadline")),
+    }

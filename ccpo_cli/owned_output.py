@@ -155,47 +155,61 @@ def replace_owned(
         check_output_folder(parent, option)
         check_replaceable(target, option)
         parent.mkdir(parents=True, exist_ok=True)
-    partial: Path | None = None
+    with mapped_os_errors(target, option):
+        if folder:
+            _replace_folder(target, write, what, option)
+        else:
+            _replace_file(target, write, what, option)
+
+
+def _replace_folder(target: Path, write: Callable[[Path], None], what: str, option: str) -> None:
+    """A fresh hidden folder filled by `write` and marked, put at `target`: the old output is
+    moved aside first (checked again: it may have changed meanwhile), put back if the move of the
+    new one fails, and removed once the new one is in place."""
+    partial = Path(
+        tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    )
     old: Path | None = None
+    placed = False
     try:
-        with mapped_os_errors(target, option):
-            if folder:
-                partial = Path(
-                    tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=parent)
-                )
-                write(partial)
-                (partial / MARKER).write_text(f"written by {what}\n", encoding="utf-8")
-                if os.path.lexists(target):
-                    check_replaceable(target, option)  # again: it may have changed meanwhile
-                    old = Path(
-                        tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=parent)
-                    )
-                    os.rename(target, old / target.name)
-                try:
-                    os.rename(partial, target)
-                except OSError:
-                    if old is not None:  # the old output back where it was
-                        os.rename(old / target.name, target)
-                    raise
-                partial = None
-            else:
-                handle, name = tempfile.mkstemp(
-                    prefix=f".{target.name}.", suffix=".partial", dir=parent
-                )
-                os.close(handle)
-                partial = Path(name)
-                write(partial)
-                marker = _marker_of(target)
-                if not _is_regular(marker):
-                    marker.write_text(f"written by {what}\n", encoding="utf-8")
-                check_replaceable(target, option)
-                os.replace(partial, target)
-                partial = None
+        write(partial)
+        mark_owned(partial, what)
+        if os.path.lexists(target):
+            check_replaceable(target, option)  # again: it may have changed meanwhile
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+            )
+            os.rename(target, old / target.name)
+        try:
+            os.rename(partial, target)
+        except OSError:
+            if old is not None:  # the old output back where it was
+                os.rename(old / target.name, target)
+            raise
+        placed = True
     finally:
-        if partial is not None:
+        if not placed:
             _remove(partial)
         if old is not None:
             _remove(old)
+
+
+def _replace_file(target: Path, write: Callable[[Path], None], what: str, option: str) -> None:
+    """A fresh hidden file written by `write`, its marker beside `target`, put in place by one
+    atomic replace (checked again just before); removed when anything fails."""
+    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent)
+    os.close(handle)
+    partial = Path(name)
+    try:
+        write(partial)
+        marker = _marker_of(target)
+        if not _is_regular(marker):
+            marker.write_text(f"written by {what}\n", encoding="utf-8")
+        check_replaceable(target, option)
+        os.replace(partial, target)
+    except BaseException:
+        _remove(partial)
+        raise
 
 
 __all__ = [

@@ -18,12 +18,16 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Unpack
 
 from ccpo_cli.publishing.plan import CheckpointFinder, local_checkpoints, note_end, note_evaluations
 from ccpo_cli.publishing.target import PushTarget
 from ccpo_cli.store import open_db
 from ccpo_cli.store.outbox import counts, last_push
 from ccpo_cli.vocabulary import VERL
+
+if TYPE_CHECKING:
+    from ccpo_cli.hub_access import HubAccess
 
 UPLOADER_MODULE = "ccpo_cli.publishing.uploader"
 
@@ -212,39 +216,31 @@ def publisher_for(
     repo_id: str,
     *,
     backend: str,
-    endpoint: str | None = None,
     private: bool | None = None,
-    token: str | None = None,
-    token_file: Path | None = None,
-    timeout: str | None = None,
-    deadline: float | None = None,
     end_wait_s: float | None = None,
     window_start: int | None = None,
     verl_agent: Path | None = None,
     log: Callable[[str], None] = lambda message: None,
+    **access: Unpack[HubAccess],
 ) -> BackgroundPublisher:
     """The publisher `ccpo train --push-to-hub` hands its backend, every option checked (and the
     token found) before training starts."""
-    from ccpo_cli.errors import RemoteError
-    from ccpo_cli.hub_access import resolve_token
+    from ccpo_cli.hub_access import required_token, resolve_token
     from ccpo_cli.publishing.plan import verl_checkpoints
     from ccpo_cli.publishing.target import push_target
 
     target = push_target(
         repo_id,
-        endpoint=endpoint,
+        endpoint=access.get("endpoint"),
         private=private,
-        timeout=timeout,
-        deadline=deadline,
+        timeout=access.get("timeout"),
+        deadline=access.get("deadline"),
         window_start=window_start,
         end_wait_s=end_wait_s,
     )
-    secret = resolve_token(token, token_file)
-    if not secret:
-        raise RemoteError(
-            "--push-to-hub: no Hugging Face token: pass --token-file, --token -, set HF_TOKEN or run "
-            "`hf auth login`"
-        )
+    secret = required_token(
+        resolve_token(access.get("token"), access.get("token_file")), "--push-to-hub: "
+    )
     check_visibility(target, secret, log)
     finder = (lambda db, run, run_dir: verl_checkpoints(run_dir)) if backend == VERL else None
     return BackgroundPublisher(

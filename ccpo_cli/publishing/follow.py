@@ -303,9 +303,7 @@ def _follow(
     log,
     sleep,
 ) -> dict[str, Any]:
-    from ccpo_cli.errors import RemoteError
     from ccpo_cli.store.outbox import retry_failed as queue_failed_again
-    from ccpo_cli.store.outbox import weights_without_card
 
     if retry_failed and _known_run(db, run) is not None:
         again = queue_failed_again(db, run, target.repo_id)
@@ -329,6 +327,18 @@ def _follow(
         if once or (ended and not entries(db, run, target.repo_id, state="pending")):
             break
         sleep(poll_s)
+    return _outcome(db, run, target, uploader, ended=ended, attempted=attempted)
+
+
+def _outcome(
+    db, run: str, target: PushTarget, uploader: Uploader, *, ended: bool, attempted: int
+) -> dict[str, Any]:
+    """What following published, and the outbox as it stands; RemoteError (exit 4) when entries
+    were tried and none could be published, naming the last reason and any weights left up
+    without a card."""
+    from ccpo_cli.errors import RemoteError
+    from ccpo_cli.store.outbox import weights_without_card
+
     outbox = counts(db, run)
     result = {
         "run": run,

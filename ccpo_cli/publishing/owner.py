@@ -49,8 +49,8 @@ def acquire_waiting(
         try:
             return lock.acquire()
         except InvalidInput as refused:
-            if "not a regular file" in str(refused) or give_up():
-                if "not a regular file" in str(refused):
-                    raise
+            if "not a regular file" in str(refused):
+                raise
+            if give_up():
                 return None
         sleep(poll_s)

@@ -64,7 +64,7 @@ def push_target(
     endpoint: str | None = None,
     private: bool | None = None,
     timeout: str | None = None,
-    deadline: float | None = None,
+    deadline: str | float | None = None,
     revision: str = "main",
     window_start: int | None = None,
     license: str | None = None,  # noqa: A002 - the metadata key's name
