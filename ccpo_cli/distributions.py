@@ -273,13 +273,23 @@ def noncentral_t_sf(t: float, df: float, noncentrality: float) -> float:
     low, high = _normal_log_scale_law(df)
     step = 0.1 / max(math.sqrt(2.0 * df), abs(noncentrality) + 1.0)
     count = int(math.ceil((high - low) / step)) + 1
+    scales, weights, total = _trapezoid_grid(df, low, high, count)
+    arguments = (noncentrality - t * scales) / _SQRT2
+    tails = 0.5 * np.fromiter(map(math.erfc, (-arguments).tolist()), float, count)
+    return float(np.dot(weights, tails) / total)
+
+
+@functools.lru_cache(maxsize=256)
+def _trapezoid_grid(df: float, low: float, high: float, count: int) -> tuple:
+    """The grid's scales s = exp(y), its trapezoid weights and their sum. Cached: a power search
+    asks for the tail at many noncentralities on the same grid (read-only arrays)."""
     y = np.linspace(low, high, count)
     weights = np.exp(df * (y - np.expm1(2.0 * y) / 2.0))
     weights[0] *= 0.5
     weights[-1] *= 0.5
-    arguments = (noncentrality - t * np.exp(y)) / _SQRT2
-    tails = 0.5 * np.fromiter(map(math.erfc, (-arguments).tolist()), float, count)
-    return float(np.dot(weights, tails) / weights.sum())
+    scales = np.exp(y)
+    scales.flags.writeable = weights.flags.writeable = False
+    return scales, weights, weights.sum()
 
 
 def trim_mean(values: np.ndarray, proportion: float, axis: int | None = None) -> np.ndarray | float:
