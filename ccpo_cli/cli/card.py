@@ -11,6 +11,7 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
+    CardCheckpointStepOption,
     JsonOption,
     LicenseOption,
     OptionalHubRepoOption,
@@ -59,13 +60,7 @@ class CardOptions:
     repo: OptionalHubRepoOption = None
     window_start: WindowStartOption = None
     license: LicenseOption = None  # noqa: A002
-    checkpoint_step: Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help="Step of the checkpoint the card describes (default: best so far for interim, last for final).",
-        ),
-    ] = None
+    checkpoint_step: CardCheckpointStepOption = None
     force: Annotated[
         bool,
         typer.Option(

@@ -13,11 +13,13 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import STATUS_HELP, CardStatus
 from ccpo_cli.cli.common import (
+    CheckpointMergerOption,
     HubRevisionOption,
     JsonOption,
     LicenseOption,
     MergedDirOption,
     OptionalHubRepoOption,
+    PublishedCheckpointStepOption,
     WindowStartOption,
     emit_json,
     info,
@@ -82,14 +84,7 @@ class PublishOptions:
             help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.",
         ),
     ] = None
-    verl_agent_home: Annotated[
-        Path | None,
-        typer.Option(
-            "--verl-agent-home",
-            "--verl-agent",
-            help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).",
-        ),
-    ] = None
+    verl_agent_home: CheckpointMergerOption = None
     merged_dir: MergedDirOption = None
     dry_run: Annotated[
         bool,
@@ -105,13 +100,7 @@ class PublishOptions:
     ] = None
     window_start: WindowStartOption = None
     license: LicenseOption = None  # noqa: A002
-    checkpoint_step: Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help="Step of the published checkpoint (default: best so far for interim, last for final).",
-        ),
-    ] = None
+    checkpoint_step: PublishedCheckpointStepOption = None
     as_json: JsonOption = False
 
 
