@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli import completion
-from ccpo_cli.cli.card import STATUS_HELP, CardStatus
+from ccpo_cli.cli.card import CardStatus, CardStatusOption, card_status
 from ccpo_cli.cli.common import (
     CheckpointMergerOption,
     HubRevisionOption,
@@ -76,7 +76,7 @@ class PublishOptions:
             help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
         ),
     ] = False
-    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim
+    status: CardStatusOption = CardStatus.interim
     checkpoint: Annotated[
         Path | None,
         typer.Option(
@@ -148,7 +148,6 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
     from ccpo_cli.hub import publish_run
     from ccpo_cli.hub_access import token_source
     from ccpo_cli.names import default_folder, require_inside
-    from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
     from ccpo_cli.terminal_text import escape_control
 
@@ -158,14 +157,11 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
         default_folder("ccpo-publish", run), Path.cwd(), "--run"
     )
     db = open_db(settings(ctx).db, must_exist=True)
-    ready = card_readiness(db, run, options.status.value, options.window_start)
-    if options.status is CardStatus.auto:
-        info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
         db,
         run,
         options.repo,
-        status=ready.status,
+        status=card_status(ctx, db, run, options.status, options.window_start),
         staging=staging,
         **option_values(options, PUBLISH_RUN_OPTIONS),
         **dataclasses.asdict(options.hub),
