@@ -11,6 +11,7 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
+    CardCheckpointStepOption,
     JsonOption,
     LicenseOption,
     OptionalHubRepoOption,
@@ -30,9 +31,14 @@ class CardStatus(StrEnum):
     auto = "auto"  # final once the run finished, else interim (report/readiness.py)
 
 
-STATUS_HELP = (
-    "interim (run in progress), final (run finished) or auto (final once the run has finished)."
-)
+# `--status` of `ccpo card` and `ccpo publish`.
+CardStatusOption = Annotated[
+    CardStatus,
+    typer.Option(
+        "--status",
+        help="interim (run in progress), final (run finished) or auto (final once the run has finished).",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class CardOptions:
             autocompletion=completion.run_names,
         ),
     ]
-    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim
+    status: CardStatusOption = CardStatus.interim
     output: Annotated[
         Path | None,
         typer.Option(
@@ -59,13 +65,7 @@ class CardOptions:
     repo: OptionalHubRepoOption = None
     window_start: WindowStartOption = None
     license: LicenseOption = None  # noqa: A002
-    checkpoint_step: Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help="Step of the checkpoint the card describes (default: best so far for interim, last for final).",
-        ),
-    ] = None
+    checkpoint_step: CardCheckpointStepOption = None
     force: Annotated[
         bool,
         typer.Option(
@@ -86,7 +86,6 @@ def card(ctx: typer.Context, options: CardOptions) -> None:
     # Imported here: the cards pull in the comparison document (scipy) and jinja2.
     from ccpo_cli.cards.staging import stage_card
     from ccpo_cli.names import default_folder, require_inside
-    from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
 
     run = options.run
@@ -95,14 +94,11 @@ def card(ctx: typer.Context, options: CardOptions) -> None:
         or require_inside(default_folder("ccpo-card", run), Path.cwd(), "--run") / "README.md"
     )
     db = open_db(settings(ctx).db, must_exist=True)
-    ready = card_readiness(db, run, options.status.value, options.window_start)
-    if options.status is CardStatus.auto:
-        info(ctx, f"{ready.status} card ({ready.status_basis})")
     staged = stage_card(
         db,
         run,
         readme,
-        status=ready.status,
+        status=card_status(ctx, db, run, options.status, options.window_start),
         repo_id=options.repo,
         **option_values(options, ("window_start", "license", "checkpoint_step", "force")),
         merge_existing=True,
@@ -113,6 +109,19 @@ def card(ctx: typer.Context, options: CardOptions) -> None:
         written = ", ".join(str(p) for k, p in staged.files.items() if k != "README.md")
         info(ctx, f"wrote {staged.readme} and {written}")
         say(str(staged.readme))
+
+
+def card_status(
+    ctx: typer.Context, db, run: str, status: CardStatus, window_start: int | None
+) -> str:
+    """The status a card of `run` gets (`ccpo card`, `ccpo publish`): --status, or for auto the
+    one the run's state decides, said on stderr with its basis."""
+    from ccpo_cli.report.readiness import card_readiness
+
+    ready = card_readiness(db, run, status.value, window_start)
+    if status is CardStatus.auto:
+        info(ctx, f"{ready.status} card ({ready.status_basis})")
+    return ready.status
 
 
 def _staged_document(staged) -> dict:

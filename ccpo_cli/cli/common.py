@@ -155,7 +155,24 @@ HubRevisionOption = Annotated[
 ]
 
 
-# Where `ccpo eval --model` and `ccpo publish --checkpoint` put a merged verl checkpoint.
+def _verl_agent_home_option(checkpoint_flag: str) -> Any:
+    """`--verl-agent-home`: the verl-agent checkout whose merger merges the global_step_N folder
+    `checkpoint_flag` names (`ccpo eval --model`, `ccpo publish --checkpoint`)."""
+    return Annotated[
+        Path | None,
+        typer.Option(
+            "--verl-agent-home",
+            "--verl-agent",
+            help=f"verl-agent checkout whose model merger merges a global_step_N {checkpoint_flag} "
+            "(default: VERL_AGENT_HOME).",
+        ),
+    ]
+
+
+# How `ccpo eval --model` and `ccpo publish --checkpoint` merge a verl checkpoint, and where the
+# merged model goes.
+ModelMergerOption = _verl_agent_home_option("--model")
+CheckpointMergerOption = _verl_agent_home_option("--checkpoint")
 MergedDirOption = Annotated[
     Path | None,
     typer.Option(
@@ -169,6 +186,21 @@ LicenseOption = Annotated[
         "--license", help="License id, when neither the run nor its base model records one."
     ),
 ]
+
+
+def _checkpoint_step_option(checkpoint: str) -> Any:
+    """`--checkpoint-step` of `ccpo card` and `ccpo publish`: one default rule, said once."""
+    return Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-step",
+            help=f"Step of {checkpoint} (default: best so far for interim, last for final).",
+        ),
+    ]
+
+
+CardCheckpointStepOption = _checkpoint_step_option("the checkpoint the card describes")
+PublishedCheckpointStepOption = _checkpoint_step_option("the published checkpoint")
 
 
 @dataclass

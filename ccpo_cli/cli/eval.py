@@ -11,6 +11,7 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     MergedDirOption,
+    ModelMergerOption,
     SeedsOption,
     emit,
     info,
@@ -93,14 +94,7 @@ class EvalCommandOptions:
         int | None,
         typer.Option("--max-new-tokens", help="Response length limit of hf/vllm (default 512)."),
     ] = None
-    verl_agent_home: Annotated[
-        Path | None,
-        typer.Option(
-            "--verl-agent-home",
-            "--verl-agent",
-            help="verl-agent checkout whose model merger merges a global_step_N --model (default: VERL_AGENT_HOME).",
-        ),
-    ] = None
+    verl_agent_home: ModelMergerOption = None
     merged_dir: MergedDirOption = None
     output: TablesOutput = TablesOutput()
 

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.common import (
-    FormatOption,
-    JsonOption,
-    emit,
-    emit_json,
-    handle_errors,
-    info,
-    output_format,
-    say,
-)
+from ccpo_cli.cli.common import JsonOption, emit, emit_json, handle_errors, info, say
+from ccpo_cli.cli.options import Output, options_command
 
 games_app = typer.Typer(
     help="Generate and check ALFWorld games (the real engine's format).", no_args_is_help=True
@@ -89,15 +82,18 @@ def _game_entry(game) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class CheckOptions:
+    """What `ccpo games check` was asked."""
+
+    folder: Annotated[Path, typer.Argument(help="A folder of games (json_2.1.1 layout).")]
+    workers: Annotated[int, typer.Option("--workers", help="Processes checking games.")] = 1
+    output: Output = Output()
+
+
 @games_app.command("check")
-@handle_errors
-def check(
-    ctx: typer.Context,
-    folder: Annotated[Path, typer.Argument(help="A folder of games (json_2.1.1 layout).")],
-    workers: Annotated[int, typer.Option("--workers", help="Processes checking games.")] = 1,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+@options_command(CheckOptions)
+def check(ctx: typer.Context, options: CheckOptions) -> None:
     """Load every game in the real engine and win it with the planner's walkthrough.
 
     Example: ccpo games check games/train --workers 2
@@ -107,9 +103,10 @@ def check(
     from ccpo_cli.errors import InvalidInput
     from ccpo_cli.report.command_tables import games_check_table
 
-    chosen = output_format(fmt, as_json)
+    folder = options.folder
+    chosen = options.output.chosen()
     with preserved_argv():
-        report = check_games(folder, workers=workers, progress=_progress(ctx, "checked"))
+        report = check_games(folder, workers=options.workers, progress=_progress(ctx, "checked"))
     document = {
         "folder": str(folder),
         "games": len(report.games),

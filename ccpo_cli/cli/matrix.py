@@ -33,6 +33,11 @@ DESIGN_HELP = (
 )
 
 
+def design_knob(flag: str, what: str) -> typer.models.OptionInfo:
+    """An option that overrides one knob of the --design (None: the design's value)."""
+    return typer.Option(flag, help=f"{what} (default: the design's).")
+
+
 def warm_start_lines(effect: dict | None) -> list[str]:
     """`warm start: grpo trained 4 seeds, gigpo 3` and per pair the home advantage."""
     if not effect:
@@ -84,27 +89,15 @@ class MatrixOptions:
     )
     design: Annotated[str, typer.Option("--design", help=DESIGN_HELP)] = DEFAULT_DESIGN
     steps: Annotated[
-        int | None,
-        typer.Option(
-            "--steps",
-            help="Training steps per run, the warm-up's included (default: the design's).",
-        ),
+        int | None, design_knob("--steps", "Training steps per run, the warm-up's included")
     ] = None
-    tasks: Annotated[
-        int | None, typer.Option("--tasks", help="Games per step (default: the design's).")
-    ] = None
-    group: Annotated[
-        int | None, typer.Option("--group", help="Rollouts per game (default: the design's).")
-    ] = None
-    turn_limit: Annotated[
-        int | None,
-        typer.Option("--turn-limit", help="Turns per training episode (default: the design's)."),
-    ] = None
+    tasks: Annotated[int | None, design_knob("--tasks", "Games per step")] = None
+    group: Annotated[int | None, design_knob("--group", "Rollouts per game")] = None
+    turn_limit: Annotated[int | None, design_knob("--turn-limit", "Turns per training episode")] = (
+        None
+    )
     eval_turn_limit: Annotated[
-        int | None,
-        typer.Option(
-            "--eval-turn-limit", help="Turns per held-out episode (default: the design's)."
-        ),
+        int | None, design_knob("--eval-turn-limit", "Turns per held-out episode")
     ] = None
     room: Annotated[
         str | None,
@@ -115,9 +108,9 @@ class MatrixOptions:
     ] = None
     eval_every: Annotated[
         int | None,
-        typer.Option(
+        design_knob(
             "--eval-every",
-            help="Held-out evaluation every K steps from --eval-from, and at the last step (default: the design's).",
+            "Held-out evaluation every K steps from --eval-from, and at the last step",
         ),
     ] = None
     eval_games: Annotated[
@@ -146,9 +139,9 @@ class MatrixOptions:
     ] = None
     warm_start: Annotated[
         int | None,
-        typer.Option(
+        design_knob(
             "--warm-start",
-            help="Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off (default: the design's).",
+            "Shared steps before the arms fork: one warm-start arm trains them per seed (rotating, --warm-start-arms) and every arm's run forks from there; 0: off",
         ),
     ] = None
     variant: Annotated[

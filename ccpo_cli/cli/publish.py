@@ -11,13 +11,15 @@ from typing import Annotated
 import typer
 
 from ccpo_cli.cli import completion
-from ccpo_cli.cli.card import STATUS_HELP, CardStatus
+from ccpo_cli.cli.card import CardStatus, CardStatusOption, card_status
 from ccpo_cli.cli.common import (
+    CheckpointMergerOption,
     HubRevisionOption,
     JsonOption,
     LicenseOption,
     MergedDirOption,
     OptionalHubRepoOption,
+    PublishedCheckpointStepOption,
     WindowStartOption,
     emit_json,
     info,
@@ -74,7 +76,7 @@ class PublishOptions:
             help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
         ),
     ] = False
-    status: Annotated[CardStatus, typer.Option("--status", help=STATUS_HELP)] = CardStatus.interim
+    status: CardStatusOption = CardStatus.interim
     checkpoint: Annotated[
         Path | None,
         typer.Option(
@@ -82,14 +84,7 @@ class PublishOptions:
             help="Model folder to upload (then verified by sha256 and tagged step-N) before the card; a verl global_step_N folder is merged by verl-agent's own merger and verified first.",
         ),
     ] = None
-    verl_agent_home: Annotated[
-        Path | None,
-        typer.Option(
-            "--verl-agent-home",
-            "--verl-agent",
-            help="verl-agent checkout whose model merger merges a global_step_N --checkpoint (default: VERL_AGENT_HOME).",
-        ),
-    ] = None
+    verl_agent_home: CheckpointMergerOption = None
     merged_dir: MergedDirOption = None
     dry_run: Annotated[
         bool,
@@ -105,13 +100,7 @@ class PublishOptions:
     ] = None
     window_start: WindowStartOption = None
     license: LicenseOption = None  # noqa: A002
-    checkpoint_step: Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help="Step of the published checkpoint (default: best so far for interim, last for final).",
-        ),
-    ] = None
+    checkpoint_step: PublishedCheckpointStepOption = None
     as_json: JsonOption = False
 
 
@@ -159,7 +148,6 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
     from ccpo_cli.hub import publish_run
     from ccpo_cli.hub_access import token_source
     from ccpo_cli.names import default_folder, require_inside
-    from ccpo_cli.report.readiness import card_readiness
     from ccpo_cli.store import open_db
     from ccpo_cli.terminal_text import escape_control
 
@@ -169,14 +157,11 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
         default_folder("ccpo-publish", run), Path.cwd(), "--run"
     )
     db = open_db(settings(ctx).db, must_exist=True)
-    ready = card_readiness(db, run, options.status.value, options.window_start)
-    if options.status is CardStatus.auto:
-        info(ctx, f"{ready.status} card ({ready.status_basis})")
     result = publish_run(
         db,
         run,
         options.repo,
-        status=ready.status,
+        status=card_status(ctx, db, run, options.status, options.window_start),
         staging=staging,
         **option_values(options, PUBLISH_RUN_OPTIONS),
         **dataclasses.asdict(options.hub),

@@ -12,14 +12,11 @@ import typer
 
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    FormatOption,
     JsonOption,
     OutputFormat,
     emit,
     emit_json,
-    handle_errors,
     info,
-    output_format,
     say,
     settings,
     stdout_console,
@@ -188,15 +185,18 @@ def show_command(ctx: typer.Context, options: ShowOptions) -> None:
         stdout_console().print(outbox_table(document["publication_outbox"]))
 
 
+@dataclass(frozen=True)
+class DiffOptions:
+    """What `ccpo runs diff` was asked: the two runs."""
+
+    first: RunArgument
+    second: RunArgument
+    output: Output = Output()
+
+
 @runs_app.command("diff")
-@handle_errors
-def diff_command(
-    ctx: typer.Context,
-    first: RunArgument,
-    second: RunArgument,
-    as_json: JsonOption = False,
-    fmt: FormatOption = None,
-) -> None:
+@options_command(DiffOptions)
+def diff_command(ctx: typer.Context, options: DiffOptions) -> None:
     """Exactly what differs between two runs: identity, protocol facts and training config.
 
     Example: ccpo runs diff grpo-seed0 gigpo-seed0
@@ -207,6 +207,7 @@ def diff_command(
     from ccpo_cli.store.facts import run_facts
     from ccpo_cli.store.identity import run_identity
 
+    first, second = options.first, options.second
     db = open_db(settings(ctx).db, must_exist=True)
     entries = []
     for name in (first, second):
@@ -226,7 +227,7 @@ def diff_command(
             {"field": d.field, "first": d.first, "second": d.second} for d in differences
         ],
     }
-    chosen = output_format(fmt, as_json)
+    chosen = options.output.chosen()
     emit(
         chosen,
         document,

@@ -11,21 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ccpo_cli.report.tables import (
-    NAME,
-    TEXT,
-    Cell,
-    Column,
-    TableData,
-    dash_or_text,
-    name_column,
-    num,
-    number_text,
-    raw_value,
-    table_of,
-    text_column,
-    txt,
-)
+from ccpo_cli.report import tables
+from ccpo_cli.report.tables import Cell, Column, TableData
 
 
 def differences_table(differences: Sequence[Any], first: str, second: str, what: str) -> TableData:
@@ -34,7 +21,12 @@ def differences_table(differences: Sequence[Any], first: str, second: str, what:
     table = TableData(
         "differences",
         f"{what} {first} vs {second}: {len(differences)} difference(s)",
-        [text_column("field"), text_column(first), text_column(second), text_column("note")],
+        [
+            tables.text_column("field"),
+            tables.text_column(first),
+            tables.text_column(second),
+            tables.text_column("note"),
+        ],
         whole=True,
     )
     for difference in differences:
@@ -43,10 +35,10 @@ def differences_table(differences: Sequence[Any], first: str, second: str, what:
             for value in (difference.first, difference.second)
         ]
         table.add(
-            txt(difference.field),
-            Cell(dash_or_text(shown[0]), raw_value(difference.first)),
-            Cell(dash_or_text(shown[1]), raw_value(difference.second)),
-            txt(difference.note),
+            tables.txt(difference.field),
+            Cell(tables.dash_or_text(shown[0]), tables.raw_value(difference.first)),
+            Cell(tables.dash_or_text(shown[1]), tables.raw_value(difference.second)),
+            tables.txt(difference.note),
         )
     return table
 
@@ -77,23 +69,31 @@ def folded_differences(differences: Sequence[Any], first: str, second: str, what
 
 def arms_list_table(arms: list[dict]) -> TableData:
     columns = [
-        ("arm", NAME, lambda arm: txt(arm["arm"])),
-        ("estimator", NAME, lambda arm: txt(arm["estimator"])),
-        ("fingerprint", NAME, lambda arm: Cell(arm["fingerprint"][:12], arm["fingerprint"])),
-        ("description", TEXT, lambda arm: txt(arm["description"])),
+        ("arm", tables.NAME, lambda arm: tables.txt(arm["arm"])),
+        ("estimator", tables.NAME, lambda arm: tables.txt(arm["estimator"])),
+        ("fingerprint", tables.NAME, lambda arm: Cell(arm["fingerprint"][:12], arm["fingerprint"])),
+        ("description", tables.TEXT, lambda arm: tables.txt(arm["description"])),
     ]
-    return table_of(arms, columns, name="arms", title="")
+    return tables.table_of(arms, columns, name="arms", title="")
 
 
 def arm_flags_table(flags: dict[str, Any], inert: dict[str, str]) -> TableData:
     table = TableData(
         "flags",
         "",
-        [name_column("flag"), Column("value", NAME, "left"), text_column("inert because")],
+        [
+            tables.name_column("flag"),
+            Column("value", tables.NAME, "left"),
+            tables.text_column("inert because"),
+        ],
     )
     for name, value in flags.items():
         shown = '""' if value == "" else str(value)
-        table.add(txt(name), Cell(shown, value), txt(inert.get(name, ""), inert.get(name, "")))
+        table.add(
+            tables.txt(name),
+            Cell(shown, value),
+            tables.txt(inert.get(name, ""), inert.get(name, "")),
+        )
     return table
 
 
@@ -105,11 +105,16 @@ def sync_table(counts: dict[str, dict[str, int]]) -> TableData:
         key=lambda name: order.index(name) if name in order else len(order),
     )
     table = TableData(
-        "merged", "merged rows", [name_column("table"), *(Column(outcome) for outcome in outcomes)]
+        "merged",
+        "merged rows",
+        [tables.name_column("table"), *(Column(outcome) for outcome in outcomes)],
     )
     for name in ("runs", "evaluations", "conflicts", "facts", "publications"):
         if name in counts:
-            table.add(txt(name), *(num(counts[name].get(outcome, 0)) for outcome in outcomes))
+            table.add(
+                tables.txt(name),
+                *(tables.num(counts[name].get(outcome, 0)) for outcome in outcomes),
+            )
     return table
 
 
@@ -117,10 +122,10 @@ def games_check_table(folder: str, by_type: dict[str, dict[str, int]]) -> TableD
     table = TableData(
         "games",
         f"{folder}: planner walkthrough check",
-        [name_column("type"), Column("games"), Column("won")],
+        [tables.name_column("type"), Column("games"), Column("won")],
     )
     for key, row in sorted(by_type.items()):
-        table.add(txt(key), num(row["games"]), num(row["ok"]))
+        table.add(tables.txt(key), tables.num(row["games"]), tables.num(row["ok"]))
     return table
 
 
@@ -144,8 +149,8 @@ def eval_tables(document: dict) -> list[Any]:
     items.append(_eval_seeds_table(document))
     items.append(_eval_task_types_table(document))
     items.append(
-        f"success over {document['n_seeds']} seed(s): {number_text(document['mean'])} % "
-        f"± {number_text(document['sd'])} (sd over seeds)"
+        f"success over {document['n_seeds']} seed(s): {tables.number_text(document['mean'])} % "
+        f"± {tables.number_text(document['sd'])} (sd over seeds)"
     )
     return items
 
@@ -168,16 +173,16 @@ def _eval_seeds_table(document: dict) -> TableData:
     for row in document["evaluations"]:
         interval = row["wilson_95"]
         seeds.add(
-            num(row["seed"]),
-            num(row["episodes"]),
-            num(row["successes"]),
-            num(row["success"]),
+            tables.num(row["seed"]),
+            tables.num(row["episodes"]),
+            tables.num(row["successes"]),
+            tables.num(row["success"]),
             Cell(
-                f"{number_text(interval['low'])}-{number_text(interval['high'])}",
-                (raw_value(interval["low"]), raw_value(interval["high"])),
+                f"{tables.number_text(interval['low'])}-{tables.number_text(interval['high'])}",
+                (tables.raw_value(interval["low"]), tables.raw_value(interval["high"])),
             ),
-            num(row["mean_turns"]),
-            num(row["invalid_turn_rate"]),
+            tables.num(row["mean_turns"]),
+            tables.num(row["invalid_turn_rate"]),
         )
     return seeds
 
@@ -189,7 +194,7 @@ def _eval_task_types_table(document: dict) -> TableData:
         "task_types",
         "per task type (success %)",
         [
-            name_column("type"),
+            tables.name_column("type"),
             Column("episodes/seed"),
             *(Column(f"seed {seed}") for seed in seed_numbers),
             Column("mean ± sd", fields=("mean", "sd")),
@@ -201,12 +206,12 @@ def _eval_task_types_table(document: dict) -> TableData:
         cells = [row["task_types"].get(key) for row in document["evaluations"]]
         aggregate = document["task_types"][key]
         types.add(
-            txt(key),
-            num(cells[0]["episodes"] if cells[0] else None),
-            *[num(cell["success"] if cell else None) for cell in cells],
+            tables.txt(key),
+            tables.num(cells[0]["episodes"] if cells[0] else None),
+            *[tables.num(cell["success"] if cell else None) for cell in cells],
             Cell(
-                f"{number_text(aggregate['mean'])} ± {number_text(aggregate['sd'])}",
-                (raw_value(aggregate["mean"]), raw_value(aggregate["sd"])),
+                f"{tables.number_text(aggregate['mean'])} ± {tables.number_text(aggregate['sd'])}",
+                (tables.raw_value(aggregate["mean"]), tables.raw_value(aggregate["sd"])),
             ),
         )
     return types

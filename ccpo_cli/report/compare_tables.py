@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ccpo_cli.report import tables
 from ccpo_cli.report.comparison import ArmSummary, Comparison, PairComparison, RunEntry
 from ccpo_cli.report.labels import (
     LABEL_FIELDS,
@@ -23,20 +24,7 @@ from ccpo_cli.report.labels import (
     needs_legend,
 )
 from ccpo_cli.report.run_tables import benchmark_task_types
-from ccpo_cli.report.tables import (
-    NAME,
-    TEXT,
-    Cell,
-    Column,
-    TableData,
-    dash_or_text,
-    name_column,
-    num,
-    number_text,
-    raw_value,
-    text_column,
-    txt,
-)
+from ccpo_cli.report.tables import Cell, Column, TableData
 from ccpo_cli.report.window import DEFAULT_WINDOW
 
 
@@ -56,7 +44,7 @@ UNIT_FIELDS = ("arm", "label", *LABEL_FIELDS)
 
 def _unit_column() -> Column:
     # TEXT: a long label wraps between its parts rather than pushing the numbers to another page.
-    return Column("arm", TEXT, "left", fields=UNIT_FIELDS)
+    return Column("arm", tables.TEXT, "left", fields=UNIT_FIELDS)
 
 
 def _unit_cell(arm: ArmSummary | None, shown: str) -> Cell:
@@ -76,7 +64,7 @@ def arms_table(comparison: Comparison) -> TableData:
             Column("sd"),
             Column("n", fields=("n", "n_over")),
             Column("seeds"),
-            text_column("note"),
+            tables.text_column("note"),
         ],
     )
     for arm in comparison.arms:
@@ -84,11 +72,11 @@ def arms_table(comparison: Comparison) -> TableData:
         notes = "; ".join(note for note in (arm.note, *arm.seed_notes) if note)
         table.add(
             _unit_cell(arm, arm.label or arm.name),
-            num(arm.mean),
-            num(arm.sd),
+            tables.num(arm.mean),
+            tables.num(arm.sd),
             Cell(f"{arm.n} {over}", (arm.n, arm.sd_over)),
-            num(arm.n_seeds),
-            txt(notes, notes),
+            tables.num(arm.n_seeds),
+            tables.txt(notes, notes),
         )
     return table
 
@@ -116,7 +104,7 @@ def arms_ci_table(comparison: Comparison) -> TableData:
         [
             _unit_column(),
             Column("mean ± CI", fields=("mean", "ci_low", "ci_high")),
-            Column("over", NAME, "left"),
+            Column("over", tables.NAME, "left"),
             Column("n"),
             Column("seeds"),
         ],
@@ -134,10 +122,10 @@ def arms_ci_table(comparison: Comparison) -> TableData:
         )
         table.add(
             _unit_cell(arm, arm.label or arm.name),
-            Cell(shown, (raw_value(arm.mean), low, high)),
-            txt(over or "-", over or None),
-            num(arm.n),
-            num(arm.n_seeds),
+            Cell(shown, (tables.raw_value(arm.mean), low, high)),
+            tables.txt(over or "-", over or None),
+            tables.num(arm.n),
+            tables.num(arm.n_seeds),
         )
     return table
 
@@ -160,14 +148,17 @@ def units_legend_table(comparison: Comparison) -> TableData:
     table = TableData(
         "units",
         "legend: each label's full identity",
-        [text_column("label"), Column("identity", TEXT, "left", fields=_LEGEND_FIELDS)],
+        [
+            tables.text_column("label"),
+            Column("identity", tables.TEXT, "left", fields=_LEGEND_FIELDS),
+        ],
     )
     for row in legend_rows(comparison.arms):
         shown = {key: NOT_RECORDED if row[key] is None else str(row[key]) for key in _LEGEND_FIELDS}
         text = f"arm {shown['arm']} ({shown['arm_fingerprint'][:12]}), " + ", ".join(
             f"{key.replace('_', ' ')} {shown[key]}" for key in LABEL_FIELDS
         )
-        table.add(txt(row["label"]), Cell(text, tuple(row[key] for key in _LEGEND_FIELDS)))
+        table.add(tables.txt(row["label"]), Cell(text, tuple(row[key] for key in _LEGEND_FIELDS)))
     return table
 
 
@@ -176,8 +167,8 @@ def references_table(comparison: Comparison) -> TableData:
         "references",
         "reference runs (evaluation only: not arms)",
         [
-            name_column("run"),
-            name_column("agent"),
+            tables.name_column("run"),
+            tables.name_column("agent"),
             Column("held-out mean"),
             Column("sd"),
             Column("evals"),
@@ -186,12 +177,12 @@ def references_table(comparison: Comparison) -> TableData:
     )
     for reference in comparison.references:
         table.add(
-            txt(reference.run),
-            txt(reference.agent or NOT_RECORDED, reference.agent or NOT_RECORDED),
-            num(reference.mean),
-            num(reference.sd),
-            num(reference.n_evaluations),
-            num(reference.identity.protocol.episodes),
+            tables.txt(reference.run),
+            tables.txt(reference.agent or NOT_RECORDED, reference.agent or NOT_RECORDED),
+            tables.num(reference.mean),
+            tables.num(reference.sd),
+            tables.num(reference.n_evaluations),
+            tables.num(reference.identity.protocol.episodes),
         )
     return table
 
@@ -199,7 +190,7 @@ def references_table(comparison: Comparison) -> TableData:
 def _run_arm(run: RunEntry) -> str:
     if run.is_reference:
         return "(reference)"
-    return dash_or_text(run.unit_label or run.arm_label or run.arm_name)
+    return tables.dash_or_text(run.unit_label or run.arm_label or run.arm_name)
 
 
 def per_run_table(comparison: Comparison) -> TableData:
@@ -207,11 +198,11 @@ def per_run_table(comparison: Comparison) -> TableData:
         "runs",
         "per run: window mean±sd (n evals), best and its expected inflation",
         [
-            name_column("run"),
+            tables.name_column("run"),
             _unit_column(),
             Column("seed"),
             Column("window", fields=("window_mean", "window_sd", "window_n")),
-            Column("trend", NAME),
+            Column("trend", tables.NAME),
             Column("best@step", fields=("best", "best_step")),
             Column("bias", key="best_bias_points"),
             Column("1 eval", key="single_eval_half_width"),
@@ -225,25 +216,27 @@ def per_run_table(comparison: Comparison) -> TableData:
         trend_text = direction or ("too few" if window.n else "-")
         bias = best.expected_max_bias_points if best else None
         table.add(
-            txt(run.run),
+            tables.txt(run.run),
             _unit_cell(comparison.find_arm(run.arm_label), _run_arm(run)),
-            num(run.seed),
+            tables.num(run.seed),
             Cell(
-                f"{number_text(window.mean)}±{number_text(window.sd)} ({window.n})",
-                (raw_value(window.mean), raw_value(window.sd), window.n),
+                f"{tables.number_text(window.mean)}±{tables.number_text(window.sd)} ({window.n})",
+                (tables.raw_value(window.mean), tables.raw_value(window.sd), window.n),
             ),
             Cell(trend_text, direction),
             Cell(
-                f"{number_text(best.success)}@{best.step}" if best else "-",
+                f"{tables.number_text(best.success)}@{best.step}" if best else "-",
                 (best.success, best.step) if best else (None, None),
             ),
-            Cell(f"+{number_text(bias)}" if bias is not None else "-", raw_value(bias)),
             Cell(
-                f"±{number_text(interval['half_width'])}" if interval else "-",
-                raw_value(interval["half_width"]) if interval else None,
+                f"+{tables.number_text(bias)}" if bias is not None else "-", tables.raw_value(bias)
             ),
             Cell(
-                f"{dash_or_text(run.last_step)}/{dash_or_text(run.total_steps)}",
+                f"±{tables.number_text(interval['half_width'])}" if interval else "-",
+                tables.raw_value(interval["half_width"]) if interval else None,
+            ),
+            Cell(
+                f"{tables.dash_or_text(run.last_step)}/{tables.dash_or_text(run.total_steps)}",
                 (run.last_step, run.total_steps),
             ),
         )
@@ -261,7 +254,7 @@ def best_rows_table(comparison: Comparison) -> TableData:
         "best",
         "best single evaluation per run (not the result: see the window)",
         [
-            name_column("run"),
+            tables.name_column("run"),
             Column("step"),
             Column("held-out"),
             Column("turns"),
@@ -273,11 +266,11 @@ def best_rows_table(comparison: Comparison) -> TableData:
         if best is None:
             continue
         table.add(
-            txt(run.run),
-            num(best.step),
-            num(best.success),
-            num(best.mean_turns),
-            *[num(best.task_types.get(key)) for key in task_keys],
+            tables.txt(run.run),
+            tables.num(best.step),
+            tables.num(best.success),
+            tables.num(best.mean_turns),
+            *[tables.num(best.task_types.get(key)) for key in task_keys],
         )
     return table
 
@@ -295,22 +288,22 @@ def comparisons_table(comparison: Comparison) -> TableData:
         "comparisons",
         "arm differences (window means across seeds)",
         [
-            Column("a vs b", NAME, "left", fields=("arm_a", "arm_b", "label_a", "label_b")),
+            Column("a vs b", tables.NAME, "left", fields=("arm_a", "arm_b", "label_a", "label_b")),
             Column("a - b", key="difference"),
-            text_column("test"),
+            tables.text_column("test"),
             Column("t"),
             Column("df"),
             Column("p"),
             Column("95% CI", fields=("ci_low", "ci_high")),
             Column("P(a>b)", key="probability_of_improvement"),
-            text_column("note"),
+            tables.text_column("note"),
         ],
     )
     for row in comparison.pairs:
         # The test compare chose (paired where the design paired the seeds, else Welch).
         welch = row.test
         interval = (
-            f"[{number_text(welch['ci_low'])}, {number_text(welch['ci_high'])}]"
+            f"[{tables.number_text(welch['ci_low'])}, {tables.number_text(welch['ci_high'])}]"
             if welch["ci_low"] is not None
             else "-"
         )
@@ -322,14 +315,17 @@ def comparisons_table(comparison: Comparison) -> TableData:
                 f"{label_a} vs {label_b}",
                 (row.first.arm_stable, row.second.arm_stable, label_a, label_b),
             ),
-            num(row.difference),
-            txt(welch["test"], welch["test"]),
-            num(welch["t"], 2),
-            num(welch["df"]),
-            num(welch["p"], 3),
-            Cell(interval, (raw_value(welch["ci_low"]), raw_value(welch["ci_high"]))),
-            Cell(number_text(poi, 2) if poi is not None else (row.poi_note or "-"), raw_value(poi)),
-            txt(notes, notes),
+            tables.num(row.difference),
+            tables.txt(welch["test"], welch["test"]),
+            tables.num(welch["t"], 2),
+            tables.num(welch["df"]),
+            tables.num(welch["p"], 3),
+            Cell(interval, (tables.raw_value(welch["ci_low"]), tables.raw_value(welch["ci_high"]))),
+            Cell(
+                tables.number_text(poi, 2) if poi is not None else (row.poi_note or "-"),
+                tables.raw_value(poi),
+            ),
+            tables.txt(notes, notes),
         )
     return table
 

@@ -10,22 +10,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ccpo_cli.report import tables
 from ccpo_cli.report.run_tables import benchmark_task_types
-from ccpo_cli.report.tables import (
-    NAME,
-    NUMBER,
-    TEXT,
-    Cell,
-    Column,
-    TableData,
-    dash_or_text,
-    name_column,
-    num,
-    number_text,
-    table_of,
-    text_column,
-    txt,
-)
+from ccpo_cli.report.tables import Cell, Column, TableData
 from ccpo_cli.terminal_text import escape_control
 
 # The run's fields the settings table lists, in this order, after its kind and arm.
@@ -76,23 +63,25 @@ def _settings_table(document: dict) -> TableData:
     table = TableData(
         "settings",
         f"run {run['name']}",
-        [name_column("field"), text_column("value")],
+        [tables.name_column("field"), tables.text_column("value")],
         show_header=False,
     )
     identity = document.get("identity") or {}
     arm = identity.get("arm") or {}
-    table.add("kind", txt(identity.get("kind") or run.get("kind")))
-    table.add("arm", txt(arm.get("label") or run.get("arm")))
+    table.add("kind", tables.txt(identity.get("kind") or run.get("kind")))
+    table.add("arm", tables.txt(arm.get("label") or run.get("arm")))
     for key in SETTINGS_FIELDS:
-        table.add(key, txt(run.get(key)))
+        table.add(key, tables.txt(run.get(key)))
     protocol = identity.get("protocol") or {}
     if protocol:
-        table.add("protocol", txt(_protocol_text(protocol)))
+        table.add("protocol", tables.txt(_protocol_text(protocol)))
     if run.get("retracted"):
         retracted = run["retracted"]
         table.add(
             "retracted",
-            txt(f"{retracted['reason']} ({retracted['retracted_by']}, {retracted['recorded_at']})"),
+            tables.txt(
+                f"{retracted['reason']} ({retracted['retracted_by']}, {retracted['recorded_at']})"
+            ),
         )
     return table
 
@@ -123,13 +112,16 @@ def _config_table(document: dict) -> TableData | None:
     from ccpo_cli.report.diffs import flatten
 
     table = TableData(
-        "config", "config", [name_column("key"), text_column("value")], show_header=False
+        "config",
+        "config",
+        [tables.name_column("key"), tables.text_column("value")],
+        show_header=False,
     )
     for key, value in sorted(flatten(config).items()):
         listed = json.dumps(value, default=str) if isinstance(value, list) else None
-        table.add(txt(key), Cell(listed or dash_or_text(value), listed or value))
+        table.add(tables.txt(key), Cell(listed or tables.dash_or_text(value), listed or value))
     for key, value in sorted((document.get("facts") or {}).items()):
-        table.add(txt(f"facts.{key}"), txt(value))
+        table.add(tables.txt(f"facts.{key}"), tables.txt(value))
     return table
 
 
@@ -141,7 +133,7 @@ def _evaluations_table(document: dict) -> TableData:
         document["evaluations"],
     )
     with_split = len({row["split"] for row in document["evaluations"]}) > 1
-    columns = ([name_column("split")] if with_split else []) + [
+    columns = ([tables.name_column("split")] if with_split else []) + [
         Column("step"),
         Column("success"),
         Column("eps"),
@@ -151,14 +143,14 @@ def _evaluations_table(document: dict) -> TableData:
     # The retraction goes beside the success it retracts, so that it is on the same part of the
     # table as its row in a narrow terminal (a retracted row must never look standing).
     marker = len(columns) - len(task_keys) - 2
-    columns.insert(marker, Column("retracted", TEXT, "left"))
+    columns.insert(marker, Column("retracted", tables.TEXT, "left"))
     table = TableData("evaluations", "evaluations (success %; sources and ids in --json)", columns)
     for row in document["evaluations"]:
         retraction = row.get("retracted")
         cells = _evaluation_cells(row, with_split, task_keys)
         cells.insert(
             marker,
-            txt(
+            tables.txt(
                 retraction["reason"] if retraction else None,
                 retraction["reason"] if retraction else "",
             ),
@@ -170,15 +162,17 @@ def _evaluations_table(document: dict) -> TableData:
 def _evaluation_cells(
     row: dict[str, Any], with_split: bool, task_keys: Sequence[str]
 ) -> list[Cell]:
-    cells = [txt(row["split"])] if with_split else []
+    cells = [tables.txt(row["split"])] if with_split else []
     cells += [
-        num(row["step"]),
-        num(row["success_rate"]),
-        num(row["episodes"]),
-        num(row["mean_turns"]),
+        tables.num(row["step"]),
+        tables.num(row["success_rate"]),
+        tables.num(row["episodes"]),
+        tables.num(row["mean_turns"]),
     ]
     cells += [
-        num(row["task_types"][key]["success"]) if key in row["task_types"] else num(None)
+        tables.num(row["task_types"][key]["success"])
+        if key in row["task_types"]
+        else tables.num(None)
         for key in task_keys
     ]
     return cells
@@ -192,36 +186,36 @@ def _conflicts_table(conflicts: list[dict]) -> TableData:
     def settled(row: dict) -> Cell:
         kept = row.get("resolution")
         if not kept:
-            return txt(None, None)
-        return txt(
-            f"kept {number_text(kept['kept_value'])} ({kept['resolved_by']})",
+            return tables.txt(None, None)
+        return tables.txt(
+            f"kept {tables.number_text(kept['kept_value'])} ({kept['resolved_by']})",
             f"kept {kept['kept_value']}",
         )
 
     columns = [
-        ("id", NUMBER, lambda row: num(row["id"])),
-        ("step", NUMBER, lambda row: num(row["step"])),
-        ("kept eval", NUMBER, lambda row: num(row["kept_evaluation_id"])),
-        ("success %", NUMBER, lambda row: num(row["content"].get("success_rate"))),
-        ("source", NAME, source),
-        ("settled", TEXT, settled),
+        ("id", tables.NUMBER, lambda row: tables.num(row["id"])),
+        ("step", tables.NUMBER, lambda row: tables.num(row["step"])),
+        ("kept eval", tables.NUMBER, lambda row: tables.num(row["kept_evaluation_id"])),
+        ("success %", tables.NUMBER, lambda row: tables.num(row["content"].get("success_rate"))),
+        ("source", tables.NAME, source),
+        ("settled", tables.TEXT, settled),
     ]
-    return table_of(
+    return tables.table_of(
         conflicts, columns, name="conflicts", title="conflicting results (kept, not applied)"
     )
 
 
 def _resolutions_table(resolutions: list[dict]) -> TableData:
     columns = [
-        ("step", NUMBER, lambda row: num(row["step"])),
-        ("split", NAME, lambda row: txt(row["split"])),
-        ("seed", NUMBER, lambda row: num(row["eval_seed"])),
-        ("kept", NUMBER, lambda row: num(row["kept_value"])),
-        ("by", NAME, lambda row: txt(row["resolved_by"])),
-        ("at", NAME, lambda row: txt(row["recorded_at"])),
-        ("reason", TEXT, lambda row: txt(row["reason"])),
+        ("step", tables.NUMBER, lambda row: tables.num(row["step"])),
+        ("split", tables.NAME, lambda row: tables.txt(row["split"])),
+        ("seed", tables.NUMBER, lambda row: tables.num(row["eval_seed"])),
+        ("kept", tables.NUMBER, lambda row: tables.num(row["kept_value"])),
+        ("by", tables.NAME, lambda row: tables.txt(row["resolved_by"])),
+        ("at", tables.NAME, lambda row: tables.txt(row["recorded_at"])),
+        ("reason", tables.TEXT, lambda row: tables.txt(row["reason"])),
     ]
-    return table_of(resolutions, columns, name="resolutions", title="settled conflicts")
+    return tables.table_of(resolutions, columns, name="resolutions", title="settled conflicts")
 
 
 def run_detail_notes(document: dict, asked_as: str) -> list[str]:

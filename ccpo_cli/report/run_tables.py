@@ -11,25 +11,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from ccpo_cli.errors import UsageError
-from ccpo_cli.report.tables import (
-    NAME,
-    TEXT,
-    Cell,
-    Column,
-    TableData,
-    dash_or_text,
-    name_column,
-    num,
-    number_text,
-    raw_value,
-    text_column,
-    txt,
-)
+from ccpo_cli.report import tables
+from ccpo_cli.report.tables import Cell, Column, TableData
 
 
 def _at_step(value: Any, step: Any) -> Cell:
     return Cell(
-        f"{number_text(value)}@{step}" if value is not None else "-", (raw_value(value), step)
+        f"{tables.number_text(value)}@{step}" if value is not None else "-",
+        (tables.raw_value(value), step),
     )
 
 
@@ -77,22 +66,22 @@ def runs_table(runs: list[dict]) -> TableData:
         "runs",
         f"{len(runs)} run(s) (held-out success %)",
         [
-            name_column("run"),
-            name_column("arm"),
+            tables.name_column("run"),
+            tables.name_column("arm"),
             Column("seed"),
-            Column("status", NAME, "left"),
+            Column("status", tables.NAME, "left"),
             Column("step", fields=("last_step", "total_steps")),
             Column("evals"),
             Column("last", fields=("last_success", "last_success_step")),
             Column("best", fields=("best_success", "best_success_step")),
             Column("window", fields=("window_success", "window_n")),
             Column("conflicts"),
-            Column("retracted", TEXT, "left"),
-            Column("base model", NAME, "left"),
-            name_column("benchmark"),
-            name_column("backend"),
-            name_column("created"),
-            name_column("updated"),
+            Column("retracted", tables.TEXT, "left"),
+            Column("base model", tables.NAME, "left"),
+            tables.name_column("benchmark"),
+            tables.name_column("backend"),
+            tables.name_column("created"),
+            tables.name_column("updated"),
         ],
     )
     for run in runs:
@@ -104,33 +93,33 @@ def _run_cells(run: dict) -> list[Cell]:
     """One run's row of `runs_table`: steps as last/total, success as value@step, the window
     with its count, and what of it is retracted."""
     last = run["last_step"] if run["last_step"] is not None else run["last_eval_step"]
-    steps = dash_or_text(last) + (f"/{run['total_steps']}" if run["total_steps"] else "")
+    steps = tables.dash_or_text(last) + (f"/{run['total_steps']}" if run["total_steps"] else "")
     retracted = run.get("retracted")
     retracted_text = (
         "run" if retracted else (f"{run['n_retracted']} eval(s)" if run.get("n_retracted") else "")
     )
     window = run.get("window_success")
     return [
-        txt(run["name"]),
-        txt(run["arm"]),
-        num(run["seed"]),
-        txt(run["status"]),
+        tables.txt(run["name"]),
+        tables.txt(run["arm"]),
+        tables.num(run["seed"]),
+        tables.txt(run["status"]),
         Cell(steps, (last, run["total_steps"])),
-        num(run["n_evaluations"]),
+        tables.num(run["n_evaluations"]),
         _at_step(run.get("last_success"), run.get("last_success_step")),
         _at_step(run.get("best_success"), run.get("best_success_step")),
         Cell(
-            f"{number_text(window)} ({run.get('window_n')})" if window is not None else "-",
-            (raw_value(window), run.get("window_n") or 0),
+            f"{tables.number_text(window)} ({run.get('window_n')})" if window is not None else "-",
+            (tables.raw_value(window), run.get("window_n") or 0),
         ),
-        num(run["n_conflicts"]),
+        tables.num(run["n_conflicts"]),
         Cell(
             retracted_text,
             (retracted or {}).get("reason") if retracted else run.get("n_retracted") or 0,
         ),
-        txt(run["base_model"]),
-        txt(run.get("benchmark")),
-        txt(run.get("backend")),
+        tables.txt(run["base_model"]),
+        tables.txt(run.get("benchmark")),
+        tables.txt(run.get("backend")),
         Cell((run.get("created_at") or "-")[:16].replace("T", " "), run.get("created_at")),
         Cell((run.get("updated_at") or "-")[:16].replace("T", " "), run.get("updated_at")),
     ]
@@ -161,7 +150,7 @@ def benchmark_task_types(
 def metric_series_tables(document: dict) -> list[TableData]:
     """`ccpo runs show RUN --metric KEY`: one table per scalar, a row per step (the value
     recorded first, its source file and line, how many other values that step has)."""
-    tables = []
+    series_tables = []
     for series in document["series"]:
         table = TableData(
             f"metric {series['metric']}",
@@ -169,7 +158,7 @@ def metric_series_tables(document: dict) -> list[TableData]:
             [
                 Column("step"),
                 Column("value"),
-                text_column("source"),
+                tables.text_column("source"),
                 Column("other values"),
             ],
         )
@@ -178,10 +167,10 @@ def metric_series_tables(document: dict) -> list[TableData]:
             if where is not None and point["source_line"] is not None:
                 where = f"{where}:{point['source_line']}"
             table.add(
-                num(point["step"]),
-                Cell(f"{point['value']:.6g}", raw_value(point["value"])),
-                txt(where),
-                num(point["other_values"]),
+                tables.num(point["step"]),
+                Cell(f"{point['value']:.6g}", tables.raw_value(point["value"])),
+                tables.txt(where),
+                tables.num(point["other_values"]),
             )
-        tables.append(table)
-    return tables
+        series_tables.append(table)
+    return series_tables
