@@ -26,8 +26,11 @@ from ccpo_cli.cli.common import (
     say,
     settings,
 )
-from ccpo_cli.cli.options import HubPublishing, option_values, options_command
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command, scoped_option
 from ccpo_cli.errors import UsageError
+
+# The options only `--follow` reads.
+follow_option = scoped_option("--follow")
 
 
 @dataclass(frozen=True)
@@ -55,25 +58,21 @@ class PublishOptions:
     ] = None
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir", help="--follow: the run folder (default: the one runs.db records)."
-        ),
+        follow_option("--run-dir", help="the run folder (default: the one runs.db records)."),
     ] = None
-    poll: Annotated[
-        float, typer.Option("--poll", help="--follow: seconds between looks at the run.")
-    ] = 30.0
+    poll: Annotated[float, follow_option("--poll", help="seconds between looks at the run.")] = 30.0
     once: Annotated[
         bool,
-        typer.Option(
+        follow_option(
             "--once",
-            help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.",
+            help="one round (ingest, queue, upload what is ready), within --deadline, then exit.",
         ),
     ] = False
     retry_failed: Annotated[
         bool,
-        typer.Option(
+        follow_option(
             "--retry-failed",
-            help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
+            help="queue the run's failed publications again first (after fixing the token, freeing the disk).",
         ),
     ] = False
     status: CardStatusOption = CardStatus.interim
