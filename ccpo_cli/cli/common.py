@@ -94,6 +94,14 @@ ArmOption = Annotated[
         autocompletion=completion.arm_names,
     ),
 ]
+
+
+def backend_option(help: str) -> Any:  # noqa: A002
+    """`--backend` of `ccpo train` and `ccpo ingest`: one flag with one TAB completion; each
+    command says what the backend means to it."""
+    return typer.Option("--backend", autocompletion=completion.backend_names, help=help)
+
+
 RunNameOption = Annotated[
     str, typer.Option("--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)
 ]

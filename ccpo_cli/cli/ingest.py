@@ -11,6 +11,7 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
+    backend_option,
     emit_json,
     info,
     settings,
@@ -122,10 +123,8 @@ class IngestOptions:
     ] = None
     backend: Annotated[
         str | None,
-        typer.Option(
-            "--backend",
-            autocompletion=completion.backend_names,
-            help=("The backend that trained the run (local or verl); not recorded when not given."),
+        backend_option(
+            "The backend that trained the run (local or verl); not recorded when not given."
         ),
     ] = None
     hardware: Annotated[

@@ -16,12 +16,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
     JsonOption,
     SeedsOption,
     SetOption,
+    backend_option,
     check_seed,
     emit_json,
     info,
@@ -140,10 +140,8 @@ class TrainOptions:
     ] = None
     backend: Annotated[
         str | None,
-        typer.Option(
-            "--backend",
-            autocompletion=completion.backend_names,
-            help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.",
+        backend_option(
+            f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local."
         ),
     ] = None
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None
