@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     CardCheckpointStepOption,
     JsonOption,
@@ -18,6 +17,7 @@ from ccpo_cli.cli.common import (
     WindowStartOption,
     emit_json,
     info,
+    run_option,
     say,
     settings,
 )
@@ -47,12 +47,7 @@ class CardOptions:
 
     run: Annotated[
         str,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="The run whose card to render.",
-            autocompletion=completion.run_names,
-        ),
+        run_option("The run whose card to render."),
     ]
     status: CardStatusOption = CardStatus.interim
     output: Annotated[

@@ -85,14 +85,22 @@ SeedsOption = Annotated[
         "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}."
     ),
 ]
+
+
+def run_option(help: str, flag: str = "--run") -> Any:  # noqa: A002
+    """An option that names a recorded run (`--run RUN`, `publish --follow RUN`), TAB-completed
+    from runs.db; each command says what it does with the run."""
+    return typer.Option(flag, metavar="RUN", help=help, autocompletion=completion.run_names)
+
+
+def arm_option(help: str) -> Any:  # noqa: A002
+    """`--arm ARM`, TAB-completed from the arm files; each command says what the arm is to it."""
+    return typer.Option("--arm", metavar="ARM", help=help, autocompletion=completion.arm_names)
+
+
 ArmOption = Annotated[
     str,
-    typer.Option(
-        "--arm",
-        metavar="ARM",
-        help="Arm name (see `ccpo arms list`).",
-        autocompletion=completion.arm_names,
-    ),
+    arm_option("Arm name (see `ccpo arms list`)."),
 ]
 
 
@@ -102,9 +110,7 @@ def backend_option(help: str) -> Any:  # noqa: A002
     return typer.Option("--backend", autocompletion=completion.backend_names, help=help)
 
 
-RunNameOption = Annotated[
-    str, typer.Option("--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)
-]
+RunNameOption = Annotated[str, run_option("Run name.")]
 
 # How a command reaches the Hub (`ccpo publish`, `ccpo card`, `ccpo sync`, `ccpo train --push-to-hub`),
 # declared once. `--repo-id` is the v1 name of `--repo` in `ccpo card`, kept as an alias everywhere.

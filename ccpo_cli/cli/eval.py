@@ -16,6 +16,7 @@ from ccpo_cli.cli.common import (
     emit,
     info,
     parse_seeds,
+    run_option,
     settings,
     stderr_console,
 )
@@ -30,12 +31,7 @@ class EvalCommandOptions:
 
     run: Annotated[
         str,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="Run to record the evaluations under (created if new).",
-            autocompletion=completion.run_names,
-        ),
+        run_option("Run to record the evaluations under (created if new)."),
     ]
     agent: Annotated[
         str,

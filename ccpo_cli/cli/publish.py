@@ -10,7 +10,6 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli import completion
 from ccpo_cli.cli.card import CardStatus, CardStatusOption, card_status
 from ccpo_cli.cli.common import (
     CheckpointMergerOption,
@@ -23,6 +22,7 @@ from ccpo_cli.cli.common import (
     WindowStartOption,
     emit_json,
     info,
+    run_option,
     say,
     settings,
 )
@@ -39,21 +39,14 @@ class PublishOptions:
 
     run: Annotated[
         str | None,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="The run to publish (or --follow RUN).",
-            autocompletion=completion.run_names,
-        ),
+        run_option("The run to publish (or --follow RUN)."),
     ] = None
     repo: OptionalHubRepoOption = None
     follow: Annotated[
         str | None,
-        typer.Option(
-            "--follow",
-            metavar="RUN",
-            autocompletion=completion.run_names,
-            help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
+        run_option(
+            "Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
+            flag="--follow",
         ),
     ] = None
     run_dir: Annotated[

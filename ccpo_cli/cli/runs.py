@@ -14,6 +14,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
     OutputFormat,
+    arm_option,
     emit,
     emit_json,
     info,
@@ -47,12 +48,7 @@ class ListOptions:
 
     arm: Annotated[
         str | None,
-        typer.Option(
-            "--arm",
-            metavar="ARM",
-            help="Only runs of this arm.",
-            autocompletion=completion.arm_names,
-        ),
+        arm_option("Only runs of this arm."),
     ] = None
     status: Annotated[
         str | None,
