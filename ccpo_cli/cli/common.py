@@ -98,10 +98,7 @@ def arm_option(help: str) -> Any:  # noqa: A002
     return typer.Option("--arm", metavar="ARM", help=help, autocompletion=completion.arm_names)
 
 
-ArmOption = Annotated[
-    str,
-    arm_option("Arm name (see `ccpo arms list`)."),
-]
+ArmOption = Annotated[str, arm_option("Arm name (see `ccpo arms list`).")]
 
 
 def backend_option(help: str) -> Any:  # noqa: A002
@@ -200,21 +197,6 @@ LicenseOption = Annotated[
         "--license", help="License id, when neither the run nor its base model records one."
     ),
 ]
-
-
-def _checkpoint_step_option(checkpoint: str) -> Any:
-    """`--checkpoint-step` of `ccpo card` and `ccpo publish`: one default rule, said once."""
-    return Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help=f"Step of {checkpoint} (default: best so far for interim, last for final).",
-        ),
-    ]
-
-
-CardCheckpointStepOption = _checkpoint_step_option("the checkpoint the card describes")
-PublishedCheckpointStepOption = _checkpoint_step_option("the published checkpoint")
 
 
 @dataclass

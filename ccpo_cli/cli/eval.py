@@ -29,10 +29,7 @@ from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 class EvalCommandOptions:
     """What `ccpo eval` was asked, as Typer parsed it (`EvalOptions` is the library's request)."""
 
-    run: Annotated[
-        str,
-        run_option("Run to record the evaluations under (created if new)."),
-    ]
+    run: Annotated[str, run_option("Run to record the evaluations under (created if new).")]
     agent: Annotated[
         str,
         typer.Option(

@@ -81,10 +81,7 @@ class IngestOptions:
             )
         ),
     ]
-    run: Annotated[
-        str,
-        run_option("Run name to record under (created if new)."),
-    ]
+    run: Annotated[str, run_option("Run name to record under (created if new).")]
     arm: Annotated[
         str | None,
         arm_option("Arm the run trained; its fingerprint must match the run's."),

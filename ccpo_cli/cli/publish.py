@@ -10,7 +10,12 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli.card import CardStatus, CardStatusOption, card_status
+from ccpo_cli.cli.card import (
+    CardStatus,
+    CardStatusOption,
+    PublishedCheckpointStepOption,
+    resolved_status,
+)
 from ccpo_cli.cli.common import (
     CheckpointMergerOption,
     HubRevisionOption,
@@ -18,7 +23,6 @@ from ccpo_cli.cli.common import (
     LicenseOption,
     MergedDirOption,
     OptionalHubRepoOption,
-    PublishedCheckpointStepOption,
     WindowStartOption,
     emit_json,
     info,
@@ -37,10 +41,7 @@ follow_option = scoped_option("--follow")
 class PublishOptions:
     """What `ccpo publish` was asked (None: not given)."""
 
-    run: Annotated[
-        str | None,
-        run_option("The run to publish (or --follow RUN)."),
-    ] = None
+    run: Annotated[str | None, run_option("The run to publish (or --follow RUN).")] = None
     repo: OptionalHubRepoOption = None
     follow: Annotated[
         str | None,
@@ -153,7 +154,7 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
         db,
         run,
         options.repo,
-        status=card_status(ctx, db, run, options.status, options.window_start),
+        status=resolved_status(ctx, db, run, options.status, options.window_start),
         staging=staging,
         **option_values(options, PUBLISH_RUN_OPTIONS),
         **dataclasses.asdict(options.hub),

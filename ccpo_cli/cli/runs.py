@@ -6,7 +6,7 @@ command parsing its options and calling one library function."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -42,34 +42,29 @@ ByOption = Annotated[
 ]
 
 
+def only_runs(flag: str, which: str, **settings: Any) -> Any:
+    """A filter of `ccpo runs list`: "Only runs WHICH", said once."""
+    return typer.Option(flag, help=f"Only runs {which}", **settings)
+
+
 @dataclass(frozen=True)
 class ListOptions:
     """What `ccpo runs list` was asked (None: not given)."""
 
-    arm: Annotated[
-        str | None,
-        arm_option("Only runs of this arm."),
-    ] = None
+    arm: Annotated[str | None, arm_option("Only runs of this arm.")] = None
     status: Annotated[
         str | None,
-        typer.Option(
-            "--status",
-            help="Only runs with this status (running, finished, stopped, interrupted, failed).",
+        only_runs(
+            "--status", "with this status (running, finished, stopped, interrupted, failed)."
         ),
     ] = None
     benchmark: Annotated[
         str | None,
-        typer.Option(
-            "--benchmark",
-            help="Only runs of this benchmark.",
-            autocompletion=completion.benchmark_names,
-        ),
+        only_runs("--benchmark", "of this benchmark.", autocompletion=completion.benchmark_names),
     ] = None
     model: Annotated[
         str | None,
-        typer.Option(
-            "--model", help="Only runs of this base model (its id or the part after the last /)."
-        ),
+        only_runs("--model", "of this base model (its id or the part after the last /)."),
     ] = None
     sort: Annotated[
         str | None,
