@@ -292,6 +292,11 @@ def retract_command(ctx: typer.Context, options: RetractOptions) -> None:
         )
 
 
+def conflict_choice(flag: str, conflicting: str) -> Any:
+    """An option of `ccpo runs resolve` that picks which of the step's conflicts to settle."""
+    return typer.Option(flag, help=f"When several {conflicting} conflict at the step: which one.")
+
+
 @dataclass(frozen=True)
 class ResolveOptions:
     """What `ccpo runs resolve` was asked."""
@@ -312,16 +317,8 @@ class ResolveOptions:
     reason: Annotated[
         str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")
     ] = None
-    split: Annotated[
-        str | None,
-        typer.Option("--split", help="When several splits conflict at the step: which one."),
-    ] = None
-    eval_seed: Annotated[
-        int | None,
-        typer.Option(
-            "--eval-seed", help="When several evaluation seeds conflict at the step: which one."
-        ),
-    ] = None
+    split: Annotated[str | None, conflict_choice("--split", "splits")] = None
+    eval_seed: Annotated[int | None, conflict_choice("--eval-seed", "evaluation seeds")] = None
     by: ByOption = None
     as_json: JsonOption = False
 
