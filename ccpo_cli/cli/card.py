@@ -5,19 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
-    CardCheckpointStepOption,
     JsonOption,
     LicenseOption,
     OptionalHubRepoOption,
     WindowStartOption,
     emit_json,
     info,
+    run_option,
     say,
     settings,
 )
@@ -41,19 +40,26 @@ CardStatusOption = Annotated[
 ]
 
 
+def _checkpoint_step_option(checkpoint: str) -> Any:
+    """`--checkpoint-step` of `ccpo card` and `ccpo publish`: one default rule, said once."""
+    return Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-step",
+            help=f"Step of {checkpoint} (default: best so far for interim, last for final).",
+        ),
+    ]
+
+
+CardCheckpointStepOption = _checkpoint_step_option("the checkpoint the card describes")
+PublishedCheckpointStepOption = _checkpoint_step_option("the published checkpoint")
+
+
 @dataclass(frozen=True)
 class CardOptions:
     """What `ccpo card` was asked (None: not given)."""
 
-    run: Annotated[
-        str,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="The run whose card to render.",
-            autocompletion=completion.run_names,
-        ),
-    ]
+    run: Annotated[str, run_option("The run whose card to render.")]
     status: CardStatusOption = CardStatus.interim
     output: Annotated[
         Path | None,
@@ -98,7 +104,7 @@ def card(ctx: typer.Context, options: CardOptions) -> None:
         db,
         run,
         readme,
-        status=card_status(ctx, db, run, options.status, options.window_start),
+        status=resolved_status(ctx, db, run, options.status, options.window_start),
         repo_id=options.repo,
         **option_values(options, ("window_start", "license", "checkpoint_step", "force")),
         merge_existing=True,
@@ -111,7 +117,7 @@ def card(ctx: typer.Context, options: CardOptions) -> None:
         say(str(staged.readme))
 
 
-def card_status(
+def resolved_status(
     ctx: typer.Context, db, run: str, status: CardStatus, window_start: int | None
 ) -> str:
     """The status a card of `run` gets (`ccpo card`, `ccpo publish`): --status, or for auto the

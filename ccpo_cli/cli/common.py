@@ -85,18 +85,29 @@ SeedsOption = Annotated[
         "--seeds", metavar="SEEDS", help=f"Seeds, one run or evaluation each: {SEED_SYNTAX}."
     ),
 ]
-ArmOption = Annotated[
-    str,
-    typer.Option(
-        "--arm",
-        metavar="ARM",
-        help="Arm name (see `ccpo arms list`).",
-        autocompletion=completion.arm_names,
-    ),
-]
-RunNameOption = Annotated[
-    str, typer.Option("--run", metavar="RUN", help="Run name.", autocompletion=completion.run_names)
-]
+
+
+def run_option(help: str, flag: str = "--run") -> Any:  # noqa: A002
+    """An option that names a recorded run (`--run RUN`, `publish --follow RUN`), TAB-completed
+    from runs.db; each command says what it does with the run."""
+    return typer.Option(flag, metavar="RUN", help=help, autocompletion=completion.run_names)
+
+
+def arm_option(help: str) -> Any:  # noqa: A002
+    """`--arm ARM`, TAB-completed from the arm files; each command says what the arm is to it."""
+    return typer.Option("--arm", metavar="ARM", help=help, autocompletion=completion.arm_names)
+
+
+ArmOption = Annotated[str, arm_option("Arm name (see `ccpo arms list`).")]
+
+
+def backend_option(help: str) -> Any:  # noqa: A002
+    """`--backend` of `ccpo train` and `ccpo ingest`: one flag with one TAB completion; each
+    command says what the backend means to it."""
+    return typer.Option("--backend", autocompletion=completion.backend_names, help=help)
+
+
+RunNameOption = Annotated[str, run_option("Run name.")]
 
 # How a command reaches the Hub (`ccpo publish`, `ccpo card`, `ccpo sync`, `ccpo train --push-to-hub`),
 # declared once. `--repo-id` is the v1 name of `--repo` in `ccpo card`, kept as an alias everywhere.
@@ -186,21 +197,6 @@ LicenseOption = Annotated[
         "--license", help="License id, when neither the run nor its base model records one."
     ),
 ]
-
-
-def _checkpoint_step_option(checkpoint: str) -> Any:
-    """`--checkpoint-step` of `ccpo card` and `ccpo publish`: one default rule, said once."""
-    return Annotated[
-        int | None,
-        typer.Option(
-            "--checkpoint-step",
-            help=f"Step of {checkpoint} (default: best so far for interim, last for final).",
-        ),
-    ]
-
-
-CardCheckpointStepOption = _checkpoint_step_option("the checkpoint the card describes")
-PublishedCheckpointStepOption = _checkpoint_step_option("the published checkpoint")
 
 
 @dataclass

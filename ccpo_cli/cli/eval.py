@@ -16,6 +16,7 @@ from ccpo_cli.cli.common import (
     emit,
     info,
     parse_seeds,
+    run_option,
     settings,
     stderr_console,
 )
@@ -28,15 +29,7 @@ from ccpo_cli.vocabulary import EVAL_TEMPERATURE
 class EvalCommandOptions:
     """What `ccpo eval` was asked, as Typer parsed it (`EvalOptions` is the library's request)."""
 
-    run: Annotated[
-        str,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="Run to record the evaluations under (created if new).",
-            autocompletion=completion.run_names,
-        ),
-    ]
+    run: Annotated[str, run_option("Run to record the evaluations under (created if new).")]
     agent: Annotated[
         str,
         typer.Option(

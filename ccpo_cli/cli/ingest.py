@@ -11,8 +11,11 @@ import typer
 from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
+    arm_option,
+    backend_option,
     emit_json,
     info,
+    run_option,
     settings,
     stderr_console,
 )
@@ -78,23 +81,10 @@ class IngestOptions:
             )
         ),
     ]
-    run: Annotated[
-        str,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="Run name to record under (created if new).",
-            autocompletion=completion.run_names,
-        ),
-    ]
+    run: Annotated[str, run_option("Run name to record under (created if new).")]
     arm: Annotated[
         str | None,
-        typer.Option(
-            "--arm",
-            metavar="ARM",
-            help="Arm the run trained; its fingerprint must match the run's.",
-            autocompletion=completion.arm_names,
-        ),
+        arm_option("Arm the run trained; its fingerprint must match the run's."),
     ] = None
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed of the run.")] = None
     base_model: Annotated[str | None, typer.Option("--base-model", help="Base model id.")] = None
@@ -122,10 +112,8 @@ class IngestOptions:
     ] = None
     backend: Annotated[
         str | None,
-        typer.Option(
-            "--backend",
-            autocompletion=completion.backend_names,
-            help=("The backend that trained the run (local or verl); not recorded when not given."),
+        backend_option(
+            "The backend that trained the run (local or verl); not recorded when not given."
         ),
     ] = None
     hardware: Annotated[

@@ -76,6 +76,16 @@ class HubConnection:
     endpoint: HubEndpointOption = None
 
 
+def scoped_option(scope: str) -> Callable[..., Any]:
+    """A maker of the options only one part of a command reads (`ccpo train`'s local or verl
+    backend, `ccpo publish --follow`): each one's help starts with `SCOPE: `, said once."""
+
+    def option(*names: str, help: str, **settings: Any) -> Any:  # noqa: A002
+        return typer.Option(*names, help=f"{scope}: {help}", **settings)
+
+    return option
+
+
 def options_command(options_type: type) -> Callable[[Callable], Callable]:
     """A command whose options are the fields of one frozen dataclass (`options_type`): Typer reads
     each field (its `Annotated` option, its default) as a parameter, and the command body gets

@@ -10,8 +10,12 @@ from typing import Annotated
 
 import typer
 
-from ccpo_cli.cli import completion
-from ccpo_cli.cli.card import CardStatus, CardStatusOption, card_status
+from ccpo_cli.cli.card import (
+    CardStatus,
+    CardStatusOption,
+    PublishedCheckpointStepOption,
+    resolved_status,
+)
 from ccpo_cli.cli.common import (
     CheckpointMergerOption,
     HubRevisionOption,
@@ -19,61 +23,50 @@ from ccpo_cli.cli.common import (
     LicenseOption,
     MergedDirOption,
     OptionalHubRepoOption,
-    PublishedCheckpointStepOption,
     WindowStartOption,
     emit_json,
     info,
+    run_option,
     say,
     settings,
 )
-from ccpo_cli.cli.options import HubPublishing, option_values, options_command
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command, scoped_option
 from ccpo_cli.errors import UsageError
+
+# The options only `--follow` reads.
+follow_option = scoped_option("--follow")
 
 
 @dataclass(frozen=True)
 class PublishOptions:
     """What `ccpo publish` was asked (None: not given)."""
 
-    run: Annotated[
-        str | None,
-        typer.Option(
-            "--run",
-            metavar="RUN",
-            help="The run to publish (or --follow RUN).",
-            autocompletion=completion.run_names,
-        ),
-    ] = None
+    run: Annotated[str | None, run_option("The run to publish (or --follow RUN).")] = None
     repo: OptionalHubRepoOption = None
     follow: Annotated[
         str | None,
-        typer.Option(
-            "--follow",
-            metavar="RUN",
-            autocompletion=completion.run_names,
-            help="Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
+        run_option(
+            "Follow this run while it trains elsewhere: ingest its growing log, push an interim card at every evaluation, its best checkpoint (a verl global_step_N merged by verl-agent's merger), then the final card and weights; resumes what an earlier trainer or follower left pending.",
+            flag="--follow",
         ),
     ] = None
     run_dir: Annotated[
         Path | None,
-        typer.Option(
-            "--run-dir", help="--follow: the run folder (default: the one runs.db records)."
-        ),
+        follow_option("--run-dir", help="the run folder (default: the one runs.db records)."),
     ] = None
-    poll: Annotated[
-        float, typer.Option("--poll", help="--follow: seconds between looks at the run.")
-    ] = 30.0
+    poll: Annotated[float, follow_option("--poll", help="seconds between looks at the run.")] = 30.0
     once: Annotated[
         bool,
-        typer.Option(
+        follow_option(
             "--once",
-            help="--follow: one round (ingest, queue, upload what is ready), within --deadline, then exit.",
+            help="one round (ingest, queue, upload what is ready), within --deadline, then exit.",
         ),
     ] = False
     retry_failed: Annotated[
         bool,
-        typer.Option(
+        follow_option(
             "--retry-failed",
-            help="--follow: queue the run's failed publications again first (after fixing the token, freeing the disk).",
+            help="queue the run's failed publications again first (after fixing the token, freeing the disk).",
         ),
     ] = False
     status: CardStatusOption = CardStatus.interim
@@ -161,7 +154,7 @@ def _publish_once(ctx: typer.Context, options: PublishOptions) -> None:
         db,
         run,
         options.repo,
-        status=card_status(ctx, db, run, options.status, options.window_start),
+        status=resolved_status(ctx, db, run, options.status, options.window_start),
         staging=staging,
         **option_values(options, PUBLISH_RUN_OPTIONS),
         **dataclasses.asdict(options.hub),

@@ -6,7 +6,7 @@ command parsing its options and calling one library function."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -14,6 +14,7 @@ from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     JsonOption,
     OutputFormat,
+    arm_option,
     emit,
     emit_json,
     info,
@@ -41,39 +42,29 @@ ByOption = Annotated[
 ]
 
 
+def only_runs(flag: str, which: str, **settings: Any) -> Any:
+    """A filter of `ccpo runs list`: "Only runs WHICH", said once."""
+    return typer.Option(flag, help=f"Only runs {which}", **settings)
+
+
 @dataclass(frozen=True)
 class ListOptions:
     """What `ccpo runs list` was asked (None: not given)."""
 
-    arm: Annotated[
-        str | None,
-        typer.Option(
-            "--arm",
-            metavar="ARM",
-            help="Only runs of this arm.",
-            autocompletion=completion.arm_names,
-        ),
-    ] = None
+    arm: Annotated[str | None, arm_option("Only runs of this arm.")] = None
     status: Annotated[
         str | None,
-        typer.Option(
-            "--status",
-            help="Only runs with this status (running, finished, stopped, interrupted, failed).",
+        only_runs(
+            "--status", "with this status (running, finished, stopped, interrupted, failed)."
         ),
     ] = None
     benchmark: Annotated[
         str | None,
-        typer.Option(
-            "--benchmark",
-            help="Only runs of this benchmark.",
-            autocompletion=completion.benchmark_names,
-        ),
+        only_runs("--benchmark", "of this benchmark.", autocompletion=completion.benchmark_names),
     ] = None
     model: Annotated[
         str | None,
-        typer.Option(
-            "--model", help="Only runs of this base model (its id or the part after the last /)."
-        ),
+        only_runs("--model", "of this base model (its id or the part after the last /)."),
     ] = None
     sort: Annotated[
         str | None,
@@ -301,6 +292,11 @@ def retract_command(ctx: typer.Context, options: RetractOptions) -> None:
         )
 
 
+def conflict_choice(flag: str, conflicting: str) -> Any:
+    """An option of `ccpo runs resolve` that picks which of the step's conflicts to settle."""
+    return typer.Option(flag, help=f"When several {conflicting} conflict at the step: which one.")
+
+
 @dataclass(frozen=True)
 class ResolveOptions:
     """What `ccpo runs resolve` was asked."""
@@ -321,16 +317,8 @@ class ResolveOptions:
     reason: Annotated[
         str | None, typer.Option("--reason", metavar="TEXT", help="Why this result stands.")
     ] = None
-    split: Annotated[
-        str | None,
-        typer.Option("--split", help="When several splits conflict at the step: which one."),
-    ] = None
-    eval_seed: Annotated[
-        int | None,
-        typer.Option(
-            "--eval-seed", help="When several evaluation seeds conflict at the step: which one."
-        ),
-    ] = None
+    split: Annotated[str | None, conflict_choice("--split", "splits")] = None
+    eval_seed: Annotated[int | None, conflict_choice("--eval-seed", "evaluation seeds")] = None
     by: ByOption = None
     as_json: JsonOption = False
 

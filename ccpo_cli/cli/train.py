@@ -16,12 +16,12 @@ from typing import Annotated, Any
 
 import typer
 
-from ccpo_cli.cli import completion
 from ccpo_cli.cli.common import (
     ArmOption,
     JsonOption,
     SeedsOption,
     SetOption,
+    backend_option,
     check_seed,
     emit_json,
     info,
@@ -30,7 +30,7 @@ from ccpo_cli.cli.common import (
     settings,
     stderr_console,
 )
-from ccpo_cli.cli.options import HubPublishing, option_values, options_command
+from ccpo_cli.cli.options import HubPublishing, option_values, options_command, scoped_option
 from ccpo_cli.errors import UsageError
 from ccpo_cli.report.window import DEFAULT_WINDOW
 from ccpo_cli.vocabulary import BACKENDS, LOCAL, VERL, one_of
@@ -120,6 +120,11 @@ def _dry_run_script(result) -> str:
     return "\n".join(parts) + "\n"
 
 
+# The options only one backend reads.
+local_option = scoped_option("local")
+verl_option = scoped_option("verl")
+
+
 @dataclass(frozen=True)
 class TrainOptions:
     """What `ccpo train` was asked, as Typer parsed it (one field an option; None: not given)."""
@@ -135,10 +140,8 @@ class TrainOptions:
     ] = None
     backend: Annotated[
         str | None,
-        typer.Option(
-            "--backend",
-            autocompletion=completion.backend_names,
-            help=f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local.",
+        backend_option(
+            f"{one_of(BACKENDS)}: local, the CPU policy on real ALFWorld; verl, verl-agent on GPUs. Default: verl with a CUDA GPU, else local."
         ),
     ] = None
     seed: Annotated[int | None, typer.Option("--seed", help="Training seed (default 0).")] = None
@@ -175,60 +178,55 @@ class TrainOptions:
     # local backend
     eval_games: Annotated[
         int | None,
-        typer.Option("--eval-games", help="local: evaluate on a fixed subset of N held-out games."),
+        local_option("--eval-games", help="evaluate on a fixed subset of N held-out games."),
     ] = None
     eval_from: Annotated[
         int | None,
-        typer.Option(
+        local_option(
             "--eval-from",
-            help="local: first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.",
+            help="first evaluated step (default 0, the untrained policy); then every --eval-every steps and the last.",
         ),
     ] = None
-    workers: Annotated[
-        int | None, typer.Option("--workers", help="local: rollout worker processes.")
-    ] = None
+    workers: Annotated[int | None, local_option("--workers", help="rollout worker processes.")] = (
+        None
+    )
     time_budget: Annotated[
         float | None,
-        typer.Option(
-            "--time-budget", help="local: stop after this many minutes of training wall time."
-        ),
+        local_option("--time-budget", help="stop after this many minutes of training wall time."),
     ] = None
     dump_batches: Annotated[
         bool | None,
-        typer.Option(
-            "--dump-batches/--no-dump-batches",
-            help="local: save each step's estimator batch as .npz.",
+        local_option(
+            "--dump-batches/--no-dump-batches", help="save each step's estimator batch as .npz."
         ),
     ] = None
     # verl backend
     model: Annotated[
-        str | None, typer.Option("--model", help="verl: base model (Hugging Face id or path).")
+        str | None, verl_option("--model", help="base model (Hugging Face id or path).")
     ] = None
-    gpus: Annotated[int | None, typer.Option("--gpus", help="verl: GPUs per node.")] = None
-    nnodes: Annotated[int, typer.Option("--nnodes", help="verl: nodes.")] = 1
+    gpus: Annotated[int | None, verl_option("--gpus", help="GPUs per node.")] = None
+    nnodes: Annotated[int, verl_option("--nnodes", help="nodes.")] = 1
     ray_address: Annotated[
         str | None,
-        typer.Option("--ray-address", help="verl: join this Ray cluster instead of starting one."),
+        verl_option("--ray-address", help="join this Ray cluster instead of starting one."),
     ] = None
     verl_agent: Annotated[
         Path | None,
-        typer.Option(
+        verl_option(
             "--verl-agent",
             envvar="VERL_AGENT_HOME",
-            help="verl: the verl-agent checkout (env VERL_AGENT_HOME).",
+            help="the verl-agent checkout (env VERL_AGENT_HOME).",
         ),
     ] = None
     host_profile: Annotated[
         str,
-        typer.Option(
-            "--host-profile", help="verl: host profile of the protocol (reference, lean)."
-        ),
+        verl_option("--host-profile", help="host profile of the protocol (reference, lean)."),
     ] = "reference"
     save_every: Annotated[
         int | None,
-        typer.Option(
+        verl_option(
             "--save-every",
-            help="verl: save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.",
+            help="save a checkpoint every N steps (default: at every evaluation); the newest and the best-evaluated are kept.",
         ),
     ] = None
     report_to: Annotated[
