@@ -150,8 +150,8 @@ def _graph() -> dict[str, set[str]]:
     from ccpo_cli.cli.app import COMMANDS
 
     graph = {f"{PACKAGE}.{path.stem}": _imports(path) for path in sorted(CLI_DIR.glob("*.py"))}
-    # app.py imports its command modules by name, from its COMMANDS table, when it builds them.
-    graph[f"{PACKAGE}.app"] |= {f"{PACKAGE}.{module}" for module, _, _ in COMMANDS.values()}
+    # app.py imports its command modules by name, from its COMMANDS list, when it builds them.
+    graph[f"{PACKAGE}.app"] |= {f"{PACKAGE}.{name}" for name in COMMANDS}
     return graph
 
 

@@ -108,23 +108,15 @@ class CcpoGroup(typer.core.TyperGroup):
         return params
 
 
-# name -> (module in ccpo_cli.cli, its command function or sub-app, whether it is a sub-app), in
-# the order `ccpo --help` lists them.
-COMMANDS: dict[str, tuple[str, str, bool]] = {
-    "arms": ("arms", "arms_app", True),
-    "estimate": ("estimate", "estimate_command", False),
-    "train": ("train", "train", False),
-    "eval": ("eval", "eval_command", False),
-    "games": ("games", "games_app", True),
-    "ingest": ("ingest", "ingest", False),
-    "runs": ("runs", "runs_app", True),
-    "compare": ("compare", "compare", False),
-    "export": ("export", "export", False),
-    "matrix": ("matrix", "matrix", False),
-    "card": ("card", "card", False),
-    "publish": ("publish", "publish", False),
-    "sync": ("sync", "sync_app", True),
-}
+# The commands in the order `ccpo --help` lists them; each is the module ccpo_cli.cli.<name>. A
+# sub-app is that module's `<name>_app`; a command is its function of the command's name, or the
+# one COMMAND_FUNCTIONS names where the name is a Python word (or reads badly alone).
+COMMANDS = (
+    "arms", "estimate", "train", "eval", "games", "ingest", "runs",
+    "compare", "export", "matrix", "card", "publish", "sync",
+)  # fmt: skip
+SUB_APPS = frozenset({"arms", "games", "runs", "sync"})
+COMMAND_FUNCTIONS = {"estimate": "estimate_command", "eval": "eval_command"}
 
 
 def _version(value: bool) -> None:
@@ -146,7 +138,7 @@ def root(
     ctx.obj = Settings(db=db, quiet=quiet)
 
 
-def build_app(names: tuple[str, ...] = tuple(COMMANDS)) -> typer.Typer:
+def build_app(names: tuple[str, ...] = COMMANDS) -> typer.Typer:
     """The `ccpo` app with these commands (all of them by default), each command module imported
     here and not before."""
     built = typer.Typer(
@@ -160,12 +152,11 @@ def build_app(names: tuple[str, ...] = tuple(COMMANDS)) -> typer.Typer:
     )
     built.callback()(root)
     for name in names:
-        module, attribute, is_group = COMMANDS[name]
-        target = getattr(importlib.import_module(f"ccpo_cli.cli.{module}"), attribute)
-        if is_group:
-            built.add_typer(target, name=name)
+        module = importlib.import_module(f"ccpo_cli.cli.{name}")
+        if name in SUB_APPS:
+            built.add_typer(getattr(module, f"{name}_app"), name=name)
         else:
-            built.command(name)(target)
+            built.command(name)(getattr(module, COMMAND_FUNCTIONS.get(name, name)))
     return built
 
 
