@@ -723,7 +723,7 @@ def open_db(path: str | Path, *, must_exist: bool = False) -> sqlite_utils.Datab
     path_text = str(path)
     read_only = path_text != ":memory:" and _checked_location(path_text, must_exist)
     try:
-        db = sqlite_utils.Database(_connect(path_text, read_only))
+        db = _LineScripts(_connect(path_text, read_only))
         db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         db.execute("PRAGMA foreign_keys = ON")
         stamped = _check_identity(db, path_text)
@@ -814,15 +814,17 @@ def _check_identity(db: sqlite_utils.Database, path: str) -> bool:
 
 
 class _LineScripts(sqlite_utils.Database):
-    """An in-memory database whose scripts run a statement at a time, cut at line ends.
+    """sqlite-utils' Database, with a script inside a transaction run a statement at a time,
+    cut at line ends: ccpo opens every runs database (and builds the reference schema) so.
 
-    Inside a transaction sqlite-utils cuts a script into statements by testing every prefix
-    of it, one character longer each time: the views' long SELECTs made that most of a
-    command's start-up (every command opens the runs database, and the reference schema is
-    built by running every migration). A statement of ccpo's migrations ends at a line end;
-    a line that holds two goes through sqlite-utils' own cutting."""
+    Inside a transaction sqlite-utils cuts a script into statements by testing every prefix of
+    it, one character longer each time, which made the migrations' long view SELECTs most of a
+    command's start-up. A statement of ccpo's migrations ends at a line end; a line that holds
+    two, and any script outside a transaction, go through sqlite-utils' own executescript."""
 
     def executescript(self, sql: str) -> sqlite3.Cursor:
+        if not self.conn.in_transaction:
+            return super().executescript(sql)
         cursor, statement = self.conn.cursor(), ""
         for line in sql.splitlines(keepends=True):
             statement += line
